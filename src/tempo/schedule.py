@@ -127,9 +127,7 @@ def _parsed(expr: str) -> croniter:
     if any(_NONDETERMINISTIC.search(f) for f in fields):
         raise ScheduleError("cron", "random (R) and hashed (H) fields are not supported")
     try:
-        template = croniter(
-            " ".join(fields), 0.0, max_years_between_matches=CRON_SEARCH_YEARS_MAX
-        )
+        template = croniter(" ".join(fields), 0.0, max_years_between_matches=CRON_SEARCH_YEARS_MAX)
     except (CroniterError, TypeError, ValueError, KeyError, IndexError) as e:
         # croniter signals bad syntax with several exception types.
         raise ScheduleError("cron", f"invalid cron expression: {e}") from e

@@ -1,0 +1,247 @@
+"""A hierarchical timing wheel (Varghese & Lauck, 1987, scheme 7).
+
+Time is integer UNIX milliseconds, quantised into ticks of ``tick_ms``. A tick
+number is read as digits in base ``slots`` (a power of two): level 0 holds
+items due within the current level-0 block (one slot per tick), level i holds
+items whose due tick shares every digit above digit i with the current tick,
+in the slot named by digit i. Items that share no such prefix go to an
+overflow dict, re-examined when the current tick enters the top-level block of
+the earliest overflow item.
+
+Invariants (asserted in ``_check`` by the tests):
+
+- an item in level i, slot s has due tick d with d >> bits*(i+1) equal to
+  the current tick's, digit i of d equal to s, and for i >= 1, s greater than
+  the current tick's digit i (that slot was cascaded on entry);
+- a level-0 item in the current tick's slot has due_ms > now_ms;
+- ``_ready`` holds items added with due_ms <= now_ms.
+
+``advance`` jumps from one non-empty slot to the next with per-level bitmaps,
+so an idle stretch of hours costs O(levels), not O(gap / tick_ms). Exact due
+times are kept, so a batch is returned in (due_ms, insertion seq) order and
+items due in the current, partly elapsed tick are returned exactly when due.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+
+__all__ = ["TimingWheel"]
+
+_READY = -1  # Pseudo-level of items added already due.
+
+
+class TimingWheel:
+    def __init__(self, now_ms: int, *, tick_ms: int = 10, slots: int = 256, levels: int = 4):
+        assert isinstance(now_ms, int) and now_ms >= 0
+        assert isinstance(tick_ms, int) and tick_ms >= 1
+        assert slots >= 2 and slots & (slots - 1) == 0, "slots must be a power of two"
+        assert 1 <= levels <= 16
+        self._tick_ms = tick_ms
+        self._levels = levels
+        self._bits = slots.bit_length() - 1
+        self._mask = slots - 1
+        self._now_ms = now_ms
+        self._tick = now_ms // tick_ms
+        self._seq = 0
+        # item -> [due_ms, seq, level, slot]; level is _READY, 0..levels-1, or
+        # levels for the overflow.
+        self._entries: dict[Hashable, list[int]] = {}
+        self._slots: list[list[dict[Hashable, None]]] = [
+            [{} for _ in range(slots)] for _ in range(levels)
+        ]
+        # Bit s of _bitmaps[i] is set iff _slots[i][s] is non-empty.
+        self._bitmaps = [0] * levels
+        self._ready: dict[Hashable, None] = {}
+        self._overflow: dict[Hashable, None] = {}
+        # A lower bound of the overflow's earliest due tick (exact after each
+        # re-examination; cancellation may leave it low, which is harmless).
+        self._overflow_tick_min: int | None = None
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, item: object) -> bool:
+        return item in self._entries
+
+    def add(self, item: Hashable, due_ms: int) -> None:
+        """Schedule ``item`` at ``due_ms``, replacing an earlier due time of it."""
+        assert isinstance(due_ms, int) and not isinstance(due_ms, bool)
+        if item in self._entries:
+            self.cancel(item)
+        entry = [due_ms, self._seq, _READY, 0]
+        self._seq += 1
+        self._entries[item] = entry
+        self._place(item, entry)
+
+    def cancel(self, item: Hashable) -> bool:
+        """Remove ``item``; True if it was scheduled."""
+        entry = self._entries.pop(item, None)
+        if entry is None:
+            return False
+        self._unplace(item, entry)
+        return True
+
+    def _place(self, item: Hashable, entry: list[int]) -> None:
+        due_ms = entry[0]
+        if due_ms <= self._now_ms:
+            entry[2] = _READY
+            self._ready[item] = None
+            return
+        due_tick = due_ms // self._tick_ms
+        assert due_tick >= self._tick
+        # The highest differing digit of due and current tick picks the level.
+        level = max(0, ((due_tick ^ self._tick).bit_length() - 1) // self._bits)
+        if level >= self._levels:
+            entry[2] = self._levels
+            self._overflow[item] = None
+            if self._overflow_tick_min is None or due_tick < self._overflow_tick_min:
+                self._overflow_tick_min = due_tick
+            return
+        slot = (due_tick >> (self._bits * level)) & self._mask
+        entry[2] = level
+        entry[3] = slot
+        self._slots[level][slot][item] = None
+        self._bitmaps[level] |= 1 << slot
+
+    def _unplace(self, item: Hashable, entry: list[int]) -> None:
+        level = entry[2]
+        if level == _READY:
+            del self._ready[item]
+        elif level == self._levels:
+            del self._overflow[item]
+            if not self._overflow:
+                self._overflow_tick_min = None
+        else:
+            bucket = self._slots[level][entry[3]]
+            del bucket[item]
+            if not bucket:
+                self._bitmaps[level] &= ~(1 << entry[3])
+
+    def _next_event(self) -> tuple[int, int] | None:
+        """(tick, level) of the next non-empty slot, or of the overflow's turn.
+
+        The lowest level with a non-empty slot in its current block holds the
+        earliest item: every later slot of a higher level starts after that
+        block ends. For level 0 the slot at the current tick counts too; for
+        higher levels it is empty by the cascade invariant.
+        """
+        tick = self._tick
+        for level in range(self._levels):
+            shift = self._bits * level
+            pos = ((tick >> shift) & self._mask) + (0 if level == 0 else 1)
+            rest = self._bitmaps[level] >> pos
+            if rest:
+                slot = pos + (rest & -rest).bit_length() - 1
+                block = (tick >> (shift + self._bits)) << (shift + self._bits)
+                return block | (slot << shift), level
+        if self._overflow_tick_min is None:
+            return None
+        top = self._bits * self._levels
+        next_block = ((tick >> top) + 1) << top
+        return max(next_block, (self._overflow_tick_min >> top) << top), self._levels
+
+    def next_due_ms(self) -> int | None:
+        """The earliest due time if it is in level 0 or ready, else a lower bound.
+
+        None when empty. A lower bound is the start of the slot to cascade
+        next; sleeping until it and advancing is always safe.
+        """
+        if self._ready:
+            return min(self._entries[item][0] for item in self._ready)
+        event = self._next_event()
+        if event is None:
+            return None
+        tick, level = event
+        if level == 0:
+            return min(self._entries[item][0] for item in self._slots[0][tick & self._mask])
+        return tick * self._tick_ms
+
+    def advance(self, now_ms: int) -> list[Hashable]:
+        """Remove and return every item with due_ms <= now_ms, by (due_ms, seq)."""
+        assert isinstance(now_ms, int)
+        assert now_ms >= self._now_ms, "time must not go backwards"
+        target_tick = now_ms // self._tick_ms
+        due: list[Hashable] = list(self._ready)
+        self._ready.clear()
+        # Each round empties a level-0 slot, cascades a slot one level down,
+        # or re-examines the overflow, so rounds are bounded by those moves.
+        rounds_max = (len(self._entries) + 1) * (self._levels + 2) + 2
+        for _ in range(rounds_max):
+            event = self._next_event()
+            if event is None or event[0] > target_tick:
+                self._tick = target_tick
+                break
+            tick, level = event
+            self._tick = tick
+            if level == 0:
+                if self._take_slot(tick, now_ms, due):
+                    break
+            elif level < self._levels:
+                self._cascade(level, (tick >> (self._bits * level)) & self._mask)
+            else:
+                self._reexamine_overflow()
+        else:
+            raise AssertionError("advance did not terminate")
+        self._now_ms = now_ms
+        entries = self._entries
+        due.sort(key=lambda item: (entries[item][0], entries[item][1]))
+        for item in due:
+            del entries[item]
+        return due
+
+    def _take_slot(self, tick: int, now_ms: int, due: list[Hashable]) -> bool:
+        """Move the items due by now_ms out of level-0 slot ``tick``.
+
+        True when the slot is the target tick's, which ends the advance.
+        """
+        slot = tick & self._mask
+        bucket = self._slots[0][slot]
+        if tick < now_ms // self._tick_ms:
+            due.extend(bucket)
+            bucket.clear()
+        else:
+            ripe = [item for item in bucket if self._entries[item][0] <= now_ms]
+            for item in ripe:
+                del bucket[item]
+            due.extend(ripe)
+        if not bucket:
+            self._bitmaps[0] &= ~(1 << slot)
+        return tick >= now_ms // self._tick_ms
+
+    def _cascade(self, level: int, slot: int) -> None:
+        """Redistribute a slot whose span the current tick has just entered."""
+        bucket = self._slots[level][slot]
+        items = list(bucket)
+        bucket.clear()
+        self._bitmaps[level] &= ~(1 << slot)
+        for item in items:
+            entry = self._entries[item]
+            self._place(item, entry)
+            assert entry[2] < level, "a cascaded item must move down"
+
+    def _reexamine_overflow(self) -> None:
+        items = list(self._overflow)
+        self._overflow.clear()
+        self._overflow_tick_min = None
+        for item in items:
+            self._place(item, self._entries[item])
+
+    def _check(self) -> None:
+        """Assert the invariants in the module docstring (for tests)."""
+        placed = len(self._ready) + len(self._overflow)
+        for level in range(self._levels):
+            shift = self._bits * level
+            for slot, bucket in enumerate(self._slots[level]):
+                assert bool(bucket) == bool(self._bitmaps[level] >> slot & 1)
+                placed += len(bucket)
+                for item in bucket:
+                    due_ms, _, entry_level, entry_slot = self._entries[item]
+                    due_tick = due_ms // self._tick_ms
+                    assert (entry_level, entry_slot) == (level, slot)
+                    assert due_tick >> (shift + self._bits) == self._tick >> (shift + self._bits)
+                    assert (due_tick >> shift) & self._mask == slot
+                    assert due_ms > self._now_ms
+                    if level > 0:
+                        assert slot > (self._tick >> shift) & self._mask
+        assert placed == len(self._entries)
