@@ -1,0 +1,193 @@
+"""The `tempo` command: `serve`, and a client for the jobs API."""
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import httpx
+
+from tempo.net.client import ApiError, Client
+
+JOB_COLUMNS = ("id", "name", "state", "target", "schedule", "next_run_at")
+RUN_COLUMNS = ("id", "status", "attempt", "nominal_at", "due_at", "worker", "finished_at")
+
+
+def _schedule_text(schedule: dict[str, Any]) -> str:
+    if "cron" in schedule:
+        return f"cron {schedule['cron']} ({schedule.get('timezone', 'UTC')})"
+    if "every_s" in schedule:
+        start = f" from {schedule['start_at']}" if "start_at" in schedule else ""
+        return f"every {schedule['every_s']}s{start}"
+    return f"at {schedule.get('at')}"
+
+
+def _cell(row: dict[str, Any], column: str) -> str:
+    value = row.get(column)
+    if column == "schedule" and isinstance(value, dict):
+        return _schedule_text(value)
+    return "-" if value is None else str(value)
+
+
+def table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
+    cells = [[_cell(row, c) for c in columns] for row in rows]
+    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
+    lines = ["  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip()]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in cells]
+    return "\n".join(lines)
+
+
+def record(row: dict[str, Any]) -> str:
+    width = max(len(k) for k in row)
+    return "\n".join(
+        f"{k.ljust(width)}  {json.dumps(v) if isinstance(v, dict | list) else ('-' if v is None else v)}"
+        for k, v in row.items()
+    )
+
+
+# -- jobs commands -------------------------------------------------------------
+
+
+def _create_body(args: argparse.Namespace) -> dict[str, Any]:
+    kinds = [k for k in ("at", "cron", "every_s") if getattr(args, k) is not None]
+    if len(kinds) != 1:
+        raise SystemExit("tempo jobs create: give exactly one of --at, --cron, --every-s")
+    schedule: dict[str, Any] = {kinds[0]: getattr(args, kinds[0])}
+    if args.timezone is not None:
+        schedule["timezone"] = args.timezone
+    if args.start_at is not None:
+        schedule["start_at"] = args.start_at
+    body: dict[str, Any] = {"target": args.target, "schedule": schedule}
+    if args.payload is not None:
+        try:
+            body["payload"] = json.loads(args.payload)
+        except ValueError as exc:
+            raise SystemExit(f"tempo jobs create: --payload is not JSON: {exc}") from None
+    retry: dict[str, Any] = {}
+    if args.max_attempts is not None:
+        retry["max_attempts"] = args.max_attempts
+    if args.backoff_s is not None:
+        retry["backoff_s"] = [int(x) for x in args.backoff_s.split(",") if x.strip()]
+    if retry:
+        body["retry"] = retry
+    for name in ("name", "lease_s", "jitter_s", "request_key"):
+        if getattr(args, name) is not None:
+            body[name] = getattr(args, name)
+    return body
+
+
+def _show(args: argparse.Namespace, value: Any, columns: Sequence[str] | None = None) -> None:
+    if args.json:
+        print(json.dumps(value, indent=2))
+    elif value is None:
+        print("deleted")
+    elif isinstance(value, dict) and columns is not None and ("jobs" in value or "runs" in value):
+        rows = value.get("jobs", value.get("runs", []))
+        print(table(rows, columns))
+        if value.get("next_cursor"):
+            print(f"next page: --cursor {value['next_cursor']}")
+    else:
+        print(record(value))
+
+
+def _jobs(args: argparse.Namespace, client: Client) -> None:
+    action: dict[str, Callable[[], Any]] = {
+        "create": lambda: client.create_job(_create_body(args)),
+        "get": lambda: client.get_job(args.id),
+        "list": lambda: client.list_jobs(args.limit, args.cursor),
+        "pause": lambda: client.pause_job(args.id),
+        "resume": lambda: client.resume_job(args.id),
+        "delete": lambda: client.delete_job(args.id),
+        "trigger": lambda: client.trigger_job(args.id),
+        "runs": lambda: client.list_runs(
+            args.id, since=args.since, until=args.until, limit=args.limit, cursor=args.cursor
+        ),
+    }
+    value = action[args.action]()
+    _show(args, value, RUN_COLUMNS if args.action == "runs" else JOB_COLUMNS)
+
+
+def _add_jobs_parser(sub: argparse._SubParsersAction) -> None:
+    jobs = sub.add_parser("jobs", help="create and manage jobs")
+    actions = jobs.add_subparsers(dest="action", required=True)
+    create = actions.add_parser("create", help="create a job")
+    create.add_argument("--target", required=True, help="queue:<name> or an http(s):// URL")
+    create.add_argument("--at", help="one-off: an RFC 3339 time with an offset")
+    create.add_argument("--cron", help="5-field cron or @hourly/@daily/...")
+    create.add_argument("--timezone", help="IANA time zone of --cron (default UTC)")
+    create.add_argument("--every-s", dest="every_s", type=int, help="repeat every N seconds")
+    create.add_argument("--start-at", dest="start_at", help="grid start of --every-s")
+    create.add_argument("--name")
+    create.add_argument("--payload", help="a JSON value")
+    create.add_argument("--max-attempts", dest="max_attempts", type=int)
+    create.add_argument("--backoff-s", dest="backoff_s", help="comma-separated gaps, e.g. 10,60,600")
+    create.add_argument("--lease-s", dest="lease_s", type=int)
+    create.add_argument("--jitter-s", dest="jitter_s", type=int)
+    create.add_argument("--request-key", dest="request_key")
+    for name in ("get", "pause", "resume", "delete", "trigger"):
+        actions.add_parser(name, help=f"{name} a job").add_argument("id")
+    listing = actions.add_parser("list", help="the jobs, newest first")
+    runs = actions.add_parser("runs", help="a job's runs, newest first")
+    runs.add_argument("id")
+    runs.add_argument("--since")
+    runs.add_argument("--until")
+    for parser in (listing, runs):
+        parser.add_argument("--limit", type=int)
+        parser.add_argument("--cursor")
+    for parser in (jobs, create, listing, runs, *[actions.choices[n] for n in ("get", "pause", "resume", "delete", "trigger")]):
+        parser.add_argument("--url", default=argparse.SUPPRESS, help="server URL (default: $TEMPO_URL or http://127.0.0.1:8700)")
+        parser.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON")
+
+
+def _add_serve_parser(sub: argparse._SubParsersAction) -> None:
+    serve = sub.add_parser("serve", help="run a tempo node")
+    serve.add_argument("--data-dir", default="tempo-data", help="where the node keeps its data (default ./tempo-data)")
+    serve.add_argument("--listen", default=None, help="HOST:PORT to listen on (default 127.0.0.1:8700)")
+    serve.add_argument("--node", help="this node's ID in a cluster")
+    serve.add_argument("--peers", help="ID=URL,... of every node of the cluster, this one included")
+    serve.add_argument("--insecure", action="store_true", help="allow a non-loopback --listen without tokens")
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from tempo import server
+
+    if args.node or args.peers:
+        print("tempo serve: cluster mode (--node, --peers) is not available in this version", file=sys.stderr)
+        return 2
+    try:
+        host, port = server.parse_listen(args.listen or "127.0.0.1:8700")
+    except server.ServeError as exc:
+        print(f"tempo serve: {exc}", file=sys.stderr)
+        return 2
+    options = server.ServeOptions(data_dir=args.data_dir, host=host, port=port, insecure=args.insecure)
+    return server.main(options)
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="tempo", description="tempo, a job scheduler")
+    sub = top.add_subparsers(dest="command", required=True)
+    _add_serve_parser(sub)
+    _add_jobs_parser(sub)
+    return top
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if args.command == "serve":
+        return _serve(args)
+    args.json = getattr(args, "json", False)
+    try:
+        with Client(getattr(args, "url", None) or "") as client:
+            _jobs(args, client)
+    except ApiError as exc:
+        print(f"tempo: {exc}", file=sys.stderr)
+        return 1
+    except httpx.HTTPError as exc:
+        print(f"tempo: cannot reach the server: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

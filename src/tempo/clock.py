@@ -1,0 +1,43 @@
+"""The one place where wall-clock instants and RFC 3339 strings meet.
+
+Only `*_at_ms` (UNIX milliseconds, UTC) is persisted or replicated. The engine
+never calls `now_ms`: the node stamps each command with it at the edge.
+"""
+
+import time
+from datetime import UTC, datetime
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def monotonic_s() -> float:
+    return time.monotonic()
+
+
+def ms_from_datetime(value: datetime) -> int:
+    """Truncates to the millisecond, as API.md says finer digits are."""
+    assert value.tzinfo is not None, "times without an offset are rejected at the edge"
+    delta = value - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
+
+
+def datetime_from_ms(at_ms: int) -> datetime:
+    return datetime.fromtimestamp(at_ms // 1000, UTC).replace(microsecond=(at_ms % 1000) * 1000)
+
+
+def iso_from_ms(at_ms: int) -> str:
+    """`2026-12-02T10:00:00.000Z`: UTC, milliseconds, a `Z` suffix."""
+    seconds, millis = divmod(at_ms, 1000)
+    return _iso_seconds(seconds) + f".{millis:03d}Z"
+
+
+def _iso_seconds(seconds: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))
+
+
+def iso_or_none(at_ms: int | None) -> str | None:
+    return None if at_ms is None else iso_from_ms(at_ms)

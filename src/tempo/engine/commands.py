@@ -1,0 +1,69 @@
+"""Replicated commands: one tag each, one apply function each (see store.py).
+
+Every time a command needs is inside it, stamped by the node that accepted the
+request; `apply` never reads a clock or a random source. Schedule arithmetic
+(the next cron occurrence, jitter) is done when the command is made, so the
+outcome of `apply` does not depend on the time-zone database of the replica.
+New fields are appended with defaults.
+"""
+
+import msgspec
+
+from tempo.engine.records import Job
+
+
+class NewJob(msgspec.Struct, array_like=True):
+    job: Job
+    # Due time of the first run, at `job.slot_ms`; None for a schedule with no
+    # occurrence left (the job is stored completed).
+    first_due_ms: int | None
+    # Hash of the create body after parsing and defaults, for request keys.
+    body_hash: bytes
+
+
+class CreateJobs(msgspec.Struct, tag="create_jobs", array_like=True):
+    at_ms: int
+    jobs: list[NewJob]
+
+
+class PauseJob(msgspec.Struct, tag="pause_job", array_like=True):
+    at_ms: int
+    owner: str
+    job_id: str
+
+
+class ResumeJob(msgspec.Struct, tag="resume_job", array_like=True):
+    at_ms: int
+    owner: str
+    job_id: str
+    # For a repeating job: the first slot after `at_ms` and its due time
+    # (with jitter). Ignored for a one-off, whose one run is set waiting again.
+    slot_ms: int | None
+    due_ms: int | None
+
+
+class DeleteJob(msgspec.Struct, tag="delete_job", array_like=True):
+    at_ms: int
+    owner: str
+    job_id: str
+
+
+class TriggerJob(msgspec.Struct, tag="trigger_job", array_like=True):
+    at_ms: int
+    owner: str
+    job_id: str
+
+
+Command = CreateJobs | PauseJob | ResumeJob | DeleteJob | TriggerJob
+
+# One log entry is a batch of commands: the unit of group commit.
+_entry_encoder = msgspec.msgpack.Encoder()
+_entry_decoder = msgspec.msgpack.Decoder(list[Command])
+
+
+def encode_entry(commands: list[Command]) -> bytes:
+    return _entry_encoder.encode(commands)
+
+
+def decode_entry(data: bytes) -> list[Command]:
+    return _entry_decoder.decode(data)

@@ -1,0 +1,91 @@
+"""Group commit: every command that arrives while a batch is being written
+goes into the next batch, which is one log entry, one LMDB transaction and one
+fsync. A request is answered only after its batch is durable.
+
+On a single node the log is local: the entry index is the store's applied
+index plus one. The Raft replica loop will take this loop's place and drive
+the same `Store.apply_entry` with committed entries.
+"""
+
+import trio
+
+from tempo import errors, limits
+from tempo.engine.commands import Command, encode_entry
+from tempo.engine.store import Outcome, Store
+
+
+class _Waiter:
+    __slots__ = ("done", "outcome")
+
+    def __init__(self) -> None:
+        self.done = trio.Event()
+        self.outcome: Outcome | list[Outcome] | BaseException | None = None
+
+
+class Committer:
+    def __init__(self, store: Store):
+        self.store = store
+        self._pending: list[tuple[Command, _Waiter]] = []
+        self._wake = trio.Event()
+        self._closing = False
+        # One writer at a time: LMDB allows one write transaction, and a
+        # second thread would only wait on its lock.
+        self._limiter = trio.CapacityLimiter(1)
+        self.batches_committed = 0
+        self.commands_committed = 0
+
+    async def submit(self, command: Command) -> Outcome | list[Outcome]:
+        if self._closing:
+            raise errors.ShuttingDown("the node is shutting down")
+        if len(self._pending) >= limits.commit_pending_max:
+            raise errors.Overloaded("too many writes waiting; retry shortly")
+        waiter = _Waiter()
+        self._pending.append((command, waiter))
+        self._wake.set()
+        # The batch commits even if this request is cancelled meanwhile: a
+        # shield would add nothing, since the write is not undone either way.
+        await waiter.done.wait()
+        if isinstance(waiter.outcome, BaseException):
+            raise waiter.outcome
+        return waiter.outcome
+
+    def close(self) -> None:
+        """Refuses new commands; `run` returns once the pending ones commit."""
+        self._closing = True
+        self._wake.set()
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        index = self.store.applied_index()
+        task_status.started()
+        while True:
+            await self._wake.wait()
+            if not self._pending:
+                if self._closing:
+                    return
+                self._wake = trio.Event()
+                continue
+            batch = self._pending[: limits.commit_batch_commands_max]
+            del self._pending[: len(batch)]
+            if not self._pending and not self._closing:
+                self._wake = trio.Event()
+            if await self._commit(index + 1, batch):
+                index += 1
+
+    async def _commit(self, index: int, batch: list[tuple[Command, _Waiter]]) -> bool:
+        data = encode_entry([command for command, _ in batch])
+        try:
+            outcomes = await trio.to_thread.run_sync(
+                self.store.apply_entry, index, data, limiter=self._limiter
+            )
+        except errors.Overloaded as failure:
+            for _, waiter in batch:
+                waiter.outcome = failure
+                waiter.done.set()
+            return False
+        assert len(outcomes) == len(batch)
+        for (_, waiter), outcome in zip(batch, outcomes, strict=True):
+            waiter.outcome = outcome
+            waiter.done.set()
+        self.batches_committed += 1
+        self.commands_committed += len(batch)
+        return True

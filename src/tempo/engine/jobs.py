@@ -1,0 +1,316 @@
+"""The jobs service: checks a request beyond its shape, stamps it with the
+time and IDs, turns it into commands, and turns records into API views.
+
+It runs on the node that accepted the request; the clock and the random source
+are read here, never in `apply`.
+"""
+
+import hashlib
+import os
+import urllib.parse
+from typing import Any
+
+import msgspec
+
+from tempo import clock, errors, ids, limits, schedule
+from tempo.engine.commands import CreateJobs, DeleteJob, NewJob, PauseJob, ResumeJob, TriggerJob
+from tempo.engine.commit import Committer
+from tempo.engine.records import Job, Run, Schedule
+from tempo.engine.store import Created, Store
+from tempo.schema import (
+    JobCreate,
+    JobOut,
+    PreviewIn,
+    RetryOut,
+    RunOut,
+    ScheduleIn,
+    ScheduleOut,
+)
+
+_QUEUE_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
+_hash_encoder = msgspec.msgpack.Encoder(order="sorted")
+_json_encoder = msgspec.json.Encoder()
+
+
+# -- checks beyond the shape -----------------------------------------------------
+
+
+def check_target(target: str) -> None:
+    if target.startswith("queue:"):
+        name = target[len("queue:") :]
+        if not (0 < len(name) <= limits.queue_name_chars_max and set(name) <= _QUEUE_CHARS):
+            raise errors.Invalid.at(
+                "target", "a queue name is 1-200 characters of A-Z a-z 0-9 . _ -"
+            )
+        return
+    if target.startswith(("http://", "https://")):
+        try:
+            parts = urllib.parse.urlsplit(target)
+            parts.port  # noqa: B018 - raises ValueError for a bad port
+        except ValueError as exc:
+            raise errors.Invalid.at("target", f"not a valid URL: {exc}") from None
+        if not parts.hostname:
+            raise errors.Invalid.at("target", "a URL target needs a host")
+        return
+    raise errors.Invalid.at("target", "must be queue:<name> or an http:// or https:// URL")
+
+
+def check_json_value(value: Any, loc: str) -> None:
+    """A MessagePack body may carry what JSON cannot: binary and ext values."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            for key, inner in item.items():
+                if not isinstance(key, str):
+                    raise errors.Invalid.at(loc, "object keys must be strings")
+                stack.append(inner)
+        elif isinstance(item, list):
+            stack.extend(item)
+        elif not (item is None or isinstance(item, bool | int | float | str)):
+            raise errors.Invalid.at(loc, f"a {type(item).__name__} value has no JSON form")
+
+
+def schedule_record(value: ScheduleIn, loc: str = "schedule") -> Schedule:
+    """Checks the cross-field rules of a schedule and returns its record."""
+    kinds = [name for name in ("at", "cron", "every_s") if getattr(value, name) is not None]
+    if len(kinds) != 1:
+        raise errors.Invalid.at(loc, "give exactly one of at, cron, every_s")
+    if value.timezone is not None and value.cron is None:
+        raise errors.Invalid.at(f"{loc}.timezone", "timezone goes only with cron")
+    if value.start_at is not None and value.every_s is None:
+        raise errors.Invalid.at(f"{loc}.start_at", "start_at goes only with every_s")
+    if value.at is not None:
+        return Schedule(at_ms=clock.ms_from_datetime(value.at))
+    if value.cron is not None:
+        timezone = value.timezone or "UTC"
+        try:
+            schedule.validate_cron(value.cron, timezone)
+        except schedule.ScheduleError as exc:
+            raise errors.Invalid.at(f"{loc}.{exc.loc}", exc.msg) from None
+        return Schedule(cron=value.cron, timezone=timezone)
+    start = None if value.start_at is None else clock.ms_from_datetime(value.start_at)
+    return Schedule(every_s=value.every_s, start_at_ms=start)
+
+
+# -- schedule arithmetic -----------------------------------------------------------
+
+
+def slot_after_ms(sched: Schedule, created_at_ms: int, after_ms: int, *, inclusive: bool) -> int | None:
+    """The first nominal time after `after_ms` (at or after it with `inclusive`)."""
+    if sched.at_ms is not None:
+        ok = sched.at_ms >= after_ms if inclusive else sched.at_ms > after_ms
+        return sched.at_ms if ok else None
+    if sched.cron is not None:
+        assert sched.timezone is not None
+        return schedule.next_cron_ms(sched.cron, sched.timezone, after_ms - (1 if inclusive else 0))
+    assert sched.every_s is not None
+    anchor_ms = created_at_ms if sched.start_at_ms is None else sched.start_at_ms
+    return schedule.next_every_ms(
+        sched.every_s,
+        anchor_ms,
+        after_ms,
+        include_anchor=sched.start_at_ms is not None,
+        strictly_after=not inclusive,
+    )
+
+
+def first_slot_ms(sched: Schedule, created_at_ms: int) -> int | None:
+    """The slot of a new job's first run (API.md `schedule`)."""
+    if sched.at_ms is not None:
+        return sched.at_ms  # a time in the past runs at once
+    if sched.every_s is not None and sched.start_at_ms is None:
+        return created_at_ms + sched.every_s * 1000
+    return slot_after_ms(sched, created_at_ms, created_at_ms, inclusive=sched.every_s is not None)
+
+
+def due_ms(job: Job, slot_ms: int, now_ms: int) -> int:
+    """A scheduled run's due time: its slot plus its jitter, never in the past."""
+    return max(slot_ms + ids.jitter_ms(ids.run_id(job.id, slot_ms), job.jitter_s), now_ms)
+
+
+def preview_ms(body: PreviewIn, now_ms: int) -> list[int]:
+    sched = schedule_record(body.schedule)
+    after_ms = now_ms if body.after is None else clock.ms_from_datetime(body.after)
+    if sched.at_ms is not None:
+        return [sched.at_ms] if sched.at_ms > after_ms else []
+    if sched.cron is not None:
+        assert sched.timezone is not None
+        return schedule.cron_times_ms(sched.cron, sched.timezone, after_ms, body.count)
+    assert sched.every_s is not None
+    period_ms = sched.every_s * 1000
+    if sched.start_at_ms is None:
+        return [after_ms + k * period_ms for k in range(1, body.count + 1)]
+    first = schedule.next_every_ms(sched.every_s, sched.start_at_ms, after_ms, include_anchor=True)
+    return [first + k * period_ms for k in range(body.count)]
+
+
+# -- views -------------------------------------------------------------------------
+
+
+def schedule_view(sched: Schedule) -> ScheduleOut:
+    return ScheduleOut(
+        at=clock.iso_or_none(sched.at_ms),
+        cron=sched.cron,
+        timezone=sched.timezone,
+        every_s=sched.every_s,
+        start_at=clock.iso_or_none(sched.start_at_ms),
+    )
+
+
+def job_view(job: Job) -> JobOut:
+    return JobOut(
+        id=job.id,
+        name=job.name,
+        owner=job.owner,
+        target=job.target,
+        payload=job.payload,
+        schedule=schedule_view(job.schedule),
+        retry=RetryOut(job.max_attempts, list(job.backoff_s)),
+        lease_s=job.lease_s,
+        jitter_s=job.jitter_s,
+        state=job.state,
+        created_at=clock.iso_from_ms(job.created_at_ms),
+        next_run_at=clock.iso_or_none(job.next_run_at_ms),
+    )
+
+
+def run_view(run: Run) -> RunOut:
+    return RunOut(
+        id=ids.run_id(run.job_id, run.nominal_ms),
+        job_id=run.job_id,
+        nominal_at=clock.iso_from_ms(run.nominal_ms),
+        due_at=clock.iso_from_ms(run.due_ms),
+        status=run.status,
+        attempt=run.attempt,
+        worker=run.worker,
+        lease_expires_at=clock.iso_or_none(run.lease_expires_ms),
+        started_at=clock.iso_or_none(run.started_ms),
+        finished_at=clock.iso_or_none(run.finished_ms),
+        output=run.output,
+        error=run.error,
+    )
+
+
+# -- the service -------------------------------------------------------------------
+
+
+class _JobIds:
+    """ULIDs that increase within one millisecond too, so a batch lists in order."""
+
+    def __init__(self) -> None:
+        self._last_ms = -1
+        self._last_random = 0
+
+    def next(self, at_ms: int) -> str:
+        if at_ms > self._last_ms:
+            self._last_ms = at_ms
+            self._last_random = int.from_bytes(os.urandom(10), "big") >> 1
+        else:
+            self._last_random += 1
+        return ids.new_job_id(self._last_ms, self._last_random.to_bytes(10, "big"))
+
+
+class Jobs:
+    def __init__(self, store: Store, committer: Committer):
+        self.store = store
+        self.committer = committer
+        self._ids = _JobIds()
+
+    def new_job(self, owner: str, body: JobCreate, at_ms: int, *, from_msgpack: bool) -> NewJob:
+        """Checks a decoded create body and builds its command item."""
+        check_target(body.target)
+        if from_msgpack:
+            check_json_value(body.payload, "payload")
+        if len(_json_encoder.encode(body.payload)) > limits.payload_bytes_max:
+            raise errors.TooLarge.at("payload", f"more than {limits.payload_bytes_max} bytes as JSON")
+        sched = schedule_record(body.schedule)
+        backoff_s = tuple(body.retry.backoff_s)
+        digest = hashlib.blake2b(
+            _hash_encoder.encode(
+                (body.name, body.target, body.payload, sched, body.retry.max_attempts,
+                 backoff_s, body.lease_s, body.jitter_s)
+            ),
+            digest_size=16,
+        ).digest()
+        job = Job(
+            id=self._ids.next(at_ms),
+            owner=owner,
+            name=body.name,
+            target=body.target,
+            payload=body.payload,
+            schedule=sched,
+            max_attempts=body.retry.max_attempts,
+            backoff_s=backoff_s,
+            lease_s=body.lease_s,
+            jitter_s=body.jitter_s,
+            state="active",
+            created_at_ms=at_ms,
+            request_key=body.request_key,
+            slot_ms=None,
+            next_run_at_ms=None,
+        )
+        job.slot_ms = first_slot_ms(sched, at_ms)
+        if job.slot_ms is None:
+            raise errors.Invalid.at("schedule", "the schedule has no occurrence left")
+        job.next_run_at_ms = due_ms(job, job.slot_ms, at_ms)
+        return NewJob(job, job.next_run_at_ms, digest)
+
+    async def create(
+        self, owner: str, items: list[JobCreate | errors.TempoError], *, from_msgpack: bool
+    ) -> list[Created | errors.TempoError]:
+        """Creates the valid items in one command; answers one outcome per item.
+
+        An item that repeats the request key of an earlier item that was
+        rejected gets that item's answer (API.md "POST /v1/jobs/batch")."""
+        at_ms = clock.now_ms()
+        outcomes: list[Created | errors.TempoError | None] = [None] * len(items)
+        rejected_keys: dict[str, errors.TempoError] = {}
+        new_jobs: list[NewJob] = []
+        places: list[int] = []
+        for i, item in enumerate(items):
+            if isinstance(item, errors.TempoError):
+                outcomes[i] = item
+                continue
+            if item.request_key is not None and item.request_key in rejected_keys:
+                outcomes[i] = rejected_keys[item.request_key]
+                continue
+            try:
+                new_jobs.append(self.new_job(owner, item, at_ms, from_msgpack=from_msgpack))
+            except errors.TempoError as exc:
+                outcomes[i] = exc
+                if item.request_key is not None:
+                    rejected_keys[item.request_key] = exc
+                continue
+            places.append(i)
+        if new_jobs:
+            applied = await self.committer.submit(CreateJobs(at_ms, new_jobs))
+            assert isinstance(applied, list) and len(applied) == len(places)
+            for i, outcome in zip(places, applied, strict=True):
+                outcomes[i] = outcome
+        assert all(outcome is not None for outcome in outcomes)
+        return outcomes  # type: ignore[return-value]
+
+    async def pause(self, owner: str, job_id: str) -> Job:
+        return _ok(await self.committer.submit(PauseJob(clock.now_ms(), owner, job_id)))
+
+    async def resume(self, owner: str, job_id: str) -> Job:
+        job = self.store.get_job(owner, job_id)
+        at_ms = clock.now_ms()
+        slot_ms = next_due_ms = None
+        if job.schedule.repeating:
+            slot_ms = slot_after_ms(job.schedule, job.created_at_ms, at_ms, inclusive=False)
+            next_due_ms = None if slot_ms is None else due_ms(job, slot_ms, at_ms)
+        return _ok(await self.committer.submit(ResumeJob(at_ms, owner, job_id, slot_ms, next_due_ms)))
+
+    async def delete(self, owner: str, job_id: str) -> None:
+        _ok(await self.committer.submit(DeleteJob(clock.now_ms(), owner, job_id)))
+
+    async def trigger(self, owner: str, job_id: str) -> Run:
+        return _ok(await self.committer.submit(TriggerJob(clock.now_ms(), owner, job_id)))
+
+
+def _ok(outcome: Any) -> Any:
+    if isinstance(outcome, errors.TempoError):
+        raise outcome
+    return outcome

@@ -1,0 +1,63 @@
+"""Operating errors, each with the problem type API.md names for it.
+
+net/ maps these types to HTTP statuses in one table; nothing matches on
+message strings.
+"""
+
+
+class TempoError(Exception):
+    """Base of every error tempo answers a request with."""
+
+    type = "error"
+
+    def __init__(self, detail: str = "", errors: list[tuple[str, str]] | None = None):
+        super().__init__(detail)
+        self.detail = detail
+        # (loc, msg) pairs, loc as API.md spells it: `schedule.cron`, `""`.
+        self.errors = errors or []
+
+
+class Invalid(TempoError):
+    type = "validation"
+
+    @classmethod
+    def at(cls, loc: str, msg: str) -> "Invalid":
+        return cls(f"{loc or 'body'}: {msg}", [(loc, msg)])
+
+
+class TooLarge(TempoError):
+    type = "too_large"
+
+    @classmethod
+    def at(cls, loc: str, msg: str) -> "TooLarge":
+        return cls(f"{loc or 'body'}: {msg}", [(loc, msg)])
+
+
+class NotFound(TempoError):
+    type = "not_found"
+
+
+class RequestKeyReused(TempoError):
+    type = "request_key_reused"
+
+
+class StaleAttempt(TempoError):
+    type = "stale_attempt"
+
+
+class Conflict(TempoError):
+    type = "conflict"
+
+
+class MethodNotAllowed(TempoError):
+    type = "method_not_allowed"
+
+
+class Overloaded(TempoError):
+    """The node cannot take more work now; the client retries after a pause."""
+
+    type = "overloaded"
+
+
+class ShuttingDown(TempoError):
+    type = "shutting_down"

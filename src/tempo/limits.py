@@ -1,0 +1,77 @@
+"""Every bound tempo enforces, in one place.
+
+Names carry their unit last (`body_bytes_max`, `lease_s_max`). How bounds relate
+to each other is asserted at import, so an edit that breaks a relation stops the
+program at start-up instead of misbehaving under load.
+"""
+
+# Request bodies (API.md "General").
+body_bytes_max = 1 << 20
+batch_body_bytes_max = 32 << 20
+payload_bytes_max = 64 << 10
+output_bytes_max = 64 << 10
+
+# Field bounds (API.md "Jobs").
+name_chars_max = 200
+target_chars_max = 2048
+request_key_chars_max = 200
+queue_name_chars_max = 200
+worker_chars_max = 200
+queues_per_claim_max = 100
+lease_s_min = 1
+lease_s_max = 3600
+lease_s_default = 60
+jitter_s_max = 3600
+attempts_max = 100
+attempts_default = 4
+backoff_gaps_max = 20
+backoff_gap_s_max = 86400
+backoff_s_default = (10, 60, 600)
+every_s_min = 1
+# A repeating schedule's period may not exceed ten years: past that, grid
+# arithmetic on UNIX milliseconds still works, but such a job is a typo.
+every_s_max = 10 * 366 * 86400
+cron_chars_max = 200
+
+# Pages and batches.
+batch_jobs_max = 1000
+page_limit_max = 1000
+page_limit_default = 100
+preview_count_max = 1000
+preview_count_default = 10
+claim_runs_max = 1000
+claim_wait_s_max = 60
+batch_items_max = 1000
+
+# Group commit: commands waiting for the next batch, and commands per batch.
+# Past the pending bound a write is refused with 503 instead of queueing
+# without limit; a batch is one LMDB transaction and one fsync.
+commit_pending_max = 100_000
+commit_batch_commands_max = 50_000
+
+# Storage.
+lmdb_map_bytes = 64 << 30
+lmdb_max_dbs = 16
+# Runs are partitioned by due minute and by shard = hash(job ID) mod shards.
+run_shards = 64
+# A job's run slot is one millisecond; a trigger moves to the next free one,
+# looking this far at most before giving up with a conflict.
+trigger_slot_probe_max = 1000
+
+# Time (API.md: times are kept to the millisecond).
+minute_ms = 60_000
+
+# Shutdown: how long in-flight requests may take to finish after SIGTERM.
+shutdown_grace_s = 10.0
+
+assert payload_bytes_max < body_bytes_max
+assert body_bytes_max <= batch_body_bytes_max
+assert batch_jobs_max * payload_bytes_max <= batch_body_bytes_max * 2
+assert lease_s_min <= lease_s_default <= lease_s_max
+assert 1 <= attempts_default <= attempts_max
+assert len(backoff_s_default) <= backoff_gaps_max
+assert all(0 <= gap <= backoff_gap_s_max for gap in backoff_s_default)
+assert 1 <= page_limit_default <= page_limit_max
+assert 1 <= preview_count_default <= preview_count_max
+assert batch_jobs_max <= commit_batch_commands_max <= commit_pending_max
+assert 0 < run_shards <= 256  # the shard is one byte of the runs key

@@ -1,0 +1,1 @@
+"""Everything that touches sockets: the HTTP API, the client, peer links."""

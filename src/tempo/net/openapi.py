@@ -1,0 +1,111 @@
+"""The OpenAPI 3.1 document, generated from the structs that validate requests."""
+
+from typing import Any
+
+import msgspec
+
+from tempo import schema
+
+_REF = "#/components/schemas/{name}"
+_STRUCTS = (
+    schema.JobCreate,
+    schema.JobBatchCreate,
+    schema.JobBatchResult,
+    schema.JobOut,
+    schema.JobsPage,
+    schema.RunOut,
+    schema.RunsPage,
+    schema.PreviewIn,
+    schema.PreviewOut,
+    schema.Problem,
+    schema.Health,
+)
+
+
+def _ref(kind: type) -> dict[str, str]:
+    return {"$ref": _REF.format(name=kind.__name__)}
+
+
+def _json(kind: type, description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": _ref(kind)}}}
+
+
+def _problem(description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/problem+json": {"schema": _ref(schema.Problem)}}}
+
+
+def _op(summary: str, ok: dict[str, dict], *, body: type | None = None, params: list | None = None) -> dict:
+    operation: dict[str, Any] = {"summary": summary, "responses": dict(ok)}
+    for status, text in (("400", "invalid input"), ("404", "not found"), ("503", "unavailable")):
+        operation["responses"].setdefault(status, _problem(text))
+    if body is not None:
+        operation["requestBody"] = {
+            "required": True,
+            "content": {"application/json": {"schema": _ref(body)}},
+        }
+    if params:
+        operation["parameters"] = params
+    return operation
+
+
+def _param(name: str, where: str, kind: dict, description: str, required: bool = False) -> dict:
+    return {"name": name, "in": where, "required": required, "schema": kind, "description": description}
+
+
+_JOB_ID = _param("id", "path", {"type": "string"}, "the job ID", True)
+_PAGE = [
+    _param("limit", "query", {"type": "integer", "minimum": 1, "maximum": 1000}, "page size (default 100)"),
+    _param("cursor", "query", {"type": "string"}, "next_cursor of the previous page"),
+]
+
+
+def _paths() -> dict[str, Any]:
+    job = _json(schema.JobOut, "the job")
+    return {
+        "/v1/jobs": {
+            "post": _op("Create a job", {"201": job, "200": job, "409": _problem("request key reused"),
+                                          "413": _problem("too large")}, body=schema.JobCreate),
+            "get": _op("The owner's jobs, newest first", {"200": _json(schema.JobsPage, "a page")}, params=_PAGE),
+        },
+        "/v1/jobs/batch": {
+            "post": _op("Create many jobs", {"200": _json(schema.JobBatchResult, "one result per item"),
+                                              "413": _problem("too large")}, body=schema.JobBatchCreate),
+        },
+        "/v1/jobs/{id}": {
+            "get": _op("One job", {"200": job}, params=[_JOB_ID]),
+            "delete": _op("Delete a job", {"204": {"description": "deleted"}}, params=[_JOB_ID]),
+        },
+        "/v1/jobs/{id}/pause": {"post": _op("Pause a job", {"200": job}, params=[_JOB_ID])},
+        "/v1/jobs/{id}/resume": {"post": _op("Resume a job", {"200": job}, params=[_JOB_ID])},
+        "/v1/jobs/{id}/trigger": {
+            "post": _op("Run a job now", {"201": _json(schema.RunOut, "the new run")}, params=[_JOB_ID]),
+        },
+        "/v1/jobs/{id}/runs": {
+            "get": _op("A job's runs, newest first", {"200": _json(schema.RunsPage, "a page")}, params=[
+                _JOB_ID,
+                _param("since", "query", {"type": "string", "format": "date-time"}, "nominal_at >= since"),
+                _param("until", "query", {"type": "string", "format": "date-time"}, "nominal_at < until"),
+                *_PAGE,
+            ]),
+        },
+        "/v1/runs/{run_id}": {
+            "get": _op("One run", {"200": _json(schema.RunOut, "the run")},
+                       params=[_param("run_id", "path", {"type": "string"}, "the run ID", True)]),
+        },
+        "/v1/schedules/preview": {
+            "post": _op("When a schedule runs", {"200": _json(schema.PreviewOut, "the times")}, body=schema.PreviewIn),
+        },
+        "/healthz": {"get": {"summary": "Liveness", "responses": {"200": _json(schema.Health, "serving")}}},
+        "/readyz": {"get": {"summary": "Readiness", "responses": {
+            "200": _json(schema.Health, "ready"), "503": _json(schema.Health, "not ready")}}},
+    }
+
+
+def document() -> dict[str, Any]:
+    _, components = msgspec.json.schema_components(_STRUCTS, ref_template=_REF)
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "tempo", "version": "1", "description": "The tempo job scheduler's HTTP API."},
+        "paths": _paths(),
+        "components": {"schemas": components},
+    }

@@ -1,0 +1,154 @@
+"""The API's shapes: the single source of truth for validation, the OpenAPI
+document and the Python client.
+
+Request structs forbid unknown fields and carry their bounds in `Meta`; rules
+that span fields (exactly one kind of schedule, `timezone` only with `cron`)
+are checked in `tempo.engine.jobs`, which knows the field paths to report.
+Responses spell times as RFC 3339 strings in UTC with milliseconds.
+"""
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+import msgspec
+from msgspec import Meta
+
+from tempo import limits
+
+Instant = Annotated[datetime, Meta(tz=True, description="RFC 3339 with an offset")]
+QueueName = Annotated[
+    str, Meta(min_length=1, max_length=limits.queue_name_chars_max, pattern=r"^[A-Za-z0-9._-]+$")
+]
+Limit = Annotated[int, Meta(ge=1, le=limits.page_limit_max)]
+
+
+class _Request(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    pass
+
+
+class ScheduleIn(_Request):
+    at: Instant | None = None
+    cron: Annotated[str, Meta(max_length=limits.cron_chars_max)] | None = None
+    timezone: Annotated[str, Meta(min_length=1, max_length=200)] | None = None
+    every_s: Annotated[int, Meta(ge=limits.every_s_min, le=limits.every_s_max)] | None = None
+    start_at: Instant | None = None
+
+
+class RetryIn(_Request):
+    max_attempts: Annotated[int, Meta(ge=1, le=limits.attempts_max)] = limits.attempts_default
+    backoff_s: Annotated[
+        list[Annotated[int, Meta(ge=0, le=limits.backoff_gap_s_max)]],
+        Meta(min_length=1, max_length=limits.backoff_gaps_max),
+    ] = msgspec.field(default_factory=lambda: list(limits.backoff_s_default))
+
+
+class JobCreate(_Request):
+    target: Annotated[str, Meta(min_length=1, max_length=limits.target_chars_max)]
+    schedule: ScheduleIn
+    name: Annotated[str, Meta(max_length=limits.name_chars_max)] | None = None
+    payload: Any = None
+    retry: RetryIn = msgspec.field(default_factory=RetryIn)
+    lease_s: Annotated[int, Meta(ge=limits.lease_s_min, le=limits.lease_s_max)] = (
+        limits.lease_s_default
+    )
+    jitter_s: Annotated[int, Meta(ge=0, le=limits.jitter_s_max)] = 0
+    request_key: Annotated[str, Meta(min_length=1, max_length=limits.request_key_chars_max)] | None = None
+
+
+class JobBatchCreate(_Request):
+    # Items stay raw here and are decoded one by one, so each item's problem
+    # names paths inside that item (API.md "POST /v1/jobs/batch").
+    jobs: Annotated[list[msgspec.Raw], Meta(min_length=1, max_length=limits.batch_jobs_max)]
+
+
+class PreviewIn(_Request):
+    schedule: ScheduleIn
+    after: Instant | None = None
+    count: Annotated[int, Meta(ge=1, le=limits.preview_count_max)] = limits.preview_count_default
+
+
+# -- responses -----------------------------------------------------------------
+
+
+class ScheduleOut(msgspec.Struct, omit_defaults=True):
+    at: str | None = None
+    cron: str | None = None
+    timezone: str | None = None
+    every_s: int | None = None
+    start_at: str | None = None
+
+
+class RetryOut(msgspec.Struct):
+    max_attempts: int
+    backoff_s: list[int]
+
+
+class JobOut(msgspec.Struct):
+    id: str
+    name: str | None
+    owner: str
+    target: str
+    payload: Any
+    schedule: ScheduleOut
+    retry: RetryOut
+    lease_s: int
+    jitter_s: int
+    state: Literal["active", "paused", "completed"]
+    created_at: str
+    next_run_at: str | None
+
+
+class RunOut(msgspec.Struct):
+    id: str
+    job_id: str
+    nominal_at: str
+    due_at: str
+    status: Literal["waiting", "claimed", "done", "failed", "cancelled"]
+    attempt: int
+    worker: str | None
+    lease_expires_at: str | None
+    started_at: str | None
+    finished_at: str | None
+    output: str | None
+    error: str | None
+
+
+class ProblemItem(msgspec.Struct):
+    loc: str
+    msg: str
+
+
+class Problem(msgspec.Struct, omit_defaults=True):
+    type: str
+    title: str
+    status: int
+    detail: str = ""
+    errors: list[ProblemItem] = []
+
+
+class BatchItemResult(msgspec.Struct, omit_defaults=True):
+    status: int
+    job: JobOut | None = None
+    problem: Problem | None = None
+
+
+class JobBatchResult(msgspec.Struct):
+    results: list[BatchItemResult]
+
+
+class JobsPage(msgspec.Struct):
+    jobs: list[JobOut]
+    next_cursor: str | None
+
+
+class RunsPage(msgspec.Struct):
+    runs: list[RunOut]
+    next_cursor: str | None
+
+
+class PreviewOut(msgspec.Struct):
+    times: list[str]
+
+
+class Health(msgspec.Struct):
+    status: str
