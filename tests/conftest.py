@@ -1,0 +1,157 @@
+"""Shared fixtures: a real `tempo serve` process on a free loopback port.
+
+Integration tests talk to the server over HTTP exactly as a client would.
+Module-scoped servers are shared by tests that use their own request keys and
+names; crash tests take a function-scoped one, which they kill at will.
+"""
+
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+ready_timeout_s = 20.0
+stop_timeout_s = 20.0
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def tempo_command() -> list[str]:
+    """The `tempo` script next to the interpreter, else `python -m tempo.cli`."""
+    script = Path(sys.executable).with_name("tempo")
+    if script.exists():
+        return [str(script)]
+    return [sys.executable, "-m", "tempo.cli"]
+
+
+class Server:
+    """One `tempo serve` process; `restart` keeps its data dir and port."""
+
+    def __init__(self, data_dir: Path, port: int | None = None):
+        self.data_dir = data_dir
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen | None = None
+        self.log_path = data_dir.parent / f"{data_dir.name}.log"
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def start(self) -> "Server":
+        assert self.proc is None or self.proc.poll() is not None
+        log = open(self.log_path, "ab")  # noqa: SIM115 - closed with the process
+        self.proc = subprocess.Popen(
+            [*tempo_command(), "serve", "--data-dir", str(self.data_dir), "--listen", f"127.0.0.1:{self.port}"],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        log.close()
+        self.wait_ready()
+        return self
+
+    def wait_ready(self, timeout_s: float = ready_timeout_s) -> float:
+        """Seconds until /readyz answered 200; fails after `timeout_s`."""
+        started = time.monotonic()
+        deadline_s = started + timeout_s
+        while time.monotonic() < deadline_s:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise AssertionError(f"tempo serve exited {self.proc.returncode}: {self.log()}")
+            try:
+                if httpx.get(f"{self.url}/readyz", timeout=1.0).status_code == 200:
+                    return time.monotonic() - started
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.02)
+        raise AssertionError(f"tempo serve not ready after {timeout_s}s: {self.log()}")
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-4000:]
+        except OSError:
+            return ""
+
+    def kill(self) -> None:
+        """SIGKILL: no chance to finish anything."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=stop_timeout_s)
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        """A clean stop; the process must exit 0 (API.md "Command line")."""
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+        code = self.proc.wait(timeout=stop_timeout_s)
+        assert code == 0, f"tempo serve exited {code} on signal {sig}: {self.log()}"
+
+    def restart(self) -> "Server":
+        if self.proc is not None and self.proc.poll() is None:
+            self.stop()
+        return self.start()
+
+    def cleanup(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(timeout=stop_timeout_s)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    srv = Server(tmp_path_factory.mktemp("srv") / "data")
+    try:
+        yield srv.start()
+    finally:
+        srv.cleanup()
+
+
+@pytest.fixture
+def fresh_server(tmp_path: Path) -> Iterator[Server]:
+    """A server of the test's own, free to be killed and restarted."""
+    srv = Server(tmp_path / "data")
+    try:
+        yield srv.start()
+    finally:
+        srv.cleanup()
+
+
+@pytest.fixture(scope="module")
+def http(server: Server) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=server.url, timeout=30.0) as client:
+        yield client
+
+
+def unique(prefix: str = "k") -> str:
+    return f"{prefix}-{uuid.uuid4().hex}"
+
+
+def job_body(**overrides) -> dict:
+    body = {"target": f"queue:{unique('q')}", "schedule": {"at": "2030-01-01T00:00:00Z"}}
+    body.update(overrides)
+    return body
+
+
+def job_count(http: httpx.Client) -> int:
+    """Every job of the owner, by walking the pages."""
+    count, cursor = 0, None
+    while True:
+        params = {"limit": 1000} | ({"cursor": cursor} if cursor else {})
+        page = http.get("/v1/jobs", params=params).json()
+        count += len(page["jobs"])
+        cursor = page["next_cursor"]
+        if cursor is None:
+            return count
+
+
