@@ -238,8 +238,15 @@ def test_valid_extensions():
     )
 
 
+@pytest.mark.parametrize("zone", ["UTC", "Europe/Berlin", "America/New_York"])
+def test_edges_of_datetime_range_give_none(zone):
+    assert next_cron_ms("0 0 1 1 *", zone, ms("9999-06-01T00:00:00Z")) is None
+    assert next_cron_ms("*/15 * * * *", zone, ms("9999-12-31T23:59:00Z")) is None
+    first_ms = next_cron_ms("*/15 * * * *", zone, ms("0001-01-01T00:00:00Z"))
+    assert first_ms is None or first_ms > ms("0001-01-01T00:00:00Z")
+
+
 def test_never_beyond_year_9999_is_none():
-    assert next_cron_ms("0 0 1 1 *", "UTC", ms("9999-06-01T00:00:00Z")) is None
     assert cron_times_ms("0 0 1 1 *", "UTC", ms("9998-06-01T00:00:00Z"), 5) == [
         ms("9999-01-01T00:00:00Z")
     ]

@@ -234,16 +234,21 @@ def next_cron_ms(expr: str, timezone: str, after_ms: int) -> int | None:
     if timezone in _UTC_KEYS:
         local_s = _next_local_s(template, after_s)
         return None if local_s is None else local_s * 1000
+    try:
+        return _next_zoned_ms(template, zone, after_s)
+    except OverflowError:
+        # Wall-clock arithmetic past datetime's range (years 1 and 9999).
+        return None
+
+
+def _next_zoned_ms(template: croniter, zone: zoneinfo.ZoneInfo, after_s: int) -> int | None:
     local_s = _first_local_start_s(zone, after_s)
     for _ in range(CRON_STEPS_MAX):
         next_local_s = _next_local_s(template, local_s)
         if next_local_s is None:
             return None
         local_s = next_local_s
-        try:
-            utc_s = _local_to_utc_s(zone, local_s)
-        except OverflowError:
-            return None
+        utc_s = _local_to_utc_s(zone, local_s)
         if utc_s > after_s:
             return utc_s * 1000
     return None
