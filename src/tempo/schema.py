@@ -118,7 +118,9 @@ class ProblemItem(msgspec.Struct):
     msg: str
 
 
-class Problem(msgspec.Struct, omit_defaults=True):
+class Problem(msgspec.Struct):
+    # `errors` is always present, empty when no field is to blame, so that a
+    # client can read `errors[].loc` from every problem (API.md "General").
     type: str
     title: str
     status: int
