@@ -130,6 +130,9 @@ def decode(request: Request, pair: tuple[msgspec.json.Decoder, msgspec.msgpack.D
         return pair[1 if request.is_msgpack else 0].decode(request.body)
     except msgspec.MsgspecError as exc:
         raise invalid_from_msgspec(exc) from None
+    except RecursionError:
+        # msgspec raises this, not a MsgspecError, past its nesting depth.
+        raise errors.Invalid.at("", "the body is nested too deeply") from None
 
 
 def parse_query(raw: bytes) -> dict[str, str]:
