@@ -142,6 +142,8 @@ class Api:
                 items.append(decoder.decode(raw))
             except msgspec.MsgspecError as exc:
                 items.append(invalid_from_msgspec(exc))
+            except RecursionError:
+                items.append(errors.Invalid.at("", "the item is nested too deeply"))
         outcomes = await self.jobs.create(self.owner(request), items, from_msgpack=request.is_msgpack)
         return encode(request, JobBatchResult([_batch_item(o) for o in outcomes]))
 
@@ -252,7 +254,8 @@ def _limit(request: Request) -> int:
     raw = request.query.get("limit")
     if raw is None:
         return limits.page_limit_default
-    if not raw.isdigit() or not 1 <= int(raw) <= limits.page_limit_max:
+    # The length check first: int() refuses strings of over 4300 digits.
+    if not raw.isdigit() or len(raw) > 4 or not 1 <= int(raw) <= limits.page_limit_max:
         raise errors.Invalid.at("query.limit", f"an integer from 1 to {limits.page_limit_max}")
     return int(raw)
 
@@ -262,7 +265,9 @@ def _instant_param(request: Request, name: str) -> int | None:
     if raw is None:
         return None
     try:
-        return clock.ms_from_datetime(_instant.decode(_json_enc.encode(raw)))
+        # No run is before 1970: an earlier bound means the same as 1970, and
+        # keys hold unsigned milliseconds.
+        return max(0, clock.ms_from_datetime(_instant.decode(_json_enc.encode(raw))))
     except msgspec.MsgspecError:
         raise errors.Invalid.at(f"query.{name}", "an RFC 3339 time with an offset") from None
 
