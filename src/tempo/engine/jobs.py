@@ -81,7 +81,11 @@ def schedule_record(value: ScheduleIn, loc: str = "schedule") -> Schedule:
     if value.start_at is not None and value.every_s is None:
         raise errors.Invalid.at(f"{loc}.start_at", "start_at goes only with every_s")
     if value.at is not None:
-        return Schedule(at_ms=clock.ms_from_datetime(value.at))
+        at_ms = clock.ms_from_datetime(value.at)
+        if at_ms < 0:
+            # Run IDs and keys hold unsigned milliseconds.
+            raise errors.Invalid.at(f"{loc}.at", "a time before 1970-01-01T00:00:00Z")
+        return Schedule(at_ms=at_ms)
     if value.cron is not None:
         timezone = value.timezone or "UTC"
         try:
@@ -226,13 +230,16 @@ class Jobs:
             raise errors.TooLarge.at("payload", f"more than {limits.payload_bytes_max} bytes as JSON")
         sched = schedule_record(body.schedule)
         backoff_s = tuple(body.retry.backoff_s)
-        digest = hashlib.blake2b(
-            _hash_encoder.encode(
+        try:
+            hashed = _hash_encoder.encode(
                 (body.name, body.target, body.payload, sched, body.retry.max_attempts,
                  backoff_s, body.lease_s, body.jitter_s)
-            ),
-            digest_size=16,
-        ).digest()
+            )
+        except OverflowError:
+            # JSON allows any integer; records are MessagePack, which holds
+            # 64 bits. Only the payload is unbounded, the rest has Meta bounds.
+            raise errors.Invalid.at("payload", "an integer outside [-2**63, 2**64)") from None
+        digest = hashlib.blake2b(hashed, digest_size=16).digest()
         job = Job(
             id=self._ids.next(at_ms),
             owner=owner,
