@@ -75,3 +75,20 @@ assert 1 <= page_limit_default <= page_limit_max
 assert 1 <= preview_count_default <= preview_count_max
 assert batch_jobs_max <= commit_batch_commands_max <= commit_pending_max
 assert 0 < run_shards <= 256  # the shard is one byte of the runs key
+
+# Dispatch (DESIGN.md "Dispatch on the leader").
+# The loader keeps every waiting run due before the end of the minute after
+# now + readahead in the timing wheel; each (minute) partition is read once.
+readahead_ms = 30_000
+dispatch_tick_ms = 10
+lease_check_ms = 100
+expiries_per_command_max = 1000
+http_executor_concurrency = 64
+http_executor_batch_runs = 100
+events_page_max = 1000
+events_wait_s_max = 60
+# Rows one loader step may read before yielding to the event loop.
+loader_rows_per_step = 5000
+
+assert readahead_ms >= 1000
+assert dispatch_tick_ms <= lease_check_ms

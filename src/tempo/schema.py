@@ -154,3 +154,89 @@ class PreviewOut(msgspec.Struct):
 
 class Health(msgspec.Struct):
     status: str
+
+
+# -- workers ---------------------------------------------------------------------
+
+Attempt = Annotated[int, Meta(ge=0, le=1_000_000)]
+RunId = Annotated[str, Meta(min_length=1, max_length=64)]
+
+
+class ClaimIn(_Request):
+    worker: Annotated[str, Meta(min_length=1, max_length=limits.worker_chars_max)]
+    queues: Annotated[list[QueueName], Meta(min_length=1, max_length=limits.queues_per_claim_max)]
+    max_runs: Annotated[int, Meta(ge=1, le=limits.claim_runs_max)] = 1
+    wait_s: Annotated[float, Meta(ge=0, le=limits.claim_wait_s_max)] = 0
+
+
+class ClaimedRunOut(RunOut):
+    target: str
+    payload: Any
+    lease_s: int
+
+
+class ClaimOut(msgspec.Struct):
+    runs: list[ClaimedRunOut]
+
+
+class HeartbeatIn(_Request):
+    attempt: Attempt
+
+
+class HeartbeatOut(msgspec.Struct):
+    lease_expires_at: str
+
+
+class ResultIn(_Request):
+    attempt: Attempt
+    ok: bool
+    output: str | None = None
+    error: str | None = None
+
+
+class HeartbeatItem(_Request):
+    run_id: RunId
+    attempt: Attempt
+
+
+class HeartbeatsIn(_Request):
+    heartbeats: Annotated[list[HeartbeatItem], Meta(min_length=1, max_length=limits.batch_items_max)]
+
+
+class ResultItem(_Request):
+    run_id: RunId
+    attempt: Attempt
+    ok: bool
+    output: str | None = None
+    error: str | None = None
+
+
+class ResultsIn(_Request):
+    results: Annotated[list[ResultItem], Meta(min_length=1, max_length=limits.batch_items_max)]
+
+
+class Rejected(msgspec.Struct):
+    run_id: str
+    type: str
+
+
+class BatchAck(msgspec.Struct):
+    accepted: list[str]
+    rejected: list[Rejected]
+
+
+# -- events ------------------------------------------------------------------------
+
+
+class EventOut(msgspec.Struct):
+    cursor: str
+    type: str
+    at: str
+    job_id: str
+    run_id: str | None
+    detail: dict[str, Any]
+
+
+class EventsPage(msgspec.Struct):
+    events: list[EventOut]
+    next_cursor: str

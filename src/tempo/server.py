@@ -12,6 +12,7 @@ import trio
 
 from tempo import limits
 from tempo.engine.commit import Committer
+from tempo.engine.dispatch import Dispatcher
 from tempo.engine.jobs import Jobs
 from tempo.engine.store import Store
 from tempo.net.api import Api
@@ -71,23 +72,28 @@ async def serve(options: ServeOptions, *, task_status: trio.TaskStatus[str] = tr
     try:
         committer = Committer(store)
         jobs = Jobs(store, committer)
+        dispatcher = Dispatcher(store, committer)
         ready = False
-        api = Api(store, jobs, is_ready=lambda: ready)
+        api = Api(store, jobs, dispatcher, is_ready=lambda: ready)
         stop = trio.Event()
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(_watch_signals, signals, stop)
                 await nursery.start(committer.run)
-                async with trio.open_nursery() as http:
-                    binds = await http.start(
-                        partial(hypercorn.trio.serve, api, _hypercorn_config(options), shutdown_trigger=stop.wait)
-                    )
-                    ready = True
-                    url = binds[0]
-                    print(f"tempo serving on {url}", flush=True)
-                    task_status.started(url)
-                # hypercorn has returned: no request is in flight any more, so
-                # every accepted write was answered; let the committer drain.
+                async with trio.open_nursery() as services:
+                    await services.start(dispatcher.run)
+                    async with trio.open_nursery() as http:
+                        binds = await http.start(
+                            partial(hypercorn.trio.serve, api, _hypercorn_config(options), shutdown_trigger=stop.wait)
+                        )
+                        ready = True
+                        url = binds[0]
+                        print(f"tempo serving on {url}", flush=True)
+                        task_status.started(url)
+                    # hypercorn has returned: no request is in flight any more.
+                    # The dispatcher holds soft state only; stop it, then let
+                    # the committer write what is pending and return.
+                    services.cancel_scope.cancel()
                 committer.close()
     finally:
         store.close()

@@ -54,8 +54,52 @@ class TriggerJob(msgspec.Struct, tag="trigger_job", array_like=True):
     job_id: str
 
 
-Command = CreateJobs | PauseJob | ResumeJob | DeleteJob | TriggerJob
 
+class Claim(msgspec.Struct, array_like=True):
+    job_id: str
+    nominal_ms: int
+    lease_expires_ms: int
+    # For the run in the job's schedule slot of a repeating job: the next slot
+    # and its due time, created in the same commit (API.md "Runs").
+    next_slot_ms: int | None = None
+    next_due_ms: int | None = None
+
+
+class ClaimRuns(msgspec.Struct, tag="claim_runs", array_like=True):
+    at_ms: int
+    worker: str
+    claims: list[Claim]
+
+
+class Result(msgspec.Struct, array_like=True):
+    job_id: str
+    nominal_ms: int
+    attempt: int
+    ok: bool
+    output: str | None = None
+    error: str | None = None
+
+
+class ReportResults(msgspec.Struct, tag="report_results", array_like=True):
+    at_ms: int
+    owner: str | None  # None: the leader's own executor, which serves every owner
+    results: list[Result]
+
+
+class Expiry(msgspec.Struct, array_like=True):
+    job_id: str
+    nominal_ms: int
+    attempt: int
+
+
+class ExpireLeases(msgspec.Struct, tag="expire_leases", array_like=True):
+    at_ms: int
+    expiries: list[Expiry]
+
+
+Command = (
+    CreateJobs | PauseJob | ResumeJob | DeleteJob | TriggerJob | ClaimRuns | ReportResults | ExpireLeases
+)
 # One log entry is a batch of commands: the unit of group commit.
 _entry_encoder = msgspec.msgpack.Encoder()
 _entry_decoder = msgspec.msgpack.Decoder(list[Command])

@@ -7,11 +7,13 @@ index plus one. The Raft replica loop will take this loop's place and drive
 the same `Store.apply_entry` with committed entries.
 """
 
+from collections.abc import Callable
+
 import trio
 
 from tempo import errors, limits
 from tempo.engine.commands import Command, encode_entry
-from tempo.engine.store import Outcome, Store
+from tempo.engine.store import Changes, Outcome, Store
 
 
 class _Waiter:
@@ -31,6 +33,8 @@ class Committer:
         # One writer at a time: LMDB allows one write transaction, and a
         # second thread would only wait on its lock.
         self._limiter = trio.CapacityLimiter(1)
+        # Called on the trio thread with each entry's `Changes`, in log order.
+        self.listeners: list[Callable[[Changes], None]] = []
         self.batches_committed = 0
         self.commands_committed = 0
 
@@ -74,7 +78,7 @@ class Committer:
     async def _commit(self, index: int, batch: list[tuple[Command, _Waiter]]) -> bool:
         data = encode_entry([command for command, _ in batch])
         try:
-            outcomes = await trio.to_thread.run_sync(
+            outcomes, changes = await trio.to_thread.run_sync(
                 self.store.apply_entry, index, data, limiter=self._limiter
             )
         except errors.Overloaded as failure:
@@ -83,6 +87,10 @@ class Committer:
                 waiter.done.set()
             return False
         assert len(outcomes) == len(batch)
+        # Before any request is answered, so a claim can never see a run the
+        # dispatcher has not heard of.
+        for listener in self.listeners:
+            listener(changes)
         for (_, waiter), outcome in zip(batch, outcomes, strict=True):
             waiter.outcome = outcome
             waiter.done.set()

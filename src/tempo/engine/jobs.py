@@ -18,6 +18,7 @@ from tempo.engine.commit import Committer
 from tempo.engine.records import Job, Run, Schedule
 from tempo.engine.store import Created, Store
 from tempo.schema import (
+    ClaimedRunOut,
     JobCreate,
     JobOut,
     PreviewIn,
@@ -30,6 +31,9 @@ from tempo.schema import (
 _QUEUE_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
 _hash_encoder = msgspec.msgpack.Encoder(order="sorted")
 _json_encoder = msgspec.json.Encoder()
+# Bounds of the search for the latest missed cron occurrence.
+_CRON_LOOKBACK_MS_MAX = 800 * 86_400_000
+_CRON_WALK_STEPS_MAX = 2000
 
 
 # -- checks beyond the shape -----------------------------------------------------
@@ -128,6 +132,49 @@ def first_slot_ms(sched: Schedule, created_at_ms: int) -> int | None:
     return slot_after_ms(sched, created_at_ms, created_at_ms, inclusive=sched.every_s is not None)
 
 
+def latest_slot_ms(sched: Schedule, created_at_ms: int, now_ms: int) -> int | None:
+    """The last nominal time at or before `now_ms`, or None.
+
+    For cron, windows that double from one minute back are tried until one
+    holds an occurrence, so a minutely job down for a day takes a few steps,
+    not 1,440, and every search is bounded."""
+    if sched.every_s is not None:
+        period_ms = sched.every_s * 1000
+        anchor_ms = created_at_ms if sched.start_at_ms is None else sched.start_at_ms
+        k = (now_ms - anchor_ms) // period_ms
+        k_min = 0 if sched.start_at_ms is not None else 1
+        return None if k < k_min else anchor_ms + k * period_ms
+    assert sched.cron is not None and sched.timezone is not None
+    window_ms = limits.minute_ms
+    while window_ms <= _CRON_LOOKBACK_MS_MAX:
+        found = schedule.next_cron_ms(sched.cron, sched.timezone, now_ms - window_ms)
+        if found is not None and found <= now_ms:
+            for _ in range(_CRON_WALK_STEPS_MAX):
+                later = schedule.next_cron_ms(sched.cron, sched.timezone, found)
+                if later is None or later > now_ms:
+                    return found
+                found = later
+            return found
+        window_ms *= 2
+    return None
+
+
+def next_slot_after_claim(job: Job, nominal_ms: int, now_ms: int) -> tuple[int, int] | None:
+    """(slot, due) of the run a claim of slot `nominal_ms` creates.
+
+    If occurrences were missed (the node was down), they are coalesced into one
+    run at the latest of them, due at once (API.md "Runs")."""
+    sched = job.schedule
+    nxt = slot_after_ms(sched, job.created_at_ms, nominal_ms, inclusive=False)
+    if nxt is None:
+        return None
+    if nxt <= now_ms:
+        latest = latest_slot_ms(sched, job.created_at_ms, now_ms)
+        if latest is not None and latest > nxt:
+            nxt = latest
+    return nxt, due_ms(job, nxt, now_ms)
+
+
 def due_ms(job: Job, slot_ms: int, now_ms: int) -> int:
     """A scheduled run's due time: its slot plus its jitter, never in the past."""
     return max(slot_ms + ids.jitter_ms(ids.run_id(job.id, slot_ms), job.jitter_s), now_ms)
@@ -193,6 +240,16 @@ def run_view(run: Run) -> RunOut:
         finished_at=clock.iso_or_none(run.finished_ms),
         output=run.output,
         error=run.error,
+    )
+
+
+def claimed_view(run: Run, job: Job) -> ClaimedRunOut:
+    view = run_view(run)
+    return ClaimedRunOut(
+        **{f: getattr(view, f) for f in view.__struct_fields__},
+        target=job.target,
+        payload=job.payload,
+        lease_s=job.lease_s,
     )
 
 

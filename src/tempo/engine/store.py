@@ -21,20 +21,38 @@ import msgspec
 from tempo import errors, ids, limits
 from tempo.engine import keys
 from tempo.engine.commands import (
+    Claim,
+    ClaimRuns,
     Command,
     CreateJobs,
     DeleteJob,
+    ExpireLeases,
+    Expiry,
     NewJob,
     PauseJob,
+    ReportResults,
+    Result,
     ResumeJob,
     TriggerJob,
     decode_entry,
 )
 from tempo.engine.records import Event, Job, RequestKeyEntry, Run
 
-_TABLES = ("meta", "jobs", "jobs_by_owner", "runs", "runs_by_job", "request_keys", "events")
+_TABLES = (
+    "meta",
+    "jobs",
+    "jobs_by_owner",
+    "runs",
+    "runs_by_job",
+    "request_keys",
+    "events",
+    "open_minutes",
+)
+_OPEN = ("waiting", "claimed")
 _U64 = struct.Struct(">Q")
+_MINUTE = struct.Struct(">I")
 _APPLIED_INDEX = b"applied_index"
+_EVENT_SEQ = b"event_seq"
 
 _enc = msgspec.msgpack.Encoder()
 _job_dec = msgspec.msgpack.Decoder(Job)
@@ -49,10 +67,22 @@ class Created:
     new: bool  # False: the request key named an existing job with the same body
 
 
+@dataclass(slots=True)
+class Changes:
+    """What an entry did to the set of open runs, for the dispatcher's memory.
+
+    Derived from the state alone, so it is as deterministic as the tables."""
+
+    woken: list[tuple[bytes, Run]]  # runs key and run of each run that became waiting (or moved)
+    left: list[bytes]  # runs keys that stopped being waiting
+    gone: list[bytes]  # runs keys of claimed runs that finished, expired or were deleted
+    event_owners: set[str]  # owners with new events
+
+
 # What apply answers for one command: a value, or the operating error the
 # request gets. Errors are returned, not raised, so one bad command in a batch
 # leaves the others (and the transaction) alone.
-Outcome = Created | Job | Run | None | errors.TempoError
+Outcome = Created | Job | Run | None | errors.TempoError | list
 
 
 class Store:
@@ -80,7 +110,7 @@ class Store:
             raw = txn.get(_APPLIED_INDEX, db=self.db["meta"])
         return 0 if raw is None else _U64.unpack(raw)[0]
 
-    def apply_entry(self, index: int, data: bytes) -> list[Outcome]:
+    def apply_entry(self, index: int, data: bytes) -> tuple[list[Outcome], Changes]:
         """Applies the log entry at `index`; an entry at or below the applied
         index was applied before (a replay after a crash) and changes nothing."""
         commands = decode_entry(data)
@@ -89,17 +119,17 @@ class Store:
         except lmdb.MapFullError:
             raise errors.Overloaded("the data file is full") from None
 
-    def _apply_commands(self, index: int, commands: list[Command]) -> list[Outcome]:
+    def _apply_commands(self, index: int, commands: list[Command]) -> tuple[list[Outcome], Changes]:
         with self.env.begin(write=True) as txn:
             raw = txn.get(_APPLIED_INDEX, db=self.db["meta"])
             applied = 0 if raw is None else _U64.unpack(raw)[0]
-            if index <= applied:
-                return [errors.Conflict("already applied")] * len(commands)
-            assert index == applied + 1, f"entry {index} after applied {applied}: a gap"
             tx = _Tx(txn, self.db)
+            if index <= applied:
+                return [errors.Conflict("already applied")] * len(commands), tx.changes
+            assert index == applied + 1, f"entry {index} after applied {applied}: a gap"
             outcomes = [tx.apply(command) for command in commands]
             txn.put(_APPLIED_INDEX, _U64.pack(index), db=self.db["meta"])
-        return outcomes
+        return outcomes, tx.changes
 
     # -- reads ---------------------------------------------------------------
 
@@ -172,23 +202,81 @@ class Store:
         with self.env.begin() as txn:
             return {name: list(txn.cursor(db=db)) for name, db in self.db.items()}
 
-    def scan_runs(self, minute_lo: int, minute_hi: int) -> Iterator[tuple[bytes, Run]]:
-        """Runs whose due minute is in [minute_lo, minute_hi), in key order."""
+    def open_minutes(self, minute_hi: int) -> list[int]:
+        """The due minutes below `minute_hi` that hold a waiting or claimed run,
+        oldest first: where a loader starts, so nothing is skipped after a
+        restart and finished history is never read."""
+        found: list[int] = []
+        with self.env.begin() as txn:
+            cur = txn.cursor(db=self.db["open_minutes"])
+            for key in cur.iternext(keys=True, values=False):
+                minute = _MINUTE.unpack(key)[0]
+                if minute >= minute_hi:
+                    break
+                found.append(minute)
+        return found
+
+    def scan_minute(self, minute: int, lo_ms: int, hi_ms: int) -> list[tuple[bytes, Run, Job]]:
+        """Open runs of one due minute with due time in [lo_ms, hi_ms), across
+        its 64 shards, with their jobs."""
+        out: list[tuple[bytes, Run, Job]] = []
         with self.env.begin() as txn:
             cur = txn.cursor(db=self.db["runs"])
-            hi = keys.minute_prefix(minute_hi)
-            if not cur.set_range(keys.minute_prefix(minute_lo)):
-                return
+            jobs_db = self.db["jobs"]
+            jobs: dict[str, Job] = {}
+            prefix = keys.minute_prefix(minute)
+            if not cur.set_range(prefix):
+                return out
             for key, value in cur:
-                if key >= hi:
-                    return
-                yield key, _run_dec.decode(value)
+                if not key.startswith(prefix):
+                    break
+                run = _run_dec.decode(value)
+                if run.status not in _OPEN or not lo_ms <= run.due_ms < hi_ms:
+                    continue
+                job = jobs.get(run.job_id)
+                if job is None:
+                    job = jobs[run.job_id] = _job_dec.decode(txn.get(keys.job_key(run.job_id), db=jobs_db))
+                out.append((key, run, job))
+        return out
+
+    def get_job_any(self, job_id: str) -> Job | None:
+        """The job whoever owns it: for the dispatcher, which serves all owners."""
+        with self.env.begin() as txn:
+            raw = txn.get(keys.job_key(job_id), db=self.db["jobs"]) if ids.is_job_id(job_id) else None
+        return None if raw is None else _job_dec.decode(raw)
+
+    def get_run_any(self, job_id: str, nominal_ms: int) -> Run | None:
+        with self.env.begin() as txn:
+            return _Tx(txn, self.db).run_at_slot(job_id, nominal_ms)
+
+    def run_by_key(self, runs_key: bytes) -> Run | None:
+        with self.env.begin() as txn:
+            raw = txn.get(runs_key, db=self.db["runs"])
+        return None if raw is None else _run_dec.decode(raw)
+
+    def list_events(self, owner: str, after_seq: int, limit: int) -> list[tuple[int, Event]]:
+        out: list[tuple[int, Event]] = []
+        prefix = keys.owner_prefix(owner)
+        with self.env.begin() as txn:
+            cur = txn.cursor(db=self.db["events"])
+            if not cur.set_range(keys.event_key(owner, after_seq + 1)):
+                return out
+            for key, value in cur:
+                if not key.startswith(prefix) or len(out) >= limit:
+                    break
+                out.append((keys.parse_event_key(key)[1], _event_dec.decode(value)))
+        return out
+
+    def last_event_seq(self) -> int:
+        with self.env.begin() as txn:
+            raw = txn.get(_EVENT_SEQ, db=self.db["meta"])
+        return 0 if raw is None else _U64.unpack(raw)[0]
 
 
 class _Tx:
     """One transaction's view of the tables, with the apply functions."""
 
-    __slots__ = ("txn", "jobs", "by_owner", "runs", "by_job", "reqkeys", "events", "meta")
+    __slots__ = ("txn", "jobs", "by_owner", "runs", "by_job", "reqkeys", "events", "meta", "open", "changes")
 
     def __init__(self, txn: lmdb.Transaction, db: dict[str, lmdb._Database]):
         self.txn = txn
@@ -199,6 +287,8 @@ class _Tx:
         self.reqkeys = db["request_keys"]
         self.events = db["events"]
         self.meta = db["meta"]
+        self.open = db["open_minutes"]
+        self.changes = Changes([], [], [], set())
 
     # -- reads inside the transaction ----------------------------------------
 
@@ -239,23 +329,61 @@ class _Tx:
     def put_job(self, job: Job) -> None:
         self.txn.put(keys.job_key(job.id), _enc.encode(job), db=self.jobs)
 
-    def put_run(self, run: Run, old_key: bytes | None = None) -> bytes:
+    def put_run(self, run: Run, old_key: bytes | None = None, old_status: str | None = None) -> bytes:
         """Writes `run` at the key of its due time, moving its row when the due
-        time changed, and keeps the runs-by-job index pointing at it."""
+        time changed; keeps the runs-by-job index, the open-minute counts and
+        the change feed in step. `old_status` is the status stored at `old_key`."""
+        assert (old_key is None) == (old_status is None)
         key = keys.run_key(run.job_id, run.nominal_ms, run.due_ms)
         if old_key is not None and old_key != key:
             assert self.txn.delete(old_key, db=self.runs)
         self.txn.put(key, _enc.encode(run), db=self.runs)
         if old_key != key:
             self.txn.put(keys.by_job_key(run.job_id, run.nominal_ms), key, db=self.by_job)
+        self._count_open(old_key if old_status in _OPEN else None, key if run.status in _OPEN else None)
+        moved = old_key != key
+        if old_status == "waiting" and (run.status != "waiting" or moved):
+            self.changes.left.append(old_key)  # type: ignore[arg-type]
+        if run.status == "waiting" and (old_status != "waiting" or moved):
+            self.changes.woken.append((key, run))
+        if old_status == "claimed" and run.status != "claimed":
+            self.changes.gone.append(old_key)  # type: ignore[arg-type]
         return key
 
+    def drop_run(self, runs_key: bytes, run: Run) -> None:
+        assert self.txn.delete(runs_key, db=self.runs)
+        self._count_open(runs_key if run.status in _OPEN else None, None)
+        if run.status == "waiting":
+            self.changes.left.append(runs_key)
+        elif run.status == "claimed":
+            self.changes.gone.append(runs_key)
+
+    def _count_open(self, old_key: bytes | None, new_key: bytes | None) -> None:
+        old_minute = None if old_key is None else _MINUTE.unpack(old_key[:4])[0]
+        new_minute = None if new_key is None else _MINUTE.unpack(new_key[:4])[0]
+        if old_minute == new_minute:
+            return
+        if old_minute is not None:
+            self._add_open(old_minute, -1)
+        if new_minute is not None:
+            self._add_open(new_minute, 1)
+
+    def _add_open(self, minute: int, delta: int) -> None:
+        key = _MINUTE.pack(minute)
+        raw = self.txn.get(key, db=self.open)
+        count = (0 if raw is None else _U64.unpack(raw)[0]) + delta
+        assert count >= 0, f"open runs of minute {minute} below zero"
+        if count == 0:
+            self.txn.delete(key, db=self.open)
+        else:
+            self.txn.put(key, _U64.pack(count), db=self.open)
+
     def append_event(self, owner: str, event: Event) -> None:
-        seq_key = b"event_seq"
-        raw = self.txn.get(seq_key, db=self.meta)
+        raw = self.txn.get(_EVENT_SEQ, db=self.meta)
         seq = 1 if raw is None else _U64.unpack(raw)[0] + 1
-        self.txn.put(seq_key, _U64.pack(seq), db=self.meta)
+        self.txn.put(_EVENT_SEQ, _U64.pack(seq), db=self.meta)
         self.txn.put(keys.event_key(owner, seq), _enc.encode(event), db=self.events)
+        self.changes.event_owners.add(owner)
 
     # -- apply ---------------------------------------------------------------
 
@@ -271,6 +399,12 @@ class _Tx:
                 return self.delete_job(command)
             case TriggerJob():
                 return self.trigger_job(command)
+            case ClaimRuns():
+                return [self.claim_run(command, claim) for claim in command.claims]
+            case ReportResults():
+                return [self.report_result(command, result) for result in command.results]
+            case ExpireLeases():
+                return [self.expire_lease(command.at_ms, expiry) for expiry in command.expiries]
         raise AssertionError(f"unknown command {type(command).__name__}")
 
     def create_job(self, item: NewJob) -> Created | errors.TempoError:
@@ -308,7 +442,7 @@ class _Tx:
             run = None if runs_key is None else _run_dec.decode(self.txn.get(runs_key, db=self.runs))
             if run is not None and run.status == "waiting":
                 run.status = "cancelled"
-                self.put_run(run, runs_key)
+                self.put_run(run, runs_key, "waiting")
         job.state = "paused"
         job.next_run_at_ms = None
         self.put_job(job)
@@ -348,7 +482,7 @@ class _Tx:
             return run.due_ms if run.status == "waiting" else None
         run.status = "waiting"
         run.due_ms = max(run.due_ms, at_ms)
-        self.put_run(run, runs_key)
+        self.put_run(run, runs_key, "cancelled")
         return run.due_ms
 
     def delete_job(self, cmd: DeleteJob) -> None | errors.TempoError:
@@ -359,7 +493,8 @@ class _Tx:
         prefix = keys.job_key(job.id)
         found = by_job.set_range(prefix)
         while found and by_job.key().startswith(prefix):
-            assert self.txn.delete(by_job.value(), db=self.runs)
+            runs_key = by_job.value()
+            self.drop_run(runs_key, _run_dec.decode(self.txn.get(runs_key, db=self.runs)))
             found = by_job.delete()
         assert self.txn.delete(keys.job_key(job.id), db=self.jobs)
         assert self.txn.delete(keys.owner_job_key(job.owner, job.id), db=self.by_owner)
@@ -379,3 +514,107 @@ class _Tx:
                 self.put_run(run)
                 return run
         return errors.Conflict(f"job {job.id} has no free run slot near {cmd.at_ms}")
+
+    # -- dispatch ----------------------------------------------------------------
+
+    def _slot_run(self, job_id: str, nominal_ms: int) -> tuple[bytes, Run] | None:
+        runs_key = self.run_key_at_slot(job_id, nominal_ms)
+        if runs_key is None:
+            return None
+        return runs_key, _run_dec.decode(self.txn.get(runs_key, db=self.runs))
+
+    def _job_any(self, job_id: str) -> Job:
+        raw = self.txn.get(keys.job_key(job_id), db=self.jobs)
+        assert raw is not None, f"run of a missing job {job_id}"
+        return _job_dec.decode(raw)
+
+    def claim_run(self, cmd: ClaimRuns, claim: Claim) -> Run | None:
+        """Claims a run that is still waiting and due; None when it is not any
+        more (paused, deleted or claimed since the dispatcher picked it)."""
+        found = self._slot_run(claim.job_id, claim.nominal_ms)
+        if found is None or found[1].status != "waiting" or found[1].due_ms > cmd.at_ms:
+            return None
+        runs_key, run = found
+        job = self._job_any(run.job_id)
+        run.status = "claimed"
+        run.attempt += 1
+        run.worker = cmd.worker
+        run.lease_expires_ms = claim.lease_expires_ms
+        run.started_ms = cmd.at_ms
+        self.put_run(run, runs_key, "waiting")
+        if job.slot_ms != run.nominal_ms or run.triggered:
+            return run  # a retry, a re-delivery or a triggered run: the schedule moved on already
+        if job.schedule.repeating and job.state == "active" and claim.next_slot_ms is not None:
+            assert claim.next_due_ms is not None and claim.next_slot_ms > run.nominal_ms
+            if self.run_key_at_slot(job.id, claim.next_slot_ms) is None:
+                self.put_run(Run(job.id, claim.next_slot_ms, claim.next_due_ms, "waiting"))
+            job.slot_ms = claim.next_slot_ms
+            job.next_run_at_ms = claim.next_due_ms
+        else:
+            job.next_run_at_ms = None
+        self.put_job(job)
+        return run
+
+    def report_result(self, cmd: ReportResults, result: Result) -> Run | errors.TempoError:
+        found = self._slot_run(result.job_id, result.nominal_ms)
+        job = None if found is None else self._job_any(result.job_id)
+        if found is None or job is None or (cmd.owner is not None and job.owner != cmd.owner):
+            return errors.NotFound("no such run")
+        runs_key, run = found
+        if run.attempt != result.attempt:
+            return errors.StaleAttempt(f"attempt {result.attempt} is not the current one ({run.attempt})")
+        if run.status != "claimed":
+            # This attempt's result was applied before: the same report again is
+            # harmless; a different one for a finished attempt is stale.
+            repeat = run.status == "done" if result.ok else run.status in ("waiting", "failed")
+            return run if repeat else errors.StaleAttempt(f"attempt {result.attempt} already ended")
+        run.lease_expires_ms = None
+        run.output = result.output
+        run.error = result.error
+        if result.ok:
+            run.status = "done"
+            run.finished_ms = cmd.at_ms
+            self.put_run(run, runs_key, "claimed")
+            self._settle(job, run, cmd.at_ms)
+            return run
+        gap_s = job.backoff_s[min(run.attempt - 1, len(job.backoff_s) - 1)]
+        self._end_attempt(job, run, runs_key, cmd.at_ms, cmd.at_ms + gap_s * 1000)
+        return run
+
+    def expire_lease(self, at_ms: int, expiry: Expiry) -> Run | None:
+        found = self._slot_run(expiry.job_id, expiry.nominal_ms)
+        if found is None or found[1].status != "claimed" or found[1].attempt != expiry.attempt:
+            return None  # finished or re-claimed since the lease was found expired
+        runs_key, run = found
+        run.lease_expires_ms = None
+        run.error = "lease expired"
+        # A re-delivery after an expired lease is due at once, without jitter.
+        self._end_attempt(self._job_any(run.job_id), run, runs_key, at_ms, at_ms)
+        return run
+
+    def _end_attempt(self, job: Job, run: Run, runs_key: bytes, at_ms: int, retry_due_ms: int) -> None:
+        """A failed or expired attempt: wait for the next one, or fail for good."""
+        if run.attempt < job.max_attempts:
+            run.status = "waiting"
+            run.due_ms = retry_due_ms
+            self.put_run(run, runs_key, "claimed")
+            if job.slot_ms == run.nominal_ms and not job.schedule.repeating and not run.triggered:
+                job.next_run_at_ms = run.due_ms
+                self.put_job(job)
+            return
+        run.status = "failed"
+        run.finished_ms = at_ms
+        self.put_run(run, runs_key, "claimed")
+        detail = {"attempt": run.attempt, "error": run.error}
+        self.append_event(job.owner, Event("run.failed", at_ms, job.id, ids.run_id(job.id, run.nominal_ms), detail))
+        self._settle(job, run, at_ms)
+
+    def _settle(self, job: Job, run: Run, at_ms: int) -> None:
+        """A one-off whose scheduled run ended is completed."""
+        if job.schedule.repeating or run.triggered or job.slot_ms != run.nominal_ms:
+            return
+        job.state = "completed"
+        job.next_run_at_ms = None
+        self.put_job(job)
+        detail = {"status": run.status}
+        self.append_event(job.owner, Event("job.completed", at_ms, job.id, ids.run_id(job.id, run.nominal_ms), detail))

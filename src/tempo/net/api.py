@@ -5,9 +5,12 @@ from collections.abc import Callable
 from typing import Any
 
 import msgspec
+import trio
 
 from tempo import clock, errors, ids, limits
 from tempo.engine import jobs as jobviews
+from tempo.engine.commands import Result
+from tempo.engine.dispatch import LATENESS_BUCKETS_S, Dispatcher
 from tempo.engine.jobs import Jobs
 from tempo.engine.store import Created, Store
 from tempo.net import openapi
@@ -26,21 +29,37 @@ from tempo.net.asgi import (
     send_response,
 )
 from tempo.schema import (
-    Instant,
+    BatchAck,
     BatchItemResult,
+    ClaimIn,
+    ClaimOut,
+    EventOut,
+    EventsPage,
     Health,
+    HeartbeatIn,
+    HeartbeatOut,
+    HeartbeatsIn,
+    Instant,
     JobBatchCreate,
     JobBatchResult,
     JobCreate,
     JobsPage,
     PreviewIn,
     PreviewOut,
+    Rejected,
+    ResultIn,
+    ResultsIn,
     RunsPage,
 )
 
 _create = decoders(JobCreate)
 _batch = decoders(JobBatchCreate)
 _preview = decoders(PreviewIn)
+_claim = decoders(ClaimIn)
+_heartbeat = decoders(HeartbeatIn)
+_heartbeats = decoders(HeartbeatsIn)
+_result = decoders(ResultIn)
+_results = decoders(ResultsIn)
 _json_enc = msgspec.json.Encoder()
 _instant = msgspec.json.Decoder(Instant)
 
@@ -48,9 +67,10 @@ _instant = msgspec.json.Decoder(Instant)
 class Api:
     """Routes requests to the services; owns no state but counters."""
 
-    def __init__(self, store: Store, jobs: Jobs, *, is_ready: Callable[[], bool]):
+    def __init__(self, store: Store, jobs: Jobs, dispatcher: Dispatcher, *, is_ready: Callable[[], bool]):
         self.store = store
         self.jobs = jobs
+        self.dispatcher = dispatcher
         self.is_ready = is_ready
         self.requests: Counter[tuple[str, int]] = Counter()
         self.openapi_body = _json_enc.encode(openapi.document())
@@ -117,6 +137,18 @@ class Api:
                 return "job_runs", {"GET": _bind(self.list_runs, job_id)}
             case ["v1", "runs", run_id]:
                 return "run", {"GET": _bind(self.get_run, run_id)}
+            case ["v1", "runs", run_id, "heartbeat"]:
+                return "run_heartbeat", {"POST": _bind(self.heartbeat, run_id)}
+            case ["v1", "runs", run_id, "result"]:
+                return "run_result", {"POST": _bind(self.result, run_id)}
+            case ["v1", "claim"]:
+                return "claim", {"POST": self.claim}
+            case ["v1", "heartbeats"]:
+                return "heartbeats", {"POST": self.heartbeats}
+            case ["v1", "results"]:
+                return "results", {"POST": self.results}
+            case ["v1", "events"]:
+                return "events", {"GET": self.events}
             case ["v1", "schedules", "preview"]:
                 return "preview", {"POST": self.preview}
         return None
@@ -188,11 +220,101 @@ class Api:
             self.owner(request), job_id, since_ms=since_ms, until_ms=until_ms, limit=limit, cursor_ms=cursor_ms
         )
         next_cursor = None if next_ms is None else str(next_ms)
-        return encode(request, RunsPage([jobviews.run_view(r) for r in found], next_cursor))
+        return encode(request, RunsPage([self.run_view(r) for r in found], next_cursor))
 
     async def get_run(self, request: Request, run_id: str) -> Response:
         run, _ = self.store.get_run(self.owner(request), run_id)
-        return encode(request, jobviews.run_view(run))
+        return encode(request, self.run_view(run))
+
+    def run_view(self, run: Any) -> Any:
+        """The stored run, with the lease as heartbeats extended it in memory."""
+        view = jobviews.run_view(run)
+        if run.status == "claimed":
+            lease_ms = self.dispatcher.lease_of(run.job_id, run.nominal_ms, run.attempt)
+            if lease_ms is not None:
+                view.lease_expires_at = clock.iso_from_ms(lease_ms)
+        return view
+
+    # -- workers -----------------------------------------------------------------
+
+    def _queues(self, request: Request, names: list[str]) -> list[str]:
+        return [f"{self.owner(request)}\x00{name}" for name in names]
+
+    async def claim(self, request: Request) -> Response:
+        body = decode(request, _claim)
+        queues = self._queues(request, body.queues)
+        claimed = await self.dispatcher.claim(queues, body.worker, body.max_runs, body.wait_s)
+        return encode(request, ClaimOut([jobviews.claimed_view(c.run, c.job) for c in claimed]))
+
+    async def heartbeat(self, request: Request, run_id: str) -> Response:
+        body = decode(request, _heartbeat)
+        expires_ms = self.dispatcher.heartbeat(self.owner(request), run_id, body.attempt)
+        return encode(request, HeartbeatOut(clock.iso_from_ms(expires_ms)))
+
+    async def heartbeats(self, request: Request) -> Response:
+        body = decode(request, _heartbeats)
+        ack = BatchAck([], [])
+        for item in body.heartbeats:
+            try:
+                self.dispatcher.heartbeat(self.owner(request), item.run_id, item.attempt)
+            except errors.TempoError as exc:
+                ack.rejected.append(Rejected(item.run_id, exc.type))
+            else:
+                ack.accepted.append(item.run_id)
+        return encode(request, ack)
+
+    async def result(self, request: Request, run_id: str) -> Response:
+        body = decode(request, _result)
+        _check_texts(body.output, body.error, "")
+        parsed = ids.parse_run_id(run_id)
+        if parsed is None:
+            raise errors.NotFound(f"no run {run_id}")
+        result = Result(parsed[0], parsed[1], body.attempt, body.ok, body.output, body.error)
+        [outcome] = await self.dispatcher.report(self.owner(request), [result])
+        if isinstance(outcome, errors.TempoError):
+            raise outcome
+        return encode(request, self.run_view(outcome))
+
+    async def results(self, request: Request) -> Response:
+        body = decode(request, _results)
+        ack = BatchAck([], [])
+        batch: list[Result] = []
+        for i, item in enumerate(body.results):
+            _check_texts(item.output, item.error, f"results[{i}].")
+            parsed = ids.parse_run_id(item.run_id)
+            if parsed is None:
+                ack.rejected.append(Rejected(item.run_id, "not_found"))
+                continue
+            batch.append(Result(parsed[0], parsed[1], item.attempt, item.ok, item.output, item.error))
+        outcomes = await self.dispatcher.report(self.owner(request), batch) if batch else []
+        for result, outcome in zip(batch, outcomes, strict=True):
+            run_id = ids.run_id(result.job_id, result.nominal_ms)
+            if isinstance(outcome, errors.TempoError):
+                ack.rejected.append(Rejected(run_id, outcome.type))
+            else:
+                ack.accepted.append(run_id)
+        return encode(request, ack)
+
+    # -- events ------------------------------------------------------------------
+
+    async def events(self, request: Request) -> Response:
+        limit = _limit(request)
+        after_raw = request.query.get("after") or "0"
+        if not after_raw.isdigit() or len(after_raw) > 19:
+            raise errors.Invalid.at("query.after", "not a cursor this server gave out")
+        wait_s = _wait_param(request)
+        after = int(after_raw)
+        owner = self.owner(request)
+        with trio.move_on_after(wait_s):
+            while not (found := self.store.list_events(owner, after, limit)):
+                await self.dispatcher.events_changed.wait()
+        if not found:
+            found = self.store.list_events(owner, after, limit)
+        events = [
+            EventOut(str(seq), e.type, clock.iso_from_ms(e.at_ms), e.job_id, e.run_id, e.detail)
+            for seq, e in found
+        ]
+        return encode(request, EventsPage(events, events[-1].cursor if events else after_raw))
 
     async def preview(self, request: Request) -> Response:
         body = decode(request, _preview)
@@ -228,8 +350,37 @@ class Api:
             "# TYPE tempo_commit_commands_total counter",
             f"tempo_commit_commands_total {committer.commands_committed}",
         ]
+        lines += self._dispatch_metrics()
         body = ("\n".join(lines) + "\n").encode()
         return Response(200, body, b"text/plain; version=0.0.4")
+
+
+    def _dispatch_metrics(self) -> list[str]:
+        d = self.dispatcher
+        lines = []
+        for name in ("due", "claimed", "done", "failed", "waiting", "expired"):
+            metric = "retried" if name == "waiting" else name
+            lines += [
+                f"# HELP tempo_runs_{metric}_total Runs {metric}.",
+                f"# TYPE tempo_runs_{metric}_total counter",
+                f"tempo_runs_{metric}_total {d.counters[name]}",
+            ]
+        lines += [
+            "# HELP tempo_runs_due_not_claimed Runs due but not claimed yet.",
+            "# TYPE tempo_runs_due_not_claimed gauge",
+            f"tempo_runs_due_not_claimed {d.ready_count()}",
+            "# HELP tempo_claim_lateness_seconds Claim time minus due time.",
+            "# TYPE tempo_claim_lateness_seconds histogram",
+        ]
+        total = 0
+        for bound, count in zip((*LATENESS_BUCKETS_S, "+Inf"), d.lateness_buckets, strict=True):
+            total += count
+            lines.append(f'tempo_claim_lateness_seconds_bucket{{le="{bound}"}} {total}')
+        lines += [
+            f"tempo_claim_lateness_seconds_sum {d.lateness_sum_s:.6f}",
+            f"tempo_claim_lateness_seconds_count {total}",
+        ]
+        return lines
 
 
 def _bind(handler: Callable, arg: str) -> Callable:
@@ -258,6 +409,26 @@ def _limit(request: Request) -> int:
     if not raw.isdigit() or len(raw) > 4 or not 1 <= int(raw) <= limits.page_limit_max:
         raise errors.Invalid.at("query.limit", f"an integer from 1 to {limits.page_limit_max}")
     return int(raw)
+
+
+def _check_texts(output: str | None, error: str | None, prefix: str) -> None:
+    for name, text in (("output", output), ("error", error)):
+        if text is not None and len(text) * 4 > limits.output_bytes_max:
+            if len(text.encode()) > limits.output_bytes_max:
+                raise errors.TooLarge.at(f"{prefix}{name}", f"more than {limits.output_bytes_max} bytes")
+
+
+def _wait_param(request: Request) -> float:
+    raw = request.query.get("wait_s")
+    if raw is None:
+        return 0.0
+    try:
+        wait_s = float(raw)
+    except ValueError:
+        wait_s = -1.0
+    if not 0 <= wait_s <= limits.events_wait_s_max:
+        raise errors.Invalid.at("query.wait_s", f"a number from 0 to {limits.events_wait_s_max}")
+    return wait_s
 
 
 def _instant_param(request: Request, name: str) -> int | None:

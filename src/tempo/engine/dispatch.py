@@ -1,0 +1,288 @@
+"""Dispatch on the leader: loader → timing wheel → ready queues → claims,
+and the lease tracker (DESIGN.md "Dispatch on the leader").
+
+Everything here is soft state, rebuilt from the runs table when a node starts
+(or, in a cluster, becomes leader): the wheel holds only the runs due within
+the read-ahead window, ready queues hold runs that are due, and leases are
+extended in memory by heartbeats, never written per heartbeat. Every change of
+state goes through a command, so the tables stay the truth.
+"""
+
+import heapq
+from collections import Counter, deque
+from dataclasses import dataclass
+
+import trio
+
+from tempo import clock, errors, ids, limits
+from tempo.engine import keys
+from tempo.engine.commands import Claim, ClaimRuns, ExpireLeases, Expiry, ReportResults, Result
+from tempo.engine.commit import Committer
+from tempo.engine.jobs import next_slot_after_claim
+from tempo.engine.records import Job, Run
+from tempo.engine.store import Changes, Store
+from tempo.wheel import TimingWheel
+
+# The queue of runs whose target is an http(s) URL, served by the built-in
+# executor for every owner. No owner's queue can be named so (NUL).
+HTTP_QUEUE = "\x00http"
+# Claim lateness buckets, in seconds (Prometheus histogram `le` bounds).
+LATENESS_BUCKETS_S = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 60.0)
+
+
+def queue_key(job: Job) -> str:
+    if job.target.startswith("queue:"):
+        return f"{job.owner}\x00{job.target[6:]}"
+    return HTTP_QUEUE
+
+
+@dataclass(slots=True)
+class Lease:
+    attempt: int
+    expires_ms: int
+    lease_s: int
+
+
+@dataclass(slots=True)
+class ClaimedRun:
+    run: Run
+    job: Job
+
+
+class Dispatcher:
+    def __init__(self, store: Store, committer: Committer, *, readahead_ms: int = limits.readahead_ms):
+        self.store = store
+        self.committer = committer
+        self.readahead_ms = readahead_ms
+        self.wheel = TimingWheel(clock.now_ms(), tick_ms=limits.dispatch_tick_ms)
+        # Runs keys in the wheel or a ready queue, with their queue. A key in a
+        # deque but not here (or here under another queue) is a tombstone.
+        self.queue_of: dict[bytes, str] = {}
+        self.ready: dict[str, deque[bytes]] = {}
+        self._ready_events: dict[str, trio.Event] = {}
+        self.leases: dict[tuple[str, int], Lease] = {}
+        self._lease_heap: list[tuple[int, str, int, int]] = []
+        self.loaded_until_ms = 0  # every open run due before this is in memory
+        self.events_changed = trio.Event()
+        self.counters: Counter[str] = Counter()
+        self.lateness_buckets = [0] * (len(LATENESS_BUCKETS_S) + 1)
+        self.lateness_sum_s = 0.0
+        committer.listeners.append(self.on_changes)
+
+    # -- memory from the tables ----------------------------------------------
+
+    def load(self, now_ms: int) -> None:
+        """Loads every open run due before the end of the read-ahead window.
+
+        Synchronous on purpose: no commit's change feed can interleave with a
+        scan, so each run is either in the scanned snapshot or in the feed."""
+        until_ms = (keys.minute_of(now_ms + self.readahead_ms) + 1) * limits.minute_ms
+        lo_ms = self.loaded_until_ms
+        for minute in self.store.open_minutes(keys.minute_of(until_ms)):
+            if (minute + 1) * limits.minute_ms <= lo_ms:
+                continue
+            for runs_key, run, job in self.store.scan_minute(minute, lo_ms, until_ms):
+                self._remember(runs_key, run, job, now_ms)
+        self.loaded_until_ms = until_ms
+
+    def _remember(self, runs_key: bytes, run: Run, job: Job, now_ms: int) -> None:
+        if run.status == "waiting":
+            if runs_key not in self.queue_of:
+                self.queue_of[runs_key] = queue_key(job)
+                self.wheel.add(runs_key, run.due_ms)
+        elif run.status == "claimed":
+            # A node that (re)starts gives every claimed run a full lease from
+            # this moment, so a restart never expires a healthy worker's run.
+            self._grant(run.job_id, run.nominal_ms, run.attempt, now_ms + job.lease_s * 1000, job.lease_s)
+
+    def on_changes(self, changes: Changes) -> None:
+        for runs_key in changes.left:
+            if self.queue_of.pop(runs_key, None) is not None:
+                self.wheel.cancel(runs_key)
+        for runs_key, run in changes.woken:
+            if run.due_ms < self.loaded_until_ms and runs_key not in self.queue_of:
+                job = self.store.get_job_any(run.job_id)
+                assert job is not None
+                self.queue_of[runs_key] = queue_key(job)
+                self.wheel.add(runs_key, run.due_ms)
+        for runs_key in changes.gone:
+            _, _, _, job_id, nominal_ms = keys.parse_run_key(runs_key)
+            self.leases.pop((job_id, nominal_ms), None)
+        if changes.event_owners:
+            self.events_changed.set()
+            self.events_changed = trio.Event()
+
+    # -- the clock side --------------------------------------------------------
+
+    def tick(self, now_ms: int) -> None:
+        """Moves every run that fell due to the ready queue of its queue."""
+        if now_ms + self.readahead_ms >= self.loaded_until_ms:
+            self.load(now_ms)
+        woken: set[str] = set()
+        for runs_key in self.wheel.advance(now_ms):
+            queue = self.queue_of.get(runs_key)
+            if queue is None:
+                continue
+            self.ready.setdefault(queue, deque()).append(runs_key)
+            self.counters["due"] += 1
+            woken.add(queue)
+        for queue in woken:
+            event = self._ready_events.pop(queue, None)
+            if event is not None:
+                event.set()
+
+    def expired(self, now_ms: int) -> list[Expiry]:
+        found: list[Expiry] = []
+        heap = self._lease_heap
+        while heap and heap[0][0] <= now_ms and len(found) < limits.expiries_per_command_max:
+            expires_ms, job_id, nominal_ms, attempt = heapq.heappop(heap)
+            lease = self.leases.get((job_id, nominal_ms))
+            if lease is None or lease.attempt != attempt or lease.expires_ms != expires_ms:
+                continue  # extended, re-claimed or finished since
+            del self.leases[(job_id, nominal_ms)]
+            found.append(Expiry(job_id, nominal_ms, attempt))
+        return found
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        self.load(clock.now_ms())
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._expire_loop)
+            task_status.started()
+            while True:
+                self.tick(clock.now_ms())
+                await trio.sleep(limits.dispatch_tick_ms / 1000)
+
+    async def _expire_loop(self) -> None:
+        while True:
+            await trio.sleep(limits.lease_check_ms / 1000)
+            now_ms = clock.now_ms()
+            expiries = self.expired(now_ms)
+            if expiries:
+                outcomes = await self.committer.submit(ExpireLeases(now_ms, expiries))
+                self.counters["expired"] += sum(1 for o in outcomes if o is not None)  # type: ignore[union-attr]
+
+    # -- claims ------------------------------------------------------------------
+
+    def _take(self, queues: list[str], runs_max: int) -> list[bytes]:
+        """Up to `runs_max` ready runs of these queues, oldest due first."""
+        taken: list[bytes] = []
+        live = [q for q in queues if self.ready.get(q)]
+        while live and len(taken) < runs_max:
+            best = min(live, key=lambda q: keys.parse_run_key(self.ready[q][0])[2])
+            runs_key = self.ready[best].popleft()
+            if self.queue_of.get(runs_key) == best:
+                del self.queue_of[runs_key]
+                taken.append(runs_key)
+            if not self.ready[best]:
+                live.remove(best)
+        return taken
+
+    def ready_count(self) -> int:
+        """Runs due but not claimed (tombstones aside, which are few)."""
+        return sum(len(q) for q in self.ready.values())
+
+    async def claim(
+        self, queues: list[str], worker: str, runs_max: int, wait_s: float
+    ) -> list[ClaimedRun]:
+        deadline_s = trio.current_time() + wait_s
+        while True:
+            taken = self._take(queues, runs_max)
+            if taken:
+                claimed = await self._commit_claims(worker, taken)
+                if claimed:
+                    return claimed
+                continue
+            if trio.current_time() >= deadline_s:
+                return []
+            with trio.move_on_at(deadline_s):
+                await self._wait_ready(queues)
+
+    async def _wait_ready(self, queues: list[str]) -> None:
+        event = trio.Event()
+        for queue in queues:
+            # One event per queue, shared by its waiters; chain ours to it.
+            self._ready_events.setdefault(queue, trio.Event())
+        async with trio.open_nursery() as nursery:
+            for queue in queues:
+                nursery.start_soon(_wait_then_set, self._ready_events[queue], event)
+            await event.wait()
+            nursery.cancel_scope.cancel()
+
+    async def _commit_claims(self, worker: str, taken: list[bytes]) -> list[ClaimedRun]:
+        at_ms = clock.now_ms()
+        jobs: dict[str, Job] = {}
+        claims: list[Claim] = []
+        for runs_key in taken:
+            _, _, _, job_id, nominal_ms = keys.parse_run_key(runs_key)
+            job = jobs.get(job_id) or self.store.get_job_any(job_id)
+            if job is None:
+                continue
+            jobs[job_id] = job
+            claim = Claim(job_id, nominal_ms, at_ms + job.lease_s * 1000)
+            if job.schedule.repeating and job.state == "active" and job.slot_ms == nominal_ms:
+                nxt = next_slot_after_claim(job, nominal_ms, at_ms)
+                if nxt is not None:
+                    claim.next_slot_ms, claim.next_due_ms = nxt
+                    job.slot_ms = nxt[0]  # a later run of this batch is not the slot run
+            claims.append(claim)
+        if not claims:
+            return []
+        outcomes = await self.committer.submit(ClaimRuns(at_ms, worker, claims))
+        claimed: list[ClaimedRun] = []
+        for claim, run in zip(claims, outcomes, strict=True):  # type: ignore[arg-type]
+            if run is None:
+                continue
+            job = jobs[claim.job_id]
+            self._grant(run.job_id, run.nominal_ms, run.attempt, claim.lease_expires_ms, job.lease_s)
+            self._observe_lateness((at_ms - run.due_ms) / 1000)
+            claimed.append(ClaimedRun(run, job))
+        self.counters["claimed"] += len(claimed)
+        return claimed
+
+    def _observe_lateness(self, lateness_s: float) -> None:
+        lateness_s = max(lateness_s, 0.0)
+        self.lateness_sum_s += lateness_s
+        for i, bound in enumerate(LATENESS_BUCKETS_S):
+            if lateness_s <= bound:
+                self.lateness_buckets[i] += 1
+                return
+        self.lateness_buckets[-1] += 1
+
+    # -- leases ------------------------------------------------------------------
+
+    def _grant(self, job_id: str, nominal_ms: int, attempt: int, expires_ms: int, lease_s: int) -> None:
+        self.leases[(job_id, nominal_ms)] = Lease(attempt, expires_ms, lease_s)
+        heapq.heappush(self._lease_heap, (expires_ms, job_id, nominal_ms, attempt))
+
+    def heartbeat(self, owner: str | None, run_id: str, attempt: int) -> int:
+        """Extends a lease in memory; answers the new expiry (UNIX ms)."""
+        parsed = ids.parse_run_id(run_id)
+        job = None if parsed is None else self.store.get_job_any(parsed[0])
+        if parsed is None or job is None or (owner is not None and job.owner != owner):
+            raise errors.NotFound(f"no run {run_id}")
+        lease = self.leases.get(parsed)
+        if lease is None or lease.attempt != attempt:
+            if self.store.get_run_any(*parsed) is None:
+                raise errors.NotFound(f"no run {run_id}")
+            raise errors.StaleAttempt(f"attempt {attempt} of run {run_id} no longer holds it")
+        lease.expires_ms = clock.now_ms() + lease.lease_s * 1000
+        heapq.heappush(self._lease_heap, (lease.expires_ms, parsed[0], parsed[1], attempt))
+        return lease.expires_ms
+
+    def lease_of(self, job_id: str, nominal_ms: int, attempt: int) -> int | None:
+        lease = self.leases.get((job_id, nominal_ms))
+        return lease.expires_ms if lease is not None and lease.attempt == attempt else None
+
+    async def report(self, owner: str | None, results: list[Result]) -> list[Run | errors.TempoError]:
+        outcomes = await self.committer.submit(ReportResults(clock.now_ms(), owner, results))
+        for outcome in outcomes:  # type: ignore[union-attr]
+            if isinstance(outcome, Run):
+                self.counters[outcome.status] += 1
+        return outcomes  # type: ignore[return-value]
+
+
+async def _wait_then_set(source: trio.Event, target: trio.Event) -> None:
+    await source.wait()
+    target.set()
+
+
