@@ -16,6 +16,7 @@ from tempo.engine.dispatch import Dispatcher
 from tempo.engine.jobs import Jobs
 from tempo.engine.store import Store
 from tempo.net.api import Api
+from tempo.net.executor import HttpExecutor
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,7 @@ async def serve(options: ServeOptions, *, task_status: trio.TaskStatus[str] = tr
                 await nursery.start(committer.run)
                 async with trio.open_nursery() as services:
                     await services.start(dispatcher.run)
+                    await services.start(HttpExecutor(dispatcher).run)
                     async with trio.open_nursery() as http:
                         binds = await http.start(
                             partial(hypercorn.trio.serve, api, _hypercorn_config(options), shutdown_trigger=stop.wait)

@@ -1,0 +1,73 @@
+"""The built-in HTTP executor: a worker like any other, inside `tempo serve`,
+that claims the runs whose target is an http(s) URL and delivers them.
+
+A delivery is a POST of the payload (JSON) with the run's headers; any 2xx is
+success, anything else, a network error, or no answer within the job's
+`lease_s` is a failure, retried per the job's policy. At most
+`limits.http_executor_concurrency` deliveries are in flight.
+"""
+
+import httpx
+import msgspec
+import trio
+
+from tempo import ids, limits
+from tempo.engine.commands import Result
+from tempo.engine.dispatch import HTTP_QUEUE, ClaimedRun, Dispatcher
+
+WORKER_NAME = "tempo-http-executor"
+_claim_wait_s = 1.0
+_error_chars_max = 2000
+_json = msgspec.json.Encoder()
+
+
+class HttpExecutor:
+    def __init__(self, dispatcher: Dispatcher, *, concurrency: int = limits.http_executor_concurrency):
+        self.dispatcher = dispatcher
+        self.concurrency = concurrency
+        self.in_flight = 0
+        self._slot_freed = trio.Event()
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        limits_ = httpx.Limits(max_connections=self.concurrency, max_keepalive_connections=self.concurrency)
+        async with httpx.AsyncClient(limits=limits_, follow_redirects=False) as client:
+            async with trio.open_nursery() as nursery:
+                task_status.started()
+                while True:
+                    free = self.concurrency - self.in_flight
+                    if free <= 0:
+                        await self._slot_freed.wait()
+                        self._slot_freed = trio.Event()
+                        continue
+                    runs_max = min(free, limits.http_executor_batch_runs)
+                    for claimed in await self.dispatcher.claim([HTTP_QUEUE], WORKER_NAME, runs_max, _claim_wait_s):
+                        self.in_flight += 1
+                        nursery.start_soon(self._deliver, client, claimed)
+
+    async def _deliver(self, client: httpx.AsyncClient, claimed: ClaimedRun) -> None:
+        run, job = claimed.run, claimed.job
+        run_id = ids.run_id(run.job_id, run.nominal_ms)
+        headers = {
+            "content-type": "application/json",
+            "tempo-run-id": run_id,
+            "tempo-attempt": str(run.attempt),
+            "tempo-job-id": job.id,
+            "idempotency-key": run_id,
+        }
+        ok, output, error = False, None, None
+        try:
+            with trio.fail_after(job.lease_s):
+                response = await client.post(job.target, content=_json.encode(job.payload), headers=headers, timeout=job.lease_s)
+            ok = 200 <= response.status_code < 300
+            output = f"HTTP {response.status_code}"
+            if not ok:
+                error = f"HTTP {response.status_code}: {response.text[:_error_chars_max]}"
+        except trio.TooSlowError:
+            error = f"no answer within lease_s={job.lease_s}"
+        except httpx.HTTPError as exc:
+            error = f"{type(exc).__name__}: {str(exc)[:_error_chars_max]}"
+        finally:
+            self.in_flight -= 1
+            self._slot_freed.set()
+        # Group commit batches these reports with everything else in flight.
+        await self.dispatcher.report(None, [Result(run.job_id, run.nominal_ms, run.attempt, ok, output, error)])
