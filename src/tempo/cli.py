@@ -164,11 +164,76 @@ def _serve(args: argparse.Namespace) -> int:
     return server.main(options)
 
 
+def _add_worker_parser(sub: argparse._SubParsersAction) -> None:
+    worker = sub.add_parser("worker", help="run a command for each run claimed from queues")
+    worker.add_argument("--url", default=None, help="server URL(s), comma-separated (default: $TEMPO_URL or http://127.0.0.1:8700)")
+    worker.add_argument("--queue", action="append", required=True, help="a queue to claim from (repeatable)")
+    worker.add_argument("--concurrency", type=int, default=1, help="runs at a time (default 1)")
+    worker.add_argument("--worker-id", dest="worker_id", default=None, help="default: HOST-PID")
+    worker.add_argument("--grace-s", dest="grace_s", type=float, default=30.0, help="on SIGTERM/SIGINT, how long running commands may finish")
+    worker.add_argument("argv", nargs=argparse.REMAINDER, help="-- COMMAND...: gets the payload as JSON on stdin")
+
+
+def _worker(args: argparse.Namespace) -> int:
+    import logging
+    import os
+    import socket
+
+    import trio
+
+    from tempo import worker
+    from tempo.net.client import urls_from
+
+    argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
+    if not argv:
+        print("tempo worker: give the command after --", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    worker_id = args.worker_id or f"{socket.gethostname()}-{os.getpid()}"[:200]
+    try:
+        trio.run(lambda: worker.serve_command(
+            urls_from(args.url), args.queue, argv, worker_id=worker_id, concurrency=args.concurrency,
+            grace_s=args.grace_s, token=os.environ.get("TEMPO_TOKEN"),
+        ))
+    except worker.WorkerError as exc:
+        print(f"tempo worker: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _add_loadgen_parser(sub: argparse._SubParsersAction) -> None:
+    gen = sub.add_parser("loadgen", help="the spike: N one-off jobs due at one instant, W workers")
+    gen.add_argument("--url", default=None, help="server URL(s), comma-separated")
+    gen.add_argument("--jobs", type=int, required=True, help="how many jobs")
+    gen.add_argument("--due-in-s", dest="due_in_s", type=float, default=10.0, help="due this long after start (default 10)")
+    gen.add_argument("--workers", type=int, default=4, help="worker processes (default 4)")
+    gen.add_argument("--batch", type=int, default=1000, help="jobs per create request (default 1000)")
+    gen.add_argument("--jitter-s", dest="jitter_s", type=int, default=0, help="jitter_s of each job (default 0)")
+    gen.add_argument("--timeout-s", dest="timeout_s", type=float, default=60.0, help="a job unclaimed this long after the due instant is lost (default 60)")
+    gen.add_argument("--report", help="write the figures as JSON to this file")
+    gen.add_argument("--no-progress", dest="progress", action="store_false", help="no live progress line")
+    gen.add_argument("--spawn", type=int, default=0, help="start a local server of this many nodes (1) for the run")
+
+
+def _loadgen(args: argparse.Namespace) -> int:
+    from tempo import loadgen
+    from tempo.net.client import urls_from
+
+    opts = loadgen.Options(
+        urls=urls_from(args.url), jobs=args.jobs, due_in_s=args.due_in_s, workers=args.workers,
+        batch=args.batch, jitter_s=args.jitter_s, timeout_s=args.timeout_s, report=args.report,
+        progress=args.progress, spawn=args.spawn,
+    )
+    return loadgen.run(opts)
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="tempo", description="tempo, a job scheduler")
     sub = top.add_subparsers(dest="command", required=True)
     _add_serve_parser(sub)
     _add_jobs_parser(sub)
+    _add_worker_parser(sub)
+    _add_loadgen_parser(sub)
     return top
 
 
@@ -176,6 +241,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.command == "serve":
         return _serve(args)
+    if args.command == "worker":
+        return _worker(args)
+    if args.command == "loadgen":
+        return _loadgen(args)
     args.json = getattr(args, "json", False)
     try:
         with Client(getattr(args, "url", None) or "") as client:

@@ -1,0 +1,476 @@
+"""`tempo loadgen`: the spike — N one-off jobs due at one instant, W workers.
+
+Phases, in order:
+
+1. (`--spawn 1`) start a `tempo serve` on a free loopback port in a temp dir.
+2. Start W worker processes (multiprocessing, `spawn` start method: nothing of
+   the parent's trio state is inherited). Each runs a `tempo.worker.Worker`
+   with a no-op handler, `max_runs=1000`, `wait_s=1`, reporting every claim
+   answer (run ID, job ID, attempt, due time, arrival time) to the parent.
+3. Create N jobs due at `start + D` with `POST /v1/jobs/batch` (B per request,
+   a few requests in flight, MessagePack). Request keys are
+   `<queue>-<index>`, so a batch retried after a lost answer creates nothing
+   twice. Creation that is still going at the due instant is an overrun:
+   exit 2.
+4. Wait until every created job has a claimed run, or `--timeout-s` past the
+   due instant, then 2 s more so a late duplicate claim shows up (as
+   shared/tools/spike_tempo.py does), and stop the workers.
+
+Figures (API.md "Command line"): lateness = claim answer's arrival − the run's
+`due_at`; drain = last claim − the due instant; runs/s = claims / drain. A job
+is lost when none of its runs was claimed by `due + timeout`; duplicated counts
+every extra hand-out of one (run ID, attempt) plus every extra run ID of one
+job. Percentiles are nearest-rank on the sorted sample, the same formula as
+spike_tempo.py, so the two agree.
+"""
+
+import json
+import multiprocessing as mp
+import os
+import queue as queue_mod
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+
+from tempo import limits
+
+create_requests_in_flight = 4
+create_request_timeout_s = 60.0
+ready_timeout_s = 30.0
+duplicate_window_s = 2.0
+worker_stop_timeout_s = 15.0
+server_stop_timeout_s = 20.0
+progress_every_s = 1.0
+claim_max_runs = 1000
+claim_wait_s = 1
+
+
+class CannotRun(Exception):
+    """Exit status 2: no server, creation failed or overran."""
+
+
+@dataclass
+class Options:
+    urls: list[str]
+    jobs: int
+    due_in_s: float = 10.0
+    workers: int = 4
+    batch: int = 1000
+    jitter_s: int = 0
+    timeout_s: float = 60.0
+    report: str | None = None
+    progress: bool = True
+    spawn: int = 0
+
+
+@dataclass
+class Claim:
+    run_id: str
+    job_id: str
+    attempt: int
+    due_at_s: float
+    claimed_at_s: float
+
+
+@dataclass
+class Tally:
+    claims: list[Claim] = field(default_factory=list)
+    reported_at_s: dict[str, float] = field(default_factory=dict)
+    worker_counts: dict[str, int] = field(default_factory=dict)
+    workers_done: int = 0
+
+
+def parse_time_s(text: str) -> float:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def iso(at_s: float) -> str:
+    return datetime.fromtimestamp(at_s, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def pct(values: list[float], p: float) -> float | None:
+    ordered = sorted(values)
+    if not ordered:
+        return None
+    return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
+
+
+# -- worker processes ---------------------------------------------------------
+
+
+def _worker_process(urls: list[str], queue_name: str, index: int, out: Any, stop: Any) -> None:
+    import trio
+
+    from tempo.worker import Worker
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
+
+    async def noop(run: dict[str, Any]) -> None:
+        return None
+
+    def claimed(runs: list[dict[str, Any]], at_s: float) -> None:
+        out.put(("claims", [(r["id"], r["job_id"], r["attempt"], r["due_at"], at_s) for r in runs]))
+
+    def reported(run_ids: list[str], at_s: float) -> None:
+        out.put(("results", run_ids, at_s))
+
+    async def main() -> None:
+        worker = Worker(
+            urls, f"loadgen-{os.getpid()}-{index}", {queue_name: noop},
+            max_runs=claim_max_runs, concurrency=4 * claim_max_runs, wait_s=claim_wait_s,
+            on_claimed=claimed, on_reported=reported,
+        )
+        async with trio.open_nursery() as nursery:
+            await nursery.start(worker.run)
+            while not stop.is_set():
+                await trio.sleep(0.05)
+            await worker.stop(grace_s=5)
+        out.put(("done", worker.counts))
+
+    trio.run(main)
+
+
+def _start_workers(opts: Options, queue_name: str) -> tuple[list[Any], Any, Any]:
+    ctx = mp.get_context("spawn")
+    out, stop = ctx.Queue(), ctx.Event()
+    procs = [
+        ctx.Process(target=_worker_process, args=(opts.urls, queue_name, i, out, stop), daemon=True)
+        for i in range(opts.workers)
+    ]
+    for proc in procs:
+        proc.start()
+    return procs, out, stop
+
+
+def _take(tally: Tally, message: tuple) -> None:
+    kind = message[0]
+    if kind == "claims":
+        tally.claims += [Claim(r, j, a, parse_time_s(d), t) for r, j, a, d, t in message[1]]
+    elif kind == "results":
+        for run_id in message[1]:
+            tally.reported_at_s.setdefault(run_id, message[2])
+    else:
+        tally.workers_done += 1
+        for k, v in message[1].items():
+            tally.worker_counts[k] = tally.worker_counts.get(k, 0) + v
+
+
+# -- creation ----------------------------------------------------------------
+
+
+def _create(opts: Options, queue_name: str, due_s: float, say: Any) -> tuple[list[str], float]:
+    """Job IDs created (index order) and the seconds creation took."""
+    import trio
+
+    from tempo.worker import Transport
+
+    body = {"target": f"queue:{queue_name}", "schedule": {"at": iso(due_s)}}
+    if opts.jitter_s:
+        body["jitter_s"] = opts.jitter_s
+    starts = list(range(0, opts.jobs, opts.batch))
+    job_ids: list[str | None] = [None] * opts.jobs
+    done = [0]
+
+    async def one_batch(transport: Transport, start: int) -> None:
+        items = [body | {"request_key": f"{queue_name}-{i}"} for i in range(start, min(start + opts.batch, opts.jobs))]
+        status, answer = await transport.post(
+            "/v1/jobs/batch", {"jobs": items}, timeout_s=create_request_timeout_s,
+            deadline_s=trio.current_time() + max(0.0, due_s - time.time()),
+        )
+        if status != 200:
+            raise CannotRun(f"POST /v1/jobs/batch answered {status}: {str(answer)[:300]}")
+        for offset, result in enumerate(answer["results"]):
+            if result["status"] not in (200, 201):
+                raise CannotRun(f"job {start + offset} was refused: {str(result)[:300]}")
+            job_ids[start + offset] = result["job"]["id"]
+        done[0] += len(items)
+
+    async def feeder(transport: Transport, todo: list[int]) -> None:
+        while todo:
+            if time.time() > due_s:
+                raise CannotRun("creation overran")
+            await one_batch(transport, todo.pop(0))
+
+    async def main() -> float:
+        transport = Transport(opts.urls)
+        started_s = time.time()
+        todo = list(starts)
+        try:
+            with trio.fail_after(max(1.0, due_s - time.time())):
+                async with trio.open_nursery() as nursery:
+                    for _ in range(create_requests_in_flight):
+                        nursery.start_soon(feeder, transport, todo)
+                    while todo or done[0] < opts.jobs:
+                        say(f"creating: {done[0]}/{opts.jobs} jobs", live=True)
+                        await trio.sleep(0.2)
+        except trio.TooSlowError:
+            raise CannotRun("creation overran") from None
+        finally:
+            await transport.aclose()
+        return time.time() - started_s
+
+    try:
+        create_s = trio.run(main)
+    except CannotRun as exc:
+        if "overran" in str(exc):
+            raise CannotRun(
+                f"creation overran the due instant: {done[0]}/{opts.jobs} jobs created in "
+                f"{opts.due_in_s:g} s; give a larger --due-in-s"
+            ) from None
+        raise
+    except Exception as exc:  # noqa: BLE001 - any transport failure means the spike cannot run
+        raise CannotRun(f"creation failed: {exc!r}") from None
+    assert all(j is not None for j in job_ids)
+    return [j for j in job_ids if j is not None], create_s
+
+
+# -- collecting --------------------------------------------------------------
+
+
+def _collect(opts: Options, out: Any, job_ids: list[str], due_s: float, say: Any, tally: Tally) -> None:
+    wanted = set(job_ids)
+    seen: set[str] = set()
+    deadline_s = due_s + opts.timeout_s
+    next_say_s = 0.0
+    quiet_until_s: float | None = None
+    while True:
+        now_s = time.time()
+        if quiet_until_s is None and (len(seen) >= len(wanted) or now_s > deadline_s):
+            quiet_until_s = min(now_s, deadline_s) + duplicate_window_s
+        if quiet_until_s is not None and now_s > quiet_until_s:
+            return
+        try:
+            message = out.get(timeout=0.1)
+        except queue_mod.Empty:
+            message = None
+        if message is not None:
+            before = len(tally.claims)
+            _take(tally, message)
+            seen.update(c.job_id for c in tally.claims[before:] if c.claimed_at_s <= deadline_s)
+        if now_s >= next_say_s:
+            next_say_s = now_s + progress_every_s
+            phase = f"due in {due_s - now_s:.1f} s" if now_s < due_s else f"+{now_s - due_s:.1f} s"
+            say(f"claimed: {len(seen & wanted)}/{len(wanted)} jobs ({phase})", live=True)
+
+
+def _stop_workers(procs: list[Any], out: Any, stop: Any, tally: Tally) -> None:
+    stop.set()
+    # Drain the queue while waiting: a child blocked on a full pipe never exits.
+    deadline_s = time.monotonic() + worker_stop_timeout_s
+    while tally.workers_done < len(procs) and time.monotonic() < deadline_s:
+        try:
+            _take(tally, out.get(timeout=0.1))
+        except queue_mod.Empty:
+            if not any(p.is_alive() for p in procs):
+                break
+    for proc in procs:
+        proc.join(timeout=max(0.1, deadline_s - time.monotonic()))
+        if proc.is_alive():
+            proc.kill()
+            proc.join(timeout=5)
+
+
+# -- figures -----------------------------------------------------------------
+
+
+def figures(opts: Options, job_ids: list[str], create_s: float, due_s: float, tally: Tally) -> dict[str, Any]:
+    deadline_s = due_s + opts.timeout_s
+    in_time = [c for c in tally.claims if c.claimed_at_s <= deadline_s]
+    wanted = set(job_ids)
+    claimed_jobs = {c.job_id for c in in_time} & wanted
+    pairs = [(c.run_id, c.attempt) for c in tally.claims]
+    runs_of_job: dict[str, set[str]] = {}
+    for c in tally.claims:
+        runs_of_job.setdefault(c.job_id, set()).add(c.run_id)
+    duplicated = (len(pairs) - len(set(pairs))) + sum(len(r) - 1 for r in runs_of_job.values())
+    lateness = [c.claimed_at_s - c.due_at_s for c in tally.claims]
+    last_claim_s = max((c.claimed_at_s for c in tally.claims), default=None)
+    drain_s = None if last_claim_s is None else last_claim_s - due_s
+    first_claim = {}
+    for c in tally.claims:
+        first_claim.setdefault(c.run_id, c.claimed_at_s)
+    result_lag = [t - first_claim[r] for r, t in tally.reported_at_s.items() if r in first_claim]
+    series: dict[int, list[float]] = {}
+    for c in tally.claims:
+        series.setdefault(int((c.claimed_at_s - due_s) // 1), []).append(c.claimed_at_s - c.due_at_s)
+    counts = tally.worker_counts
+    return {
+        "jobs": opts.jobs,
+        "created": len(job_ids),
+        "create_s": round(create_s, 3),
+        "created_per_s": round(len(job_ids) / create_s) if create_s > 0 else None,
+        "claimed": len(tally.claims),
+        "lateness_p50_s": _r(pct(lateness, 50)),
+        "lateness_p90_s": _r(pct(lateness, 90)),
+        "lateness_p99_s": _r(pct(lateness, 99)),
+        "lateness_max_s": _r(max(lateness, default=None)),
+        "drain_s": _r(drain_s),
+        "runs_per_s": round(len(tally.claims) / drain_s) if drain_s and drain_s > 0 else None,
+        "result_lag_p99_s": _r(pct(result_lag, 99)),
+        "reported": len(tally.reported_at_s),
+        "lost": len(wanted - claimed_jobs),
+        "duplicated": duplicated,
+        "failed": counts.get("failed", 0) + counts.get("rejected", 0) + counts.get("lost", 0),
+        "workers": opts.workers,
+        "urls": opts.urls,
+        "due_in_s": opts.due_in_s,
+        "jitter_s": opts.jitter_s,
+        "series": [
+            {"t_s": t, "claims": len(xs), "lateness_p99_s": _r(pct(xs, 99))} for t, xs in sorted(series.items())
+        ],
+    }
+
+
+def _r(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)
+
+
+def summary(fig: dict[str, Any]) -> str:
+    def s(v: Any) -> str:
+        return "-" if v is None else (f"{v:.3f} s" if isinstance(v, float) else str(v))
+
+    rows = [
+        ("jobs", f"{fig['created']}/{fig['jobs']} created in {fig['create_s']:.2f} s"),
+        ("create rate", f"{fig['created_per_s']} jobs/s"),
+        ("lateness p50", s(fig["lateness_p50_s"])),
+        ("lateness p90", s(fig["lateness_p90_s"])),
+        ("lateness p99", s(fig["lateness_p99_s"])),
+        ("lateness max", s(fig["lateness_max_s"])),
+        ("drain", s(fig["drain_s"])),
+        ("runs/s", s(fig["runs_per_s"])),
+        ("claimed", s(fig["claimed"])),
+        ("lost", s(fig["lost"])),
+        ("duplicated", s(fig["duplicated"])),
+        ("failed", s(fig["failed"])),
+    ]
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)
+
+
+# -- spawning a server ---------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _spawn_server(tmp: str) -> tuple[subprocess.Popen, str]:
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    log_file = open(os.path.join(tmp, "serve.log"), "wb")  # noqa: SIM115 - lives with the process
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tempo.cli", "serve", "--data-dir", os.path.join(tmp, "data"), "--listen", f"127.0.0.1:{port}"],
+        stdout=log_file, stderr=subprocess.STDOUT,
+    )
+    log_file.close()
+    return proc, url
+
+
+def _wait_ready(urls: list[str], proc: subprocess.Popen | None) -> None:
+    deadline_s = time.monotonic() + ready_timeout_s
+    while time.monotonic() < deadline_s:
+        if proc is not None and proc.poll() is not None:
+            raise CannotRun(f"tempo serve exited with status {proc.returncode}")
+        for url in urls:
+            try:
+                if httpx.get(url + "/readyz", timeout=1.0).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+        time.sleep(0.1)
+    raise CannotRun(f"no server answered /readyz at {', '.join(urls)} within {ready_timeout_s:g} s")
+
+
+def _stop_server(proc: subprocess.Popen) -> None:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=server_stop_timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=5)
+
+
+# -- the command ---------------------------------------------------------------
+
+
+class Say:
+    """Progress: a self-rewriting line on a terminal, plain lines otherwise."""
+
+    def __init__(self, live: bool):
+        self.live = live
+        self._width = 0
+
+    def __call__(self, text: str, *, live: bool = False) -> None:
+        if live and not self.live:
+            return
+        if live:
+            sys.stdout.write("\r" + text.ljust(self._width))
+            self._width = len(text)
+        else:
+            self.end()
+            sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+
+    def end(self) -> None:
+        if self._width:
+            sys.stdout.write("\n")
+            self._width = 0
+
+
+def run(opts: Options) -> int:
+    """The whole spike; returns the exit status (0, 1 lost/duplicated, 2 cannot run)."""
+    say = Say(opts.progress and sys.stdout.isatty())
+    if opts.spawn > 1:
+        print("tempo loadgen: --spawn 3: cluster mode is not available in this version", file=sys.stderr)
+        return 2
+    if not 1 <= opts.batch <= limits.batch_jobs_max or opts.jobs < 1 or opts.workers < 1:
+        print("tempo loadgen: need --jobs ≥ 1, --workers ≥ 1 and --batch in 1..1000", file=sys.stderr)
+        return 2
+    server: subprocess.Popen | None = None
+    procs: list[Any] = []
+    with tempfile.TemporaryDirectory(prefix="tempo-loadgen-") as tmp:
+        try:
+            if opts.spawn:
+                server, url = _spawn_server(tmp)
+                opts.urls = [url]
+            _wait_ready(opts.urls, server)
+            say(f"server: {', '.join(opts.urls)}")
+            queue_name = f"loadgen-{uuid.uuid4().hex[:12]}"
+            started_s = time.time()
+            due_s = round(started_s + opts.due_in_s, 3)
+            procs, out, stop = _start_workers(opts, queue_name)
+            job_ids, create_s = _create(opts, queue_name, due_s, say)
+            say(f"created {len(job_ids)} jobs in {create_s:.2f} s; due at {iso(due_s)}")
+            tally = Tally()
+            try:
+                _collect(opts, out, job_ids, due_s, say, tally)
+            finally:
+                _stop_workers(procs, out, stop, tally)
+            say.end()
+        except CannotRun as exc:
+            say.end()
+            print(f"tempo loadgen: {exc}", file=sys.stderr)
+            for proc in procs:
+                if proc.is_alive():
+                    proc.kill()
+            return 2
+        finally:
+            if server is not None:
+                _stop_server(server)
+    fig = figures(opts, job_ids, create_s, due_s, tally)
+    print(summary(fig))
+    if opts.report:
+        with open(opts.report, "w") as f:
+            json.dump(fig, f, indent=2)
+    return 1 if fig["lost"] or fig["duplicated"] else 0

@@ -1,0 +1,522 @@
+"""A worker library: claim runs from tempo queues, run handlers, report results.
+
+    async def report(run):            # run: the claimed run as a dict (API.md
+        ...                           # "Workers"): id, attempt, payload, ...
+        return "done: 3 pages"        # output text, or None
+
+    worker = Worker(["http://127.0.0.1:8700"], "w-1", {"reports": report}, concurrency=8)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(worker.run)
+        ...
+        await worker.stop(grace_s=10)
+
+What it does, in the terms of API.md:
+
+- Claims: one long-poll `POST /v1/claim` at a time over all handled queues,
+  asking for at most `min(max_runs, free slots)` runs, so a claimed run always
+  has a slot to run in at once (its lease does not tick away in a queue).
+  Handlers run concurrently, at most `concurrency` at a time (a
+  `trio.CapacityLimiter`).
+- Heartbeats: every claimed run is heartbeated at a third of its `lease_s`,
+  all due ones in one `POST /v1/heartbeats`. A run the server rejects
+  (`stale_attempt`, `not_found`), or whose lease passes without a heartbeat
+  getting through, is lost: its handler is cancelled and no result is sent.
+- Results: `POST /v1/results`, batching whatever finished while the previous
+  batch was in flight. A handler that raises reports `ok=false` with the
+  exception's text as `error`; the server then retries per the job's backoff.
+  A run keeps being heartbeated until its result is accepted.
+- Stop: `await worker.stop(grace_s)` stops claiming at once (an in-flight
+  long-poll is abandoned; any run it had claimed comes back when its lease
+  expires), lets running handlers finish for up to `grace_s`, then cancels the
+  rest and reports each as failed ("worker stopped"), so the server retries
+  them after their backoff instead of waiting out a whole lease. Results are
+  then flushed, bounded by `flush_timeout_s`, and `run()` returns.
+- Network: every request is bounded with `trio.fail_after`; 307 redirects are
+  followed (and the leader they point at is asked first next time); on a
+  connection error, a timeout or a `503` the next URL is tried, and after a
+  round of failures the worker backs off (jittered exponential) and retries,
+  so a restarting server is picked up again without help.
+
+Output and error text are cut to `limits.output_bytes_max` with a note saying
+how much was cut, since the server rejects longer text.
+"""
+
+import logging
+import math
+import random
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+import msgspec
+import trio
+
+from tempo import limits
+
+log = logging.getLogger("tempo.worker")
+
+MSGPACK = "application/msgpack"
+request_timeout_s = 10.0
+backoff_s_min = 0.05
+backoff_s_max = 5.0
+heartbeat_tick_s = 0.25
+flush_timeout_s = 10.0
+claim_wait_s_default = 20
+
+Handler = Callable[[dict[str, Any]], Awaitable[str | None]]
+# Called with each non-empty claim answer and the UNIX time it arrived at.
+ClaimHook = Callable[[list[dict[str, Any]], float], None]
+# Called with the run IDs of each results answer's `accepted` and its UNIX time.
+ReportHook = Callable[[list[str], float], None]
+
+_enc = msgspec.msgpack.Encoder()
+_dec = msgspec.msgpack.Decoder()
+
+
+class WorkerError(Exception):
+    """An answer no retry can fix (400, 401, 403): a configuration error."""
+
+
+class Unavailable(Exception):
+    """No server answered before the request's deadline."""
+
+
+def clip_text(text: str, limit_bytes: int = limits.output_bytes_max) -> str:
+    """`text` cut to at most `limit_bytes` UTF-8 bytes, with a note when cut."""
+    raw = text.encode("utf-8", "replace")
+    if len(raw) <= limit_bytes:
+        return text
+    note = f"\n[tempo: truncated, {len(raw)} bytes in all]"
+    keep = limit_bytes - len(note.encode())
+    return raw[:keep].decode("utf-8", "ignore") + note
+
+
+def queue_of(target: str) -> str | None:
+    return target[len("queue:") :] if target.startswith("queue:") else None
+
+
+class Transport:
+    """MessagePack POSTs over several URLs, with failover and back-off."""
+
+    def __init__(self, urls: Sequence[str], *, token: str | None = None, rng: random.Random | None = None):
+        assert urls, "urls: give at least one server URL"
+        self.urls = [u.rstrip("/") for u in urls]
+        self._index = 0
+        self._rng = rng or random.Random()
+        headers = {"Content-Type": MSGPACK, "Accept": MSGPACK}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        # Timeouts are set per request; a long-poll claim needs more than a heartbeat.
+        self._http = httpx.AsyncClient(
+            headers=headers,
+            follow_redirects=True,
+            limits=httpx.Limits(max_connections=16, max_keepalive_connections=16),
+        )
+
+    async def aclose(self) -> None:
+        with trio.move_on_after(2) as scope:
+            scope.shield = True
+            await self._http.aclose()
+
+    def _note_redirect(self, response: httpx.Response) -> None:
+        if not response.history:
+            return
+        final = urlsplit(str(response.url))
+        origin = f"{final.scheme}://{final.netloc}"
+        if origin not in self.urls:
+            self.urls.append(origin)
+        self._index = self.urls.index(origin)
+
+    async def post(self, path: str, body: Any, *, timeout_s: float, deadline_s: float = math.inf) -> tuple[int, Any]:
+        """(status, decoded body) of the first answer that is not 503 or 5xx.
+
+        Retries until `deadline_s` (trio clock), then raises `Unavailable`.
+        """
+        content = _enc.encode(body)
+        delay_s = backoff_s_min
+        while True:
+            for _ in range(len(self.urls)):
+                url = self.urls[self._index]
+                try:
+                    with trio.fail_after(timeout_s):
+                        response = await self._http.post(url + path, content=content, timeout=timeout_s)
+                except (httpx.HTTPError, trio.TooSlowError) as exc:
+                    log.debug("POST %s%s: %r", url, path, exc)
+                    self._index = (self._index + 1) % len(self.urls)
+                    continue
+                if response.status_code >= 500:
+                    log.debug("POST %s%s: %s", url, path, response.status_code)
+                    self._index = (self._index + 1) % len(self.urls)
+                    continue
+                self._note_redirect(response)
+                return response.status_code, _decode(response)
+            if trio.current_time() + delay_s > deadline_s:
+                raise Unavailable(f"no server answered POST {path}")
+            # Full jitter keeps a fleet of workers from coming back in step.
+            await trio.sleep(self._rng.uniform(delay_s / 2, delay_s))
+            delay_s = min(backoff_s_max, delay_s * 2)
+
+
+def _decode(response: httpx.Response) -> Any:
+    kind = response.headers.get("content-type", "")
+    if not response.content:
+        return None
+    if kind.startswith(MSGPACK):
+        return _dec.decode(response.content)
+    try:
+        return response.json()
+    except ValueError:
+        return {"detail": response.text[:500]}
+
+
+@dataclass
+class _Active:
+    run: dict[str, Any]
+    lease_s: float
+    heartbeat_at_s: float  # trio clock: when the next heartbeat is due
+    lease_deadline_s: float  # trio clock: the lease as far as this worker knows
+    cancel: trio.CancelScope = field(default_factory=trio.CancelScope)
+    finished: bool = False  # the handler is done; the result may still be pending
+    lost: bool = False
+
+
+class Worker:
+    """Claims runs from `handlers`' queues and runs them; see the module doc."""
+
+    def __init__(
+        self,
+        urls: Sequence[str] | str,
+        worker_id: str,
+        handlers: dict[str, Handler],
+        *,
+        max_runs: int = 100,
+        concurrency: int = 16,
+        wait_s: int = claim_wait_s_default,
+        token: str | None = None,
+        on_claimed: ClaimHook | None = None,
+        on_reported: ReportHook | None = None,
+        rng: random.Random | None = None,
+    ):
+        if isinstance(urls, str):
+            urls = [u.strip() for u in urls.split(",") if u.strip()]
+        assert 1 <= len(worker_id) <= limits.worker_chars_max, "worker_id: 1-200 characters"
+        assert 1 <= len(handlers) <= limits.queues_per_claim_max, "handlers: 1-100 queues"
+        assert 1 <= max_runs <= limits.claim_runs_max, "max_runs: 1-1000"
+        assert concurrency >= 1, "concurrency: at least 1"
+        assert 0 <= wait_s <= limits.claim_wait_s_max, "wait_s: 0-60"
+        self.worker_id = worker_id
+        self.handlers = dict(handlers)
+        self.max_runs = max_runs
+        self.concurrency = concurrency
+        self.wait_s = wait_s
+        self.transport = Transport(urls, token=token, rng=rng)
+        self._on_claimed = on_claimed
+        self._on_reported = on_reported
+        self._limiter = trio.CapacityLimiter(concurrency)
+        self._active: dict[str, _Active] = {}
+        self._running = 0  # handlers not yet finished
+        self._slot_freed = trio.Event()
+        self._results: list[dict[str, Any]] = []
+        self._results_ready = trio.Event()
+        self._claiming = trio.CancelScope()
+        self._stopping = False
+        self._stopped = trio.Event()
+        self._handlers_nursery: trio.Nursery | None = None
+        self.counts = {"claimed": 0, "ok": 0, "failed": 0, "lost": 0, "rejected": 0}
+
+    # -- public ----------------------------------------------------------------
+
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Works until `stop()`; raises `WorkerError` on a 4xx claim answer."""
+        try:
+            async with trio.open_nursery() as service:
+                service.start_soon(self._heartbeat_loop)
+                service.start_soon(self._results_loop)
+                async with trio.open_nursery() as handlers:
+                    self._handlers_nursery = handlers
+                    task_status.started()
+                    with self._claiming:
+                        await self._claim_loop()
+                # Every handler has finished (or was cancelled by stop()).
+                with trio.move_on_after(flush_timeout_s):
+                    while self._results or any(not a.lost for a in self._active.values()):
+                        await trio.sleep(0.01)
+                service.cancel_scope.cancel()
+        finally:
+            self._stopped.set()
+            await self.transport.aclose()
+
+    async def stop(self, grace_s: float = 30.0) -> None:
+        """Stops claiming; waits `grace_s` for handlers, then fails the rest."""
+        self._stopping = True
+        self._claiming.cancel()
+        with trio.move_on_after(grace_s):
+            while self._running:
+                await self._wait_slot()
+        for active in self._active.values():
+            if not active.finished:
+                active.cancel.cancel()
+        await self._stopped.wait()
+
+    # -- claims ----------------------------------------------------------------
+
+    async def _wait_slot(self) -> None:
+        self._slot_freed = trio.Event()
+        await self._slot_freed.wait()
+
+    async def _claim_loop(self) -> None:
+        queues = sorted(self.handlers)
+        while not self._stopping:
+            free = self.concurrency - self._running
+            if free <= 0:
+                await self._wait_slot()
+                continue
+            body = {"worker": self.worker_id, "queues": queues, "max_runs": min(self.max_runs, free), "wait_s": self.wait_s}
+            status, answer = await self.transport.post(
+                "/v1/claim", body, timeout_s=self.wait_s + request_timeout_s
+            )
+            if status != 200:
+                raise WorkerError(f"POST /v1/claim answered {status}: {answer}")
+            runs = answer["runs"]
+            if not runs:
+                continue
+            if self._on_claimed is not None:
+                self._on_claimed(runs, time.time())
+            for run in runs:
+                self._start(run)
+
+    def _start(self, run: dict[str, Any]) -> None:
+        assert self._handlers_nursery is not None
+        now_s = trio.current_time()
+        lease_s = float(run.get("lease_s") or limits.lease_s_default)
+        active = _Active(run, lease_s, now_s + lease_s / 3, now_s + lease_s)
+        previous = self._active.get(run["id"])
+        if previous is not None:
+            # A re-delivery of a run this worker still holds: the old attempt is dead.
+            previous.lost = True
+            previous.cancel.cancel()
+        self._active[run["id"]] = active
+        self._running += 1
+        self.counts["claimed"] += 1
+        self._handlers_nursery.start_soon(self._run_handler, active)
+
+    async def _run_handler(self, active: _Active) -> None:
+        run = active.run
+        outcome: dict[str, Any] = {"run_id": run["id"], "attempt": run["attempt"]}
+        try:
+            with active.cancel:
+                async with self._limiter:
+                    try:
+                        handler = self.handlers[queue_of(run.get("target", "")) or ""]
+                        output = await handler(run)
+                    except Exception as exc:  # noqa: BLE001 - any handler error is the run's failure
+                        outcome |= {"ok": False, "error": clip_text(f"{type(exc).__name__}: {exc}")}
+                    else:
+                        outcome["ok"] = True
+                        if output is not None:
+                            outcome["output"] = clip_text(str(output))
+            if active.cancel.cancelled_caught:
+                if active.lost:
+                    self.counts["lost"] += 1
+                    return
+                outcome = {"run_id": run["id"], "attempt": run["attempt"], "ok": False,
+                           "error": "worker stopped before the handler finished"}
+        finally:
+            active.finished = True
+            self._running -= 1
+            self._slot_freed.set()
+        self.counts["ok" if outcome["ok"] else "failed"] += 1
+        self._results.append(outcome)
+        self._results_ready.set()
+
+    # -- heartbeats ------------------------------------------------------------
+
+    def _lose(self, run_id: str, attempt: int, why: str) -> None:
+        active = self._active.get(run_id)
+        if active is None or active.run["attempt"] != attempt:
+            return
+        log.warning("run %s attempt %s lost (%s); cancelling its handler", run_id, attempt, why)
+        active.lost = True
+        active.cancel.cancel()
+        del self._active[run_id]
+
+    async def _heartbeat_loop(self) -> None:
+        while True:
+            await trio.sleep(heartbeat_tick_s)
+            now_s = trio.current_time()
+            for run_id, active in list(self._active.items()):
+                if now_s > active.lease_deadline_s:
+                    self._lose(run_id, active.run["attempt"], "no heartbeat got through within the lease")
+            due = [a for a in self._active.values() if a.heartbeat_at_s <= now_s][: limits.batch_items_max]
+            if not due:
+                continue
+            sent_s = trio.current_time()
+            body = {"heartbeats": [{"run_id": a.run["id"], "attempt": a.run["attempt"]} for a in due]}
+            try:
+                status, answer = await self.transport.post(
+                    "/v1/heartbeats", body, timeout_s=request_timeout_s,
+                    deadline_s=sent_s + min(a.lease_s for a in due) / 3,
+                )
+            except Unavailable:
+                continue
+            if status != 200:
+                log.error("POST /v1/heartbeats answered %s: %s", status, answer)
+                continue
+            accepted = set(answer.get("accepted", ()))
+            for a in due:
+                if a.run["id"] in accepted:
+                    a.heartbeat_at_s = sent_s + a.lease_s / 3
+                    a.lease_deadline_s = sent_s + a.lease_s
+            for item in answer.get("rejected", ()):
+                attempt = next((a.run["attempt"] for a in due if a.run["id"] == item["run_id"]), -1)
+                self._lose(item["run_id"], attempt, item.get("type", "rejected"))
+
+    # -- results ---------------------------------------------------------------
+
+    async def _results_loop(self) -> None:
+        while True:
+            await self._results_ready.wait()
+            batch = self._results[: limits.batch_items_max]
+            if not batch:
+                self._results_ready = trio.Event()
+                continue
+            try:
+                status, answer = await self.transport.post(
+                    "/v1/results", {"results": batch}, timeout_s=request_timeout_s,
+                    deadline_s=trio.current_time() + limits.lease_s_max,
+                )
+            except Unavailable:
+                continue
+            if status != 200:
+                # A bad batch would block every later result: drop it, loudly.
+                log.error("POST /v1/results answered %s: %s; dropping %d results", status, answer, len(batch))
+                answer = {"accepted": [], "rejected": [{"run_id": r["run_id"], "type": "bad_request"} for r in batch]}
+            del self._results[: len(batch)]
+            sent = {r["run_id"]: r["attempt"] for r in batch}
+            if self._on_reported is not None and answer.get("accepted"):
+                self._on_reported(answer["accepted"], time.time())
+            for run_id in answer.get("accepted", ()):
+                self._forget(run_id, sent.get(run_id))
+            for item in answer.get("rejected", ()):
+                log.warning("result of run %s rejected: %s", item["run_id"], item.get("type"))
+                self.counts["rejected"] += 1
+                self._forget(item["run_id"], sent.get(item["run_id"]))
+
+    def _forget(self, run_id: str, attempt: int | None) -> None:
+        active = self._active.get(run_id)
+        if active is not None and active.finished and active.run["attempt"] == attempt:
+            del self._active[run_id]
+
+
+# -- `tempo worker -- COMMAND...` ------------------------------------------------
+
+command_stream_bytes_max = limits.output_bytes_max
+kill_grace_s = 5.0
+
+
+async def _read_head(stream: trio.abc.ReceiveStream, keep: bytearray, total: list[int]) -> None:
+    """Reads `stream` to its end, keeping its first `command_stream_bytes_max` bytes."""
+    while chunk := await stream.receive_some(65536):
+        total[0] += len(chunk)
+        room = command_stream_bytes_max - len(keep)
+        if room > 0:
+            keep += chunk[:room]
+
+
+async def _read_tail(stream: trio.abc.ReceiveStream, keep: bytearray) -> None:
+    """Reads `stream` to its end, keeping its last `command_stream_bytes_max` bytes."""
+    while chunk := await stream.receive_some(65536):
+        keep += chunk
+        if len(keep) > 2 * command_stream_bytes_max:
+            del keep[: len(keep) - command_stream_bytes_max]
+
+
+def _head_text(raw: bytearray, total_bytes: int) -> str:
+    if total_bytes <= len(raw):
+        return clip_text(raw.decode("utf-8", "replace"))
+    note = f"\n[tempo: truncated, {total_bytes} bytes in all]"
+    keep = limits.output_bytes_max - len(note.encode())
+    return clip_text(raw[:keep].decode("utf-8", "ignore") + note)
+
+
+def command_handler(argv: Sequence[str], base_env: dict[str, str] | None = None) -> Handler:
+    """A handler running `argv` per run: the payload as JSON on stdin, and
+    `TEMPO_RUN_ID`, `TEMPO_ATTEMPT`, `TEMPO_JOB_ID` in its environment.
+
+    Exit 0 is success with stdout (cut to 64 KiB, with a note) as output; any
+    other exit is a failure with the tail of stderr as error. Cancellation (a
+    lost lease, or a stop past its grace) kills the process.
+    """
+    import os
+    import subprocess
+
+    assert argv, "argv: give a command"
+    argv = list(argv)
+    if len(argv) == 1 and any(c.isspace() for c in argv[0]):
+        argv = ["sh", "-c", argv[0]]
+    env_base = dict(os.environ if base_env is None else base_env)
+    json_enc = msgspec.json.Encoder()
+
+    async def handle(run: dict[str, Any]) -> str | None:
+        env = env_base | {
+            "TEMPO_RUN_ID": run["id"],
+            "TEMPO_ATTEMPT": str(run["attempt"]),
+            "TEMPO_JOB_ID": run.get("job_id", ""),
+        }
+        proc = await trio.lowlevel.open_process(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+        )
+        out, err, out_total = bytearray(), bytearray(), [0]
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_read_head, proc.stdout, out, out_total)
+                nursery.start_soon(_read_tail, proc.stderr, err)
+                try:
+                    await proc.stdin.send_all(json_enc.encode(run.get("payload")) + b"\n")
+                except trio.BrokenResourceError:
+                    pass  # the command does not read its stdin
+                await proc.stdin.aclose()
+                code = await proc.wait()
+        finally:
+            if proc.returncode is None:
+                with trio.CancelScope(shield=True), trio.move_on_after(kill_grace_s):
+                    proc.kill()
+                    await proc.wait()
+        if code != 0:
+            tail = err[-command_stream_bytes_max:].decode("utf-8", "replace").strip()
+            raise CommandFailed(f"exit status {code}" + (f": {tail}" if tail else ""))
+        return _head_text(out, out_total[0])
+
+    return handle
+
+
+class CommandFailed(Exception):
+    pass
+
+
+async def serve_command(
+    urls: Sequence[str], queues: Sequence[str], argv: Sequence[str], *,
+    worker_id: str, concurrency: int, grace_s: float, token: str | None = None,
+) -> None:
+    """`tempo worker`: runs `argv` per run until SIGTERM or SIGINT."""
+    import signal
+
+    handler = command_handler(argv)
+    worker = Worker(urls, worker_id, {q: handler for q in queues},
+                    max_runs=min(concurrency, limits.claim_runs_max), concurrency=concurrency, token=token)
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(worker.run)
+
+            async def on_signal() -> None:
+                async for signum in signals:
+                    log.warning("signal %s: stopping (grace %.0f s)", signum, grace_s)
+                    await worker.stop(grace_s)
+                    return
+
+            nursery.start_soon(on_signal)
+            await worker._stopped.wait()
+            nursery.cancel_scope.cancel()
