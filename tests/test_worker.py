@@ -1,0 +1,218 @@
+"""tempo.worker and `tempo worker` against a real `tempo serve` process."""
+
+import json
+import signal
+import subprocess
+import time
+from datetime import UTC, datetime
+
+import httpx
+import pytest
+import trio
+
+from tempo.worker import Worker, clip_text
+
+from conftest import Server, tempo_command, unique
+
+wait_timeout_s = 15.0
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+def create(server: Server, queue: str, **extra) -> dict:
+    body = {"target": f"queue:{queue}", "schedule": {"at": now_iso()}} | extra
+    response = httpx.post(f"{server.url}/v1/jobs", json=body, timeout=10)
+    assert response.status_code == 201, response.text
+    return response.json()
+
+
+def runs_of(server: Server, job_id: str) -> list[dict]:
+    response = httpx.get(f"{server.url}/v1/jobs/{job_id}/runs", timeout=10)
+    assert response.status_code == 200, response.text
+    return response.json()["runs"]
+
+
+async def wait_for_status(server: Server, job_id: str, status: str, timeout_s: float = wait_timeout_s) -> dict:
+    with trio.fail_after(timeout_s):
+        while True:
+            runs = runs_of(server, job_id)
+            if runs and runs[0]["status"] == status:
+                return runs[0]
+            await trio.sleep(0.05)
+
+
+async def test_handler_output_lands_as_done(server: Server) -> None:
+    queue = unique("q")
+    job = create(server, queue, payload={"n": 3})
+    seen = []
+
+    async def handler(run: dict) -> str:
+        seen.append(run)
+        return f"n={run['payload']['n']}"
+
+    worker = Worker([server.url], "w-done", {queue: handler}, wait_s=1)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(worker.run)
+        run = await wait_for_status(server, job["id"], "done")
+        with trio.fail_after(10):
+            await worker.stop(grace_s=1)
+    assert run["output"] == "n=3"
+    assert run["attempt"] == 1 and run["worker"] == "w-done"
+    assert [r["job_id"] for r in seen] == [job["id"]]
+    assert worker.counts["ok"] == 1
+
+
+async def test_raising_handler_is_retried_after_backoff(server: Server) -> None:
+    queue = unique("q")
+    job = create(server, queue, retry={"max_attempts": 2, "backoff_s": [1]})
+    attempts: list[tuple[int, float]] = []
+
+    async def handler(run: dict) -> None:
+        attempts.append((run["attempt"], time.monotonic()))
+        raise ValueError(f"boom {run['attempt']}")
+
+    worker = Worker([server.url], "w-fail", {queue: handler}, wait_s=1)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(worker.run)
+        run = await wait_for_status(server, job["id"], "failed")
+        with trio.fail_after(10):
+            await worker.stop(grace_s=1)
+    assert [a for a, _ in attempts] == [1, 2]
+    assert attempts[1][1] - attempts[0][1] >= 0.9  # backoff_s[0] = 1, to the millisecond
+    assert run["attempt"] == 2
+    assert "ValueError: boom 2" in run["error"]
+
+
+async def test_heartbeats_hold_a_run_past_its_lease(server: Server) -> None:
+    queue = unique("q")
+    job = create(server, queue, lease_s=1)
+    claims = []
+
+    async def handler(run: dict) -> str:
+        claims.append(run["attempt"])
+        await trio.sleep(3.5)  # over three leases
+        return "slow"
+
+    worker = Worker([server.url], "w-slow", {queue: handler}, wait_s=1)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(worker.run)
+        run = await wait_for_status(server, job["id"], "done")
+        with trio.fail_after(10):
+            await worker.stop(grace_s=1)
+    assert claims == [1]
+    assert run["attempt"] == 1 and run["output"] == "slow"
+
+
+async def test_deleted_job_cancels_its_handler(server: Server) -> None:
+    queue = unique("q")
+    job = create(server, queue, lease_s=1)
+    started, cancelled = trio.Event(), trio.Event()
+
+    async def handler(run: dict) -> str:
+        started.set()
+        try:
+            await trio.sleep(30)
+        finally:
+            cancelled.set()
+        return "never"
+
+    worker = Worker([server.url], "w-del", {queue: handler}, wait_s=1)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(worker.run)
+        with trio.fail_after(wait_timeout_s):
+            await started.wait()
+        assert httpx.delete(f"{server.url}/v1/jobs/{job['id']}", timeout=10).status_code == 204
+        with trio.fail_after(5):  # the next heartbeat, at lease_s/3, answers not_found
+            await cancelled.wait()
+        with trio.fail_after(10):
+            await worker.stop(grace_s=1)
+    assert worker.counts["lost"] == 1 and worker.counts["ok"] == 0
+
+
+async def test_stop_past_grace_reports_failure(server: Server) -> None:
+    queue = unique("q")
+    job = create(server, queue, retry={"max_attempts": 1, "backoff_s": [1]})
+    started = trio.Event()
+
+    async def handler(run: dict) -> None:
+        started.set()
+        await trio.sleep(30)
+
+    worker = Worker([server.url], "w-stop", {queue: handler}, wait_s=1)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(worker.run)
+        with trio.fail_after(wait_timeout_s):
+            await started.wait()
+        with trio.fail_after(10):
+            await worker.stop(grace_s=0.2)
+    run = await wait_for_status(server, job["id"], "failed", timeout_s=5)
+    assert "worker stopped" in run["error"]
+
+
+async def test_unreachable_url_is_skipped(server: Server) -> None:
+    queue = unique("q")
+    job = create(server, queue)
+
+    async def handler(run: dict) -> str:
+        return "ok"
+
+    # The first URL refuses connections; the worker moves on to the second.
+    worker = Worker(["http://127.0.0.1:9", server.url], "w-failover", {queue: handler}, wait_s=1)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(worker.run)
+        await wait_for_status(server, job["id"], "done")
+        with trio.fail_after(10):
+            await worker.stop(grace_s=1)
+
+
+def test_clip_text_notes_the_cut() -> None:
+    assert clip_text("short") == "short"
+    clipped = clip_text("é" * 100_000)
+    assert len(clipped.encode()) <= 64 << 10
+    assert clipped.endswith("[tempo: truncated, 200000 bytes in all]")
+
+
+def _cli_worker(server: Server, queue: str, *command: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [*tempo_command(), "worker", "--url", server.url, "--queue", queue, "--", *command],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )
+
+
+def _stop_cli_worker(proc: subprocess.Popen) -> str:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        out, _ = proc.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate(timeout=5)
+        pytest.fail(f"tempo worker did not stop on SIGTERM: {out.decode(errors='replace')}")
+    assert proc.returncode == 0, out.decode(errors="replace")
+    return out.decode(errors="replace")
+
+
+async def test_cli_worker_gives_payload_and_env(server: Server) -> None:
+    queue = unique("q")
+    job = create(server, queue, payload={"x": [1, "two"]})
+    proc = _cli_worker(server, queue, "sh", "-c", 'cat; echo "$TEMPO_RUN_ID $TEMPO_ATTEMPT $TEMPO_JOB_ID"')
+    try:
+        run = await wait_for_status(server, job["id"], "done")
+    finally:
+        _stop_cli_worker(proc)
+    payload_line, env_line = run["output"].splitlines()
+    assert json.loads(payload_line) == {"x": [1, "two"]}
+    assert env_line == f"{run['id']} 1 {job['id']}"
+
+
+async def test_cli_worker_reports_exit_status_and_stderr(server: Server) -> None:
+    queue = unique("q")
+    job = create(server, queue, retry={"max_attempts": 1, "backoff_s": [1]})
+    proc = _cli_worker(server, queue, "sh", "-c", "echo to-stdout; echo it broke >&2; exit 3")
+    try:
+        run = await wait_for_status(server, job["id"], "failed")
+    finally:
+        _stop_cli_worker(proc)
+    assert run["error"].startswith("CommandFailed: exit status 3")
+    assert run["error"].endswith("it broke")
