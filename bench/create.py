@@ -1,0 +1,120 @@
+"""Create throughput of one node, with fsync on (every 2xx is durable).
+
+    .venv/bin/python bench/create.py [--single-jobs N] [--single-s S] [--clients C]
+                                     [--batch-jobs N] [--batch-size B] [--batch-concurrency K]
+
+Starts its own server (temporary data dir, free port) and prints jobs/s
+acknowledged for single `POST /v1/jobs` from C concurrent clients and for
+`POST /v1/jobs/batch`, against the targets (single >= 1,500/s, batched >=
+60,000/s). Clients are httpx.AsyncClient under trio in this one process, so on
+a small machine they compete with the server for CPU: the rate is a lower
+bound of what the server can take.
+"""
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+
+import httpx
+import msgspec
+import trio
+
+sys.path.insert(0, os.path.dirname(__file__))
+from _server import Server, table  # noqa: E402
+
+SINGLE_TARGET_PER_S = 1_500
+BATCH_TARGET_PER_S = 60_000
+_enc = msgspec.json.Encoder()
+
+
+def body(i: int) -> dict:
+    return {"target": f"queue:bench-{i % 16}", "schedule": {"at": "2031-01-01T00:00:00Z"}, "payload": {"i": i}}
+
+
+async def single(url: str, clients: int, jobs_max: int, duration_s: float) -> tuple[int, float]:
+    done = 0
+    next_i = 0
+    deadline_s = trio.current_time() + duration_s
+
+    async def client() -> None:
+        nonlocal done, next_i
+        limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
+        async with httpx.AsyncClient(base_url=url, limits=limits, timeout=30.0) as http:
+            while next_i < jobs_max and trio.current_time() < deadline_s:
+                i = next_i
+                next_i += 1
+                r = await http.post("/v1/jobs", content=_enc.encode(body(i)), headers={"content-type": "application/json"})
+                assert r.status_code == 201, r.text
+                done += 1
+
+    started = time.monotonic()
+    async with trio.open_nursery() as nursery:
+        for _ in range(clients):
+            nursery.start_soon(client)
+    return done, time.monotonic() - started
+
+
+async def batched(url: str, jobs: int, size: int, concurrency: int) -> tuple[int, float]:
+    requests = [
+        _enc.encode({"jobs": [body(k * size + i) for i in range(size)]}) for k in range(jobs // size)
+    ]
+    done = 0
+
+    async def client() -> None:
+        nonlocal done
+        async with httpx.AsyncClient(base_url=url, timeout=120.0) as http:
+            while requests:
+                payload = requests.pop()
+                r = await http.post("/v1/jobs/batch", content=payload, headers={"content-type": "application/json"})
+                assert r.status_code == 200, r.text
+                results = msgspec.json.decode(r.content)["results"]
+                assert all(x["status"] == 201 for x in results)
+                done += len(results)
+
+    started = time.monotonic()
+    async with trio.open_nursery() as nursery:
+        for _ in range(concurrency):
+            nursery.start_soon(client)
+    return done, time.monotonic() - started
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--nodes", type=int, default=1, help="only 1 works today (no cluster mode yet)")
+    parser.add_argument("--clients", type=int, default=32)
+    parser.add_argument("--single-jobs", type=int, default=20_000)
+    parser.add_argument("--single-s", type=float, default=10.0)
+    parser.add_argument("--batch-jobs", type=int, default=200_000)
+    parser.add_argument("--batch-size", type=int, default=1000)
+    parser.add_argument("--batch-concurrency", type=int, default=4)
+    args = parser.parse_args()
+    if args.nodes != 1:
+        print("bench/create.py: only --nodes 1 works today; tempo has no cluster mode yet", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory(prefix="tempo-bench-") as tmp:
+        server = Server(os.path.join(tmp, "data"))
+        try:
+            server.start()
+            n1, s1 = trio.run(single, server.url, args.clients, args.single_jobs, args.single_s)
+            n2, s2 = trio.run(batched, server.url, args.batch_jobs, args.batch_size, args.batch_concurrency)
+            rss = server.rss_mib()
+            metrics = httpx.get(f"{server.url}/metrics").text
+            assert server.stop() == 0
+        finally:
+            server.kill()
+    rate1, rate2 = n1 / s1, n2 / s2
+    rows = [
+        (f"single, {args.clients} clients", n1, f"{s1:.2f}", f"{rate1:,.0f}", f"{SINGLE_TARGET_PER_S:,}", f"{rate1 / SINGLE_TARGET_PER_S:.2f}"),
+        (f"batch of {args.batch_size}, {args.batch_concurrency} concurrent", n2, f"{s2:.2f}", f"{rate2:,.0f}", f"{BATCH_TARGET_PER_S:,}", f"{rate2 / BATCH_TARGET_PER_S:.2f}"),
+    ]
+    print(f"tempo create throughput, 1 node, fsync on, {os.cpu_count()} CPUs (clients share them)")
+    print(table(rows, ("mode", "jobs", "seconds", "jobs/s", "target/s", "ratio")))
+    batches = [l for l in metrics.splitlines() if l.startswith("tempo_commit_")]
+    print("server: " + ", ".join(batches) + f", RSS {rss:.0f} MiB")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
