@@ -10,9 +10,8 @@ import httpx
 import pytest
 import trio
 
-from tempo.worker import Worker, clip_text
-
 from conftest import Server, tempo_command, unique
+from tempo.worker import Worker, clip_text
 
 wait_timeout_s = 15.0
 

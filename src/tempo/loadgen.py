@@ -45,7 +45,9 @@ from tempo import limits
 
 create_requests_in_flight = 4
 create_request_timeout_s = 60.0
-ready_timeout_s = 30.0
+# A spawned server gets time to start; a given URL should already answer.
+spawn_ready_timeout_s = 30.0
+url_ready_timeout_s = 5.0
 duplicate_window_s = 2.0
 worker_stop_timeout_s = 15.0
 server_stop_timeout_s = 20.0
@@ -378,7 +380,8 @@ def _spawn_server(tmp: str) -> tuple[subprocess.Popen, str]:
 
 
 def _wait_ready(urls: list[str], proc: subprocess.Popen | None) -> None:
-    deadline_s = time.monotonic() + ready_timeout_s
+    timeout_s = url_ready_timeout_s if proc is None else spawn_ready_timeout_s
+    deadline_s = time.monotonic() + timeout_s
     while time.monotonic() < deadline_s:
         if proc is not None and proc.poll() is not None:
             raise CannotRun(f"tempo serve exited with status {proc.returncode}")
@@ -389,7 +392,7 @@ def _wait_ready(urls: list[str], proc: subprocess.Popen | None) -> None:
             except httpx.HTTPError:
                 pass
         time.sleep(0.1)
-    raise CannotRun(f"no server answered /readyz at {', '.join(urls)} within {ready_timeout_s:g} s")
+    raise CannotRun(f"no server answered /readyz at {', '.join(urls)} within {timeout_s:g} s")
 
 
 def _stop_server(proc: subprocess.Popen) -> None:

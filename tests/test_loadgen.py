@@ -1,0 +1,59 @@
+"""`tempo loadgen --spawn 1`: a small spike end to end, and its report."""
+
+import json
+import subprocess
+from pathlib import Path
+
+from conftest import tempo_command
+
+run_timeout_s = 60
+
+
+def test_small_spike_report_adds_up(tmp_path: Path) -> None:
+    report = tmp_path / "report.json"
+    done = subprocess.run(
+        [*tempo_command(), "loadgen", "--spawn", "1", "--jobs", "300", "--due-in-s", "3",
+         "--workers", "2", "--batch", "100", "--report", str(report)],
+        capture_output=True, text=True, timeout=run_timeout_s,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "lateness p99" in done.stdout  # the summary table; stdout is no TTY, so no live line
+    assert "\r" not in done.stdout
+    fig = json.loads(report.read_text())
+    assert fig["jobs"] == fig["created"] == 300
+    assert fig["lost"] == 0 and fig["duplicated"] == 0 and fig["failed"] == 0
+    assert fig["claimed"] == 300 == fig["reported"]
+    assert sum(point["claims"] for point in fig["series"]) == fig["claimed"]
+    assert fig["lateness_p50_s"] <= fig["lateness_p90_s"] <= fig["lateness_p99_s"] <= fig["lateness_max_s"]
+    assert fig["drain_s"] >= 0 and fig["runs_per_s"] > 0 and fig["created_per_s"] > 0
+    for key in ("jobs", "created_per_s", "lateness_p50_s", "lateness_p90_s", "lateness_p99_s",
+                "lateness_max_s", "drain_s", "runs_per_s", "lost", "duplicated"):
+        assert key in fig
+
+
+def test_cluster_spawn_is_refused() -> None:
+    done = subprocess.run(
+        [*tempo_command(), "loadgen", "--spawn", "3", "--jobs", "10"],
+        capture_output=True, text=True, timeout=run_timeout_s,
+    )
+    assert done.returncode == 2
+    assert "cluster mode is not available in this version" in done.stderr
+
+
+def test_no_server_exits_2() -> None:
+    done = subprocess.run(
+        [*tempo_command(), "loadgen", "--url", "http://127.0.0.1:9", "--jobs", "10", "--no-progress"],
+        capture_output=True, text=True, timeout=run_timeout_s,
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "no server answered" in done.stderr
+
+
+def test_creation_overrun_exits_2(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [*tempo_command(), "loadgen", "--spawn", "1", "--jobs", "20000", "--due-in-s", "0.05",
+         "--batch", "50", "--workers", "1", "--no-progress"],
+        capture_output=True, text=True, timeout=run_timeout_s,
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "overran" in done.stderr
