@@ -1,0 +1,79 @@
+#!/usr/bin/env python3
+"""The spike benchmark: `tempo loadgen --spawn 1`, figures next to the targets.
+
+    python bench/spike.py --jobs 25000 --workers 4
+
+Targets (a single node): N = 25,000 → lateness p99 ≤ 1 s, drain ≤ 1.5 s,
+0 lost, 0 duplicated; N = 100,000 → p99 ≤ 4 s. A ratio is measured / target,
+so ≤ 1.00 meets it. The exit status is loadgen's (1 lost/duplicated, 2 could
+not run), or 3 when a target was missed.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+run_timeout_s = 900
+
+
+def tempo_command() -> list[str]:
+    script = Path(sys.executable).with_name("tempo")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "tempo.cli"]
+
+
+def targets(jobs: int) -> dict[str, float]:
+    """The targets for this N: those of the smallest listed N at or above it."""
+    if jobs <= 25_000:
+        return {"lateness_p99_s": 1.0, "drain_s": 1.5, "lost": 0, "duplicated": 0}
+    if jobs <= 100_000:
+        return {"lateness_p99_s": 4.0, "lost": 0, "duplicated": 0}
+    return {"lost": 0, "duplicated": 0}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--jobs", type=int, default=25_000)
+    ap.add_argument("--workers", type=int, default=4)
+    ap.add_argument("--due-in-s", dest="due_in_s", type=float, default=None,
+                    help="default: max(10, jobs/5000 + 3), so creation does not overrun")
+    args = ap.parse_args()
+    due_in_s = args.due_in_s or max(10.0, args.jobs / 5000 + 3)
+    with tempfile.TemporaryDirectory(prefix="tempo-spike-") as tmp:
+        report = os.path.join(tmp, "report.json")
+        argv = [*tempo_command(), "loadgen", "--spawn", "1", "--jobs", str(args.jobs),
+                "--workers", str(args.workers), "--due-in-s", f"{due_in_s:g}",
+                "--report", report, "--no-progress"]
+        print("$", " ".join(argv[1:] if argv[0].endswith("tempo") else argv), flush=True)
+        done = subprocess.run(argv, timeout=run_timeout_s)
+        if not os.path.exists(report):
+            print(f"spike: loadgen exited {done.returncode} without a report", file=sys.stderr)
+            return done.returncode or 2
+        fig = json.loads(Path(report).read_text())
+    goal = targets(args.jobs)
+    print()
+    print(f"spike, N = {args.jobs:,}, W = {args.workers}, one node")
+    print(f"{'figure':<16}{'measured':>12}{'target':>10}{'ratio':>8}")
+    missed = False
+    for key in ("created_per_s", "lateness_p50_s", "lateness_p90_s", "lateness_p99_s",
+                "lateness_max_s", "drain_s", "runs_per_s", "lost", "duplicated", "failed"):
+        value = fig.get(key)
+        target = goal.get(key)
+        shown = "-" if value is None else (f"{value:.3f}" if isinstance(value, float) else str(value))
+        if target is None:
+            print(f"{key:<16}{shown:>12}{'-':>10}{'-':>8}")
+            continue
+        ok = value is not None and value <= target
+        missed |= not ok
+        ratio = "-" if value is None or target == 0 else f"{value / target:.2f}"
+        print(f"{key:<16}{shown:>12}{'≤ ' + format(target, 'g'):>10}{ratio:>8}  {'ok' if ok else 'MISSED'}")
+    if done.returncode:
+        return done.returncode
+    return 3 if missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
