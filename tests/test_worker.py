@@ -215,3 +215,32 @@ async def test_cli_worker_reports_exit_status_and_stderr(server: Server) -> None
         _stop_cli_worker(proc)
     assert run["error"].startswith("CommandFailed: exit status 3")
     assert run["error"].endswith("it broke")
+
+
+def test_cli_worker_exits_2_on_a_refused_claim(server: Server) -> None:
+    # A queue name outside A-Z a-z 0-9 . _ - makes the claim a 400: no retry fixes that.
+    done = subprocess.run(
+        [*tempo_command(), "worker", "--url", server.url, "--queue", "no spaces!", "--", "true"],
+        capture_output=True, text=True, timeout=20,
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "POST /v1/claim answered 400" in done.stderr
+
+
+async def test_worker_reconnects_after_server_restart(fresh_server: Server) -> None:
+    queue = unique("q")
+
+    async def handler(run: dict) -> str:
+        return "after restart"
+
+    fresh_server.stop()
+    worker = Worker([fresh_server.url], "w-restart", {queue: handler}, wait_s=1)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(worker.run)
+        await trio.sleep(0.5)  # a few refused claims, backing off
+        await trio.to_thread.run_sync(fresh_server.start)
+        job = create(fresh_server, queue)
+        run = await wait_for_status(fresh_server, job["id"], "done")
+        with trio.fail_after(10):
+            await worker.stop(grace_s=1)
+    assert run["output"] == "after restart"

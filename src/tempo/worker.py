@@ -84,6 +84,11 @@ class Unavailable(Exception):
     """No server answered before the request's deadline."""
 
 
+def _first_leaf(group: BaseExceptionGroup) -> BaseException:
+    first = group.exceptions[0]
+    return _first_leaf(first) if isinstance(first, BaseExceptionGroup) else first
+
+
 def clip_text(text: str, limit_bytes: int = limits.output_bytes_max) -> str:
     """`text` cut to at most `limit_bytes` UTF-8 bytes, with a note when cut."""
     raw = text.encode("utf-8", "replace")
@@ -148,7 +153,8 @@ class Transport:
                     self._index = (self._index + 1) % len(self.urls)
                     continue
                 if response.status_code >= 500:
-                    log.debug("POST %s%s: %s", url, path, response.status_code)
+                    level = logging.DEBUG if response.status_code == 503 else logging.WARNING
+                    log.log(level, "POST %s%s: %s", url, path, response.status_code)
                     self._index = (self._index + 1) % len(self.urls)
                     continue
                 self._note_redirect(response)
@@ -223,7 +229,7 @@ class Worker:
         self._results_ready = trio.Event()
         self._claiming = trio.CancelScope()
         self._stopping = False
-        self._stopped = trio.Event()
+        self.stopped = trio.Event()  # set when run() has returned
         self._handlers_nursery: trio.Nursery | None = None
         self.counts = {"claimed": 0, "ok": 0, "failed": 0, "lost": 0, "rejected": 0}
 
@@ -245,8 +251,10 @@ class Worker:
                     while self._results or any(not a.lost for a in self._active.values()):
                         await trio.sleep(0.01)
                 service.cancel_scope.cancel()
+        except* WorkerError as group:
+            raise _first_leaf(group) from None
         finally:
-            self._stopped.set()
+            self.stopped.set()
             await self.transport.aclose()
 
     async def stop(self, grace_s: float = 30.0) -> None:
@@ -259,7 +267,7 @@ class Worker:
         for active in self._active.values():
             if not active.finished:
                 active.cancel.cancel()
-        await self._stopped.wait()
+        await self.stopped.wait()
 
     # -- claims ----------------------------------------------------------------
 
@@ -508,15 +516,21 @@ async def serve_command(
     worker = Worker(urls, worker_id, {q: handler for q in queues},
                     max_runs=min(concurrency, limits.claim_runs_max), concurrency=concurrency, token=token)
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-        async with trio.open_nursery() as nursery:
-            await nursery.start(worker.run)
+        try:
+            await _serve_until_signal(worker, signals, grace_s)
+        except* WorkerError as group:
+            raise _first_leaf(group) from None
 
-            async def on_signal() -> None:
-                async for signum in signals:
-                    log.warning("signal %s: stopping (grace %.0f s)", signum, grace_s)
-                    await worker.stop(grace_s)
-                    return
 
-            nursery.start_soon(on_signal)
-            await worker._stopped.wait()
-            nursery.cancel_scope.cancel()
+async def _serve_until_signal(worker: Worker, signals: Any, grace_s: float) -> None:
+    async def on_signal() -> None:
+        async for signum in signals:
+            log.warning("signal %s: stopping (grace %.0f s)", signum, grace_s)
+            await worker.stop(grace_s)
+            return
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(worker.run)
+        nursery.start_soon(on_signal)
+        await worker.stopped.wait()
+        nursery.cancel_scope.cancel()
