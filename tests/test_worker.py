@@ -244,3 +244,61 @@ async def test_worker_reconnects_after_server_restart(fresh_server: Server) -> N
         with trio.fail_after(10):
             await worker.stop(grace_s=1)
     assert run["output"] == "after restart"
+
+
+class _Fake:
+    """A thread HTTP server answering every POST with one fixed status."""
+
+    def __init__(self, status: int, location: str | None = None):
+        import http.server
+        import threading
+
+        fake = self
+        self.hits = 0
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                fake.hits += 1
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                self.send_response(status)
+                if location:
+                    self.send_header("Location", location + self.path)
+                if status == 503:
+                    self.send_header("Retry-After", "1")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+async def test_follows_307_and_skips_503(server: Server) -> None:
+    queue = unique("q")
+    job = create(server, queue)
+    no_leader, follower = _Fake(503), _Fake(307, location=server.url)
+
+    async def handler(run: dict) -> str:
+        return "via redirect"
+
+    try:
+        worker = Worker([no_leader.url, follower.url], "w-307", {queue: handler}, wait_s=1)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(worker.run)
+            run = await wait_for_status(server, job["id"], "done")
+            with trio.fail_after(10):
+                await worker.stop(grace_s=1)
+    finally:
+        no_leader.close()
+        follower.close()
+    assert run["output"] == "via redirect"
+    assert no_leader.hits >= 1 and follower.hits >= 1
+    # The leader a redirect named is asked first from then on.
+    assert worker.transport.urls[worker.transport._index] == server.url
