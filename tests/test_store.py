@@ -52,7 +52,7 @@ class Log:
     def apply(self, *commands):
         data = encode_entry(list(commands))
         self.entries.append(data)
-        return self.store.apply_entry(len(self.entries), data)
+        return self.store.apply_entry(len(self.entries), data)[0]
 
 
 def scenario(log: Log) -> dict:
@@ -105,7 +105,7 @@ def test_replaying_an_applied_index_changes_nothing(store):
     scenario(log)
     before = store.dump()
     for index, data in enumerate(log.entries, start=1):
-        outcomes = store.apply_entry(index, data)
+        outcomes, _ = store.apply_entry(index, data)
         assert all(isinstance(o, errors.Conflict) for o in outcomes)
     assert store.dump() == before
     assert store.applied_index() == len(log.entries)

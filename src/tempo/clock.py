@@ -4,6 +4,7 @@ Only `*_at_ms` (UNIX milliseconds, UTC) is persisted or replicated. The engine
 never calls `now_ms`: the node stamps each command with it at the edge.
 """
 
+import functools
 import time
 from datetime import UTC, datetime
 
@@ -35,7 +36,9 @@ def iso_from_ms(at_ms: int) -> str:
     return _iso_seconds(seconds) + f".{millis:03d}Z"
 
 
+@functools.lru_cache(maxsize=4096)
 def _iso_seconds(seconds: int) -> str:
+    # Cached: the times of one response mostly share their second.
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))
 
 

@@ -55,9 +55,11 @@ class Dispatcher:
         self.committer = committer
         self.readahead_ms = readahead_ms
         self.wheel = TimingWheel(clock.now_ms(), tick_ms=limits.dispatch_tick_ms)
-        # Runs keys in the wheel or a ready queue, with their queue. A key in a
-        # deque but not here (or here under another queue) is a tombstone.
-        self.queue_of: dict[bytes, str] = {}
+        # Runs keys in the wheel or a ready queue, with their queue and job. A
+        # key in a deque but not here (or here under another queue) is a
+        # tombstone. The job is as it was when the run was loaded: enough for
+        # a one-off, re-read for a repeating job, whose slot moves.
+        self.queue_of: dict[bytes, tuple[str, Job]] = {}
         self.ready: dict[str, deque[bytes]] = {}
         self._ready_events: dict[str, trio.Event] = {}
         self.leases: dict[tuple[str, int], Lease] = {}
@@ -88,7 +90,7 @@ class Dispatcher:
     def _remember(self, runs_key: bytes, run: Run, job: Job, now_ms: int) -> None:
         if run.status == "waiting":
             if runs_key not in self.queue_of:
-                self.queue_of[runs_key] = queue_key(job)
+                self.queue_of[runs_key] = (queue_key(job), job)
                 self.wheel.add(runs_key, run.due_ms)
         elif run.status == "claimed":
             # A node that (re)starts gives every claimed run a full lease from
@@ -99,11 +101,11 @@ class Dispatcher:
         for runs_key in changes.left:
             if self.queue_of.pop(runs_key, None) is not None:
                 self.wheel.cancel(runs_key)
-        for runs_key, run in changes.woken:
+        for runs_key, run, job in changes.woken:
             if run.due_ms < self.loaded_until_ms and runs_key not in self.queue_of:
-                job = self.store.get_job_any(run.job_id)
+                job = job or self.store.get_job_any(run.job_id)
                 assert job is not None
-                self.queue_of[runs_key] = queue_key(job)
+                self.queue_of[runs_key] = (queue_key(job), job)
                 self.wheel.add(runs_key, run.due_ms)
         for runs_key in changes.gone:
             _, _, _, job_id, nominal_ms = keys.parse_run_key(runs_key)
@@ -120,9 +122,10 @@ class Dispatcher:
             self.load(now_ms)
         woken: set[str] = set()
         for runs_key in self.wheel.advance(now_ms):
-            queue = self.queue_of.get(runs_key)
-            if queue is None:
+            entry = self.queue_of.get(runs_key)
+            if entry is None:
                 continue
+            queue = entry[0]
             self.ready.setdefault(queue, deque()).append(runs_key)
             self.counters["due"] += 1
             woken.add(queue)
@@ -163,17 +166,22 @@ class Dispatcher:
 
     # -- claims ------------------------------------------------------------------
 
-    def _take(self, queues: list[str], runs_max: int) -> list[bytes]:
+    def _take(self, queues: list[str], runs_max: int) -> list[tuple[bytes, Job]]:
         """Up to `runs_max` ready runs of these queues, oldest due first."""
-        taken: list[bytes] = []
+        taken: list[tuple[bytes, Job]] = []
         live = [q for q in queues if self.ready.get(q)]
         while live and len(taken) < runs_max:
-            best = min(live, key=lambda q: keys.parse_run_key(self.ready[q][0])[2])
-            runs_key = self.ready[best].popleft()
-            if self.queue_of.get(runs_key) == best:
-                del self.queue_of[runs_key]
-                taken.append(runs_key)
-            if not self.ready[best]:
+            best = live[0] if len(live) == 1 else min(live, key=lambda q: _due_of(self.ready[q][0]))
+            ready = self.ready[best]
+            while ready and len(taken) < runs_max:
+                runs_key = ready.popleft()
+                entry = self.queue_of.get(runs_key)
+                if entry is not None and entry[0] == best:
+                    del self.queue_of[runs_key]
+                    taken.append((runs_key, entry[1]))
+                if len(live) > 1:
+                    break  # another queue's head may be due earlier now
+            if not ready:
                 live.remove(best)
         return taken
 
@@ -208,16 +216,18 @@ class Dispatcher:
             await event.wait()
             nursery.cancel_scope.cancel()
 
-    async def _commit_claims(self, worker: str, taken: list[bytes]) -> list[ClaimedRun]:
+    async def _commit_claims(self, worker: str, taken: list[tuple[bytes, Job]]) -> list[ClaimedRun]:
         at_ms = clock.now_ms()
         jobs: dict[str, Job] = {}
         claims: list[Claim] = []
-        for runs_key in taken:
+        for runs_key, loaded_job in taken:
             _, _, _, job_id, nominal_ms = keys.parse_run_key(runs_key)
-            job = jobs.get(job_id) or self.store.get_job_any(job_id)
+            job = jobs.get(job_id)
             if job is None:
-                continue
-            jobs[job_id] = job
+                job = self.store.get_job_any(job_id) if loaded_job.schedule.repeating else loaded_job
+                if job is None:
+                    continue
+                jobs[job_id] = job
             claim = Claim(job_id, nominal_ms, at_ms + job.lease_s * 1000)
             if job.schedule.repeating and job.state == "active" and job.slot_ms == nominal_ms:
                 nxt = next_slot_after_claim(job, nominal_ms, at_ms)
@@ -279,6 +289,10 @@ class Dispatcher:
             if isinstance(outcome, Run):
                 self.counters[outcome.status] += 1
         return outcomes  # type: ignore[return-value]
+
+
+def _due_of(runs_key: bytes) -> int:
+    return keys.parse_run_key(runs_key)[2]
 
 
 async def _wait_then_set(source: trio.Event, target: trio.Event) -> None:

@@ -244,9 +244,20 @@ def run_view(run: Run) -> RunOut:
 
 
 def claimed_view(run: Run, job: Job) -> ClaimedRunOut:
-    view = run_view(run)
+    iso = clock.iso_from_ms
     return ClaimedRunOut(
-        **{f: getattr(view, f) for f in view.__struct_fields__},
+        id=ids.run_id(run.job_id, run.nominal_ms),
+        job_id=run.job_id,
+        nominal_at=iso(run.nominal_ms),
+        due_at=iso(run.due_ms),
+        status=run.status,
+        attempt=run.attempt,
+        worker=run.worker,
+        lease_expires_at=clock.iso_or_none(run.lease_expires_ms),
+        started_at=clock.iso_or_none(run.started_ms),
+        finished_at=clock.iso_or_none(run.finished_ms),
+        output=run.output,
+        error=run.error,
         target=job.target,
         payload=job.payload,
         lease_s=job.lease_s,

@@ -73,7 +73,9 @@ class Changes:
 
     Derived from the state alone, so it is as deterministic as the tables."""
 
-    woken: list[tuple[bytes, Run]]  # runs key and run of each run that became waiting (or moved)
+    # Runs key, run and (where apply had it at hand) job of each run that
+    # became waiting or moved while waiting.
+    woken: list[tuple[bytes, Run, Job | None]]
     left: list[bytes]  # runs keys that stopped being waiting
     gone: list[bytes]  # runs keys of claimed runs that finished, expired or were deleted
     event_owners: set[str]  # owners with new events
@@ -329,7 +331,9 @@ class _Tx:
     def put_job(self, job: Job) -> None:
         self.txn.put(keys.job_key(job.id), _enc.encode(job), db=self.jobs)
 
-    def put_run(self, run: Run, old_key: bytes | None = None, old_status: str | None = None) -> bytes:
+    def put_run(
+        self, run: Run, old_key: bytes | None = None, old_status: str | None = None, job: Job | None = None
+    ) -> bytes:
         """Writes `run` at the key of its due time, moving its row when the due
         time changed; keeps the runs-by-job index, the open-minute counts and
         the change feed in step. `old_status` is the status stored at `old_key`."""
@@ -345,7 +349,7 @@ class _Tx:
         if old_status == "waiting" and (run.status != "waiting" or moved):
             self.changes.left.append(old_key)  # type: ignore[arg-type]
         if run.status == "waiting" and (old_status != "waiting" or moved):
-            self.changes.woken.append((key, run))
+            self.changes.woken.append((key, run, job))
         if old_status == "claimed" and run.status != "claimed":
             self.changes.gone.append(old_key)  # type: ignore[arg-type]
         return key
@@ -426,7 +430,7 @@ class _Tx:
         assert self.txn.get(key, db=self.jobs) is None, f"job ID {job.id} drawn twice"
         if item.first_due_ms is not None:
             assert job.slot_ms is not None
-            self.put_run(Run(job.id, job.slot_ms, item.first_due_ms, "waiting"))
+            self.put_run(Run(job.id, job.slot_ms, item.first_due_ms, "waiting"), job=job)
         self.put_job(job)
         self.txn.put(keys.owner_job_key(job.owner, job.id), b"", db=self.by_owner)
         return Created(job, new=True)
@@ -475,14 +479,14 @@ class _Tx:
         runs_key = self.run_key_at_slot(job.id, slot_ms)
         if runs_key is None:
             assert due_ms is not None
-            self.put_run(Run(job.id, slot_ms, due_ms, "waiting"))
+            self.put_run(Run(job.id, slot_ms, due_ms, "waiting"), job=job)
             return due_ms
         run = _run_dec.decode(self.txn.get(runs_key, db=self.runs))
         if run.status != "cancelled":
             return run.due_ms if run.status == "waiting" else None
         run.status = "waiting"
         run.due_ms = max(run.due_ms, at_ms)
-        self.put_run(run, runs_key, "cancelled")
+        self.put_run(run, runs_key, "cancelled", job)
         return run.due_ms
 
     def delete_job(self, cmd: DeleteJob) -> None | errors.TempoError:
@@ -511,7 +515,7 @@ class _Tx:
         for slot_ms in range(cmd.at_ms, cmd.at_ms + limits.trigger_slot_probe_max):
             if self.run_key_at_slot(job.id, slot_ms) is None:
                 run = Run(job.id, slot_ms, slot_ms, "waiting", triggered=True)
-                self.put_run(run)
+                self.put_run(run, job=job)
                 return run
         return errors.Conflict(f"job {job.id} has no free run slot near {cmd.at_ms}")
 
@@ -547,7 +551,7 @@ class _Tx:
         if job.schedule.repeating and job.state == "active" and claim.next_slot_ms is not None:
             assert claim.next_due_ms is not None and claim.next_slot_ms > run.nominal_ms
             if self.run_key_at_slot(job.id, claim.next_slot_ms) is None:
-                self.put_run(Run(job.id, claim.next_slot_ms, claim.next_due_ms, "waiting"))
+                self.put_run(Run(job.id, claim.next_slot_ms, claim.next_due_ms, "waiting"), job=job)
             job.slot_ms = claim.next_slot_ms
             job.next_run_at_ms = claim.next_due_ms
         else:
@@ -597,7 +601,7 @@ class _Tx:
         if run.attempt < job.max_attempts:
             run.status = "waiting"
             run.due_ms = retry_due_ms
-            self.put_run(run, runs_key, "claimed")
+            self.put_run(run, runs_key, "claimed", job)
             if job.slot_ms == run.nominal_ms and not job.schedule.repeating and not run.triggered:
                 job.next_run_at_ms = run.due_ms
                 self.put_job(job)

@@ -279,6 +279,7 @@ class Api:
         body = decode(request, _results)
         ack = BatchAck([], [])
         batch: list[Result] = []
+        names: list[str] = []
         for i, item in enumerate(body.results):
             _check_texts(item.output, item.error, f"results[{i}].")
             parsed = ids.parse_run_id(item.run_id)
@@ -286,9 +287,9 @@ class Api:
                 ack.rejected.append(Rejected(item.run_id, "not_found"))
                 continue
             batch.append(Result(parsed[0], parsed[1], item.attempt, item.ok, item.output, item.error))
+            names.append(item.run_id)
         outcomes = await self.dispatcher.report(self.owner(request), batch) if batch else []
-        for result, outcome in zip(batch, outcomes, strict=True):
-            run_id = ids.run_id(result.job_id, result.nominal_ms)
+        for run_id, outcome in zip(names, outcomes, strict=True):
             if isinstance(outcome, errors.TempoError):
                 ack.rejected.append(Rejected(run_id, outcome.type))
             else:

@@ -594,7 +594,7 @@ class RawNode:
             return
         result = log.maybe_append(m.prev_index, m.prev_term, m.entries)
         if result is None:
-            hint_index = min(m.prev_index, log.last_index())
+            hint_index = self._find_conflict(min(m.prev_index, log.last_index()), m.prev_term)
             hint_term = log.term(hint_index)
             assert hint_term is not None
             self._send(
@@ -680,14 +680,19 @@ class RawNode:
             return  # stale
         if progress.state == ProgressState.PROBE and m.index != progress.next - 1:
             return  # an answer to an older probe
-        conflict = self._find_conflict(m.hint_index, m.hint_term)
+        # Probing lower than needed is always safe; the hint may point past
+        # our snapshot if we compacted since sending.
+        conflict = min(self._find_conflict(m.hint_index, m.hint_term), m.index - 1)
         progress.become_probe()
         progress.next = max(progress.match + 1, conflict + 1)
+        assert progress.next <= m.index, "a rejection must move next back"
         self._send_append(m.src, progress, allow_empty=True)
 
     def _find_conflict(self, index: int, term: int) -> int:
-        """The last index <= index whose term is <= term: everything after it
-        differs from the follower's log, whose entry at `index` has `term`."""
+        """The last index <= index whose term is <= term. A follower answers a
+        rejected AppendRequest with it (for the leader's prev_term), and the
+        leader applies it again to the follower's hint, so a whole term of
+        mismatching entries is skipped per round trip (dissertation §5.3)."""
         log = self.log
         index = min(index, log.last_index())
         floor = log.snapshot_index()
@@ -695,8 +700,13 @@ class RawNode:
             entry_term = log.term(index)
             assert entry_term is not None
             if entry_term <= term:
-                break
+                return index
             index -= 1
+        floor_term = log.term(floor)
+        if index == floor and floor_term is not None and floor_term > term:
+            # Only the leader gets here: the follower differs at our snapshot
+            # index, so it needs the snapshot.
+            return floor - 1
         return index
 
     def _on_heartbeat_response(self, m: HeartbeatResponse) -> None:
