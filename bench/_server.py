@@ -72,6 +72,14 @@ class Server:
                 return int(line.split()[1]) / 1024
         raise RuntimeError("no VmRSS")
 
+    def rss_split(self) -> str:
+        """RssAnon (heap) and RssFile (LMDB pages mapped in) of /proc/PID/status."""
+        assert self.proc is not None
+        fields = dict(
+            line.split(":", 1) for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines() if ":" in line
+        )
+        return ", ".join(f"{k} {int(fields[k].split()[0]) / 1024:.0f} MiB" for k in ("RssAnon", "RssFile") if k in fields)
+
 
 def dir_mib(path: str) -> float:
     total = 0

@@ -81,6 +81,7 @@ def main() -> int:
         server.start()
         fill_s = trio.run(fill, server.url, args.jobs, args.days)
         rss_before = server.rss_mib()
+        split_before = server.rss_split()
         stop_started = time.monotonic()
         code = server.stop()
         stop_s = time.monotonic() - stop_started
@@ -88,6 +89,7 @@ def main() -> int:
         ready_s = server.start()
         time.sleep(0.5)  # let start-up work that follows readiness settle
         rss_after = server.rss_mib()
+        split_after = server.rss_split()
         some = httpx.get(f"{server.url}/v1/jobs", params={"limit": 1}).json()["jobs"]
         assert some, "no job after the restart"
         assert server.stop() == 0
@@ -106,6 +108,7 @@ def main() -> int:
         ("data dir on disk", f"{size:.0f} MiB", "-", "-", "-"),
     ]
     print(table(rows, ("measure", "value", "rate", "target", "verdict")))
+    print(f"RSS before restart: {split_before}; after: {split_after}")
     return 0
 
 
