@@ -164,7 +164,7 @@ def main() -> int:
     ]
     print(f"tempo create throughput, 1 node, fsync on, {os.cpu_count()} CPUs (clients share them)")
     print(table(rows, ("mode", "jobs", "seconds", "jobs/s", "target/s", "ratio")))
-    batches = [l for l in metrics.splitlines() if l.startswith("tempo_commit_")]
+    batches = [line for line in metrics.splitlines() if line.startswith("tempo_commit_")]
     print("server: " + ", ".join(batches) + f", RSS {rss:.0f} MiB")
     return 0
 

@@ -2,9 +2,11 @@
 
 import re
 from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
 
 import msgspec
 import pytest
+
 from conftest import job_body, job_count, unique
 
 TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
@@ -282,9 +284,7 @@ def test_runs_list_newest_first_with_since_until_and_cursors(http):
     assert walked == nominal
     window = http.get(url, params={"since": nominal[3], "until": nominal[1]}).json()["runs"]
     assert [r["nominal_at"] for r in window] == nominal[2:4]
-    offset = datetime.fromisoformat(nominal[3].replace("Z", "+00:00")).astimezone(
-        __import__("zoneinfo").ZoneInfo("Asia/Tokyo")
-    )
+    offset = datetime.fromisoformat(nominal[3].replace("Z", "+00:00")).astimezone(ZoneInfo("Asia/Tokyo"))
     assert http.get(url, params={"since": offset.isoformat()}).json()["runs"] == everything["runs"][:4]
 
 

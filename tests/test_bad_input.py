@@ -6,6 +6,7 @@ import json
 
 import msgspec
 import pytest
+
 from conftest import job_body, job_count
 
 GOOD = {"target": "queue:bad-input", "schedule": {"at": "2030-01-01T00:00:00Z"}}

@@ -6,6 +6,7 @@ import signal
 import subprocess
 
 import pytest
+
 from conftest import Server, free_port, tempo_command, unique
 
 

@@ -6,6 +6,7 @@ import threading
 import time
 
 import httpx
+
 from conftest import unique
 
 WRITERS = 3
