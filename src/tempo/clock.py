@@ -39,7 +39,10 @@ def iso_from_ms(at_ms: int) -> str:
 @functools.lru_cache(maxsize=4096)
 def _iso_seconds(seconds: int) -> str:
     # Cached: the times of one response mostly share their second.
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))
+    # Not strftime's %Y: glibc does not pad years before 1000 to four digits,
+    # and RFC 3339 wants them (a preview may start in year 1).
+    t = time.gmtime(seconds)
+    return f"{t.tm_year:04d}-{t.tm_mon:02d}-{t.tm_mday:02d}T{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d}"
 
 
 def iso_or_none(at_ms: int | None) -> str | None:
