@@ -1,6 +1,7 @@
 """The HTTP API of API.md against a real `tempo serve` process."""
 
 import re
+import time
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
@@ -440,3 +441,36 @@ def test_preview_kinds_and_defaults(http):
     assert len(times({"schedule": {"cron": "@hourly"}, "count": 1000})) == 1000
     assert_problem(http.post("/v1/schedules/preview", json={"schedule": {"cron": "@hourly"}, "count": 1001}), 400, "validation", "count")
     assert_problem(http.post("/v1/schedules/preview", json={"schedule": {"cron": "61 * * * *"}}), 400, "validation")
+
+
+def test_resumed_every_s_job_stays_on_its_grid(http):
+    job = create(http, schedule={"every_s": 1})
+    http.post(f"/v1/jobs/{job['id']}/pause")
+    time.sleep(1.3)
+    paused_at_ms = int(time.time() * 1000)
+    resumed = http.post(f"/v1/jobs/{job['id']}/resume").json()
+    next_ms = ms(resumed["next_run_at"])
+    assert (next_ms - ms(job["created_at"])) % 1000 == 0
+    assert paused_at_ms < next_ms <= paused_at_ms + 1000 + 200
+    statuses = [r["status"] for r in http.get(f"/v1/jobs/{job['id']}/runs").json()["runs"]]
+    assert statuses == ["waiting", "cancelled"]
+
+
+def test_resumed_past_one_off_is_due_at_once(http):
+    job = create(http, schedule={"at": "2020-01-01T00:00:00Z"})
+    http.post(f"/v1/jobs/{job['id']}/pause")
+    before_ms = int(time.time() * 1000)
+    resumed = http.post(f"/v1/jobs/{job['id']}/resume").json()
+    assert resumed["state"] == "active"
+    assert before_ms - 50 <= ms(resumed["next_run_at"]) <= int(time.time() * 1000) + 50
+    [run] = http.get(f"/v1/jobs/{job['id']}/runs").json()["runs"]
+    assert run["nominal_at"] == "2020-01-01T00:00:00.000Z" and run["due_at"] == resumed["next_run_at"]
+
+
+def test_preview_times_are_rfc_3339_in_early_years(http):
+    r = http.post("/v1/schedules/preview", json={"schedule": {"cron": "@daily"}, "after": "0001-01-01T00:00:00Z", "count": 1})
+    assert r.json()["times"] == ["0001-01-02T00:00:00.000Z"]
+
+
+def test_stale_reads_are_answered_on_a_single_node(http):
+    assert http.get("/v1/jobs", params={"stale": "true", "limit": 1}).status_code == 200
