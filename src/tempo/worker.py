@@ -178,7 +178,7 @@ def _decode(response: httpx.Response) -> Any:
         return {"detail": response.text[:500]}
 
 
-@dataclass
+@dataclass(eq=False)  # hashed by identity: one limiter borrower per attempt
 class _Active:
     run: dict[str, Any]
     lease_s: float
@@ -221,9 +221,10 @@ class Worker:
         self.transport = Transport(urls, token=token, rng=rng)
         self._on_claimed = on_claimed
         self._on_reported = on_reported
+        # One token per handler not yet finished, borrowed when its run is
+        # claimed: a claim asks for no more runs than there are tokens.
         self._limiter = trio.CapacityLimiter(concurrency)
         self._active: dict[str, _Active] = {}
-        self._running = 0  # handlers not yet finished
         self._slot_freed = trio.Event()
         self._results: list[dict[str, Any]] = []
         self._results_ready = trio.Event()
@@ -262,7 +263,7 @@ class Worker:
         self._stopping = True
         self._claiming.cancel()
         with trio.move_on_after(grace_s):
-            while self._running:
+            while self._limiter.borrowed_tokens:
                 await self._wait_slot()
         for active in self._active.values():
             if not active.finished:
@@ -278,7 +279,7 @@ class Worker:
     async def _claim_loop(self) -> None:
         queues = sorted(self.handlers)
         while not self._stopping:
-            free = self.concurrency - self._running
+            free = int(self._limiter.available_tokens)
             if free <= 0:
                 await self._wait_slot()
                 continue
@@ -307,7 +308,8 @@ class Worker:
             previous.lost = True
             previous.cancel.cancel()
         self._active[run["id"]] = active
-        self._running += 1
+        # Never blocks: the claim asked for at most available_tokens runs.
+        self._limiter.acquire_on_behalf_of_nowait(active)
         self.counts["claimed"] += 1
         self._handlers_nursery.start_soon(self._run_handler, active)
 
@@ -316,16 +318,15 @@ class Worker:
         outcome: dict[str, Any] = {"run_id": run["id"], "attempt": run["attempt"]}
         try:
             with active.cancel:
-                async with self._limiter:
-                    try:
-                        handler = self.handlers[queue_of(run.get("target", "")) or ""]
-                        output = await handler(run)
-                    except Exception as exc:  # noqa: BLE001 - any handler error is the run's failure
-                        outcome |= {"ok": False, "error": clip_text(f"{type(exc).__name__}: {exc}")}
-                    else:
-                        outcome["ok"] = True
-                        if output is not None:
-                            outcome["output"] = clip_text(str(output))
+                try:
+                    handler = self.handlers[queue_of(run.get("target", "")) or ""]
+                    output = await handler(run)
+                except Exception as exc:  # noqa: BLE001 - any handler error is the run's failure
+                    outcome |= {"ok": False, "error": clip_text(f"{type(exc).__name__}: {exc}")}
+                else:
+                    outcome["ok"] = True
+                    if output is not None:
+                        outcome["output"] = clip_text(str(output))
             if active.cancel.cancelled_caught:
                 if active.lost:
                     self.counts["lost"] += 1
@@ -334,7 +335,7 @@ class Worker:
                            "error": "worker stopped before the handler finished"}
         finally:
             active.finished = True
-            self._running -= 1
+            self._limiter.release_on_behalf_of(active)
             self._slot_freed.set()
         self.counts["ok" if outcome["ok"] else "failed"] += 1
         self._results.append(outcome)
