@@ -153,6 +153,11 @@ class RawNode:
         else:
             self._tick_election()
 
+    def campaign(self) -> None:
+        """Start an election now, as if the election timeout had fired."""
+        if self.role != Role.LEADER:
+            self._campaign(transfer=False)
+
     def propose(self, data: bytes) -> int:
         """Append data to the log; returns its index. Raises ProposalDropped."""
         self._check_proposable()

@@ -1,0 +1,58 @@
+"""Leadership transfer (TimeoutNow) while clients keep proposing."""
+
+from __future__ import annotations
+
+import pytest
+
+from tempo.raft import NotLeader, TimeoutNow, TransferInProgress
+
+from .transcript import ELECTION_TICKS, Cluster
+
+
+def test_leadership_transfer_under_load() -> None:
+    c = Cluster(3)
+    c.elect(1)
+    acked: list[bytes] = []
+    for k in range(50):
+        c.propose(1, b"before-%d" % k)
+        if k % 5 == 0:
+            c.settle()
+    # S3 lags: it missed the last proposals when the transfer starts.
+    c.drop(dst=3)
+    c.nodes[1].transfer_leader(3)
+    # While transferring, the leader refuses proposals (they would be lost).
+    with pytest.raises(TransferInProgress):
+        c.nodes[1].propose(b"refused")
+    c.process(1)
+    # The leader first catches S3 up, then tells it to campaign at once.
+    c.settle()
+    assert any(isinstance(m, TimeoutNow) and m.dst == 3 for m in c.sent)
+    assert c.leader() == 3
+    with pytest.raises(NotLeader) as refused:
+        c.nodes[1].propose(b"to the old leader")
+    assert refused.value.leader_id == 3
+    for k in range(20):
+        c.propose(3, b"after-%d" % k)
+    c.settle()
+    c.tick_all(1)
+    acked = [b"before-%d" % k for k in range(50)] + [b"after-%d" % k for k in range(20)]
+    for i in (1, 2, 3):
+        assert c.applied_data(i) == acked
+
+
+def test_a_transfer_to_an_unreachable_node_is_abandoned() -> None:
+    c = Cluster(3)
+    c.elect(1)
+    c.isolate(3)
+    c.nodes[1].transfer_leader(3)
+    with pytest.raises(TransferInProgress):
+        c.nodes[1].propose(b"x")
+    # After an election timeout the leader gives up and serves again.
+    for _ in range(ELECTION_TICKS):
+        c.tick(1)
+        c.deliver(dst=2)
+        c.deliver(src=2)
+    assert c.leader() == 1
+    c.propose(1, b"x")
+    c.settle()
+    assert c.applied_data(1) == [b"x"]
