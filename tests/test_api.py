@@ -1,10 +1,12 @@
 """The HTTP API of API.md against a real `tempo serve` process."""
 
 import re
+import threading
 import time
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
+import httpx
 import msgspec
 import pytest
 
@@ -474,3 +476,21 @@ def test_preview_times_are_rfc_3339_in_early_years(http):
 
 def test_stale_reads_are_answered_on_a_single_node(http):
     assert http.get("/v1/jobs", params={"stale": "true", "limit": 1}).status_code == 200
+
+
+def test_concurrent_creates_with_one_request_key_make_one_job(server):
+    key = unique()
+    body = job_body(request_key=key)
+    answers: list = []
+
+    def post() -> None:
+        with httpx.Client(base_url=server.url, timeout=30.0) as client:
+            answers.append(client.post("/v1/jobs", json=body))
+
+    threads = [threading.Thread(target=post) for _ in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(r.status_code for r in answers) == [200] * 15 + [201]
+    assert len({r.json()["id"] for r in answers}) == 1
