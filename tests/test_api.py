@@ -494,3 +494,27 @@ def test_concurrent_creates_with_one_request_key_make_one_job(server):
         t.join()
     assert sorted(r.status_code for r in answers) == [200] * 15 + [201]
     assert len({r.json()["id"] for r in answers}) == 1
+
+
+def test_openapi_is_generated_from_the_request_schemas(http):
+    spec = http.get("/v1/openapi.json").json()
+    schemas = spec["components"]["schemas"]
+    create_schema = schemas["JobCreate"]
+    assert set(create_schema["required"]) == {"target", "schedule"}
+    assert create_schema["additionalProperties"] is False
+    assert (create_schema["properties"]["lease_s"]["minimum"], create_schema["properties"]["lease_s"]["maximum"]) == (1, 3600)
+    refs = []
+
+    def walk(node):
+        if isinstance(node, dict):
+            refs.extend(v for k, v in node.items() if k == "$ref")
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(spec)
+    assert refs
+    for ref in refs:
+        assert ref.startswith("#/components/schemas/") and ref.rsplit("/", 1)[1] in schemas, ref
