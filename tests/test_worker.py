@@ -302,3 +302,27 @@ async def test_follows_307_and_skips_503(server: Server) -> None:
     assert no_leader.hits >= 1 and follower.hits >= 1
     # The leader a redirect named is asked first from then on.
     assert worker.transport.urls[worker.transport._index] == server.url
+
+
+async def test_cli_worker_kills_the_command_when_the_lease_is_lost(server: Server, tmp_path) -> None:
+    import os
+
+    queue = unique("q")
+    job = create(server, queue, lease_s=1)
+    pid_file = tmp_path / "pid"
+    proc = _cli_worker(server, queue, "sh", "-c", f"echo $$ > {pid_file}; exec sleep 30")
+    try:
+        with trio.fail_after(wait_timeout_s):
+            while not pid_file.exists() or not pid_file.read_text().strip():
+                await trio.sleep(0.05)
+        pid = int(pid_file.read_text())
+        assert httpx.delete(f"{server.url}/v1/jobs/{job['id']}", timeout=10).status_code == 204
+        with trio.fail_after(5):  # the next heartbeat answers not_found; the command dies
+            while True:
+                try:
+                    os.kill(pid, 0)
+                except ProcessLookupError:
+                    break
+                await trio.sleep(0.05)
+    finally:
+        _stop_cli_worker(proc)

@@ -244,6 +244,11 @@ def _create(opts: Options, queue_name: str, due_s: float, say: Any) -> tuple[lis
         raise
     except Exception as exc:  # noqa: BLE001 - any transport failure means the spike cannot run
         raise CannotRun(f"creation failed: {exc!r}") from None
+    if time.time() > due_s:
+        raise CannotRun(
+            f"creation overran the due instant: {opts.jobs} jobs took {create_s:.2f} s, "
+            f"more than --due-in-s {opts.due_in_s:g}; give a larger --due-in-s"
+        )
     assert all(j is not None for j in job_ids)
     return [j for j in job_ids if j is not None], create_s
 
