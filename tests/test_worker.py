@@ -326,3 +326,25 @@ async def test_cli_worker_kills_the_command_when_the_lease_is_lost(server: Serve
                 await trio.sleep(0.05)
     finally:
         _stop_cli_worker(proc)
+
+
+async def test_concurrency_bounds_running_handlers(server: Server) -> None:
+    queue = unique("q")
+    jobs = [create(server, queue) for _ in range(6)]
+    running, peak = [0], [0]
+
+    async def handler(run: dict) -> str:
+        running[0] += 1
+        peak[0] = max(peak[0], running[0])
+        await trio.sleep(0.2)
+        running[0] -= 1
+        return "ok"
+
+    worker = Worker([server.url], "w-conc", {queue: handler}, max_runs=10, concurrency=2, wait_s=1)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(worker.run)
+        for job in jobs:
+            await wait_for_status(server, job["id"], "done")
+        with trio.fail_after(10):
+            await worker.stop(grace_s=1)
+    assert peak[0] == 2 and worker.counts["ok"] == 6

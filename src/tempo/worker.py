@@ -273,7 +273,7 @@ class Worker:
     # -- claims ----------------------------------------------------------------
 
     async def _wait_slot(self) -> None:
-        self._slot_freed = trio.Event()
+        # The setter swaps in a fresh Event, so every waiter of the old one wakes.
         await self._slot_freed.wait()
 
     async def _claim_loop(self) -> None:
@@ -337,6 +337,7 @@ class Worker:
             active.finished = True
             self._limiter.release_on_behalf_of(active)
             self._slot_freed.set()
+            self._slot_freed = trio.Event()
         self.counts["ok" if outcome["ok"] else "failed"] += 1
         self._results.append(outcome)
         self._results_ready.set()
