@@ -348,3 +348,28 @@ async def test_concurrency_bounds_running_handlers(server: Server) -> None:
         with trio.fail_after(10):
             await worker.stop(grace_s=1)
     assert peak[0] == 2 and worker.counts["ok"] == 6
+
+
+async def test_a_refused_result_does_not_block_the_others(server: Server, monkeypatch) -> None:
+    import tempo.worker
+
+    monkeypatch.setattr(tempo.worker, "clip_text", lambda text, *args: text)  # let 70 KB through
+    queue = unique("q")
+    big, fine = create(server, queue, payload="big"), create(server, queue, payload="fine")
+
+    async def handler(run: dict) -> str:
+        return "x" * 70_000 if run["payload"] == "big" else "fine"
+
+    worker = Worker([server.url], "w-413", {queue: handler}, max_runs=2, concurrency=2, wait_s=1)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(worker.run)
+        run = await wait_for_status(server, fine["id"], "done")
+        with trio.fail_after(10):
+            await worker.stop(grace_s=1)
+    assert run["output"] == "fine"
+    assert runs_of(server, big["id"])[0]["status"] == "claimed"  # its result was dropped
+    assert worker.counts["rejected"] >= 1
+
+
+def test_clip_text_replaces_lone_surrogates() -> None:
+    assert clip_text("a\ud800b") == "a?b"

@@ -91,9 +91,9 @@ def _first_leaf(group: BaseExceptionGroup) -> BaseException:
 
 def clip_text(text: str, limit_bytes: int = limits.output_bytes_max) -> str:
     """`text` cut to at most `limit_bytes` UTF-8 bytes, with a note when cut."""
-    raw = text.encode("utf-8", "replace")
+    raw = text.encode("utf-8", "replace")  # a lone surrogate becomes "?"
     if len(raw) <= limit_bytes:
-        return text
+        return raw.decode("utf-8")
     note = f"\n[tempo: truncated, {len(raw)} bytes in all]"
     keep = limit_bytes - len(note.encode())
     return raw[:keep].decode("utf-8", "ignore") + note
@@ -401,9 +401,10 @@ class Worker:
             except Unavailable:
                 continue
             if status != 200:
-                # A bad batch would block every later result: drop it, loudly.
-                log.error("POST /v1/results answered %s: %s; dropping %d results", status, answer, len(batch))
-                answer = {"accepted": [], "rejected": [{"run_id": r["run_id"], "type": "bad_request"} for r in batch]}
+                # One bad item fails the whole batch; sent one by one, only
+                # the bad ones are dropped (they would block every later result).
+                log.error("POST /v1/results answered %s: %s; sending %d results one by one", status, answer, len(batch))
+                answer = await self._report_singly(batch)
             del self._results[: len(batch)]
             sent = {r["run_id"]: r["attempt"] for r in batch}
             if self._on_reported is not None and answer.get("accepted"):
@@ -414,6 +415,27 @@ class Worker:
                 log.warning("result of run %s rejected: %s", item["run_id"], item.get("type"))
                 self.counts["rejected"] += 1
                 self._forget(item["run_id"], sent.get(item["run_id"]))
+
+    async def _report_singly(self, batch: list[dict[str, Any]]) -> dict[str, list]:
+        accepted: list[str] = []
+        rejected: list[dict[str, str]] = []
+        for result in batch:
+            body = {k: v for k, v in result.items() if k != "run_id"}
+            try:
+                status, answer = await self.transport.post(
+                    f"/v1/runs/{result['run_id']}/result", body, timeout_s=request_timeout_s,
+                    deadline_s=trio.current_time() + request_timeout_s,
+                )
+            except Unavailable:
+                status, answer = 0, {"type": "unavailable"}
+            if status == 200:
+                accepted.append(result["run_id"])
+            else:
+                kind = answer.get("type", str(status)) if isinstance(answer, dict) else str(status)
+                if status not in (404, 409):
+                    log.error("POST /v1/runs/%s/result answered %s: %s; dropped", result["run_id"], status, answer)
+                rejected.append({"run_id": result["run_id"], "type": kind})
+        return {"accepted": accepted, "rejected": rejected}
 
     def _forget(self, run_id: str, attempt: int | None) -> None:
         active = self._active.get(run_id)
