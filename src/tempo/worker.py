@@ -24,7 +24,9 @@ What it does, in the terms of API.md:
 - Results: `POST /v1/results`, batching whatever finished while the previous
   batch was in flight. A handler that raises reports `ok=false` with the
   exception's text as `error`; the server then retries per the job's backoff.
-  A run keeps being heartbeated until its result is accepted.
+  A run keeps being heartbeated until its result is accepted. A batch the
+  server refuses as a whole (400/413: one bad item) is resent one result at a
+  time, so only the bad items are dropped (logged), never the rest.
 - Stop: `await worker.stop(grace_s)` stops claiming at once (an in-flight
   long-poll is abandoned; any run it had claimed comes back when its lease
   expires), lets running handlers finish for up to `grace_s`, then cancels the
