@@ -34,8 +34,8 @@ def iso(at_ms: int) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{millis:03d}Z"
 
 
-async def fill(url: str, jobs: int, days: float) -> float:
-    start_ms = int(time.time() * 1000) + 3_600_000  # nothing falls due during the bench
+async def fill(url: str, jobs: int, days: float, start_in_s: float) -> float:
+    start_ms = int(time.time() * 1000) + int(start_in_s * 1000)
     span_ms = int(days * 86_400_000)
     next_batch = 0
     batches = (jobs + BATCH - 1) // BATCH
@@ -72,6 +72,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--jobs", type=int, default=1_000_000)
     parser.add_argument("--days", type=float, default=30.0)
+    parser.add_argument(
+        "--start-in-s", type=float, default=3600.0,
+        help="the first job is due this far ahead (default 3600: nothing falls due during the bench); "
+        "a negative value stores an overdue backlog, which a restart loads at once",
+    )
     parser.add_argument("--data-dir", help="keep the data here (default: a temporary dir, removed)")
     args = parser.parse_args()
     tmp = None if args.data_dir else tempfile.mkdtemp(prefix="tempo-scale-")
@@ -79,7 +84,7 @@ def main() -> int:
     server = Server(data_dir)
     try:
         server.start()
-        fill_s = trio.run(fill, server.url, args.jobs, args.days)
+        fill_s = trio.run(fill, server.url, args.jobs, args.days, args.start_in_s)
         rss_before = server.rss_mib()
         split_before = server.rss_split()
         stop_started = time.monotonic()
@@ -98,7 +103,10 @@ def main() -> int:
         server.kill()
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
-    print(f"tempo scale: {args.jobs:,} one-off jobs over {args.days:g} days, 1 node, {os.cpu_count()} CPUs")
+    print(
+        f"tempo scale: {args.jobs:,} one-off jobs over {args.days:g} days from now + {args.start_in_s:g} s, "
+        f"1 node, {os.cpu_count()} CPUs"
+    )
     rows = [
         ("store jobs (batched)", f"{fill_s:.1f} s", f"{args.jobs / fill_s:,.0f} jobs/s", "-", "-"),
         ("SIGTERM to exit", f"{stop_s:.2f} s", "-", "-", "-"),
