@@ -189,6 +189,7 @@ def _worker(args: argparse.Namespace) -> int:
         print("tempo worker: give the command after --", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # it logs every request at INFO
     worker_id = args.worker_id or f"{socket.gethostname()}-{os.getpid()}"[:200]
     try:
         trio.run(lambda: worker.serve_command(
