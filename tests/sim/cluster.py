@@ -36,6 +36,7 @@ from .linearizability import Op
 from .storage import SimStorage
 
 TICK_US = 10  # simulated time units per raft tick
+SLOW_US_MAX = 30 * TICK_US
 FAULT_TICKS = 200
 HEAL_TICKS_MAX = 400
 ELECTION_TICKS = 10
@@ -52,6 +53,7 @@ class Params:
     drop_rate: float
     duplicate_rate: float
     latency_us_max: int
+    slow_rate: float  # share of messages delayed by up to SLOW_US_MAX (long tail)
     partition_rate: float  # per tick: start a partition
     asymmetric_rate: float  # share of partitions that are one-way
     crash_rate: float  # per tick
@@ -75,6 +77,7 @@ class Params:
             drop_rate=maybe(0.7, 0.3),
             duplicate_rate=maybe(0.5, 0.2),
             latency_us_max=rng.choice((1, 5, 15, 40)),
+            slow_rate=maybe(0.5, 0.05),
             partition_rate=maybe(0.6, 0.05),
             asymmetric_rate=rng.random(),
             crash_rate=maybe(0.7, 0.03),
@@ -205,6 +208,13 @@ class Simulator:
         ids = list(self.nodes)
         rng.shuffle(ids)
         cut = rng.randrange(1, len(ids))
+        leader = self._leader()
+        if leader is not None and rng.random() < 0.5:
+            # Isolate the leader in a minority: the case deposed leaders,
+            # CheckQuorum and ReadIndex exist for.
+            ids.remove(leader.id)
+            ids.insert(0, leader.id)
+            cut = rng.randrange(1, (len(ids) + 1) // 2)
         side_a, side_b = ids[:cut], ids[cut:]
         one_way = rng.random() < self.params.asymmetric_rate
         for a in side_a:
@@ -281,6 +291,8 @@ class Simulator:
         for _ in range(copies):
             self.msg_seq += 1
             at_us = self.now_us + 1 + rng.randrange(p.latency_us_max)
+            if not self.healed and rng.random() < p.slow_rate:
+                at_us += rng.randrange(SLOW_US_MAX)
             heapq.heappush(self.network, (at_us, self.msg_seq, m))
 
     def _deliver(self, m: Message) -> None:
@@ -383,14 +395,20 @@ class Simulator:
             self._read()
 
     def _client_target(self) -> SimNode | None:
-        # Clients mostly find the leader, but sometimes ask a stale one.
+        # Clients mostly find the newest leader, but some still talk to a
+        # node that believes it leads (a deposed one, cut off), or to anyone.
         alive = [n for n in self.nodes.values() if n.alive]
         if not alive:
             return None
-        if self.rng.random() < 0.8:
+        dice = self.rng.random()
+        if dice < 0.6:
             leader = self._leader()
             if leader is not None:
                 return leader
+        elif dice < 0.85:
+            leaders = [n for n in alive if n.core.role == Role.LEADER]
+            if leaders:
+                return self.rng.choice(leaders)
         return self.rng.choice(alive)
 
     def _propose(self) -> None:

@@ -14,7 +14,7 @@ from .invariants import SimFailure
 from .linearizability import LogModel, Op, SetModel, check
 from .storage import SimStorage
 
-SEEDS = int(os.environ.get("TEMPO_SIM_SEEDS", "500"))
+SEEDS = int(os.environ.get("TEMPO_SIM_SEEDS", "1000"))
 CHUNK = 50
 
 
@@ -43,6 +43,12 @@ def test_a_vote_that_is_not_persisted_is_caught() -> None:
     assert failure is not None, f"planted bug survived {SEEDS} seeds"
     assert "voted twice" in failure.what or "two leaders" in failure.what
     assert f"python -m tests.sim --seed {failure.seed} --bug vote_not_persisted" in str(failure)
+
+
+def test_a_read_served_without_a_quorum_is_caught_as_not_linearizable() -> None:
+    failure = first_failure("read_without_quorum")
+    assert failure is not None, f"planted bug survived {SEEDS} seeds"
+    assert "not linearizable" in failure.what
 
 
 def test_a_failure_replays_identically() -> None:

@@ -57,7 +57,7 @@ from .types import (
 )
 
 # Planted bugs the simulator must catch (tests only; see tests/sim).
-TEST_BUGS = ("", "vote_not_persisted", "commit_old_term")
+TEST_BUGS = ("", "vote_not_persisted", "commit_old_term", "read_without_quorum")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -204,7 +204,10 @@ class RawNode:
             raise ReadIndexDropped("too many pending reads")
         assert context not in self._reads_by_context, "read context reused"
         request = _ReadRequest(self.log.committed, context, {self.id})
-        if self._quorum_size() == 1 and self.id in self.voters:
+        single = self._quorum_size() == 1 and self.id in self.voters
+        if single or self.config.test_bug == "read_without_quorum":
+            # A single voter is its own quorum. (The planted bug answers
+            # without confirming leadership: a deposed leader reads stale.)
             self._read_states.append(ReadState(request.index, context))
             return
         self._reads.append(request)
