@@ -61,9 +61,10 @@ class Params:
     propose_rate: float  # per tick
     read_rate: float  # per tick
     transfer_rate: float  # per tick
-    compact_every: int  # entries between local snapshots; 0 = never
+    compact_every_entries: int  # entries between local snapshots; 0 = never
     membership: bool  # add / remove servers during the run
     codec: bool  # round-trip every message through msgpack
+    interleave_rate: float  # per Ready: tick or propose between ready() and advance()
     pre_vote: bool
     check_quorum: bool
 
@@ -85,9 +86,10 @@ class Params:
             propose_rate=rng.uniform(0.3, 3.0),
             read_rate=rng.uniform(0.0, 0.8),
             transfer_rate=maybe(0.4, 0.03),
-            compact_every=rng.choice((0, 3, 10, 40)),
+            compact_every_entries=rng.choice((0, 3, 10, 40)),
             membership=rng.random() < 0.3,
             codec=rng.random() < 0.2,
+            interleave_rate=maybe(0.3, 0.3),
             pre_vote=rng.random() < 0.85,
             check_quorum=rng.random() < 0.85,
         )
@@ -323,10 +325,30 @@ class Simulator:
                     self.inv.on_vote_granted(m.src, m.term, m.dst)
                 self._send(m)
             self._apply(node, ready)
+            if not self.healed and self.rng.random() < self.params.interleave_rate:
+                self._interleave(node)
             core.advance(ready)
             self._serve_reads(node)
             self._maybe_compact(node)
             self.inv.after_event(node)
+
+    def _interleave(self, node: SimNode) -> None:
+        """Work arriving while a Ready is out (the contract allows it): an
+        extra tick (clock skew) or a client's proposal."""
+        if self.rng.random() < 0.5:
+            node.core.tick()
+            self._record("tick_in_ready", node.id)
+            return
+        self.value_seq += 1
+        value = b"v%d" % self.value_seq
+        op = Op("add", value, self._tick_clock())
+        try:
+            node.core.propose(value)
+        except ProposalDropped:
+            return
+        self.history.append(op)
+        node.pending_writes[value] = op
+        self._record("propose_in_ready", node.id, value)
 
     def _persist(self, node: SimNode, ready: Ready) -> None:
         storage = node.storage
@@ -373,7 +395,7 @@ class Simulator:
         node.pending_reads = waiting
 
     def _maybe_compact(self, node: SimNode) -> None:
-        every = self.params.compact_every
+        every = self.params.compact_every_entries
         core = node.core
         if every and node.applied - core.log.snapshot_index() >= every:
             core.compact(node.applied, VALUES_ENCODER.encode(node.values))
