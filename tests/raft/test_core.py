@@ -83,8 +83,21 @@ def test_read_index_waits_for_a_quorum_and_reports_the_commit_index() -> None:
     c.deliver(dst=2)
     c.deliver(src=2)  # one follower + the leader are a quorum of 3
     assert [(s.index, s.context) for s in c.read_states[1]] == [(c.commit(1), b"r1")]
-    with pytest.raises(NotLeader):
-        c.nodes[2].read_index(b"r2")
+
+
+def test_a_follower_forwards_read_index_to_its_leader() -> None:
+    c = Cluster(3)
+    c.elect(1)
+    c.propose(1, b"a")
+    c.settle()
+    c.nodes[2].read_index(b"r2")
+    c.process(2)
+    c.settle()
+    assert [(s.index, s.context) for s in c.read_states[2]] == [(c.commit(1), b"r2")]
+    c.isolate(3)
+    c.tick(3, 3 * ELECTION_TICKS)  # S3 lost its leader: nobody to forward to
+    with pytest.raises(ReadIndexDropped):
+        c.nodes[3].read_index(b"r3")
 
 
 def test_a_deposed_leader_never_answers_a_read() -> None:

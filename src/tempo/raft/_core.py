@@ -44,6 +44,8 @@ from .types import (
     Heartbeat,
     HeartbeatResponse,
     Message,
+    ReadIndexRequest,
+    ReadIndexResponse,
     ReadState,
     Ready,
     Role,
@@ -81,12 +83,14 @@ class Config:
 
 
 class _ReadRequest:
-    __slots__ = ("index", "context", "acks")
+    __slots__ = ("index", "context", "acks", "origin")
 
-    def __init__(self, index: int, context: bytes, acks: set[int]) -> None:
+    def __init__(self, index: int, context: bytes, acks: set[int], origin: int) -> None:
         self.index = index
         self.context = context
         self.acks = acks
+        # The node whose client asked: the leader itself or a forwarding follower.
+        self.origin = origin
 
 
 class RawNode:
@@ -195,24 +199,43 @@ class RawNode:
 
     def read_index(self, context: bytes) -> None:
         """Request a linearizable read (Raft dissertation §6.4); a ReadState
-        with this context appears in a later Ready once leadership is confirmed."""
+        with this context appears in a later Ready once the leader confirmed
+        its leadership. A follower forwards the request to its leader; if
+        either loses it, no ReadState ever comes (the client times out)."""
         if self.role != Role.LEADER:
-            raise NotLeader(self.leader_id)
+            if self.leader_id == NONE:
+                raise ReadIndexDropped("no leader known")
+            self._send(ReadIndexRequest(self.term, self.id, self.leader_id, context))
+            return
+        self._start_read(context, self.id)
+
+    def _start_read(self, context: bytes, origin: int) -> None:
         if self.log.term(self.log.committed) != self.term:
             raise ReadIndexDropped("no entry of this term committed yet")
         if len(self._reads) >= limits.READ_REQUESTS_MAX:
             raise ReadIndexDropped("too many pending reads")
-        assert context not in self._reads_by_context, "read context reused"
-        request = _ReadRequest(self.log.committed, context, {self.id})
+        if context in self._reads_by_context:
+            raise ReadIndexDropped("read context already pending")
+        request = _ReadRequest(self.log.committed, context, {self.id}, origin)
         single = self._quorum_size() == 1 and self.id in self.voters
         if single or self.config.test_bug == "read_without_quorum":
             # A single voter is its own quorum. (The planted bug answers
             # without confirming leadership: a deposed leader reads stale.)
-            self._read_states.append(ReadState(request.index, context))
+            self._release_read(request)
             return
         self._reads.append(request)
         self._reads_by_context[context] = request
         self._bcast_heartbeat(context)
+
+    def _release_read(self, request: _ReadRequest) -> None:
+        if request.origin == self.id:
+            self._read_states.append(ReadState(request.index, request.context))
+        else:
+            self._send(
+                ReadIndexResponse(
+                    self.term, self.id, request.origin, request.context, request.index
+                )
+            )
 
     def transfer_leader(self, target: int) -> None:
         if self.role != Role.LEADER:
@@ -746,9 +769,20 @@ class RawNode:
         while self._reads:
             done = self._reads.popleft()
             del self._reads_by_context[done.context]
-            self._read_states.append(ReadState(done.index, done.context))
+            self._release_read(done)
             if done is request:
                 break
+
+    def _on_read_index_request(self, m: ReadIndexRequest) -> None:
+        if self.role != Role.LEADER:
+            return  # dropped: the follower's client times out and retries
+        try:
+            self._start_read(m.context, m.src)
+        except ReadIndexDropped:
+            return
+
+    def _on_read_index_response(self, m: ReadIndexResponse) -> None:
+        self._read_states.append(ReadState(m.index, m.context))
 
     def _on_snapshot_response(self, m: SnapshotResponse) -> None:
         progress = self.progress.get(m.src)
@@ -870,4 +904,6 @@ _HANDLERS = {
     SnapshotChunk: RawNode._on_snapshot_chunk,
     SnapshotResponse: RawNode._on_snapshot_response,
     TimeoutNow: RawNode._on_timeout_now,
+    ReadIndexRequest: RawNode._on_read_index_request,
+    ReadIndexResponse: RawNode._on_read_index_response,
 }

@@ -155,6 +155,23 @@ class TimeoutNow(msgspec.Struct, tag="timeout_now", array_like=True, frozen=True
     dst: int
 
 
+class ReadIndexRequest(msgspec.Struct, tag="read", array_like=True, frozen=True):
+    """A follower forwards a client's ReadIndex request to its leader."""
+
+    term: int
+    src: int
+    dst: int
+    context: bytes
+
+
+class ReadIndexResponse(msgspec.Struct, tag="read_r", array_like=True, frozen=True):
+    term: int
+    src: int
+    dst: int
+    context: bytes
+    index: int
+
+
 Message = (
     VoteRequest
     | VoteResponse
@@ -165,6 +182,8 @@ Message = (
     | SnapshotChunk
     | SnapshotResponse
     | TimeoutNow
+    | ReadIndexRequest
+    | ReadIndexResponse
 )
 
 MESSAGE_ENCODER = msgspec.msgpack.Encoder()
