@@ -3,7 +3,9 @@
 A 3-node cluster in memory (MemoryStorage, messages handed over directly, no
 faults, no codec), stepped in one thread: the cost measured is the core's own
 work per entry on all three nodes (propose, replicate, persist, commit,
-apply). Run: python bench/raft_core.py [--entries N] [--profile]
+apply); payloads are not copied. --codec adds a msgpack round trip of every
+message, as a transport would. Run: python bench/raft_core.py [--entries N]
+[--codec] [--profile]
 """
 
 from __future__ import annotations
@@ -14,14 +16,15 @@ import pstats
 import random
 import time
 
-from tempo.raft import Config, MemoryStorage, RawNode, Role
+from tempo.raft import MESSAGE_DECODER, MESSAGE_ENCODER, Config, MemoryStorage, RawNode, Role
 
 COMMAND_BYTES = 16  # a small command, as the engine's would be once encoded
 PIPELINE_ENTRIES = 4096  # proposals kept outstanding by the client
 
 
 class Bench:
-    def __init__(self) -> None:
+    def __init__(self, codec: bool) -> None:
+        self.codec = codec
         ids = (1, 2, 3)
         self.storages = {i: MemoryStorage(ids) for i in ids}
         self.nodes = {
@@ -48,6 +51,8 @@ class Bench:
         while self.queue:
             batch, self.queue = self.queue, []
             for m in batch:
+                if self.codec:  # what a transport would add: msgpack both ways
+                    m = MESSAGE_DECODER.decode(MESSAGE_ENCODER.encode(m))
                 self.nodes[m.dst].step(m)
             for i in self.nodes:
                 self.process(i)
@@ -82,9 +87,10 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--entries", type=int, default=200_000)
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--codec", action="store_true", help="msgpack-encode every message")
     args = parser.parse_args()
     for commands_per_entry, entries in ((1, args.entries), (1000, max(args.entries // 20, 1))):
-        bench = Bench()
+        bench = Bench(args.codec)
         if args.profile:
             profiler = cProfile.Profile()
             profiler.enable()
@@ -94,7 +100,8 @@ def main() -> None:
             pstats.Stats(profiler).sort_stats("cumulative").print_stats(25)
         rate = entries / elapsed_s
         print(
-            f"3 nodes, {commands_per_entry:>4} command(s)/entry: {entries} entries in "
+            f"3 nodes{' +codec' if args.codec else ''}, {commands_per_entry:>4} command(s)/entry: "
+            f"{entries} entries in "
             f"{elapsed_s:.2f} s = {rate:,.0f} entries/s committed and applied on all "
             f"({rate * commands_per_entry:,.0f} commands/s)"
         )
