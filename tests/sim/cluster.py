@@ -65,6 +65,7 @@ class Params:
     membership: bool  # add / remove servers during the run
     codec: bool  # round-trip every message through msgpack
     interleave_rate: float  # per Ready: tick or propose between ready() and advance()
+    durable_apply: bool  # the state machine survives a crash (like LMDB) instead of replaying
     pre_vote: bool
     check_quorum: bool
 
@@ -90,6 +91,7 @@ class Params:
             membership=rng.random() < 0.3,
             codec=rng.random() < 0.2,
             interleave_rate=maybe(0.3, 0.3),
+            durable_apply=rng.random() < 0.5,
             pre_vote=rng.random() < 0.85,
             check_quorum=rng.random() < 0.85,
         )
@@ -107,6 +109,8 @@ class SimNode:
         self.pending_reads: list[tuple[int, Op]] = []  # (read index, op) awaiting apply
         self.reads_by_context: dict[bytes, Op] = {}
         self.down_until_us = 0
+        # With Params.durable_apply: (values, applied) as of the crash.
+        self.saved: tuple[list[bytes], int] | None = None
 
     @property
     def alive(self) -> bool:
@@ -249,8 +253,13 @@ class Simulator:
     def _start(self, node: SimNode) -> None:
         node.incarnation += 1
         snapshot = node.storage.view.snapshot()
-        node.values = VALUES_DECODER.decode(snapshot.data) if snapshot.data else []
-        node.applied = snapshot.meta.index
+        if node.saved is not None and node.saved[1] >= snapshot.meta.index:
+            node.values, node.applied = node.saved
+        else:
+            # Replay from the snapshot (also when a snapshot install reached
+            # the disk but the state machine had not been restored from it).
+            node.values = VALUES_DECODER.decode(snapshot.data) if snapshot.data else []
+            node.applied = snapshot.meta.index
         p = self.params
         config = Config(
             node_id=node.id,
@@ -267,6 +276,8 @@ class Simulator:
 
     def _crash(self, node: SimNode) -> None:
         kept = node.storage.crash(self.rng)
+        if self.params.durable_apply:
+            node.saved = (list(node.values), node.applied)
         node.core = None
         node.pending_writes.clear()
         node.pending_reads.clear()

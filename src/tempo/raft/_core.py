@@ -70,7 +70,8 @@ class Config:
     pre_vote: bool = True
     check_quorum: bool = True
     # The application's applied index on restart (state machine durable
-    # through it); at least the storage snapshot's index is assumed.
+    # through it, entries through it still stored or in the snapshot); at
+    # least the storage snapshot's index is assumed.
     applied: int = 0
     # Test only: one of TEST_BUGS makes the core deliberately unsafe.
     test_bug: str = ""
@@ -100,9 +101,11 @@ class RawNode:
         self._rng = rng
         hard_state = storage.hard_state()
         snapshot = storage.snapshot()
-        committed = max(hard_state.commit, snapshot.meta.index)
         applied = max(config.applied, snapshot.meta.index)
-        assert applied <= committed, "applied beyond the durable commit"
+        assert applied <= storage.last_index(), "applied beyond the stored log"
+        # Only committed entries are ever applied, so the applied index is a
+        # commit index too, even if the last commit-only HardState was lost.
+        committed = max(hard_state.commit, applied)
         self.log = RaftLog(storage, committed, applied)
         self.term = hard_state.term
         self.vote = hard_state.vote
