@@ -163,8 +163,10 @@ class Simulator:
             self.inv.check_final()
         except SimFailure:
             raise
-        except AssertionError as e:
-            raise self.fail(f"assertion: {e!r}") from e
+        except Exception as e:
+            # An assert in the core (or any crash) is a failure of this seed:
+            # report it with the replay command like any other.
+            raise self.fail(f"{type(e).__name__}: {e}") from e
         return self.trace.hexdigest()
 
     def _run_tick(self, faults: bool) -> None:
