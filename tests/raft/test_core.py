@@ -241,3 +241,32 @@ def test_memory_storage_contract() -> None:
     assert storage.first_index() == 4
     assert storage.term(3) == 1
     assert storage.entries(4, 5, 1 << 20) == [Entry(2, 4)]
+
+
+def test_pipelining_stops_at_the_in_flight_window(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(limits, "INFLIGHT_MESSAGES_MAX", 4)
+    c = Cluster(3)
+    c.elect(1)
+    c.propose(1, b"warm-up")
+    c.settle()  # S2 and S3 are in the replicate state now
+    c.isolate(3)  # S3 hears nothing more, answers nothing more
+    for k in range(20):
+        c.propose(1, b"x%d" % k)  # one message per proposal: nothing batches them
+    to_3 = [m for m in c.pending if isinstance(m, AppendRequest) and m.dst == 3 and m.entries]
+    assert len(to_3) == 4
+
+
+def test_an_append_request_respects_the_bytes_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(limits, "MESSAGE_BYTES_MAX", 100)
+    c = Cluster(3)
+    c.elect(1)
+    c.crash(3)
+    for k in range(50):
+        c.propose(1, b"%09d" % k)  # 10 entries of 10 bytes fill a message
+    c.settle()
+    c.restart(3)
+    c.tick_all(3)
+    appends = [m for m in c.sent if isinstance(m, AppendRequest) and m.dst == 3 and m.entries]
+    assert appends
+    assert max(sum(len(e.data) for e in m.entries) for m in appends) <= 100
+    assert c.applied_data(3) == [b"%09d" % k for k in range(50)]

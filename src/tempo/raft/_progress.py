@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from collections import deque
 
-from .limits import INFLIGHT_MESSAGES_MAX
+from . import limits
 from .types import Snapshot
 
 
@@ -49,7 +49,7 @@ class Progress:
         if self.state == ProgressState.PROBE:
             return self.probe_sent
         if self.state == ProgressState.REPLICATE:
-            return len(self.inflight) >= INFLIGHT_MESSAGES_MAX
+            return len(self.inflight) >= limits.INFLIGHT_MESSAGES_MAX
         return True
 
     def update(self, index: int) -> bool:
