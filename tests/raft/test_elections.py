@@ -74,3 +74,23 @@ def test_a_leader_ignores_a_stale_candidate_within_its_lease() -> None:
     c.settle()
     assert c.leader() == 1
     assert c.term(1) == term
+
+
+def test_a_leader_that_can_send_but_not_hear_steps_down_and_is_replaced() -> None:
+    c = Cluster(5)
+    c.elect(1)
+    # One-way partition: S1's messages go out, nothing comes back to it.
+    for j in (2, 3, 4, 5):
+        c.cut.add((j, 1))
+    c.tick_all(2 * ELECTION_TICKS)
+    assert c.role(1) == Role.FOLLOWER  # CheckQuorum: no answers, no leadership
+    c.tick_all(3 * ELECTION_TICKS)
+    new_leader = c.leader()
+    assert new_leader in (2, 3, 4, 5)
+    c.propose(new_leader, b"after")
+    c.settle()
+    c.heal()
+    c.tick_all(2 * ELECTION_TICKS)
+    assert c.leader() == new_leader
+    for i in (1, 2, 3, 4, 5):
+        assert c.applied_data(i) == [b"after"]
