@@ -10,6 +10,7 @@ state goes through a command, so the tables stay the truth.
 
 import heapq
 from collections import Counter, deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import trio
@@ -50,11 +51,21 @@ class ClaimedRun:
 
 
 class Dispatcher:
-    def __init__(self, store: Store, committer: Committer, *, readahead_ms: int = limits.readahead_ms):
+    def __init__(
+        self,
+        store: Store,
+        committer: Committer,
+        *,
+        readahead_ms: int = limits.readahead_ms,
+        now_ms: Callable[[], int] = clock.now_ms,
+    ):
         self.store = store
         self.committer = committer
         self.readahead_ms = readahead_ms
-        self.wheel = TimingWheel(clock.now_ms(), tick_ms=limits.dispatch_tick_ms)
+        # The wall clock, injectable so tests can drive leases and retries
+        # with trio's autojump clock.
+        self.now_ms = now_ms
+        self.wheel = TimingWheel(now_ms(), tick_ms=limits.dispatch_tick_ms)
         # Runs keys in the wheel or a ready queue, with their queue and job. A
         # key in a deque but not here (or here under another queue) is a
         # tombstone. The job is as it was when the run was loaded: enough for
@@ -147,18 +158,18 @@ class Dispatcher:
         return found
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        self.load(clock.now_ms())
+        self.load(self.now_ms())
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._expire_loop)
             task_status.started()
             while True:
-                self.tick(clock.now_ms())
+                self.tick(self.now_ms())
                 await trio.sleep(limits.dispatch_tick_ms / 1000)
 
     async def _expire_loop(self) -> None:
         while True:
             await trio.sleep(limits.lease_check_ms / 1000)
-            now_ms = clock.now_ms()
+            now_ms = self.now_ms()
             expiries = self.expired(now_ms)
             if expiries:
                 outcomes = await self.committer.submit(ExpireLeases(now_ms, expiries))
@@ -217,7 +228,7 @@ class Dispatcher:
             nursery.cancel_scope.cancel()
 
     async def _commit_claims(self, worker: str, taken: list[tuple[bytes, Job]]) -> list[ClaimedRun]:
-        at_ms = clock.now_ms()
+        at_ms = self.now_ms()
         jobs: dict[str, Job] = {}
         claims: list[Claim] = []
         for runs_key, loaded_job in taken:
@@ -275,7 +286,7 @@ class Dispatcher:
             if self.store.get_run_any(*parsed) is None:
                 raise errors.NotFound(f"no run {run_id}")
             raise errors.StaleAttempt(f"attempt {attempt} of run {run_id} no longer holds it")
-        lease.expires_ms = clock.now_ms() + lease.lease_s * 1000
+        lease.expires_ms = self.now_ms() + lease.lease_s * 1000
         heapq.heappush(self._lease_heap, (lease.expires_ms, parsed[0], parsed[1], attempt))
         return lease.expires_ms
 
@@ -284,7 +295,7 @@ class Dispatcher:
         return lease.expires_ms if lease is not None and lease.attempt == attempt else None
 
     async def report(self, owner: str | None, results: list[Result]) -> list[Run | errors.TempoError]:
-        outcomes = await self.committer.submit(ReportResults(clock.now_ms(), owner, results))
+        outcomes = await self.committer.submit(ReportResults(self.now_ms(), owner, results))
         for outcome in outcomes:  # type: ignore[union-attr]
             if isinstance(outcome, Run):
                 self.counters[outcome.status] += 1

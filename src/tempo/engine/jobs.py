@@ -8,6 +8,7 @@ are read here, never in `apply`.
 import hashlib
 import os
 import urllib.parse
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -284,9 +285,10 @@ class _JobIds:
 
 
 class Jobs:
-    def __init__(self, store: Store, committer: Committer):
+    def __init__(self, store: Store, committer: Committer, *, now_ms: Callable[[], int] = clock.now_ms):
         self.store = store
         self.committer = committer
+        self.now_ms = now_ms  # injectable for tests on trio's autojump clock
         self._ids = _JobIds()
 
     def new_job(self, owner: str, body: JobCreate, at_ms: int, *, from_msgpack: bool) -> NewJob:
@@ -338,7 +340,7 @@ class Jobs:
 
         An item that repeats the request key of an earlier item that was
         rejected gets that item's answer (API.md "POST /v1/jobs/batch")."""
-        at_ms = clock.now_ms()
+        at_ms = self.now_ms()
         outcomes: list[Created | errors.TempoError | None] = [None] * len(items)
         rejected_keys: dict[str, errors.TempoError] = {}
         new_jobs: list[NewJob] = []
@@ -367,11 +369,11 @@ class Jobs:
         return outcomes  # type: ignore[return-value]
 
     async def pause(self, owner: str, job_id: str) -> Job:
-        return _ok(await self.committer.submit(PauseJob(clock.now_ms(), owner, job_id)))
+        return _ok(await self.committer.submit(PauseJob(self.now_ms(), owner, job_id)))
 
     async def resume(self, owner: str, job_id: str) -> Job:
         job = self.store.get_job(owner, job_id)
-        at_ms = clock.now_ms()
+        at_ms = self.now_ms()
         slot_ms = next_due_ms = None
         if job.schedule.repeating:
             slot_ms = slot_after_ms(job.schedule, job.created_at_ms, at_ms, inclusive=False)
@@ -379,10 +381,10 @@ class Jobs:
         return _ok(await self.committer.submit(ResumeJob(at_ms, owner, job_id, slot_ms, next_due_ms)))
 
     async def delete(self, owner: str, job_id: str) -> None:
-        _ok(await self.committer.submit(DeleteJob(clock.now_ms(), owner, job_id)))
+        _ok(await self.committer.submit(DeleteJob(self.now_ms(), owner, job_id)))
 
     async def trigger(self, owner: str, job_id: str) -> Run:
-        return _ok(await self.committer.submit(TriggerJob(clock.now_ms(), owner, job_id)))
+        return _ok(await self.committer.submit(TriggerJob(self.now_ms(), owner, job_id)))
 
 
 def _ok(outcome: Any) -> Any:

@@ -1,0 +1,224 @@
+"""The dispatcher in one process, on trio's autojump clock: leases, heartbeats,
+retries, fencing, repeating jobs and restarts, without waiting in real time."""
+
+from datetime import UTC, datetime
+
+import pytest
+import trio
+
+from tempo import clock, errors, ids
+from tempo.engine.commands import Result
+from tempo.engine.commit import Committer
+from tempo.engine.dispatch import Dispatcher
+from tempo.engine.jobs import Jobs
+from tempo.engine.store import Store
+from tempo.schema import JobCreate, RetryIn, ScheduleIn
+
+T0_MS = 1_800_000_000_000  # 2027-01-15T08:00:00Z
+OWNER = "default"
+QUEUE = f"{OWNER}\x00work"
+
+
+_origin_s: list[float] = []
+
+
+def fake_now_ms() -> int:
+    """Wall-clock milliseconds on the autojump clock: T0 when the test began."""
+    return T0_MS + int((trio.current_time() - _origin_s[-1]) * 1000)
+
+
+@pytest.fixture
+async def origin(autojump_clock):
+    _origin_s.append(trio.current_time())
+    yield
+    _origin_s.pop()
+
+
+class Node:
+    """Store, committer, jobs service and dispatcher, as `tempo serve` wires them."""
+
+    def __init__(self, path: str):
+        self.store = Store(path)
+        self.committer = Committer(self.store)
+        self.jobs = Jobs(self.store, self.committer, now_ms=fake_now_ms)
+        self.dispatcher = Dispatcher(self.store, self.committer, now_ms=fake_now_ms)
+
+    async def create(self, **fields) -> str:
+        fields.setdefault("target", "queue:work")
+        [created] = await self.jobs.create(OWNER, [JobCreate(**fields)], from_msgpack=False)
+        assert not isinstance(created, errors.TempoError), created
+        return created.job.id
+
+    async def claim(self, wait_s: float = 0, runs_max: int = 10, worker: str = "w1"):
+        return await self.dispatcher.claim([QUEUE], worker, runs_max, wait_s)
+
+    async def report(self, claimed, ok: bool, attempt: int | None = None):
+        run = claimed.run
+        result = Result(run.job_id, run.nominal_ms, attempt or run.attempt, ok, None, None if ok else "boom")
+        [outcome] = await self.dispatcher.report(OWNER, [result])
+        return outcome
+
+    def run_of(self, claimed):
+        return self.store.get_run_any(claimed.run.job_id, claimed.run.nominal_ms)
+
+
+@pytest.fixture
+async def node(tmp_path, origin):
+    made = Node(str(tmp_path / "data"))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(made.committer.run)
+        await nursery.start(made.dispatcher.run)
+        yield made
+        nursery.cancel_scope.cancel()
+    made.store.close()
+
+
+def at(offset_s: float) -> ScheduleIn:
+    return ScheduleIn(at=clock.datetime_from_ms(T0_MS + int(offset_s * 1000)))
+
+
+async def test_a_one_off_is_claimed_when_due_not_before(node):
+    await node.create(schedule=at(5))
+    assert await node.claim() == []
+    [claimed] = await node.claim(wait_s=10)
+    lateness_ms = fake_now_ms() - claimed.run.due_ms
+    assert claimed.run.due_ms == T0_MS + 5000
+    assert 0 <= lateness_ms <= 50
+    assert claimed.run.attempt == 1 and claimed.run.status == "claimed"
+
+
+async def test_an_expired_lease_redelivers_with_a_new_attempt_and_fences_the_old(node):
+    await node.create(schedule=at(0), lease_s=5)
+    [first] = await node.claim(wait_s=1)
+    await trio.sleep(5.5)
+    assert node.run_of(first).status == "waiting"
+    with pytest.raises(errors.StaleAttempt):
+        node.dispatcher.heartbeat(OWNER, ids.run_id(first.run.job_id, first.run.nominal_ms), 1)
+    [second] = await node.claim(wait_s=1, worker="w2")
+    assert second.run.attempt == 2 and second.run.worker == "w2"
+    assert isinstance(await node.report(first, ok=True), errors.StaleAttempt)
+    done = await node.report(second, ok=True)
+    assert done.status == "done" and done.attempt == 2
+
+
+async def test_heartbeats_keep_a_run_past_its_lease(node):
+    await node.create(schedule=at(0), lease_s=4)
+    [claimed] = await node.claim(wait_s=1)
+    run_id = ids.run_id(claimed.run.job_id, claimed.run.nominal_ms)
+    for _ in range(6):  # 12 s, three leases' worth
+        await trio.sleep(2)
+        expires_ms = node.dispatcher.heartbeat(OWNER, run_id, 1)
+        assert expires_ms == fake_now_ms() + 4000
+    assert node.run_of(claimed).status == "claimed"
+    await trio.sleep(4.5)
+    assert node.run_of(claimed).status == "waiting"
+
+
+async def test_retries_follow_backoff_then_fail_with_events(node):
+    job_id = await node.create(schedule=at(0), retry=RetryIn(max_attempts=3, backoff_s=[10, 30]))
+    [c1] = await node.claim(wait_s=1)
+    failed_at_ms = fake_now_ms()
+    waiting = await node.report(c1, ok=False)
+    assert waiting.status == "waiting" and waiting.due_ms == failed_at_ms + 10_000
+    assert await node.claim(wait_s=9) == []
+    [c2] = await node.claim(wait_s=2)
+    assert c2.run.attempt == 2
+    failed_at_ms = fake_now_ms()
+    assert (await node.report(c2, ok=False)).due_ms == failed_at_ms + 30_000
+    [c3] = await node.claim(wait_s=31)
+    failed = await node.report(c3, ok=False)
+    assert failed.status == "failed" and failed.attempt == 3
+    assert node.store.get_job(OWNER, job_id).state == "completed"
+    events = [e for _, e in node.store.list_events(OWNER, 0, 10)]
+    assert [e.type for e in events] == ["run.failed", "job.completed"]
+    assert events[0].detail["attempt"] == 3
+
+
+async def test_the_same_result_twice_is_harmless_and_a_different_one_stale(node):
+    await node.create(schedule=at(0))
+    [claimed] = await node.claim(wait_s=1)
+    first = await node.report(claimed, ok=True)
+    again = await node.report(claimed, ok=True)
+    assert first.status == again.status == "done" and again.finished_ms == first.finished_ms
+    assert isinstance(await node.report(claimed, ok=False), errors.StaleAttempt)
+
+
+async def test_a_repeating_job_keeps_its_schedule_while_a_run_is_slow(node):
+    job_id = await node.create(schedule=ScheduleIn(every_s=10))
+    created_ms = node.store.get_job(OWNER, job_id).created_at_ms
+    [c1] = await node.claim(wait_s=11)
+    assert c1.run.nominal_ms == created_ms + 10_000
+    # The next run exists from the moment of the claim, though c1 never reports.
+    [c2] = await node.claim(wait_s=11)
+    assert c2.run.nominal_ms == created_ms + 20_000
+    assert node.store.get_job(OWNER, job_id).next_run_at_ms == created_ms + 30_000
+
+
+async def test_missed_occurrences_coalesce_into_one_run_due_at_once(node):
+    job_id = await node.create(schedule=ScheduleIn(every_s=10), lease_s=600)
+    created_ms = node.store.get_job(OWNER, job_id).created_at_ms
+    [c1] = await node.claim(wait_s=11)
+    # Nobody claims for 65 s: the run due at +20 waits, +30..+70 are missed.
+    await trio.sleep(65)
+    [c2] = await node.claim()
+    assert c2.run.nominal_ms == created_ms + 20_000
+    slot_ms = node.store.get_job(OWNER, job_id).slot_ms
+    assert slot_ms == created_ms + 70_000  # the latest missed slot, not +30
+    [c3] = await node.claim(wait_s=1)
+    assert c3.run.nominal_ms == created_ms + 70_000
+    assert c3.run.due_ms >= fake_now_ms() - 100
+
+
+async def test_pause_and_delete_take_runs_out_of_the_ready_queue(node):
+    paused = await node.create(schedule=at(0))
+    deleted = await node.create(schedule=at(0))
+    kept = await node.create(schedule=at(0))
+    await trio.sleep(0.1)
+    await node.jobs.pause(OWNER, paused)
+    await node.jobs.delete(OWNER, deleted)
+    claimed = await node.claim(wait_s=1)
+    assert [c.run.job_id for c in claimed] == [kept]
+
+
+async def test_claims_come_out_in_due_order_across_queues(node):
+    late = await node.create(schedule=at(3), target="queue:b")
+    early = await node.create(schedule=at(1), target="queue:a")
+    await trio.sleep(4)
+    claimed = await node.dispatcher.claim([f"{OWNER}\x00a", f"{OWNER}\x00b"], "w", 10, 0)
+    assert [c.run.job_id for c in claimed] == [early, late]
+
+
+async def test_a_restart_gives_claimed_runs_a_full_lease_and_reloads_waiting_runs(tmp_path, origin):
+    path = str(tmp_path / "data")
+    first = Node(path)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(first.committer.run)
+        await nursery.start(first.dispatcher.run)
+        await first.create(schedule=at(0), lease_s=10)
+        waiting_id = await first.create(schedule=at(30))
+        [claimed] = await first.claim(wait_s=1)
+        await trio.sleep(8)  # 2 s of the lease left when the node goes away
+        nursery.cancel_scope.cancel()
+    first.store.close()
+    second = Node(path)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(second.committer.run)
+        await nursery.start(second.dispatcher.run)
+        restart_ms = fake_now_ms()
+        lease = second.dispatcher.leases[(claimed.run.job_id, claimed.run.nominal_ms)]
+        assert abs(lease.expires_ms - (restart_ms + 10_000)) <= 50
+        await trio.sleep(5)  # past the old lease, within the new one
+        assert second.run_of(claimed).status == "claimed"
+        assert (await second.report(claimed, ok=True)).status == "done"
+        [later] = await second.claim(wait_s=60)
+        assert later.run.job_id == waiting_id and later.run.due_ms == T0_MS + 30_000
+        nursery.cancel_scope.cancel()
+    second.store.close()
+
+
+async def test_claims_from_an_unknown_queue_are_empty(node):
+    assert await node.dispatcher.claim([f"{OWNER}\x00nobody"], "w", 10, 0.5) == []
+
+
+def test_the_fake_clock_starts_where_the_tests_say():
+    assert datetime.fromtimestamp(T0_MS / 1000, UTC).year == 2027
