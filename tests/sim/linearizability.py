@@ -5,7 +5,8 @@ still pending, so it may take effect at any point after its invocation, or
 never). A model gives the initial state and `step(state, op)`, returning the
 new state or None if the op cannot happen there. The search is depth-first
 over which operation to linearize next, remembering visited (linearized set,
-state) pairs.
+state) pairs; a read that fits the current state is placed at once, without
+branching (reads commute and never change the state).
 
 Two models: SetModel (add(v), read() -> frozenset) for small histories, and
 LogModel for the simulator. In LogModel an add carries the position its value
@@ -83,6 +84,7 @@ def check(ops: list[Op], model: Model) -> tuple[bool, str]:
         placed_max = max(placed_max, (done & must).bit_count())
         # Only an op invoked before every remaining op's response may go next.
         horizon = min((responses[k] for k in range(n) if not done >> k & 1), default=INFINITY)
+        successors = []
         for k in range(n):
             op = ops[k]
             if op.invoke_at > horizon:
@@ -90,6 +92,15 @@ def check(ops: list[Op], model: Model) -> tuple[bool, str]:
             if done >> k & 1:
                 continue
             after = model.step(state, op)
-            if after is not None:
-                stack.append((done | 1 << k, after))
+            if after is None:
+                continue
+            if op.kind == "read":
+                # A read that fits now goes now, without branching: adds only
+                # ever change the state, so a read placed later at this same
+                # state has only reads between, and it was invoked before
+                # all their responses (it is below the horizon).
+                successors = [(done | 1 << k, after)]
+                break
+            successors.append((done | 1 << k, after))
+        stack.extend(successors)
     return False, f"no linearization: at most {placed_max} of {must.bit_count()} completed ops placed"
