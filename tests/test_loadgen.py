@@ -26,6 +26,11 @@ def test_small_spike_report_adds_up(tmp_path: Path) -> None:
     assert sum(point["claims"] for point in fig["series"]) == fig["claimed"]
     assert fig["lateness_p50_s"] <= fig["lateness_p90_s"] <= fig["lateness_p99_s"] <= fig["lateness_max_s"]
     assert fig["drain_s"] >= 0 and fig["runs_per_s"] > 0 and fig["created_per_s"] > 0
+    page = (tmp_path / "report.html").read_text()
+    assert page.startswith("<!DOCTYPE html>") and page.count("<svg") == 2 and "<script" not in page
+    assert "runs claimed per second" in page and "lateness per second" in page
+    assert f"<td>{fig['claimed']}</td>" in page and "lateness p99" in page
+    assert all("lateness_p50_s" in point for point in fig["series"])
     for key in ("jobs", "created_per_s", "lateness_p50_s", "lateness_p90_s", "lateness_p99_s",
                 "lateness_max_s", "drain_s", "runs_per_s", "lost", "duplicated"):
         assert key in fig

@@ -211,7 +211,9 @@ def _add_loadgen_parser(sub: argparse._SubParsersAction) -> None:
     gen.add_argument("--batch", type=int, default=1000, help="jobs per create request (default 1000)")
     gen.add_argument("--jitter-s", dest="jitter_s", type=int, default=0, help="jitter_s of each job (default 0)")
     gen.add_argument("--timeout-s", dest="timeout_s", type=float, default=60.0, help="a job unclaimed this long after the due instant is lost (default 60)")
-    gen.add_argument("--report", help="write the figures as JSON to this file")
+    gen.add_argument("--report", help="write the figures as JSON to this file and an HTML page beside it "
+                     "(default: tempo-loadgen-YYYYMMDD-HHMMSS.json in the current directory)")
+    gen.add_argument("--no-report", dest="no_report", action="store_true", help="write no report files")
     gen.add_argument("--no-progress", dest="progress", action="store_false", help="no live progress line")
     gen.add_argument("--spawn", type=int, default=0, help="start a local server of this many nodes (1) for the run")
 
@@ -223,7 +225,7 @@ def _loadgen(args: argparse.Namespace) -> int:
     opts = loadgen.Options(
         urls=urls_from(args.url), jobs=args.jobs, due_in_s=args.due_in_s, workers=args.workers,
         batch=args.batch, jitter_s=args.jitter_s, timeout_s=args.timeout_s, report=args.report,
-        progress=args.progress, spawn=args.spawn,
+        no_report=args.no_report, progress=args.progress, spawn=args.spawn,
     )
     return loadgen.run(opts)
 

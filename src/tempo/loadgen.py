@@ -24,7 +24,9 @@ job. Percentiles are nearest-rank on the sorted sample, the same formula as
 spike_tempo.py, so the two agree.
 """
 
+import html
 import json
+import math
 import multiprocessing as mp
 import os
 import queue as queue_mod
@@ -71,6 +73,7 @@ class Options:
     jitter_s: int = 0
     timeout_s: float = 60.0
     report: str | None = None
+    no_report: bool = False
     progress: bool = True
     spawn: int = 0
 
@@ -324,6 +327,7 @@ def figures(opts: Options, job_ids: list[str], create_s: float, due_s: float, ta
         series.setdefault(int((c.claimed_at_s - due_s) // 1), []).append(c.claimed_at_s - c.due_at_s)
     counts = tally.worker_counts
     return {
+        "mode": "spike",
         "jobs": opts.jobs,
         "created": len(job_ids),
         "create_s": round(create_s, 3),
@@ -345,7 +349,8 @@ def figures(opts: Options, job_ids: list[str], create_s: float, due_s: float, ta
         "due_in_s": opts.due_in_s,
         "jitter_s": opts.jitter_s,
         "series": [
-            {"t_s": t, "claims": len(xs), "lateness_p99_s": _r(pct(xs, 99))} for t, xs in sorted(series.items())
+            {"t_s": t, "claims": len(xs), "lateness_p50_s": _r(pct(xs, 50)), "lateness_p99_s": _r(pct(xs, 99))}
+            for t, xs in sorted(series.items())
         ],
     }
 
@@ -354,11 +359,11 @@ def _r(value: float | None) -> float | None:
     return None if value is None else round(value, 4)
 
 
-def summary(fig: dict[str, Any]) -> str:
+def summary_rows(fig: dict[str, Any]) -> list[tuple[str, str]]:
     def s(v: Any) -> str:
         return "-" if v is None else (f"{v:.3f} s" if isinstance(v, float) else str(v))
 
-    rows = [
+    return [
         ("jobs", f"{fig['created']}/{fig['jobs']} created in {fig['create_s']:.2f} s"),
         ("create rate", f"{fig['created_per_s']} jobs/s"),
         ("lateness p50", s(fig["lateness_p50_s"])),
@@ -372,8 +377,149 @@ def summary(fig: dict[str, Any]) -> str:
         ("duplicated", s(fig["duplicated"])),
         ("failed", s(fig["failed"])),
     ]
+
+
+def summary(fig: dict[str, Any]) -> str:
+    rows = summary_rows(fig)
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)
+
+
+# -- report files --------------------------------------------------------------
+
+chart_width_px = 720
+chart_height_px = 260
+chart_margin_px = {"left": 64, "right": 16, "top": 28, "bottom": 44}
+chart_ticks_max = 8
+
+
+def report_paths(report: str | None, now_s: float) -> tuple[str, str]:
+    """The JSON and HTML paths: `--report FILE` and FILE's stem + `.html`, or a
+    timestamped name in the current directory when no FILE was given."""
+    if report is None:
+        stamp = datetime.fromtimestamp(now_s).strftime("%Y%m%d-%H%M%S")
+        report = f"tempo-loadgen-{stamp}.json"
+    root, ext = os.path.splitext(report)
+    if ext.lower() == ".html":
+        raise CannotRun(f"--report {report}: the HTML page goes beside the JSON file; name the JSON file")
+    return report, root + ".html"
+
+
+def write_reports(fig: dict[str, Any], json_path: str, html_path: str) -> None:
+    with open(json_path, "w") as f:
+        json.dump(fig, f, indent=2)
+    with open(html_path, "w") as f:
+        f.write(html_page(fig))
+
+
+def _nice_ticks(low: float, high: float) -> list[float]:
+    """At most `chart_ticks_max` round ticks (1, 2, 5 × 10^k apart) covering low..high."""
+    if high <= low:
+        high = low + 1.0
+    raw_step = (high - low) / (chart_ticks_max - 1)
+    magnitude = 10 ** math.floor(math.log10(raw_step))
+    step = next(m * magnitude for m in (1, 2, 5, 10) if m * magnitude >= raw_step)
+    first = math.floor(low / step) * step
+    ticks = []
+    k = 0
+    while first + k * step <= high + step * 1e-9:
+        ticks.append(round(first + k * step, 10))
+        k += 1
+    if ticks[-1] < high:
+        ticks.append(round(first + k * step, 10))
+    assert 2 <= len(ticks) <= chart_ticks_max + 2
+    return ticks
+
+
+def _fmt_tick(value: float) -> str:
+    return f"{value:g}" if abs(value) >= 1e-3 or value == 0 else f"{value:.1e}"
+
+
+def svg_chart(title: str, x_label: str, y_label: str, xs: list[float],
+              lines: list[tuple[str, str, list[float | None]]]) -> str:
+    """A line chart as inline SVG: one polyline per (label, colour, ys), with
+    axes, round ticks, axis labels and a legend. None in ys breaks no line; the
+    point is skipped."""
+    w, h, m = chart_width_px, chart_height_px, chart_margin_px
+    plot_w, plot_h = w - m["left"] - m["right"], h - m["top"] - m["bottom"]
+    ys_all = [y for _, _, ys in lines for y in ys if y is not None]
+    x_ticks = _nice_ticks(min(xs, default=0.0), max(xs, default=1.0))
+    y_ticks = _nice_ticks(min(0.0, min(ys_all, default=0.0)), max(ys_all, default=1.0))
+    x0, x1, y0, y1 = x_ticks[0], x_ticks[-1], y_ticks[0], y_ticks[-1]
+
+    def px(x: float) -> float:
+        return m["left"] + (x - x0) / (x1 - x0) * plot_w
+
+    def py(y: float) -> float:
+        return m["top"] + plot_h - (y - y0) / (y1 - y0) * plot_h
+
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" '
+           f'role="img" aria-label="{_esc(title)}">',
+           f'<text x="{w / 2:.0f}" y="16" text-anchor="middle" class="title">{_esc(title)}</text>']
+    for t in x_ticks:
+        out.append(f'<line x1="{px(t):.1f}" y1="{m["top"]}" x2="{px(t):.1f}" y2="{m["top"] + plot_h}" class="grid"/>')
+        out.append(f'<text x="{px(t):.1f}" y="{m["top"] + plot_h + 16}" text-anchor="middle">{_fmt_tick(t)}</text>')
+    for t in y_ticks:
+        out.append(f'<line x1="{m["left"]}" y1="{py(t):.1f}" x2="{m["left"] + plot_w}" y2="{py(t):.1f}" class="grid"/>')
+        out.append(f'<text x="{m["left"] - 6}" y="{py(t) + 4:.1f}" text-anchor="end">{_fmt_tick(t)}</text>')
+    out.append(f'<line x1="{m["left"]}" y1="{m["top"] + plot_h}" x2="{m["left"] + plot_w}" y2="{m["top"] + plot_h}" class="axis"/>')
+    out.append(f'<line x1="{m["left"]}" y1="{m["top"]}" x2="{m["left"]}" y2="{m["top"] + plot_h}" class="axis"/>')
+    out.append(f'<text x="{m["left"] + plot_w / 2:.0f}" y="{h - 6}" text-anchor="middle">{_esc(x_label)}</text>')
+    out.append(f'<text x="14" y="{m["top"] + plot_h / 2:.0f}" text-anchor="middle" '
+               f'transform="rotate(-90 14 {m["top"] + plot_h / 2:.0f})">{_esc(y_label)}</text>')
+    for k, (label, colour, ys) in enumerate(lines):
+        points = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in zip(xs, ys, strict=True) if y is not None)
+        out.append(f'<polyline points="{points}" fill="none" stroke="{colour}" stroke-width="1.8"/>')
+        for x, y in zip(xs, ys, strict=True):
+            if y is not None:
+                out.append(f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="2.2" fill="{colour}"/>')
+        lx = m["left"] + plot_w - 110
+        ly = m["top"] + 10 + 16 * k
+        out.append(f'<line x1="{lx}" y1="{ly}" x2="{lx + 18}" y2="{ly}" stroke="{colour}" stroke-width="2"/>')
+        out.append(f'<text x="{lx + 24}" y="{ly + 4}">{_esc(label)}</text>')
+    out.append("</svg>")
+    return "\n".join(out)
+
+
+def _esc(text: str) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def html_page(fig: dict[str, Any]) -> str:
+    """A self-contained page: the summary table and two inline SVG charts drawn
+    from `fig["series"]` (no scripts, no network)."""
+    series = fig["series"]
+    xs = [float(p["t_s"]) for p in series]
+    origin = "the due instant" if fig.get("mode") == "spike" else "the first due time"
+    claims_chart = svg_chart("runs claimed per second", f"seconds after {origin}", "runs claimed / s", xs,
+                             [("claims", "#1f77b4", [float(p["claims"]) for p in series])])
+    lateness_chart = svg_chart("lateness per second (claim − due)", f"seconds after {origin}", "lateness (s)", xs,
+                               [("p50", "#2ca02c", [p.get("lateness_p50_s") for p in series]),
+                                ("p99", "#d62728", [p.get("lateness_p99_s") for p in series])])
+    rows = "\n".join(f"<tr><th>{_esc(k)}</th><td>{_esc(v)}</td></tr>"
+                     for k, v in summary_rows(fig))
+    title = f"tempo loadgen — {fig.get('mode', 'spike')}"
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{_esc(title)}</title>
+<style>
+body {{ font: 14px system-ui, sans-serif; margin: 2em; color: #222; }}
+table {{ border-collapse: collapse; margin-bottom: 1.5em; }}
+th, td {{ padding: 3px 12px; border-bottom: 1px solid #ddd; text-align: left; }}
+td {{ font-variant-numeric: tabular-nums; }}
+svg {{ display: block; margin: 1em 0; font: 11px system-ui, sans-serif; }}
+svg .title {{ font-size: 13px; font-weight: 600; }}
+svg .grid {{ stroke: #eee; }}
+svg .axis {{ stroke: #444; }}
+</style></head><body>
+<h1>{_esc(title)}</h1>
+<p>Server {_esc(", ".join(fig.get("urls", [])))}, {_esc(fig.get("workers"))} workers.</p>
+<table>
+{rows}
+</table>
+{claims_chart}
+{lateness_chart}
+</body></html>
+"""
 
 
 # -- spawning a server ---------------------------------------------------------
@@ -458,6 +604,11 @@ def run(opts: Options) -> int:
     if not 1 <= opts.batch <= limits.batch_jobs_max or opts.jobs < 1 or opts.workers < 1:
         print("tempo loadgen: need --jobs ≥ 1, --workers ≥ 1 and --batch in 1..1000", file=sys.stderr)
         return 2
+    try:
+        json_path, html_path = (None, "") if opts.no_report else report_paths(opts.report, time.time())
+    except CannotRun as exc:
+        print(f"tempo loadgen: {exc}", file=sys.stderr)
+        return 2
     server: subprocess.Popen | None = None
     procs: list[Any] = []
     with tempfile.TemporaryDirectory(prefix="tempo-loadgen-") as tmp:
@@ -491,7 +642,7 @@ def run(opts: Options) -> int:
                 _stop_server(server)
     fig = figures(opts, job_ids, create_s, due_s, tally)
     print(summary(fig))
-    if opts.report:
-        with open(opts.report, "w") as f:
-            json.dump(fig, f, indent=2)
+    if json_path is not None:
+        write_reports(fig, json_path, html_path)
+        print(f"report: {json_path}, {html_path}")
     return 1 if fig["lost"] or fig["duplicated"] else 0
