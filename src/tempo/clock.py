@@ -30,15 +30,18 @@ def datetime_from_ms(at_ms: int) -> datetime:
     return datetime.fromtimestamp(at_ms // 1000, UTC).replace(microsecond=(at_ms % 1000) * 1000)
 
 
+@functools.lru_cache(maxsize=16384)
 def iso_from_ms(at_ms: int) -> str:
-    """`2026-12-02T10:00:00.000Z`: UTC, milliseconds, a `Z` suffix."""
+    """`2026-12-02T10:00:00.000Z`: UTC, milliseconds, a `Z` suffix.
+
+    Cached: the times of one response (a batch's due times, a claim's
+    leases) mostly repeat."""
     seconds, millis = divmod(at_ms, 1000)
     return _iso_seconds(seconds) + f".{millis:03d}Z"
 
 
 @functools.lru_cache(maxsize=4096)
 def _iso_seconds(seconds: int) -> str:
-    # Cached: the times of one response mostly share their second.
     # Not strftime's %Y: glibc does not pad years before 1000 to four digits,
     # and RFC 3339 wants them (a preview may start in year 1).
     t = time.gmtime(seconds)

@@ -10,6 +10,7 @@ characters, then the nominal milliseconds in 10 base32 characters), so one slot
 of one job can only ever have one run, and the ID alone locates the run.
 """
 
+import functools
 import hashlib
 import re
 import zlib
@@ -20,6 +21,7 @@ _ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 _INDEX = {c: i for i, c in enumerate(_ALPHABET)}
 # Two base32 digits a lookup: run IDs are made for every run shown or claimed.
 _PAIRS = [a + b for a in _ALPHABET for b in _ALPHABET]
+_SHIFTS = {chars: tuple(range(5 * chars - 10, -10, -10)) for chars in (10, 16, 26)}
 _DIGIT = "[0-9A-HJKMNP-TV-Z]"
 # 26 characters carry 130 bits; a ULID has 128, so the first digit is 0-7.
 _JOB_ID = re.compile(f"j_[0-7]{_DIGIT}{{25}}")
@@ -33,11 +35,8 @@ assert NOMINAL_CHARS == 10  # run_id unrolls five pairs
 
 def _b32(value: int, chars: int) -> str:
     assert 0 <= value < 1 << (5 * chars) and chars % 2 == 0
-    out = []
-    for _ in range(chars // 2):
-        value, pair = divmod(value, 1024)
-        out.append(_PAIRS[pair])
-    return "".join(reversed(out))
+    pairs = _PAIRS
+    return "".join([pairs[(value >> shift) & 1023] for shift in _SHIFTS[chars]])
 
 
 def _unb32(text: str) -> int:
@@ -50,7 +49,14 @@ def _unb32(text: str) -> int:
 def new_job_id(at_ms: int, random_bytes: bytes) -> str:
     assert len(random_bytes) == 10
     assert 0 <= at_ms < 1 << 48
-    return "j_" + _b32((at_ms << 80) | int.from_bytes(random_bytes, "big"), ULID_CHARS)
+    # 26 digits = 130 bits: 10 digits of (two zero bits and) the milliseconds,
+    # then 16 digits of the 80 random bits.
+    return _time_prefix(at_ms) + _b32(int.from_bytes(random_bytes, "big"), 16)
+
+
+@functools.lru_cache(maxsize=1024)
+def _time_prefix(at_ms: int) -> str:
+    return "j_" + _b32(at_ms, 10)
 
 
 def is_job_id(text: str) -> bool:

@@ -130,6 +130,7 @@ class Store:
                 return [errors.Conflict("already applied")] * len(commands), tx.changes
             assert index == applied + 1, f"entry {index} after applied {applied}: a gap"
             outcomes = [tx.apply(command) for command in commands]
+            tx.flush()
             txn.put(_APPLIED_INDEX, _U64.pack(index), db=self.db["meta"])
         return outcomes, tx.changes
 
@@ -278,7 +279,10 @@ class Store:
 class _Tx:
     """One transaction's view of the tables, with the apply functions."""
 
-    __slots__ = ("txn", "jobs", "by_owner", "runs", "by_job", "reqkeys", "events", "meta", "open", "changes")
+    __slots__ = (
+        "txn", "jobs", "by_owner", "runs", "by_job", "reqkeys", "events", "meta", "open", "changes",
+        "open_deltas", "event_seq",
+    )
 
     def __init__(self, txn: lmdb.Transaction, db: dict[str, lmdb._Database]):
         self.txn = txn
@@ -291,6 +295,10 @@ class _Tx:
         self.meta = db["meta"]
         self.open = db["open_minutes"]
         self.changes = Changes([], [], [], set())
+        # Open-run counts per due minute and the event sequence change many
+        # times in one entry; they are written once, in `flush`.
+        self.open_deltas: dict[int, int] = {}
+        self.event_seq: int | None = None
 
     # -- reads inside the transaction ----------------------------------------
 
@@ -373,19 +381,30 @@ class _Tx:
             self._add_open(new_minute, 1)
 
     def _add_open(self, minute: int, delta: int) -> None:
-        key = _MINUTE.pack(minute)
-        raw = self.txn.get(key, db=self.open)
-        count = (0 if raw is None else _U64.unpack(raw)[0]) + delta
-        assert count >= 0, f"open runs of minute {minute} below zero"
-        if count == 0:
-            self.txn.delete(key, db=self.open)
-        else:
-            self.txn.put(key, _U64.pack(count), db=self.open)
+        self.open_deltas[minute] = self.open_deltas.get(minute, 0) + delta
+
+    def flush(self) -> None:
+        """Writes what the entry accumulated; called once, before the commit."""
+        for minute, delta in self.open_deltas.items():
+            if delta == 0:
+                continue
+            key = _MINUTE.pack(minute)
+            raw = self.txn.get(key, db=self.open)
+            count = (0 if raw is None else _U64.unpack(raw)[0]) + delta
+            assert count >= 0, f"open runs of minute {minute} below zero"
+            if count == 0:
+                self.txn.delete(key, db=self.open)
+            else:
+                self.txn.put(key, _U64.pack(count), db=self.open)
+        if self.event_seq is not None:
+            self.txn.put(_EVENT_SEQ, _U64.pack(self.event_seq), db=self.meta)
 
     def append_event(self, owner: str, event: Event) -> None:
-        raw = self.txn.get(_EVENT_SEQ, db=self.meta)
-        seq = 1 if raw is None else _U64.unpack(raw)[0] + 1
-        self.txn.put(_EVENT_SEQ, _U64.pack(seq), db=self.meta)
+        if self.event_seq is None:
+            raw = self.txn.get(_EVENT_SEQ, db=self.meta)
+            self.event_seq = 0 if raw is None else _U64.unpack(raw)[0]
+        self.event_seq += 1
+        seq = self.event_seq
         self.txn.put(keys.event_key(owner, seq), _enc.encode(event), db=self.events)
         self.changes.event_owners.add(owner)
 
