@@ -62,3 +62,34 @@ def test_creation_overrun_exits_2(tmp_path: Path) -> None:
     )
     assert done.returncode == 2, done.stdout + done.stderr
     assert "overran" in done.stderr
+
+
+def test_steady_stream_report_adds_up(tmp_path: Path) -> None:
+    report = tmp_path / "steady.json"
+    done = subprocess.run(
+        [*tempo_command(), "loadgen", "--spawn", "1", "--rate", "200", "--duration-s", "4",
+         "--workers", "2", "--report", str(report)],
+        capture_output=True, text=True, timeout=run_timeout_s,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    fig = json.loads(report.read_text())
+    assert fig["mode"] == "steady" and fig["rate"] == 200 and fig["duration_s"] == 4
+    assert fig["jobs"] == fig["created"] == fig["claimed"] == 800
+    assert fig["lost"] == 0 and fig["duplicated"] == 0 and fig["failed"] == 0
+    assert fig["lateness_p50_s"] <= fig["lateness_p90_s"] <= fig["lateness_p99_s"] <= fig["lateness_max_s"]
+    assert sum(point["claims"] for point in fig["series"]) == fig["claimed"]
+    # Claims are spread over the stream's seconds, not bunched as in the spike.
+    assert len(fig["series"]) >= 4
+    for point in fig["series"]:
+        assert point["lateness_p50_s"] <= point["lateness_p90_s"] <= point["lateness_p99_s"] <= point["lateness_max_s"]
+    assert "<svg" in (tmp_path / "steady.html").read_text()
+
+
+def test_bad_mode_options_exit_2() -> None:
+    for argv in (["--jobs", "10", "--rate", "5", "--duration-s", "1"], ["--rate", "5"], []):
+        done = subprocess.run(
+            [*tempo_command(), "loadgen", "--url", "http://127.0.0.1:9", "--no-report", *argv],
+            capture_output=True, text=True, timeout=run_timeout_s,
+        )
+        assert done.returncode == 2, argv
+        assert "--rate" in done.stderr, (argv, done.stderr)

@@ -205,7 +205,9 @@ def _worker(args: argparse.Namespace) -> int:
 def _add_loadgen_parser(sub: argparse._SubParsersAction) -> None:
     gen = sub.add_parser("loadgen", help="the spike: N one-off jobs due at one instant, W workers")
     gen.add_argument("--url", default=None, help="server URL(s), comma-separated")
-    gen.add_argument("--jobs", type=int, required=True, help="how many jobs")
+    gen.add_argument("--jobs", type=int, default=0, help="the spike: how many jobs, all due at one instant")
+    gen.add_argument("--rate", type=float, default=0.0, help="steady mode: runs falling due per second (with --duration-s)")
+    gen.add_argument("--duration-s", dest="duration_s", type=float, default=0.0, help="steady mode: for this many seconds")
     gen.add_argument("--due-in-s", dest="due_in_s", type=float, default=10.0, help="due this long after start (default 10)")
     gen.add_argument("--workers", type=int, default=4, help="worker processes (default 4)")
     gen.add_argument("--batch", type=int, default=1000, help="jobs per create request (default 1000)")
@@ -223,7 +225,7 @@ def _loadgen(args: argparse.Namespace) -> int:
     from tempo.net.client import urls_from
 
     opts = loadgen.Options(
-        urls=urls_from(args.url), jobs=args.jobs, due_in_s=args.due_in_s, workers=args.workers,
+        urls=urls_from(args.url), jobs=args.jobs, rate=args.rate, duration_s=args.duration_s, due_in_s=args.due_in_s, workers=args.workers,
         batch=args.batch, jitter_s=args.jitter_s, timeout_s=args.timeout_s, report=args.report,
         no_report=args.no_report, progress=args.progress, spawn=args.spawn,
     )

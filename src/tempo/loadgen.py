@@ -1,4 +1,5 @@
-"""`tempo loadgen`: the spike — N one-off jobs due at one instant, W workers.
+"""`tempo loadgen`: the spike — N one-off jobs due at one instant, W workers —
+or, with `--rate R --duration-s D`, a steady stream of R runs/s falling due.
 
 Phases, in order:
 
@@ -22,6 +23,19 @@ is lost when none of its runs was claimed by `due + timeout`; duplicated counts
 every extra hand-out of one (run ID, attempt) plus every extra run ID of one
 job. Percentiles are nearest-rank on the sorted sample, the same formula as
 spike_tempo.py, so the two agree.
+
+Steady mode (`--rate R --duration-s D`): R × D jobs, job i due at
+`first + i / R`, `first` being 4 s after the workers start. A thread creates
+them span by span (each span 0.5 s of due times, sent 4 s before its first due
+time); a request not yet sent at its first due time is an overrun: exit 2. A job
+is lost when none of its runs was claimed within `--timeout-s` of its own due
+time; drain is last claim − last due time; runs/s = claims / (last claim −
+first due time); the per-second series counts from the first due time.
+
+Report files: `--report FILE` (default `tempo-loadgen-YYYYMMDD-HHMMSS.json` in
+the current directory) gets the figures as JSON, and FILE's stem + `.html` a
+self-contained page: the summary table and two inline SVG charts (claims per
+second; lateness p50/p99 per second) drawn here from the JSON's series.
 """
 
 import html
@@ -35,6 +49,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -66,7 +81,9 @@ class CannotRun(Exception):
 @dataclass
 class Options:
     urls: list[str]
-    jobs: int
+    jobs: int = 0
+    rate: float = 0.0
+    duration_s: float = 0.0
     due_in_s: float = 10.0
     workers: int = 4
     batch: int = 1000
@@ -302,12 +319,168 @@ def _stop_workers(procs: list[Any], out: Any, stop: Any, tally: Tally) -> None:
             proc.join(timeout=5)
 
 
+# -- steady mode: a stream of one-off jobs -------------------------------------
+
+# A creation span covers this many seconds of due times and is sent this long
+# before its first due time, so the server sees a steady trickle of creates
+# well ahead of the claims they feed.
+steady_span_s = 0.5
+steady_lead_s = 4.0
+steady_jobs_max = 2_000_000
+steady_stop_timeout_s = 10.0
+
+
+@dataclass
+class Stream:
+    """What the creating thread shares with the collecting one. `job_ids` only
+    grows; `finished` is set once every job is created or `error` is set."""
+
+    job_ids: list[str] = field(default_factory=list)
+    finished: threading.Event = field(default_factory=threading.Event)
+    stop: threading.Event = field(default_factory=threading.Event)
+    error: str | None = None
+    create_s: float = 0.0
+
+
+def steady_due_s(first_due_s: float, rate: float, index: int) -> float:
+    """Job `index`'s due time: R per second, evenly spread from `first_due_s`."""
+    return first_due_s + index / rate
+
+
+def steady_spans(jobs: int, rate: float) -> list[tuple[int, int]]:
+    """Index ranges [lo, hi) of the creation spans, each `steady_span_s` of due times."""
+    spans = []
+    k = 0
+    while (lo := min(jobs, round(k * steady_span_s * rate))) < jobs:
+        spans.append((lo, min(jobs, round((k + 1) * steady_span_s * rate))))
+        k += 1
+    assert sum(hi - lo for lo, hi in spans) == jobs
+    return spans
+
+
+def _create_stream(opts: Options, queue_name: str, first_due_s: float, stream: Stream) -> None:
+    """Runs in its own thread (and trio loop): creates each span `steady_lead_s`
+    before its first due time. A request that would start after its first due
+    time is an overrun."""
+    import trio
+
+    from tempo.worker import Transport
+
+    base = {"target": f"queue:{queue_name}"}
+    if opts.jitter_s:
+        base["jitter_s"] = opts.jitter_s
+
+    async def one_request(transport: Transport, lo: int, hi: int, limiter: trio.CapacityLimiter) -> None:
+        async with limiter:
+            first_s = steady_due_s(first_due_s, opts.rate, lo)
+            if time.time() > first_s:
+                raise CannotRun(f"creation overran: job {lo} was not yet sent at its due time")
+            items = [base | {"request_key": f"{queue_name}-{i}",
+                             "schedule": {"at": iso(steady_due_s(first_due_s, opts.rate, i))}} for i in range(lo, hi)]
+            status, answer = await transport.post(
+                "/v1/jobs/batch", {"jobs": items}, timeout_s=create_request_timeout_s,
+                deadline_s=trio.current_time() + max(0.0, first_s - time.time()),
+            )
+        if status != 200:
+            raise CannotRun(f"POST /v1/jobs/batch answered {status}: {str(answer)[:300]}")
+        for offset, result in enumerate(answer["results"]):
+            if result["status"] not in (200, 201):
+                raise CannotRun(f"job {lo + offset} was refused: {str(result)[:300]}")
+            stream.job_ids.append(result["job"]["id"])
+
+    async def main() -> None:
+        transport = Transport(opts.urls)
+        limiter = trio.CapacityLimiter(create_requests_in_flight)
+        started_s = time.time()
+        try:
+            async with trio.open_nursery() as nursery:
+                for lo, hi in steady_spans(steady_jobs(opts), opts.rate):
+                    send_at_s = steady_due_s(first_due_s, opts.rate, lo) - steady_lead_s
+                    await trio.sleep(max(0.0, send_at_s - time.time()))
+                    if stream.stop.is_set():
+                        nursery.cancel_scope.cancel()
+                        return
+                    for start in range(lo, hi, opts.batch):
+                        nursery.start_soon(one_request, transport, start, min(start + opts.batch, hi), limiter)
+        finally:
+            stream.create_s = time.time() - started_s
+            await transport.aclose()
+
+    try:
+        trio.run(main)
+    except BaseException as exc:  # noqa: BLE001 - any failure ends the run with exit 2; the collector reports it
+        while isinstance(exc, BaseExceptionGroup):
+            exc = exc.exceptions[0]
+        stream.error = str(exc) if isinstance(exc, CannotRun) else f"creation failed: {exc!r}"
+    finally:
+        stream.finished.set()
+
+
+def steady_jobs(opts: Options) -> int:
+    return round(opts.rate * opts.duration_s)
+
+
+def _collect_stream(opts: Options, out: Any, stream: Stream, first_due_s: float, say: Any, tally: Tally) -> None:
+    """Like `_collect`, but the wanted set grows while jobs are created, and a
+    job counts as claimed when its claim came within `--timeout-s` of its own due time."""
+    last_due_s = steady_due_s(first_due_s, opts.rate, steady_jobs(opts) - 1)
+    deadline_s = last_due_s + opts.timeout_s
+    seen: set[str] = set()
+    next_say_s = 0.0
+    quiet_until_s: float | None = None
+    while stream.error is None:
+        now_s = time.time()
+        all_seen = stream.finished.is_set() and len(seen) >= len(stream.job_ids)
+        if quiet_until_s is None and (all_seen or now_s > deadline_s):
+            quiet_until_s = min(now_s, deadline_s) + duplicate_window_s
+        if quiet_until_s is not None and now_s > quiet_until_s:
+            return
+        try:
+            message = out.get(timeout=0.1)
+        except queue_mod.Empty:
+            message = None
+        if message is not None:
+            before = len(tally.claims)
+            _take(tally, message)
+            seen.update(c.job_id for c in tally.claims[before:] if c.claimed_at_s - c.due_at_s <= opts.timeout_s)
+        if now_s >= next_say_s:
+            next_say_s = now_s + progress_every_s
+            phase = f"first due in {first_due_s - now_s:.1f} s" if now_s < first_due_s else f"+{now_s - first_due_s:.1f} s"
+            say(f"created: {len(stream.job_ids)}/{steady_jobs(opts)}, claimed: {len(seen)} ({phase})", live=True)
+
+
+def _run_steady(opts: Options, queue_name: str, say: Any) -> dict[str, Any]:
+    procs, out, stop = _start_workers(opts, queue_name)
+    first_due_s = round(time.time() + steady_lead_s, 3)
+    say(f"steady: {opts.rate:g} runs/s for {opts.duration_s:g} s ({steady_jobs(opts)} jobs) from {iso(first_due_s)}")
+    stream = Stream()
+    creator = threading.Thread(target=_create_stream, args=(opts, queue_name, first_due_s, stream), daemon=True)
+    creator.start()
+    tally = Tally()
+    try:
+        _collect_stream(opts, out, stream, first_due_s, say, tally)
+    finally:
+        stream.stop.set()
+        creator.join(timeout=steady_stop_timeout_s)
+        _stop_workers(procs, out, stop, tally)
+    if stream.error is not None:
+        raise CannotRun(stream.error)
+    last_due_s = steady_due_s(first_due_s, opts.rate, steady_jobs(opts) - 1)
+    return figures(opts, list(stream.job_ids), stream.create_s, first_due_s, tally, last_due_s=last_due_s)
+
+
 # -- figures -----------------------------------------------------------------
 
 
-def figures(opts: Options, job_ids: list[str], create_s: float, due_s: float, tally: Tally) -> dict[str, Any]:
-    deadline_s = due_s + opts.timeout_s
-    in_time = [c for c in tally.claims if c.claimed_at_s <= deadline_s]
+def figures(opts: Options, job_ids: list[str], create_s: float, due_s: float, tally: Tally,
+            *, last_due_s: float | None = None) -> dict[str, Any]:
+    """The report. `due_s` is the spike's due instant, or steady mode's first due
+    time (with `last_due_s` its last): the origin of the per-second series."""
+    steady = last_due_s is not None
+    if steady:
+        in_time = [c for c in tally.claims if c.claimed_at_s - c.due_at_s <= opts.timeout_s]
+    else:
+        in_time = [c for c in tally.claims if c.claimed_at_s <= due_s + opts.timeout_s]
     wanted = set(job_ids)
     claimed_jobs = {c.job_id for c in in_time} & wanted
     pairs = [(c.run_id, c.attempt) for c in tally.claims]
@@ -317,18 +490,17 @@ def figures(opts: Options, job_ids: list[str], create_s: float, due_s: float, ta
     duplicated = (len(pairs) - len(set(pairs))) + sum(len(r) - 1 for r in runs_of_job.values())
     lateness = [c.claimed_at_s - c.due_at_s for c in tally.claims]
     last_claim_s = max((c.claimed_at_s for c in tally.claims), default=None)
-    drain_s = None if last_claim_s is None else last_claim_s - due_s
+    # Spike: drain is from the due instant; steady: from the last due time.
+    drain_s = None if last_claim_s is None else last_claim_s - (last_due_s if steady else due_s)
+    claiming_s = None if last_claim_s is None else last_claim_s - due_s
     first_claim = {}
     for c in tally.claims:
         first_claim.setdefault(c.run_id, c.claimed_at_s)
     result_lag = [t - first_claim[r] for r, t in tally.reported_at_s.items() if r in first_claim]
-    series: dict[int, list[float]] = {}
-    for c in tally.claims:
-        series.setdefault(int((c.claimed_at_s - due_s) // 1), []).append(c.claimed_at_s - c.due_at_s)
     counts = tally.worker_counts
-    return {
-        "mode": "spike",
-        "jobs": opts.jobs,
+    fig = {
+        "mode": "steady" if steady else "spike",
+        "jobs": steady_jobs(opts) if steady else opts.jobs,
         "created": len(job_ids),
         "create_s": round(create_s, 3),
         "created_per_s": round(len(job_ids) / create_s) if create_s > 0 else None,
@@ -338,7 +510,7 @@ def figures(opts: Options, job_ids: list[str], create_s: float, due_s: float, ta
         "lateness_p99_s": _r(pct(lateness, 99)),
         "lateness_max_s": _r(max(lateness, default=None)),
         "drain_s": _r(drain_s),
-        "runs_per_s": round(len(tally.claims) / drain_s) if drain_s and drain_s > 0 else None,
+        "runs_per_s": round(len(tally.claims) / claiming_s) if claiming_s and claiming_s > 0 else None,
         "result_lag_p99_s": _r(pct(result_lag, 99)),
         "reported": len(tally.reported_at_s),
         "lost": len(wanted - claimed_jobs),
@@ -346,13 +518,25 @@ def figures(opts: Options, job_ids: list[str], create_s: float, due_s: float, ta
         "failed": counts.get("failed", 0) + counts.get("rejected", 0) + counts.get("lost", 0),
         "workers": opts.workers,
         "urls": opts.urls,
-        "due_in_s": opts.due_in_s,
+        "due_in_s": steady_lead_s if steady else opts.due_in_s,
         "jitter_s": opts.jitter_s,
-        "series": [
-            {"t_s": t, "claims": len(xs), "lateness_p50_s": _r(pct(xs, 50)), "lateness_p99_s": _r(pct(xs, 99))}
-            for t, xs in sorted(series.items())
-        ],
+        "series": per_second(tally.claims, due_s),
     }
+    if steady:
+        fig |= {"rate": opts.rate, "duration_s": opts.duration_s}
+    return fig
+
+
+def per_second(claims: list[Claim], origin_s: float) -> list[dict[str, Any]]:
+    """Claims and their lateness per whole second of claim time after `origin_s`."""
+    buckets: dict[int, list[float]] = {}
+    for c in claims:
+        buckets.setdefault(int((c.claimed_at_s - origin_s) // 1), []).append(c.claimed_at_s - c.due_at_s)
+    return [
+        {"t_s": t, "claims": len(xs), "lateness_p50_s": _r(pct(xs, 50)), "lateness_p90_s": _r(pct(xs, 90)),
+         "lateness_p99_s": _r(pct(xs, 99)), "lateness_max_s": _r(max(xs))}
+        for t, xs in sorted(buckets.items())
+    ]
 
 
 def _r(value: float | None) -> float | None:
@@ -363,7 +547,9 @@ def summary_rows(fig: dict[str, Any]) -> list[tuple[str, str]]:
     def s(v: Any) -> str:
         return "-" if v is None else (f"{v:.3f} s" if isinstance(v, float) else str(v))
 
+    steady = [("stream", f"{fig['rate']:g} runs/s due for {fig['duration_s']:g} s")] if fig["mode"] == "steady" else []
     return [
+        *steady,
         ("jobs", f"{fig['created']}/{fig['jobs']} created in {fig['create_s']:.2f} s"),
         ("create rate", f"{fig['created_per_s']} jobs/s"),
         ("lateness p50", s(fig["lateness_p50_s"])),
@@ -595,22 +781,52 @@ class Say:
             self._width = 0
 
 
-def run(opts: Options) -> int:
-    """The whole spike; returns the exit status (0, 1 lost/duplicated, 2 cannot run)."""
-    say = Say(opts.progress and sys.stdout.isatty())
+def _check(opts: Options) -> str | None:
+    """Why these options cannot run, or None."""
     if opts.spawn > 1:
-        print("tempo loadgen: --spawn 3: cluster mode is not available in this version", file=sys.stderr)
-        return 2
-    if not 1 <= opts.batch <= limits.batch_jobs_max or opts.jobs < 1 or opts.workers < 1:
-        print("tempo loadgen: need --jobs ≥ 1, --workers ≥ 1 and --batch in 1..1000", file=sys.stderr)
-        return 2
+        return "--spawn 3: cluster mode is not available in this version"
+    steady = opts.rate > 0 or opts.duration_s > 0
+    if steady and opts.jobs:
+        return "give either --jobs N (the spike) or --rate R --duration-s D (steady), not both"
+    if steady and not (opts.rate > 0 and opts.duration_s > 0 and 1 <= steady_jobs(opts) <= steady_jobs_max):
+        return f"steady mode needs --rate R > 0 and --duration-s D > 0, with R × D in 1..{steady_jobs_max}"
+    if not steady and opts.jobs < 1:
+        return "need --jobs ≥ 1 (the spike), or --rate R --duration-s D (steady)"
+    if not 1 <= opts.batch <= limits.batch_jobs_max or opts.workers < 1:
+        return f"need --workers ≥ 1 and --batch in 1..{limits.batch_jobs_max}"
+    return None
+
+
+def _run_spike(opts: Options, queue_name: str, say: Any) -> dict[str, Any]:
+    due_s = round(time.time() + opts.due_in_s, 3)
+    procs, out, stop = _start_workers(opts, queue_name)
     try:
+        job_ids, create_s = _create(opts, queue_name, due_s, say)
+    except CannotRun:
+        for proc in procs:
+            proc.kill()
+        raise
+    say(f"created {len(job_ids)} jobs in {create_s:.2f} s; due at {iso(due_s)}")
+    tally = Tally()
+    try:
+        _collect(opts, out, job_ids, due_s, say, tally)
+    finally:
+        _stop_workers(procs, out, stop, tally)
+    return figures(opts, job_ids, create_s, due_s, tally)
+
+
+def run(opts: Options) -> int:
+    """The spike or the steady stream; returns the exit status (0, 1 lost/duplicated, 2 cannot run)."""
+    say = Say(opts.progress and sys.stdout.isatty())
+    problem = _check(opts)
+    try:
+        if problem is not None:
+            raise CannotRun(problem)
         json_path, html_path = (None, "") if opts.no_report else report_paths(opts.report, time.time())
     except CannotRun as exc:
         print(f"tempo loadgen: {exc}", file=sys.stderr)
         return 2
     server: subprocess.Popen | None = None
-    procs: list[Any] = []
     with tempfile.TemporaryDirectory(prefix="tempo-loadgen-") as tmp:
         try:
             if opts.spawn:
@@ -619,28 +835,16 @@ def run(opts: Options) -> int:
             _wait_ready(opts.urls, server)
             say(f"server: {', '.join(opts.urls)}")
             queue_name = f"loadgen-{uuid.uuid4().hex[:12]}"
-            started_s = time.time()
-            due_s = round(started_s + opts.due_in_s, 3)
-            procs, out, stop = _start_workers(opts, queue_name)
-            job_ids, create_s = _create(opts, queue_name, due_s, say)
-            say(f"created {len(job_ids)} jobs in {create_s:.2f} s; due at {iso(due_s)}")
-            tally = Tally()
-            try:
-                _collect(opts, out, job_ids, due_s, say, tally)
-            finally:
-                _stop_workers(procs, out, stop, tally)
+            steady = opts.rate > 0
+            fig = _run_steady(opts, queue_name, say) if steady else _run_spike(opts, queue_name, say)
             say.end()
         except CannotRun as exc:
             say.end()
             print(f"tempo loadgen: {exc}", file=sys.stderr)
-            for proc in procs:
-                if proc.is_alive():
-                    proc.kill()
             return 2
         finally:
             if server is not None:
                 _stop_server(server)
-    fig = figures(opts, job_ids, create_s, due_s, tally)
     print(summary(fig))
     if json_path is not None:
         write_reports(fig, json_path, html_path)
