@@ -13,6 +13,7 @@ import trio
 import trio.testing
 
 from tempo import clock, errors, ids
+from tempo.engine import keys
 from tempo.engine.commands import Result
 from tempo.engine.commit import Committer
 from tempo.engine.dispatch import Dispatcher
@@ -239,3 +240,27 @@ async def test_claims_from_an_unknown_queue_are_empty(node, fast_clock):
 
 def test_the_fake_clock_starts_where_the_tests_say():
     assert datetime.fromtimestamp(T0_MS / 1000, UTC).year == 2027
+
+
+async def test_pause_cancels_retries_and_triggered_runs_too(node, fast_clock):
+    job_id = await node.create(schedule=at(0), retry=RetryIn(max_attempts=3, backoff_s=[5]))
+    [claimed] = await node.claim(wait_s=1)
+    assert (await node.report(claimed, ok=False)).status == "waiting"
+    triggered = await node.jobs.trigger(OWNER, job_id)
+    await node.jobs.pause(OWNER, job_id)
+    assert node.run_of(claimed).status == "cancelled"
+    assert node.store.get_run_any(job_id, triggered.nominal_ms).status == "cancelled"
+    assert await node.claim(wait_s=10) == []
+
+
+async def test_a_result_for_an_attempt_that_never_was_or_expired_is_stale(node, fast_clock):
+    await node.create(schedule=at(0), lease_s=5)
+    await trio.sleep(0.5)
+    [waiting_key] = list(node.dispatcher.queue_of)
+    _, _, _, job_id, nominal_ms = keys.parse_run_key(waiting_key)
+    never = Result(job_id, nominal_ms, 0, False, None, "made up")
+    assert isinstance((await node.dispatcher.report(OWNER, [never]))[0], errors.StaleAttempt)
+    [claimed] = await node.claim(wait_s=1)
+    await trio.sleep(6)  # the lease expires: the run waits for attempt 2
+    assert node.run_of(claimed).status == "waiting"
+    assert isinstance(await node.report(claimed, ok=False), errors.StaleAttempt)

@@ -459,13 +459,18 @@ class _Tx:
         if job is None:
             return errors.NotFound(f"no job {cmd.job_id}")
         if job.state != "active":
-            return job  # paused already, or completed: nothing waits
-        if job.slot_ms is not None:
-            runs_key = self.run_key_at_slot(job.id, job.slot_ms)
-            run = None if runs_key is None else _run_dec.decode(self.txn.get(runs_key, db=self.runs))
-            if run is not None and run.status == "waiting":
-                run.status = "cancelled"
-                self.put_run(run, runs_key, "waiting")
+            return job  # paused already, or completed
+        # Every waiting run of the job: its scheduled one, retries of earlier
+        # runs and triggered runs alike, so a paused job runs nothing it did
+        # not run already (a trigger after the pause still runs).
+        waiting: list[tuple[bytes, Run]] = []
+        for _, runs_key in self.slots_desc(job.id, 0, 1 << 63):
+            run = _run_dec.decode(self.txn.get(runs_key, db=self.runs))
+            if run.status == "waiting":
+                waiting.append((runs_key, run))
+        for runs_key, run in waiting:
+            run.status = "cancelled"
+            self.put_run(run, runs_key, "waiting")
         job.state = "paused"
         job.next_run_at_ms = None
         self.put_job(job)
@@ -588,8 +593,10 @@ class _Tx:
             return errors.StaleAttempt(f"attempt {result.attempt} is not the current one ({run.attempt})")
         if run.status != "claimed":
             # This attempt's result was applied before: the same report again is
-            # harmless; a different one for a finished attempt is stale.
-            repeat = run.status == "done" if result.ok else run.status in ("waiting", "failed")
+            # harmless; any other one for an attempt that ended (by a result or
+            # an expired lease) is stale.
+            same = run.status == "done" if result.ok else run.status in ("waiting", "failed")
+            repeat = same and run.attempt >= 1 and (run.output, run.error) == (result.output, result.error)
             return run if repeat else errors.StaleAttempt(f"attempt {result.attempt} already ended")
         run.lease_expires_ms = None
         run.output = result.output
