@@ -87,8 +87,12 @@ http_executor_concurrency = 64
 http_executor_batch_runs = 100
 events_page_max = 1000
 events_wait_s_max = 60
-# Rows one loader step may read before yielding to the event loop.
+# Rows one loader step may read before yielding to the event loop, and the
+# runs the dispatcher holds in memory (wheel and ready queues) at most; past
+# that, older runs stream in as claims take them out.
 loader_rows_per_step = 5000
+dispatch_memory_runs_max = 100_000
 
 assert readahead_ms >= 1000
+assert claim_runs_max * 10 <= dispatch_memory_runs_max
 assert dispatch_tick_ms <= lease_check_ms

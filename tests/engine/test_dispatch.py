@@ -264,3 +264,31 @@ async def test_a_result_for_an_attempt_that_never_was_or_expired_is_stale(node, 
     await trio.sleep(6)  # the lease expires: the run waits for attempt 2
     assert node.run_of(claimed).status == "waiting"
     assert isinstance(await node.report(claimed, ok=False), errors.StaleAttempt)
+
+
+async def test_a_backlog_streams_through_memory_oldest_first(node, fast_clock, monkeypatch):
+    from tempo import limits
+
+    monkeypatch.setattr(limits, "dispatch_memory_runs_max", 50)
+    for minute in range(5):
+        bodies = [JobCreate(target="queue:work", schedule=at(60 * minute + i / 10)) for i in range(40)]
+        await node.jobs.create(OWNER, bodies, from_msgpack=False)
+    await trio.sleep(5 * 60)  # nobody claims: 200 runs are overdue, over five minutes
+    due_seen: list[int] = []
+    while len(due_seen) < 200:
+        assert len(node.dispatcher.queue_of) <= 50 + 40  # the cap, plus one minute's scan
+        claimed = await node.claim(wait_s=1, runs_max=30)
+        assert claimed, f"stalled after {len(due_seen)}"
+        due_seen += [c.run.due_ms for c in claimed]
+    assert due_seen == sorted(due_seen)
+    assert due_seen[-1] - due_seen[0] >= 4 * 60_000  # five minutes of due times, in order
+
+
+async def test_a_claimed_run_not_loaded_yet_keeps_its_heartbeat(node, fast_clock):
+    await node.create(schedule=at(0), lease_s=30)
+    [claimed] = await node.claim(wait_s=1)
+    node.dispatcher.leases.clear()  # as after a restart, before its minute is loaded
+    run_id = ids.run_id(claimed.run.job_id, claimed.run.nominal_ms)
+    assert abs(node.dispatcher.heartbeat(OWNER, run_id, 1) - (fake_now_ms() + 30_000)) <= 50
+    with pytest.raises(errors.StaleAttempt):
+        node.dispatcher.heartbeat(OWNER, run_id, 2)

@@ -85,18 +85,32 @@ class Dispatcher:
     # -- memory from the tables ----------------------------------------------
 
     def load(self, now_ms: int) -> None:
-        """Loads every open run due before the end of the read-ahead window.
+        """Loads open runs, oldest due minute first, towards the end of the
+        read-ahead window: a few minutes a call, and only while memory holds
+        fewer than `limits.dispatch_memory_runs_max` runs, so a backlog of a
+        million overdue runs (after an outage) neither delays readiness nor
+        fills memory; it streams through as it is claimed.
 
-        Synchronous on purpose: no commit's change feed can interleave with a
-        scan, so each run is either in the scanned snapshot or in the feed."""
+        Each minute is scanned whole and `loaded_until_ms` moves past it in the
+        same synchronous step, so every run is either in a scan or, once its
+        minute is loaded, in the change feed. A run that is both (its commit
+        landed between a scan and its feed) is remembered once; and the claim
+        command only claims a waiting run, so nothing is handed out twice."""
         until_ms = (keys.minute_of(now_ms + self.readahead_ms) + 1) * limits.minute_ms
-        lo_ms = self.loaded_until_ms
-        for minute in self.store.open_minutes(keys.minute_of(until_ms)):
-            if (minute + 1) * limits.minute_ms <= lo_ms:
-                continue
-            for runs_key, run, job in self.store.scan_minute(minute, lo_ms, until_ms):
+        rows = 0
+        while self.loaded_until_ms < until_ms and rows < limits.loader_rows_per_step:
+            if len(self.queue_of) >= limits.dispatch_memory_runs_max:
+                return
+            lo_ms = self.loaded_until_ms
+            minutes = self.store.open_minutes(keys.minute_of(lo_ms), keys.minute_of(until_ms), 1)
+            if not minutes:
+                self.loaded_until_ms = until_ms
+                return
+            found = self.store.scan_minute(minutes[0], lo_ms, until_ms)
+            for runs_key, run, job in found:
                 self._remember(runs_key, run, job, now_ms)
-        self.loaded_until_ms = until_ms
+            rows += len(found) + 1
+            self.loaded_until_ms = min(until_ms, (minutes[0] + 1) * limits.minute_ms)
 
     def _remember(self, runs_key: bytes, run: Run, job: Job, now_ms: int) -> None:
         if run.status == "waiting":
@@ -283,9 +297,15 @@ class Dispatcher:
             raise errors.NotFound(f"no run {run_id}")
         lease = self.leases.get(parsed)
         if lease is None or lease.attempt != attempt:
-            if self.store.get_run_any(*parsed) is None:
+            run = self.store.get_run_any(*parsed)
+            if run is None:
                 raise errors.NotFound(f"no run {run_id}")
-            raise errors.StaleAttempt(f"attempt {attempt} of run {run_id} no longer holds it")
+            if lease is not None or run.status != "claimed" or run.attempt != attempt:
+                raise errors.StaleAttempt(f"attempt {attempt} of run {run_id} no longer holds it")
+            # Claimed, but its minute is not loaded yet (a restart with a
+            # backlog): it gets the full lease a loaded run would get.
+            lease = Lease(attempt, 0, job.lease_s)
+            self.leases[parsed] = lease
         lease.expires_ms = self.now_ms() + lease.lease_s * 1000
         heapq.heappush(self._lease_heap, (lease.expires_ms, parsed[0], parsed[1], attempt))
         return lease.expires_ms

@@ -205,16 +205,18 @@ class Store:
         with self.env.begin() as txn:
             return {name: list(txn.cursor(db=db)) for name, db in self.db.items()}
 
-    def open_minutes(self, minute_hi: int) -> list[int]:
-        """The due minutes below `minute_hi` that hold a waiting or claimed run,
-        oldest first: where a loader starts, so nothing is skipped after a
-        restart and finished history is never read."""
+    def open_minutes(self, minute_lo: int, minute_hi: int, count_max: int) -> list[int]:
+        """Up to `count_max` due minutes in [minute_lo, minute_hi) that hold a
+        waiting or claimed run, oldest first: where a loader goes next, so
+        nothing is skipped after a restart and finished history is never read."""
         found: list[int] = []
         with self.env.begin() as txn:
             cur = txn.cursor(db=self.db["open_minutes"])
+            if not cur.set_range(_MINUTE.pack(minute_lo)):
+                return found
             for key in cur.iternext(keys=True, values=False):
                 minute = _MINUTE.unpack(key)[0]
-                if minute >= minute_hi:
+                if minute >= minute_hi or len(found) >= count_max:
                     break
                 found.append(minute)
         return found
