@@ -56,6 +56,8 @@ def test_a_one_off_runs_within_a_second_of_due(client):
     assert run["job_id"] == job["id"] and run["payload"] == {"n": 1} and run["target"] == f"queue:{queue}"
     assert run["attempt"] == 1 and run["status"] == "claimed" and run["lease_s"] == 60
     assert timedelta(0) <= claimed_at - parse(run["due_at"]) < timedelta(seconds=1)
+    shown = client.get(f"/v1/jobs/{job['id']}").json()
+    assert shown["state"] == "active" and shown["next_run_at"] is None  # its run is claimed
     assert result(client, run, output="fine").json()["status"] == "done"
     assert client.get(f"/v1/jobs/{job['id']}").json()["state"] == "completed"
 

@@ -63,6 +63,9 @@ class Claim(msgspec.Struct, array_like=True):
     # and its due time, created in the same commit (API.md "Runs").
     next_slot_ms: int | None = None
     next_due_ms: int | None = None
+    # The job is a one-off (schedules never change): apply need not read or
+    # write the job to claim its run.
+    one_off: bool = False
 
 
 class ClaimRuns(msgspec.Struct, tag="claim_runs", array_like=True):

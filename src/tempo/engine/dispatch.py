@@ -253,7 +253,7 @@ class Dispatcher:
                 if job is None:
                     continue
                 jobs[job_id] = job
-            claim = Claim(job_id, nominal_ms, at_ms + job.lease_s * 1000)
+            claim = Claim(job_id, nominal_ms, at_ms + job.lease_s * 1000, one_off=not job.schedule.repeating)
             if job.schedule.repeating and job.state == "active" and job.slot_ms == nominal_ms:
                 nxt = next_slot_after_claim(job, nominal_ms, at_ms)
                 if nxt is not None:

@@ -138,7 +138,8 @@ class Store:
 
     def get_job(self, owner: str, job_id: str) -> Job:
         with self.env.begin() as txn:
-            job = _Tx(txn, self.db).job(owner, job_id)
+            tx = _Tx(txn, self.db)
+            job = tx.fresh(tx.job(owner, job_id))
         if job is None:
             raise errors.NotFound(f"no job {job_id}")
         return job
@@ -149,6 +150,7 @@ class Store:
         start = prefix + (keys.job_key(cursor) if cursor else b"\xff")
         jobs: list[Job] = []
         with self.env.begin() as txn:
+            tx = _Tx(txn, self.db)
             by_owner = txn.cursor(db=self.db["jobs_by_owner"])
             jobs_db = self.db["jobs"]
             found = by_owner.set_range(start)
@@ -157,7 +159,7 @@ class Store:
                 key = by_owner.key()
                 if not key.startswith(prefix):
                     break
-                jobs.append(_job_dec.decode(txn.get(key[len(prefix) :], db=jobs_db)))
+                jobs.append(tx.fresh(_job_dec.decode(txn.get(key[len(prefix) :], db=jobs_db))))
                 found = by_owner.prev()
         if len(jobs) > limit:
             return jobs[:limit], jobs[limit - 1].id
@@ -304,6 +306,16 @@ class _Tx:
 
     # -- reads inside the transaction ----------------------------------------
 
+    def fresh(self, job: Job | None) -> Job | None:
+        """The job as the API shows it: a one-off's `next_run_at` only while
+        its run is waiting (a claim does not rewrite the job)."""
+        if job is None or job.schedule.repeating or job.next_run_at_ms is None or job.slot_ms is None:
+            return job
+        run = self.run_at_slot(job.id, job.slot_ms)
+        if run is None or run.status != "waiting":
+            job.next_run_at_ms = None
+        return job
+
     def job(self, owner: str, job_id: str) -> Job | None:
         if not ids.is_job_id(job_id):
             return None
@@ -417,9 +429,9 @@ class _Tx:
             case CreateJobs():
                 return [self.create_job(item) for item in command.jobs]  # type: ignore[return-value]
             case PauseJob():
-                return self.pause_job(command)
+                return self._fresh_outcome(self.pause_job(command))
             case ResumeJob():
-                return self.resume_job(command)
+                return self._fresh_outcome(self.resume_job(command))
             case DeleteJob():
                 return self.delete_job(command)
             case TriggerJob():
@@ -432,6 +444,9 @@ class _Tx:
                 return [self.expire_lease(command.at_ms, expiry) for expiry in command.expiries]
         raise AssertionError(f"unknown command {type(command).__name__}")
 
+    def _fresh_outcome(self, outcome: Job | errors.TempoError) -> Job | errors.TempoError:
+        return self.fresh(outcome) if isinstance(outcome, Job) else outcome  # type: ignore[return-value]
+
     def create_job(self, item: NewJob) -> Created | errors.TempoError:
         job = item.job
         if job.request_key is not None:
@@ -443,7 +458,7 @@ class _Tx:
                     return errors.RequestKeyReused(
                         f"request key {job.request_key!r} was used for another body"
                     )
-                existing = self.job(job.owner, entry.job_id)
+                existing = self.fresh(self.job(job.owner, entry.job_id))
                 assert existing is not None, "a request key outlived its job"
                 return Created(existing, new=False)
             self.txn.put(req_key, _enc.encode(RequestKeyEntry(job.id, item.body_hash)), db=self.reqkeys)
@@ -565,13 +580,17 @@ class _Tx:
         if found is None or found[1].status != "waiting" or found[1].due_ms > cmd.at_ms:
             return None
         runs_key, run = found
-        job = self._job_any(run.job_id)
         run.status = "claimed"
         run.attempt += 1
         run.worker = cmd.worker
         run.lease_expires_ms = claim.lease_expires_ms
         run.started_ms = cmd.at_ms
         self.put_run(run, runs_key, "waiting")
+        if claim.one_off:
+            # The job's `next_run_at` still names this run's due time; reads
+            # show it only while the run waits (`_Tx.fresh`).
+            return run
+        job = self._job_any(run.job_id)
         if job.slot_ms != run.nominal_ms or run.triggered:
             return run  # a retry, a re-delivery or a triggered run: the schedule moved on already
         if job.schedule.repeating and job.state == "active" and claim.next_slot_ms is not None:
