@@ -227,42 +227,30 @@ def job_view(job: Job) -> JobOut:
     )
 
 
-def run_view(run: Run) -> RunOut:
-    return RunOut(
-        id=ids.run_id(run.job_id, run.nominal_ms),
-        job_id=run.job_id,
-        nominal_at=clock.iso_from_ms(run.nominal_ms),
-        due_at=clock.iso_from_ms(run.due_ms),
-        status=run.status,
-        attempt=run.attempt,
-        worker=run.worker,
-        lease_expires_at=clock.iso_or_none(run.lease_expires_ms),
-        started_at=clock.iso_or_none(run.started_ms),
-        finished_at=clock.iso_or_none(run.finished_ms),
-        output=run.output,
-        error=run.error,
+def _run_fields(run: Run) -> tuple:
+    """A run's API fields, in `RunOut`'s order (`ClaimedRunOut` extends it)."""
+    return (
+        ids.run_id(run.job_id, run.nominal_ms),
+        run.job_id,
+        clock.iso_from_ms(run.nominal_ms),
+        clock.iso_from_ms(run.due_ms),
+        run.status,
+        run.attempt,
+        run.worker,
+        clock.iso_or_none(run.lease_expires_ms),
+        clock.iso_or_none(run.started_ms),
+        clock.iso_or_none(run.finished_ms),
+        run.output,
+        run.error,
     )
+
+
+def run_view(run: Run) -> RunOut:
+    return RunOut(*_run_fields(run))
 
 
 def claimed_view(run: Run, job: Job) -> ClaimedRunOut:
-    iso = clock.iso_from_ms
-    return ClaimedRunOut(
-        id=ids.run_id(run.job_id, run.nominal_ms),
-        job_id=run.job_id,
-        nominal_at=iso(run.nominal_ms),
-        due_at=iso(run.due_ms),
-        status=run.status,
-        attempt=run.attempt,
-        worker=run.worker,
-        lease_expires_at=clock.iso_or_none(run.lease_expires_ms),
-        started_at=clock.iso_or_none(run.started_ms),
-        finished_at=clock.iso_or_none(run.finished_ms),
-        output=run.output,
-        error=run.error,
-        target=job.target,
-        payload=job.payload,
-        lease_s=job.lease_s,
-    )
+    return ClaimedRunOut(*_run_fields(run), job.target, job.payload, job.lease_s)
 
 
 # -- the service -------------------------------------------------------------------
