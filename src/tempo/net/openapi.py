@@ -19,6 +19,15 @@ _STRUCTS = (
     schema.PreviewOut,
     schema.Problem,
     schema.Health,
+    schema.ClaimIn,
+    schema.ClaimOut,
+    schema.HeartbeatIn,
+    schema.HeartbeatOut,
+    schema.HeartbeatsIn,
+    schema.ResultIn,
+    schema.ResultsIn,
+    schema.BatchAck,
+    schema.EventsPage,
 )
 
 
@@ -95,9 +104,40 @@ def _paths() -> dict[str, Any]:
         "/v1/schedules/preview": {
             "post": _op("When a schedule runs", {"200": _json(schema.PreviewOut, "the times")}, body=schema.PreviewIn),
         },
+        **_worker_paths(),
         "/healthz": {"get": {"summary": "Liveness", "responses": {"200": _json(schema.Health, "serving")}}},
+        "/metrics": {"get": {"summary": "Prometheus metrics", "responses": {
+            "200": {"description": "text format", "content": {"text/plain": {"schema": {"type": "string"}}}}}}},
+        "/v1/openapi.json": {"get": {"summary": "This document", "responses": {
+            "200": {"description": "OpenAPI 3.1", "content": {"application/json": {"schema": {"type": "object"}}}}}}},
         "/readyz": {"get": {"summary": "Readiness", "responses": {
             "200": _json(schema.Health, "ready"), "503": _json(schema.Health, "not ready")}}},
+    }
+
+
+def _worker_paths() -> dict[str, Any]:
+    run_id = _param("run_id", "path", {"type": "string"}, "the run ID", True)
+    ack = _json(schema.BatchAck, "accepted and rejected runs")
+    stale = _problem("stale_attempt: the attempt is no longer current")
+    return {
+        "/v1/claim": {"post": _op("Take due runs", {"200": _json(schema.ClaimOut, "the claimed runs")},
+                                  body=schema.ClaimIn)},
+        "/v1/runs/{run_id}/heartbeat": {"post": _op(
+            "Extend a lease", {"200": _json(schema.HeartbeatOut, "the new lease"), "409": stale},
+            body=schema.HeartbeatIn, params=[run_id])},
+        "/v1/runs/{run_id}/result": {"post": _op(
+            "Report a result", {"200": _json(schema.RunOut, "the run"), "409": stale,
+                                "413": _problem("output too large")},
+            body=schema.ResultIn, params=[run_id])},
+        "/v1/heartbeats": {"post": _op("Extend many leases", {"200": ack}, body=schema.HeartbeatsIn)},
+        "/v1/results": {"post": _op("Report many results", {"200": ack, "413": _problem("output too large")},
+                                    body=schema.ResultsIn)},
+        "/v1/events": {"get": _op("The owner's events, oldest first", {
+            "200": _json(schema.EventsPage, "a page")}, params=[
+            _param("after", "query", {"type": "string"}, "a cursor"),
+            _param("wait_s", "query", {"type": "number", "minimum": 0, "maximum": 60}, "long-poll seconds"),
+            _PAGE[0],
+        ])},
     }
 
 
