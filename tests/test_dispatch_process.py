@@ -259,3 +259,10 @@ def test_sigkill_with_claimed_and_waiting_runs_loses_none(fresh_server):
         assert done == job_ids
         held_ids = {r["id"] for r in held}
         assert all(max(attempts[i]) == 2 for i in held_ids)  # re-delivered after the restart's lease
+
+
+def test_a_single_node_reports_itself_as_the_leader_of_one(client, server):
+    view = client.get("/v1/cluster").json()
+    assert view["node"] == view["leader"] == "n1"
+    assert view["nodes"] == [{"id": "n1", "url": server.url, "role": "leader"}]
+    assert view["commit_index"] == view["applied_index"] >= 1

@@ -156,6 +156,21 @@ class Health(msgspec.Struct):
     status: str
 
 
+class ClusterNode(msgspec.Struct):
+    id: str
+    url: str
+    role: Literal["leader", "follower", "candidate", "unknown"]
+
+
+class ClusterOut(msgspec.Struct):
+    node: str
+    leader: str | None
+    term: int
+    commit_index: int
+    applied_index: int
+    nodes: list[ClusterNode]
+
+
 # -- workers ---------------------------------------------------------------------
 
 Attempt = Annotated[int, Meta(ge=0, le=1_000_000)]

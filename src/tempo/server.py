@@ -90,6 +90,7 @@ async def serve(options: ServeOptions, *, task_status: trio.TaskStatus[str] = tr
                         )
                         ready = True
                         url = binds[0]
+                        api.url = url
                         print(f"tempo serving on {url}", flush=True)
                         task_status.started(url)
                     # hypercorn has returned: no request is in flight any more.

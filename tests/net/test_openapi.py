@@ -13,7 +13,7 @@ SERVED = {
     ("/v1/runs/{run_id}/result", "post"), ("/v1/claim", "post"),
     ("/v1/heartbeats", "post"), ("/v1/results", "post"), ("/v1/events", "get"),
     ("/v1/schedules/preview", "post"), ("/healthz", "get"), ("/readyz", "get"),
-    ("/metrics", "get"), ("/v1/openapi.json", "get"),
+    ("/metrics", "get"), ("/v1/openapi.json", "get"), ("/v1/cluster", "get"),
 }
 
 

@@ -33,6 +33,8 @@ from tempo.schema import (
     BatchItemResult,
     ClaimIn,
     ClaimOut,
+    ClusterNode,
+    ClusterOut,
     EventOut,
     EventsPage,
     Health,
@@ -52,6 +54,7 @@ from tempo.schema import (
     RunsPage,
 )
 
+SINGLE_NODE_ID = "n1"
 _create = decoders(JobCreate)
 _batch = decoders(JobBatchCreate)
 _preview = decoders(PreviewIn)
@@ -73,6 +76,9 @@ class Api:
         self.dispatcher = dispatcher
         self.is_ready = is_ready
         self.requests: Counter[tuple[str, int]] = Counter()
+        # A single node is its own leader; set by the server once it listens.
+        self.node_id = SINGLE_NODE_ID
+        self.url = ""
         self.openapi_body = _json_enc.encode(openapi.document())
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
@@ -117,6 +123,8 @@ class Api:
                 return "healthz", {"GET": self.healthz}
             case ["readyz"]:
                 return "readyz", {"GET": self.readyz}
+            case ["v1", "cluster"]:
+                return "cluster", {"GET": self.cluster}
             case ["metrics"]:
                 return "metrics", {"GET": self.metrics}
             case ["v1", "openapi.json"]:
@@ -331,6 +339,13 @@ class Api:
         if self.is_ready():
             return encode(request, Health("ready"))
         return Response(503, _json_enc.encode(Health("not ready")), headers=[(b"retry-after", b"1")])
+
+    async def cluster(self, request: Request) -> Response:
+        """This node's view. A single node is the leader of a cluster of one;
+        every entry it applied is committed (term 0: no election was held)."""
+        applied = self.store.applied_index()
+        me = ClusterNode(self.node_id, self.url, "leader")
+        return encode(request, ClusterOut(self.node_id, self.node_id, 0, applied, applied, [me]))
 
     async def openapi(self, request: Request) -> Response:
         return Response(200, self.openapi_body)

@@ -28,6 +28,7 @@ _STRUCTS = (
     schema.ResultsIn,
     schema.BatchAck,
     schema.EventsPage,
+    schema.ClusterOut,
 )
 
 
@@ -110,6 +111,8 @@ def _paths() -> dict[str, Any]:
             "200": {"description": "text format", "content": {"text/plain": {"schema": {"type": "string"}}}}}}},
         "/v1/openapi.json": {"get": {"summary": "This document", "responses": {
             "200": {"description": "OpenAPI 3.1", "content": {"application/json": {"schema": {"type": "object"}}}}}}},
+        "/v1/cluster": {"get": {"summary": "This node's view of the cluster", "responses": {
+            "200": _json(schema.ClusterOut, "nodes, leader, term and indexes")}}},
         "/readyz": {"get": {"summary": "Readiness", "responses": {
             "200": _json(schema.Health, "ready"), "503": _json(schema.Health, "not ready")}}},
     }
