@@ -38,7 +38,8 @@ def tempo_command() -> list[str]:
 class Server:
     """One `tempo serve` process; `restart` keeps its data dir and port."""
 
-    def __init__(self, data_dir: Path, port: int | None = None):
+    def __init__(self, data_dir: Path, port: int | None = None, extra_args: tuple[str, ...] = ()):
+        self.extra_args = extra_args
         self.data_dir = data_dir
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -54,7 +55,8 @@ class Server:
         assert self.proc is None or self.proc.poll() is not None
         log = open(self.log_path, "ab")  # noqa: SIM115 - closed with the process
         self.proc = subprocess.Popen(
-            [*tempo_command(), "serve", "--data-dir", str(self.data_dir), "--listen", f"127.0.0.1:{self.port}"],
+            [*tempo_command(), "serve", "--data-dir", str(self.data_dir), "--listen", f"127.0.0.1:{self.port}",
+             *self.extra_args],
             stdout=log,
             stderr=subprocess.STDOUT,
         )

@@ -147,6 +147,7 @@ def _add_serve_parser(sub: argparse._SubParsersAction) -> None:
     serve.add_argument("--node", help="this node's ID in a cluster")
     serve.add_argument("--peers", help="ID=URL,... of every node of the cluster, this one included")
     serve.add_argument("--insecure", action="store_true", help="allow a non-loopback --listen without tokens")
+    serve.add_argument("--config", help="TOML config file (tokens)")
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -160,7 +161,9 @@ def _serve(args: argparse.Namespace) -> int:
     except server.ServeError as exc:
         print(f"tempo serve: {exc}", file=sys.stderr)
         return 2
-    options = server.ServeOptions(data_dir=args.data_dir, host=host, port=port, insecure=args.insecure)
+    options = server.ServeOptions(
+        data_dir=args.data_dir, host=host, port=port, insecure=args.insecure, config_path=args.config
+    )
     return server.main(options)
 
 

@@ -49,6 +49,14 @@ class Conflict(TempoError):
     type = "conflict"
 
 
+class Unauthorized(TempoError):
+    type = "unauthorized"
+
+
+class Forbidden(TempoError):
+    type = "forbidden"
+
+
 class MethodNotAllowed(TempoError):
     type = "method_not_allowed"
 

@@ -11,11 +11,14 @@ import hypercorn.trio
 import trio
 
 from tempo import limits
+from tempo.config import Config, ConfigError
+from tempo.config import load as load_config
 from tempo.engine.commit import Committer
 from tempo.engine.dispatch import Dispatcher
 from tempo.engine.jobs import Jobs
 from tempo.engine.store import Store
 from tempo.net.api import Api
+from tempo.net.auth import Authenticator
 from tempo.net.executor import HttpExecutor
 
 
@@ -25,6 +28,7 @@ class ServeOptions:
     host: str = "127.0.0.1"
     port: int = 8700
     insecure: bool = False
+    config_path: str | None = None
 
 
 class ServeError(Exception):
@@ -47,8 +51,8 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def check_options(options: ServeOptions) -> None:
-    if not options.insecure and not is_loopback(options.host):
+def check_options(options: ServeOptions, config: Config) -> None:
+    if not config.tokens and not options.insecure and not is_loopback(options.host):
         raise ServeError(
             f"refusing to listen on {options.host} with no tokens configured: "
             "anyone who reaches it could do anything; use --insecure to do so anyway"
@@ -68,14 +72,18 @@ def _hypercorn_config(options: ServeOptions) -> hypercorn.config.Config:
 
 async def serve(options: ServeOptions, *, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
     """Runs one node until SIGTERM or SIGINT; in-flight writes finish first."""
-    check_options(options)
+    try:
+        config = load_config(options.config_path) if options.config_path else Config()
+    except ConfigError as exc:
+        raise ServeError(f"--config: {exc}") from None
+    check_options(options, config)
     store = Store(options.data_dir)
     try:
         committer = Committer(store)
         jobs = Jobs(store, committer)
         dispatcher = Dispatcher(store, committer)
         ready = False
-        api = Api(store, jobs, dispatcher, is_ready=lambda: ready)
+        api = Api(store, jobs, dispatcher, is_ready=lambda: ready, auth=Authenticator(config.tokens))
         stop = trio.Event()
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async with trio.open_nursery() as nursery:

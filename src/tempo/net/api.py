@@ -13,7 +13,7 @@ from tempo.engine.commands import Result
 from tempo.engine.dispatch import LATENESS_BUCKETS_S, Dispatcher
 from tempo.engine.jobs import Jobs
 from tempo.engine.store import Created, Store
-from tempo.net import openapi
+from tempo.net import auth, openapi
 from tempo.net.asgi import (
     PROBLEM,
     Request,
@@ -28,6 +28,7 @@ from tempo.net.asgi import (
     read_body,
     send_response,
 )
+from tempo.net.auth import Authenticator
 from tempo.schema import (
     BatchAck,
     BatchItemResult,
@@ -55,6 +56,18 @@ from tempo.schema import (
 )
 
 SINGLE_NODE_ID = "n1"
+NEEDS = {
+    "healthz": auth.PUBLIC,
+    "readyz": auth.PUBLIC,
+    "metrics": auth.PUBLIC,
+    "openapi": auth.PUBLIC,
+    "cluster": auth.ANY,
+    "claim": auth.WORKER,
+    "run_heartbeat": auth.WORKER,
+    "run_result": auth.WORKER,
+    "heartbeats": auth.WORKER,
+    "results": auth.WORKER,
+}  # every other route: a client's or an admin's token
 _create = decoders(JobCreate)
 _batch = decoders(JobBatchCreate)
 _preview = decoders(PreviewIn)
@@ -70,7 +83,16 @@ _instant = msgspec.json.Decoder(Instant)
 class Api:
     """Routes requests to the services; owns no state but counters."""
 
-    def __init__(self, store: Store, jobs: Jobs, dispatcher: Dispatcher, *, is_ready: Callable[[], bool]):
+    def __init__(
+        self,
+        store: Store,
+        jobs: Jobs,
+        dispatcher: Dispatcher,
+        *,
+        is_ready: Callable[[], bool],
+        auth: Authenticator | None = None,
+    ):
+        self.auth = auth or Authenticator(())
         self.store = store
         self.jobs = jobs
         self.dispatcher = dispatcher
@@ -96,9 +118,10 @@ class Api:
         route = "unknown"
         try:
             request.query = parse_query(scope.get("query_string", b""))
+            route, handler = self.route(request)
+            request.principal = self.auth.check(NEEDS.get(route, auth.CLIENT), request.headers.get(b"authorization"))
             limit = limits.batch_body_bytes_max if path == "/v1/jobs/batch" else limits.body_bytes_max
             request.body = await read_body(receive, limit)
-            route, handler = self.route(request)
             response = await handler(request)
         except errors.TempoError as exc:
             response = problem_response(exc)
@@ -164,7 +187,16 @@ class Api:
     # -- jobs ----------------------------------------------------------------
 
     def owner(self, request: Request) -> str:
-        return "default"  # auth off: every request acts as owner `default`
+        return request.principal.owner  # `default` when auth is off
+
+    def _may_touch(self, request: Request, run_id: str) -> bool:
+        """A worker token touches only runs of its owner's listed queues."""
+        queues = request.principal.queues
+        if queues is None:
+            return True
+        parsed = ids.parse_run_id(run_id)
+        job = None if parsed is None else self.store.get_job_any(parsed[0])
+        return job is not None and job.target.startswith("queue:") and job.target[6:] in queues
 
     async def create_job(self, request: Request) -> Response:
         body = decode(request, _create)
@@ -250,12 +282,17 @@ class Api:
 
     async def claim(self, request: Request) -> Response:
         body = decode(request, _claim)
+        allowed = request.principal.queues
+        if allowed is not None and not set(body.queues) <= allowed:
+            raise errors.Forbidden(f"this token may claim only from {sorted(allowed)}")
         queues = self._queues(request, body.queues)
         claimed = await self.dispatcher.claim(queues, body.worker, body.max_runs, body.wait_s)
         return encode(request, ClaimOut([jobviews.claimed_view(c.run, c.job) for c in claimed]))
 
     async def heartbeat(self, request: Request, run_id: str) -> Response:
         body = decode(request, _heartbeat)
+        if not self._may_touch(request, run_id):
+            raise errors.NotFound(f"no run {run_id}")
         expires_ms = self.dispatcher.heartbeat(self.owner(request), run_id, body.attempt)
         return encode(request, HeartbeatOut(clock.iso_from_ms(expires_ms)))
 
@@ -263,6 +300,9 @@ class Api:
         body = decode(request, _heartbeats)
         ack = BatchAck([], [])
         for item in body.heartbeats:
+            if not self._may_touch(request, item.run_id):
+                ack.rejected.append(Rejected(item.run_id, "not_found"))
+                continue
             try:
                 self.dispatcher.heartbeat(self.owner(request), item.run_id, item.attempt)
             except errors.TempoError as exc:
@@ -275,7 +315,7 @@ class Api:
         body = decode(request, _result)
         _check_texts(body.output, body.error, "")
         parsed = ids.parse_run_id(run_id)
-        if parsed is None:
+        if parsed is None or not self._may_touch(request, run_id):
             raise errors.NotFound(f"no run {run_id}")
         result = Result(parsed[0], parsed[1], body.attempt, body.ok, body.output, body.error)
         [outcome] = await self.dispatcher.report(self.owner(request), [result])
@@ -291,7 +331,7 @@ class Api:
         for i, item in enumerate(body.results):
             _check_texts(item.output, item.error, f"results[{i}].")
             parsed = ids.parse_run_id(item.run_id)
-            if parsed is None:
+            if parsed is None or not self._may_touch(request, item.run_id):
                 ack.rejected.append(Rejected(item.run_id, "not_found"))
                 continue
             batch.append(Result(parsed[0], parsed[1], item.attempt, item.ok, item.output, item.error))

@@ -30,11 +30,15 @@ STATUS_OF: dict[type[errors.TempoError], int] = {
     errors.Conflict: 409,
     errors.TooLarge: 413,
     errors.MethodNotAllowed: 405,
+    errors.Unauthorized: 401,
+    errors.Forbidden: 403,
     errors.Overloaded: 503,
     errors.ShuttingDown: 503,
 }
 TITLES = {
     400: "Bad Request",
+    401: "Unauthorized",
+    403: "Forbidden",
     404: "Not Found",
     405: "Method Not Allowed",
     409: "Conflict",
@@ -59,6 +63,7 @@ class Request:
     headers: dict[bytes, bytes]
     body: bytes = b""
     params: dict[str, str] = field(default_factory=dict)
+    principal: Any = None  # who asks (net/auth.py), set before the handler runs
 
     @property
     def is_msgpack(self) -> bool:
@@ -103,6 +108,8 @@ def problem_response(exc: errors.TempoError, headers: list[tuple[bytes, bytes]] 
     extra = list(headers or [])
     if problem.status == 503:
         extra.append((b"retry-after", b"1"))
+    if problem.status == 401:
+        extra.append((b"www-authenticate", b'Bearer realm="tempo"'))
     return Response(problem.status, _json_enc.encode(problem), PROBLEM, extra)
 
 

@@ -22,16 +22,19 @@ class ApiError(Exception):
 
 
 def urls_from(text: str | None) -> list[str]:
-    """`--url`, else `TEMPO_URL`, else the default; several are comma-separated."""
+    """`--url`, else `TEMPO_URL`, else the default; several are comma-separated.
+    A bearer token comes from `TEMPO_TOKEN`."""
     raw = text or os.environ.get("TEMPO_URL") or DEFAULT_URL
     return [u.strip().rstrip("/") for u in raw.split(",") if u.strip()]
 
 
 class Client:
-    def __init__(self, urls: list[str] | str, *, timeout_s: float = request_timeout_s):
+    def __init__(self, urls: list[str] | str, *, timeout_s: float = request_timeout_s, token: str | None = None):
         self.urls = urls_from(urls) if isinstance(urls, str) else list(urls)
         assert self.urls
-        self._http = httpx.Client(base_url=self.urls[0], timeout=timeout_s, follow_redirects=True)
+        token = token or os.environ.get("TEMPO_TOKEN")
+        headers = {"authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(base_url=self.urls[0], timeout=timeout_s, follow_redirects=True, headers=headers)
 
     def close(self) -> None:
         self._http.close()

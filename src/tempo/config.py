@@ -1,0 +1,82 @@
+"""The server's TOML config file (`tempo serve --config FILE`).
+
+```toml
+[[tokens]]
+sha256 = "hex SHA-256 of the token"
+owner = "acme"
+role = "client"          # client | worker | admin
+queues = ["reports"]     # worker tokens only: the queues it may claim from
+```
+"""
+
+import re
+import tomllib
+from dataclasses import dataclass, field
+
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+_QUEUE = re.compile(r"[A-Za-z0-9._-]{1,200}")
+ROLES = ("client", "worker", "admin")
+
+
+class ConfigError(Exception):
+    """The config file is unreadable or wrong; the message names the place."""
+
+
+@dataclass(frozen=True)
+class Token:
+    sha256: bytes
+    owner: str
+    role: str
+    queues: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class Config:
+    tokens: tuple[Token, ...] = field(default_factory=tuple)
+
+
+def _token(i: int, raw: object) -> Token:
+    where = f"tokens[{i}]"
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: a table")
+    unknown = set(raw) - {"sha256", "owner", "role", "queues"}
+    if unknown:
+        raise ConfigError(f"{where}: unknown keys {sorted(unknown)}")
+    digest, owner, role = raw.get("sha256"), raw.get("owner"), raw.get("role")
+    if not isinstance(digest, str) or not _HEX64.fullmatch(digest.lower()):
+        raise ConfigError(f"{where}.sha256: 64 hex digits")
+    if not isinstance(owner, str) or not 0 < len(owner) <= 200 or "\x00" in owner:
+        raise ConfigError(f"{where}.owner: 1-200 characters")
+    if role not in ROLES:
+        raise ConfigError(f"{where}.role: one of {', '.join(ROLES)}")
+    queues = raw.get("queues", [])
+    if not isinstance(queues, list) or not all(isinstance(q, str) and _QUEUE.fullmatch(q) for q in queues):
+        raise ConfigError(f"{where}.queues: a list of queue names")
+    if queues and role != "worker":
+        raise ConfigError(f"{where}.queues: only worker tokens have queues")
+    return Token(bytes.fromhex(digest), owner, role, frozenset(queues))
+
+
+def parse(text: str) -> Config:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"not TOML: {exc}") from None
+    unknown = set(data) - {"tokens"}
+    if unknown:
+        raise ConfigError(f"unknown keys {sorted(unknown)}")
+    raw_tokens = data.get("tokens", [])
+    if not isinstance(raw_tokens, list):
+        raise ConfigError("tokens: an array of tables ([[tokens]])")
+    tokens = tuple(_token(i, raw) for i, raw in enumerate(raw_tokens))
+    if len({t.sha256 for t in tokens}) != len(tokens):
+        raise ConfigError("tokens: the same token twice")
+    return Config(tokens)
+
+
+def load(path: str) -> Config:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return parse(f.read())
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
