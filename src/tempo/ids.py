@@ -51,7 +51,17 @@ def new_job_id(at_ms: int, random_bytes: bytes) -> str:
     assert 0 <= at_ms < 1 << 48
     # 26 digits = 130 bits: 10 digits of (two zero bits and) the milliseconds,
     # then 16 digits of the 80 random bits.
-    return _time_prefix(at_ms) + _b32(int.from_bytes(random_bytes, "big"), 16)
+    return _time_prefix(at_ms) + _random_digits(int.from_bytes(random_bytes, "big"))
+
+
+def _random_digits(value: int) -> str:
+    """`_b32(value, 16)` unrolled: a batch of 1,000 creates makes 1,000 IDs."""
+    assert 0 <= value < 1 << 80
+    p = _PAIRS
+    return (
+        f"{p[value >> 70]}{p[(value >> 60) & 1023]}{p[(value >> 50) & 1023]}{p[(value >> 40) & 1023]}"
+        f"{p[(value >> 30) & 1023]}{p[(value >> 20) & 1023]}{p[(value >> 10) & 1023]}{p[value & 1023]}"
+    )
 
 
 @functools.lru_cache(maxsize=1024)

@@ -78,8 +78,7 @@ def check_json_value(value: Any, loc: str) -> None:
 
 def schedule_record(value: ScheduleIn, loc: str = "schedule") -> Schedule:
     """Checks the cross-field rules of a schedule and returns its record."""
-    kinds = [name for name in ("at", "cron", "every_s") if getattr(value, name) is not None]
-    if len(kinds) != 1:
+    if (value.at is not None) + (value.cron is not None) + (value.every_s is not None) != 1:
         raise errors.Invalid.at(loc, "give exactly one of at, cron, every_s")
     if value.timezone is not None and value.cron is None:
         raise errors.Invalid.at(f"{loc}.timezone", "timezone goes only with cron")
@@ -178,6 +177,8 @@ def next_slot_after_claim(job: Job, nominal_ms: int, now_ms: int) -> tuple[int, 
 
 def due_ms(job: Job, slot_ms: int, now_ms: int) -> int:
     """A scheduled run's due time: its slot plus its jitter, never in the past."""
+    if job.jitter_s == 0:
+        return max(slot_ms, now_ms)  # no jitter: the run ID need not be made
     return max(slot_ms + ids.jitter_ms(ids.run_id(job.id, slot_ms), job.jitter_s), now_ms)
 
 
@@ -289,15 +290,21 @@ class Jobs:
         sched = schedule_record(body.schedule)
         backoff_s = tuple(body.retry.backoff_s)
         try:
-            hashed = _hash_encoder.encode(
-                (body.name, body.target, body.payload, sched, body.retry.max_attempts,
-                 backoff_s, body.lease_s, body.jitter_s)
-            )
+            if body.request_key is None:
+                # Only a request key is compared with the body hash: without
+                # one, encoding the payload is the whole check.
+                _hash_encoder.encode(body.payload)
+                digest = b""
+            else:
+                hashed = _hash_encoder.encode(
+                    (body.name, body.target, body.payload, sched, body.retry.max_attempts,
+                     backoff_s, body.lease_s, body.jitter_s)
+                )
+                digest = hashlib.blake2b(hashed, digest_size=16).digest()
         except OverflowError:
             # JSON allows any integer; records are MessagePack, which holds
             # 64 bits. Only the payload is unbounded, the rest has Meta bounds.
             raise errors.Invalid.at("payload", "an integer outside [-2**63, 2**64)") from None
-        digest = hashlib.blake2b(hashed, digest_size=16).digest()
         job = Job(
             id=self._ids.next(at_ms),
             owner=owner,
