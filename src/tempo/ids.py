@@ -54,6 +54,12 @@ def new_job_id(at_ms: int, random_bytes: bytes) -> str:
     return _time_prefix(at_ms) + _random_digits(int.from_bytes(random_bytes, "big"))
 
 
+def job_id_from_int(at_ms: int, random_80: int) -> str:
+    """`new_job_id` with the 80 random bits as an integer."""
+    assert 0 <= at_ms < 1 << 48
+    return _time_prefix(at_ms) + _random_digits(random_80)
+
+
 def _random_digits(value: int) -> str:
     """`_b32(value, 16)` unrolled: a batch of 1,000 creates makes 1,000 IDs."""
     assert 0 <= value < 1 << 80

@@ -5,6 +5,7 @@ It runs on the node that accepted the request; the clock and the random source
 are read here, never in `apply`.
 """
 
+import functools
 import hashlib
 import os
 import urllib.parse
@@ -40,7 +41,10 @@ _CRON_WALK_STEPS_MAX = 2000
 # -- checks beyond the shape -----------------------------------------------------
 
 
+@functools.lru_cache(maxsize=1024)
 def check_target(target: str) -> None:
+    """Cached: a batch's items mostly share a few targets. A bad target
+    raises, and a call that raises is not cached."""
     if target.startswith("queue:"):
         name = target[len("queue:") :]
         if not (0 < len(name) <= limits.queue_name_chars_max and set(name) <= _QUEUE_CHARS):
@@ -270,7 +274,7 @@ class _JobIds:
             self._last_random = int.from_bytes(os.urandom(10), "big") >> 1
         else:
             self._last_random += 1
-        return ids.new_job_id(self._last_ms, self._last_random.to_bytes(10, "big"))
+        return ids.job_id_from_int(self._last_ms, self._last_random)
 
 
 class Jobs:

@@ -38,7 +38,13 @@ def minute_of(due_ms: int) -> int:
 
 
 def run_key(job_id: str, nominal_ms: int, due_ms: int) -> bytes:
-    return _RUN.pack(minute_of(due_ms), ids.shard_of(job_id), due_ms, job_key(job_id), nominal_ms)
+    return run_key_of(job_key(job_id), job_id, nominal_ms, due_ms)
+
+
+def run_key_of(job_key_bytes: bytes, job_id: str, nominal_ms: int, due_ms: int) -> bytes:
+    """`run_key` for a caller that has the job key (`job_key(job_id)`) at hand."""
+    assert len(job_key_bytes) == JOB_KEY_BYTES
+    return _RUN.pack(due_ms // limits.minute_ms, ids.shard_of(job_id), due_ms, job_key_bytes, nominal_ms)
 
 
 def parse_run_key(key: bytes) -> tuple[int, int, int, str, int]:
@@ -58,6 +64,11 @@ def minute_prefix(minute: int) -> bytes:
 
 def by_job_key(job_id: str, nominal_ms: int) -> bytes:
     return job_key(job_id) + _NOMINAL.pack(nominal_ms)
+
+
+def by_job_key_of(job_key_bytes: bytes, nominal_ms: int) -> bytes:
+    assert len(job_key_bytes) == JOB_KEY_BYTES
+    return job_key_bytes + _NOMINAL.pack(nominal_ms)
 
 
 def parse_by_job_key(key: bytes) -> tuple[str, int]:

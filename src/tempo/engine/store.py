@@ -354,18 +354,27 @@ class _Tx:
         self.txn.put(keys.job_key(job.id), _enc.encode(job), db=self.jobs)
 
     def put_run(
-        self, run: Run, old_key: bytes | None = None, old_status: str | None = None, job: Job | None = None
+        self,
+        run: Run,
+        old_key: bytes | None = None,
+        old_status: str | None = None,
+        job: Job | None = None,
+        *,
+        job_key: bytes | None = None,
     ) -> bytes:
         """Writes `run` at the key of its due time, moving its row when the due
         time changed; keeps the runs-by-job index, the open-minute counts and
-        the change feed in step. `old_status` is the status stored at `old_key`."""
+        the change feed in step. `old_status` is the status stored at `old_key`;
+        `job_key` is `keys.job_key(run.job_id)` when the caller has it."""
         assert (old_key is None) == (old_status is None)
-        key = keys.run_key(run.job_id, run.nominal_ms, run.due_ms)
+        if job_key is None:
+            job_key = keys.job_key(run.job_id)
+        key = keys.run_key_of(job_key, run.job_id, run.nominal_ms, run.due_ms)
         if old_key is not None and old_key != key:
             assert self.txn.delete(old_key, db=self.runs)
         self.txn.put(key, _enc.encode(run), db=self.runs)
         if old_key != key:
-            self.txn.put(keys.by_job_key(run.job_id, run.nominal_ms), key, db=self.by_job)
+            self.txn.put(keys.by_job_key_of(job_key, run.nominal_ms), key, db=self.by_job)
         self._count_open(old_key if old_status in _OPEN else None, key if run.status in _OPEN else None)
         moved = old_key != key
         if old_status == "waiting" and (run.status != "waiting" or moved):
@@ -463,12 +472,12 @@ class _Tx:
                 return Created(existing, new=False)
             self.txn.put(req_key, _enc.encode(RequestKeyEntry(job.id, item.body_hash)), db=self.reqkeys)
         key = keys.job_key(job.id)
-        assert self.txn.get(key, db=self.jobs) is None, f"job ID {job.id} drawn twice"
+        # One put that refuses an existing key, rather than a get and a put.
+        assert self.txn.put(key, _enc.encode(job), overwrite=False, db=self.jobs), f"job ID {job.id} drawn twice"
         if item.first_due_ms is not None:
             assert job.slot_ms is not None
-            self.put_run(Run(job.id, job.slot_ms, item.first_due_ms, "waiting"), job=job)
-        self.put_job(job)
-        self.txn.put(keys.owner_job_key(job.owner, job.id), b"", db=self.by_owner)
+            self.put_run(Run(job.id, job.slot_ms, item.first_due_ms, "waiting"), job=job, job_key=key)
+        self.txn.put(keys.owner_prefix(job.owner) + key, b"", db=self.by_owner)
         return Created(job, new=True)
 
     def pause_job(self, cmd: PauseJob) -> Job | errors.TempoError:
