@@ -215,15 +215,28 @@ def schedule_view(sched: Schedule) -> ScheduleOut:
     )
 
 
-def job_view(job: Job) -> JobOut:
+def job_view(job: Job, shared: dict[Any, Any] | None = None) -> JobOut:
+    """`shared` lets the views of one response share the parts their jobs
+    share (a batch's items mostly have one schedule and one retry policy)."""
+    if shared is None:
+        sched_out = schedule_view(job.schedule)
+        retry_out = RetryOut(job.max_attempts, list(job.backoff_s))
+    else:
+        sched_out = shared.get(job.schedule)
+        if sched_out is None:
+            sched_out = shared[job.schedule] = schedule_view(job.schedule)
+        retry_key = (job.max_attempts, job.backoff_s)
+        retry_out = shared.get(retry_key)
+        if retry_out is None:
+            retry_out = shared[retry_key] = RetryOut(job.max_attempts, list(job.backoff_s))
     return JobOut(
         id=job.id,
         name=job.name,
         owner=job.owner,
         target=job.target,
         payload=job.payload,
-        schedule=schedule_view(job.schedule),
-        retry=RetryOut(job.max_attempts, list(job.backoff_s)),
+        schedule=sched_out,
+        retry=retry_out,
         lease_s=job.lease_s,
         jitter_s=job.jitter_s,
         state=job.state,

@@ -2,10 +2,11 @@
 
 from collections import Counter
 from collections.abc import Callable
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 import trio
+from msgspec import Meta
 
 from tempo import clock, errors, ids, limits
 from tempo.engine import jobs as jobviews
@@ -70,6 +71,16 @@ NEEDS = {
 }  # every other route: a client's or an admin's token
 _create = decoders(JobCreate)
 _batch = decoders(JobBatchCreate)
+
+
+class _JobBatchTyped(msgspec.Struct, forbid_unknown_fields=True):
+    """`JobBatchCreate` with its items decoded: the fast path of a batch with
+    no bad item, which decodes to exactly what the item-by-item path does."""
+
+    jobs: Annotated[list[JobCreate], Meta(min_length=1, max_length=limits.batch_jobs_max)]
+
+
+_batch_typed = decoders(_JobBatchTyped)
 _preview = decoders(PreviewIn)
 _claim = decoders(ClaimIn)
 _heartbeat = decoders(HeartbeatIn)
@@ -206,6 +217,15 @@ class Api:
         return encode(request, jobviews.job_view(outcome.job), 201 if outcome.new else 200)
 
     async def create_batch(self, request: Request) -> Response:
+        items = _decode_batch_at_once(request)
+        if items is None:
+            items = self._decode_batch_items(request)
+        outcomes = await self.jobs.create(self.owner(request), items, from_msgpack=request.is_msgpack)
+        shared: dict[Any, Any] = {}
+        return encode(request, JobBatchResult([_batch_item(o, shared) for o in outcomes]))
+
+    def _decode_batch_items(self, request: Request) -> list[Any]:
+        """Item by item, so each item's problem names paths inside that item."""
         batch = decode(request, _batch)
         decoder = _create[1 if request.is_msgpack else 0]
         items: list[Any] = []
@@ -216,8 +236,7 @@ class Api:
                 items.append(invalid_from_msgspec(exc))
             except RecursionError:
                 items.append(errors.Invalid.at("", "the item is nested too deeply"))
-        outcomes = await self.jobs.create(self.owner(request), items, from_msgpack=request.is_msgpack)
-        return encode(request, JobBatchResult([_batch_item(o) for o in outcomes]))
+        return items
 
     async def get_job(self, request: Request, job_id: str) -> Response:
         return encode(request, jobviews.job_view(self.store.get_job(self.owner(request), job_id)))
@@ -450,11 +469,20 @@ def request_content_type(request: Request) -> bytes:
     return b"application/msgpack" if request.wants_msgpack else b"application/json"
 
 
-def _batch_item(outcome: Created | errors.TempoError) -> BatchItemResult:
+def _decode_batch_at_once(request: Request) -> list[Any] | None:
+    """All items in one decode, or None when any item (or the batch) is bad:
+    then the items are decoded one by one for their problems."""
+    try:
+        return _batch_typed[1 if request.is_msgpack else 0].decode(request.body).jobs
+    except (msgspec.MsgspecError, RecursionError):
+        return None
+
+
+def _batch_item(outcome: Created | errors.TempoError, shared: dict[Any, Any]) -> BatchItemResult:
     if isinstance(outcome, errors.TempoError):
         problem = problem_of(outcome)
         return BatchItemResult(problem.status, problem=problem)
-    return BatchItemResult(201 if outcome.new else 200, job=jobviews.job_view(outcome.job))
+    return BatchItemResult(201 if outcome.new else 200, job=jobviews.job_view(outcome.job, shared))
 
 
 def _limit(request: Request) -> int:
