@@ -4,6 +4,8 @@ net/ maps these types to HTTP statuses in one table; nothing matches on
 message strings.
 """
 
+from typing import Self
+
 
 class TempoError(Exception):
     """Base of every error tempo answers a request with."""
@@ -16,21 +18,18 @@ class TempoError(Exception):
         # (loc, msg) pairs, loc as API.md spells it: `schedule.cron`, `""`.
         self.errors = errors or []
 
+    @classmethod
+    def at(cls, loc: str, msg: str) -> Self:
+        """The error for one field, `loc` as API.md spells it."""
+        return cls(f"{loc or 'body'}: {msg}", [(loc, msg)])
+
 
 class Invalid(TempoError):
     type = "validation"
 
-    @classmethod
-    def at(cls, loc: str, msg: str) -> "Invalid":
-        return cls(f"{loc or 'body'}: {msg}", [(loc, msg)])
-
 
 class TooLarge(TempoError):
     type = "too_large"
-
-    @classmethod
-    def at(cls, loc: str, msg: str) -> "TooLarge":
-        return cls(f"{loc or 'body'}: {msg}", [(loc, msg)])
 
 
 class NotFound(TempoError):

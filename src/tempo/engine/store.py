@@ -256,11 +256,6 @@ class Store:
         with self.env.begin() as txn:
             return _Tx(txn, self.db).run_at_slot(job_id, nominal_ms)
 
-    def run_by_key(self, runs_key: bytes) -> Run | None:
-        with self.env.begin() as txn:
-            raw = txn.get(runs_key, db=self.db["runs"])
-        return None if raw is None else _run_dec.decode(raw)
-
     def list_events(self, owner: str, after_seq: int, limit: int) -> list[tuple[int, Event]]:
         out: list[tuple[int, Event]] = []
         prefix = keys.owner_prefix(owner)
@@ -273,11 +268,6 @@ class Store:
                     break
                 out.append((keys.parse_event_key(key)[1], _event_dec.decode(value)))
         return out
-
-    def last_event_seq(self) -> int:
-        with self.env.begin() as txn:
-            raw = txn.get(_EVENT_SEQ, db=self.db["meta"])
-        return 0 if raw is None else _U64.unpack(raw)[0]
 
 
 class _Tx:

@@ -16,7 +16,6 @@ from tempo.engine.jobs import Jobs
 from tempo.engine.store import Created, Store
 from tempo.net import auth, openapi
 from tempo.net.asgi import (
-    PROBLEM,
     Request,
     Response,
     decode,
@@ -536,5 +535,3 @@ async def _lifespan(receive: Callable, send: Callable) -> None:
             await send({"type": "lifespan.shutdown.complete"})
             return
 
-
-__all__ = ["Api", "PROBLEM"]
