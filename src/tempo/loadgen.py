@@ -184,6 +184,18 @@ def _due_s(tally: Tally, text: str) -> float:
     return at_s
 
 
+def _receive(out, tally, seen: set, counts) -> None:
+    """Takes one worker message (waiting 0.1 s at most) into the tally; the
+    jobs of its claims for which `counts` holds are seen (not lost)."""
+    try:
+        message = out.get(timeout=0.1)
+    except queue_mod.Empty:
+        return
+    before = len(tally.claims)
+    _take(tally, message)
+    seen.update(c.job_id for c in tally.claims[before:] if counts(c))
+
+
 def _take(tally: Tally, message: tuple) -> None:
     kind = message[0]
     if kind == "claims":
@@ -288,14 +300,7 @@ def _collect(opts: Options, out: Any, job_ids: list[str], due_s: float, say: Any
             quiet_until_s = min(now_s, deadline_s) + duplicate_window_s
         if quiet_until_s is not None and now_s > quiet_until_s:
             return
-        try:
-            message = out.get(timeout=0.1)
-        except queue_mod.Empty:
-            message = None
-        if message is not None:
-            before = len(tally.claims)
-            _take(tally, message)
-            seen.update(c.job_id for c in tally.claims[before:] if c.claimed_at_s <= deadline_s)
+        _receive(out, tally, seen, lambda c: c.claimed_at_s <= deadline_s)
         if now_s >= next_say_s:
             next_say_s = now_s + progress_every_s
             phase = f"due in {due_s - now_s:.1f} s" if now_s < due_s else f"+{now_s - due_s:.1f} s"
@@ -435,14 +440,7 @@ def _collect_stream(opts: Options, out: Any, stream: Stream, first_due_s: float,
             quiet_until_s = min(now_s, deadline_s) + duplicate_window_s
         if quiet_until_s is not None and now_s > quiet_until_s:
             return
-        try:
-            message = out.get(timeout=0.1)
-        except queue_mod.Empty:
-            message = None
-        if message is not None:
-            before = len(tally.claims)
-            _take(tally, message)
-            seen.update(c.job_id for c in tally.claims[before:] if c.claimed_at_s - c.due_at_s <= opts.timeout_s)
+        _receive(out, tally, seen, lambda c: c.claimed_at_s - c.due_at_s <= opts.timeout_s)
         if now_s >= next_say_s:
             next_say_s = now_s + progress_every_s
             phase = f"first due in {first_due_s - now_s:.1f} s" if now_s < first_due_s else f"+{now_s - first_due_s:.1f} s"
