@@ -8,10 +8,14 @@ from typing import Any
 
 import httpx
 
-from tempo.net.client import ApiError, Client
+from tempo.net.client import ApiError, Client, OutcomeUnknown, Unavailable, urls_from
 
 JOB_COLUMNS = ("id", "name", "state", "target", "schedule", "next_run_at")
 RUN_COLUMNS = ("id", "status", "attempt", "nominal_at", "due_at", "worker", "finished_at")
+CLUSTER_COLUMNS = ("node", "url", "role", "term", "leader", "commit", "applied")
+URL_HELP = "server URL(s), comma-separated: the nodes of a cluster (default: $TEMPO_URL or http://127.0.0.1:8700)"
+# `tempo cluster status` asks at most this many URLs (given and discovered).
+cluster_urls_max = 64
 
 
 def _schedule_text(schedule: dict[str, Any]) -> str:
@@ -136,8 +140,85 @@ def _add_jobs_parser(sub: argparse._SubParsersAction) -> None:
         parser.add_argument("--limit", type=int)
         parser.add_argument("--cursor")
     for parser in (jobs, create, listing, runs, *[actions.choices[n] for n in ("get", "pause", "resume", "delete", "trigger")]):
-        parser.add_argument("--url", default=argparse.SUPPRESS, help="server URL (default: $TEMPO_URL or http://127.0.0.1:8700)")
+        parser.add_argument("--url", default=argparse.SUPPRESS, help=URL_HELP)
         parser.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON")
+
+
+# -- cluster commands ----------------------------------------------------------
+
+
+def cluster_views(client: Client, urls: Sequence[str]) -> tuple[list[tuple[str, dict[str, Any]]], dict[str, tuple[str, str]]]:
+    """Asks every URL, and every node URL named in an answer, for its
+    `/v1/cluster`: ([(url, answer)], {url: (role shown, why no answer)})."""
+    pending, asked = list(urls), set()
+    answers: list[tuple[str, dict[str, Any]]] = []
+    failures: dict[str, tuple[str, str]] = {}
+    while pending and len(asked) < cluster_urls_max:
+        url = pending.pop(0).rstrip("/")
+        if url in asked:
+            continue
+        asked.add(url)
+        try:
+            answer = client.cluster_at(url)
+        except httpx.HTTPError as exc:
+            failures[url] = ("unreachable", str(exc) or type(exc).__name__)
+            continue
+        except ApiError as exc:
+            failures[url] = (f"error {exc.status}", str(exc))
+            continue
+        if any(seen.get("node") == answer.get("node") for _, seen in answers):
+            continue  # the same node under another URL
+        answers.append((url, answer))
+        pending += [n["url"] for n in answer.get("nodes", []) if isinstance(n, dict) and n.get("url")]
+    return answers, failures
+
+
+def cluster_rows(answers: Sequence[tuple[str, dict[str, Any]]], failures: dict[str, tuple[str, str]]) -> list[dict[str, Any]]:
+    ids_by_url = {n["url"].rstrip("/"): n.get("id") for _, a in answers for n in a.get("nodes", []) if n.get("url")}
+    rows = []
+    for url, answer in answers:
+        role = next((n.get("role") for n in answer.get("nodes", []) if n.get("id") == answer.get("node")), None)
+        rows.append({
+            "node": answer.get("node"), "url": url, "role": role, "term": answer.get("term"),
+            "leader": answer.get("leader"), "commit": answer.get("commit_index"), "applied": answer.get("applied_index"),
+        })
+    for url, (role, _) in failures.items():
+        rows.append({"node": ids_by_url.get(url), "url": url, "role": role})
+    return sorted(rows, key=lambda r: (r["node"] is None, str(r["node"]), r["url"]))
+
+
+def agreed_leader(answers: Sequence[tuple[str, dict[str, Any]]]) -> str | None:
+    """The leader named by a majority of the cluster's nodes, if any. The
+    cluster is every node named in any answer (a node that does not answer
+    counts against the majority)."""
+    nodes = {n.get("id") for _, a in answers for n in a.get("nodes", [])} | {a.get("node") for _, a in answers}
+    votes: dict[str, int] = {}
+    for _, answer in answers:
+        if answer.get("leader") is not None:
+            votes[answer["leader"]] = votes.get(answer["leader"], 0) + 1
+    return next((leader for leader, count in votes.items() if 2 * count > len(nodes)), None)
+
+
+def _cluster(args: argparse.Namespace, client: Client) -> int:
+    answers, failures = cluster_views(client, urls_from(getattr(args, "url", None)))
+    leader = agreed_leader(answers)
+    if args.json:
+        print(json.dumps([answer for _, answer in answers], indent=2))
+    else:
+        print(table(cluster_rows(answers, failures), CLUSTER_COLUMNS))
+        for url, (_, why) in failures.items():
+            print(f"{url}: {why}")
+        print(f"leader: {leader}" if leader else "no leader known by a majority of the nodes")
+    return 0 if leader else 1
+
+
+def _add_cluster_parser(sub: argparse._SubParsersAction) -> None:
+    cluster = sub.add_parser("cluster", help="look at the nodes of a cluster")
+    actions = cluster.add_subparsers(dest="action", required=True)
+    status = actions.add_parser("status", help="every node's view: role, term, leader, commit and applied index")
+    for parser in (cluster, status):
+        parser.add_argument("--url", default=argparse.SUPPRESS, help=URL_HELP)
+        parser.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print the answers as JSON")
 
 
 def _add_serve_parser(sub: argparse._SubParsersAction) -> None:
@@ -153,16 +234,15 @@ def _add_serve_parser(sub: argparse._SubParsersAction) -> None:
 def _serve(args: argparse.Namespace) -> int:
     from tempo import server
 
-    if args.node or args.peers:
-        print("tempo serve: cluster mode (--node, --peers) is not available in this version", file=sys.stderr)
-        return 2
     try:
-        host, port = server.parse_listen(args.listen or "127.0.0.1:8700")
+        cluster = server.parse_cluster(args.node, args.peers)
+        host, port = server.parse_listen(args.listen or server.default_listen(cluster))
     except server.ServeError as exc:
         print(f"tempo serve: {exc}", file=sys.stderr)
         return 2
     options = server.ServeOptions(
-        data_dir=args.data_dir, host=host, port=port, insecure=args.insecure, config_path=args.config
+        data_dir=args.data_dir, host=host, port=port, insecure=args.insecure, config_path=args.config,
+        cluster=cluster,
     )
     return server.main(options)
 
@@ -220,7 +300,16 @@ def _add_loadgen_parser(sub: argparse._SubParsersAction) -> None:
                      "(default: tempo-loadgen-YYYYMMDD-HHMMSS.json in the current directory)")
     gen.add_argument("--no-report", dest="no_report", action="store_true", help="write no report files")
     gen.add_argument("--no-progress", dest="progress", action="store_false", help="no live progress line")
-    gen.add_argument("--spawn", type=int, default=0, help="start a local server of this many nodes (1) for the run")
+    gen.add_argument("--spawn", type=int, default=0,
+                     help="start a local server (1) or cluster (3 or 5 nodes) on free loopback ports for the run")
+    gen.add_argument("--kill-leader-at-s", dest="kill_leader_at_s", type=float, default=None,
+                     help="with --spawn 3: SIGKILL the leader this long after the due instant, then restart it")
+    gen.add_argument("--restart-after-s", dest="restart_after_s", type=float, default=3.0,
+                     help="restart the killed leader this long after the SIGKILL (default 3)")
+    gen.add_argument("--lease-s", dest="lease_s", type=int, default=None,
+                     help="lease_s of each job (default: the server's; 10 with --kill-leader-at-s)")
+    gen.add_argument("--work-dir", dest="work_dir", default=None,
+                     help="with --spawn: keep the nodes' data dirs and logs here (default: a temp dir, removed)")
 
 
 def _loadgen(args: argparse.Namespace) -> int:
@@ -231,6 +320,8 @@ def _loadgen(args: argparse.Namespace) -> int:
         urls=urls_from(args.url), jobs=args.jobs, rate=args.rate, duration_s=args.duration_s, due_in_s=args.due_in_s, workers=args.workers,
         batch=args.batch, jitter_s=args.jitter_s, timeout_s=args.timeout_s, report=args.report,
         no_report=args.no_report, progress=args.progress, spawn=args.spawn,
+        kill_leader_at_s=args.kill_leader_at_s, restart_after_s=args.restart_after_s, lease_s=args.lease_s,
+        work_dir=args.work_dir,
     )
     return loadgen.run(opts)
 
@@ -240,6 +331,7 @@ def parser() -> argparse.ArgumentParser:
     sub = top.add_subparsers(dest="command", required=True)
     _add_serve_parser(sub)
     _add_jobs_parser(sub)
+    _add_cluster_parser(sub)
     _add_worker_parser(sub)
     _add_loadgen_parser(sub)
     return top
@@ -255,12 +347,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _loadgen(args)
     args.json = getattr(args, "json", False)
     try:
-        with Client(getattr(args, "url", None) or "") as client:
+        client = Client(getattr(args, "url", None) or "")
+    except ValueError as exc:
+        print(f"tempo: --url: {exc}", file=sys.stderr)
+        return 2
+    try:
+        with client:
+            if args.command == "cluster":
+                return _cluster(args, client)
             _jobs(args, client)
     except ApiError as exc:
         print(f"tempo: {exc}", file=sys.stderr)
         return 1
-    except httpx.HTTPError as exc:
+    except OutcomeUnknown as exc:
+        print(f"tempo: {exc}", file=sys.stderr)
+        return 2
+    except (Unavailable, httpx.HTTPError) as exc:
         print(f"tempo: cannot reach the server: {exc}", file=sys.stderr)
         return 2
     return 0

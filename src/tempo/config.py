@@ -6,6 +6,10 @@ sha256 = "hex SHA-256 of the token"
 owner = "acme"
 role = "client"          # client | worker | admin
 queues = ["reports"]     # worker tokens only: the queues it may claim from
+
+# A cluster with tokens: the secret its nodes present to each other (the
+# same on every node; at least 32 characters).
+peer_token = "..."
 ```
 """
 
@@ -33,6 +37,7 @@ class Token:
 @dataclass(frozen=True)
 class Config:
     tokens: tuple[Token, ...] = field(default_factory=tuple)
+    peer_token: str | None = None
 
 
 def _token(i: int, raw: object) -> Token:
@@ -62,7 +67,7 @@ def parse(text: str) -> Config:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"not TOML: {exc}") from None
-    unknown = set(data) - {"tokens"}
+    unknown = set(data) - {"tokens", "peer_token"}
     if unknown:
         raise ConfigError(f"unknown keys {sorted(unknown)}")
     raw_tokens = data.get("tokens", [])
@@ -71,7 +76,10 @@ def parse(text: str) -> Config:
     tokens = tuple(_token(i, raw) for i, raw in enumerate(raw_tokens))
     if len({t.sha256 for t in tokens}) != len(tokens):
         raise ConfigError("tokens: the same token twice")
-    return Config(tokens)
+    peer_token = data.get("peer_token")
+    if peer_token is not None and (not isinstance(peer_token, str) or len(peer_token) < 32):
+        raise ConfigError("peer_token: a string of at least 32 characters")
+    return Config(tokens, peer_token)
 
 
 def load(path: str) -> Config:

@@ -66,5 +66,17 @@ class Overloaded(TempoError):
     type = "overloaded"
 
 
+class NotLeader(TempoError):
+    """This node stopped leading while the request waited; ask the cluster again."""
+
+    type = "not_leader"
+
+
+class NoQuorum(TempoError):
+    """No leader is known (an election is under way, or a majority is down)."""
+
+    type = "no_quorum"
+
+
 class ShuttingDown(TempoError):
     type = "shutting_down"

@@ -96,3 +96,31 @@ dispatch_memory_runs_max = 100_000
 assert readahead_ms >= 1000
 assert claim_runs_max * 10 <= dispatch_memory_runs_max
 assert dispatch_tick_ms <= lease_check_ms
+
+# Cluster (docs/operations.md "Running a cluster"). Raft counts ticks; a tick
+# is `raft_tick_ms` of wall time, so an election timeout is 1-2 s and a leader
+# sends heartbeats every tick.
+raft_tick_ms = 100
+raft_election_ticks = 10
+raft_heartbeat_ticks = 1
+# Commands are packed into one log entry up to about this many bytes.
+raft_entry_bytes_target = 4 << 20
+# The log is compacted into a snapshot every this many applied entries.
+snapshot_entries = 20_000
+# Peer transport: one POST carries frames up to this many bytes; a frame is
+# one raft message, at most `peer_frame_bytes_max` (a batch create's entry is
+# below 40 MiB); at most `peer_queue_frames_max` wait per peer (raft resends
+# what is dropped); every peer request is bounded by `peer_timeout_s`.
+peer_post_bytes_target = 8 << 20
+peer_frame_bytes_max = 64 << 20
+peer_queue_frames_max = 8192
+peer_timeout_s = 5.0
+peer_backoff_s_min = 0.05
+peer_backoff_s_max = 1.0
+# A node that leads when told to stop hands leadership over first, waiting
+# this long at most.
+transfer_wait_s = 3.0
+
+assert raft_election_ticks > raft_heartbeat_ticks >= 1
+assert batch_body_bytes_max + (8 << 20) <= peer_frame_bytes_max
+assert raft_entry_bytes_target <= peer_post_bytes_target

@@ -162,6 +162,12 @@ class ClusterNode(msgspec.Struct):
     role: Literal["leader", "follower", "candidate", "unknown"]
 
 
+class DigestOut(msgspec.Struct):
+    node: str
+    applied_index: int
+    digest: str
+
+
 class ClusterOut(msgspec.Struct):
     node: str
     leader: str | None

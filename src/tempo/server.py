@@ -1,10 +1,12 @@
 """The composition root: one node, its services, and the root nursery."""
 
 import ipaddress
+import re
 import signal
 import sys
 from dataclasses import dataclass
 from functools import partial
+from urllib.parse import urlsplit
 
 import hypercorn.config
 import hypercorn.trio
@@ -16,10 +18,22 @@ from tempo.config import load as load_config
 from tempo.engine.commit import Committer
 from tempo.engine.dispatch import Dispatcher
 from tempo.engine.jobs import Jobs
+from tempo.engine.raftlog import RaftLog
 from tempo.engine.store import Store
 from tempo.net.api import Api
 from tempo.net.auth import Authenticator
 from tempo.net.executor import HttpExecutor
+from tempo.net.peer import PeerTransport, local_address_of
+from tempo.node import ClusterMember, Member, Standalone, raft_id_of
+from tempo.node.replica import Phase, Replica
+
+_NODE_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+@dataclass(frozen=True)
+class ClusterOptions:
+    me: Member
+    members: tuple[Member, ...]
 
 
 @dataclass(frozen=True)
@@ -29,6 +43,8 @@ class ServeOptions:
     port: int = 8700
     insecure: bool = False
     config_path: str | None = None
+    cluster: ClusterOptions | None = None
+    snapshot_entries: int = limits.snapshot_entries
 
 
 class ServeError(Exception):
@@ -40,6 +56,48 @@ def parse_listen(text: str) -> tuple[str, int]:
     if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise ServeError(f"--listen wants HOST:PORT, got {text!r}")
     return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def parse_cluster(node: str | None, peers: str | None) -> ClusterOptions | None:
+    """`--node ID --peers ID=URL,...`, or None for a node alone."""
+    if node is None and peers is None:
+        return None
+    if not node or not peers:
+        raise ServeError("a cluster node needs both --node and --peers")
+    members: list[Member] = []
+    for item in peers.split(","):
+        node_id, sep, url = item.strip().partition("=")
+        if not sep or not _NODE_ID.fullmatch(node_id):
+            raise ServeError(f"--peers wants ID=URL,... with IDs of letters, digits, - and _; got {item!r}")
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname or parts.port is None or parts.path not in ("", "/"):
+            raise ServeError(f"--peers: {node_id}'s URL must be http(s)://HOST:PORT, got {url!r}")
+        members.append(Member(node_id, url.rstrip("/"), raft_id_of(node_id)))
+    if len({m.id for m in members}) != len(members):
+        raise ServeError("--peers names a node twice")
+    if len({m.raft_id for m in members}) != len(members):
+        raise ServeError("--peers: two node IDs collide; rename one")
+    me = next((m for m in members if m.id == node), None)
+    if me is None:
+        raise ServeError(f"--node {node} is not in --peers")
+    return ClusterOptions(me, tuple(members))
+
+
+def default_listen(cluster: ClusterOptions | None) -> str:
+    """Without --listen: a cluster node listens on its own entry's address."""
+    if cluster is None:
+        return "127.0.0.1:8700"
+    parts = urlsplit(cluster.me.url)
+    host = f"[{parts.hostname}]" if ":" in (parts.hostname or "") else parts.hostname
+    return f"{host}:{parts.port}"
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
 
 
 def is_loopback(host: str) -> bool:
@@ -77,41 +135,122 @@ async def serve(options: ServeOptions, *, task_status: trio.TaskStatus[str] = tr
     except ConfigError as exc:
         raise ServeError(f"--config: {exc}") from None
     check_options(options, config)
+    if options.cluster is not None and config.tokens and config.peer_token is None:
+        raise ServeError("--config: a cluster with tokens needs a peer_token for its nodes")
     store = Store(options.data_dir)
     try:
-        committer = Committer(store)
-        jobs = Jobs(store, committer)
-        dispatcher = Dispatcher(store, committer)
-        ready = False
-        api = Api(store, jobs, dispatcher, is_ready=lambda: ready, auth=Authenticator(config.tokens))
-        stop = trio.Event()
-        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(_watch_signals, signals, stop)
-                await nursery.start(committer.run)
-                async with trio.open_nursery() as services:
-                    await services.start(dispatcher.run)
-                    await services.start(HttpExecutor(dispatcher).run)
-                    async with trio.open_nursery() as http:
-                        binds = await http.start(
-                            partial(hypercorn.trio.serve, api, _hypercorn_config(options), shutdown_trigger=stop.wait)
-                        )
-                        ready = True
-                        url = binds[0]
-                        api.url = url
-                        print(f"tempo serving on {url}", flush=True)
-                        task_status.started(url)
-                    # hypercorn has returned: no request is in flight any more.
-                    # The dispatcher holds soft state only; stop it, then let
-                    # the committer write what is pending and return.
-                    services.cancel_scope.cancel()
-                committer.close()
+        if options.cluster is None:
+            await _serve_alone(options, config, store, task_status)
+        else:
+            await _serve_member(options, config, store, task_status)
     finally:
         store.close()
 
 
-async def _watch_signals(signals, stop: trio.Event) -> None:
+async def _serve_alone(options: ServeOptions, config: Config, store: Store, task_status) -> None:
+    committer = Committer(store)
+    jobs = Jobs(store, committer)
+    dispatcher = Dispatcher(store, committer)
+    node = Standalone(store.applied_index)
+    api = Api(store, jobs, dispatcher, node=node, auth=Authenticator(config.tokens))
+    stop = trio.Event()
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_watch_signals, signals, stop)
+            await nursery.start(committer.run)
+            async with trio.open_nursery() as services:
+                await services.start(dispatcher.run)
+                await services.start(HttpExecutor(dispatcher).run)
+                async with trio.open_nursery() as http:
+                    binds = await http.start(
+                        partial(hypercorn.trio.serve, api, _hypercorn_config(options), shutdown_trigger=stop.wait)
+                    )
+                    node.url = binds[0]
+                    api.started = True
+                    print(f"tempo serving on {binds[0]}", flush=True)
+                    task_status.started(binds[0])
+                # hypercorn has returned: no request is in flight any more.
+                # The dispatcher holds soft state only; stop it, then let
+                # the committer write what is pending and return.
+                services.cancel_scope.cancel()
+            committer.close()
+
+
+async def _serve_member(options: ServeOptions, config: Config, store: Store, task_status) -> None:
+    cluster = options.cluster
+    assert cluster is not None
+    try:
+        raft_log = RaftLog(store, voters=tuple(m.raft_id for m in cluster.members))
+    except ValueError as exc:
+        raise ServeError(str(exc)) from None
+    others = {m.raft_id: m.url for m in cluster.members if m is not cluster.me}
+    transport = PeerTransport(
+        others, local_address=local_address_of(options.host, _is_ip), token=config.peer_token
+    )
+    replica = Replica(store, raft_log, cluster.me.raft_id, transport.send, snapshot_entries=options.snapshot_entries)
+    jobs = Jobs(store, replica)
+    dispatcher = Dispatcher(store, replica)
+    node = ClusterMember(replica, cluster.me, list(cluster.members))
+
+    def on_peer_messages(messages: list) -> None:
+        for message in messages:
+            replica.step(message)
+
+    api = Api(
+        store, jobs, dispatcher, node=node, auth=Authenticator(config.tokens),
+        on_peer_messages=on_peer_messages, peer_token=config.peer_token,
+    )
+    stop = trio.Event()
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(transport.run)
+            await nursery.start(replica.run)
+            await nursery.start(_lead, replica, dispatcher)
+            nursery.start_soon(_watch_signals, signals, stop, replica)
+            async with trio.open_nursery() as http:
+                binds = await http.start(
+                    partial(hypercorn.trio.serve, api, _hypercorn_config(options), shutdown_trigger=stop.wait)
+                )
+                api.started = True
+                print(f"tempo serving on {binds[0]} as {cluster.me.id} of {len(cluster.members)}", flush=True)
+                task_status.started(binds[0])
+            # Nothing is in flight any more; what this node wrote is durable,
+            # and the others go on without it.
+            nursery.cancel_scope.cancel()
+
+
+async def _lead(replica: Replica, dispatcher: Dispatcher, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    """Runs the dispatcher and the HTTP executor while this node leads (with an
+    entry of its term applied), and stops them the moment it does not."""
+    changed = trio.Event()
+
+    def poke() -> None:
+        changed.set()
+
+    replica.on_phase.append(poke)
+    task_status.started()
+    while True:
+        while replica.phase is not Phase.LEADING:
+            await changed.wait()
+            changed = trio.Event()
+        async with trio.open_nursery() as services:
+            await services.start(dispatcher.run)
+            await services.start(HttpExecutor(dispatcher).run)
+            while replica.phase is Phase.LEADING:
+                await changed.wait()
+                changed = trio.Event()
+            services.cancel_scope.cancel()
+        dispatcher.reset()
+
+
+async def _watch_signals(signals, stop: trio.Event, replica: Replica | None = None) -> None:
     async for _ in signals:
+        if replica is not None and replica.transfer_leadership():
+            # A graceful stop of the leader hands leadership over first, so
+            # the cluster does not wait out an election timeout.
+            with trio.move_on_after(limits.transfer_wait_s):
+                while replica.phase in (Phase.LEADING, Phase.ELECTED):
+                    await trio.sleep(limits.raft_tick_ms / 1000)
         stop.set()
         return
 

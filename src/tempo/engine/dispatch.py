@@ -65,22 +65,33 @@ class Dispatcher:
         # The wall clock, injectable so tests can drive leases and retries
         # with trio's autojump clock.
         self.now_ms = now_ms
-        self.wheel = TimingWheel(now_ms(), tick_ms=limits.dispatch_tick_ms)
+        self.generation = 0
+        self.events_changed = trio.Event()
+        self.counters: Counter[str] = Counter()
+        self.lateness_buckets = [0] * (len(LATENESS_BUCKETS_S) + 1)
+        self.lateness_sum_s = 0.0
+        self._ready_events: dict[str, trio.Event] = {}
+        self.reset()
+        committer.listeners.append(self.on_changes)
+
+    def reset(self) -> None:
+        """Forgets all soft state (a leader that stopped leading); the next
+        `run` loads it again from the tables. Claims waiting on this node
+        wake up and fail with `NotLeader`."""
+        self.generation += 1
+        self.wheel = TimingWheel(self.now_ms(), tick_ms=limits.dispatch_tick_ms)
         # Runs keys in the wheel or a ready queue, with their queue and job. A
         # key in a deque but not here (or here under another queue) is a
         # tombstone. The job is as it was when the run was loaded: enough for
         # a one-off, re-read for a repeating job, whose slot moves.
         self.queue_of: dict[bytes, tuple[str, Job]] = {}
         self.ready: dict[str, deque[bytes]] = {}
-        self._ready_events: dict[str, trio.Event] = {}
         self.leases: dict[tuple[str, int], Lease] = {}
         self._lease_heap: list[tuple[int, str, int, int]] = []
         self.loaded_until_ms = 0  # every open run due before this is in memory
-        self.events_changed = trio.Event()
-        self.counters: Counter[str] = Counter()
-        self.lateness_buckets = [0] * (len(LATENESS_BUCKETS_S) + 1)
-        self.lateness_sum_s = 0.0
-        committer.listeners.append(self.on_changes)
+        for event in self._ready_events.values():
+            event.set()
+        self._ready_events = {}
 
     # -- memory from the tables ----------------------------------------------
 
@@ -172,6 +183,7 @@ class Dispatcher:
         return found
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        self.reset()
         self.load(self.now_ms())
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._expire_loop)
@@ -218,7 +230,10 @@ class Dispatcher:
         self, queues: list[str], worker: str, runs_max: int, wait_s: float
     ) -> list[ClaimedRun]:
         deadline_s = trio.current_time() + wait_s
+        generation = self.generation
         while True:
+            if generation != self.generation:
+                raise errors.NotLeader("this node stopped leading; claim from the new leader")
             taken = self._take(queues, runs_max)
             if taken:
                 claimed = await self._commit_claims(worker, taken)

@@ -10,10 +10,12 @@ fsync); reads run on any thread against LMDB's snapshots and never wait for it.
 This is the only module that imports lmdb.
 """
 
+import hashlib
 import os
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import TypeVar
 
 import lmdb
 import msgspec
@@ -53,6 +55,7 @@ _U64 = struct.Struct(">Q")
 _MINUTE = struct.Struct(">I")
 _APPLIED_INDEX = b"applied_index"
 _EVENT_SEQ = b"event_seq"
+T = TypeVar("T")
 
 _enc = msgspec.msgpack.Encoder()
 _job_dec = msgspec.msgpack.Decoder(Job)
@@ -115,24 +118,71 @@ class Store:
     def apply_entry(self, index: int, data: bytes) -> tuple[list[Outcome], Changes]:
         """Applies the log entry at `index`; an entry at or below the applied
         index was applied before (a replay after a crash) and changes nothing."""
-        commands = decode_entry(data)
         try:
-            return self._apply_commands(index, commands)
+            with self.env.begin(write=True) as txn:
+                return self.apply_in(txn, index, data)
         except lmdb.MapFullError:
             raise errors.Overloaded("the data file is full") from None
 
-    def _apply_commands(self, index: int, commands: list[Command]) -> tuple[list[Outcome], Changes]:
-        with self.env.begin(write=True) as txn:
-            raw = txn.get(_APPLIED_INDEX, db=self.db["meta"])
-            applied = 0 if raw is None else _U64.unpack(raw)[0]
-            tx = _Tx(txn, self.db)
-            if index <= applied:
-                return [errors.Conflict("already applied")] * len(commands), tx.changes
-            assert index == applied + 1, f"entry {index} after applied {applied}: a gap"
-            outcomes = [tx.apply(command) for command in commands]
-            tx.flush()
-            txn.put(_APPLIED_INDEX, _U64.pack(index), db=self.db["meta"])
+    def write(self, work: Callable[[lmdb.Transaction], T]) -> T:
+        """Runs `work` in one write transaction (one fsync at its end): the
+        replica persists raft state and applies entries together this way."""
+        try:
+            with self.env.begin(write=True) as txn:
+                return work(txn)
+        except lmdb.MapFullError:
+            raise errors.Overloaded("the data file is full") from None
+
+    def apply_in(self, txn: lmdb.Transaction, index: int, data: bytes) -> tuple[list[Outcome], Changes]:
+        """`apply_entry` inside the caller's write transaction. Empty `data`
+        (a raft no-op or configuration entry) only records the index."""
+        commands = decode_entry(data) if data else []
+        raw = txn.get(_APPLIED_INDEX, db=self.db["meta"])
+        applied = 0 if raw is None else _U64.unpack(raw)[0]
+        tx = _Tx(txn, self.db)
+        if index <= applied:
+            return [errors.Conflict("already applied")] * len(commands), tx.changes
+        assert index == applied + 1, f"entry {index} after applied {applied}: a gap"
+        outcomes = [tx.apply(command) for command in commands]
+        tx.flush()
+        txn.put(_APPLIED_INDEX, _U64.pack(index), db=self.db["meta"])
         return outcomes, tx.changes
+
+    # -- snapshots (a cluster's log compaction) -------------------------------
+
+    def snapshot_data(self) -> tuple[int, bytes]:
+        """Every table at one applied index, from one read transaction, so the
+        copy is consistent whatever is applied meanwhile: (index, data)."""
+        with self.env.begin() as txn:
+            raw = txn.get(_APPLIED_INDEX, db=self.db["meta"])
+            index = 0 if raw is None else _U64.unpack(raw)[0]
+            tables = [[name, list(txn.cursor(db=db))] for name, db in self.db.items()]
+        return index, _enc.encode(tables)
+
+    def restore_in(self, txn: lmdb.Transaction, index: int, data: bytes) -> None:
+        """Replaces every table with a snapshot's copy, inside the caller's
+        transaction: a crash leaves the old state or the new, never a mix."""
+        tables = msgspec.msgpack.decode(data, type=list[tuple[str, list[tuple[bytes, bytes]]]]) if data else []
+        for db in self.db.values():
+            txn.drop(db, delete=False)
+        for name, rows in tables:
+            db = self.db[name]
+            cur = txn.cursor(db=db)
+            cur.putmulti(rows, append=True)
+        txn.put(_APPLIED_INDEX, _U64.pack(index), db=self.db["meta"])
+
+    def digest(self) -> tuple[int, str]:
+        """(applied index, SHA-256 of every table at it): equal on replicas
+        that applied the same entries."""
+        sha = hashlib.sha256()
+        with self.env.begin() as txn:
+            raw = txn.get(_APPLIED_INDEX, db=self.db["meta"])
+            index = 0 if raw is None else _U64.unpack(raw)[0]
+            for name, db in self.db.items():
+                sha.update(name.encode() + b"\0")
+                for key, value in txn.cursor(db=db):
+                    sha.update(_U64.pack(len(key)) + key + _U64.pack(len(value)) + value)
+        return index, sha.hexdigest()
 
     # -- reads ---------------------------------------------------------------
 

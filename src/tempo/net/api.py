@@ -15,6 +15,7 @@ from tempo.engine.dispatch import LATENESS_BUCKETS_S, Dispatcher
 from tempo.engine.jobs import Jobs
 from tempo.engine.store import Created, Store
 from tempo.net import auth, openapi
+from tempo.net import auth as auth_module  # `auth` is also a parameter name below
 from tempo.net.asgi import (
     Request,
     Response,
@@ -29,6 +30,8 @@ from tempo.net.asgi import (
     send_response,
 )
 from tempo.net.auth import Authenticator
+from tempo.net.peer import decode_frames
+from tempo.node import ClusterMember, Standalone
 from tempo.schema import (
     BatchAck,
     BatchItemResult,
@@ -36,6 +39,7 @@ from tempo.schema import (
     ClaimOut,
     ClusterNode,
     ClusterOut,
+    DigestOut,
     EventOut,
     EventsPage,
     Health,
@@ -55,13 +59,15 @@ from tempo.schema import (
     RunsPage,
 )
 
-SINGLE_NODE_ID = "n1"
+# Routes every node answers itself, never redirected (API.md "General").
+LOCAL = frozenset({"healthz", "readyz", "metrics", "openapi", "cluster", "cluster_digest", "unknown"})
 NEEDS = {
     "healthz": auth.PUBLIC,
     "readyz": auth.PUBLIC,
     "metrics": auth.PUBLIC,
     "openapi": auth.PUBLIC,
     "cluster": auth.ANY,
+    "cluster_digest": auth.ANY,
     "claim": auth.WORKER,
     "run_heartbeat": auth.WORKER,
     "run_result": auth.WORKER,
@@ -99,18 +105,21 @@ class Api:
         jobs: Jobs,
         dispatcher: Dispatcher,
         *,
-        is_ready: Callable[[], bool],
+        node: Standalone | ClusterMember,
         auth: Authenticator | None = None,
+        on_peer_messages: Callable[[list[Any]], None] | None = None,
+        peer_token: str | None = None,
     ):
         self.auth = auth or Authenticator(())
         self.store = store
         self.jobs = jobs
         self.dispatcher = dispatcher
-        self.is_ready = is_ready
+        self.node = node
+        # False until the server listens and its services run.
+        self.started = False
+        self.on_peer_messages = on_peer_messages
+        self.peer_auth = auth_module.PeerAuth(peer_token)
         self.requests: Counter[tuple[str, int]] = Counter()
-        # A single node is its own leader; set by the server once it listens.
-        self.node_id = SINGLE_NODE_ID
-        self.url = ""
         self.openapi_body = _json_enc.encode(openapi.document())
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
@@ -129,14 +138,39 @@ class Api:
         try:
             request.query = parse_query(scope.get("query_string", b""))
             route, handler = self.route(request)
-            request.principal = self.auth.check(NEEDS.get(route, auth.CLIENT), request.headers.get(b"authorization"))
-            limit = limits.batch_body_bytes_max if path == "/v1/jobs/batch" else limits.body_bytes_max
-            request.body = await read_body(receive, limit)
-            response = await handler(request)
+            if route == "raft":
+                response = await self.raft(request, receive)
+            else:
+                request.principal = self.auth.check(
+                    NEEDS.get(route, auth.CLIENT), request.headers.get(b"authorization")
+                )
+                response = self._elsewhere(route, request, scope)
+                if response is None:
+                    limit = limits.batch_body_bytes_max if path == "/v1/jobs/batch" else limits.body_bytes_max
+                    request.body = await read_body(receive, limit)
+                    response = await handler(request)
         except errors.TempoError as exc:
             response = problem_response(exc)
         self.requests[(route, response.status)] += 1
         await send_response(send, response)
+
+    def _elsewhere(self, route: str, request: Request, scope: dict) -> Response | None:
+        """The answer of a node that may not serve `route` itself: a redirect
+        to the leader, or 503 while none is known (API.md "General")."""
+        stale = request.query.pop("stale", None)
+        if route in LOCAL or self.node.serves():
+            return None
+        if stale == "true" and request.method == "GET":
+            return None
+        leader_url = self.node.redirect_url()
+        if leader_url is None:
+            raise errors.NoQuorum("no leader is known; retry shortly")
+        location = leader_url + scope.get("raw_path", request.path.encode()).decode("latin-1")
+        query = scope.get("query_string", b"")
+        if query:
+            location += "?" + query.decode("latin-1")
+        problem = errors.NotLeader(f"this node is not the leader; ask {leader_url}")
+        return problem_response(problem, [(b"location", location.encode())], status=307)
 
     def route(self, request: Request) -> tuple[str, Callable]:
         parts = request.path.strip("/").split("/")
@@ -158,6 +192,10 @@ class Api:
                 return "readyz", {"GET": self.readyz}
             case ["v1", "cluster"]:
                 return "cluster", {"GET": self.cluster}
+            case ["v1", "cluster", "digest"]:
+                return "cluster_digest", {"GET": self.cluster_digest}
+            case ["v1", "raft"]:
+                return "raft", {"POST": self.raft}
             case ["metrics"]:
                 return "metrics", {"GET": self.metrics}
             case ["v1", "openapi.json"]:
@@ -394,16 +432,32 @@ class Api:
         return encode(request, Health("ok"))
 
     async def readyz(self, request: Request) -> Response:
-        if self.is_ready():
+        if self.started and self.node.ready():
             return encode(request, Health("ready"))
         return Response(503, _json_enc.encode(Health("not ready")), headers=[(b"retry-after", b"1")])
 
     async def cluster(self, request: Request) -> Response:
-        """This node's view. A single node is the leader of a cluster of one;
-        every entry it applied is committed (term 0: no election was held)."""
-        applied = self.store.applied_index()
-        me = ClusterNode(self.node_id, self.url, "leader")
-        return encode(request, ClusterOut(self.node_id, self.node_id, 0, applied, applied, [me]))
+        """This node's own view (a single node leads a cluster of one, term 0)."""
+        view = self.node.view()
+        nodes = [ClusterNode(member.id, member.url, role) for member, role in view.roles]  # type: ignore[arg-type]
+        out = ClusterOut(view.node, view.leader, view.term, view.commit_index, view.applied_index, nodes)
+        return encode(request, out)
+
+    async def cluster_digest(self, request: Request) -> Response:
+        """A SHA-256 of every table at this node's applied index: replicas at
+        one index hold the same digest."""
+        applied, digest = await trio.to_thread.run_sync(self.store.digest)
+        return encode(request, DigestOut(self.node.node_id, applied, digest))
+
+    async def raft(self, request: Request, receive: Callable | None = None) -> Response:
+        """Raft messages from a peer (net/peer.py); answered once stepped."""
+        if self.on_peer_messages is None:
+            raise errors.NotFound("this node is not a cluster member")
+        self.peer_auth.check(request.headers.get(b"authorization"))
+        assert receive is not None
+        body = await read_body(receive, limits.peer_post_bytes_target + limits.peer_frame_bytes_max)
+        self.on_peer_messages(decode_frames(body))
+        return Response(204, b"", b"application/octet-stream")
 
     async def openapi(self, request: Request) -> Response:
         return Response(200, self.openapi_body)

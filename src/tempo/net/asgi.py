@@ -34,6 +34,8 @@ STATUS_OF: dict[type[errors.TempoError], int] = {
     errors.Forbidden: 403,
     errors.Overloaded: 503,
     errors.ShuttingDown: 503,
+    errors.NotLeader: 503,
+    errors.NoQuorum: 503,
 }
 TITLES = {
     400: "Bad Request",
@@ -42,6 +44,7 @@ TITLES = {
     404: "Not Found",
     405: "Method Not Allowed",
     409: "Conflict",
+    307: "Temporary Redirect",
     413: "Content Too Large",
     503: "Service Unavailable",
 }
@@ -103,8 +106,13 @@ def problem_of(exc: errors.TempoError) -> Problem:
     )
 
 
-def problem_response(exc: errors.TempoError, headers: list[tuple[bytes, bytes]] | None = None) -> Response:
+def problem_response(
+    exc: errors.TempoError, headers: list[tuple[bytes, bytes]] | None = None, *, status: int | None = None
+) -> Response:
     problem = problem_of(exc)
+    if status is not None:
+        problem.status = status
+        problem.title = TITLES.get(status, problem.title)
     extra = list(headers or [])
     if problem.status == 503:
         extra.append((b"retry-after", b"1"))

@@ -57,3 +57,19 @@ class Authenticator:
         if need == CLIENT and token.role == "worker":
             raise errors.Forbidden("a worker token may only claim, heartbeat and report")
         return Principal(token.owner, token.role, token.queues if token.role == "worker" else None)
+
+
+class PeerAuth:
+    """What a node asks of a peer's raft request: the cluster's peer token,
+    when auth is on (the same secret on every node)."""
+
+    def __init__(self, peer_token: str | None):
+        self.digest = None if peer_token is None else hashlib.sha256(peer_token.encode()).digest()
+
+    def check(self, authorization: bytes | None) -> None:
+        if self.digest is None:
+            return
+        if not authorization or not authorization[:7].lower() == b"bearer ":
+            raise errors.Unauthorized("a peer request needs the cluster's peer token")
+        if not hmac.compare_digest(hashlib.sha256(authorization[7:].strip()).digest(), self.digest):
+            raise errors.Unauthorized("a peer request needs the cluster's peer token")

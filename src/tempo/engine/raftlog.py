@@ -1,0 +1,222 @@
+"""The Raft log and hard state of a cluster node, in the node's LMDB
+environment beside the state tables (DESIGN.md "Data").
+
+`RaftLog` is the `tempo.raft.Storage` the consensus core reads through. Its
+write side works inside a write transaction the replica opens with
+`Store.write`, so one Ready's log entries, hard state and applied entries are
+one transaction and one fsync. The in-memory mirror (terms, the snapshot, a
+tail of recent entries) changes only in `committed`, called on the trio thread
+after that transaction is durable: until then the core still holds those
+entries in its own unstable tail.
+
+Snapshots live in files `snapshot/<index>.snap` (written and fsynced before the
+transaction that records them), because the core sends them to followers in
+chunks and a copy of every table does not belong in a table itself.
+"""
+
+import os
+import struct
+from collections import deque
+
+import lmdb
+import msgspec
+
+from tempo.engine.store import Store
+from tempo.raft import ConfState, Entry, HardState, Snapshot, SnapshotMeta
+
+_U64 = struct.Struct(">Q")
+_HARD_STATE = b"hard_state"
+_SNAPSHOT_META = b"snapshot_meta"
+# Entries kept in memory for sending to followers without a read.
+_TAIL_ENTRIES_MAX = 8192
+
+_enc = msgspec.msgpack.Encoder()
+_entry_dec = msgspec.msgpack.Decoder(Entry)
+_hard_dec = msgspec.msgpack.Decoder(HardState)
+_meta_dec = msgspec.msgpack.Decoder(SnapshotMeta)
+
+
+class RaftLog:
+    def __init__(self, store: Store, voters: tuple[int, ...]):
+        """Opens (or founds, with `voters`, on first start) the raft state in
+        `store`'s environment."""
+        self.env = store.env
+        self.log_db = store.env.open_db(b"raft_log")
+        self.meta_db = store.env.open_db(b"raft_meta")
+        self.dir = os.path.join(store.path, "snapshot")
+        os.makedirs(self.dir, exist_ok=True)
+        with self.env.begin(write=True) as txn:
+            raw = txn.get(_SNAPSHOT_META, db=self.meta_db)
+            if raw is None:
+                # A founding member: the bootstrap config is a snapshot at
+                # index 1, term 0, the same on every founder.
+                meta = SnapshotMeta(1 if voters else 0, 0, ConfState(tuple(sorted(voters))))
+                if store.applied_index() != 0:
+                    raise ValueError(f"{store.path} holds a single node's data; a cluster node needs its own data dir")
+                txn.put(_SNAPSHOT_META, _enc.encode(meta), db=self.meta_db)
+                # The state tables start at the bootstrap snapshot's index.
+                store.restore_in(txn, meta.index, b"")
+            else:
+                meta = _meta_dec.decode(raw)
+            raw = txn.get(_HARD_STATE, db=self.meta_db)
+            self._hard_state = HardState() if raw is None else _hard_dec.decode(raw)
+            self._terms: list[int] = []
+            self._tail: deque[Entry] = deque()
+            cur = txn.cursor(db=self.log_db)
+            for key, value in cur:
+                index = _U64.unpack(key)[0]
+                entry = _entry_dec.decode(value)
+                assert index == meta.index + 1 + len(self._terms), "a gap in the raft log"
+                self._terms.append(entry.term)
+                self._tail.append(entry)
+                if len(self._tail) > _TAIL_ENTRIES_MAX:
+                    self._tail.popleft()
+        self._snapshot = Snapshot(meta, self._read_snapshot_file(meta.index) if meta.index > 1 else b"")
+        self._remove_snapshot_files(keep=meta.index, keep_newer=False)
+
+    # -- Storage (read side) ---------------------------------------------------
+
+    def hard_state(self) -> HardState:
+        return self._hard_state
+
+    def snapshot(self) -> Snapshot:
+        return self._snapshot
+
+    def first_index(self) -> int:
+        return self._snapshot.meta.index + 1
+
+    def last_index(self) -> int:
+        return self._snapshot.meta.index + len(self._terms)
+
+    def term(self, index: int) -> int:
+        offset = self._snapshot.meta.index
+        if index == offset:
+            return self._snapshot.meta.term
+        assert offset < index <= offset + len(self._terms), f"term({index}) outside the log"
+        return self._terms[index - offset - 1]
+
+    def entries(self, lo: int, hi: int, bytes_max: int) -> list[Entry]:
+        assert self.first_index() <= lo < hi <= self.last_index() + 1, f"entries({lo}, {hi}) outside the log"
+        tail_first = self._tail[0].index if self._tail else hi
+        out: list[Entry] = []
+        size_bytes = 0
+        if lo < tail_first:
+            with self.env.begin() as txn:
+                cur = txn.cursor(db=self.log_db)
+                cur.set_key(_U64.pack(lo))
+                for _, value in cur:
+                    entry = _entry_dec.decode(value)
+                    if entry.index >= min(hi, tail_first):
+                        break
+                    size_bytes += len(entry.data)
+                    if size_bytes > bytes_max and out:
+                        return out
+                    out.append(entry)
+            lo = tail_first
+        for k in range(lo - tail_first, hi - tail_first):
+            entry = self._tail[k]
+            size_bytes += len(entry.data)
+            if size_bytes > bytes_max and out:
+                return out
+            out.append(entry)
+        return out
+
+    # -- write side, inside the replica's transaction -----------------------------
+
+    def append_in(self, txn: lmdb.Transaction, entries: list[Entry]) -> None:
+        """Appends, first dropping stored entries at and after the first new one."""
+        first = entries[0].index
+        assert self.first_index() <= first <= self.last_index() + 1, "append leaves a gap"
+        cur = txn.cursor(db=self.log_db)
+        if first <= self.last_index() and cur.set_key(_U64.pack(first)):
+            while cur.delete():
+                pass
+        cur.putmulti(((_U64.pack(e.index), _enc.encode(e)) for e in entries), append=True)
+
+    def set_hard_state_in(self, txn: lmdb.Transaction, hard_state: HardState) -> None:
+        txn.put(_HARD_STATE, _enc.encode(hard_state), db=self.meta_db)
+
+    def write_snapshot_file(self, index: int, data: bytes) -> None:
+        """Writes and fsyncs a snapshot's file (before the transaction that
+        records it): a crash before that transaction leaves a stray file,
+        removed at the next start."""
+        path = self._path(index)
+        tmp = path + ".tmp"
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        dir_fd = os.open(self.dir, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+    def install_in(self, txn: lmdb.Transaction, snapshot: Snapshot) -> None:
+        """A snapshot from the leader replaces the whole log."""
+        txn.drop(self.log_db, delete=False)
+        txn.put(_SNAPSHOT_META, _enc.encode(snapshot.meta), db=self.meta_db)
+
+    def compact_in(self, txn: lmdb.Transaction, snapshot: Snapshot) -> None:
+        """A local snapshot: drop the entries it covers."""
+        cur = txn.cursor(db=self.log_db)
+        if cur.first():
+            while cur.key() and _U64.unpack(cur.key())[0] <= snapshot.meta.index:
+                if not cur.delete():
+                    break
+        txn.put(_SNAPSHOT_META, _enc.encode(snapshot.meta), db=self.meta_db)
+
+    # -- after the transaction is durable (trio thread) ---------------------------
+
+    def committed(
+        self,
+        hard_state: HardState | None,
+        entries: list[Entry],
+        snapshot: Snapshot | None,
+        compaction: Snapshot | None,
+    ) -> None:
+        """Brings the mirror up to what the last transaction made durable."""
+        if snapshot is not None:
+            self._snapshot = snapshot
+            self._terms = []
+            self._tail.clear()
+        if compaction is not None and compaction.meta.index > self._snapshot.meta.index:
+            cut = compaction.meta.index - self._snapshot.meta.index
+            del self._terms[:cut]
+            while self._tail and self._tail[0].index <= compaction.meta.index:
+                self._tail.popleft()
+            self._snapshot = compaction
+        if entries:
+            first = entries[0].index
+            keep = first - self.first_index()
+            del self._terms[keep:]
+            while self._tail and self._tail[-1].index >= first:
+                self._tail.pop()
+            self._terms.extend(e.term for e in entries)
+            self._tail.extend(entries)
+            while len(self._tail) > _TAIL_ENTRIES_MAX:
+                self._tail.popleft()
+        if hard_state is not None:
+            self._hard_state = hard_state
+        if snapshot is not None or compaction is not None:
+            self._remove_snapshot_files(keep=self._snapshot.meta.index, keep_newer=True)
+
+    # -- snapshot files ------------------------------------------------------------
+
+    def _path(self, index: int) -> str:
+        return os.path.join(self.dir, f"{index:020d}.snap")
+
+    def _read_snapshot_file(self, index: int) -> bytes:
+        with open(self._path(index), "rb") as f:
+            return f.read()
+
+    def _remove_snapshot_files(self, keep: int, keep_newer: bool) -> None:
+        """Removes superseded files (and, at start, strays: any but `keep`);
+        while running, a newer file may be a compaction not yet recorded."""
+        for name in os.listdir(self.dir):
+            stem = name.split(".", 1)[0]
+            index = int(stem) if stem.isdigit() and name.endswith(".snap") else -1
+            if index == keep or (keep_newer and index > keep):
+                continue
+            os.unlink(os.path.join(self.dir, name))

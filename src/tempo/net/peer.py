@@ -1,0 +1,153 @@
+"""Raft messages between nodes, over the node's one HTTP port.
+
+Each node keeps one sender task per peer. Messages for a peer wait in a bounded
+queue; the sender takes everything queued (up to `peer_post_bytes_target`) and
+POSTs it to the peer's `/v1/raft` as length-prefixed MessagePack frames, one
+message per frame, over a kept-alive connection. One request per peer is in
+flight at a time, so the frames of everything that arrived meanwhile share the
+next request. Raft tolerates lost messages, so a full queue drops its oldest
+frame and a failed request drops its frames; the sender then backs off (with
+jitter) before it tries that peer again. Every request is bounded in time.
+
+Outgoing connections start from the node's own listen address when that is one
+IP, so a peer (or a fault injector in front of it) sees which node calls.
+"""
+
+import logging
+import random
+import struct
+from collections import deque
+from collections.abc import Callable
+
+import httpx
+import msgspec
+import trio
+
+from tempo import errors, limits
+from tempo.raft import MESSAGE_DECODER, MESSAGE_ENCODER, Message
+
+log = logging.getLogger("tempo.peer")
+_LEN = struct.Struct(">I")
+FRAMES = "application/x-tempo-raft"
+
+
+def encode_frames(frames: list[bytes]) -> bytes:
+    return b"".join(_LEN.pack(len(frame)) + frame for frame in frames)
+
+
+def decode_frames(body: bytes) -> list[Message]:
+    """The messages of one request body; `errors.Invalid` if it is malformed."""
+    out: list[Message] = []
+    view = memoryview(body)
+    at = 0
+    while at < len(view):
+        if at + _LEN.size > len(view):
+            raise errors.Invalid.at("", "a frame header is cut short")
+        (size,) = _LEN.unpack_from(view, at)
+        at += _LEN.size
+        if size > limits.peer_frame_bytes_max or at + size > len(view):
+            raise errors.Invalid.at("", "a frame is cut short or too large")
+        try:
+            out.append(MESSAGE_DECODER.decode(view[at : at + size]))
+        except msgspec.MsgspecError as exc:
+            raise errors.Invalid.at("", f"not a raft message: {exc}") from None
+        at += size
+    return out
+
+
+class _Peer:
+    __slots__ = ("id", "url", "frames", "wake", "sent", "dropped", "failures")
+
+    def __init__(self, peer_id: int, url: str):
+        self.id = peer_id
+        self.url = url.rstrip("/") + "/v1/raft"
+        self.frames: deque[bytes] = deque()
+        self.wake = trio.Event()
+        self.sent = 0
+        self.dropped = 0
+        self.failures = 0
+
+
+class PeerTransport:
+    def __init__(
+        self,
+        peers: dict[int, str],
+        *,
+        local_address: str | None = None,
+        token: str | None = None,
+        rng: random.Random | None = None,
+    ):
+        """`peers`: raft node ID → URL of every other node."""
+        self.peers = {peer_id: _Peer(peer_id, url) for peer_id, url in peers.items()}
+        self.local_address = local_address
+        self.headers = {"content-type": FRAMES}
+        if token:
+            self.headers["authorization"] = f"Bearer {token}"
+        self.rng = rng or random.Random()
+
+    def send(self, messages: list[Message]) -> None:
+        """Queues messages for their peers; never blocks."""
+        for message in messages:
+            peer = self.peers.get(message.dst)
+            if peer is None:
+                continue
+            peer.frames.append(MESSAGE_ENCODER.encode(message))
+            if len(peer.frames) > limits.peer_queue_frames_max:
+                peer.frames.popleft()
+                peer.dropped += 1
+            peer.wake.set()
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        transport = httpx.AsyncHTTPTransport(local_address=self.local_address) if self.local_address else None
+        timeout = httpx.Timeout(limits.peer_timeout_s)
+        async with httpx.AsyncClient(transport=transport, timeout=timeout) as client, trio.open_nursery() as nursery:
+            for peer in self.peers.values():
+                nursery.start_soon(self._sender, client, peer)
+            task_status.started()
+
+    async def _sender(self, client: httpx.AsyncClient, peer: _Peer) -> None:
+        backoff_s = limits.peer_backoff_s_min
+        while True:
+            await peer.wake.wait()
+            peer.wake = trio.Event()
+            while peer.frames:
+                frames = self._take(peer)
+                try:
+                    with trio.fail_after(limits.peer_timeout_s):
+                        response = await client.post(peer.url, content=encode_frames(frames), headers=self.headers)
+                    ok = response.status_code == 204
+                except (httpx.HTTPError, trio.TooSlowError) as exc:
+                    ok = False
+                    response = exc
+                if ok:
+                    peer.sent += len(frames)
+                    peer.failures = 0
+                    backoff_s = limits.peer_backoff_s_min
+                    continue
+                peer.failures += 1
+                if peer.failures == 1 or peer.failures % 100 == 0:
+                    log.warning("peer %d (%s): %r", peer.id, peer.url, response)
+                peer.dropped += len(frames)
+                # Messages that waited through the back-off are stale; raft
+                # sends what is still needed again.
+                await trio.sleep(backoff_s * (0.5 + self.rng.random()))
+                backoff_s = min(backoff_s * 2, limits.peer_backoff_s_max)
+                peer.dropped += len(peer.frames)
+                peer.frames.clear()
+
+    def _take(self, peer: _Peer) -> list[bytes]:
+        frames: list[bytes] = []
+        size_bytes = 0
+        while peer.frames and (not frames or size_bytes + len(peer.frames[0]) <= limits.peer_post_bytes_target):
+            frame = peer.frames.popleft()
+            frames.append(frame)
+            size_bytes += len(frame)
+        return frames
+
+
+def local_address_of(host: str, is_ip: Callable[[str], bool]) -> str | None:
+    """The address outgoing peer connections start from: the listen host when
+    it is one specific IP, else whatever the OS picks."""
+    if host in ("0.0.0.0", "::", "") or not is_ip(host):
+        return None
+    return host

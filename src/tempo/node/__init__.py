@@ -1,0 +1,122 @@
+"""One node wired together (DESIGN.md "The pieces"): the replica loop that
+feeds raft and applies to the engine, and what the API needs to know about
+the node's place in its cluster.
+
+`Standalone` is a node alone (the embedded default, group commit without
+raft); `ClusterNode` is a member of a raft cluster. Both answer the questions
+net/ asks: may this node serve a request itself, where is the leader, what is
+its view of the cluster.
+"""
+
+import zlib
+from dataclasses import dataclass
+
+from tempo.node.replica import Phase, Replica
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    id: str  # as on the command line: n1
+    url: str  # as given in --peers: where the others and clients reach it
+    raft_id: int
+
+
+def raft_id_of(node_id: str) -> int:
+    """Raft's integer ID for a node ID: stable, the same on every node."""
+    return (zlib.crc32(node_id.encode()) & 0x7FFFFFFF) or 1
+
+
+@dataclass(frozen=True, slots=True)
+class View:
+    node: str
+    leader: str | None
+    term: int
+    commit_index: int
+    applied_index: int
+    roles: list[tuple[Member, str]]
+
+
+class Standalone:
+    """A single node: it always leads; every entry it applied is committed."""
+
+    node_id = "n1"
+    clustered = False
+
+    def __init__(self, applied_index) -> None:
+        self._applied_index = applied_index
+        self.url = ""
+
+    def serves(self) -> bool:
+        return True
+
+    def leader_url(self) -> str | None:
+        return self.url
+
+    def redirect_url(self) -> str | None:
+        return None
+
+    def ready(self) -> bool:
+        return True
+
+    def view(self) -> View:
+        applied = self._applied_index()
+        return View(self.node_id, self.node_id, 0, applied, applied, [(Member(self.node_id, self.url, 1), "leader")])
+
+
+class ClusterMember:
+    """A member of a raft cluster, as seen through its replica."""
+
+    clustered = True
+
+    def __init__(self, replica: Replica, me: Member, members: list[Member]):
+        self.replica = replica
+        self.me = me
+        self.node_id = me.id
+        self.members = members
+        self.by_raft_id = {m.raft_id: m for m in members}
+
+    def serves(self) -> bool:
+        """Leads, with an entry of its term applied: the state is complete."""
+        return self.replica.phase is Phase.LEADING
+
+    def leader(self) -> Member | None:
+        return self.by_raft_id.get(self.replica.leader_id)
+
+    def leader_url(self) -> str | None:
+        leader = self.leader()
+        return None if leader is None else leader.url
+
+    def redirect_url(self) -> str | None:
+        """The URL of another node that leads, if one is known."""
+        leader = self.leader()
+        return None if leader is None or leader is self.me else leader.url
+
+    def ready(self) -> bool:
+        """Knows a leader and has applied everything it knows is committed."""
+        if self.leader() is None:
+            return False
+        if self.leader() is self.me and not self.serves():
+            return False
+        return self.replica.applied_index >= self.replica.commit_index
+
+    def view(self) -> View:
+        leader = self.leader()
+        roles = []
+        for member in self.members:
+            if member is self.me:
+                role = {Phase.LEADING: "leader", Phase.ELECTED: "leader", Phase.CANDIDATE: "candidate"}.get(
+                    self.replica.phase, "follower"
+                )
+            elif leader is not None:
+                role = "leader" if member is leader else "follower"
+            else:
+                role = "unknown"
+            roles.append((member, role))
+        return View(
+            self.me.id,
+            None if leader is None else leader.id,
+            self.replica.term,
+            self.replica.commit_index,
+            self.replica.applied_index,
+            roles,
+        )

@@ -1,0 +1,310 @@
+"""The replica loop: group commit through Raft (DESIGN.md "Flow of one write").
+
+`Replica` has the face of the single node's `Committer` (`submit`,
+`listeners`, `close`, `run`), so the job service and the dispatcher do not know
+which one they talk to. Commands that arrive while a Ready is being written
+become one proposal, hence one log entry. Each Ready is handled in one LMDB
+write transaction on a worker thread: the snapshot it installs, the compaction
+it records, its new log entries, its hard state, and the committed entries it
+applies (with the applied index), then one fsync. Only then are its messages
+sent and the requests whose entries it applied answered: a `2xx` means the
+entry was on a majority's disk and is applied here. Applying committed entries
+before sending is safe: they are durable on a majority already.
+
+The loop never reads the clock for the state machine: commands carry the
+leader's time. Ticks come from a timer task; raft counts them.
+"""
+
+import enum
+import logging
+import random
+from collections.abc import Callable
+
+import trio
+
+from tempo import errors, limits
+from tempo.engine.commands import Command, encode_entry
+from tempo.engine.raftlog import RaftLog
+from tempo.engine.store import Changes, Outcome, Store
+from tempo.raft import (
+    Config,
+    EntryKind,
+    Message,
+    NotLeader,
+    ProposalDropped,
+    RawNode,
+    Ready,
+    Role,
+    TransferInProgress,
+    UncommittedBytesExceeded,
+)
+
+log = logging.getLogger("tempo.replica")
+
+
+class Phase(enum.Enum):
+    """What this node may do, as the API sees it."""
+
+    FOLLOWER = "follower"
+    CANDIDATE = "candidate"
+    # Elected, but no entry of its term is applied yet: it cannot know the
+    # state is complete, so it neither serves nor dispatches.
+    ELECTED = "elected"
+    LEADING = "leader"
+
+
+class _Waiter:
+    __slots__ = ("done", "outcome")
+
+    def __init__(self) -> None:
+        self.done = trio.Event()
+        self.outcome: Outcome | list[Outcome] | BaseException | None = None
+
+    def finish(self, outcome: Outcome | list[Outcome] | BaseException) -> None:
+        self.outcome = outcome
+        self.done.set()
+
+
+class Replica:
+    def __init__(
+        self,
+        store: Store,
+        raft_log: RaftLog,
+        node_id: int,
+        send: Callable[[list[Message]], None],
+        *,
+        snapshot_entries: int = limits.snapshot_entries,
+        rng: random.Random | None = None,
+    ):
+        self.store = store
+        self.raft_log = raft_log
+        self.send = send
+        self.snapshot_entries = snapshot_entries
+        config = Config(
+            node_id=node_id,
+            election_ticks=limits.raft_election_ticks,
+            heartbeat_ticks=limits.raft_heartbeat_ticks,
+            applied=store.applied_index(),
+        )
+        self.node = RawNode(config, raft_log, rng or random.Random())
+        self.listeners: list[Callable[[Changes], None]] = []
+        # Called on the trio thread whenever `phase` or the leader changes.
+        self.on_phase: list[Callable[[], None]] = []
+        self.phase = Phase.FOLLOWER
+        self.leader_id = 0
+        self.applied_index = store.applied_index()
+        self._pending: list[tuple[Command, _Waiter]] = []
+        self._proposed: dict[int, tuple[int, list[_Waiter]]] = {}
+        self._wake = trio.Event()
+        self._closing = False
+        self._limiter = trio.CapacityLimiter(1)
+        self._snapshotting = False
+        self._nursery: trio.Nursery | None = None
+        self.batches_committed = 0
+        self.commands_committed = 0
+
+    # -- the Committer face ----------------------------------------------------------
+
+    async def submit(self, command: Command) -> Outcome | list[Outcome]:
+        if self._closing:
+            raise errors.ShuttingDown("the node is shutting down")
+        if self.phase is not Phase.LEADING:
+            raise errors.NotLeader("this node is not the leader")
+        if len(self._pending) >= limits.commit_pending_max:
+            raise errors.Overloaded("too many writes waiting; retry shortly")
+        waiter = _Waiter()
+        self._pending.append((command, waiter))
+        self._wake.set()
+        await waiter.done.wait()
+        if isinstance(waiter.outcome, BaseException):
+            raise waiter.outcome
+        return waiter.outcome
+
+    def close(self) -> None:
+        """Refuses new commands; what is pending still goes out."""
+        self._closing = True
+        self._wake.set()
+
+    # -- inputs from the transport and the operator ------------------------------------
+
+    def step(self, message: Message) -> None:
+        self.node.step(message)
+        self._wake.set()
+
+    def transfer_leadership(self) -> bool:
+        """Hands leadership to the most caught-up other voter; False if this
+        node does not lead or there is nobody to hand it to."""
+        if self.node.role != Role.LEADER:
+            return False
+        others = [(p.match, peer) for peer, p in self.node.progress.items() if peer != self.node.id]
+        if not others:
+            return False
+        try:
+            self.node.transfer_leader(max(others)[1])
+        except ProposalDropped:
+            return False
+        self._wake.set()
+        return True
+
+    @property
+    def term(self) -> int:
+        return self.node.term
+
+    @property
+    def commit_index(self) -> int:
+        return self.node.hard_state().commit
+
+    # -- the loop --------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            nursery.start_soon(self._ticker)
+            task_status.started()
+            while True:
+                await self._wake.wait()
+                self._wake = trio.Event()
+                self._propose_pending()
+                while self.node.has_ready():
+                    await self._handle(self.node.ready())
+                    self._propose_pending()
+
+    async def _ticker(self) -> None:
+        while True:
+            await trio.sleep(limits.raft_tick_ms / 1000)
+            self.node.tick()
+            self._wake.set()
+
+    def _propose_pending(self) -> None:
+        while self._pending:
+            batch: list[tuple[Command, _Waiter]] = []
+            size_bytes = 0
+            for command, waiter in self._pending[: limits.commit_batch_commands_max]:
+                batch.append((command, waiter))
+                size_bytes += _size_hint(command)
+                if size_bytes >= limits.raft_entry_bytes_target:
+                    break
+            del self._pending[: len(batch)]
+            try:
+                index = self.node.propose(encode_entry([command for command, _ in batch]))
+            except (NotLeader, TransferInProgress):
+                self._fail([w for _, w in batch], errors.NotLeader("this node is not the leader"))
+                continue
+            except UncommittedBytesExceeded:
+                self._fail([w for _, w in batch], errors.Overloaded("too many writes in flight; retry shortly"))
+                continue
+            self._proposed[index] = (self.node.term, [w for _, w in batch])
+
+    async def _handle(self, rd: Ready) -> None:
+        results = await trio.to_thread.run_sync(self._write, rd, limiter=self._limiter)
+        self.raft_log.committed(rd.hard_state, rd.entries, rd.snapshot, rd.compaction)
+        if rd.messages:
+            self.send(rd.messages)
+        if rd.snapshot is not None:
+            self.applied_index = rd.snapshot.meta.index
+            # Whatever this node proposed before is settled by the leader now.
+            self._fail_proposed(errors.NotLeader("this node is no longer the leader"))
+        for entry, (outcomes, changes) in zip(rd.committed_entries, results, strict=True):
+            self.applied_index = entry.index
+            for listener in self.listeners:
+                listener(changes)
+            proposed = self._proposed.pop(entry.index, None)
+            if proposed is not None:
+                term, waiters = proposed
+                if term != entry.term:
+                    self._fail(waiters, errors.NotLeader("the entry was replaced by a new leader's"))
+                else:
+                    for waiter, outcome in zip(waiters, outcomes, strict=True):
+                        waiter.finish(outcome)
+                    self.batches_committed += 1
+                    self.commands_committed += len(waiters)
+        self.node.advance(rd)
+        self._update_phase(rd)
+        self._maybe_snapshot()
+
+    def _write(self, rd: Ready) -> list[tuple[list[Outcome], Changes]]:
+        """Worker thread: the whole Ready in one transaction, one fsync."""
+        if rd.snapshot is not None:
+            self.raft_log.write_snapshot_file(rd.snapshot.meta.index, rd.snapshot.data)
+
+        def work(txn) -> list[tuple[list[Outcome], Changes]]:
+            if rd.snapshot is not None:
+                self.raft_log.install_in(txn, rd.snapshot)
+                self.store.restore_in(txn, rd.snapshot.meta.index, rd.snapshot.data)
+            if rd.compaction is not None:
+                self.raft_log.compact_in(txn, rd.compaction)
+            if rd.entries:
+                self.raft_log.append_in(txn, rd.entries)
+            if rd.hard_state is not None:
+                self.raft_log.set_hard_state_in(txn, rd.hard_state)
+            out = []
+            for entry in rd.committed_entries:
+                data = entry.data if entry.kind == EntryKind.NORMAL else b""
+                out.append(self.store.apply_in(txn, entry.index, data))
+            return out
+
+        return self.store.write(work)
+
+    def _update_phase(self, rd: Ready) -> None:
+        role = self.node.role
+        if role == Role.LEADER:
+            phase = Phase.LEADING if self._term_applied() else Phase.ELECTED
+        elif role in (Role.CANDIDATE, Role.PRE_CANDIDATE):
+            phase = Phase.CANDIDATE
+        else:
+            phase = Phase.FOLLOWER
+        leader_id = self.node.leader_id
+        if phase is self.phase and leader_id == self.leader_id:
+            return
+        if self.phase in (Phase.LEADING, Phase.ELECTED) and phase not in (Phase.LEADING, Phase.ELECTED):
+            self._fail([w for _, w in self._pending], errors.NotLeader("this node is no longer the leader"))
+            self._pending.clear()
+            self._fail_proposed(errors.NotLeader("this node is no longer the leader"))
+        log.info("node %d: %s in term %d (leader %d)", self.node.id, phase.value, self.node.term, leader_id)
+        self.phase = phase
+        self.leader_id = leader_id
+        for callback in self.on_phase:
+            callback()
+
+    def _term_applied(self) -> bool:
+        """An entry of the leader's own term is applied (its no-op at least):
+        everything committed before it is in the tables."""
+        if self.applied_index < self.raft_log.first_index():
+            return self.raft_log.snapshot().meta.term == self.node.term
+        return self.raft_log.term(self.applied_index) == self.node.term
+
+    def _fail(self, waiters: list[_Waiter], failure: BaseException) -> None:
+        for waiter in waiters:
+            waiter.finish(failure)
+
+    def _fail_proposed(self, failure: BaseException) -> None:
+        for _, waiters in self._proposed.values():
+            self._fail(waiters, failure)
+        self._proposed.clear()
+
+    # -- log compaction ---------------------------------------------------------------------
+
+    def _maybe_snapshot(self) -> None:
+        behind = self.applied_index - self.raft_log.snapshot().meta.index
+        if self._snapshotting or behind < self.snapshot_entries:
+            return
+        self._snapshotting = True
+        self._nursery.start_soon(self._snapshot)
+
+    async def _snapshot(self) -> None:
+        try:
+            index, data = await trio.to_thread.run_sync(self.store.snapshot_data)
+            # The store may be a Ready ahead of the core (applied, not yet
+            # advanced); such a copy waits for the next round.
+            if self.raft_log.snapshot().meta.index < index <= self.node.log.applied:
+                await trio.to_thread.run_sync(self.raft_log.write_snapshot_file, index, data)
+                self.node.compact(index, data)
+                self._wake.set()
+        finally:
+            self._snapshotting = False
+
+
+def _size_hint(command: Command) -> int:
+    """A rough size, to keep entries near `raft_entry_bytes_target`."""
+    items = getattr(command, "jobs", None) or getattr(command, "claims", None) or getattr(command, "results", None)
+    return 200 + 300 * len(items) if items else 200
