@@ -1,13 +1,26 @@
-"""The `tempo` command against a real server."""
+"""The `tempo` command against a real server, and the client's failover against fake ones."""
 
 import json
 import os
+import random
 import signal
 import subprocess
+import time
+from collections.abc import Callable
 
+import httpx
 import pytest
 
 from conftest import Server, free_port, tempo_command, unique
+from tempo.cli import agreed_leader, cluster_rows, cluster_views
+from tempo.net.client import (
+    ApiError,
+    Client,
+    OutcomeUnknown,
+    Unavailable,
+    redirects_max,
+    safe_to_repeat,
+)
 
 
 def tempo(*args: str, url: str | None = None, env_url: str | None = None, check: bool = True):
@@ -114,3 +127,216 @@ def test_serve_rejects_a_bad_listen_address(tmp_path):
         capture_output=True, text=True, timeout=30,
     )
     assert done.returncode != 0 and "--listen" in done.stderr
+
+
+# -- several URLs: failover and the leader -------------------------------------
+
+
+def test_several_urls_with_a_dead_one_first(server):
+    dead = f"http://127.0.0.1:{free_port()}"
+    listing = tempo("jobs", "list", "--limit", "1", "--json", url=f"{dead},{server.url}")
+    assert "jobs" in json.loads(listing.stdout)
+    key = unique("cli-failover")
+    argv = ("jobs", "create", "--target", "queue:cli", "--every-s", "600", "--request-key", key, "--json")
+    first = json.loads(tempo(*argv, env_url=f"{dead}, {server.url}").stdout)
+    again = json.loads(tempo(*argv, url=f"{dead},{server.url}").stdout)
+    assert again["id"] == first["id"]
+    assert json.loads(tempo("jobs", "get", first["id"], "--json", env_url=f"{dead},{server.url}").stdout) == first
+
+
+def test_a_url_that_is_not_http_is_refused():
+    done = tempo("jobs", "list", url="127.0.0.1:8700", check=False)
+    assert done.returncode == 2 and "--url" in done.stderr and "127.0.0.1:8700" in done.stderr
+
+
+def test_cluster_status_of_a_single_node(server):
+    done = tempo("cluster", "status", url=server.url)
+    lines = done.stdout.splitlines()
+    assert lines[0].split() == ["NODE", "URL", "ROLE", "TERM", "LEADER", "COMMIT", "APPLIED"]
+    row = lines[1].split()
+    assert row[:5] == ["n1", server.url, "leader", "0", "n1"] and row[5] == row[6]
+    assert lines[-1] == "leader: n1"
+
+    answers = json.loads(tempo("cluster", "status", "--json", env_url=server.url).stdout)
+    assert len(answers) == 1
+    assert answers[0]["node"] == "n1" and answers[0]["leader"] == "n1" and answers[0]["term"] == 0
+    assert answers[0]["nodes"] == [{"id": "n1", "url": server.url, "role": "leader"}]
+
+    dead = f"http://127.0.0.1:{free_port()}"
+    with_dead = tempo("cluster", "status", url=f"{dead},{server.url}").stdout
+    assert any(line.split()[1:3] == [dead, "unreachable"] for line in with_dead.splitlines())
+    assert with_dead.splitlines()[-1] == "leader: n1"  # the dead URL is no node of the cluster
+
+    nobody = tempo("cluster", "status", url=dead, check=False)
+    assert nobody.returncode == 1 and "unreachable" in nobody.stdout
+    assert json.loads(tempo("cluster", "status", "--json", url=dead, check=False).stdout) == []
+
+
+A, B, C = "http://a.test:8701", "http://b.test:8702", "http://c.test:8703"
+
+
+def fake_client(answer, urls=(A, B), **kwargs) -> tuple[Client, list[httpx.Request]]:
+    """A Client whose requests `answer(request)` answers; the list records them."""
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return answer(request)
+
+    kwargs.setdefault("failover_timeout_s", 5.0)
+    client = Client(list(urls), transport=httpx.MockTransport(handler), rng=random.Random(7), **kwargs)
+    return client, seen
+
+
+def origin(request: httpx.Request) -> str:
+    return f"{request.url.scheme}://{request.url.netloc.decode()}"
+
+
+def no_leader() -> httpx.Response:
+    problem = {"type": "no_leader", "title": "no leader known", "status": 503}
+    return httpx.Response(503, json=problem, headers={"retry-after": "1", "content-type": "application/problem+json"})
+
+
+def test_a_307_is_followed_with_method_body_and_token_and_the_leader_is_remembered():
+    def answer(request):
+        if origin(request) == A:  # a follower: the leader is B
+            return httpx.Response(307, headers={"location": f"{B}{request.url.raw_path.decode()}"})
+        return httpx.Response(201, json={"method": request.method, "query": request.url.query.decode(),
+                                         "body": json.loads(request.content) if request.content else None})
+
+    client, seen = fake_client(answer, token="secret")
+    got = client.request("POST", "/v1/jobs", {"target": "queue:x", "name": "é"}, params={"a": "1"})
+    assert got == {"method": "POST", "query": "a=1", "body": {"target": "queue:x", "name": "é"}}
+    assert [origin(r) for r in seen] == [A, B]
+    assert all(r.headers["authorization"] == "Bearer secret" for r in seen)  # kept across origins
+    assert client.leader_url == B
+    assert client.request("GET", "/v1/jobs")["method"] == "GET"
+    assert [origin(r) for r in seen] == [A, B, B]  # straight to the leader
+
+
+def test_a_redirect_to_a_leader_not_in_the_list_is_remembered():
+    def answer(request):
+        if origin(request) == A:
+            return httpx.Response(307, headers={"location": f"{C}/v1/jobs/j_1"})
+        return httpx.Response(200, json={"id": "j_1"})
+
+    client, seen = fake_client(answer, urls=(A,))
+    assert client.get_job("j_1") == {"id": "j_1"}
+    assert client.leader_url == C and client.urls == [A, C]
+
+
+def test_a_503_moves_on_and_comes_back_after_a_back_off():
+    answers = iter([no_leader(), httpx.Response(200, json={"jobs": [], "next_cursor": None})])
+    client, seen = fake_client(lambda request: next(answers), urls=(A,))
+    assert client.list_jobs() == {"jobs": [], "next_cursor": None}
+    assert [origin(r) for r in seen] == [A, A]
+
+    client, seen = fake_client(lambda r: no_leader() if origin(r) == A else httpx.Response(200, json={}))
+    assert client.request("POST", "/v1/jobs/j_1/trigger") == {}  # a 503 is safe to retry, any write
+    assert [origin(r) for r in seen] == [A, B] and client.leader_url == B
+
+
+def test_a_connection_refused_moves_on_for_any_write():
+    def answer(request):
+        if origin(request) == A:
+            raise httpx.ConnectError("connection refused", request=request)
+        return httpx.Response(200, json={"id": "r_1"})
+
+    client, seen = fake_client(answer)
+    assert client.trigger_job("j_1") == {"id": "r_1"}
+    assert [origin(r) for r in seen] == [A, B]
+
+
+def test_a_write_cut_off_after_sending_is_retried_only_when_safe():
+    def answer(request):
+        if origin(request) == A:
+            raise httpx.ReadError("connection reset", request=request)
+        return httpx.Response(201, json={"id": "j_1"})
+
+    client, seen = fake_client(answer)
+    with pytest.raises(OutcomeUnknown, match="may or may not"):
+        client.create_job({"target": "queue:x", "schedule": {"every_s": 60}})
+    assert len(seen) == 1
+    with pytest.raises(OutcomeUnknown):
+        client.trigger_job("j_1")
+    client, seen = fake_client(answer)
+    assert client.create_job({"target": "queue:x", "schedule": {"every_s": 60}, "request_key": "k"}) == {"id": "j_1"}
+    assert client.pause_job("j_1") == {"id": "j_1"}
+    assert client.get_job("j_1") == {"id": "j_1"}
+
+
+def test_safe_to_repeat():
+    assert safe_to_repeat("GET", "/v1/jobs", None)
+    assert safe_to_repeat("POST", "/v1/schedules/preview", {"schedule": {"every_s": 1}})
+    assert safe_to_repeat("POST", "/v1/jobs", {"request_key": "k"})
+    assert not safe_to_repeat("POST", "/v1/jobs", {"target": "queue:x"})
+    assert safe_to_repeat("POST", "/v1/jobs/batch", {"jobs": [{"request_key": "a"}, {"request_key": "b"}]})
+    assert not safe_to_repeat("POST", "/v1/jobs/batch", {"jobs": [{"request_key": "a"}, {}]})
+    assert not safe_to_repeat("POST", "/v1/jobs/batch", {"jobs": []})
+    assert safe_to_repeat("POST", "/v1/jobs/j_1/pause", None) and safe_to_repeat("POST", "/v1/jobs/j_1/resume", None)
+    assert not safe_to_repeat("POST", "/v1/jobs/j_1/trigger", None)
+    assert not safe_to_repeat("DELETE", "/v1/jobs/j_1", None)
+
+
+def test_no_answer_in_time_is_unavailable_naming_each_url():
+    def answer(request):
+        if origin(request) == A:
+            raise httpx.ConnectError("connection refused", request=request)
+        return no_leader()
+
+    client, seen = fake_client(answer, failover_timeout_s=0.3)
+    started = time.monotonic()
+    with pytest.raises(Unavailable) as caught:
+        client.list_jobs()
+    assert time.monotonic() - started < 2.0 and len(seen) >= 4  # more than one round
+    assert f"{A}: cannot connect" in str(caught.value) and f"{B}: 503 no_leader" in str(caught.value)
+
+
+def test_a_redirect_loop_is_bounded():
+    def answer(request):
+        return httpx.Response(307, headers={"location": f"{B if origin(request) == A else A}/v1/jobs"})
+
+    client, seen = fake_client(answer, failover_timeout_s=0.0)
+    with pytest.raises(Unavailable, match="redirects"):
+        client.list_jobs()
+    assert len(seen) == 2 * (redirects_max + 1)
+
+
+def test_an_error_answer_is_not_retried():
+    client, seen = fake_client(lambda r: httpx.Response(404, json={"type": "not_found", "status": 404}))
+    with pytest.raises(ApiError) as caught:
+        client.get_job("j_nope")
+    assert caught.value.status == 404 and len(seen) == 1
+
+
+def cluster_answer(node: str, leader: str | None, term: int = 3, down: tuple[str, ...] = ()) -> Callable:
+    urls = {"n1": A, "n2": B, "n3": C}
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        assert request.url.path == "/v1/cluster" and request.headers["authorization"] == "Bearer t"
+        me = next(n for n, u in urls.items() if u == origin(request))
+        if me in down:
+            raise httpx.ConnectError("connection refused", request=request)
+        nodes = [{"id": n, "url": u, "role": "leader" if n == leader else "follower"} for n, u in urls.items()]
+        return httpx.Response(200, json={"node": me, "leader": leader, "term": term, "commit_index": 10,
+                                         "applied_index": 9, "nodes": nodes})
+
+    return answer
+
+
+def test_cluster_status_finds_every_node_and_needs_a_majority():
+    client, seen = fake_client(cluster_answer("n1", "n2", down=("n3",)), urls=(A,), token="t")
+    answers, failures = cluster_views(client, [A])
+    assert [a["node"] for _, a in answers] == ["n1", "n2"] and list(failures) == [C]
+    assert agreed_leader(answers) == "n2"  # two of three
+    rows = cluster_rows(answers, failures)
+    assert [(r["node"], r["role"]) for r in rows] == [("n1", "follower"), ("n2", "leader"), ("n3", "unreachable")]
+    assert rows[0] == {"node": "n1", "url": A, "role": "follower", "term": 3, "leader": "n2", "commit": 10, "applied": 9}
+
+    client, _ = fake_client(cluster_answer("n1", "n2", down=("n2", "n3")), urls=(A,), token="t")
+    answers, failures = cluster_views(client, [A])
+    assert len(answers) == 1 and agreed_leader(answers) is None  # one of three is no majority
+
+    client, _ = fake_client(cluster_answer("n1", None), urls=(A,), token="t")
+    answers, _ = cluster_views(client, [A])
+    assert len(answers) == 3 and agreed_leader(answers) is None

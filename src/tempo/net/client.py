@@ -1,15 +1,50 @@
-"""The Python client of the HTTP API, used by the CLI, workers and loadgen.
+"""The Python client of the HTTP API, used by the CLI.
 
 Built on httpx. Errors come back as `ApiError` carrying the problem+json body.
+
+A client is given one or more server URLs (the nodes of a cluster) and follows
+the leader (API.md "General"):
+
+- A `307`/`308` redirect is followed by hand, with the same method, body and
+  token (httpx would drop the `Authorization` header on a redirect to another
+  origin, and every node of a cluster is another origin). The origin that
+  answered is asked first by the next request.
+- A connection that could not be opened, and a `503`, move on to the next URL;
+  after a round over every URL without an answer the client sleeps a jittered,
+  doubling back-off and goes round again, until `failover_timeout_s` has
+  passed; then it raises `Unavailable` naming what each URL said.
+- A request that may have reached a server (the connection broke, or timed
+  out, after the request was sent) is retried only when repeating it is
+  harmless: a `GET`, a schedule preview, a create carrying a `request_key` (a batch: every item
+  carrying one), a pause or a resume. Any other write raises `OutcomeUnknown`,
+  since the change may or may not have been made.
 """
 
+import json
 import os
+import random
+import time
 from typing import Any
 
 import httpx
 
 DEFAULT_URL = "http://127.0.0.1:8700"
 request_timeout_s = 30.0
+# A node that is down refuses at once; this bounds one that does not answer at all.
+connect_timeout_s = 3.0
+# How long one request keeps trying the URLs before it gives up.
+failover_timeout_s = 10.0
+backoff_s_min = 0.05
+# The `Retry-After: 1` of a node that knows no leader: no point sleeping longer.
+backoff_s_max = 1.0
+# Hops of one attempt; a cluster needs one, more means nodes disagree on the leader.
+redirects_max = 5
+# A `GET /v1/cluster` to one node during `tempo cluster status`.
+cluster_probe_timeout_s = 2.0
+
+REDIRECTS = (307, 308)
+# Writes that are harmless to repeat (API.md: "Both are idempotent").
+_IDEMPOTENT_SUFFIXES = ("/pause", "/resume")
 
 
 class ApiError(Exception):
@@ -21,6 +56,15 @@ class ApiError(Exception):
         super().__init__(f"{status} {problem.get('type', 'error')}: {where or detail}")
 
 
+class Unavailable(Exception):
+    """No server answered (connection errors, `503`) within `failover_timeout_s`."""
+
+
+class OutcomeUnknown(Unavailable):
+    """A write that is not safe to repeat lost its connection after it was sent:
+    the server may or may not have made the change."""
+
+
 def urls_from(text: str | None) -> list[str]:
     """`--url`, else `TEMPO_URL`, else the default; several are comma-separated.
     A bearer token comes from `TEMPO_TOKEN`."""
@@ -28,13 +72,56 @@ def urls_from(text: str | None) -> list[str]:
     return [u.strip().rstrip("/") for u in raw.split(",") if u.strip()]
 
 
+def origin_of(url: httpx.URL | str) -> str:
+    url = httpx.URL(str(url))
+    return f"{url.scheme}://{url.netloc.decode('ascii')}"
+
+
+def safe_to_repeat(method: str, path: str, body: Any) -> bool:
+    """True when sending this request twice has the effect of sending it once."""
+    if method == "GET":
+        return True
+    if method != "POST":
+        return False  # DELETE: a repeat of a delete that went through answers 404
+    if path == "/v1/schedules/preview":
+        return True  # a computation; it changes nothing
+    if path == "/v1/jobs":
+        return isinstance(body, dict) and body.get("request_key") is not None
+    if path == "/v1/jobs/batch":
+        items = body.get("jobs") if isinstance(body, dict) else None
+        return bool(items) and all(isinstance(i, dict) and i.get("request_key") is not None for i in items)
+    return path.startswith("/v1/jobs/") and path.endswith(_IDEMPOTENT_SUFFIXES)
+
+
 class Client:
-    def __init__(self, urls: list[str] | str, *, timeout_s: float = request_timeout_s, token: str | None = None):
-        self.urls = urls_from(urls) if isinstance(urls, str) else list(urls)
-        assert self.urls
+    def __init__(
+        self,
+        urls: list[str] | str,
+        *,
+        timeout_s: float = request_timeout_s,
+        failover_timeout_s: float = failover_timeout_s,
+        token: str | None = None,
+        transport: httpx.BaseTransport | None = None,
+        rng: random.Random | None = None,
+    ):
+        self.urls = urls_from(urls) if isinstance(urls, str) else [u.strip().rstrip("/") for u in urls]
+        if not self.urls:
+            raise ValueError("urls: give at least one server URL")
+        for url in self.urls:
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"urls: {url!r} is not an http:// or https:// URL")
+        assert failover_timeout_s >= 0, "failover_timeout_s: not negative"
+        self.failover_timeout_s = failover_timeout_s
+        self._index = 0  # the URL asked first: the last one that answered
+        self._rng = rng or random.Random()
         token = token or os.environ.get("TEMPO_TOKEN")
         headers = {"authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.Client(base_url=self.urls[0], timeout=timeout_s, follow_redirects=True, headers=headers)
+        self._http = httpx.Client(
+            timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, connect_timeout_s)),
+            follow_redirects=False,  # followed in _attempt, keeping the token
+            headers=headers,
+            transport=transport,
+        )
 
     def close(self) -> None:
         self._http.close()
@@ -45,16 +132,76 @@ class Client:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    @property
+    def leader_url(self) -> str:
+        """The URL the next request goes to first."""
+        return self.urls[self._index]
+
     def request(self, method: str, path: str, body: Any = None, params: dict | None = None) -> Any:
         params = {k: v for k, v in (params or {}).items() if v is not None}
-        response = self._http.request(method, path, json=body, params=params)
-        if response.status_code >= 400:
+        content = None if body is None else json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+        repeatable = safe_to_repeat(method, path, body)
+        deadline_s = time.monotonic() + self.failover_timeout_s
+        delay_s = backoff_s_min
+        failures: dict[str, str] = {}
+        while True:
+            start, count = self._index, len(self.urls)
+            for k in range(count):
+                base = self.urls[(start + k) % count]
+                url = httpx.URL(base + path, params=params)
+                outcome = self._attempt(method, url, content, repeatable)
+                if isinstance(outcome, httpx.Response):
+                    answered = origin_of(outcome.url)
+                    self._prefer(base if answered == origin_of(base) else answered)
+                    return _answer(outcome)
+                failures[base] = outcome
+            if time.monotonic() + delay_s > deadline_s:
+                said = "; ".join(f"{u}: {why}" for u, why in failures.items())
+                raise Unavailable(f"no server answered {method} {path} within {self.failover_timeout_s:g} s ({said})")
+            # Full jitter keeps many clients from coming back in step.
+            time.sleep(self._rng.uniform(delay_s / 2, delay_s))
+            delay_s = min(backoff_s_max, delay_s * 2)
+
+    def _attempt(self, method: str, url: httpx.URL, content: bytes | None, repeatable: bool) -> httpx.Response | str:
+        """The answer of `url`, redirects followed; or why there was none worth
+        returning (then the caller tries the next URL)."""
+        headers = {"content-type": "application/json"} if content is not None else {}
+        for _ in range(redirects_max + 1):
             try:
-                problem = response.json()
-            except ValueError:
-                problem = {"type": "error", "detail": response.text[:500]}
-            raise ApiError(response.status_code, problem)
-        return None if response.status_code == 204 else response.json()
+                response = self._http.request(method, url, content=content, headers=headers)
+            except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
+                # Nothing was sent: safe to send elsewhere, whatever the request.
+                return f"cannot connect ({exc or type(exc).__name__})"
+            except httpx.TransportError as exc:
+                if not repeatable:
+                    raise OutcomeUnknown(
+                        f"{method} {url.path}: {origin_of(url)} broke off after the request was sent "
+                        f"({exc or type(exc).__name__}); the change may or may not have been made, "
+                        "so it was not sent again"
+                    ) from exc
+                return f"no answer ({exc or type(exc).__name__})"
+            if response.status_code in REDIRECTS and "location" in response.headers:
+                url = response.url.join(response.headers["location"])
+                continue
+            if response.status_code == 503:
+                return f"503 {_problem(response).get('type', 'unavailable')}"
+            return response
+        return f"more than {redirects_max} redirects"
+
+    def _prefer(self, url: str) -> None:
+        if url not in self.urls:
+            self.urls.append(url)  # a leader reached by a redirect only
+        self._index = self.urls.index(url)
+
+    # -- cluster ----------------------------------------------------------------
+
+    def cluster_at(self, url: str) -> dict[str, Any]:
+        """`GET /v1/cluster` of the node at `url` itself: no failover, no redirect.
+
+        Raises `httpx.HTTPError` when it does not answer, `ApiError` on an error.
+        """
+        response = self._http.get(url.rstrip("/") + "/v1/cluster", timeout=cluster_probe_timeout_s)
+        return _answer(response)
 
     # -- jobs -------------------------------------------------------------------
 
@@ -95,3 +242,18 @@ class Client:
         if count is not None:
             body["count"] = count
         return self.request("POST", "/v1/schedules/preview", body)["times"]
+
+
+def _problem(response: httpx.Response) -> dict[str, Any]:
+    try:
+        problem = response.json()
+    except ValueError:
+        return {"type": "error", "detail": response.text[:500]}
+    return problem if isinstance(problem, dict) else {"type": "error", "detail": str(problem)[:500]}
+
+
+def _answer(response: httpx.Response) -> Any:
+    """The decoded body of a 2xx; `ApiError` for anything else."""
+    if response.status_code >= 300:
+        raise ApiError(response.status_code, _problem(response))
+    return None if response.status_code == 204 else response.json()
