@@ -64,6 +64,8 @@ MSGPACK = "application/msgpack"
 request_timeout_s = 10.0
 backoff_s_min = 0.05
 backoff_s_max = 5.0
+# Redirects followed within one round over the URLs (a leader that moves).
+redirects_max = 5
 heartbeat_tick_s = 0.25
 flush_timeout_s = 10.0
 claim_wait_s_default = 20
@@ -116,10 +118,12 @@ class Transport:
         headers = {"Content-Type": MSGPACK, "Accept": MSGPACK}
         if token:
             headers["Authorization"] = f"Bearer {token}"
-        # Timeouts are set per request; a long-poll claim needs more than a heartbeat.
+        # Timeouts are set per request; a long-poll claim needs more than a
+        # heartbeat. Redirects are followed here, not by httpx, which drops
+        # the token on a redirect to another origin (every other node is one).
         self._http = httpx.AsyncClient(
             headers=headers,
-            follow_redirects=True,
+            follow_redirects=False,
             limits=httpx.Limits(max_connections=16, max_keepalive_connections=16),
         )
 
@@ -128,14 +132,16 @@ class Transport:
             scope.shield = True
             await self._http.aclose()
 
-    def _note_redirect(self, response: httpx.Response) -> None:
-        if not response.history:
-            return
-        final = urlsplit(str(response.url))
+    def _follow(self, response: httpx.Response) -> int | None:
+        """The index of the leader a 307 points to (added to the URLs if new)."""
+        location = response.headers.get("location")
+        if response.status_code not in (307, 308) or not location:
+            return None
+        final = urlsplit(location)
         origin = f"{final.scheme}://{final.netloc}"
         if origin not in self.urls:
             self.urls.append(origin)
-        self._index = self.urls.index(origin)
+        return self.urls.index(origin)
 
     async def post(self, path: str, body: Any, *, timeout_s: float, deadline_s: float = math.inf) -> tuple[int, Any]:
         """(status, decoded body) of the first answer that is not 503 or 5xx.
@@ -145,7 +151,7 @@ class Transport:
         content = _enc.encode(body)
         delay_s = backoff_s_min
         while True:
-            for _ in range(len(self.urls)):
+            for _ in range(len(self.urls) + redirects_max):
                 url = self.urls[self._index]
                 try:
                     with trio.fail_after(timeout_s):
@@ -159,7 +165,10 @@ class Transport:
                     log.log(level, "POST %s%s: %s", url, path, response.status_code)
                     self._index = (self._index + 1) % len(self.urls)
                     continue
-                self._note_redirect(response)
+                leader = self._follow(response)
+                if leader is not None:
+                    self._index = leader
+                    continue
                 return response.status_code, _decode(response)
             if trio.current_time() + delay_s > deadline_s:
                 raise Unavailable(f"no server answered POST {path}")

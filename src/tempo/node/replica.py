@@ -196,9 +196,16 @@ class Replica:
             self._proposed[index] = (self.node.term, [w for _, w in batch])
 
     async def _handle(self, rd: Ready) -> None:
+        # A leader may send its appends while it writes them (Raft thesis
+        # §10.2.1): the core counts its own log in a quorum only once
+        # `advance` reports it persisted. Not when this Ready changes the term
+        # or the vote, which its messages may depend on.
+        early = rd.role == Role.LEADER and rd.snapshot is None and not self._changes_vote(rd)
+        if early and rd.messages:
+            self.send(rd.messages)
         results = await trio.to_thread.run_sync(self._write, rd, limiter=self._limiter)
         self.raft_log.committed(rd.hard_state, rd.entries, rd.snapshot, rd.compaction)
-        if rd.messages:
+        if not early and rd.messages:
             self.send(rd.messages)
         if rd.snapshot is not None:
             self.applied_index = rd.snapshot.meta.index
@@ -221,6 +228,11 @@ class Replica:
         self.node.advance(rd)
         self._update_phase(rd)
         self._maybe_snapshot()
+
+    def _changes_vote(self, rd: Ready) -> bool:
+        before = self.raft_log.hard_state()
+        after = rd.hard_state
+        return after is not None and (after.term != before.term or after.vote != before.vote)
 
     def _write(self, rd: Ready) -> list[tuple[list[Outcome], Changes]]:
         """Worker thread: the whole Ready in one transaction, one fsync."""
