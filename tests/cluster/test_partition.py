@@ -1,0 +1,94 @@
+"""A leader cut off from the other two by the proxies (clients still reach
+it): it acknowledges no write, steps down (CheckQuorum), hands out no run, and
+after the heal the cluster converges."""
+
+import threading
+import time
+import uuid
+from datetime import UTC, datetime
+
+import httpx
+
+from .conftest import Cluster, Node, Workload, client, rfc3339_ms
+
+# Election timeout 1-2 s; CheckQuorum steps a cut-off leader down within about 2 s.
+step_down_timeout_s = 4.0
+election_timeout_s = 6.0
+
+
+def probe_body() -> dict:
+    return {"target": "queue:probe", "schedule": {"at": rfc3339_ms(datetime.now(UTC))},
+            "request_key": f"probe-{uuid.uuid4().hex}"}
+
+
+def direct_post(node: Node, path: str, body: dict, timeout_s: float) -> tuple[str, dict | None]:
+    """A POST to `node` itself (no redirect followed): its status (or the error)
+    in short, and the body of a 2xx."""
+    with client(timeout_s, follow=False) as http:
+        try:
+            r = http.post(f"{node.url}{path}", json=body)
+        except httpx.HTTPError as exc:
+            return type(exc).__name__, None
+    if r.status_code < 300:
+        return str(r.status_code), r.json()
+    return f"{r.status_code} {r.text[:120]}", None
+
+
+def test_partitioned_leader_steps_down_and_never_dispatches(make_cluster):
+    cluster: Cluster = make_cluster()
+    work = Workload(cluster).start(writers=3, workers=2)
+    work.wait_acked(40, timeout_s=20)
+    old = cluster.wait_leader()
+    others = cluster.others(old)
+    # The partition works by source IP: the nodes must dial from their own address.
+    for other in others:
+        assert old.host in other.proxy.sources_seen, (
+            f"{other.id}'s proxy saw {sorted(other.proxy.sources_seen)}, never {old.host}: "
+            "peer connections do not come from the --listen host"
+        )
+
+    cluster.isolate(old)
+    cut_at = time.monotonic()
+    outcomes: dict[str, tuple[str, dict | None]] = {}
+    pinned_claims: list[tuple[str, dict | None]] = []
+    stop_pinned = threading.Event()
+
+    def write_to_old() -> None:
+        outcomes["at cut"] = direct_post(old, "/v1/jobs", probe_body(), timeout_s=8.0)
+
+    def claim_at_old() -> None:
+        # A worker that talks to the old leader only, as one that did not hear of the new.
+        claim = {"worker": "pinned", "queues": [work.queue], "max_runs": 50, "wait_s": 1}
+        while not stop_pinned.is_set():
+            pinned_claims.append(direct_post(old, "/v1/claim", claim, timeout_s=4.0))
+            time.sleep(0.1)
+
+    threads = [threading.Thread(target=write_to_old), threading.Thread(target=claim_at_old)]
+    for t in threads:
+        t.start()
+    try:
+        stepped_s = cluster.wait_stepped_down(old, timeout_s=step_down_timeout_s)
+        new = cluster.wait_leader(among=others, timeout_s=election_timeout_s)
+        elected_s = time.monotonic() - cut_at
+        outcomes["after step-down"] = direct_post(old, "/v1/jobs", probe_body(), timeout_s=4.0)
+        # The majority side goes on without it.
+        work.wait_acked(len(work.acked) + 40, timeout_s=20)
+    finally:
+        stop_pinned.set()
+        for t in threads:
+            t.join(timeout=15)
+    print(f"{old.id} cut off: stepped down after {stepped_s:.2f} s, {new.id} led after {elected_s:.2f} s; "
+          f"direct writes to {old.id}: {outcomes}; claims at {old.id}: {sorted({c for c, _ in pinned_claims})}")
+    assert new is not old
+    assert outcomes.keys() == {"at cut", "after step-down"}
+    assert not any(body is not None for _, body in outcomes.values()), f"the cut-off {old.id} acknowledged {outcomes}"
+    handed_by_old = [body["runs"] for _, body in pinned_claims if body is not None and body["runs"]]
+    with work.lock:
+        work.handed.extend((r["id"], r["attempt"], "pinned", r["job_id"]) for runs in handed_by_old for r in runs)
+    assert not handed_by_old, f"the cut-off {old.id} handed out runs: {handed_by_old[:2]}"
+
+    cluster.heal()
+    healed = cluster.wait_leader(timeout_s=10)
+    drain_s = work.drain()
+    print(f"healed: all follow {healed.id}; drained in {drain_s:.2f} s")
+    cluster.check(work)
