@@ -8,6 +8,7 @@ from typing import Any
 
 import httpx
 
+from tempo import limits
 from tempo.net.client import ApiError, Client, OutcomeUnknown, Unavailable, urls_from
 
 JOB_COLUMNS = ("id", "name", "state", "target", "schedule", "next_run_at")
@@ -200,6 +201,17 @@ def agreed_leader(answers: Sequence[tuple[str, dict[str, Any]]]) -> str | None:
 
 
 def _cluster(args: argparse.Namespace, client: Client) -> int:
+    if args.action in ("add", "remove"):
+        if args.action == "add":
+            answer = client.request("POST", "/v1/cluster/nodes", {"id": args.id, "url": args.node_url})
+        else:
+            answer = client.request("DELETE", f"/v1/cluster/nodes/{args.id}")
+        if args.json:
+            print(json.dumps(answer, indent=2))
+        else:
+            voters = [n["id"] for n in answer["nodes"] if n["role"] != "unknown"]
+            print(f"{args.action} {args.id}: done; voters now {', '.join(voters)}")
+        return 0
     answers, failures = cluster_views(client, urls_from(getattr(args, "url", None)))
     leader = agreed_leader(answers)
     if args.json:
@@ -216,7 +228,12 @@ def _add_cluster_parser(sub: argparse._SubParsersAction) -> None:
     cluster = sub.add_parser("cluster", help="look at the nodes of a cluster")
     actions = cluster.add_subparsers(dest="action", required=True)
     status = actions.add_parser("status", help="every node's view: role, term, leader, commit and applied index")
-    for parser in (cluster, status):
+    add = actions.add_parser("add", help="make a node started with `tempo serve --join` a voter")
+    add.add_argument("id", help="the new node's ID, as its --node")
+    add.add_argument("node_url", metavar="URL", help="the URL the others reach it at, as in its --peers entry")
+    remove = actions.add_parser("remove", help="remove a node (a dead one, before adding its replacement)")
+    remove.add_argument("id")
+    for parser in (cluster, status, add, remove):
         parser.add_argument("--url", default=argparse.SUPPRESS, help=URL_HELP)
         parser.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print the answers as JSON")
 
@@ -227,6 +244,9 @@ def _add_serve_parser(sub: argparse._SubParsersAction) -> None:
     serve.add_argument("--listen", default=None, help="HOST:PORT to listen on (default 127.0.0.1:8700)")
     serve.add_argument("--node", help="this node's ID in a cluster")
     serve.add_argument("--peers", help="ID=URL,... of every node of the cluster, this one included")
+    serve.add_argument("--join", action="store_true",
+                       help="start empty and wait to be added (`tempo cluster add`), instead of founding a cluster")
+    serve.add_argument("--snapshot-entries", type=int, default=None, help=argparse.SUPPRESS)
     serve.add_argument("--insecure", action="store_true", help="allow a non-loopback --listen without tokens")
     serve.add_argument("--config", help="TOML config file (tokens)")
 
@@ -242,8 +262,12 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
     options = server.ServeOptions(
         data_dir=args.data_dir, host=host, port=port, insecure=args.insecure, config_path=args.config,
-        cluster=cluster,
+        cluster=cluster, join=args.join,
+        snapshot_entries=args.snapshot_entries or limits.snapshot_entries,
     )
+    if args.join and cluster is None:
+        print("tempo serve: --join needs --node and --peers", file=sys.stderr)
+        return 2
     return server.main(options)
 
 

@@ -162,6 +162,13 @@ class ClusterNode(msgspec.Struct):
     role: Literal["leader", "follower", "candidate", "unknown"]
 
 
+class NodeIn(msgspec.Struct, forbid_unknown_fields=True):
+    """A node to add to the cluster: its ID and the URL the others reach it at."""
+
+    id: Annotated[str, Meta(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
+    url: Annotated[str, Meta(pattern=r"^https?://[^/\s]+:[0-9]{1,5}/?$", max_length=2048)]
+
+
 class DigestOut(msgspec.Struct):
     node: str
     applied_index: int

@@ -25,6 +25,7 @@ from tempo.net.auth import Authenticator
 from tempo.net.executor import HttpExecutor
 from tempo.net.peer import PeerTransport, local_address_of
 from tempo.node import ClusterMember, Member, Standalone, raft_id_of
+from tempo.node.membership import Membership
 from tempo.node.replica import Phase, Replica
 
 _NODE_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -44,6 +45,7 @@ class ServeOptions:
     insecure: bool = False
     config_path: str | None = None
     cluster: ClusterOptions | None = None
+    join: bool = False
     snapshot_entries: int = limits.snapshot_entries
 
 
@@ -179,18 +181,27 @@ async def _serve_alone(options: ServeOptions, config: Config, store: Store, task
 async def _serve_member(options: ServeOptions, config: Config, store: Store, task_status) -> None:
     cluster = options.cluster
     assert cluster is not None
+    # A founder's first start founds the cluster with every --peers entry as
+    # a voter; a node started with --join starts empty and waits to be added.
+    founders = () if options.join else tuple(m.raft_id for m in cluster.members)
     try:
-        raft_log = RaftLog(store, voters=tuple(m.raft_id for m in cluster.members))
+        raft_log = RaftLog(store, voters=founders)
     except ValueError as exc:
         raise ServeError(str(exc)) from None
-    others = {m.raft_id: m.url for m in cluster.members if m is not cluster.me}
-    transport = PeerTransport(
-        others, local_address=local_address_of(options.host, _is_ip), token=config.peer_token
-    )
+    transport = PeerTransport({}, local_address=local_address_of(options.host, _is_ip), token=config.peer_token)
     replica = Replica(store, raft_log, cluster.me.raft_id, transport.send, snapshot_entries=options.snapshot_entries)
     jobs = Jobs(store, replica)
     dispatcher = Dispatcher(store, replica)
     node = ClusterMember(replica, cluster.me, list(cluster.members))
+    node.refresh(store.members())
+    transport.peers_at_start = node.peer_urls()
+
+    def on_changes(changes) -> None:
+        if changes.members:
+            node.refresh(store.members())
+            transport.set_peers(node.peer_urls())
+
+    replica.listeners.append(on_changes)
 
     def on_peer_messages(messages: list) -> None:
         for message in messages:
@@ -198,7 +209,7 @@ async def _serve_member(options: ServeOptions, config: Config, store: Store, tas
 
     api = Api(
         store, jobs, dispatcher, node=node, auth=Authenticator(config.tokens),
-        on_peer_messages=on_peer_messages, peer_token=config.peer_token,
+        on_peer_messages=on_peer_messages, peer_token=config.peer_token, membership=Membership(node),
     )
     stop = trio.Event()
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:

@@ -100,8 +100,17 @@ class ExpireLeases(msgspec.Struct, tag="expire_leases", array_like=True):
     expiries: list[Expiry]
 
 
+class SetMember(msgspec.Struct, tag="set_member", array_like=True):
+    """A cluster member's URL (`url` empty: the member was removed). Raft's
+    configuration knows members by number only; this is where to reach them."""
+
+    node_id: str
+    url: str
+
+
 Command = (
     CreateJobs | PauseJob | ResumeJob | DeleteJob | TriggerJob | ClaimRuns | ReportResults | ExpireLeases
+    | SetMember
 )
 # One log entry is a batch of commands: the unit of group commit.
 _entry_encoder = msgspec.msgpack.Encoder()

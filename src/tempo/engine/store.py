@@ -35,6 +35,7 @@ from tempo.engine.commands import (
     ReportResults,
     Result,
     ResumeJob,
+    SetMember,
     TriggerJob,
     decode_entry,
 )
@@ -49,6 +50,7 @@ _TABLES = (
     "request_keys",
     "events",
     "open_minutes",
+    "members",
 )
 _OPEN = ("waiting", "claimed")
 _U64 = struct.Struct(">Q")
@@ -82,6 +84,7 @@ class Changes:
     left: list[bytes]  # runs keys that stopped being waiting
     gone: list[bytes]  # runs keys of claimed runs that finished, expired or were deleted
     event_owners: set[str]  # owners with new events
+    members: bool = False  # a member's URL was set
 
 
 # What apply answers for one command: a value, or the operating error the
@@ -252,6 +255,12 @@ class Store:
             return runs[:limit], runs[limit - 1].nominal_ms
         return runs, None
 
+    def members(self) -> dict[str, str]:
+        """Member URLs set by `SetMember` since the cluster was founded ("" for
+        a removed member)."""
+        with self.env.begin() as txn:
+            return {k.decode(): v.decode() for k, v in txn.cursor(db=self.db["members"])}
+
     def dump(self) -> dict[str, list[tuple[bytes, bytes]]]:
         """Every table's rows in key order, for comparing replicas in tests."""
         with self.env.begin() as txn:
@@ -325,7 +334,7 @@ class _Tx:
 
     __slots__ = (
         "txn", "jobs", "by_owner", "runs", "by_job", "reqkeys", "events", "meta", "open", "changes",
-        "open_deltas", "event_seq",
+        "open_deltas", "event_seq", "members",
     )
 
     def __init__(self, txn: lmdb.Transaction, db: dict[str, lmdb._Database]):
@@ -338,6 +347,7 @@ class _Tx:
         self.events = db["events"]
         self.meta = db["meta"]
         self.open = db["open_minutes"]
+        self.members = db["members"]
         self.changes = Changes([], [], [], set())
         # Open-run counts per due minute and the event sequence change many
         # times in one entry; they are written once, in `flush`.
@@ -491,6 +501,10 @@ class _Tx:
                 return [self.report_result(command, result) for result in command.results]
             case ExpireLeases():
                 return [self.expire_lease(command.at_ms, expiry) for expiry in command.expiries]
+            case SetMember():
+                self.txn.put(command.node_id.encode(), command.url.encode(), db=self.members)
+                self.changes.members = True
+                return None
         raise AssertionError(f"unknown command {type(command).__name__}")
 
     def _fresh_outcome(self, outcome: Job | errors.TempoError) -> Job | errors.TempoError:

@@ -51,6 +51,7 @@ from tempo.schema import (
     JobBatchResult,
     JobCreate,
     JobsPage,
+    NodeIn,
     PreviewIn,
     PreviewOut,
     Rejected,
@@ -68,6 +69,8 @@ NEEDS = {
     "openapi": auth.PUBLIC,
     "cluster": auth.ANY,
     "cluster_digest": auth.ANY,
+    "cluster_nodes": auth.ADMIN,
+    "cluster_node": auth.ADMIN,
     "claim": auth.WORKER,
     "run_heartbeat": auth.WORKER,
     "run_result": auth.WORKER,
@@ -87,6 +90,7 @@ class _JobBatchTyped(msgspec.Struct, forbid_unknown_fields=True):
 
 _batch_typed = decoders(_JobBatchTyped)
 _preview = decoders(PreviewIn)
+_node_in = decoders(NodeIn)
 _claim = decoders(ClaimIn)
 _heartbeat = decoders(HeartbeatIn)
 _heartbeats = decoders(HeartbeatsIn)
@@ -109,6 +113,7 @@ class Api:
         auth: Authenticator | None = None,
         on_peer_messages: Callable[[list[Any]], None] | None = None,
         peer_token: str | None = None,
+        membership: Any = None,
     ):
         self.auth = auth or Authenticator(())
         self.store = store
@@ -118,6 +123,8 @@ class Api:
         # False until the server listens and its services run.
         self.started = False
         self.on_peer_messages = on_peer_messages
+        # Adds and removes voters (node/membership.py); None on a single node.
+        self.membership = membership
         self.peer_auth = auth_module.PeerAuth(peer_token)
         self.requests: Counter[tuple[str, int]] = Counter()
         self.openapi_body = _json_enc.encode(openapi.document())
@@ -194,6 +201,10 @@ class Api:
                 return "cluster", {"GET": self.cluster}
             case ["v1", "cluster", "digest"]:
                 return "cluster_digest", {"GET": self.cluster_digest}
+            case ["v1", "cluster", "nodes"]:
+                return "cluster_nodes", {"POST": self.add_node}
+            case ["v1", "cluster", "nodes", node_id]:
+                return "cluster_node", {"DELETE": _bind(self.remove_node, node_id)}
             case ["v1", "raft"]:
                 return "raft", {"POST": self.raft}
             case ["metrics"]:
@@ -448,6 +459,21 @@ class Api:
         one index hold the same digest."""
         applied, digest = await trio.to_thread.run_sync(self.store.digest)
         return encode(request, DigestOut(self.node.node_id, applied, digest))
+
+    async def add_node(self, request: Request) -> Response:
+        """Makes a running, empty node (`tempo serve --join`) a voter."""
+        body = decode(request, _node_in)
+        await self._members().add(body.id, body.url)
+        return await self.cluster(request)
+
+    async def remove_node(self, request: Request, node_id: str) -> Response:
+        await self._members().remove(node_id)
+        return await self.cluster(request)
+
+    def _members(self) -> Any:
+        if self.membership is None:
+            raise errors.Conflict("a single node has no members to change; start it as a cluster")
+        return self.membership
 
     async def raft(self, request: Request, receive: Callable | None = None) -> Response:
         """Raft messages from a peer (net/peer.py); answered once stepped."""

@@ -9,7 +9,7 @@ from tempo.config import Token
 
 # What each route needs: nothing, any valid token, a client's or admin's, or
 # a worker's (claims, heartbeats and results are for worker tokens only).
-PUBLIC, ANY, CLIENT, WORKER = "public", "any", "client", "worker"
+PUBLIC, ANY, CLIENT, WORKER, ADMIN = "public", "any", "client", "worker", "admin"
 NO_AUTH_OWNER = "default"
 
 
@@ -54,6 +54,8 @@ class Authenticator:
             raise errors.Unauthorized("a valid bearer token is required")
         if need == WORKER and token.role != "worker":
             raise errors.Forbidden("claims, heartbeats and results are for worker tokens")
+        if need == ADMIN and token.role != "admin":
+            raise errors.Forbidden("cluster operations are for admin tokens")
         if need == CLIENT and token.role == "worker":
             raise errors.Forbidden("a worker token may only claim, heartbeat and report")
         return Principal(token.owner, token.role, token.queues if token.role == "worker" else None)

@@ -8,6 +8,8 @@ from tempo import schema
 
 _REF = "#/components/schemas/{name}"
 _STRUCTS = (
+    schema.NodeIn,
+    schema.DigestOut,
     schema.JobCreate,
     schema.JobBatchCreate,
     schema.JobBatchResult,
@@ -113,6 +115,16 @@ def _paths() -> dict[str, Any]:
             "200": {"description": "OpenAPI 3.1", "content": {"application/json": {"schema": {"type": "object"}}}}}}},
         "/v1/cluster": {"get": {"summary": "This node's view of the cluster", "responses": {
             "200": _json(schema.ClusterOut, "nodes, leader, term and indexes")}}},
+        "/v1/cluster/digest": {"get": {"summary": "A SHA-256 of this node's tables at its applied index",
+                                       "responses": {"200": _json(schema.DigestOut, "index and digest")}}},
+        "/v1/cluster/nodes": {"post": _op(
+            "Add a voter (admin): a node started with `tempo serve --join`",
+            {"200": _json(schema.ClusterOut, "the cluster after the change"),
+             "409": _problem("a member already, or a change is under way")}, body=schema.NodeIn)},
+        "/v1/cluster/nodes/{node_id}": {"delete": _op(
+            "Remove a voter (admin)", {"200": _json(schema.ClusterOut, "the cluster after the change"),
+                                       "404": _problem("no such member")},
+            params=[_param("node_id", "path", {"type": "string"}, "the node ID", True)])},
         "/readyz": {"get": {"summary": "Readiness", "responses": {
             "200": _json(schema.Health, "ready"), "503": _json(schema.Health, "not ready")}}},
     }

@@ -56,9 +56,10 @@ def decode_frames(body: bytes) -> list[Message]:
 
 
 class _Peer:
-    __slots__ = ("id", "url", "frames", "wake", "sent", "dropped", "failures")
+    __slots__ = ("id", "url", "frames", "wake", "sent", "dropped", "failures", "scope")
 
     def __init__(self, peer_id: int, url: str):
+        self.scope = trio.CancelScope()
         self.id = peer_id
         self.url = url.rstrip("/") + "/v1/raft"
         self.frames: deque[bytes] = deque()
@@ -78,7 +79,8 @@ class PeerTransport:
         rng: random.Random | None = None,
     ):
         """`peers`: raft node ID → URL of every other node."""
-        self.peers = {peer_id: _Peer(peer_id, url) for peer_id, url in peers.items()}
+        self.peers: dict[int, _Peer] = {}
+        self.peers_at_start = peers
         self.local_address = local_address
         self.headers = {"content-type": FRAMES}
         if token:
@@ -101,11 +103,25 @@ class PeerTransport:
         transport = httpx.AsyncHTTPTransport(local_address=self.local_address) if self.local_address else None
         timeout = httpx.Timeout(limits.peer_timeout_s)
         async with httpx.AsyncClient(transport=transport, timeout=timeout) as client, trio.open_nursery() as nursery:
-            for peer in self.peers.values():
-                nursery.start_soon(self._sender, client, peer)
+            self._client, self._nursery = client, nursery
+            self.set_peers(self.peers_at_start)
             task_status.started()
 
-    async def _sender(self, client: httpx.AsyncClient, peer: _Peer) -> None:
+    def set_peers(self, peers: dict[int, str]) -> None:
+        """The cluster's membership changed: start and stop senders to match."""
+        for peer_id in list(self.peers):
+            if peers.get(peer_id) != self.peers[peer_id].url.removesuffix("/v1/raft"):
+                self.peers.pop(peer_id).scope.cancel()
+        for peer_id, url in peers.items():
+            if peer_id not in self.peers:
+                peer = self.peers[peer_id] = _Peer(peer_id, url)
+                self._nursery.start_soon(self._sender, peer)
+
+    async def _sender(self, peer: _Peer) -> None:
+        with peer.scope:
+            await self._send_loop(self._client, peer)
+
+    async def _send_loop(self, client: httpx.AsyncClient, peer: _Peer) -> None:
         backoff_s = limits.peer_backoff_s_min
         while True:
             await peer.wake.wait()

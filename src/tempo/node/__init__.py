@@ -72,8 +72,25 @@ class ClusterMember:
         self.replica = replica
         self.me = me
         self.node_id = me.id
-        self.members = members
-        self.by_raft_id = {m.raft_id: m for m in members}
+        self.founders = members
+        self.refresh({})
+
+    def refresh(self, urls: dict[str, str]) -> None:
+        """Members: those of --peers, as changed since by `SetMember`
+        (`urls`: node ID → URL, "" for a removed member)."""
+        by_id = {m.id: m for m in self.founders}
+        for node_id, url in urls.items():
+            if url:
+                by_id[node_id] = Member(node_id, url, raft_id_of(node_id))
+            else:
+                by_id.pop(node_id, None)
+        by_id.setdefault(self.me.id, self.me)
+        self.members = sorted(by_id.values(), key=lambda m: m.id)
+        self.by_raft_id = {m.raft_id: m for m in self.members}
+
+    def peer_urls(self) -> dict[int, str]:
+        """Raft ID → URL of every other member: where to send raft messages."""
+        return {m.raft_id: m.url for m in self.members if m is not self.me}
 
     def serves(self) -> bool:
         """Leads, with an entry of its term applied: the state is complete."""
@@ -102,8 +119,11 @@ class ClusterMember:
     def view(self) -> View:
         leader = self.leader()
         roles = []
+        voters = set(self.replica.voters)
         for member in self.members:
-            if member is self.me:
+            if member.raft_id not in voters and voters:
+                role = "unknown"  # added by URL, not (or no longer) a voter
+            elif member is self.me:
                 role = {Phase.LEADING: "leader", Phase.ELECTED: "leader", Phase.CANDIDATE: "candidate"}.get(
                     self.replica.phase, "follower"
                 )

@@ -27,6 +27,8 @@ from tempo.engine.commands import Command, encode_entry
 from tempo.engine.raftlog import RaftLog
 from tempo.engine.store import Changes, Outcome, Store
 from tempo.raft import (
+    ConfChange,
+    ConfChangeRejected,
     Config,
     EntryKind,
     Message,
@@ -60,7 +62,7 @@ class _Waiter:
         self.done = trio.Event()
         self.outcome: Outcome | list[Outcome] | BaseException | None = None
 
-    def finish(self, outcome: Outcome | list[Outcome] | BaseException) -> None:
+    def finish(self, outcome: Outcome | list[Outcome] | BaseException | None) -> None:
         self.outcome = outcome
         self.done.set()
 
@@ -146,6 +148,27 @@ class Replica:
         self._wake.set()
         return True
 
+    async def change_voter(self, change: ConfChange) -> None:
+        """Adds or removes one voter; returns once the change is applied here."""
+        if self.phase is not Phase.LEADING:
+            raise errors.NotLeader("this node is not the leader")
+        try:
+            index = self.node.propose_conf_change(change)
+        except ConfChangeRejected as exc:
+            raise errors.Conflict(f"the cluster cannot change now: {exc}") from None
+        except ProposalDropped:
+            raise errors.NotLeader("this node is not the leader") from None
+        waiter = _Waiter()
+        self._proposed[index] = (self.node.term, [waiter])
+        self._wake.set()
+        await waiter.done.wait()
+        if isinstance(waiter.outcome, BaseException):
+            raise waiter.outcome
+
+    @property
+    def voters(self) -> tuple[int, ...]:
+        return self.node.voters
+
     @property
     def term(self) -> int:
         return self.node.term
@@ -220,6 +243,8 @@ class Replica:
                 term, waiters = proposed
                 if term != entry.term:
                     self._fail(waiters, errors.NotLeader("the entry was replaced by a new leader's"))
+                elif entry.kind != EntryKind.NORMAL:
+                    self._fail(waiters, None)  # a configuration change: nothing to answer
                 else:
                     for waiter, outcome in zip(waiters, outcomes, strict=True):
                         waiter.finish(outcome)
@@ -285,7 +310,7 @@ class Replica:
             return self.raft_log.snapshot().meta.term == self.node.term
         return self.raft_log.term(self.applied_index) == self.node.term
 
-    def _fail(self, waiters: list[_Waiter], failure: BaseException) -> None:
+    def _fail(self, waiters: list[_Waiter], failure: BaseException | None) -> None:
         for waiter in waiters:
             waiter.finish(failure)
 
