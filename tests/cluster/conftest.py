@@ -231,6 +231,17 @@ class Cluster:
             return None
         return r.json() if r.status_code == 200 else None
 
+    def view(self, node: Node, patience_s: float = 5.0) -> dict:
+        """The node's GET /v1/cluster, waiting up to `patience_s` for an answer."""
+        deadline_s = time.monotonic() + patience_s
+        while True:
+            self.assert_running()
+            view = self.status(node)
+            if view is not None:
+                return view
+            assert time.monotonic() < deadline_s, f"{node.id}: no answer to GET /v1/cluster in {patience_s} s"
+            time.sleep(0.05)
+
     def digest(self, node: Node) -> dict | None:
         try:
             r = self._http.get(f"{node.url}/v1/cluster/digest")
@@ -251,7 +262,7 @@ class Cluster:
             if len(named) == 1 and None not in named:
                 leader = self.node(named.pop())
                 own = views.get(leader.id) or self.status(leader)
-                if own and own["leader"] == leader.id and _role(own, leader.id) == "leader":
+                if own and own["leader"] == leader.id and role_of(own, leader.id) == "leader":
                     return leader
             time.sleep(0.05)
         raise AssertionError(f"no leader agreed by {among} within {timeout_s} s: {views}")
@@ -263,7 +274,7 @@ class Cluster:
         while time.monotonic() - started < timeout_s:
             self.assert_running()
             view = self.status(node)
-            if view is not None and (view["leader"] != node.id or _role(view, node.id) != "leader"):
+            if view is not None and (view["leader"] != node.id or role_of(view, node.id) != "leader"):
                 return time.monotonic() - started
             time.sleep(0.05)
         raise AssertionError(f"{node.id} still leader after {timeout_s} s: {view}")
@@ -371,7 +382,8 @@ class Cluster:
         assert not bad, f"{len(bad)} jobs whose run is not done (or not one run), e.g. {bad[:5]}"
 
 
-def _role(view: dict, node_id: str) -> str | None:
+def role_of(view: dict, node_id: str) -> str | None:
+    """The role `view` (a GET /v1/cluster) gives the node `node_id`."""
     return next((n["role"] for n in view["nodes"] if n["id"] == node_id), None)
 
 

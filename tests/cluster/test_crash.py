@@ -64,19 +64,41 @@ def test_follower_down_during_compaction_catches_up_by_snapshot(make_cluster):
     leader = cluster.wait_leader()
     follower = cluster.others(leader)[0]
     follower.kill()
-    start_index = cluster.status(leader)["commit_index"]
+    start_index = cluster.view(leader)["commit_index"]
     work = Workload(cluster).start(writers=3, workers=2)
     # Enough entries for several compactions past what the follower has.
     deadline_s = time.monotonic() + 60
-    while cluster.status(leader)["commit_index"] < start_index + 6 * snapshot_entries:
-        assert time.monotonic() < deadline_s, f"leader at {cluster.status(leader)}"
+    while cluster.view(leader)["commit_index"] < start_index + 6 * snapshot_entries:
+        assert time.monotonic() < deadline_s, f"leader at {cluster.view(leader)}"
         time.sleep(0.2)
     drain_s = work.drain()
-    target = cluster.status(leader)["commit_index"]
+    target = cluster.view(leader)["commit_index"]
     follower.start()
     catch_up_s = cluster.wait_applied(follower, target, timeout_s=30)
     print(f"{follower.id} down from index {start_index} to {target} ({len(work.acked)} jobs); "
           f"caught up in {catch_up_s:.2f} s; drained in {drain_s:.2f} s")
     mentions = [line for line in follower.log_tail(400).splitlines() if "snapshot" in line.lower()]
     print(f"{follower.id} log lines naming a snapshot: {mentions[:5]}")
+    cluster.check(work)
+
+
+def test_leader_sigterm_hands_over_and_exits_0(make_cluster):
+    cluster: Cluster = make_cluster()
+    work = Workload(cluster).start(writers=3, workers=2)
+    work.wait_acked(40, timeout_s=20)
+    leader = cluster.wait_leader()
+    signalled_at = time.monotonic()
+    leader.signal(signal.SIGTERM)
+    code = leader.proc.wait(timeout=20)
+    exit_s = time.monotonic() - signalled_at
+    assert code == 0, f"{leader.id} exited {code} on SIGTERM:\n{leader.log_tail(60)}"
+    # It handed leadership over before it left: no election timeout to wait out.
+    new = cluster.wait_leader(among=cluster.others(leader), timeout_s=1.0)
+    led_s = time.monotonic() - signalled_at
+    work.wait_acked(len(work.acked) + 30, timeout_s=20)
+    leader.start()
+    cluster.wait_ready([leader])
+    drain_s = work.drain()
+    print(f"SIGTERM to {leader.id}: exited 0 after {exit_s:.2f} s, {new.id} led {led_s:.2f} s after the signal; "
+          f"drained in {drain_s:.2f} s")
     cluster.check(work)
