@@ -122,3 +122,15 @@ def test_single_node_data_is_refused_as_a_cluster_node(tmp_path):
             RaftLog(store, VOTERS)
     finally:
         store.close()
+
+
+def test_entries_come_from_disk_and_memory_alike(opened, monkeypatch):
+    import tempo.engine.raftlog as raftlog
+
+    monkeypatch.setattr(raftlog, "_TAIL_ENTRIES_MAX", 3)
+    store, log = opened
+    write(store, log, ents=entries(2, 12, 1))
+    assert len(log._tail) == 3  # 9..11 in memory, 2..8 read from LMDB
+    assert [e.index for e in log.entries(2, 12, 1 << 20)] == list(range(2, 12))
+    assert [e.index for e in log.entries(7, 10, 1 << 20)] == [7, 8, 9]
+    assert [e.data for e in log.entries(5, 12, 12)] == [b"e5t1", b"e6t1", b"e7t1"]

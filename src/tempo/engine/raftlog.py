@@ -27,8 +27,10 @@ from tempo.raft import ConfState, Entry, HardState, Snapshot, SnapshotMeta
 _U64 = struct.Struct(">Q")
 _HARD_STATE = b"hard_state"
 _SNAPSHOT_META = b"snapshot_meta"
-# Entries kept in memory for sending to followers without a read.
+# The newest entries stay in memory, for sending to followers without a read:
+# at most this many, and this many payload bytes.
 _TAIL_ENTRIES_MAX = 8192
+_TAIL_BYTES_MAX = 64 << 20
 
 _enc = msgspec.msgpack.Encoder()
 _entry_dec = msgspec.msgpack.Decoder(Entry)
@@ -62,15 +64,14 @@ class RaftLog:
             self._hard_state = HardState() if raw is None else _hard_dec.decode(raw)
             self._terms: list[int] = []
             self._tail: deque[Entry] = deque()
+            self._tail_bytes = 0
             cur = txn.cursor(db=self.log_db)
             for key, value in cur:
                 index = _U64.unpack(key)[0]
                 entry = _entry_dec.decode(value)
                 assert index == meta.index + 1 + len(self._terms), "a gap in the raft log"
                 self._terms.append(entry.term)
-                self._tail.append(entry)
-                if len(self._tail) > _TAIL_ENTRIES_MAX:
-                    self._tail.popleft()
+                self._push_tail([entry])
         self._snapshot = Snapshot(meta, self._read_snapshot_file(meta.index) if meta.index > 1 else b"")
         self._remove_snapshot_files(keep=meta.index, keep_newer=False)
 
@@ -181,26 +182,31 @@ class RaftLog:
             self._snapshot = snapshot
             self._terms = []
             self._tail.clear()
+            self._tail_bytes = 0
         if compaction is not None and compaction.meta.index > self._snapshot.meta.index:
             cut = compaction.meta.index - self._snapshot.meta.index
             del self._terms[:cut]
             while self._tail and self._tail[0].index <= compaction.meta.index:
-                self._tail.popleft()
+                self._tail_bytes -= len(self._tail.popleft().data)
             self._snapshot = compaction
         if entries:
             first = entries[0].index
             keep = first - self.first_index()
             del self._terms[keep:]
             while self._tail and self._tail[-1].index >= first:
-                self._tail.pop()
+                self._tail_bytes -= len(self._tail.pop().data)
             self._terms.extend(e.term for e in entries)
-            self._tail.extend(entries)
-            while len(self._tail) > _TAIL_ENTRIES_MAX:
-                self._tail.popleft()
+            self._push_tail(entries)
         if hard_state is not None:
             self._hard_state = hard_state
         if snapshot is not None or compaction is not None:
             self._remove_snapshot_files(keep=self._snapshot.meta.index, keep_newer=True)
+
+    def _push_tail(self, entries: list[Entry]) -> None:
+        self._tail.extend(entries)
+        self._tail_bytes += sum(len(e.data) for e in entries)
+        while len(self._tail) > _TAIL_ENTRIES_MAX or (self._tail_bytes > _TAIL_BYTES_MAX and len(self._tail) > 1):
+            self._tail_bytes -= len(self._tail.popleft().data)
 
     # -- snapshot files ------------------------------------------------------------
 

@@ -30,6 +30,7 @@ from tempo.raft import (
     ConfChange,
     ConfChangeRejected,
     Config,
+    Entry,
     EntryKind,
     Message,
     NotLeader,
@@ -226,10 +227,15 @@ class Replica:
         early = rd.role == Role.LEADER and rd.snapshot is None and not self._changes_vote(rd)
         if early and rd.messages:
             self.send(rd.messages)
-        results = await trio.to_thread.run_sync(self._write, rd, limiter=self._limiter)
+        # A follower acknowledges new entries before it applies older ones:
+        # two transactions (fsync is cheap next to apply), a shorter commit.
+        split = not early and bool(rd.entries) and bool(rd.committed_entries)
+        results = await trio.to_thread.run_sync(self._write, rd, not split, limiter=self._limiter)
         self.raft_log.committed(rd.hard_state, rd.entries, rd.snapshot, rd.compaction)
         if not early and rd.messages:
             self.send(rd.messages)
+        if split:
+            results = await trio.to_thread.run_sync(self._apply, rd.committed_entries, limiter=self._limiter)
         if rd.snapshot is not None:
             self.applied_index = rd.snapshot.meta.index
             # Whatever this node proposed before is settled by the leader now.
@@ -259,8 +265,9 @@ class Replica:
         after = rd.hard_state
         return after is not None and (after.term != before.term or after.vote != before.vote)
 
-    def _write(self, rd: Ready) -> list[tuple[list[Outcome], Changes]]:
-        """Worker thread: the whole Ready in one transaction, one fsync."""
+    def _write(self, rd: Ready, apply: bool) -> list[tuple[list[Outcome], Changes]]:
+        """Worker thread: the Ready in one transaction, one fsync (without its
+        committed entries unless `apply`)."""
         if rd.snapshot is not None:
             self.raft_log.write_snapshot_file(rd.snapshot.meta.index, rd.snapshot.data)
 
@@ -274,13 +281,19 @@ class Replica:
                 self.raft_log.append_in(txn, rd.entries)
             if rd.hard_state is not None:
                 self.raft_log.set_hard_state_in(txn, rd.hard_state)
-            out = []
-            for entry in rd.committed_entries:
-                data = entry.data if entry.kind == EntryKind.NORMAL else b""
-                out.append(self.store.apply_in(txn, entry.index, data))
-            return out
+            return self._apply_in(txn, rd.committed_entries) if apply else []
 
         return self.store.write(work)
+
+    def _apply(self, entries: list[Entry]) -> list[tuple[list[Outcome], Changes]]:
+        return self.store.write(lambda txn: self._apply_in(txn, entries))
+
+    def _apply_in(self, txn, entries: list[Entry]) -> list[tuple[list[Outcome], Changes]]:
+        out = []
+        for entry in entries:
+            data = entry.data if entry.kind == EntryKind.NORMAL else b""
+            out.append(self.store.apply_in(txn, entry.index, data))
+        return out
 
     def _update_phase(self, rd: Ready) -> None:
         role = self.node.role
