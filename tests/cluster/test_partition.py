@@ -118,3 +118,43 @@ def test_partitioned_leader_steps_down_and_never_dispatches(make_cluster):
         f"the cut-off {old.id} still called itself leader {step_down_timeout_s} s after the cut "
         f"(it stopped after {stepped_s} s; {new.id} led after {elected_s:.2f} s)"
     )
+
+
+def direct_get(node: Node, path: str) -> httpx.Response:
+    with client(3.0, follow=False) as http:
+        return http.get(f"{node.url}{path}")
+
+
+def test_partitioned_follower_rejoins_without_deposing_the_leader(make_cluster):
+    cluster: Cluster = make_cluster()
+    work = Workload(cluster).start(writers=3, workers=2)
+    work.wait_acked(30, timeout_s=20)
+    leader = cluster.wait_leader()
+    follower = cluster.others(leader)[0]
+    # A follower sends writes and reads to the leader's --peers URL, path and query kept.
+    r = direct_get(follower, "/v1/jobs?limit=5")
+    assert (r.status_code, r.headers.get("location")) == (307, f"{leader.url}/v1/jobs?limit=5"), r.text[:300]
+    with client(3.0, follow=False) as http:
+        r = http.post(f"{follower.url}/v1/jobs", json=probe_body())
+    assert (r.status_code, r.headers.get("location")) == (307, f"{leader.url}/v1/jobs"), r.text[:300]
+    assert direct_get(follower, "/v1/jobs?limit=5&stale=true").status_code == 200
+    assert cluster.view(follower)["node"] == follower.id
+
+    term = cluster.view(leader)["term"]
+    cluster.isolate(follower)
+    acked_at_cut = len(work.acked)
+    time.sleep(4.0)  # two election timeouts and more: the follower tries, and fails, to be elected
+    assert cluster.wait_leader(among=cluster.others(follower), timeout_s=2) is leader
+    acked_in_cut = len(work.acked) - acked_at_cut
+    alone = cluster.view(follower)
+    cluster.heal()
+    # PreVote: the one that was cut off has not raised its term, so it deposes no one.
+    rejoined = cluster.wait_leader(timeout_s=10)
+    after = cluster.view(leader)
+    work.wait_acked(len(work.acked) + 30, timeout_s=20)
+    drain_s = work.drain()
+    print(f"{follower.id} cut off 4 s ({acked_in_cut} jobs acknowledged meanwhile; its view then {alone}); "
+          f"after the heal {rejoined.id} leads in term {after['term']} (was {term}); drained in {drain_s:.2f} s")
+    assert acked_in_cut > 0
+    cluster.check(work)
+    assert rejoined is leader and after["term"] == term, f"the rejoining {follower.id} deposed {leader.id}: {after}"
