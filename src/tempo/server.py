@@ -1,6 +1,7 @@
 """The composition root: one node, its services, and the root nursery."""
 
 import ipaddress
+import logging
 import re
 import signal
 import sys
@@ -189,7 +190,11 @@ async def _serve_member(options: ServeOptions, config: Config, store: Store, tas
     except ValueError as exc:
         raise ServeError(str(exc)) from None
     transport = PeerTransport({}, local_address=local_address_of(options.host, _is_ip), token=config.peer_token)
-    replica = Replica(store, raft_log, cluster.me.raft_id, transport.send, snapshot_entries=options.snapshot_entries)
+    names = {m.raft_id: m.id for m in cluster.members}
+    replica = Replica(
+        store, raft_log, cluster.me.raft_id, transport.send, snapshot_entries=options.snapshot_entries,
+        name_of=lambda raft_id: names.get(raft_id, str(raft_id)),
+    )
     jobs = Jobs(store, replica)
     dispatcher = Dispatcher(store, replica)
     node = ClusterMember(replica, cluster.me, list(cluster.members))
@@ -267,6 +272,12 @@ async def _watch_signals(signals, stop: trio.Event, replica: Replica | None = No
 
 
 def main(options: ServeOptions) -> int:
+    # tempo's own log lines (leadership, peers) on stderr; not the libraries'.
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    root = logging.getLogger("tempo")
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
     try:
         trio.run(serve, options)
     except ServeError as exc:

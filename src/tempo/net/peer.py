@@ -142,7 +142,7 @@ class PeerTransport:
                     continue
                 peer.failures += 1
                 if peer.failures == 1 or peer.failures % 100 == 0:
-                    log.warning("peer %d (%s): %r", peer.id, peer.url, response)
+                    log.warning("peer %s: %r (%d failures in a row)", peer.url, response, peer.failures)
                 peer.dropped += len(frames)
                 # Messages that waited through the back-off are stale; raft
                 # sends what is still needed again.

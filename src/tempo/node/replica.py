@@ -78,8 +78,10 @@ class Replica:
         *,
         snapshot_entries: int = limits.snapshot_entries,
         rng: random.Random | None = None,
+        name_of: Callable[[int], str] = str,
     ):
         self.store = store
+        self.name_of = name_of  # raft ID → node ID, for the log
         self.raft_log = raft_log
         self.send = send
         self.snapshot_entries = snapshot_entries
@@ -142,10 +144,12 @@ class Replica:
         others = [(p.match, peer) for peer, p in self.node.progress.items() if peer != self.node.id]
         if not others:
             return False
+        target = max(others)[1]
         try:
-            self.node.transfer_leader(max(others)[1])
+            self.node.transfer_leader(target)
         except ProposalDropped:
             return False
+        log.warning("%s: handing leadership over to %s", self.name_of(self.node.id), self.name_of(target))
         self._wake.set()
         return True
 
@@ -310,7 +314,10 @@ class Replica:
             self._fail([w for _, w in self._pending], errors.NotLeader("this node is no longer the leader"))
             self._pending.clear()
             self._fail_proposed(errors.NotLeader("this node is no longer the leader"))
-        log.info("node %d: %s in term %d (leader %d)", self.node.id, phase.value, self.node.term, leader_id)
+        log.info(
+            "%s: %s in term %d (leader: %s)",
+            self.name_of(self.node.id), phase.value, self.node.term, self.name_of(leader_id) if leader_id else "none",
+        )
         self.phase = phase
         self.leader_id = leader_id
         for callback in self.on_phase:
