@@ -1,4 +1,5 @@
-"""`tempo loadgen --spawn 1`: a small spike end to end, and its report."""
+"""`tempo loadgen --spawn 1` and `--spawn 3`: small spikes end to end, their
+reports, and a spike through the leader's SIGKILL."""
 
 import json
 import subprocess
@@ -36,13 +37,94 @@ def test_small_spike_report_adds_up(tmp_path: Path) -> None:
         assert key in fig
 
 
-def test_cluster_spawn_is_refused() -> None:
+def test_cluster_nodes_share_one_peers_list(tmp_path: Path) -> None:
+    from tempo.loadgen import Cluster
+
+    cluster = Cluster(str(tmp_path), 3)
+    assert [n.id for n in cluster.nodes] == ["n1", "n2", "n3"]
+    assert cluster.urls == [n.url for n in cluster.nodes] and len(set(cluster.urls)) == 3
+    peers = {n.argv[n.argv.index("--peers") + 1] for n in cluster.nodes}
+    assert peers == {",".join(f"{n.id}={n.url}" for n in cluster.nodes)}
+    for node in cluster.nodes:
+        assert node.argv[node.argv.index("--node") + 1] == node.id
+        assert node.argv[node.argv.index("--listen") + 1] == node.url.removeprefix("http://")
+        assert node.argv[node.argv.index("--data-dir") + 1] == str(tmp_path / node.id)
+    single = Cluster(str(tmp_path / "one"), 1)
+    assert "--node" not in single.nodes[0].argv and "--peers" not in single.nodes[0].argv
+
+
+def test_bad_cluster_options_exit_2() -> None:
+    cases = (
+        (["--spawn", "2", "--jobs", "10"], "--spawn"),
+        (["--spawn", "1", "--jobs", "10", "--kill-leader-at-s", "1"], "--kill-leader-at-s"),
+        (["--url", "http://127.0.0.1:9", "--jobs", "10", "--kill-leader-at-s", "1"], "--kill-leader-at-s"),
+        (["--spawn", "3", "--jobs", "10", "--kill-leader-at-s", "-1"], "--kill-leader-at-s"),
+        (["--spawn", "3", "--jobs", "10", "--lease-s", "0"], "--lease-s"),
+        (["--url", "http://127.0.0.1:9", "--jobs", "10", "--work-dir", "x"], "--work-dir"),
+    )
+    for argv, named in cases:
+        done = subprocess.run(
+            [*tempo_command(), "loadgen", "--no-report", *argv],
+            capture_output=True, text=True, timeout=run_timeout_s,
+        )
+        assert done.returncode == 2, (argv, done.stdout + done.stderr)
+        assert named in done.stderr, (argv, done.stderr)
+
+
+def check_spike_figures(fig: dict, jobs: int) -> None:
+    assert fig["jobs"] == fig["created"] == jobs
+    assert fig["lost"] == 0 and fig["duplicated"] == 0
+    # A redelivered run (attempt > 1) may replace a first claim whose answer
+    # died with the leader, or come on top of one that did arrive.
+    assert jobs <= fig["claimed"] <= jobs + fig["redelivered"]
+    assert sum(point["claims"] for point in fig["series"]) == fig["claimed"]
+    assert fig["lateness_p50_s"] <= fig["lateness_p90_s"] <= fig["lateness_p99_s"] <= fig["lateness_max_s"]
+    assert fig["drain_s"] >= 0 and fig["runs_per_s"] > 0 and fig["created_per_s"] > 0
+
+
+def test_cluster_spike_report_adds_up(tmp_path: Path) -> None:
+    report = tmp_path / "cluster.json"
     done = subprocess.run(
-        [*tempo_command(), "loadgen", "--spawn", "3", "--jobs", "10"],
+        [*tempo_command(), "loadgen", "--spawn", "3", "--jobs", "300", "--due-in-s", "3",
+         "--workers", "2", "--batch", "100", "--report", str(report)],
         capture_output=True, text=True, timeout=run_timeout_s,
     )
-    assert done.returncode == 2
-    assert "cluster mode is not available in this version" in done.stderr
+    assert done.returncode == 0, done.stdout + done.stderr
+    fig = json.loads(report.read_text())
+    check_spike_figures(fig, 300)
+    assert fig["failed"] == 0 and fig["redelivered"] == 0 and fig["reported"] == 300
+    assert fig["nodes"] == 3 and len(fig["urls"]) == 3
+    assert fig["node_exit_status"] == {"n1": 0, "n2": 0, "n3": 0}  # SIGTERM: a clean exit
+    assert "failover" not in fig
+    page = (tmp_path / "cluster.html").read_text()
+    assert page.startswith("<!DOCTYPE html>") and page.count("<svg") == 2 and "<polyline" in page
+    assert f"<td>{fig['claimed']}</td>" in page and "3 node(s)" in page
+    assert len(page) > 3000
+
+
+def test_cluster_survives_killing_the_leader(tmp_path: Path) -> None:
+    report = tmp_path / "kill.json"
+    # Jitter spreads the due times over 3 s, so runs fall due before, during
+    # and after the failover.
+    done = subprocess.run(
+        [*tempo_command(), "loadgen", "--spawn", "3", "--jobs", "300", "--due-in-s", "3", "--jitter-s", "3",
+         "--workers", "2", "--batch", "100", "--kill-leader-at-s", "1", "--restart-after-s", "2",
+         "--report", str(report)],
+        capture_output=True, text=True, timeout=run_timeout_s,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    fig = json.loads(report.read_text())
+    check_spike_figures(fig, 300)
+    assert fig["lease_s"] == 10
+    fail = fig["failover"]
+    assert fail["error"] is None, fail
+    assert fail["node"] in ("n1", "n2", "n3") and fail["first_write_by"] != fail["node"]
+    assert 0.9 <= fail["kill_at_s"] < 2
+    assert 0 < fail["first_write_s"] < 10 and 0 < fail["first_claim_s"] < 10
+    assert 2 <= fail["restart_s"] <= fail["ready_again_s"]
+    assert "leader killed" in done.stdout and "first write after" in done.stdout
+    assert "SIGKILL" in (tmp_path / "kill.html").read_text()
+    assert set(fig["node_exit_status"].values()) == {0}
 
 
 def test_no_server_exits_2() -> None:

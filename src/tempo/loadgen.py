@@ -3,7 +3,9 @@ or, with `--rate R --duration-s D`, a steady stream of R runs/s falling due.
 
 Phases, in order:
 
-1. (`--spawn 1`) start a `tempo serve` on a free loopback port in a temp dir.
+1. (`--spawn 1`) start a `tempo serve` on a free loopback port in a temp dir;
+   (`--spawn 3`) start a 3-node cluster the same way (every node gets the same
+   `--peers`, its own entry included) and wait until every node is ready.
 2. Start W worker processes (multiprocessing, `spawn` start method: nothing of
    the parent's trio state is inherited). Each runs a `tempo.worker.Worker`
    with a no-op handler, `max_runs=1000`, `wait_s=1`, reporting every claim
@@ -31,6 +33,20 @@ time); a request not yet sent at its first due time is an overrun: exit 2. A job
 is lost when none of its runs was claimed within `--timeout-s` of its own due
 time; drain is last claim − last due time; runs/s = claims / (last claim −
 first due time); the per-second series counts from the first due time.
+
+Failover (`--spawn 3 --kill-leader-at-s T`): T seconds after the due instant
+(steady mode: the first due time) the leader, as its own `GET /v1/cluster`
+said a second before, gets SIGKILL; `--restart-after-s` (default 3) after that it is started
+again with the same data dir and arguments. From the SIGKILL on, a probe sends
+small creates (into a queue nobody claims, due in 2099) round-robin over all
+URLs until one is answered 2xx: the time to the first write. The time to the
+first claim and the first accepted result after the SIGKILL come from the
+workers. Workers and creators retry over every URL (`tempo.worker.Transport`).
+A claim the dead leader had committed but could not answer is handed out again
+only when its lease runs out, so in this mode jobs get `lease_s` of
+`--lease-s` (default 10, not the server's 60) and claims with attempt > 1 are
+counted as `redelivered`. The killed node is started again and must be ready
+before the cluster is stopped.
 
 Report files: `--report FILE` (default `tempo-loadgen-YYYYMMDD-HHMMSS.json` in
 the current directory) gets the figures as JSON, and FILE's stem + `.html` a
@@ -72,6 +88,21 @@ progress_every_s = 1.0
 claim_max_runs = 1000
 claim_wait_s = 1
 due_cache_entries_max = 100_000
+spawn_nodes_allowed = (1, 3, 5)
+leader_lookup_timeout_s = 15.0
+leader_lookup_ahead_s = 1.0
+probe_request_timeout_s = 1.0
+probe_gap_s = 0.01
+probe_timeout_s = 60.0
+restart_after_s_default = 3.0
+restart_ready_timeout_s = 30.0
+kill_lease_s_default = 10
+log_tail_lines = 15
+# Answers that arrive this soon after the SIGKILL were written by the dying
+# leader (loopback delivers in well under a millisecond; no follower even
+# starts an election within its 1 s election timeout), so they do not count
+# as the first claim or result after it.
+dying_answer_window_s = 0.1
 
 
 class CannotRun(Exception):
@@ -93,6 +124,16 @@ class Options:
     no_report: bool = False
     progress: bool = True
     spawn: int = 0
+    kill_leader_at_s: float | None = None
+    restart_after_s: float = restart_after_s_default
+    lease_s: int | None = None
+    work_dir: str | None = None
+
+    def job_lease_s(self) -> int | None:
+        """The `lease_s` the jobs get, or None for the server's default."""
+        if self.lease_s is not None:
+            return self.lease_s
+        return kill_lease_s_default if self.kill_leader_at_s is not None else None
 
 
 @dataclass
@@ -163,16 +204,22 @@ def _worker_process(urls: list[str], queue_name: str, index: int, out: Any, stop
     trio.run(main)
 
 
-def _start_workers(opts: Options, queue_name: str) -> tuple[list[Any], Any, Any]:
+def start_workers(urls: list[str], queue_name: str, count: int) -> tuple[list[Any], Any, Any]:
+    """`count` worker processes claiming from `queue_name` over all `urls`:
+    (processes, the queue their messages come on — see `take` —, the stop event)."""
     ctx = mp.get_context("spawn")
     out, stop = ctx.Queue(), ctx.Event()
     procs = [
-        ctx.Process(target=_worker_process, args=(opts.urls, queue_name, i, out, stop), daemon=True)
-        for i in range(opts.workers)
+        ctx.Process(target=_worker_process, args=(list(urls), queue_name, i, out, stop), daemon=True)
+        for i in range(count)
     ]
     for proc in procs:
         proc.start()
     return procs, out, stop
+
+
+def _start_workers(opts: Options, queue_name: str) -> tuple[list[Any], Any, Any]:
+    return start_workers(opts.urls, queue_name, opts.workers)
 
 
 def _due_s(tally: Tally, text: str) -> float:
@@ -192,11 +239,12 @@ def _receive(out, tally, seen: set, counts) -> None:
     except queue_mod.Empty:
         return
     before = len(tally.claims)
-    _take(tally, message)
+    take(tally, message)
     seen.update(c.job_id for c in tally.claims[before:] if counts(c))
 
 
-def _take(tally: Tally, message: tuple) -> None:
+def take(tally: Tally, message: tuple) -> None:
+    """One worker message into the tally."""
     kind = message[0]
     if kind == "claims":
         # due_at is parsed once per distinct string, so the spike's single due
@@ -214,15 +262,22 @@ def _take(tally: Tally, message: tuple) -> None:
 # -- creation ----------------------------------------------------------------
 
 
+def _job_extras(opts: Options) -> dict[str, int]:
+    extras = {}
+    if opts.jitter_s:
+        extras["jitter_s"] = opts.jitter_s
+    if opts.job_lease_s() is not None:
+        extras["lease_s"] = opts.job_lease_s()
+    return extras
+
+
 def _create(opts: Options, queue_name: str, due_s: float, say: Any) -> tuple[list[str], float]:
     """Job IDs created (index order) and the seconds creation took."""
     import trio
 
     from tempo.worker import Transport
 
-    body = {"target": f"queue:{queue_name}", "schedule": {"at": iso(due_s)}}
-    if opts.jitter_s:
-        body["jitter_s"] = opts.jitter_s
+    body = {"target": f"queue:{queue_name}", "schedule": {"at": iso(due_s)}} | _job_extras(opts)
     starts = list(range(0, opts.jobs, opts.batch))
     job_ids: list[str | None] = [None] * opts.jobs
     done = [0]
@@ -307,13 +362,14 @@ def _collect(opts: Options, out: Any, job_ids: list[str], due_s: float, say: Any
             say(f"claimed: {len(seen & wanted)}/{len(wanted)} jobs ({phase})", live=True)
 
 
-def _stop_workers(procs: list[Any], out: Any, stop: Any, tally: Tally) -> None:
+def stop_workers(procs: list[Any], out: Any, stop: Any, tally: Tally) -> None:
+    """Stops the workers of `start_workers`, taking their last messages into the tally."""
     stop.set()
     # Drain the queue while waiting: a child blocked on a full pipe never exits.
     deadline_s = time.monotonic() + worker_stop_timeout_s
     while tally.workers_done < len(procs) and time.monotonic() < deadline_s:
         try:
-            _take(tally, out.get(timeout=0.1))
+            take(tally, out.get(timeout=0.1))
         except queue_mod.Empty:
             if not any(p.is_alive() for p in procs):
                 break
@@ -371,9 +427,7 @@ def _create_stream(opts: Options, queue_name: str, first_due_s: float, stream: S
 
     from tempo.worker import Transport
 
-    base = {"target": f"queue:{queue_name}"}
-    if opts.jitter_s:
-        base["jitter_s"] = opts.jitter_s
+    base = {"target": f"queue:{queue_name}"} | _job_extras(opts)
 
     async def one_request(transport: Transport, lo: int, hi: int, limiter: trio.CapacityLimiter) -> None:
         async with limiter:
@@ -447,7 +501,7 @@ def _collect_stream(opts: Options, out: Any, stream: Stream, first_due_s: float,
             say(f"created: {len(stream.job_ids)}/{steady_jobs(opts)}, claimed: {len(seen)} ({phase})", live=True)
 
 
-def _run_steady(opts: Options, queue_name: str, say: Any) -> dict[str, Any]:
+def _run_steady(opts: Options, queue_name: str, say: Any, cluster: "Cluster | None") -> dict[str, Any]:
     procs, out, stop = _start_workers(opts, queue_name)
     first_due_s = round(time.time() + steady_lead_s, 3)
     say(f"steady: {opts.rate:g} runs/s for {opts.duration_s:g} s ({steady_jobs(opts)} jobs) from {iso(first_due_s)}")
@@ -455,16 +509,22 @@ def _run_steady(opts: Options, queue_name: str, say: Any) -> dict[str, Any]:
     creator = threading.Thread(target=_create_stream, args=(opts, queue_name, first_due_s, stream), daemon=True)
     creator.start()
     tally = Tally()
+    plan, plan_stop, killer = _start_failover(opts, cluster, first_due_s, queue_name)
     try:
         _collect_stream(opts, out, stream, first_due_s, say, tally)
+        _end_failover(plan, plan_stop, killer)
     finally:
+        plan_stop.set()
         stream.stop.set()
         creator.join(timeout=steady_stop_timeout_s)
-        _stop_workers(procs, out, stop, tally)
+        stop_workers(procs, out, stop, tally)
     if stream.error is not None:
         raise CannotRun(stream.error)
     last_due_s = steady_due_s(first_due_s, opts.rate, steady_jobs(opts) - 1)
-    return figures(opts, list(stream.job_ids), stream.create_s, first_due_s, tally, last_due_s=last_due_s)
+    fig = figures(opts, list(stream.job_ids), stream.create_s, first_due_s, tally, last_due_s=last_due_s)
+    if plan is not None:
+        fig["failover"] = failover_figures(plan, tally, first_due_s)
+    return fig
 
 
 # -- figures -----------------------------------------------------------------
@@ -513,11 +573,13 @@ def figures(opts: Options, job_ids: list[str], create_s: float, due_s: float, ta
         "reported": len(tally.reported_at_s),
         "lost": len(wanted - claimed_jobs),
         "duplicated": duplicated,
+        "redelivered": sum(1 for c in tally.claims if c.attempt > 1),
         "failed": counts.get("failed", 0) + counts.get("rejected", 0) + counts.get("lost", 0),
         "workers": opts.workers,
         "urls": opts.urls,
         "due_in_s": steady_lead_s if steady else opts.due_in_s,
         "jitter_s": opts.jitter_s,
+        "lease_s": opts.job_lease_s(),
         "series": per_second(tally.claims, due_s),
     }
     if steady:
@@ -560,7 +622,28 @@ def summary_rows(fig: dict[str, Any]) -> list[tuple[str, str]]:
         ("lost", s(fig["lost"])),
         ("duplicated", s(fig["duplicated"])),
         ("failed", s(fig["failed"])),
+        *([("redelivered", s(fig["redelivered"]))] if fig.get("redelivered") else []),
+        *failover_rows(fig.get("failover"), s),
     ]
+
+
+def failover_rows(fail: dict[str, Any] | None, s: Any) -> list[tuple[str, str]]:
+    if fail is None:
+        return []
+    if fail["kill_at_s"] is None:
+        return [("leader killed", f"no: {fail['error']}")]
+    by = f" (by {fail['first_write_by']})" if fail["first_write_by"] else ""
+    rows = [
+        ("leader killed", f"{fail['node']} (term {fail['term']}) at {fail['kill_at_s']:+.3f} s after the due instant"),
+        ("first write after", s(fail["first_write_s"]) + by),
+        ("first claim after", s(fail["first_claim_s"])),
+        ("first result after", s(fail["first_result_s"])),
+        ("restarted after", s(fail["restart_s"])),
+        ("ready again after", s(fail["ready_again_s"])),
+    ]
+    if fail["error"]:
+        rows.append(("failover error", fail["error"]))
+    return rows
 
 
 def summary(fig: dict[str, Any]) -> str:
@@ -620,10 +703,12 @@ def _fmt_tick(value: float) -> str:
 
 
 def svg_chart(title: str, x_label: str, y_label: str, xs: list[float],
-              lines: list[tuple[str, str, list[float | None]]]) -> str:
+              lines: list[tuple[str, str, list[float | None]]],
+              marks: list[tuple[float, str]] = ()) -> str:
     """A line chart as inline SVG: one polyline per (label, colour, ys), with
     axes, round ticks, axis labels and a legend. None in ys breaks no line; the
-    point is skipped."""
+    point is skipped. Each (x, label) of `marks` inside the x range is a dashed
+    vertical line (the leader's SIGKILL)."""
     w, h, m = chart_width_px, chart_height_px, chart_margin_px
     plot_w, plot_h = w - m["left"] - m["right"], h - m["top"] - m["bottom"]
     ys_all = [y for _, _, ys in lines for y in ys if y is not None]
@@ -651,6 +736,11 @@ def svg_chart(title: str, x_label: str, y_label: str, xs: list[float],
     out.append(f'<text x="{m["left"] + plot_w / 2:.0f}" y="{h - 6}" text-anchor="middle">{_esc(x_label)}</text>')
     out.append(f'<text x="14" y="{m["top"] + plot_h / 2:.0f}" text-anchor="middle" '
                f'transform="rotate(-90 14 {m["top"] + plot_h / 2:.0f})">{_esc(y_label)}</text>')
+    for x, label in marks:
+        if x0 <= x <= x1:
+            out.append(f'<line x1="{px(x):.1f}" y1="{m["top"]}" x2="{px(x):.1f}" y2="{m["top"] + plot_h}" '
+                       f'stroke="#444" stroke-dasharray="4 3" class="mark"/>')
+            out.append(f'<text x="{px(x) + 4:.1f}" y="{m["top"] + 12}">{_esc(label)}</text>')
     for k, (label, colour, ys) in enumerate(lines):
         points = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in zip(xs, ys, strict=True) if y is not None)
         out.append(f'<polyline points="{points}" fill="none" stroke="{colour}" stroke-width="1.8"/>')
@@ -675,11 +765,13 @@ def html_page(fig: dict[str, Any]) -> str:
     series = fig["series"]
     xs = [float(p["t_s"]) for p in series]
     origin = "the due instant" if fig.get("mode") == "spike" else "the first due time"
+    fail = fig.get("failover") or {}
+    marks = [(float(fail["kill_at_s"]), f"SIGKILL {fail['node']}")] if fail.get("kill_at_s") is not None else []
     claims_chart = svg_chart("runs claimed per second", f"seconds after {origin}", "runs claimed / s", xs,
-                             [("claims", "#1f77b4", [float(p["claims"]) for p in series])])
+                             [("claims", "#1f77b4", [float(p["claims"]) for p in series])], marks)
     lateness_chart = svg_chart("lateness per second (claim − due)", f"seconds after {origin}", "lateness (s)", xs,
                                [("p50", "#2ca02c", [p.get("lateness_p50_s") for p in series]),
-                                ("p99", "#d62728", [p.get("lateness_p99_s") for p in series])])
+                                ("p99", "#d62728", [p.get("lateness_p99_s") for p in series])], marks)
     rows = "\n".join(f"<tr><th>{_esc(k)}</th><td>{_esc(v)}</td></tr>"
                      for k, v in summary_rows(fig))
     title = f"tempo loadgen — {fig.get('mode', 'spike')}"
@@ -696,7 +788,7 @@ svg .grid {{ stroke: #eee; }}
 svg .axis {{ stroke: #444; }}
 </style></head><body>
 <h1>{_esc(title)}</h1>
-<p>Server {_esc(", ".join(fig.get("urls", [])))}, {_esc(fig.get("workers"))} workers.</p>
+<p>{_esc(fig.get("nodes", 1))} node(s) at {_esc(", ".join(fig.get("urls", [])))}, {_esc(fig.get("workers"))} workers.</p>
 <table>
 {rows}
 </table>
@@ -706,7 +798,7 @@ svg .axis {{ stroke: #444; }}
 """
 
 
-# -- spawning a server ---------------------------------------------------------
+# -- spawning a server or a cluster -------------------------------------------
 
 
 def _free_port() -> int:
@@ -715,24 +807,164 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _spawn_server(tmp: str) -> tuple[subprocess.Popen, str]:
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
-    log_file = open(os.path.join(tmp, "serve.log"), "wb")  # noqa: SIM115 - lives with the process
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tempo.cli", "serve", "--data-dir", os.path.join(tmp, "data"), "--listen", f"127.0.0.1:{port}"],
-        stdout=log_file, stderr=subprocess.STDOUT,
-    )
-    log_file.close()
-    return proc, url
+_probe_clients = threading.local()
 
 
-def _wait_ready(urls: list[str], proc: subprocess.Popen | None) -> None:
-    timeout_s = url_ready_timeout_s if proc is None else spawn_ready_timeout_s
-    deadline_s = time.monotonic() + timeout_s
+def _probe_http() -> httpx.Client:
+    """One keep-alive client per thread for /readyz and /v1/cluster: a fresh
+    `httpx.get` builds a TLS context each time, tens of ms on a busy machine,
+    which would delay the SIGKILL past the instant asked for."""
+    client = getattr(_probe_clients, "client", None)
+    if client is None:
+        client = _probe_clients.client = httpx.Client(timeout=1.0)
+    return client
+
+
+class Node:
+    """One `tempo serve` process; `start` after `kill` reuses its data dir,
+    port and arguments, and appends to its log."""
+
+    def __init__(self, node_id: str, port: int, data_dir: str, log_path: str, cluster_args: list[str]):
+        self.id = node_id
+        self.url = f"http://127.0.0.1:{port}"
+        self.data_dir = data_dir
+        self.log_path = log_path
+        self.argv = [sys.executable, "-m", "tempo.cli", "serve", "--data-dir", data_dir,
+                     "--listen", f"127.0.0.1:{port}", *cluster_args]
+        self.proc: subprocess.Popen | None = None
+        self._terminated = False
+
+    def start(self) -> None:
+        assert self.proc is None or self.proc.poll() is not None, f"{self.id} is running"
+        self._terminated = False
+        with open(self.log_path, "ab") as log_file:
+            self.proc = subprocess.Popen(self.argv, stdout=log_file, stderr=subprocess.STDOUT)
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self) -> float:
+        """SIGKILL; answers the UNIX time the signal was sent."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        killed_at_s = time.time()
+        self.proc.wait(timeout=server_stop_timeout_s)
+        return killed_at_s
+
+    def terminate(self) -> None:
+        if self.running():
+            assert self.proc is not None
+            self.proc.send_signal(signal.SIGTERM)
+            self._terminated = True
+
+    def stop(self) -> int | None:
+        """SIGTERM (once) and wait; the exit status, or None when it had to be killed."""
+        if self.proc is None:
+            return None
+        if self.proc.returncode is None and self.proc.poll() is None and not self._terminated:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=server_stop_timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=5)
+            return None
+
+    def ready(self) -> bool:
+        try:
+            return _probe_http().get(self.url + "/readyz").status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def view(self) -> dict[str, Any] | None:
+        """This node's own `GET /v1/cluster`, or None when it does not answer."""
+        try:
+            answer = _probe_http().get(self.url + "/v1/cluster")
+        except httpx.HTTPError:
+            return None
+        return answer.json() if answer.status_code == 200 else None
+
+    def log_tail(self, lines: int = log_tail_lines) -> str:
+        try:
+            with open(self.log_path, "rb") as f:
+                text = f.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+
+class Cluster:
+    """`size` local nodes on free loopback ports under `root`: one plain
+    `tempo serve` for size 1, else nodes n1..nK that all get the same `--peers`
+    (own entry included), as API.md "Command line" has it."""
+
+    def __init__(self, root: str, size: int):
+        assert size in spawn_nodes_allowed, f"size: one of {spawn_nodes_allowed}"
+        ports = [_free_port() for _ in range(size)]
+        ids = [f"n{i + 1}" for i in range(size)]
+        peers = ",".join(f"{node_id}=http://127.0.0.1:{port}" for node_id, port in zip(ids, ports, strict=True))
+        self.nodes = [
+            Node(node_id, port, os.path.join(root, node_id), os.path.join(root, f"{node_id}.log"),
+                 ["--node", node_id, "--peers", peers] if size > 1 else [])
+            for node_id, port in zip(ids, ports, strict=True)
+        ]
+        self.urls = [node.url for node in self.nodes]
+
+    def start(self, ready_timeout_s: float = spawn_ready_timeout_s) -> None:
+        for node in self.nodes:
+            node.start()
+        self.wait_ready(self.nodes, ready_timeout_s)
+
+    def wait_ready(self, nodes: list[Node], timeout_s: float) -> None:
+        """Until every one of `nodes` answers /readyz 200 (knows a leader and
+        has applied what is committed)."""
+        deadline_s = time.monotonic() + timeout_s
+        waiting = list(nodes)
+        while waiting:
+            for node in waiting:
+                if not node.running():
+                    code = None if node.proc is None else node.proc.returncode
+                    raise CannotRun(f"tempo serve {node.id} exited with status {code}:\n{node.log_tail()}")
+            waiting = [node for node in waiting if not node.ready()]
+            if waiting and time.monotonic() > deadline_s:
+                names = ", ".join(f"{n.id} ({n.url})" for n in waiting)
+                raise CannotRun(f"not ready within {timeout_s:g} s: {names}")
+            if waiting:
+                time.sleep(0.1)
+
+    def by_url(self, url: str) -> Node | None:
+        return next((node for node in self.nodes if node.url == url.rstrip("/")), None)
+
+    def leader(self, timeout_s: float = leader_lookup_timeout_s) -> tuple[Node, int]:
+        """The running node whose own `/v1/cluster` names itself leader (the
+        highest term if several do), and that term."""
+        deadline_s = time.monotonic() + timeout_s
+        while True:
+            claims = []
+            for node in self.nodes:
+                view = node.view() if node.running() else None
+                if view is not None and view.get("leader") == node.id:
+                    claims.append((int(view.get("term", 0)), node))
+            if claims:
+                term, node = max(claims, key=lambda c: c[0])
+                return node, term
+            if time.monotonic() > deadline_s:
+                raise CannotRun(f"no node says it is the leader within {timeout_s:g} s")
+            time.sleep(0.05)
+
+    def stop(self) -> dict[str, int | None]:
+        """SIGTERM to every running node at once, then each one's exit status
+        (None: it had to be killed). A node that had exited before is left out."""
+        running = [node for node in self.nodes if node.running()]
+        for node in running:
+            node.terminate()
+        return {node.id: node.stop() for node in running}
+
+
+def _wait_ready(urls: list[str]) -> None:
+    """A given URL: any one of them answering /readyz 200 will do."""
+    deadline_s = time.monotonic() + url_ready_timeout_s
     while time.monotonic() < deadline_s:
-        if proc is not None and proc.poll() is not None:
-            raise CannotRun(f"tempo serve exited with status {proc.returncode}")
         for url in urls:
             try:
                 if httpx.get(url + "/readyz", timeout=1.0).status_code == 200:
@@ -740,16 +972,140 @@ def _wait_ready(urls: list[str], proc: subprocess.Popen | None) -> None:
             except httpx.HTTPError:
                 pass
         time.sleep(0.1)
-    raise CannotRun(f"no server answered /readyz at {', '.join(urls)} within {timeout_s:g} s")
+    raise CannotRun(f"no server answered /readyz at {', '.join(urls)} within {url_ready_timeout_s:g} s")
 
 
-def _stop_server(proc: subprocess.Popen) -> None:
-    proc.send_signal(signal.SIGTERM)
+# -- killing the leader ----------------------------------------------------------
+
+
+@dataclass
+class Failover:
+    """What `_fail_over` did and saw; UNIX times, None until it happened."""
+
+    kill_at_s: float  # planned: the due instant + --kill-leader-at-s
+    restart_after_s: float
+    node: str | None = None
+    term: int | None = None
+    killed_at_s: float | None = None
+    first_write_at_s: float | None = None
+    first_write_by: str | None = None
+    restarted_at_s: float | None = None
+    ready_again_at_s: float | None = None
+    error: str | None = None
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+def first_write(urls: list[str], queue_name: str, deadline_s: float) -> tuple[float, str] | None:
+    """Sends small creates round-robin over `urls` (redirects followed) until
+    one is answered 2xx; its UNIX arrival time and the URL that answered it,
+    or None at `deadline_s` (monotonic)."""
+    body = {"target": f"queue:{queue_name}-probe", "schedule": {"at": "2099-01-01T00:00:00Z"}}
+    k = 0
+    with httpx.Client(timeout=probe_request_timeout_s, follow_redirects=True) as http:
+        while time.monotonic() < deadline_s:
+            url = urls[k % len(urls)]
+            k += 1
+            try:
+                answer = http.post(url + "/v1/jobs", json=body | {"request_key": f"probe-{uuid.uuid4().hex}"})
+            except httpx.HTTPError:
+                answer = None
+            if answer is not None and 200 <= answer.status_code < 300:
+                final = httpx.URL(str(answer.url))
+                return time.time(), f"{final.scheme}://{final.host}:{final.port}"
+            time.sleep(probe_gap_s)
+    return None
+
+
+def _fail_over(cluster: Cluster, plan: Failover, queue_name: str, stop: threading.Event) -> None:
+    """Thread: at `plan.kill_at_s` SIGKILL the leader, probe for the first
+    write after it, restart the node `restart_after_s` after the SIGKILL and
+    wait until it is ready again."""
     try:
-        proc.wait(timeout=server_stop_timeout_s)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=5)
+        # The leader is looked up ahead of the instant: under a spike it can
+        # take a busy leader most of a second to answer /v1/cluster.
+        if stop.wait(max(0.0, plan.kill_at_s - leader_lookup_ahead_s - time.time())):
+            return
+        node, plan.term = cluster.leader()
+        plan.node = node.id
+        if stop.wait(max(0.0, plan.kill_at_s - time.time())):
+            return
+        plan.killed_at_s = node.kill()
+        probe: list[tuple[float, str] | None] = [None]
+        others = [u for u in cluster.urls if u != node.url]
+        prober = threading.Thread(
+            target=lambda: probe.__setitem__(0, first_write(others, queue_name, time.monotonic() + probe_timeout_s)),
+            daemon=True,
+        )
+        prober.start()
+        stop.wait(max(0.0, plan.killed_at_s + plan.restart_after_s - time.time()))
+        node.start()
+        plan.restarted_at_s = time.time()
+        cluster.wait_ready([node], restart_ready_timeout_s)
+        plan.ready_again_at_s = time.time()
+        prober.join(timeout=probe_timeout_s)
+        if probe[0] is None:
+            plan.error = f"no write succeeded within {probe_timeout_s:g} s of killing the leader"
+        else:
+            plan.first_write_at_s, by_url = probe[0]
+            answered = cluster.by_url(by_url)
+            plan.first_write_by = answered.id if answered else by_url
+    except CannotRun as exc:
+        plan.error = str(exc)
+    finally:
+        plan.done.set()
+
+
+def _start_failover(opts: Options, cluster: Cluster | None, origin_s: float,
+                    queue_name: str) -> tuple[Failover | None, threading.Event, threading.Thread | None]:
+    stop = threading.Event()
+    if opts.kill_leader_at_s is None:
+        return None, stop, None
+    assert cluster is not None and len(cluster.nodes) >= 3
+    plan = Failover(kill_at_s=origin_s + opts.kill_leader_at_s, restart_after_s=opts.restart_after_s)
+    thread = threading.Thread(target=_fail_over, args=(cluster, plan, queue_name, stop), daemon=True)
+    thread.start()
+    return plan, stop, thread
+
+
+def _end_failover(plan: Failover | None, stop: threading.Event, thread: threading.Thread | None) -> None:
+    """Waits for the kill-restart cycle to finish (a collect that ended early
+    does not cut it short: the restarted node must be ready before the cluster
+    stops); stops it only if it has not started yet."""
+    if plan is None or thread is None:
+        return
+    if plan.killed_at_s is None and time.time() < plan.kill_at_s:
+        stop.set()
+    thread.join(timeout=probe_timeout_s + restart_ready_timeout_s + leader_lookup_timeout_s)
+    if plan.killed_at_s is None and plan.error is None:
+        plan.error = "the run ended before the leader was killed; give a smaller --kill-leader-at-s"
+
+
+def failover_figures(plan: Failover, tally: Tally, origin_s: float) -> dict[str, Any]:
+    """Seconds, all but `kill_at_s` (after the due instant) counted from the
+    SIGKILL; the first claim and result are the first answers that arrived
+    more than `dying_answer_window_s` after it."""
+    killed = plan.killed_at_s
+
+    def after(at_s: float | None) -> float | None:
+        return None if at_s is None or killed is None else _r(at_s - killed)
+
+    claims_after: list[float] = []
+    results_after: list[float] = []
+    if killed is not None:
+        claims_after = [c.claimed_at_s for c in tally.claims if c.claimed_at_s > killed + dying_answer_window_s]
+        results_after = [t for t in tally.reported_at_s.values() if t > killed + dying_answer_window_s]
+    return {
+        "node": plan.node,
+        "term": plan.term,
+        "kill_at_s": None if killed is None else _r(killed - origin_s),
+        "first_write_s": after(plan.first_write_at_s),
+        "first_write_by": plan.first_write_by,
+        "first_claim_s": after(min(claims_after, default=None)),
+        "first_result_s": after(min(results_after, default=None)),
+        "restart_s": after(plan.restarted_at_s),
+        "ready_again_s": after(plan.ready_again_at_s),
+        "error": plan.error,
+    }
 
 
 # -- the command ---------------------------------------------------------------
@@ -781,8 +1137,17 @@ class Say:
 
 def _check(opts: Options) -> str | None:
     """Why these options cannot run, or None."""
-    if opts.spawn > 1:
-        return "--spawn 3: cluster mode is not available in this version"
+    if opts.spawn and opts.spawn not in spawn_nodes_allowed:
+        return f"--spawn: one of {', '.join(map(str, spawn_nodes_allowed))} nodes"
+    if opts.kill_leader_at_s is not None:
+        if opts.spawn < 3:
+            return "--kill-leader-at-s needs a spawned cluster: --spawn 3"
+        if opts.kill_leader_at_s < 0 or opts.restart_after_s < 0:
+            return "--kill-leader-at-s and --restart-after-s: seconds ≥ 0"
+    if opts.lease_s is not None and not 1 <= opts.lease_s <= limits.lease_s_max:
+        return f"--lease-s: 1..{limits.lease_s_max}"
+    if opts.work_dir is not None and not opts.spawn:
+        return "--work-dir goes with --spawn"
     steady = opts.rate > 0 or opts.duration_s > 0
     if steady and opts.jobs:
         return "give either --jobs N (the spike) or --rate R --duration-s D (steady), not both"
@@ -795,7 +1160,7 @@ def _check(opts: Options) -> str | None:
     return None
 
 
-def _run_spike(opts: Options, queue_name: str, say: Any) -> dict[str, Any]:
+def _run_spike(opts: Options, queue_name: str, say: Any, cluster: Cluster | None) -> dict[str, Any]:
     due_s = round(time.time() + opts.due_in_s, 3)
     procs, out, stop = _start_workers(opts, queue_name)
     try:
@@ -806,11 +1171,17 @@ def _run_spike(opts: Options, queue_name: str, say: Any) -> dict[str, Any]:
         raise
     say(f"created {len(job_ids)} jobs in {create_s:.2f} s; due at {iso(due_s)}")
     tally = Tally()
+    plan, plan_stop, killer = _start_failover(opts, cluster, due_s, queue_name)
     try:
         _collect(opts, out, job_ids, due_s, say, tally)
+        _end_failover(plan, plan_stop, killer)
     finally:
-        _stop_workers(procs, out, stop, tally)
-    return figures(opts, job_ids, create_s, due_s, tally)
+        plan_stop.set()
+        stop_workers(procs, out, stop, tally)
+    fig = figures(opts, job_ids, create_s, due_s, tally)
+    if plan is not None:
+        fig["failover"] = failover_figures(plan, tally, due_s)
+    return fig
 
 
 def run(opts: Options) -> int:
@@ -824,27 +1195,46 @@ def run(opts: Options) -> int:
     except CannotRun as exc:
         print(f"tempo loadgen: {exc}", file=sys.stderr)
         return 2
-    server: subprocess.Popen | None = None
+    cluster: Cluster | None = None
+    stopped: dict[str, int | None] = {}
     with tempfile.TemporaryDirectory(prefix="tempo-loadgen-") as tmp:
         try:
             if opts.spawn:
-                server, url = _spawn_server(tmp)
-                opts.urls = [url]
-            _wait_ready(opts.urls, server)
+                root = opts.work_dir or tmp
+                os.makedirs(root, exist_ok=True)
+                cluster = Cluster(root, opts.spawn)
+                opts.urls = list(cluster.urls)
+                cluster.start()
+            else:
+                _wait_ready(opts.urls)
             say(f"server: {', '.join(opts.urls)}")
             queue_name = f"loadgen-{uuid.uuid4().hex[:12]}"
             steady = opts.rate > 0
-            fig = _run_steady(opts, queue_name, say) if steady else _run_spike(opts, queue_name, say)
+            fig = (_run_steady if steady else _run_spike)(opts, queue_name, say, cluster)
             say.end()
         except CannotRun as exc:
             say.end()
             print(f"tempo loadgen: {exc}", file=sys.stderr)
             return 2
         finally:
-            if server is not None:
-                _stop_server(server)
+            if cluster is not None:
+                stopped = cluster.stop()
+                _say_bad_exits(cluster, stopped)
+    if cluster is not None:
+        fig["nodes"] = len(cluster.nodes)
+        fig["node_exit_status"] = stopped
     print(summary(fig))
     if json_path is not None:
         write_reports(fig, json_path, html_path)
         print(f"report: {json_path}, {html_path}")
-    return 1 if fig["lost"] or fig["duplicated"] else 0
+    if fig["lost"] or fig["duplicated"]:
+        return 1
+    return 2 if fig.get("failover", {}).get("error") else 0
+
+
+def _say_bad_exits(cluster: Cluster, stopped: dict[str, int | None]) -> None:
+    """A node that did not exit 0 on SIGTERM (API.md: it should) is shown with its log's tail."""
+    for node in cluster.nodes:
+        if node.id in stopped and stopped[node.id] != 0:
+            print(f"tempo loadgen: node {node.id} exited with status {stopped.get(node.id)} on SIGTERM; "
+                  f"{node.log_path} ends:\n{node.log_tail()}", file=sys.stderr)
