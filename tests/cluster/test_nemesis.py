@@ -51,10 +51,11 @@ def test_random_faults_one_node_at_a_time(make_cluster):
         node, fault, hold_s = rng.choice(cluster.nodes), rng.choice(FAULTS), rng.uniform(hold_s_min, hold_s_max)
         leader = cluster.wait_leader(timeout_s=10)
         role = "leader" if node is leader else "follower"
+        done.append(f"{fault} {node.id} ({role}) {hold_s:.1f} s")
+        print(f"fault {len(done)}: {done[-1]}", flush=True)
         inject(cluster, node, fault, rng)
         time.sleep(hold_s)
         undo(cluster, node, fault)
-        done.append(f"{fault} {node.id} ({role}) {hold_s:.1f} s")
         cluster.wait_leader(timeout_s=10)
     work.wait_acked(len(work.acked) + 30, timeout_s=20)
     drain_s = work.drain()
