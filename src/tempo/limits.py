@@ -107,7 +107,7 @@ raft_heartbeat_ticks = 1
 raft_entry_bytes_target = 4 << 20
 # The log is compacted into a snapshot every this many applied entries.
 snapshot_entries = 20_000
-# Peer transport: one POST carries frames up to this many bytes; a frame is
+# Peer transport: one write of a stream carries frames up to this many bytes; a frame is
 # one raft message, at most `peer_frame_bytes_max` (a batch create's entry is
 # below 40 MiB); at most `peer_queue_frames_max` wait per peer (raft resends
 # what is dropped); every peer request is bounded by `peer_timeout_s`.
@@ -115,6 +115,8 @@ peer_post_bytes_target = 8 << 20
 peer_frame_bytes_max = 64 << 20
 peer_queue_frames_max = 8192
 peer_timeout_s = 5.0
+# A peer stream is closed and a new one opened this often.
+peer_stream_s = 30.0
 peer_backoff_s_min = 0.05
 peer_backoff_s_max = 1.0
 # A node that leads when told to stop hands leadership over first, waiting

@@ -13,7 +13,7 @@ import hypercorn.config
 import hypercorn.trio
 import trio
 
-from tempo import limits
+from tempo import errors, limits
 from tempo.config import Config, ConfigError
 from tempo.config import load as load_config
 from tempo.engine.commit import Committer
@@ -21,6 +21,7 @@ from tempo.engine.dispatch import Dispatcher
 from tempo.engine.jobs import Jobs
 from tempo.engine.raftlog import RaftLog
 from tempo.engine.store import Store
+from tempo.net import http as http_server
 from tempo.net.api import Api
 from tempo.net.auth import Authenticator
 from tempo.net.executor import HttpExecutor
@@ -249,13 +250,16 @@ async def _lead(replica: Replica, dispatcher: Dispatcher, *, task_status=trio.TA
         while replica.phase is not Phase.LEADING:
             await changed.wait()
             changed = trio.Event()
-        async with trio.open_nursery() as services:
-            await services.start(dispatcher.run)
-            await services.start(HttpExecutor(dispatcher).run)
-            while replica.phase is Phase.LEADING:
-                await changed.wait()
-                changed = trio.Event()
-            services.cancel_scope.cancel()
+        try:
+            async with trio.open_nursery() as services:
+                await services.start(dispatcher.run)
+                await services.start(HttpExecutor(dispatcher).run)
+                while replica.phase is Phase.LEADING:
+                    await changed.wait()
+                    changed = trio.Event()
+                services.cancel_scope.cancel()
+        except* errors.NotLeader:
+            pass  # a write failed as leadership went: the loop looks again
         dispatcher.reset()
 
 
@@ -272,6 +276,7 @@ async def _watch_signals(signals, stop: trio.Event, replica: Replica | None = No
 
 
 def main(options: ServeOptions) -> int:
+    http_server.install()
     # tempo's own log lines (leadership, peers) on stderr; not the libraries'.
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))

@@ -50,7 +50,7 @@ class Committer:
         # shield would add nothing, since the write is not undone either way.
         await waiter.done.wait()
         if isinstance(waiter.outcome, BaseException):
-            raise waiter.outcome
+            raise waiter.outcome.with_traceback(None)
         return waiter.outcome
 
     def close(self) -> None:

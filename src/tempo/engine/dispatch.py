@@ -197,9 +197,17 @@ class Dispatcher:
             await trio.sleep(limits.lease_check_ms / 1000)
             now_ms = self.now_ms()
             expiries = self.expired(now_ms)
-            if expiries:
+            if not expiries:
+                continue
+            try:
                 outcomes = await self.committer.submit(ExpireLeases(now_ms, expiries))
-                self.counters["expired"] += sum(1 for o in outcomes if o is not None)  # type: ignore[union-attr]
+            except errors.Overloaded:
+                # Not written: the leases stay expired in memory, and the next
+                # round tries again.
+                for expiry in expiries:
+                    self._grant(expiry.job_id, expiry.nominal_ms, expiry.attempt, now_ms, 0)
+                continue
+            self.counters["expired"] += sum(1 for o in outcomes if o is not None)  # type: ignore[union-attr]
 
     # -- claims ------------------------------------------------------------------
 

@@ -222,7 +222,12 @@ class RaftLog:
         while running, a newer file may be a compaction not yet recorded."""
         for name in os.listdir(self.dir):
             stem = name.split(".", 1)[0]
-            index = int(stem) if stem.isdigit() and name.endswith(".snap") else -1
-            if index == keep or (keep_newer and index > keep):
+            index = int(stem) if stem.isdigit() else -1
+            if index == keep and name.endswith(".snap"):
                 continue
-            os.unlink(os.path.join(self.dir, name))
+            if keep_newer and (index > keep or name.endswith(".tmp")):
+                continue  # a compaction being written, or written and not yet recorded
+            try:
+                os.unlink(os.path.join(self.dir, name))
+            except FileNotFoundError:
+                pass

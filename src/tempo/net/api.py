@@ -30,7 +30,7 @@ from tempo.net.asgi import (
     send_response,
 )
 from tempo.net.auth import Authenticator
-from tempo.net.peer import decode_frames
+from tempo.net.peer import FrameReader
 from tempo.node import ClusterMember, Standalone
 from tempo.schema import (
     BatchAck,
@@ -481,9 +481,17 @@ class Api:
             raise errors.NotFound("this node is not a cluster member")
         self.peer_auth.check(request.headers.get(b"authorization"))
         assert receive is not None
-        body = await read_body(receive, limits.peer_post_bytes_target + limits.peer_frame_bytes_max)
-        self.on_peer_messages(decode_frames(body))
-        return Response(204, b"", b"application/octet-stream")
+        reader = FrameReader()
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise errors.Invalid.at("", "the peer went away")
+            messages = reader.feed(message.get("body", b""))
+            if messages:
+                self.on_peer_messages(messages)
+            if not message.get("more_body", False):
+                reader.close()
+                return Response(204, b"", b"application/octet-stream")
 
     async def openapi(self, request: Request) -> Response:
         return Response(200, self.openapi_body)
@@ -504,6 +512,25 @@ class Api:
             "# TYPE tempo_commit_commands_total counter",
             f"tempo_commit_commands_total {committer.commands_committed}",
         ]
+        if self.node.clustered:
+            replica = committer
+            lines += [
+                "# HELP tempo_raft_commit_seconds_total Seconds from proposal to applied, summed over this leader's entries.",
+                "# TYPE tempo_raft_commit_seconds_total counter",
+                f"tempo_raft_commit_seconds_total {replica.commit_seconds_sum:.6f}",
+                "# HELP tempo_raft_write_seconds_total Seconds the replica loop spent in its write transactions.",
+                "# TYPE tempo_raft_write_seconds_total counter",
+                f"tempo_raft_write_seconds_total {replica.write_seconds_sum:.6f}",
+                "# HELP tempo_raft_readies_total Raft Ready batches handled (one write transaction or two each).",
+                "# TYPE tempo_raft_readies_total counter",
+                f"tempo_raft_readies_total {replica.readies}",
+                "# HELP tempo_raft_term The current raft term.",
+                "# TYPE tempo_raft_term gauge",
+                f"tempo_raft_term {replica.term}",
+                "# HELP tempo_raft_applied_index The last applied log index.",
+                "# TYPE tempo_raft_applied_index gauge",
+                f"tempo_raft_applied_index {replica.applied_index}",
+            ]
         lines += self._dispatch_metrics()
         body = ("\n".join(lines) + "\n").encode()
         return Response(200, body, b"text/plain; version=0.0.4")

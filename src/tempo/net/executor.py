@@ -7,11 +7,13 @@ success, anything else, a network error, or no answer within the job's
 `limits.http_executor_concurrency` deliveries are in flight.
 """
 
+import contextlib
+
 import httpx
 import msgspec
 import trio
 
-from tempo import ids, limits
+from tempo import errors, ids, limits
 from tempo.engine.commands import Result
 from tempo.engine.dispatch import HTTP_QUEUE, ClaimedRun, Dispatcher
 
@@ -70,4 +72,7 @@ class HttpExecutor:
             self.in_flight -= 1
             self._slot_freed.set()
         # Group commit batches these reports with everything else in flight.
-        await self.dispatcher.report(None, [Result(run.job_id, run.nominal_ms, run.attempt, ok, output, error)])
+        # A report that cannot be written (overload) is given up: the lease
+        # runs out and the run is delivered again (at least once).
+        with contextlib.suppress(errors.Overloaded):
+            await self.dispatcher.report(None, [Result(run.job_id, run.nominal_ms, run.attempt, ok, output, error)])

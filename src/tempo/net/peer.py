@@ -1,13 +1,15 @@
 """Raft messages between nodes, over the node's one HTTP port.
 
-Each node keeps one sender task per peer. Messages for a peer wait in a bounded
-queue; the sender takes everything queued (up to `peer_post_bytes_target`) and
-POSTs it to the peer's `/v1/raft` as length-prefixed MessagePack frames, one
-message per frame, over a kept-alive connection. One request per peer is in
-flight at a time, so the frames of everything that arrived meanwhile share the
-next request. Raft tolerates lost messages, so a full queue drops its oldest
-frame and a failed request drops its frames; the sender then backs off (with
-jitter) before it tries that peer again. Every request is bounded in time.
+Each node keeps one sender task per peer, which holds a long-lived streaming
+POST to the peer's `/v1/raft` open (chunked, as etcd streams its raft
+messages): its body is length-prefixed MessagePack frames, one raft message
+per frame, written as they are queued, and the peer steps each message as its
+frame arrives. Messages for a peer wait in a bounded queue; everything queued
+while a write was in progress goes out in the next one. Raft tolerates lost
+messages, so a full queue drops its oldest frame and a broken stream drops what
+was in it; the sender then backs off (with jitter) before it opens a new one.
+Every write is bounded in time (a peer that stops reading breaks the stream),
+and a stream is closed and reopened every `peer_stream_s`.
 
 Outgoing connections start from the node's own listen address when that is one
 IP, so a peer (or a fault injector in front of it) sees which node calls.
@@ -35,23 +37,43 @@ def encode_frames(frames: list[bytes]) -> bytes:
     return b"".join(_LEN.pack(len(frame)) + frame for frame in frames)
 
 
+class FrameReader:
+    """Splits a stream of length-prefixed frames into raft messages, as the
+    chunks of a request body arrive; `errors.Invalid` on a malformed frame."""
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+
+    def feed(self, chunk: bytes) -> list[Message]:
+        buffer = self._buffer
+        buffer += chunk
+        out: list[Message] = []
+        at = 0
+        while len(buffer) - at >= _LEN.size:
+            (size,) = _LEN.unpack_from(buffer, at)
+            if size > limits.peer_frame_bytes_max:
+                raise errors.TooLarge.at("", f"a frame of {size} bytes is over {limits.peer_frame_bytes_max}")
+            if len(buffer) - at - _LEN.size < size:
+                break
+            start = at + _LEN.size
+            try:
+                out.append(MESSAGE_DECODER.decode(memoryview(buffer)[start : start + size]))
+            except msgspec.MsgspecError as exc:
+                raise errors.Invalid.at("", f"not a raft message: {exc}") from None
+            at = start + size
+        del buffer[:at]
+        return out
+
+    def close(self) -> None:
+        if self._buffer:
+            raise errors.Invalid.at("", "the stream ends inside a frame")
+
+
 def decode_frames(body: bytes) -> list[Message]:
-    """The messages of one request body; `errors.Invalid` if it is malformed."""
-    out: list[Message] = []
-    view = memoryview(body)
-    at = 0
-    while at < len(view):
-        if at + _LEN.size > len(view):
-            raise errors.Invalid.at("", "a frame header is cut short")
-        (size,) = _LEN.unpack_from(view, at)
-        at += _LEN.size
-        if size > limits.peer_frame_bytes_max or at + size > len(view):
-            raise errors.Invalid.at("", "a frame is cut short or too large")
-        try:
-            out.append(MESSAGE_DECODER.decode(view[at : at + size]))
-        except msgspec.MsgspecError as exc:
-            raise errors.Invalid.at("", f"not a raft message: {exc}") from None
-        at += size
+    """The messages of one whole body."""
+    reader = FrameReader()
+    out = reader.feed(body)
+    reader.close()
     return out
 
 
@@ -122,34 +144,44 @@ class PeerTransport:
             await self._send_loop(self._client, peer)
 
     async def _send_loop(self, client: httpx.AsyncClient, peer: _Peer) -> None:
+        """One long-lived streaming POST at a time, reopened after an error
+        (with a jittered back-off) or after `peer_stream_s`."""
         backoff_s = limits.peer_backoff_s_min
         while True:
             await peer.wake.wait()
-            peer.wake = trio.Event()
-            while peer.frames:
-                frames = self._take(peer)
-                try:
-                    with trio.fail_after(limits.peer_timeout_s):
-                        response = await client.post(peer.url, content=encode_frames(frames), headers=self.headers)
-                    ok = response.status_code == 204
-                except (httpx.HTTPError, trio.TooSlowError) as exc:
-                    ok = False
-                    response = exc
-                if ok:
-                    peer.sent += len(frames)
-                    peer.failures = 0
-                    backoff_s = limits.peer_backoff_s_min
-                    continue
-                peer.failures += 1
-                if peer.failures == 1 or peer.failures % 100 == 0:
-                    log.warning("peer %s: %r (%d failures in a row)", peer.url, response, peer.failures)
-                peer.dropped += len(frames)
-                # Messages that waited through the back-off are stale; raft
-                # sends what is still needed again.
-                await trio.sleep(backoff_s * (0.5 + self.rng.random()))
-                backoff_s = min(backoff_s * 2, limits.peer_backoff_s_max)
-                peer.dropped += len(peer.frames)
-                peer.frames.clear()
+            deadline_s = trio.current_time() + limits.peer_stream_s
+            try:
+                with trio.fail_after(limits.peer_stream_s + limits.peer_timeout_s):
+                    response = await client.post(peer.url, content=self._stream(peer, deadline_s), headers=self.headers)
+                ok = response.status_code == 204
+            except (httpx.HTTPError, trio.TooSlowError) as exc:
+                ok = False
+                response = exc
+            if ok:
+                peer.failures = 0
+                backoff_s = limits.peer_backoff_s_min
+                continue
+            peer.failures += 1
+            if peer.failures == 1 or peer.failures % 100 == 0:
+                log.warning("peer %s: %r (%d failures in a row)", peer.url, response, peer.failures)
+            # Messages that waited through the back-off are stale; raft sends
+            # what is still needed again.
+            await trio.sleep(backoff_s * (0.5 + self.rng.random()))
+            backoff_s = min(backoff_s * 2, limits.peer_backoff_s_max)
+            peer.dropped += len(peer.frames)
+            peer.frames.clear()
+
+    async def _stream(self, peer: _Peer, deadline_s: float):
+        """The body of one stream: frames as they are queued, until the deadline."""
+        while trio.current_time() < deadline_s:
+            if not peer.frames:
+                peer.wake = trio.Event()
+                with trio.move_on_at(deadline_s):
+                    await peer.wake.wait()
+                continue
+            frames = self._take(peer)
+            peer.sent += len(frames)
+            yield encode_frames(frames)
 
     def _take(self, peer: _Peer) -> list[bytes]:
         frames: list[bytes] = []

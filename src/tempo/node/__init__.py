@@ -127,10 +127,10 @@ class ClusterMember:
                 role = {Phase.LEADING: "leader", Phase.ELECTED: "leader", Phase.CANDIDATE: "candidate"}.get(
                     self.replica.phase, "follower"
                 )
-            elif leader is not None:
-                role = "leader" if member is leader else "follower"
             else:
-                role = "unknown"
+                # Another voter: the leader if this node knows it as such;
+                # otherwise a follower, as far as this node can tell.
+                role = "leader" if member is leader else "follower"
             roles.append((member, role))
         return View(
             self.me.id,

@@ -107,6 +107,12 @@ class Replica:
         self._nursery: trio.Nursery | None = None
         self.batches_committed = 0
         self.commands_committed = 0
+        # Seconds from proposal to applied, of the entries this node proposed;
+        # and seconds the loop spent writing (both for /metrics).
+        self._proposed_at: dict[int, float] = {}
+        self.commit_seconds_sum = 0.0
+        self.write_seconds_sum = 0.0
+        self.readies = 0
 
     # -- the Committer face ----------------------------------------------------------
 
@@ -122,7 +128,9 @@ class Replica:
         self._wake.set()
         await waiter.done.wait()
         if isinstance(waiter.outcome, BaseException):
-            raise waiter.outcome
+            # One failure object is shared by a batch's waiters: raise it
+            # without the traceback another waiter's raise left on it.
+            raise waiter.outcome.with_traceback(None)
         return waiter.outcome
 
     def close(self) -> None:
@@ -168,7 +176,7 @@ class Replica:
         self._wake.set()
         await waiter.done.wait()
         if isinstance(waiter.outcome, BaseException):
-            raise waiter.outcome
+            raise waiter.outcome.with_traceback(None)
 
     @property
     def voters(self) -> tuple[int, ...]:
@@ -192,6 +200,8 @@ class Replica:
             while True:
                 await self._wake.wait()
                 self._wake = trio.Event()
+                # A role change alone (CheckQuorum stepping down) makes no Ready.
+                self._update_phase()
                 self._propose_pending()
                 while self.node.has_ready():
                     await self._handle(self.node.ready())
@@ -222,6 +232,7 @@ class Replica:
                 self._fail([w for _, w in batch], errors.Overloaded("too many writes in flight; retry shortly"))
                 continue
             self._proposed[index] = (self.node.term, [w for _, w in batch])
+            self._proposed_at[index] = trio.current_time()
 
     async def _handle(self, rd: Ready) -> None:
         # A leader may send its appends while it writes them (Raft thesis
@@ -234,7 +245,10 @@ class Replica:
         # A follower acknowledges new entries before it applies older ones:
         # two transactions (fsync is cheap next to apply), a shorter commit.
         split = not early and bool(rd.entries) and bool(rd.committed_entries)
+        started = trio.current_time()
         results = await trio.to_thread.run_sync(self._write, rd, not split, limiter=self._limiter)
+        self.write_seconds_sum += trio.current_time() - started
+        self.readies += 1
         self.raft_log.committed(rd.hard_state, rd.entries, rd.snapshot, rd.compaction)
         if not early and rd.messages:
             self.send(rd.messages)
@@ -258,10 +272,13 @@ class Replica:
                 else:
                     for waiter, outcome in zip(waiters, outcomes, strict=True):
                         waiter.finish(outcome)
+                    proposed_at = self._proposed_at.pop(entry.index, None)
+                    if proposed_at is not None:
+                        self.commit_seconds_sum += trio.current_time() - proposed_at
                     self.batches_committed += 1
                     self.commands_committed += len(waiters)
         self.node.advance(rd)
-        self._update_phase(rd)
+        self._update_phase()
         self._maybe_snapshot()
 
     def _changes_vote(self, rd: Ready) -> bool:
@@ -299,7 +316,7 @@ class Replica:
             out.append(self.store.apply_in(txn, entry.index, data))
         return out
 
-    def _update_phase(self, rd: Ready) -> None:
+    def _update_phase(self) -> None:
         role = self.node.role
         if role == Role.LEADER:
             phase = Phase.LEADING if self._term_applied() else Phase.ELECTED
@@ -338,6 +355,7 @@ class Replica:
         for _, waiters in self._proposed.values():
             self._fail(waiters, failure)
         self._proposed.clear()
+        self._proposed_at.clear()
 
     # -- log compaction ---------------------------------------------------------------------
 
