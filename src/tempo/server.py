@@ -96,14 +96,6 @@ def default_listen(cluster: ClusterOptions | None) -> str:
     return f"{host}:{parts.port}"
 
 
-def _is_ip(host: str) -> bool:
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return True
-
-
 def is_loopback(host: str) -> bool:
     if host == "localhost":
         return True
@@ -190,7 +182,7 @@ async def _serve_member(options: ServeOptions, config: Config, store: Store, tas
         raft_log = RaftLog(store, voters=founders)
     except ValueError as exc:
         raise ServeError(str(exc)) from None
-    transport = PeerTransport({}, local_address=local_address_of(options.host, _is_ip), token=config.peer_token)
+    transport = PeerTransport({}, local_address=local_address_of(options.host), token=config.peer_token)
     names = {m.raft_id: m.id for m in cluster.members}
     replica = Replica(
         store, raft_log, cluster.me.raft_id, transport.send, snapshot_entries=options.snapshot_entries,

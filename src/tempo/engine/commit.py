@@ -16,18 +16,22 @@ from tempo.engine.commands import Command, encode_entry
 from tempo.engine.store import Changes, Outcome, Store
 
 
-class _Waiter:
+class Waiter:
     __slots__ = ("done", "outcome")
 
     def __init__(self) -> None:
         self.done = trio.Event()
         self.outcome: Outcome | list[Outcome] | BaseException | None = None
 
+    def finish(self, outcome: Outcome | list[Outcome] | BaseException | None) -> None:
+        self.outcome = outcome
+        self.done.set()
+
 
 class Committer:
     def __init__(self, store: Store):
         self.store = store
-        self._pending: list[tuple[Command, _Waiter]] = []
+        self._pending: list[tuple[Command, Waiter]] = []
         self._wake = trio.Event()
         self._closing = False
         # One writer at a time: LMDB allows one write transaction, and a
@@ -43,7 +47,7 @@ class Committer:
             raise errors.ShuttingDown("the node is shutting down")
         if len(self._pending) >= limits.commit_pending_max:
             raise errors.Overloaded("too many writes waiting; retry shortly")
-        waiter = _Waiter()
+        waiter = Waiter()
         self._pending.append((command, waiter))
         self._wake.set()
         # The batch commits even if this request is cancelled meanwhile: a
@@ -75,7 +79,7 @@ class Committer:
             if await self._commit(index + 1, batch):
                 index += 1
 
-    async def _commit(self, index: int, batch: list[tuple[Command, _Waiter]]) -> bool:
+    async def _commit(self, index: int, batch: list[tuple[Command, Waiter]]) -> bool:
         data = encode_entry([command for command, _ in batch])
         try:
             outcomes, changes = await trio.to_thread.run_sync(

@@ -15,11 +15,11 @@ Outgoing connections start from the node's own listen address when that is one
 IP, so a peer (or a fault injector in front of it) sees which node calls.
 """
 
+import ipaddress
 import logging
 import random
 import struct
 from collections import deque
-from collections.abc import Callable
 
 import httpx
 import msgspec
@@ -67,14 +67,6 @@ class FrameReader:
     def close(self) -> None:
         if self._buffer:
             raise errors.Invalid.at("", "the stream ends inside a frame")
-
-
-def decode_frames(body: bytes) -> list[Message]:
-    """The messages of one whole body."""
-    reader = FrameReader()
-    out = reader.feed(body)
-    reader.close()
-    return out
 
 
 class _Peer:
@@ -193,9 +185,11 @@ class PeerTransport:
         return frames
 
 
-def local_address_of(host: str, is_ip: Callable[[str], bool]) -> str | None:
+def local_address_of(host: str) -> str | None:
     """The address outgoing peer connections start from: the listen host when
     it is one specific IP, else whatever the OS picks."""
-    if host in ("0.0.0.0", "::", "") or not is_ip(host):
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
         return None
-    return host
+    return None if address.is_unspecified else host

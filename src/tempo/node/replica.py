@@ -24,6 +24,7 @@ import trio
 
 from tempo import errors, limits
 from tempo.engine.commands import Command, encode_entry
+from tempo.engine.commit import Waiter
 from tempo.engine.raftlog import RaftLog
 from tempo.engine.store import Changes, Outcome, Store
 from tempo.raft import (
@@ -56,18 +57,6 @@ class Phase(enum.Enum):
     LEADING = "leader"
 
 
-class _Waiter:
-    __slots__ = ("done", "outcome")
-
-    def __init__(self) -> None:
-        self.done = trio.Event()
-        self.outcome: Outcome | list[Outcome] | BaseException | None = None
-
-    def finish(self, outcome: Outcome | list[Outcome] | BaseException | None) -> None:
-        self.outcome = outcome
-        self.done.set()
-
-
 class Replica:
     def __init__(
         self,
@@ -98,8 +87,8 @@ class Replica:
         self.phase = Phase.FOLLOWER
         self.leader_id = 0
         self.applied_index = store.applied_index()
-        self._pending: list[tuple[Command, _Waiter]] = []
-        self._proposed: dict[int, tuple[int, list[_Waiter]]] = {}
+        self._pending: list[tuple[Command, Waiter]] = []
+        self._proposed: dict[int, tuple[int, list[Waiter]]] = {}
         self._wake = trio.Event()
         self._closing = False
         self._limiter = trio.CapacityLimiter(1)
@@ -123,7 +112,7 @@ class Replica:
             raise errors.NotLeader("this node is not the leader")
         if len(self._pending) >= limits.commit_pending_max:
             raise errors.Overloaded("too many writes waiting; retry shortly")
-        waiter = _Waiter()
+        waiter = Waiter()
         self._pending.append((command, waiter))
         self._wake.set()
         await waiter.done.wait()
@@ -171,7 +160,7 @@ class Replica:
             raise errors.Conflict(f"the cluster cannot change now: {exc}") from None
         except ProposalDropped:
             raise errors.NotLeader("this node is not the leader") from None
-        waiter = _Waiter()
+        waiter = Waiter()
         self._proposed[index] = (self.node.term, [waiter])
         self._wake.set()
         await waiter.done.wait()
@@ -215,7 +204,7 @@ class Replica:
 
     def _propose_pending(self) -> None:
         while self._pending:
-            batch: list[tuple[Command, _Waiter]] = []
+            batch: list[tuple[Command, Waiter]] = []
             size_bytes = 0
             for command, waiter in self._pending[: limits.commit_batch_commands_max]:
                 batch.append((command, waiter))
@@ -347,7 +336,7 @@ class Replica:
             return self.raft_log.snapshot().meta.term == self.node.term
         return self.raft_log.term(self.applied_index) == self.node.term
 
-    def _fail(self, waiters: list[_Waiter], failure: BaseException | None) -> None:
+    def _fail(self, waiters: list[Waiter], failure: BaseException | None) -> None:
         for waiter in waiters:
             waiter.finish(failure)
 
