@@ -29,8 +29,13 @@ def test_small_spike_report_adds_up(tmp_path: Path) -> None:
     assert fig["drain_s"] >= 0 and fig["runs_per_s"] > 0 and fig["created_per_s"] > 0
     page = (tmp_path / "report.html").read_text()
     assert page.startswith("<!DOCTYPE html>") and page.count("<svg") == 2 and "<script" not in page
-    assert "runs claimed per second" in page and "lateness per second" in page
+    assert "runs claimed per second" in page and "lateness per 0.1 s" in page  # a short spike: fine bins
+    assert sum(point["claims"] for point in fig["fine_series"]) == fig["claimed"] and fig["fine_bin_s"] == 0.1
     assert f"<td>{fig['claimed']}</td>" in page and "lateness p99" in page
+    chart = (tmp_path / "report.svg").read_text()
+    assert chart.startswith("<svg") and chart.rstrip().endswith("</svg>") and "<style>" in chart
+    assert chart.count("<svg") == 3 and chart.count("<polyline") == 3  # claims; p50 and p99
+    assert "300 jobs" in chart and "lost 0, duplicated 0" in chart
     assert all("lateness_p50_s" in point for point in fig["series"])
     for key in ("jobs", "created_per_s", "lateness_p50_s", "lateness_p90_s", "lateness_p99_s",
                 "lateness_max_s", "drain_s", "runs_per_s", "lost", "duplicated"):
@@ -124,6 +129,7 @@ def test_cluster_survives_killing_the_leader(tmp_path: Path) -> None:
     assert 2 <= fail["restart_s"] <= fail["ready_again_s"]
     assert "leader killed" in done.stdout and "first write after" in done.stdout
     assert "SIGKILL" in (tmp_path / "kill.html").read_text()
+    assert (tmp_path / "kill.svg").read_text().count("SIGKILL") == 2  # marked on both charts
     assert set(fig["node_exit_status"].values()) == {0}
 
 

@@ -51,7 +51,9 @@ before the cluster is stopped.
 Report files: `--report FILE` (default `tempo-loadgen-YYYYMMDD-HHMMSS.json` in
 the current directory) gets the figures as JSON, and FILE's stem + `.html` a
 self-contained page: the summary table and two inline SVG charts (claims per
-second; lateness p50/p99 per second) drawn here from the JSON's series.
+second; lateness p50/p99 per second) drawn here from the JSON's series. The
+same two charts, under a caption with the headline figures, go to FILE's stem
++ `.svg`, an image that stands alone (a README shows it).
 """
 
 import html
@@ -582,21 +584,33 @@ def figures(opts: Options, job_ids: list[str], create_s: float, due_s: float, ta
         "lease_s": opts.job_lease_s(),
         "series": per_second(tally.claims, due_s),
     }
+    if not steady:
+        fig |= fine_series(tally.claims, due_s)
     if steady:
         fig |= {"rate": opts.rate, "duration_s": opts.duration_s}
     return fig
 
 
-def per_second(claims: list[Claim], origin_s: float) -> list[dict[str, Any]]:
-    """Claims and their lateness per whole second of claim time after `origin_s`."""
+def per_second(claims: list[Claim], origin_s: float, bin_s: float = 1.0) -> list[dict[str, Any]]:
+    """Claims and their lateness per `bin_s` of claim time after `origin_s`
+    (whole seconds by default); `t_s` is the start of each bin."""
     buckets: dict[int, list[float]] = {}
     for c in claims:
-        buckets.setdefault(int((c.claimed_at_s - origin_s) // 1), []).append(c.claimed_at_s - c.due_at_s)
+        buckets.setdefault(int((c.claimed_at_s - origin_s) // bin_s), []).append(c.claimed_at_s - c.due_at_s)
     return [
-        {"t_s": t, "claims": len(xs), "lateness_p50_s": _r(pct(xs, 50)), "lateness_p90_s": _r(pct(xs, 90)),
-         "lateness_p99_s": _r(pct(xs, 99)), "lateness_max_s": _r(max(xs))}
-        for t, xs in sorted(buckets.items())
+        {"t_s": round(k * bin_s, 3) if bin_s != 1.0 else k, "claims": len(xs), "lateness_p50_s": _r(pct(xs, 50)),
+         "lateness_p90_s": _r(pct(xs, 90)), "lateness_p99_s": _r(pct(xs, 99)), "lateness_max_s": _r(max(xs))}
+        for k, xs in sorted(buckets.items())
     ]
+
+
+def fine_series(claims: list[Claim], origin_s: float) -> dict[str, Any]:
+    """A spike that drains in a few seconds is two or three points per second;
+    the charts draw it from bins of `fine_bin_s` instead."""
+    span_s = max((c.claimed_at_s for c in claims), default=origin_s) - origin_s
+    if span_s > fine_span_s_max:
+        return {}
+    return {"fine_bin_s": fine_bin_s, "fine_series": per_second(claims, origin_s, fine_bin_s)}
 
 
 def _r(value: float | None) -> float | None:
@@ -654,6 +668,9 @@ def summary(fig: dict[str, Any]) -> str:
 
 # -- report files --------------------------------------------------------------
 
+# A spike drained within `fine_span_s_max` is charted in bins of `fine_bin_s`.
+fine_bin_s = 0.1
+fine_span_s_max = 30.0
 chart_width_px = 720
 chart_height_px = 260
 chart_margin_px = {"left": 64, "right": 16, "top": 28, "bottom": 44}
@@ -662,21 +679,29 @@ chart_ticks_max = 8
 
 def report_paths(report: str | None, now_s: float) -> tuple[str, str]:
     """The JSON and HTML paths: `--report FILE` and FILE's stem + `.html`, or a
-    timestamped name in the current directory when no FILE was given."""
+    timestamped name in the current directory when no FILE was given. The
+    charts alone go to FILE's stem + `.svg` (`chart_path`)."""
     if report is None:
         stamp = datetime.fromtimestamp(now_s).strftime("%Y%m%d-%H%M%S")
         report = f"tempo-loadgen-{stamp}.json"
     root, ext = os.path.splitext(report)
-    if ext.lower() == ".html":
-        raise CannotRun(f"--report {report}: the HTML page goes beside the JSON file; name the JSON file")
+    if ext.lower() in (".html", ".svg"):
+        raise CannotRun(f"--report {report}: the HTML page and the chart go beside the JSON file; name the JSON file")
     return report, root + ".html"
 
 
+def chart_path(html_path: str) -> str:
+    return os.path.splitext(html_path)[0] + ".svg"
+
+
 def write_reports(fig: dict[str, Any], json_path: str, html_path: str) -> None:
+    os.makedirs(os.path.dirname(json_path) or ".", exist_ok=True)
     with open(json_path, "w") as f:
         json.dump(fig, f, indent=2)
     with open(html_path, "w") as f:
         f.write(html_page(fig))
+    with open(chart_path(html_path), "w") as f:
+        f.write(chart_svg(fig))
 
 
 def _nice_ticks(low: float, high: float) -> list[float]:
@@ -759,19 +784,59 @@ def _esc(text: str) -> str:
     return html.escape(str(text), quote=True)
 
 
-def html_page(fig: dict[str, Any]) -> str:
-    """A self-contained page: the summary table and two inline SVG charts drawn
-    from `fig["series"]` (no scripts, no network)."""
-    series = fig["series"]
+# How chart text and lines look; the same rules style the HTML page and the
+# standalone chart file (an SVG shown as an image carries its own style).
+_CHART_CSS = """svg { font: 11px system-ui, sans-serif; }
+svg .title { font-size: 13px; font-weight: 600; }
+svg .grid { stroke: #eee; }
+svg .axis { stroke: #444; }"""
+
+
+def _charts(fig: dict[str, Any]) -> tuple[str, str]:
+    """The two charts drawn from `fig["series"]`: runs claimed per second, and
+    lateness p50/p99 per second, with the leader's SIGKILL marked on both."""
+    series, bin_s = fig.get("fine_series") or fig["series"], fig.get("fine_bin_s", 1.0)
     xs = [float(p["t_s"]) for p in series]
     origin = "the due instant" if fig.get("mode") == "spike" else "the first due time"
     fail = fig.get("failover") or {}
     marks = [(float(fail["kill_at_s"]), f"SIGKILL {fail['node']}")] if fail.get("kill_at_s") is not None else []
     claims_chart = svg_chart("runs claimed per second", f"seconds after {origin}", "runs claimed / s", xs,
-                             [("claims", "#1f77b4", [float(p["claims"]) for p in series])], marks)
-    lateness_chart = svg_chart("lateness per second (claim − due)", f"seconds after {origin}", "lateness (s)", xs,
+                             [("claims", "#1f77b4", [p["claims"] / bin_s for p in series])], marks)
+    per = "per second" if bin_s == 1.0 else f"per {bin_s:g} s"
+    lateness_chart = svg_chart(f"lateness {per} (claim − due)", f"seconds after {origin}", "lateness (s)", xs,
                                [("p50", "#2ca02c", [p.get("lateness_p50_s") for p in series]),
                                 ("p99", "#d62728", [p.get("lateness_p99_s") for p in series])], marks)
+    return claims_chart, lateness_chart
+
+
+def _caption(fig: dict[str, Any]) -> str:
+    return (f"tempo loadgen, {fig.get('mode', 'spike')}: {fig.get('jobs')} jobs, {fig.get('nodes', 1)} node(s), "
+            f"{fig.get('workers')} workers; lateness p50 {_r(fig.get('lateness_p50_s'))} s, "
+            f"p99 {_r(fig.get('lateness_p99_s'))} s; lost {fig.get('lost')}, duplicated {fig.get('duplicated')}")
+
+
+def chart_svg(fig: dict[str, Any]) -> str:
+    """Both charts stacked in one self-contained SVG file under a caption with
+    the headline figures, for a README or a ticket."""
+    caption_px = 24
+    w, h = chart_width_px, caption_px + 2 * chart_height_px
+    claims_chart, lateness_chart = _charts(fig)
+    return "\n".join([
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" role="img" '
+        f'aria-label="{_esc(_caption(fig))}">',
+        f"<style>{_CHART_CSS}</style>",
+        f'<rect width="{w}" height="{h}" fill="#fff"/>',
+        f'<text x="{w / 2:.0f}" y="16" text-anchor="middle">{_esc(_caption(fig))}</text>',
+        f'<g transform="translate(0 {caption_px})">{claims_chart}</g>',
+        f'<g transform="translate(0 {caption_px + chart_height_px})">{lateness_chart}</g>',
+        "</svg>",
+    ])
+
+
+def html_page(fig: dict[str, Any]) -> str:
+    """A self-contained page: the summary table and two inline SVG charts drawn
+    from `fig["series"]` (no scripts, no network)."""
+    claims_chart, lateness_chart = _charts(fig)
     rows = "\n".join(f"<tr><th>{_esc(k)}</th><td>{_esc(v)}</td></tr>"
                      for k, v in summary_rows(fig))
     title = f"tempo loadgen — {fig.get('mode', 'spike')}"
@@ -782,10 +847,8 @@ body {{ font: 14px system-ui, sans-serif; margin: 2em; color: #222; }}
 table {{ border-collapse: collapse; margin-bottom: 1.5em; }}
 th, td {{ padding: 3px 12px; border-bottom: 1px solid #ddd; text-align: left; }}
 td {{ font-variant-numeric: tabular-nums; }}
-svg {{ display: block; margin: 1em 0; font: 11px system-ui, sans-serif; }}
-svg .title {{ font-size: 13px; font-weight: 600; }}
-svg .grid {{ stroke: #eee; }}
-svg .axis {{ stroke: #444; }}
+svg {{ display: block; margin: 1em 0; }}
+{_CHART_CSS}
 </style></head><body>
 <h1>{_esc(title)}</h1>
 <p>{_esc(fig.get("nodes", 1))} node(s) at {_esc(", ".join(fig.get("urls", [])))}, {_esc(fig.get("workers"))} workers.</p>
@@ -1226,7 +1289,7 @@ def run(opts: Options) -> int:
     print(summary(fig))
     if json_path is not None:
         write_reports(fig, json_path, html_path)
-        print(f"report: {json_path}, {html_path}")
+        print(f"report: {json_path}, {html_path}, {chart_path(html_path)}")
     if fig["lost"] or fig["duplicated"]:
         return 1
     return 2 if fig.get("failover", {}).get("error") else 0
