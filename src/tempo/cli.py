@@ -320,7 +320,7 @@ def _add_loadgen_parser(sub: argparse._SubParsersAction) -> None:
     gen.add_argument("--batch", type=int, default=1000, help="jobs per create request (default 1000)")
     gen.add_argument("--jitter-s", dest="jitter_s", type=int, default=0, help="jitter_s of each job (default 0)")
     gen.add_argument("--timeout-s", dest="timeout_s", type=float, default=60.0, help="a job unclaimed this long after the due instant is lost (default 60)")
-    gen.add_argument("--report", help="write the figures as JSON to this file and an HTML page beside it "
+    gen.add_argument("--report", help="write the figures as JSON to this file, and an HTML page and an SVG chart beside it "
                      "(default: tempo-loadgen-YYYYMMDD-HHMMSS.json in the current directory)")
     gen.add_argument("--no-report", dest="no_report", action="store_true", help="write no report files")
     gen.add_argument("--no-progress", dest="progress", action="store_false", help="no live progress line")
