@@ -597,10 +597,13 @@ def per_second(claims: list[Claim], origin_s: float, bin_s: float = 1.0) -> list
     buckets: dict[int, list[float]] = {}
     for c in claims:
         buckets.setdefault(int((c.claimed_at_s - origin_s) // bin_s), []).append(c.claimed_at_s - c.due_at_s)
+    # Bins without claims between the first and the last are there with 0
+    # claims and no lateness, so a chart shows a stall as a stall.
     return [
         {"t_s": round(k * bin_s, 3) if bin_s != 1.0 else k, "claims": len(xs), "lateness_p50_s": _r(pct(xs, 50)),
-         "lateness_p90_s": _r(pct(xs, 90)), "lateness_p99_s": _r(pct(xs, 99)), "lateness_max_s": _r(max(xs))}
-        for k, xs in sorted(buckets.items())
+         "lateness_p90_s": _r(pct(xs, 90)), "lateness_p99_s": _r(pct(xs, 99)), "lateness_max_s": _r(max(xs, default=None))}
+        for k in range(min(buckets, default=0), max(buckets, default=-1) + 1)
+        for xs in [buckets.get(k, [])]
     ]
 
 
@@ -670,7 +673,7 @@ def summary(fig: dict[str, Any]) -> str:
 
 # A spike drained within `fine_span_s_max` is charted in bins of `fine_bin_s`.
 fine_bin_s = 0.1
-fine_span_s_max = 30.0
+fine_span_s_max = 5.0
 chart_width_px = 720
 chart_height_px = 260
 chart_margin_px = {"left": 64, "right": 16, "top": 28, "bottom": 44}
