@@ -8,6 +8,7 @@ replica applies the same drop. Nothing is proposed while nothing is due, so a
 quiet cluster's log does not grow by one entry a minute.
 """
 
+import logging
 from collections.abc import Callable
 
 import trio
@@ -15,6 +16,8 @@ import trio
 from tempo import clock, errors, limits
 from tempo.engine.commands import DropHistory
 from tempo.engine.store import Store
+
+log = logging.getLogger("tempo.retention")
 
 
 def before_day(now_ms: int, retention_days: int) -> int:
@@ -52,6 +55,7 @@ class Retention:
             return False
         await self.committer.submit(DropHistory(at_ms, keep_from))
         self.buckets_dropped += len(due)
+        log.info("dropped %d day(s) of run history, up to %s", len(due), clock.iso_from_ms(keep_from * limits.day_ms))
         return True
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
