@@ -805,6 +805,9 @@ class _Tx:
             return run  # a retry, a re-delivery or a triggered run: the schedule moved on already
         if job.schedule.repeating and job.state == "active" and claim.next_slot_ms is not None:
             assert claim.next_due_ms is not None and claim.next_slot_ms > run.nominal_ms
+            # Open runs only: a claim reads no history. A finished run in the
+            # next slot would have to be a triggered run that took exactly
+            # that millisecond and finished before the slot came round.
             if self.run_key_at_slot(job.id, claim.next_slot_ms) is None:
                 self.put_run(Run(job.id, claim.next_slot_ms, claim.next_due_ms, "waiting"), job=job)
             job.slot_ms = claim.next_slot_ms
