@@ -247,6 +247,8 @@ def _add_serve_parser(sub: argparse._SubParsersAction) -> None:
     serve.add_argument("--join", action="store_true",
                        help="start empty and wait to be added (`tempo cluster add`), instead of founding a cluster")
     serve.add_argument("--snapshot-entries", type=int, default=None, help=argparse.SUPPRESS)
+    # Tests only: the retention service's clock runs this many days ahead.
+    serve.add_argument("--retention-skew-days", type=int, default=0, help=argparse.SUPPRESS)
     serve.add_argument("--insecure", action="store_true", help="allow a non-loopback --listen without tokens")
     serve.add_argument("--config", help="TOML config file (tokens)")
 
@@ -264,6 +266,7 @@ def _serve(args: argparse.Namespace) -> int:
         data_dir=args.data_dir, host=host, port=port, insecure=args.insecure, config_path=args.config,
         cluster=cluster, join=args.join,
         snapshot_entries=args.snapshot_entries or limits.snapshot_entries,
+        retention_skew_days=args.retention_skew_days,
     )
     if args.join and cluster is None:
         print("tempo serve: --join needs --node and --peers", file=sys.stderr)

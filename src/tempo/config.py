@@ -10,12 +10,19 @@ queues = ["reports"]     # worker tokens only: the queues it may claim from
 # A cluster with tokens: the secret its nodes present to each other (the
 # same on every node; at least 32 characters).
 peer_token = "..."
+
+# Days finished runs and events are kept (1-366, default 30): history is
+# dropped by whole days once every run in a day finished longer ago than
+# this. In a cluster, give every node the same value (the leader's applies).
+retention_days = 30
 ```
 """
 
 import re
 import tomllib
 from dataclasses import dataclass, field
+
+from tempo import limits
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _QUEUE = re.compile(r"[A-Za-z0-9._-]{1,200}")
@@ -38,6 +45,7 @@ class Token:
 class Config:
     tokens: tuple[Token, ...] = field(default_factory=tuple)
     peer_token: str | None = None
+    retention_days: int = limits.retention_days_default
 
 
 def _token(i: int, raw: object) -> Token:
@@ -67,7 +75,7 @@ def parse(text: str) -> Config:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"not TOML: {exc}") from None
-    unknown = set(data) - {"tokens", "peer_token"}
+    unknown = set(data) - {"tokens", "peer_token", "retention_days"}
     if unknown:
         raise ConfigError(f"unknown keys {sorted(unknown)}")
     raw_tokens = data.get("tokens", [])
@@ -79,7 +87,11 @@ def parse(text: str) -> Config:
     peer_token = data.get("peer_token")
     if peer_token is not None and (not isinstance(peer_token, str) or len(peer_token) < 32):
         raise ConfigError("peer_token: a string of at least 32 characters")
-    return Config(tokens, peer_token)
+    retention_days = data.get("retention_days", limits.retention_days_default)
+    lo, hi = limits.retention_days_min, limits.retention_days_max
+    if type(retention_days) is not int or not lo <= retention_days <= hi:
+        raise ConfigError(f"retention_days: a whole number of days, {lo}-{hi}")
+    return Config(tokens, peer_token, retention_days)
 
 
 def load(path: str) -> Config:

@@ -51,7 +51,6 @@ commit_batch_commands_max = 50_000
 
 # Storage.
 lmdb_map_bytes = 64 << 30
-lmdb_max_dbs = 16
 # Runs are partitioned by due minute and by shard = hash(job ID) mod shards.
 run_shards = 64
 # A job's run slot is one millisecond; a trigger moves to the next free one,
@@ -126,3 +125,27 @@ transfer_wait_s = 3.0
 assert raft_election_ticks > raft_heartbeat_ticks >= 1
 assert batch_body_bytes_max + (8 << 20) <= peer_frame_bytes_max
 assert raft_entry_bytes_target <= peer_post_bytes_target
+
+# Retention (docs/operations.md "Retention"). Finished runs and events live in
+# history buckets, one per day they finished (`day_ms`), in a ring of
+# `history_buckets` LMDB databases opened at start-up. A bucket is dropped
+# whole once every run in it is older than the retention period, which the
+# leader checks every `retention_check_s`. The ring holds the days a period
+# keeps (retention days + the current one) plus one for a drop that is late
+# past midnight, so in normal operation no bucket's slot is reused early.
+day_ms = 86_400_000
+retention_days_default = 30
+retention_days_min = 1
+retention_days_max = 366
+retention_check_s = 60.0
+history_buckets = retention_days_max + 2
+# The fixed tables (state, raft log and raft state) need a few databases; the
+# ring of history buckets the rest.
+lmdb_fixed_dbs_max = 16
+lmdb_max_dbs = lmdb_fixed_dbs_max + history_buckets
+
+assert day_ms == 24 * 60 * minute_ms
+assert retention_days_min <= retention_days_default <= retention_days_max
+assert history_buckets >= retention_days_max + 2
+assert history_buckets < 1 << 16  # a bucket's slot is two bytes of a key
+assert lmdb_max_dbs >= lmdb_fixed_dbs_max + history_buckets

@@ -13,13 +13,14 @@ import hypercorn.config
 import hypercorn.trio
 import trio
 
-from tempo import errors, limits
+from tempo import clock, errors, limits
 from tempo.config import Config, ConfigError
 from tempo.config import load as load_config
 from tempo.engine.commit import Committer
 from tempo.engine.dispatch import Dispatcher
 from tempo.engine.jobs import Jobs
 from tempo.engine.raftlog import RaftLog
+from tempo.engine.retention import Retention
 from tempo.engine.store import Store
 from tempo.net import http as http_server
 from tempo.net.api import Api
@@ -49,6 +50,9 @@ class ServeOptions:
     cluster: ClusterOptions | None = None
     join: bool = False
     snapshot_entries: int = limits.snapshot_entries
+    # Tests only (docs/operations.md "Retention"): days added to the clock
+    # the retention service reads, so a test can age history.
+    retention_skew_days: int = 0
 
 
 class ServeError(Exception):
@@ -147,6 +151,7 @@ async def _serve_alone(options: ServeOptions, config: Config, store: Store, task
     committer = Committer(store)
     jobs = Jobs(store, committer)
     dispatcher = Dispatcher(store, committer)
+    retention = _retention(options, config, store, committer)
     node = Standalone(store.applied_index)
     api = Api(store, jobs, dispatcher, node=node, auth=Authenticator(config.tokens))
     stop = trio.Event()
@@ -157,6 +162,7 @@ async def _serve_alone(options: ServeOptions, config: Config, store: Store, task
             async with trio.open_nursery() as services:
                 await services.start(dispatcher.run)
                 await services.start(HttpExecutor(dispatcher).run)
+                await services.start(retention.run)
                 async with trio.open_nursery() as http:
                     binds = await http.start(
                         partial(hypercorn.trio.serve, api, _hypercorn_config(options), shutdown_trigger=stop.wait)
@@ -214,7 +220,7 @@ async def _serve_member(options: ServeOptions, config: Config, store: Store, tas
         async with trio.open_nursery() as nursery:
             await nursery.start(transport.run)
             await nursery.start(replica.run)
-            await nursery.start(_lead, replica, dispatcher)
+            await nursery.start(_lead, replica, dispatcher, _retention(options, config, store, replica))
             nursery.start_soon(_watch_signals, signals, stop, replica)
             async with trio.open_nursery() as http:
                 binds = await http.start(
@@ -228,9 +234,17 @@ async def _serve_member(options: ServeOptions, config: Config, store: Store, tas
             nursery.cancel_scope.cancel()
 
 
-async def _lead(replica: Replica, dispatcher: Dispatcher, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-    """Runs the dispatcher and the HTTP executor while this node leads (with an
-    entry of its term applied), and stops them the moment it does not."""
+def _retention(options: ServeOptions, config: Config, store: Store, committer) -> Retention:
+    skew_ms = options.retention_skew_days * limits.day_ms
+    return Retention(store, committer, retention_days=config.retention_days, now_ms=lambda: clock.now_ms() + skew_ms)
+
+
+async def _lead(
+    replica: Replica, dispatcher: Dispatcher, retention: Retention, *, task_status=trio.TASK_STATUS_IGNORED
+) -> None:
+    """Runs the dispatcher, the HTTP executor and retention while this node
+    leads (with an entry of its term applied), and stops them the moment it
+    does not."""
     changed = trio.Event()
 
     def poke() -> None:
@@ -246,6 +260,7 @@ async def _lead(replica: Replica, dispatcher: Dispatcher, *, task_status=trio.TA
             async with trio.open_nursery() as services:
                 await services.start(dispatcher.run)
                 await services.start(HttpExecutor(dispatcher).run)
+                await services.start(retention.run)
                 while replica.phase is Phase.LEADING:
                     await changed.wait()
                     changed = trio.Event()

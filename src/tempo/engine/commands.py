@@ -37,7 +37,9 @@ class ResumeJob(msgspec.Struct, tag="resume_job", array_like=True):
     owner: str
     job_id: str
     # For a repeating job: the first slot after `at_ms` and its due time
-    # (with jitter). Ignored for a one-off, whose one run is set waiting again.
+    # (with jitter). For a one-off, whose one run is set waiting again, its
+    # slot and the due time a run made anew gets (the cancelled run may have
+    # been dropped with its history bucket); None in entries written before.
     slot_ms: int | None
     due_ms: int | None
 
@@ -108,9 +110,19 @@ class SetMember(msgspec.Struct, tag="set_member", array_like=True):
     url: str
 
 
+class DropHistory(msgspec.Struct, tag="drop_history", array_like=True):
+    """Drops every history bucket (finished runs and events, by the UTC day
+    they finished or happened) of a day before `before_day` (days since the
+    epoch). The leader computes `before_day` from its clock and the retention
+    period; apply reads neither."""
+
+    at_ms: int
+    before_day: int
+
+
 Command = (
     CreateJobs | PauseJob | ResumeJob | DeleteJob | TriggerJob | ClaimRuns | ReportResults | ExpireLeases
-    | SetMember
+    | SetMember | DropHistory
 )
 # One log entry is a batch of commands: the unit of group commit.
 _entry_encoder = msgspec.msgpack.Encoder()

@@ -389,7 +389,9 @@ class Jobs:
         slot_ms = next_due_ms = None
         if job.schedule.repeating:
             slot_ms = slot_after_ms(job.schedule, job.created_at_ms, at_ms, inclusive=False)
-            next_due_ms = None if slot_ms is None else due_ms(job, slot_ms, at_ms)
+        else:
+            slot_ms = job.slot_ms  # its one run, made anew if retention dropped the cancelled one
+        next_due_ms = None if slot_ms is None else due_ms(job, slot_ms, at_ms)
         return _ok(await self.committer.submit(ResumeJob(at_ms, owner, job_id, slot_ms, next_due_ms)))
 
     async def delete(self, owner: str, job_id: str) -> None:

@@ -11,6 +11,7 @@ This is the only module that imports lmdb.
 """
 
 import hashlib
+import heapq
 import os
 import struct
 from collections.abc import Callable, Iterator
@@ -28,6 +29,7 @@ from tempo.engine.commands import (
     Command,
     CreateJobs,
     DeleteJob,
+    DropHistory,
     ExpireLeases,
     Expiry,
     NewJob,
@@ -51,10 +53,20 @@ _TABLES = (
     "events",
     "open_minutes",
     "members",
+    "history_days",
 )
 _OPEN = ("waiting", "claimed")
+_FINISHED = ("done", "failed", "cancelled")
 _U64 = struct.Struct(">Q")
 _MINUTE = struct.Struct(">I")
+# History buckets (limits.py "Retention"): finished runs and events, in a ring
+# of databases `hist:000`... A bucket's slot is its day mod the ring's size;
+# `history_days` maps each slot in use (u16) to the day it holds (u32). In a
+# bucket, a run is at b"r" + runs-by-job key, an event at b"e" + events key.
+_SLOT = struct.Struct(">H")
+_DAY = struct.Struct(">I")
+_HIST_RUN = b"r"
+_HIST_EVENT = b"e"
 _APPLIED_INDEX = b"applied_index"
 _EVENT_SEQ = b"event_seq"
 T = TypeVar("T")
@@ -64,6 +76,10 @@ _job_dec = msgspec.msgpack.Decoder(Job)
 _run_dec = msgspec.msgpack.Decoder(Run)
 _reqkey_dec = msgspec.msgpack.Decoder(RequestKeyEntry)
 _event_dec = msgspec.msgpack.Decoder(Event)
+
+
+def bucket_name(slot: int) -> str:
+    return f"hist:{slot:03d}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +122,14 @@ class Store:
             subdir=True,
             readahead=False,
         )
-        self.db = {name: self.env.open_db(name.encode()) for name in _TABLES}
+        # Every database is opened here, in one transaction, and never closed:
+        # readers on other threads use the handles without opening any.
+        with self.env.begin(write=True) as txn:
+            self.db = {name: self.env.open_db(name.encode(), txn=txn) for name in _TABLES}
+            self.buckets = [
+                self.env.open_db(bucket_name(slot).encode(), txn=txn) for slot in range(limits.history_buckets)
+            ]
+        self.db.update((bucket_name(slot), db) for slot, db in enumerate(self.buckets))
 
     def close(self) -> None:
         self.env.close()
@@ -142,7 +165,7 @@ class Store:
         commands = decode_entry(data) if data else []
         raw = txn.get(_APPLIED_INDEX, db=self.db["meta"])
         applied = 0 if raw is None else _U64.unpack(raw)[0]
-        tx = _Tx(txn, self.db)
+        tx = _Tx(txn, self.db, self.buckets)
         if index <= applied:
             return [errors.Conflict("already applied")] * len(commands), tx.changes
         assert index == applied + 1, f"entry {index} after applied {applied}: a gap"
@@ -191,7 +214,7 @@ class Store:
 
     def get_job(self, owner: str, job_id: str) -> Job:
         with self.env.begin() as txn:
-            tx = _Tx(txn, self.db)
+            tx = _Tx(txn, self.db, self.buckets)
             job = tx.fresh(tx.job(owner, job_id))
         if job is None:
             raise errors.NotFound(f"no job {job_id}")
@@ -203,7 +226,7 @@ class Store:
         start = prefix + (keys.job_key(cursor) if cursor else b"\xff")
         jobs: list[Job] = []
         with self.env.begin() as txn:
-            tx = _Tx(txn, self.db)
+            tx = _Tx(txn, self.db, self.buckets)
             by_owner = txn.cursor(db=self.db["jobs_by_owner"])
             jobs_db = self.db["jobs"]
             found = by_owner.set_range(start)
@@ -221,9 +244,9 @@ class Store:
     def get_run(self, owner: str, run_id_text: str) -> tuple[Run, Job]:
         parsed = ids.parse_run_id(run_id_text)
         with self.env.begin() as txn:
-            tx = _Tx(txn, self.db)
+            tx = _Tx(txn, self.db, self.buckets)
             job = tx.job(owner, parsed[0]) if parsed else None
-            run = tx.run_at_slot(parsed[0], parsed[1]) if job and parsed else None
+            run = tx.run_anywhere(parsed[0], parsed[1]) if job and parsed else None
         if run is None or job is None:
             raise errors.NotFound(f"no run {run_id_text}")
         return run, job
@@ -238,17 +261,17 @@ class Store:
         limit: int,
         cursor_ms: int | None,
     ) -> tuple[list[Run], int | None]:
-        """Runs with nominal time in [since, until), newest first; `cursor_ms`
-        is the nominal time of the last run seen."""
+        """Runs with nominal time in [since, until), newest first, open and
+        finished alike; `cursor_ms` is the nominal time of the last run seen."""
         upper = min(x for x in (until_ms, cursor_ms, 1 << 63) if x is not None)
         lower = since_ms if since_ms is not None else 0
         runs: list[Run] = []
         with self.env.begin() as txn:
-            tx = _Tx(txn, self.db)
+            tx = _Tx(txn, self.db, self.buckets)
             if tx.job(owner, job_id) is None:
                 raise errors.NotFound(f"no job {job_id}")
-            for _, runs_key in tx.slots_desc(job_id, lower, upper):
-                runs.append(_run_dec.decode(txn.get(runs_key, db=self.db["runs"])))
+            for run in tx.runs_desc(job_id, lower, upper):
+                runs.append(run)
                 if len(runs) > limit:
                     break
         if len(runs) > limit:
@@ -313,20 +336,24 @@ class Store:
 
     def get_run_any(self, job_id: str, nominal_ms: int) -> Run | None:
         with self.env.begin() as txn:
-            return _Tx(txn, self.db).run_at_slot(job_id, nominal_ms)
+            return _Tx(txn, self.db, self.buckets).run_anywhere(job_id, nominal_ms)
 
     def list_events(self, owner: str, after_seq: int, limit: int) -> list[tuple[int, Event]]:
+        """The owner's events after `after_seq`, oldest first: merged by
+        sequence from the history buckets (and the `events` table, which
+        holds those written before events moved to the buckets)."""
         out: list[tuple[int, Event]] = []
-        prefix = keys.owner_prefix(owner)
         with self.env.begin() as txn:
-            cur = txn.cursor(db=self.db["events"])
-            if not cur.set_range(keys.event_key(owner, after_seq + 1)):
-                return out
-            for key, value in cur:
-                if not key.startswith(prefix) or len(out) >= limit:
+            for seq, raw in _Tx(txn, self.db, self.buckets).events_after(owner, after_seq):
+                if len(out) >= limit:
                     break
-                out.append((keys.parse_event_key(key)[1], _event_dec.decode(value)))
+                out.append((seq, _event_dec.decode(raw)))
         return out
+
+    def history_days(self) -> list[int]:
+        """The days (since the epoch, UTC) of the history buckets in use, oldest first."""
+        with self.env.begin() as txn:
+            return sorted(_DAY.unpack(v)[0] for v in txn.cursor(db=self.db["history_days"]).iternext(keys=False))
 
 
 class _Tx:
@@ -334,10 +361,10 @@ class _Tx:
 
     __slots__ = (
         "txn", "jobs", "by_owner", "runs", "by_job", "reqkeys", "events", "meta", "open", "changes",
-        "open_deltas", "event_seq", "members",
+        "open_deltas", "event_seq", "members", "hist_days", "buckets", "_history", "_bucket_of_day",
     )
 
-    def __init__(self, txn: lmdb.Transaction, db: dict[str, lmdb._Database]):
+    def __init__(self, txn: lmdb.Transaction, db: dict[str, lmdb._Database], buckets: list[lmdb._Database]):
         self.txn = txn
         self.jobs = db["jobs"]
         self.by_owner = db["jobs_by_owner"]
@@ -348,6 +375,12 @@ class _Tx:
         self.meta = db["meta"]
         self.open = db["open_minutes"]
         self.members = db["members"]
+        self.hist_days = db["history_days"]
+        self.buckets = buckets
+        # Within one transaction: the buckets in use, and the bucket of each
+        # day a run finished in, looked up once.
+        self._history: list[tuple[int, lmdb._Database]] | None = None
+        self._bucket_of_day: dict[int, lmdb._Database] = {}
         self.changes = Changes([], [], [], set())
         # Open-run counts per due minute and the event sequence change many
         # times in one entry; they are written once, in `flush`.
@@ -383,20 +416,82 @@ class _Tx:
         return None if runs_key is None else _run_dec.decode(self.txn.get(runs_key, db=self.runs))
 
     def slots_desc(self, job_id: str, lower_ms: int, upper_ms: int) -> Iterator[tuple[int, bytes]]:
-        """(nominal ms, runs key) of the job's runs in [lower, upper), newest first."""
-        cur = self.txn.cursor(db=self.by_job)
-        prefix = keys.job_key(job_id)
-        found = cur.set_range(keys.by_job_key(job_id, upper_ms))
-        found = cur.prev() if found else cur.last()
-        while found:
-            key = cur.key()
-            if not key.startswith(prefix):
-                return
-            _, nominal_ms = keys.parse_by_job_key(key)
-            if nominal_ms < lower_ms:
-                return
-            yield nominal_ms, cur.value()
-            found = cur.prev()
+        """(nominal ms, runs key) of the job's open runs in [lower, upper), newest first."""
+        return _by_job_desc(self.txn.cursor(db=self.by_job), b"", job_id, lower_ms, upper_ms)
+
+    def runs_desc(self, job_id: str, lower_ms: int, upper_ms: int) -> Iterator[Run]:
+        """The job's runs in [lower, upper), open and finished, newest first."""
+        live = ((nominal_ms, self.txn.get(key, db=self.runs)) for nominal_ms, key in self.slots_desc(
+            job_id, lower_ms, upper_ms
+        ))
+        sources = [live] + [
+            _by_job_desc(self.txn.cursor(db=db), _HIST_RUN, job_id, lower_ms, upper_ms) for _, db in self.history()
+        ]
+        last_ms = None
+        for nominal_ms, raw in heapq.merge(*sources, key=_first, reverse=True):
+            if nominal_ms != last_ms:  # one row per run ID, even if two places held one
+                last_ms = nominal_ms
+                yield _run_dec.decode(raw)
+
+    # -- history ---------------------------------------------------------------
+
+    def history(self) -> list[tuple[int, lmdb._Database]]:
+        """(day, bucket) of every history bucket in use, newest first."""
+        if self._history is None:
+            rows = [(_DAY.unpack(v)[0], self.buckets[_SLOT.unpack(k)[0]]) for k, v in self.txn.cursor(db=self.hist_days)]
+            rows.sort(key=_first, reverse=True)
+            self._history = rows
+        return self._history
+
+    def history_run(self, job_id: str, nominal_ms: int) -> tuple[lmdb._Database, Run] | None:
+        """A finished run and its bucket; one lookup per bucket in use."""
+        key = _HIST_RUN + keys.by_job_key(job_id, nominal_ms)
+        for _, db in self.history():
+            raw = self.txn.get(key, db=db)
+            if raw is not None:
+                return db, _run_dec.decode(raw)
+        return None
+
+    def run_anywhere(self, job_id: str, nominal_ms: int) -> Run | None:
+        """A run whether open or finished (and not dropped yet)."""
+        run = self.run_at_slot(job_id, nominal_ms)
+        if run is None:
+            found = self.history_run(job_id, nominal_ms)
+            run = None if found is None else found[1]
+        return run
+
+    def slot_taken(self, job_id: str, nominal_ms: int) -> bool:
+        return self.run_key_at_slot(job_id, nominal_ms) is not None or self.history_run(job_id, nominal_ms) is not None
+
+    def events_after(self, owner: str, after_seq: int) -> Iterator[tuple[int, bytes]]:
+        """(sequence, event) of the owner's events after `after_seq`, oldest first."""
+        sources = [_events_from(self.txn.cursor(db=self.events), b"", owner, after_seq)] + [
+            _events_from(self.txn.cursor(db=db), _HIST_EVENT, owner, after_seq) for _, db in self.history()
+        ]
+        return heapq.merge(*sources, key=_first)
+
+    def bucket_for(self, at_ms: int) -> lmdb._Database:
+        """The history bucket of the day of `at_ms`, taken into use if new."""
+        day = at_ms // limits.day_ms
+        db = self._bucket_of_day.get(day)
+        if db is not None:
+            return db
+        slot = day % limits.history_buckets
+        key = _SLOT.pack(slot)
+        raw = self.txn.get(key, db=self.hist_days)
+        held = None if raw is None else _DAY.unpack(raw)[0]
+        if held is None or held < day:
+            if held is not None:
+                # The slot holds a day at least `history_buckets` days older,
+                # past any retention period (the leader's drop is late): it
+                # goes now rather than mix with this day.
+                self.txn.drop(self.buckets[slot], delete=False)
+            self.txn.put(key, _DAY.pack(day), db=self.hist_days)
+            self._history = None
+        # `held > day`: `at_ms` is that far behind a day stored already (a
+        # clock set far back); the rows join that newer day's bucket.
+        db = self._bucket_of_day[day] = self.buckets[slot]
+        return db
 
     # -- writes ----------------------------------------------------------------
 
@@ -443,6 +538,21 @@ class _Tx:
         elif run.status == "claimed":
             self.changes.gone.append(runs_key)
 
+    def finish_run(self, run: Run, runs_key: bytes, old_status: str, at_ms: int) -> None:
+        """Moves a run that just finished (or was cancelled) at `at_ms` out of
+        the open tables into the history bucket of that day: two deletes and
+        one put, whatever the history holds."""
+        assert run.status in _FINISHED and old_status in _OPEN
+        by_job_key = keys.by_job_key(run.job_id, run.nominal_ms)
+        assert self.txn.delete(runs_key, db=self.runs)
+        assert self.txn.delete(by_job_key, db=self.by_job)
+        self.txn.put(_HIST_RUN + by_job_key, _enc.encode(run), db=self.bucket_for(at_ms))
+        self._count_open(runs_key, None)
+        if old_status == "waiting":
+            self.changes.left.append(runs_key)
+        else:
+            self.changes.gone.append(runs_key)
+
     def _count_open(self, old_key: bytes | None, new_key: bytes | None) -> None:
         old_minute = None if old_key is None else _MINUTE.unpack(old_key[:4])[0]
         new_minute = None if new_key is None else _MINUTE.unpack(new_key[:4])[0]
@@ -478,7 +588,7 @@ class _Tx:
             self.event_seq = 0 if raw is None else _U64.unpack(raw)[0]
         self.event_seq += 1
         seq = self.event_seq
-        self.txn.put(keys.event_key(owner, seq), _enc.encode(event), db=self.events)
+        self.txn.put(_HIST_EVENT + keys.event_key(owner, seq), _enc.encode(event), db=self.bucket_for(event.at_ms))
         self.changes.event_owners.add(owner)
 
     # -- apply ---------------------------------------------------------------
@@ -505,7 +615,21 @@ class _Tx:
                 self.txn.put(command.node_id.encode(), command.url.encode(), db=self.members)
                 self.changes.members = True
                 return None
+            case DropHistory():
+                self.drop_history(command)
+                return None
         raise AssertionError(f"unknown command {type(command).__name__}")
+
+    def drop_history(self, cmd: DropHistory) -> None:
+        """Drops whole buckets: LMDB frees a database's pages walking its
+        branch pages only (leaf pages too where values overflowed a page), so
+        the cost does not grow with the rows in it."""
+        for key, value in list(self.txn.cursor(db=self.hist_days)):
+            if _DAY.unpack(value)[0] < cmd.before_day:
+                self.txn.drop(self.buckets[_SLOT.unpack(key)[0]], delete=False)
+                assert self.txn.delete(key, db=self.hist_days)
+        self._history = None
+        self._bucket_of_day.clear()
 
     def _fresh_outcome(self, outcome: Job | errors.TempoError) -> Job | errors.TempoError:
         return self.fresh(outcome) if isinstance(outcome, Job) else outcome  # type: ignore[return-value]
@@ -550,7 +674,7 @@ class _Tx:
                 waiting.append((runs_key, run))
         for runs_key, run in waiting:
             run.status = "cancelled"
-            self.put_run(run, runs_key, "waiting")
+            self.finish_run(run, runs_key, "waiting", cmd.at_ms)
         job.state = "paused"
         job.next_run_at_ms = None
         self.put_job(job)
@@ -567,7 +691,7 @@ class _Tx:
         if job.schedule.repeating:
             slot_ms, due_ms = cmd.slot_ms, cmd.due_ms
         else:
-            slot_ms, due_ms = job.slot_ms, None
+            slot_ms, due_ms = job.slot_ms, cmd.due_ms
         if slot_ms is None:
             job.state = "completed"  # the schedule has no occurrence left
         else:
@@ -582,7 +706,13 @@ class _Tx:
         (claimed before the pause, or finished)."""
         runs_key = self.run_key_at_slot(job.id, slot_ms)
         if runs_key is None:
-            assert due_ms is not None
+            held = self.history_run(job.id, slot_ms)
+            if held is not None:
+                return self._revive(job, held[0], held[1], at_ms)
+            # A new run, or a one-off's whose cancelled run was dropped with
+            # its history bucket (an entry from before one-offs carried
+            # `due_ms` gets the due time resume gives: at once if past).
+            due_ms = max(slot_ms, at_ms) if due_ms is None else due_ms
             self.put_run(Run(job.id, slot_ms, due_ms, "waiting"), job=job)
             return due_ms
         run = _run_dec.decode(self.txn.get(runs_key, db=self.runs))
@@ -591,6 +721,17 @@ class _Tx:
         run.status = "waiting"
         run.due_ms = max(run.due_ms, at_ms)
         self.put_run(run, runs_key, "cancelled", job)
+        return run.due_ms
+
+    def _revive(self, job: Job, bucket: lmdb._Database, run: Run, at_ms: int) -> int | None:
+        """A finished run of the slot a resume wakes: the run pause cancelled
+        comes back from its history bucket as waiting."""
+        if run.status != "cancelled":
+            return None
+        assert self.txn.delete(_HIST_RUN + keys.by_job_key(run.job_id, run.nominal_ms), db=bucket)
+        run.status = "waiting"
+        run.due_ms = max(run.due_ms, at_ms)
+        self.put_run(run, job=job)
         return run.due_ms
 
     def delete_job(self, cmd: DeleteJob) -> None | errors.TempoError:
@@ -604,6 +745,12 @@ class _Tx:
             runs_key = by_job.value()
             self.drop_run(runs_key, _run_dec.decode(self.txn.get(runs_key, db=self.runs)))
             found = by_job.delete()
+        head = _HIST_RUN + prefix
+        for _, db in self.history():
+            cur = self.txn.cursor(db=db)
+            found = cur.set_range(head)
+            while found and cur.key().startswith(head):
+                found = cur.delete()
         assert self.txn.delete(keys.job_key(job.id), db=self.jobs)
         assert self.txn.delete(keys.owner_job_key(job.owner, job.id), db=self.by_owner)
         if job.request_key is not None:
@@ -617,7 +764,7 @@ class _Tx:
         if job is None:
             return errors.NotFound(f"no job {cmd.job_id}")
         for slot_ms in range(cmd.at_ms, cmd.at_ms + limits.trigger_slot_probe_max):
-            if self.run_key_at_slot(job.id, slot_ms) is None:
+            if not self.slot_taken(job.id, slot_ms):
                 run = Run(job.id, slot_ms, slot_ms, "waiting", triggered=True)
                 self.put_run(run, job=job)
                 return run
@@ -658,6 +805,9 @@ class _Tx:
             return run  # a retry, a re-delivery or a triggered run: the schedule moved on already
         if job.schedule.repeating and job.state == "active" and claim.next_slot_ms is not None:
             assert claim.next_due_ms is not None and claim.next_slot_ms > run.nominal_ms
+            # Open runs only: a claim reads no history. A finished run in the
+            # next slot would have to be a triggered run that took exactly
+            # that millisecond and finished before the slot came round.
             if self.run_key_at_slot(job.id, claim.next_slot_ms) is None:
                 self.put_run(Run(job.id, claim.next_slot_ms, claim.next_due_ms, "waiting"), job=job)
             job.slot_ms = claim.next_slot_ms
@@ -668,7 +818,11 @@ class _Tx:
         return run
 
     def report_result(self, cmd: ReportResults, result: Result) -> Run | errors.TempoError:
-        found = self._slot_run(result.job_id, result.nominal_ms)
+        found: tuple[bytes | None, Run] | None = self._slot_run(result.job_id, result.nominal_ms)
+        if found is None:
+            # Not open: a repeat of the result that finished it, or stale.
+            held = self.history_run(result.job_id, result.nominal_ms)
+            found = None if held is None else (None, held[1])
         job = None if found is None else self._job_any(result.job_id)
         if found is None or job is None or (cmd.owner is not None and job.owner != cmd.owner):
             return errors.NotFound("no such run")
@@ -682,13 +836,14 @@ class _Tx:
             same = run.status == "done" if result.ok else run.status in ("waiting", "failed")
             repeat = same and run.attempt >= 1 and (run.output, run.error) == (result.output, result.error)
             return run if repeat else errors.StaleAttempt(f"attempt {result.attempt} already ended")
+        assert runs_key is not None, "a claimed run is open"
         run.lease_expires_ms = None
         run.output = result.output
         run.error = result.error
         if result.ok:
             run.status = "done"
             run.finished_ms = cmd.at_ms
-            self.put_run(run, runs_key, "claimed")
+            self.finish_run(run, runs_key, "claimed", cmd.at_ms)
             self._settle(job, run, cmd.at_ms)
             return run
         gap_s = job.backoff_s[min(run.attempt - 1, len(job.backoff_s) - 1)]
@@ -718,7 +873,7 @@ class _Tx:
             return
         run.status = "failed"
         run.finished_ms = at_ms
-        self.put_run(run, runs_key, "claimed")
+        self.finish_run(run, runs_key, "claimed", at_ms)
         detail = {"attempt": run.attempt, "error": run.error}
         self.append_event(job.owner, Event("run.failed", at_ms, job.id, ids.run_id(job.id, run.nominal_ms), detail))
         self._settle(job, run, at_ms)
@@ -732,3 +887,36 @@ class _Tx:
         self.put_job(job)
         detail = {"status": run.status}
         self.append_event(job.owner, Event("job.completed", at_ms, job.id, ids.run_id(job.id, run.nominal_ms), detail))
+
+
+def _first(row: tuple) -> int:
+    return row[0]
+
+
+def _by_job_desc(cur: lmdb.Cursor, head: bytes, job_id: str, lower_ms: int, upper_ms: int) -> Iterator[tuple[int, bytes]]:
+    """(nominal ms, value) of rows keyed `head` + runs-by-job key of one job
+    with nominal time in [lower, upper), newest first."""
+    prefix = head + keys.job_key(job_id)
+    found = cur.set_range(head + keys.by_job_key(job_id, upper_ms))
+    found = cur.prev() if found else cur.last()
+    while found:
+        key = cur.key()
+        if not key.startswith(prefix):
+            return
+        _, nominal_ms = keys.parse_by_job_key(key[len(head) :])
+        if nominal_ms < lower_ms:
+            return
+        yield nominal_ms, cur.value()
+        found = cur.prev()
+
+
+def _events_from(cur: lmdb.Cursor, head: bytes, owner: str, after_seq: int) -> Iterator[tuple[int, bytes]]:
+    """(sequence, value) of rows keyed `head` + events key of one owner after
+    `after_seq`, oldest first."""
+    prefix = head + keys.owner_prefix(owner)
+    if not cur.set_range(head + keys.event_key(owner, after_seq + 1)):
+        return
+    for key, value in cur:
+        if not key.startswith(prefix):
+            return
+        yield keys.parse_event_key(key[len(head) :])[1], value
