@@ -126,3 +126,14 @@ transfer_wait_s = 3.0
 assert raft_election_ticks > raft_heartbeat_ticks >= 1
 assert batch_body_bytes_max + (8 << 20) <= peer_frame_bytes_max
 assert raft_entry_bytes_target <= peer_post_bytes_target
+
+# Fairness between owners (config.py `[limits]`, `[[owners]]`): each limit
+# an operator sets is at most this, and the config lists at most this many
+# owners. A claim held back by an owner's claim rate waits at least this long
+# before it looks again, so a bucket that is nearly full is not polled.
+owner_limit_max = 10_000_000
+config_owners_max = 10_000
+claim_refill_wait_ms_min = 5
+
+assert claim_runs_max <= owner_limit_max
+assert claim_refill_wait_ms_min <= dispatch_tick_ms
