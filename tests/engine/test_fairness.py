@@ -41,8 +41,18 @@ async def node(tmp_path, origin):
         await nursery.start(made.committer.run)
         await nursery.start(made.dispatcher.run)
         yield made
+        check_in_flight(made)
         nursery.cancel_scope.cancel()
     made.store.close()
+
+
+def check_in_flight(node: Node) -> None:
+    """The dispatcher's invariant: in flight counts the leases, per owner."""
+    d = node.dispatcher
+    by_owner: dict[str, int] = {}
+    for lease in d.leases.values():
+        by_owner[lease.owner] = by_owner.get(lease.owner, 0) + 1
+    assert dict(d.in_flight) == by_owner
 
 
 async def create(node: Node, owner: str, count: int, offset_s: float = 0, target: str = "queue:work", **fields) -> list[str]:
