@@ -60,6 +60,18 @@ class MethodNotAllowed(TempoError):
     type = "method_not_allowed"
 
 
+class RateLimited(TempoError):
+    """The owner is over a rate limit; `retry_after_s` (whole seconds, at
+    least 1) is when the request would fit."""
+
+    type = "rate_limited"
+
+    def __init__(self, detail: str, retry_after_s: int):
+        assert retry_after_s >= 1, "retry_after_s"
+        super().__init__(detail)
+        self.retry_after_s = retry_after_s
+
+
 class Overloaded(TempoError):
     """The node cannot take more work now; the client retries after a pause."""
 

@@ -149,3 +149,13 @@ assert retention_days_min <= retention_days_default <= retention_days_max
 assert history_buckets >= retention_days_max + 2
 assert history_buckets < 1 << 16  # a bucket's slot is two bytes of a key
 assert lmdb_max_dbs >= lmdb_fixed_dbs_max + history_buckets
+# Fairness between owners (config.py `[limits]`, `[[owners]]`): each limit
+# an operator sets is at most this, and the config lists at most this many
+# owners. A claim held back by an owner's claim rate waits at least this long
+# before it looks again, so a bucket that is nearly full is not polled.
+owner_limit_max = 10_000_000
+config_owners_max = 10_000
+claim_refill_wait_ms_min = 5
+
+assert claim_runs_max <= owner_limit_max
+assert claim_refill_wait_ms_min <= dispatch_tick_ms

@@ -150,10 +150,10 @@ async def serve(options: ServeOptions, *, task_status: trio.TaskStatus[str] = tr
 async def _serve_alone(options: ServeOptions, config: Config, store: Store, task_status) -> None:
     committer = Committer(store)
     jobs = Jobs(store, committer)
-    dispatcher = Dispatcher(store, committer)
+    dispatcher = Dispatcher(store, committer, limits_of=config.limits_of)
     retention = _retention(options, config, store, committer)
     node = Standalone(store.applied_index)
-    api = Api(store, jobs, dispatcher, node=node, auth=Authenticator(config.tokens))
+    api = Api(store, jobs, dispatcher, node=node, auth=Authenticator(config.tokens), limits_of=config.limits_of)
     stop = trio.Event()
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with trio.open_nursery() as nursery:
@@ -195,7 +195,7 @@ async def _serve_member(options: ServeOptions, config: Config, store: Store, tas
         name_of=lambda raft_id: names.get(raft_id, str(raft_id)),
     )
     jobs = Jobs(store, replica)
-    dispatcher = Dispatcher(store, replica)
+    dispatcher = Dispatcher(store, replica, limits_of=config.limits_of)
     node = ClusterMember(replica, cluster.me, list(cluster.members))
     node.refresh(store.members())
     transport.peers_at_start = node.peer_urls()
@@ -214,6 +214,7 @@ async def _serve_member(options: ServeOptions, config: Config, store: Store, tas
     api = Api(
         store, jobs, dispatcher, node=node, auth=Authenticator(config.tokens),
         on_peer_messages=on_peer_messages, peer_token=config.peer_token, membership=Membership(node),
+        limits_of=config.limits_of,
     )
     stop = trio.Event()
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:

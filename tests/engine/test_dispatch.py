@@ -291,6 +291,7 @@ async def test_a_claimed_run_not_loaded_yet_keeps_its_heartbeat(node, fast_clock
     await node.create(schedule=at(0), lease_s=30)
     [claimed] = await node.claim(wait_s=1)
     node.dispatcher.leases.clear()  # as after a restart, before its minute is loaded
+    node.dispatcher.in_flight.clear()
     run_id = ids.run_id(claimed.run.job_id, claimed.run.nominal_ms)
     assert abs(node.dispatcher.heartbeat(OWNER, run_id, 1) - (fake_now_ms() + 30_000)) <= 50
     with pytest.raises(errors.StaleAttempt):

@@ -16,16 +16,20 @@ from dataclasses import dataclass
 import trio
 
 from tempo import clock, errors, ids, limits
+from tempo.config import UNLIMITED, OwnerLimits
 from tempo.engine import keys
 from tempo.engine.commands import Claim, ClaimRuns, ExpireLeases, Expiry, ReportResults, Result
 from tempo.engine.commit import Committer
 from tempo.engine.jobs import next_slot_after_claim
 from tempo.engine.records import Job, Run
 from tempo.engine.store import Changes, Store
+from tempo.rate import TokenBucket
 from tempo.wheel import TimingWheel
 
-# The queue of runs whose target is an http(s) URL, served by the built-in
-# executor for every owner. No owner's queue can be named so (NUL).
+# The queue of an owner's runs whose target is an http(s) URL: its ready queue
+# is `owner\0\0http`, since no owner's queue can be named so (NUL). The
+# built-in executor claims `[HTTP_QUEUE]`, which stands for every owner's
+# http queue, served round-robin (docs/operations.md "Fairness between owners").
 HTTP_QUEUE = "\x00http"
 # Claim lateness buckets, in seconds (Prometheus histogram `le` bounds).
 LATENESS_BUCKETS_S = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 60.0)
@@ -34,7 +38,18 @@ LATENESS_BUCKETS_S = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 60.0
 def queue_key(job: Job) -> str:
     if job.target.startswith("queue:"):
         return f"{job.owner}\x00{job.target[6:]}"
-    return HTTP_QUEUE
+    return f"{job.owner}\x00{HTTP_QUEUE}"
+
+
+def owner_of(queue: str) -> str:
+    """The owner of a ready queue's key (`owner\0name`)."""
+    owner, sep, _ = queue.partition("\x00")
+    assert sep, "a queue key names its owner"
+    return owner
+
+
+def is_http(queue: str) -> bool:
+    return queue.endswith(f"\x00{HTTP_QUEUE}")
 
 
 @dataclass(slots=True)
@@ -42,6 +57,7 @@ class Lease:
     attempt: int
     expires_ms: int
     lease_s: int
+    owner: str
 
 
 @dataclass(slots=True)
@@ -58,6 +74,7 @@ class Dispatcher:
         *,
         readahead_ms: int = limits.readahead_ms,
         now_ms: Callable[[], int] = clock.now_ms,
+        limits_of: Callable[[str], OwnerLimits] = lambda owner: UNLIMITED,
     ):
         self.store = store
         self.committer = committer
@@ -65,6 +82,9 @@ class Dispatcher:
         # The wall clock, injectable so tests can drive leases and retries
         # with trio's autojump clock.
         self.now_ms = now_ms
+        # Each owner's runs in flight and claim rate (config.py); soft state
+        # of the leader like the leases they count, never replicated.
+        self.limits_of = limits_of
         self.generation = 0
         self.events_changed = trio.Event()
         self.counters: Counter[str] = Counter()
@@ -89,6 +109,16 @@ class Dispatcher:
         self.leases: dict[tuple[str, int], Lease] = {}
         self._lease_heap: list[tuple[int, str, int, int]] = []
         self.loaded_until_ms = 0  # every open run due before this is in memory
+        # Invariant: in_flight[o] == number of leases of owner o (no zeros
+        # kept). `claiming` counts runs taken by claims still being
+        # committed, which hold room as leases do.
+        self.in_flight: Counter[str] = Counter()
+        self.claiming: Counter[str] = Counter()
+        self.claim_buckets: dict[str, TokenBucket] = {}
+        # Owners whose ready runs a limit held back, woken when room frees.
+        self.held: set[str] = set()
+        # Owners' http queues with ready runs, least recently served first.
+        self.http_ready: dict[str, None] = {}
         for event in self._ready_events.values():
             event.set()
         self._ready_events = {}
@@ -131,7 +161,7 @@ class Dispatcher:
         elif run.status == "claimed":
             # A node that (re)starts gives every claimed run a full lease from
             # this moment, so a restart never expires a healthy worker's run.
-            self._grant(run.job_id, run.nominal_ms, run.attempt, now_ms + job.lease_s * 1000, job.lease_s)
+            self._grant(job.owner, run.job_id, run.nominal_ms, run.attempt, now_ms + job.lease_s * 1000, job.lease_s)
 
     def on_changes(self, changes: Changes) -> None:
         for runs_key in changes.left:
@@ -145,7 +175,7 @@ class Dispatcher:
                 self.wheel.add(runs_key, run.due_ms)
         for runs_key in changes.gone:
             _, _, _, job_id, nominal_ms = keys.parse_run_key(runs_key)
-            self.leases.pop((job_id, nominal_ms), None)
+            self._drop_lease((job_id, nominal_ms))
         if changes.event_owners:
             self.events_changed.set()
             self.events_changed = trio.Event()
@@ -164,7 +194,11 @@ class Dispatcher:
             queue = entry[0]
             self.ready.setdefault(queue, deque()).append(runs_key)
             self.counters["due"] += 1
-            woken.add(queue)
+            if is_http(queue):
+                self.http_ready[queue] = None
+                woken.add(HTTP_QUEUE)
+            else:
+                woken.add(queue)
         for queue in woken:
             event = self._ready_events.pop(queue, None)
             if event is not None:
@@ -178,7 +212,7 @@ class Dispatcher:
             lease = self.leases.get((job_id, nominal_ms))
             if lease is None or lease.attempt != attempt or lease.expires_ms != expires_ms:
                 continue  # extended, re-claimed or finished since
-            del self.leases[(job_id, nominal_ms)]
+            self._drop_lease((job_id, nominal_ms))
             found.append(Expiry(job_id, nominal_ms, attempt))
         return found
 
@@ -205,52 +239,184 @@ class Dispatcher:
                 # Not written: the leases stay expired in memory, and the next
                 # round tries again.
                 for expiry in expiries:
-                    self._grant(expiry.job_id, expiry.nominal_ms, expiry.attempt, now_ms, 0)
+                    job = self.store.get_job_any(expiry.job_id)
+                    if job is not None:
+                        self._grant(job.owner, expiry.job_id, expiry.nominal_ms, expiry.attempt, now_ms, 0)
                 continue
             self.counters["expired"] += sum(1 for o in outcomes if o is not None)  # type: ignore[union-attr]
 
     # -- claims ------------------------------------------------------------------
 
-    def _take(self, queues: list[str], runs_max: int) -> list[tuple[bytes, Job]]:
-        """Up to `runs_max` ready runs of these queues, oldest due first."""
+    def _budget(self, owner: str, now_ms: int, runs_max: int) -> tuple[int, int | None]:
+        """How many runs the owner's limits let a claim take now (at most
+        `runs_max`); and when its claim rate is what stops it, the ms until
+        the bucket holds a token again."""
+        owner_limits = self.limits_of(owner)
+        budget = runs_max
+        if owner_limits.runs_in_flight_max is not None:
+            room = owner_limits.runs_in_flight_max - self.in_flight[owner] - self.claiming[owner]
+            budget = min(budget, room)
+        if budget <= 0:
+            return 0, None
+        if owner_limits.claims_per_s is not None:
+            bucket = self.claim_buckets.get(owner)
+            if bucket is None:
+                assert owner_limits.claim_burst is not None
+                bucket = TokenBucket(owner_limits.claims_per_s, owner_limits.claim_burst, now_ms)
+                self.claim_buckets[owner] = bucket
+            budget = min(budget, bucket.available(now_ms))
+            if budget <= 0:
+                return 0, max(bucket.wait_ms(now_ms, 1), limits.claim_refill_wait_ms_min)
+        return budget, None
+
+    def _budgets(
+        self, queues: list[str], now_ms: int, runs_max: int
+    ) -> tuple[list[str], dict[str, int], int | None]:
+        """The queues with ready runs that their owners' limits let a claim
+        take from, each owner's budget, and the earliest claim-rate refill."""
+        budgets: dict[str, int] = {}
+        refill_ms: int | None = None
+        live: list[str] = []
+        for queue in queues:
+            if not self.ready.get(queue):
+                continue
+            owner = owner_of(queue)
+            if owner not in budgets:
+                budgets[owner], wait_ms = self._budget(owner, now_ms, runs_max)
+                if wait_ms is not None:
+                    refill_ms = wait_ms if refill_ms is None else min(refill_ms, wait_ms)
+            if budgets[owner] > 0:
+                live.append(queue)
+            else:
+                self.held.add(owner)
+        return live, budgets, refill_ms
+
+    def _pop(self, queue: str) -> tuple[bytes, Job] | None:
+        """The head of a ready queue, tombstones skipped; None when empty."""
+        ready = self.ready[queue]
+        while ready:
+            runs_key = ready.popleft()
+            entry = self.queue_of.get(runs_key)
+            if entry is not None and entry[0] == queue:
+                del self.queue_of[runs_key]
+                return runs_key, entry[1]
+        return None
+
+    def _take(self, queues: list[str], runs_max: int) -> tuple[list[tuple[bytes, Job]], int | None]:
+        """Up to `runs_max` ready runs of these queues, oldest due first, as
+        far as each owner's limits allow (runs beyond stay in their queue, in
+        order); and, when a claim rate held runs back, the ms until it lets
+        one more go."""
+        now_ms = self.now_ms()
+        live, budgets, refill_ms = self._budgets(queues, now_ms, runs_max)
         taken: list[tuple[bytes, Job]] = []
-        live = [q for q in queues if self.ready.get(q)]
         while live and len(taken) < runs_max:
             best = live[0] if len(live) == 1 else min(live, key=lambda q: _due_of(self.ready[q][0]))
-            ready = self.ready[best]
-            while ready and len(taken) < runs_max:
-                runs_key = ready.popleft()
-                entry = self.queue_of.get(runs_key)
-                if entry is not None and entry[0] == best:
-                    del self.queue_of[runs_key]
-                    taken.append((runs_key, entry[1]))
+            owner = owner_of(best)
+            while len(taken) < runs_max and budgets[owner] > 0:
+                found = self._pop(best)
+                if found is None:
+                    break
+                taken.append(found)
+                budgets[owner] -= 1
                 if len(live) > 1:
                     break  # another queue's head may be due earlier now
-            if not ready:
+            if not self.ready[best]:
                 live.remove(best)
-        return taken
+            elif budgets[owner] <= 0:
+                self.held.add(owner)
+                live = [q for q in live if owner_of(q) != owner]
+        self._account(taken, now_ms)
+        return taken, refill_ms
+
+    def _take_http(self, runs_max: int) -> tuple[list[tuple[bytes, Job]], int | None]:
+        """Up to `runs_max` ready runs with http(s) targets, one owner's run
+        after another's (round-robin, the owner served least recently first),
+        so one owner's backlog does not queue ahead of another's runs; each
+        owner's runs in due order, as far as its limits allow."""
+        now_ms = self.now_ms()
+        for queue in [q for q in self.http_ready if not self.ready.get(q)]:
+            del self.http_ready[queue]
+        turn, budgets, refill_ms = self._budgets(list(self.http_ready), now_ms, runs_max)
+        taken: list[tuple[bytes, Job]] = []
+        while turn and len(taken) < runs_max:
+            for queue in list(turn):
+                if len(taken) >= runs_max:
+                    break
+                owner = owner_of(queue)
+                found = self._pop(queue)
+                if found is not None:
+                    taken.append(found)
+                    budgets[owner] -= 1
+                # Served: to the end of the line.
+                del self.http_ready[queue]
+                if self.ready[queue]:
+                    self.http_ready[queue] = None
+                    if budgets[owner] <= 0:
+                        self.held.add(owner)
+                        turn.remove(queue)
+                else:
+                    turn.remove(queue)
+        self._account(taken, now_ms)
+        return taken, refill_ms
+
+    def _account(self, taken: list[tuple[bytes, Job]], now_ms: int) -> None:
+        """Taken runs hold their owner's room until their claim commits, and
+        spend its claim tokens now."""
+        by_owner = Counter(job.owner for _, job in taken)
+        for owner, count in by_owner.items():
+            self.claiming[owner] += count
+            bucket = self.claim_buckets.get(owner)
+            if bucket is not None:
+                bucket.take(now_ms, count)
 
     def ready_count(self) -> int:
         """Runs due but not claimed (tombstones aside, which are few)."""
         return sum(len(q) for q in self.ready.values())
 
+    def held_back(self) -> dict[str, int]:
+        """Per owner, the runs due but not claimed because one of the owner's
+        limits is reached now (tombstones aside)."""
+        now_ms = self.now_ms()
+        blocked: dict[str, bool] = {}
+        found: Counter[str] = Counter()
+        for queue, ready in self.ready.items():
+            if not ready:
+                continue
+            owner = owner_of(queue)
+            if owner not in blocked:
+                blocked[owner] = self._budget(owner, now_ms, 1)[0] == 0
+            if blocked[owner]:
+                found[owner] += len(ready)
+        return dict(found)
+
     async def claim(
         self, queues: list[str], worker: str, runs_max: int, wait_s: float
     ) -> list[ClaimedRun]:
+        """Claims up to `runs_max` due runs of `queues` (`[HTTP_QUEUE]`: every
+        owner's http queue), waiting up to `wait_s` for one: for a run to fall
+        due, or for room under its owner's limits."""
         deadline_s = trio.current_time() + wait_s
         generation = self.generation
         while True:
             if generation != self.generation:
                 raise errors.NotLeader("this node stopped leading; claim from the new leader")
-            taken = self._take(queues, runs_max)
+            if queues == [HTTP_QUEUE]:
+                taken, refill_ms = self._take_http(runs_max)
+            else:
+                taken, refill_ms = self._take(queues, runs_max)
             if taken:
                 claimed = await self._commit_claims(worker, taken)
                 if claimed:
                     return claimed
                 continue
-            if trio.current_time() >= deadline_s:
+            now_s = trio.current_time()
+            if now_s >= deadline_s:
                 return []
-            with trio.move_on_at(deadline_s):
+            # Room that frees wakes the wait; tokens that refill do not, so a
+            # claim held back by a claim rate looks again when one is due.
+            wake_s = deadline_s if refill_ms is None else min(deadline_s, now_s + refill_ms / 1000)
+            with trio.move_on_at(wake_s):
                 await self._wait_ready(queues)
 
     async def _wait_ready(self, queues: list[str]) -> None:
@@ -264,7 +430,28 @@ class Dispatcher:
             await event.wait()
             nursery.cancel_scope.cancel()
 
+    def _wake_owner(self, owner: str) -> None:
+        """Room freed for an owner a limit held back: its waiting claimers
+        (and the executor's) look again."""
+        self.held.discard(owner)
+        prefix = f"{owner}\x00"
+        for queue in [q for q in self._ready_events if q == HTTP_QUEUE or q.startswith(prefix)]:
+            self._ready_events.pop(queue).set()
+
     async def _commit_claims(self, worker: str, taken: list[tuple[bytes, Job]]) -> list[ClaimedRun]:
+        claiming = self.claiming  # a reset while this commits starts a new count
+        try:
+            return await self._commit_taken(worker, taken)
+        finally:
+            for owner, count in Counter(job.owner for _, job in taken).items():
+                claiming[owner] -= count
+                if claiming[owner] <= 0:
+                    assert claiming[owner] == 0, "claiming"
+                    del claiming[owner]
+                if claiming is self.claiming and owner in self.held:
+                    self._wake_owner(owner)
+
+    async def _commit_taken(self, worker: str, taken: list[tuple[bytes, Job]]) -> list[ClaimedRun]:
         at_ms = self.now_ms()
         jobs: dict[str, Job] = {}
         claims: list[Claim] = []
@@ -291,7 +478,7 @@ class Dispatcher:
             if run is None:
                 continue
             job = jobs[claim.job_id]
-            self._grant(run.job_id, run.nominal_ms, run.attempt, claim.lease_expires_ms, job.lease_s)
+            self._grant(job.owner, run.job_id, run.nominal_ms, run.attempt, claim.lease_expires_ms, job.lease_s)
             self._observe_lateness((at_ms - run.due_ms) / 1000)
             claimed.append(ClaimedRun(run, job))
         self.counters["claimed"] += len(claimed)
@@ -308,9 +495,30 @@ class Dispatcher:
 
     # -- leases ------------------------------------------------------------------
 
-    def _grant(self, job_id: str, nominal_ms: int, attempt: int, expires_ms: int, lease_s: int) -> None:
-        self.leases[(job_id, nominal_ms)] = Lease(attempt, expires_ms, lease_s)
+    def _grant(self, owner: str, job_id: str, nominal_ms: int, attempt: int, expires_ms: int, lease_s: int) -> None:
+        self._put_lease((job_id, nominal_ms), Lease(attempt, expires_ms, lease_s, owner))
         heapq.heappush(self._lease_heap, (expires_ms, job_id, nominal_ms, attempt))
+
+    def _put_lease(self, key: tuple[str, int], lease: Lease) -> None:
+        """Every lease is a run of its owner in flight."""
+        old = self.leases.get(key)
+        assert old is None or old.owner == lease.owner, "a run's owner never changes"
+        self.leases[key] = lease
+        if old is None:
+            self.in_flight[lease.owner] += 1
+
+    def _drop_lease(self, key: tuple[str, int]) -> None:
+        """The run finished, expired or was deleted: its owner's room frees."""
+        lease = self.leases.pop(key, None)
+        if lease is None:
+            return
+        owner = lease.owner
+        self.in_flight[owner] -= 1
+        if self.in_flight[owner] <= 0:
+            assert self.in_flight[owner] == 0, "in_flight counts leases"
+            del self.in_flight[owner]
+        if owner in self.held:
+            self._wake_owner(owner)
 
     def heartbeat(self, owner: str | None, run_id: str, attempt: int) -> int:
         """Extends a lease in memory; answers the new expiry (UNIX ms)."""
@@ -327,8 +535,8 @@ class Dispatcher:
                 raise errors.StaleAttempt(f"attempt {attempt} of run {run_id} no longer holds it")
             # Claimed, but its minute is not loaded yet (a restart with a
             # backlog): it gets the full lease a loaded run would get.
-            lease = Lease(attempt, 0, job.lease_s)
-            self.leases[parsed] = lease
+            lease = Lease(attempt, 0, job.lease_s, job.owner)
+            self._put_lease(parsed, lease)
         lease.expires_ms = self.now_ms() + lease.lease_s * 1000
         heapq.heappush(self._lease_heap, (lease.expires_ms, parsed[0], parsed[1], attempt))
         return lease.expires_ms

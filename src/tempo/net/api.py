@@ -9,6 +9,7 @@ import trio
 from msgspec import Meta
 
 from tempo import clock, errors, ids, limits
+from tempo.config import UNLIMITED, OwnerLimits
 from tempo.engine import jobs as jobviews
 from tempo.engine.commands import Result
 from tempo.engine.dispatch import LATENESS_BUCKETS_S, Dispatcher
@@ -32,6 +33,7 @@ from tempo.net.asgi import (
 from tempo.net.auth import Authenticator
 from tempo.net.peer import FrameReader
 from tempo.node import ClusterMember, Standalone
+from tempo.rate import TokenBucket
 from tempo.schema import (
     BatchAck,
     BatchItemResult,
@@ -114,6 +116,7 @@ class Api:
         on_peer_messages: Callable[[list[Any]], None] | None = None,
         peer_token: str | None = None,
         membership: Any = None,
+        limits_of: Callable[[str], OwnerLimits] = lambda owner: UNLIMITED,
     ):
         self.auth = auth or Authenticator(())
         self.store = store
@@ -127,6 +130,11 @@ class Api:
         self.membership = membership
         self.peer_auth = auth_module.PeerAuth(peer_token)
         self.requests: Counter[tuple[str, int]] = Counter()
+        # Each owner's job creations per second (config.py): soft state of
+        # the node that answers writes, the leader, never replicated.
+        self.limits_of = limits_of
+        self.create_buckets: dict[str, TokenBucket] = {}
+        self.rate_limited: Counter[str] = Counter()  # creates refused, by owner
         self.openapi_body = _json_enc.encode(openapi.document())
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
@@ -257,8 +265,34 @@ class Api:
         job = None if parsed is None else self.store.get_job_any(parsed[0])
         return job is not None and job.target.startswith("queue:") and job.target[6:] in queues
 
+    def _check_creates(self, owner: str, count: int) -> None:
+        """Spends `count` of the owner's create tokens, or refuses the whole
+        request with 429 before anything is proposed. A request needs as many
+        tokens as it has items, or a full bucket when it has more items than
+        the bucket holds; the debt it leaves is paid off before the next fits."""
+        owner_limits = self.limits_of(owner)
+        if owner_limits.creates_per_s is None:
+            return
+        now_ms = clock.now_ms()
+        bucket = self.create_buckets.get(owner)
+        if bucket is None:
+            assert owner_limits.create_burst is not None
+            bucket = TokenBucket(owner_limits.creates_per_s, owner_limits.create_burst, now_ms)
+            self.create_buckets[owner] = bucket
+        wait_ms = bucket.wait_ms(now_ms, count)
+        if wait_ms > 0:
+            self.rate_limited[owner] += 1
+            retry_after_s = max(1, -(-wait_ms // 1000))
+            raise errors.RateLimited(
+                f"owner {owner} may create {owner_limits.creates_per_s:g} jobs a second "
+                f"(bursts of {owner_limits.create_burst}); retry in {retry_after_s} s",
+                retry_after_s,
+            )
+        bucket.take(now_ms, count)
+
     async def create_job(self, request: Request) -> Response:
         body = decode(request, _create)
+        self._check_creates(self.owner(request), 1)
         [outcome] = await self.jobs.create(self.owner(request), [body], from_msgpack=request.is_msgpack)
         if isinstance(outcome, errors.TempoError):
             raise outcome
@@ -268,6 +302,7 @@ class Api:
         items = _decode_batch_at_once(request)
         if items is None:
             items = self._decode_batch_items(request)
+        self._check_creates(self.owner(request), len(items))
         outcomes = await self.jobs.create(self.owner(request), items, from_msgpack=request.is_msgpack)
         shared: dict[Any, Any] = {}
         return encode(request, JobBatchResult([_batch_item(o, shared) for o in outcomes]))
@@ -532,9 +567,34 @@ class Api:
                 f"tempo_raft_applied_index {replica.applied_index}",
             ]
         lines += self._dispatch_metrics()
+        lines += self._fairness_metrics()
         body = ("\n".join(lines) + "\n").encode()
         return Response(200, body, b"text/plain; version=0.0.4")
 
+
+    def _fairness_metrics(self) -> list[str]:
+        """Per owner: runs in flight, runs held back by a limit, and creates
+        refused with 429 (docs/operations.md "Fairness between owners")."""
+        d = self.dispatcher
+        lines = [
+            "# HELP tempo_owner_runs_in_flight Runs claimed and not finished, by owner (leader only).",
+            "# TYPE tempo_owner_runs_in_flight gauge",
+        ]
+        lines += [f'tempo_owner_runs_in_flight{{owner="{_label(o)}"}} {n}' for o, n in sorted(d.in_flight.items())]
+        lines += [
+            "# HELP tempo_owner_runs_held Runs due but held back by the owner's limits, by owner.",
+            "# TYPE tempo_owner_runs_held gauge",
+        ]
+        lines += [f'tempo_owner_runs_held{{owner="{_label(o)}"}} {n}' for o, n in sorted(d.held_back().items())]
+        lines += [
+            "# HELP tempo_owner_creates_rate_limited_total Create requests refused with 429, by owner.",
+            "# TYPE tempo_owner_creates_rate_limited_total counter",
+        ]
+        lines += [
+            f'tempo_owner_creates_rate_limited_total{{owner="{_label(o)}"}} {n}'
+            for o, n in sorted(self.rate_limited.items())
+        ]
+        return lines
 
     def _dispatch_metrics(self) -> list[str]:
         d = self.dispatcher
@@ -562,6 +622,11 @@ class Api:
             f"tempo_claim_lateness_seconds_count {total}",
         ]
         return lines
+
+
+def _label(value: str) -> str:
+    """A Prometheus label value: backslash, quote and newline escaped."""
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 def _bind(handler: Callable, arg: str) -> Callable:

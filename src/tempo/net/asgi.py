@@ -32,6 +32,7 @@ STATUS_OF: dict[type[errors.TempoError], int] = {
     errors.MethodNotAllowed: 405,
     errors.Unauthorized: 401,
     errors.Forbidden: 403,
+    errors.RateLimited: 429,
     errors.Overloaded: 503,
     errors.ShuttingDown: 503,
     errors.NotLeader: 503,
@@ -46,6 +47,7 @@ TITLES = {
     409: "Conflict",
     307: "Temporary Redirect",
     413: "Content Too Large",
+    429: "Too Many Requests",
     503: "Service Unavailable",
 }
 
@@ -116,6 +118,8 @@ def problem_response(
     extra = list(headers or [])
     if problem.status == 503:
         extra.append((b"retry-after", b"1"))
+    if isinstance(exc, errors.RateLimited):
+        extra.append((b"retry-after", str(exc.retry_after_s).encode()))
     if problem.status == 401:
         extra.append((b"www-authenticate", b'Bearer realm="tempo"'))
     return Response(problem.status, _json_enc.encode(problem), PROBLEM, extra)

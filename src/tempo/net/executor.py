@@ -5,6 +5,10 @@ A delivery is a POST of the payload (JSON) with the run's headers; any 2xx is
 success, anything else, a network error, or no answer within the job's
 `lease_s` is a failure, retried per the job's policy. At most
 `limits.http_executor_concurrency` deliveries are in flight.
+
+It serves every owner: claiming `[HTTP_QUEUE]` takes from each owner's http
+queue in turn (round-robin), within each owner's limits, so one owner's
+backlog of due runs does not queue ahead of another owner's run.
 """
 
 import contextlib
