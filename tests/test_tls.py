@@ -10,6 +10,8 @@ import trustme
 from cryptography.hazmat.primitives import serialization
 
 from tempo.config import ConfigError, Tls, load, parse
+from tempo.net.client import Client
+from tempo.net.tls import TlsError
 
 
 @dataclass(frozen=True)
@@ -111,3 +113,14 @@ def test_an_encrypted_key_is_refused_without_prompting(pki: Pki, tmp_path: Path)
     (tmp_path / "enc.key").write_bytes(encrypted)
     with pytest.raises(ConfigError, match=r"tls\.key_file: the key is encrypted"):
         parse(f'[tls]\ncert_file = "{cert_file}"\nkey_file = "enc.key"', str(tmp_path))
+
+
+# -- clients -------------------------------------------------------------------------
+
+
+def test_a_ca_file_that_cannot_be_used_is_a_clear_error(pki: Pki, tmp_path: Path) -> None:
+    with pytest.raises(TlsError, match="cannot read"):
+        Client(["https://127.0.0.1:1"], ca_file=str(tmp_path / "missing.pem"))
+    (tmp_path / "junk.pem").write_text("junk")
+    with pytest.raises(TlsError, match="no PEM certificate"):
+        Client(["https://127.0.0.1:1"], ca_file=str(tmp_path / "junk.pem"))
