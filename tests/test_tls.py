@@ -316,6 +316,17 @@ async def test_the_worker_library_over_https(tls_server: TlsServer, pki: Pki) ->
     assert [(r["status"], r["output"]) for r in runs] == [("done", "done over https")]
 
 
+def test_a_tls_node_stops_cleanly_on_sigterm(pki: Pki, tmp_path: Path) -> None:
+    srv = TlsServer(tmp_path / "data", pki.ca_file, extra_args=("--config", str(pki.config("stop"))))
+    try:
+        srv.start()
+        with httpx.Client(verify=client_context(str(pki.ca_file)), timeout=5.0) as http:
+            assert http.get(f"{srv.url}/healthz").status_code == 200  # its connection stays open
+            srv.stop()  # asserts exit status 0
+    finally:
+        srv.cleanup()
+
+
 def test_loadgen_over_https(tls_server: TlsServer, pki: Pki) -> None:
     done = tempo("loadgen", "--url", tls_server.url, "--ca-file", str(pki.ca_file), "--jobs", "20",
                  "--due-in-s", "2", "--workers", "1", "--timeout-s", "15", "--no-report", "--no-progress")
@@ -362,6 +373,18 @@ def test_a_three_node_cluster_replicates_over_https(pki: Pki, tmp_path: Path) ->
         status = tempo("cluster", "status", "--url", urls[0], "--ca-file", str(pki.ca_file))
         assert status.returncode == 0, status.stdout + status.stderr
         assert all(url in status.stdout for url in urls)
+        # The leader dies in the middle of its TLS streams to the others: they
+        # go on (their servers survive the cut streams), elect one of them and
+        # take writes.
+        with Client(urls, ca_file=str(pki.ca_file)) as client:
+            leader_id = client.request("GET", "/v1/cluster")["leader"]
+            leader = nodes[int(leader_id.removeprefix("n")) - 1]
+            leader.kill()
+            again = client.create_job({"target": f"queue:{unique('q')}", "schedule": {"at": "2030-01-01T00:00:00Z"},
+                                       "request_key": unique("k")})  # safe to send again
+            assert client.get_job(again["id"]) == again
+            assert client.leader_url != leader.url
+        assert all(node.proc.poll() is None for node in nodes if node is not leader)
     finally:
         for node in nodes:
             node.cleanup()
