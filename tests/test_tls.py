@@ -24,7 +24,7 @@ from conftest import Server, free_port, tempo_command, unique
 from tempo import server as server_module
 from tempo.config import Config, ConfigError, Tls, load, parse
 from tempo.net.client import Client, Unavailable
-from tempo.net.tls import TlsError, client_context
+from tempo.net.tls import TlsError, certificate_refused, client_context, ssl_error_of
 from tempo.worker import Worker
 
 cli_timeout_s = 30
@@ -183,6 +183,20 @@ def test_a_ca_file_that_cannot_be_used_is_a_clear_error(pki: Pki, tmp_path: Path
     (tmp_path / "junk.pem").write_text("junk")
     with pytest.raises(TlsError, match="no PEM certificate"):
         Client(["https://127.0.0.1:1"], ca_file=str(tmp_path / "junk.pem"))
+
+
+def test_the_ssl_error_behind_a_connection_error_is_found() -> None:
+    refused = ssl.SSLCertVerificationError(1, "certificate verify failed")
+    wrapped = httpx.ConnectError("")
+    wrapped.__cause__ = trio.BrokenResourceError()
+    wrapped.__cause__.__cause__ = refused
+    assert ssl_error_of(wrapped) is refused and certificate_refused(wrapped)
+    eof = httpx.ConnectError("")
+    eof.__context__ = ssl.SSLEOFError(8, "EOF in violation of protocol")
+    assert ssl_error_of(eof) is eof.__context__ and not certificate_refused(eof)
+    plain = httpx.ConnectError("[Errno 111] Connection refused")
+    plain.__cause__ = ConnectionRefusedError(111, "Connection refused")
+    assert ssl_error_of(plain) is None and not certificate_refused(plain)
 
 
 # -- which peers go with which config ---------------------------------------------------

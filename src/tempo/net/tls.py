@@ -11,6 +11,10 @@ keeps its own default.
 
 import ssl
 
+# httpx, httpcore and trio each wrap an ssl error once; a longer chain of
+# causes is not one of theirs.
+cause_links_max = 8
+
 
 class TlsError(ValueError):
     """`ca_file` cannot be used; the message says why."""
@@ -29,7 +33,7 @@ def ssl_error_of(exc: BaseException) -> ssl.SSLError | None:
     """The ssl error behind a connection error, if one is: httpx, httpcore
     and trio each wrap it once, as the cause of their own exception."""
     seen: BaseException | None = exc
-    for _ in range(8):  # a cause chain is a few links long
+    for _ in range(cause_links_max):
         if seen is None or isinstance(seen, ssl.SSLError):
             return seen
         seen = seen.__cause__ or seen.__context__
