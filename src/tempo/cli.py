@@ -2,6 +2,7 @@
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -10,11 +11,14 @@ import httpx
 
 from tempo import limits
 from tempo.net.client import ApiError, Client, OutcomeUnknown, Unavailable, urls_from
+from tempo.net.tls import TlsError
 
 JOB_COLUMNS = ("id", "name", "state", "target", "schedule", "next_run_at")
 RUN_COLUMNS = ("id", "status", "attempt", "nominal_at", "due_at", "worker", "finished_at")
 CLUSTER_COLUMNS = ("node", "url", "role", "term", "leader", "commit", "applied")
 URL_HELP = "server URL(s), comma-separated: the nodes of a cluster (default: $TEMPO_URL or http://127.0.0.1:8700)"
+CA_FILE_HELP = "PEM file of the CA that signed the servers' certificates, for https:// URLs " \
+    "(default: $TEMPO_CA_FILE, else the system trust store)"
 # `tempo cluster status` asks at most this many URLs (given and discovered).
 cluster_urls_max = 64
 
@@ -142,6 +146,7 @@ def _add_jobs_parser(sub: argparse._SubParsersAction) -> None:
         parser.add_argument("--cursor")
     for parser in (jobs, create, listing, runs, *[actions.choices[n] for n in ("get", "pause", "resume", "delete", "trigger")]):
         parser.add_argument("--url", default=argparse.SUPPRESS, help=URL_HELP)
+        parser.add_argument("--ca-file", dest="ca_file", default=argparse.SUPPRESS, help=CA_FILE_HELP)
         parser.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON")
 
 
@@ -235,6 +240,7 @@ def _add_cluster_parser(sub: argparse._SubParsersAction) -> None:
     remove.add_argument("id")
     for parser in (cluster, status, add, remove):
         parser.add_argument("--url", default=argparse.SUPPRESS, help=URL_HELP)
+        parser.add_argument("--ca-file", dest="ca_file", default=argparse.SUPPRESS, help=CA_FILE_HELP)
         parser.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print the answers as JSON")
 
 
@@ -250,7 +256,12 @@ def _add_serve_parser(sub: argparse._SubParsersAction) -> None:
     # Tests only: the retention service's clock runs this many days ahead.
     serve.add_argument("--retention-skew-days", type=int, default=0, help=argparse.SUPPRESS)
     serve.add_argument("--insecure", action="store_true", help="allow a non-loopback --listen without tokens")
-    serve.add_argument("--config", help="TOML config file (tokens)")
+    serve.add_argument("--config", help="TOML config file (tokens, [tls])")
+
+
+def ca_file_from(args: argparse.Namespace) -> str | None:
+    """`--ca-file`, else `TEMPO_CA_FILE`, else None (the system trust store)."""
+    return getattr(args, "ca_file", None) or os.environ.get("TEMPO_CA_FILE") or None
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -277,6 +288,7 @@ def _serve(args: argparse.Namespace) -> int:
 def _add_worker_parser(sub: argparse._SubParsersAction) -> None:
     worker = sub.add_parser("worker", help="run a command for each run claimed from queues")
     worker.add_argument("--url", default=None, help="server URL(s), comma-separated (default: $TEMPO_URL or http://127.0.0.1:8700)")
+    worker.add_argument("--ca-file", dest="ca_file", default=None, help=CA_FILE_HELP)
     worker.add_argument("--queue", action="append", required=True, help="a queue to claim from (repeatable)")
     worker.add_argument("--concurrency", type=int, default=1, help="runs at a time (default 1)")
     worker.add_argument("--worker-id", dest="worker_id", default=None, help="default: HOST-PID")
@@ -286,7 +298,6 @@ def _add_worker_parser(sub: argparse._SubParsersAction) -> None:
 
 def _worker(args: argparse.Namespace) -> int:
     import logging
-    import os
     import socket
 
     import trio
@@ -304,10 +315,13 @@ def _worker(args: argparse.Namespace) -> int:
     try:
         trio.run(lambda: worker.serve_command(
             urls_from(args.url), args.queue, argv, worker_id=worker_id, concurrency=args.concurrency,
-            grace_s=args.grace_s, token=os.environ.get("TEMPO_TOKEN"),
+            grace_s=args.grace_s, token=os.environ.get("TEMPO_TOKEN"), ca_file=ca_file_from(args),
         ))
     except worker.WorkerError as exc:
         print(f"tempo worker: {exc}", file=sys.stderr)
+        return 2
+    except TlsError as exc:
+        print(f"tempo worker: --ca-file: {exc}", file=sys.stderr)
         return 2
     return 0
 
@@ -315,6 +329,7 @@ def _worker(args: argparse.Namespace) -> int:
 def _add_loadgen_parser(sub: argparse._SubParsersAction) -> None:
     gen = sub.add_parser("loadgen", help="the spike: N one-off jobs due at one instant, W workers")
     gen.add_argument("--url", default=None, help="server URL(s), comma-separated")
+    gen.add_argument("--ca-file", dest="ca_file", default=None, help=CA_FILE_HELP)
     gen.add_argument("--jobs", type=int, default=0, help="the spike: how many jobs, all due at one instant")
     gen.add_argument("--rate", type=float, default=0.0, help="steady mode: runs falling due per second (with --duration-s)")
     gen.add_argument("--duration-s", dest="duration_s", type=float, default=0.0, help="steady mode: for this many seconds")
@@ -348,7 +363,7 @@ def _loadgen(args: argparse.Namespace) -> int:
         batch=args.batch, jitter_s=args.jitter_s, timeout_s=args.timeout_s, report=args.report,
         no_report=args.no_report, progress=args.progress, spawn=args.spawn,
         kill_leader_at_s=args.kill_leader_at_s, restart_after_s=args.restart_after_s, lease_s=args.lease_s,
-        work_dir=args.work_dir,
+        work_dir=args.work_dir, ca_file=ca_file_from(args),
     )
     return loadgen.run(opts)
 
@@ -374,7 +389,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _loadgen(args)
     args.json = getattr(args, "json", False)
     try:
-        client = Client(getattr(args, "url", None) or "")
+        client = Client(getattr(args, "url", None) or "", ca_file=ca_file_from(args))
+    except TlsError as exc:
+        print(f"tempo: --ca-file: {exc}", file=sys.stderr)
+        return 2
     except ValueError as exc:
         print(f"tempo: --url: {exc}", file=sys.stderr)
         return 2

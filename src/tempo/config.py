@@ -1,12 +1,7 @@
 """The server's TOML config file (`tempo serve --config FILE`).
 
 ```toml
-[[tokens]]
-sha256 = "hex SHA-256 of the token"
-owner = "acme"
-role = "client"          # client | worker | admin
-queues = ["reports"]     # worker tokens only: the queues it may claim from
-
+# Top-level keys come before the first [table] or [[array]] (TOML).
 # A cluster with tokens: the secret its nodes present to each other (the
 # same on every node; at least 32 characters).
 peer_token = "..."
@@ -15,6 +10,12 @@ peer_token = "..."
 # dropped by whole days once every run in a day finished longer ago than
 # this. In a cluster, give every node the same value (the leader's applies).
 retention_days = 30
+
+[[tokens]]
+sha256 = "hex SHA-256 of the token"
+owner = "acme"
+role = "client"          # client | worker | admin
+queues = ["reports"]     # worker tokens only: the queues it may claim from
 
 # Fairness between owners (docs/operations.md "Fairness between owners").
 # Defaults for every owner; each key is optional, and a key left out means no
@@ -33,16 +34,30 @@ create_burst = 200        # ... holding this many (default: creates_per_s, at le
 name = "acme"
 runs_in_flight_max = 1000
 claims_per_s = "unlimited"
+
+# TLS for the API and the traffic between nodes (docs/operations.md "TLS").
+# Paths are PEM files; a relative path is relative to this file's directory.
+[tls]
+cert_file = "node.crt"   # this node's certificate (its chain may follow it)
+key_file = "node.key"    # its private key, unencrypted
+ca_file = "ca.crt"       # optional: the CA that signed the other nodes'
+                         # certificates (default: the system trust store)
 ```
 
 Positive integers for `runs_in_flight_max`, `claim_burst` and
 `create_burst`, positive numbers for the rates, each at most
 `limits.owner_limit_max`. The limits are soft state on the leader, not
 replicated (engine/dispatch.py, net/api.py).
+
+With `[tls]` the node serves https:// only, and its `--peers` URLs must be
+https://. The files are checked when the config is read: readable, a
+certificate, a key that belongs to it, a CA file holding certificates.
 """
 
 import math
+import os
 import re
+import ssl
 import tomllib
 from dataclasses import dataclass, field, fields, replace
 
@@ -85,6 +100,15 @@ UNLIMITED = OwnerLimits()
 
 
 @dataclass(frozen=True)
+class Tls:
+    """Absolute paths of the PEM files of `[tls]`."""
+
+    cert_file: str
+    key_file: str
+    ca_file: str | None = None
+
+
+@dataclass(frozen=True)
 class Config:
     tokens: tuple[Token, ...] = field(default_factory=tuple)
     peer_token: str | None = None
@@ -95,6 +119,7 @@ class Config:
 
     def limits_of(self, owner: str) -> OwnerLimits:
         return self.owners.get(owner, self.limits)
+    tls: Tls | None = None
 
 
 def _token(i: int, raw: object) -> Token:
@@ -182,12 +207,65 @@ def _owners(raw_owners: object, defaults: OwnerLimits) -> dict[str, OwnerLimits]
     return owners
 
 
-def parse(text: str) -> Config:
+def _tls_path(key: str, raw: dict, base_dir: str) -> str | None:
+    value = raw.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value or "\x00" in value:
+        raise ConfigError(f"tls.{key}: a path to a PEM file")
+    path = os.path.join(base_dir, os.path.expanduser(value))
+    try:
+        with open(path, "rb"):
+            pass
+    except OSError as exc:
+        raise ConfigError(f"tls.{key}: cannot read {path}: {exc.strerror}") from None
+    return path
+
+
+def _no_password() -> bytes:
+    raise ConfigError("tls.key_file: the key is encrypted; give tempo an unencrypted key "
+                      "(e.g. `openssl pkey -in KEY -out KEY.plain`), readable by its user only")
+
+
+def _check_certificates(key: str, path: str) -> None:
+    """The file holds at least one PEM certificate."""
+    try:
+        ssl.create_default_context(cafile=path)
+    except ssl.SSLError as exc:
+        raise ConfigError(f"tls.{key}: no PEM certificate in {path} ({exc.reason or exc})") from None
+
+
+def _tls(raw: object, base_dir: str) -> Tls:
+    if not isinstance(raw, dict):
+        raise ConfigError("tls: a table ([tls])")
+    unknown = set(raw) - {"cert_file", "key_file", "ca_file"}
+    if unknown:
+        raise ConfigError(f"tls: unknown keys {sorted(unknown)}")
+    cert_file, key_file, ca_file = (_tls_path(k, raw, base_dir) for k in ("cert_file", "key_file", "ca_file"))
+    if cert_file is None:
+        raise ConfigError("tls.cert_file: required with [tls] (this node's certificate, PEM)")
+    if key_file is None:
+        raise ConfigError("tls.key_file: required with [tls] (the private key of tls.cert_file, PEM)")
+    _check_certificates("cert_file", cert_file)
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(cert_file, key_file, password=_no_password)
+    except ssl.SSLError as exc:
+        raise ConfigError(
+            f"tls.key_file: not a PEM private key that belongs to tls.cert_file ({exc.reason or exc})"
+        ) from None
+    if ca_file is not None:
+        _check_certificates("ca_file", ca_file)
+    return Tls(cert_file, key_file, ca_file)
+
+
+def parse(text: str, base_dir: str = ".") -> Config:
+    """The config in `text`; `[tls]` paths are relative to `base_dir`, and the
+    files they name are read to check them."""
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"not TOML: {exc}") from None
-    unknown = set(data) - {"tokens", "peer_token", "retention_days", "limits", "owners"}
+    unknown = set(data) - {"tokens", "peer_token", "retention_days", "limits", "owners", "tls"}
     if unknown:
         raise ConfigError(f"unknown keys {sorted(unknown)}")
     raw_tokens = data.get("tokens", [])
@@ -205,12 +283,14 @@ def parse(text: str) -> Config:
         raise ConfigError(f"retention_days: a whole number of days, {lo}-{hi}")
     defaults = _limits("limits", data.get("limits", {}), UNLIMITED, override=False)
     owners = _owners(data.get("owners", []), defaults)
-    return Config(tokens, peer_token, retention_days, defaults, owners)
+    tls = _tls(data["tls"], os.path.abspath(base_dir)) if "tls" in data else None
+    return Config(tokens, peer_token, retention_days, defaults, owners, tls)
 
 
 def load(path: str) -> Config:
     try:
         with open(path, encoding="utf-8") as f:
-            return parse(f.read())
+            text = f.read()
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
+    return parse(text, base_dir=os.path.dirname(os.path.abspath(path)))

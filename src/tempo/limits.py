@@ -62,6 +62,8 @@ minute_ms = 60_000
 
 # Shutdown: how long in-flight requests may take to finish after SIGTERM.
 shutdown_grace_s = 10.0
+# With TLS: a connection that has not finished its handshake by then is closed.
+tls_handshake_timeout_s = 10.0
 
 assert payload_bytes_max < body_bytes_max
 assert body_bytes_max <= batch_body_bytes_max

@@ -77,6 +77,7 @@ from typing import Any
 import httpx
 
 from tempo import limits
+from tempo.net.tls import TlsError, certificate_refused, client_context
 
 create_requests_in_flight = 4
 create_request_timeout_s = 60.0
@@ -130,6 +131,8 @@ class Options:
     restart_after_s: float = restart_after_s_default
     lease_s: int | None = None
     work_dir: str | None = None
+    # PEM file of the CA that the servers' certificates come from (https:// URLs).
+    ca_file: str | None = None
 
     def job_lease_s(self) -> int | None:
         """The `lease_s` the jobs get, or None for the server's default."""
@@ -174,7 +177,9 @@ def pct(values: list[float], p: float) -> float | None:
 # -- worker processes ---------------------------------------------------------
 
 
-def _worker_process(urls: list[str], queue_name: str, index: int, out: Any, stop: Any) -> None:
+def _worker_process(
+    urls: list[str], queue_name: str, index: int, out: Any, stop: Any, ca_file: str | None = None,
+) -> None:
     import trio
 
     from tempo.worker import Worker
@@ -194,7 +199,7 @@ def _worker_process(urls: list[str], queue_name: str, index: int, out: Any, stop
         worker = Worker(
             urls, f"loadgen-{os.getpid()}-{index}", {queue_name: noop},
             max_runs=claim_max_runs, concurrency=4 * claim_max_runs, wait_s=claim_wait_s,
-            on_claimed=claimed, on_reported=reported,
+            on_claimed=claimed, on_reported=reported, ca_file=ca_file,
         )
         async with trio.open_nursery() as nursery:
             await nursery.start(worker.run)
@@ -206,13 +211,15 @@ def _worker_process(urls: list[str], queue_name: str, index: int, out: Any, stop
     trio.run(main)
 
 
-def start_workers(urls: list[str], queue_name: str, count: int) -> tuple[list[Any], Any, Any]:
+def start_workers(
+    urls: list[str], queue_name: str, count: int, ca_file: str | None = None,
+) -> tuple[list[Any], Any, Any]:
     """`count` worker processes claiming from `queue_name` over all `urls`:
     (processes, the queue their messages come on — see `take` —, the stop event)."""
     ctx = mp.get_context("spawn")
     out, stop = ctx.Queue(), ctx.Event()
     procs = [
-        ctx.Process(target=_worker_process, args=(list(urls), queue_name, i, out, stop), daemon=True)
+        ctx.Process(target=_worker_process, args=(list(urls), queue_name, i, out, stop, ca_file), daemon=True)
         for i in range(count)
     ]
     for proc in procs:
@@ -221,7 +228,7 @@ def start_workers(urls: list[str], queue_name: str, count: int) -> tuple[list[An
 
 
 def _start_workers(opts: Options, queue_name: str) -> tuple[list[Any], Any, Any]:
-    return start_workers(opts.urls, queue_name, opts.workers)
+    return start_workers(opts.urls, queue_name, opts.workers, opts.ca_file)
 
 
 def _due_s(tally: Tally, text: str) -> float:
@@ -305,7 +312,7 @@ def _create(opts: Options, queue_name: str, due_s: float, say: Any) -> tuple[lis
             await one_batch(transport, todo.pop(0))
 
     async def main() -> float:
-        transport = Transport(opts.urls)
+        transport = Transport(opts.urls, ca_file=opts.ca_file)
         started_s = time.time()
         todo = list(starts)
         try:
@@ -450,7 +457,7 @@ def _create_stream(opts: Options, queue_name: str, first_due_s: float, stream: S
             stream.job_ids.append(result["job"]["id"])
 
     async def main() -> None:
-        transport = Transport(opts.urls)
+        transport = Transport(opts.urls, ca_file=opts.ca_file)
         limiter = trio.CapacityLimiter(create_requests_in_flight)
         started_s = time.time()
         try:
@@ -1027,16 +1034,18 @@ class Cluster:
         return {node.id: node.stop() for node in running}
 
 
-def _wait_ready(urls: list[str]) -> None:
+def _wait_ready(urls: list[str], ca_file: str | None = None) -> None:
     """A given URL: any one of them answering /readyz 200 will do."""
     deadline_s = time.monotonic() + url_ready_timeout_s
+    verify = client_context(ca_file)
     while time.monotonic() < deadline_s:
         for url in urls:
             try:
-                if httpx.get(url + "/readyz", timeout=1.0).status_code == 200:
+                if httpx.get(url + "/readyz", timeout=1.0, verify=verify).status_code == 200:
                     return
-            except httpx.HTTPError:
-                pass
+            except httpx.HTTPError as exc:
+                if certificate_refused(exc):
+                    raise CannotRun(f"{url}: certificate refused ({exc}); is --ca-file the CA that signed it?") from None
         time.sleep(0.1)
     raise CannotRun(f"no server answered /readyz at {', '.join(urls)} within {url_ready_timeout_s:g} s")
 
@@ -1223,6 +1232,11 @@ def _check(opts: Options) -> str | None:
         return "need --jobs ≥ 1 (the spike), or --rate R --duration-s D (steady)"
     if not 1 <= opts.batch <= limits.batch_jobs_max or opts.workers < 1:
         return f"need --workers ≥ 1 and --batch in 1..{limits.batch_jobs_max}"
+    if opts.ca_file is not None:
+        try:
+            client_context(opts.ca_file)
+        except TlsError as exc:
+            return f"--ca-file: {exc}"
     return None
 
 
@@ -1272,7 +1286,7 @@ def run(opts: Options) -> int:
                 opts.urls = list(cluster.urls)
                 cluster.start()
             else:
-                _wait_ready(opts.urls)
+                _wait_ready(opts.urls, opts.ca_file)
             say(f"server: {', '.join(opts.urls)}")
             queue_name = f"loadgen-{uuid.uuid4().hex[:12]}"
             steady = opts.rate > 0

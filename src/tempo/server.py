@@ -14,7 +14,7 @@ import hypercorn.trio
 import trio
 
 from tempo import clock, errors, limits
-from tempo.config import Config, ConfigError
+from tempo.config import Config, ConfigError, Tls
 from tempo.config import load as load_config
 from tempo.engine.commit import Committer
 from tempo.engine.dispatch import Dispatcher
@@ -27,6 +27,7 @@ from tempo.net.api import Api
 from tempo.net.auth import Authenticator
 from tempo.net.executor import HttpExecutor
 from tempo.net.peer import PeerTransport, local_address_of
+from tempo.net.tls import client_context
 from tempo.node import ClusterMember, Member, Standalone, raft_id_of
 from tempo.node.membership import Membership
 from tempo.node.replica import Phase, Replica
@@ -117,10 +118,29 @@ def check_options(options: ServeOptions, config: Config) -> None:
         )
 
 
-def _hypercorn_config(options: ServeOptions) -> hypercorn.config.Config:
+def check_tls(options: ServeOptions, config: Config) -> None:
+    """A cluster's nodes all speak https (with `[tls]`) or all plain http."""
+    if options.cluster is None:
+        return
+    schemes = {urlsplit(m.url).scheme for m in options.cluster.members}
+    if len(schemes) > 1:
+        raise ServeError("--peers mixes http:// and https:// URLs; a cluster's nodes all use one or the other")
+    if config.tls is None and schemes == {"https"}:
+        raise ServeError("--peers are https:// URLs but this node has no [tls] in --config (cert_file, key_file)")
+    if config.tls is not None and schemes == {"http"}:
+        raise ServeError("--config has [tls], so this node serves https only; give --peers as https:// URLs")
+
+
+def _hypercorn_config(options: ServeOptions, tls: Tls | None = None) -> hypercorn.config.Config:
     config = hypercorn.config.Config()
     host = f"[{options.host}]" if ":" in options.host else options.host
     config.bind = [f"{host}:{options.port}"]
+    if tls is not None:
+        config.certfile, config.keyfile = tls.cert_file, tls.key_file
+        config.ssl_handshake_timeout = limits.tls_handshake_timeout_s
+        # HTTP/1.1 only, as over plain http: tempo's clients and peers speak
+        # it, and the server's limits and its guard (net/http.py) are h11's.
+        config.alpn_protocols = ["http/1.1"]
     config.accesslog = None
     config.errorlog = None  # tempo prints its own one line when ready
     config.graceful_timeout = limits.shutdown_grace_s
@@ -135,6 +155,7 @@ async def serve(options: ServeOptions, *, task_status: trio.TaskStatus[str] = tr
     except ConfigError as exc:
         raise ServeError(f"--config: {exc}") from None
     check_options(options, config)
+    check_tls(options, config)
     if options.cluster is not None and config.tokens and config.peer_token is None:
         raise ServeError("--config: a cluster with tokens needs a peer_token for its nodes")
     store = Store(options.data_dir)
@@ -165,7 +186,7 @@ async def _serve_alone(options: ServeOptions, config: Config, store: Store, task
                 await services.start(retention.run)
                 async with trio.open_nursery() as http:
                     binds = await http.start(
-                        partial(hypercorn.trio.serve, api, _hypercorn_config(options), shutdown_trigger=stop.wait)
+                        partial(hypercorn.trio.serve, api, _hypercorn_config(options, config.tls), shutdown_trigger=stop.wait)
                     )
                     node.url = binds[0]
                     api.started = True
@@ -188,7 +209,9 @@ async def _serve_member(options: ServeOptions, config: Config, store: Store, tas
         raft_log = RaftLog(store, voters=founders)
     except ValueError as exc:
         raise ServeError(str(exc)) from None
-    transport = PeerTransport({}, local_address=local_address_of(options.host), token=config.peer_token)
+    # With [tls] the peers are https:// URLs (check_tls), verified against ca_file.
+    verify = client_context(config.tls.ca_file) if config.tls is not None else None
+    transport = PeerTransport({}, local_address=local_address_of(options.host), token=config.peer_token, verify=verify)
     names = {m.raft_id: m.id for m in cluster.members}
     replica = Replica(
         store, raft_log, cluster.me.raft_id, transport.send, snapshot_entries=options.snapshot_entries,
@@ -225,7 +248,7 @@ async def _serve_member(options: ServeOptions, config: Config, store: Store, tas
             nursery.start_soon(_watch_signals, signals, stop, replica)
             async with trio.open_nursery() as http:
                 binds = await http.start(
-                    partial(hypercorn.trio.serve, api, _hypercorn_config(options), shutdown_trigger=stop.wait)
+                    partial(hypercorn.trio.serve, api, _hypercorn_config(options, config.tls), shutdown_trigger=stop.wait)
                 )
                 api.started = True
                 print(f"tempo serving on {binds[0]} as {cluster.me.id} of {len(cluster.members)}", flush=True)

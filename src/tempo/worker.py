@@ -37,7 +37,9 @@ What it does, in the terms of API.md:
   followed (and the leader they point at is asked first next time); on a
   connection error, a timeout or a `503` the next URL is tried, and after a
   round of failures the worker backs off (jittered exponential) and retries,
-  so a restarting server is picked up again without help.
+  so a restarting server is picked up again without help. An https:// server's
+  certificate is checked against `ca_file` when given (a private CA), else
+  the system trust store.
 
 Output and error text are cut to `limits.output_bytes_max` with a note saying
 how much was cut, since the server rejects longer text.
@@ -57,6 +59,7 @@ import msgspec
 import trio
 
 from tempo import limits
+from tempo.net.tls import client_context
 
 log = logging.getLogger("tempo.worker")
 
@@ -110,7 +113,10 @@ def queue_of(target: str) -> str | None:
 class Transport:
     """MessagePack POSTs over several URLs, with failover and back-off."""
 
-    def __init__(self, urls: Sequence[str], *, token: str | None = None, rng: random.Random | None = None):
+    def __init__(
+        self, urls: Sequence[str], *, token: str | None = None, rng: random.Random | None = None,
+        ca_file: str | None = None,
+    ):
         assert urls, "urls: give at least one server URL"
         self.urls = [u.rstrip("/") for u in urls]
         self._index = 0
@@ -125,6 +131,7 @@ class Transport:
             headers=headers,
             follow_redirects=False,
             limits=httpx.Limits(max_connections=16, max_keepalive_connections=16),
+            verify=client_context(ca_file),
         )
 
     async def aclose(self) -> None:
@@ -216,6 +223,7 @@ class Worker:
         on_claimed: ClaimHook | None = None,
         on_reported: ReportHook | None = None,
         rng: random.Random | None = None,
+        ca_file: str | None = None,
     ):
         if isinstance(urls, str):
             urls = [u.strip() for u in urls.split(",") if u.strip()]
@@ -229,7 +237,7 @@ class Worker:
         self.max_runs = max_runs
         self.concurrency = concurrency
         self.wait_s = wait_s
-        self.transport = Transport(urls, token=token, rng=rng)
+        self.transport = Transport(urls, token=token, rng=rng, ca_file=ca_file)
         self._on_claimed = on_claimed
         self._on_reported = on_reported
         # One token per handler not yet finished, borrowed when its run is
@@ -542,14 +550,15 @@ class CommandFailed(Exception):
 
 async def serve_command(
     urls: Sequence[str], queues: Sequence[str], argv: Sequence[str], *,
-    worker_id: str, concurrency: int, grace_s: float, token: str | None = None,
+    worker_id: str, concurrency: int, grace_s: float, token: str | None = None, ca_file: str | None = None,
 ) -> None:
     """`tempo worker`: runs `argv` per run until SIGTERM or SIGINT."""
     import signal
 
     handler = command_handler(argv)
     worker = Worker(urls, worker_id, {q: handler for q in queues},
-                    max_runs=min(concurrency, limits.claim_runs_max), concurrency=concurrency, token=token)
+                    max_runs=min(concurrency, limits.claim_runs_max), concurrency=concurrency, token=token,
+                    ca_file=ca_file)
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         try:
             await _serve_until_signal(worker, signals, grace_s)

@@ -12,7 +12,9 @@ the leader (API.md "General"):
 - A connection that could not be opened, and a `503`, move on to the next URL;
   after a round over every URL without an answer the client sleeps a jittered,
   doubling back-off and goes round again, until `failover_timeout_s` has
-  passed; then it raises `Unavailable` naming what each URL said.
+  passed; then it raises `Unavailable` naming what each URL said. A round in
+  which every https:// server's certificate was refused (not signed by a
+  trusted CA, or not for that host) raises at once: waiting does not fix that.
 - A request that may have reached a server (the connection broke, or timed
   out, after the request was sent) is retried only when repeating it is
   harmless: a `GET`, a schedule preview, a create carrying a `request_key` (a batch: every item
@@ -27,6 +29,8 @@ import time
 from typing import Any
 
 import httpx
+
+from tempo.net.tls import certificate_refused, client_context
 
 DEFAULT_URL = "http://127.0.0.1:8700"
 request_timeout_s = 30.0
@@ -60,6 +64,10 @@ class Unavailable(Exception):
     """No server answered (connection errors, `503`) within `failover_timeout_s`."""
 
 
+class _Untrusted(str):
+    """Why a URL gave no answer: its server's certificate was refused."""
+
+
 class OutcomeUnknown(Unavailable):
     """A write that is not safe to repeat lost its connection after it was sent:
     the server may or may not have made the change."""
@@ -67,7 +75,7 @@ class OutcomeUnknown(Unavailable):
 
 def urls_from(text: str | None) -> list[str]:
     """`--url`, else `TEMPO_URL`, else the default; several are comma-separated.
-    A bearer token comes from `TEMPO_TOKEN`."""
+    A bearer token comes from `TEMPO_TOKEN`, a private CA from `TEMPO_CA_FILE`."""
     raw = text or os.environ.get("TEMPO_URL") or DEFAULT_URL
     return [u.strip().rstrip("/") for u in raw.split(",") if u.strip()]
 
@@ -103,7 +111,11 @@ class Client:
         token: str | None = None,
         transport: httpx.BaseTransport | None = None,
         rng: random.Random | None = None,
+        ca_file: str | None = None,
     ):
+        """`ca_file` (else `TEMPO_CA_FILE`): a PEM file of the CA that https://
+        servers' certificates must come from, instead of the system trust
+        store (net/tls.py); `TlsError` when it cannot be used."""
         self.urls = urls_from(urls) if isinstance(urls, str) else [u.strip().rstrip("/") for u in urls]
         if not self.urls:
             raise ValueError("urls: give at least one server URL")
@@ -121,6 +133,7 @@ class Client:
             follow_redirects=False,  # followed in _attempt, keeping the token
             headers=headers,
             transport=transport,
+            verify=client_context(ca_file or os.environ.get("TEMPO_CA_FILE") or None),
         )
 
     def close(self) -> None:
@@ -155,9 +168,11 @@ class Client:
                     self._prefer(base if answered == origin_of(base) else answered)
                     return _answer(outcome)
                 failures[base] = outcome
-            if time.monotonic() + delay_s > deadline_s:
+            untrusted = all(isinstance(why, _Untrusted) for why in failures.values())
+            if untrusted or time.monotonic() + delay_s > deadline_s:
                 said = "; ".join(f"{u}: {why}" for u, why in failures.items())
-                raise Unavailable(f"no server answered {method} {path} within {self.failover_timeout_s:g} s ({said})")
+                within = "" if untrusted else f" within {self.failover_timeout_s:g} s"
+                raise Unavailable(f"no server answered {method} {path}{within} ({said})")
             # Full jitter keeps many clients from coming back in step.
             time.sleep(self._rng.uniform(delay_s / 2, delay_s))
             delay_s = min(backoff_s_max, delay_s * 2)
@@ -171,6 +186,8 @@ class Client:
                 response = self._http.request(method, url, content=content, headers=headers)
             except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
                 # Nothing was sent: safe to send elsewhere, whatever the request.
+                if certificate_refused(exc):
+                    return _Untrusted(f"certificate refused ({exc}); is --ca-file / TEMPO_CA_FILE the CA that signed it?")
                 return f"cannot connect ({exc or type(exc).__name__})"
             except httpx.TransportError as exc:
                 if not repeatable:

@@ -18,6 +18,7 @@ IP, so a peer (or a fault injector in front of it) sees which node calls.
 import ipaddress
 import logging
 import random
+import ssl
 import struct
 from collections import deque
 
@@ -26,6 +27,7 @@ import msgspec
 import trio
 
 from tempo import errors, limits
+from tempo.net.tls import ssl_error_of
 from tempo.raft import MESSAGE_DECODER, MESSAGE_ENCODER, Message
 
 log = logging.getLogger("tempo.peer")
@@ -91,8 +93,10 @@ class PeerTransport:
         local_address: str | None = None,
         token: str | None = None,
         rng: random.Random | None = None,
+        verify: ssl.SSLContext | None = None,
     ):
-        """`peers`: raft node ID → URL of every other node."""
+        """`peers`: raft node ID → URL of every other node; `verify`: the TLS
+        context that checks https:// peers (None: httpx's default)."""
         self.peers: dict[int, _Peer] = {}
         self.peers_at_start = peers
         self.local_address = local_address
@@ -100,6 +104,7 @@ class PeerTransport:
         if token:
             self.headers["authorization"] = f"Bearer {token}"
         self.rng = rng or random.Random()
+        self.verify: ssl.SSLContext | bool = True if verify is None else verify
 
     def send(self, messages: list[Message]) -> None:
         """Queues messages for their peers; never blocks."""
@@ -114,9 +119,9 @@ class PeerTransport:
             peer.wake.set()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        transport = httpx.AsyncHTTPTransport(local_address=self.local_address) if self.local_address else None
+        transport = httpx.AsyncHTTPTransport(local_address=self.local_address, verify=self.verify) if self.local_address else None
         timeout = httpx.Timeout(limits.peer_timeout_s)
-        async with httpx.AsyncClient(transport=transport, timeout=timeout) as client, trio.open_nursery() as nursery:
+        async with httpx.AsyncClient(transport=transport, timeout=timeout, verify=self.verify) as client, trio.open_nursery() as nursery:
             self._client, self._nursery = client, nursery
             self.set_peers(self.peers_at_start)
             task_status.started()
@@ -148,7 +153,7 @@ class PeerTransport:
                 ok = response.status_code == 204
             except (httpx.HTTPError, trio.TooSlowError) as exc:
                 ok = False
-                response = exc
+                response = ssl_error_of(exc) or exc  # an ssl error says what is wrong; httpx's says ''
             if ok:
                 peer.failures = 0
                 backoff_s = limits.peer_backoff_s_min

@@ -8,6 +8,8 @@ next, so a crash between them leaves a member with a URL and no vote (shown as
 role "unknown", harmless) and the operator repeats the command.
 """
 
+from urllib.parse import urlsplit
+
 from tempo import errors
 from tempo.engine.commands import SetMember
 from tempo.node import ClusterMember, raft_id_of
@@ -26,6 +28,11 @@ class Membership:
             raise errors.Invalid.at("id", f"collides with node {clash.id}; pick another ID")
         if raft_id in self.replica.voters:
             raise errors.Conflict(f"{node_id} is a member already")
+        # The nodes of a cluster all speak https (with [tls]) or all plain
+        # http: a node reached otherwise could never be replicated to.
+        scheme = urlsplit(self.node.me.url).scheme
+        if urlsplit(url).scheme != scheme:
+            raise errors.Invalid.at("url", f"this cluster's nodes are reached over {scheme}://")
         await self.replica.submit(SetMember(node_id, url.rstrip("/")))
         await self.replica.change_voter(ConfChange(ConfChangeOp.ADD, raft_id))
 
