@@ -64,6 +64,37 @@ minute_ms = 60_000
 # Shutdown: how long in-flight requests may take to finish after SIGTERM.
 shutdown_grace_s = 10.0
 
+# The edge (docs/operations.md "Limits"). A request line and headers of
+# more than `header_bytes_max` are `431` (from hypercorn when they arrive in
+# pieces, from tempo when whole). hypercorn enforces the next three: a
+# connection whose headers are not complete `keep_alive_timeout_s` after it
+# opened (or after its last answer) is closed; so is one from which no byte
+# arrives for `read_timeout_s`, which must outlast the longest long poll and
+# an idle peer stream, since hypercorn keeps reading while a request waits.
+header_bytes_max = 16 << 10
+keep_alive_timeout_s = 75.0
+read_timeout_s = 90.0
+listen_backlog = 1024
+# tempo enforces the rest. Connections open at once: past this a new one is
+# answered `503` and closed before its request is read; keep it below the
+# process's open-file limit (`fds_reserved` are kept for LMDB, snapshots,
+# peer links and the HTTP executor).
+connections_max = 4096
+fds_reserved = 256
+# Requests being handled at once (peer streams, /healthz, /readyz and
+# /metrics not counted); past it, `503 overloaded` with Retry-After.
+requests_in_flight_max = 2048
+# Of those, long polls (`POST /v1/claim`, `GET /v1/events` with wait_s > 0).
+long_polls_max = 1024
+# A request body must arrive whole within this long, else `408`.
+body_read_timeout_s = 30.0
+# After an over-limit `503`, clients are told to come back after this long.
+overloaded_retry_after_s = 1
+# What the config file's `[http]` table may set them to.
+http_setting_max = 1_000_000
+body_read_timeout_s_min = 0.1
+body_read_timeout_s_max = 3600.0
+
 assert payload_bytes_max < body_bytes_max
 assert body_bytes_max <= batch_body_bytes_max
 assert batch_jobs_max * payload_bytes_max <= batch_body_bytes_max * 2
@@ -94,6 +125,8 @@ loader_rows_per_step = 5000
 dispatch_memory_runs_max = 100_000
 
 assert readahead_ms >= 1000
+assert long_polls_max < requests_in_flight_max <= connections_max
+assert read_timeout_s > max(claim_wait_s_max, events_wait_s_max)
 assert claim_runs_max * 10 <= dispatch_memory_runs_max
 assert dispatch_tick_ms <= lease_check_ms
 
@@ -126,3 +159,4 @@ transfer_wait_s = 3.0
 assert raft_election_ticks > raft_heartbeat_ticks >= 1
 assert batch_body_bytes_max + (8 << 20) <= peer_frame_bytes_max
 assert raft_entry_bytes_target <= peer_post_bytes_target
+assert read_timeout_s > peer_stream_s + peer_timeout_s
