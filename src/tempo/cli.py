@@ -249,6 +249,8 @@ def _add_serve_parser(sub: argparse._SubParsersAction) -> None:
     serve.add_argument("--snapshot-entries", type=int, default=None, help=argparse.SUPPRESS)
     serve.add_argument("--insecure", action="store_true", help="allow a non-loopback --listen without tokens")
     serve.add_argument("--config", help="TOML config file (tokens)")
+    serve.add_argument("--log-format", choices=("text", "json"), default="text",
+                       help="log lines as text (default) or as one JSON object per line")
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -263,7 +265,7 @@ def _serve(args: argparse.Namespace) -> int:
     options = server.ServeOptions(
         data_dir=args.data_dir, host=host, port=port, insecure=args.insecure, config_path=args.config,
         cluster=cluster, join=args.join,
-        snapshot_entries=args.snapshot_entries or limits.snapshot_entries,
+        snapshot_entries=args.snapshot_entries or limits.snapshot_entries, log_format=args.log_format,
     )
     if args.join and cluster is None:
         print("tempo serve: --join needs --node and --peers", file=sys.stderr)

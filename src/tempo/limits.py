@@ -118,6 +118,9 @@ http_executor_concurrency = 64
 http_executor_batch_runs = 100
 events_page_max = 1000
 events_wait_s_max = 60
+# Log lines about failed or expired attempts, per commit at most (a mass
+# expiry after a worker fleet dies is one summary line past this).
+run_log_lines_max = 100
 # Rows one loader step may read before yielding to the event loop, and the
 # runs the dispatcher holds in memory (wheel and ready queues) at most; past
 # that, older runs stream in as claims take them out.

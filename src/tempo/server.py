@@ -14,7 +14,7 @@ import hypercorn.config
 import hypercorn.trio
 import trio
 
-from tempo import errors, limits
+from tempo import errors, limits, logs
 from tempo.config import Config, ConfigError
 from tempo.config import load as load_config
 from tempo.engine.commit import Committer
@@ -51,6 +51,7 @@ class ServeOptions:
     cluster: ClusterOptions | None = None
     join: bool = False
     snapshot_entries: int = limits.snapshot_entries
+    log_format: str = "text"  # text | json (docs/operations.md "Logs")
 
 
 class ServeError(Exception):
@@ -296,9 +297,15 @@ async def _watch_signals(signals, stop: trio.Event, replica: Replica | None = No
 
 def main(options: ServeOptions) -> int:
     http_server.install()
-    # tempo's own log lines (leadership, peers) on stderr; not the libraries'.
+    # tempo's own log lines (leadership, peers, runs) on stderr; not the
+    # libraries'. Each line names the node in a cluster.
     handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    if options.log_format == "json":
+        handler.setFormatter(logs.JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    if options.cluster is not None:
+        handler.addFilter(logs.NodeFilter(options.cluster.me.id))
     root = logging.getLogger("tempo")
     root.addHandler(handler)
     root.setLevel(logging.INFO)

@@ -8,6 +8,7 @@ success, anything else, a network error, or no answer within the job's
 """
 
 import contextlib
+import logging
 
 import httpx
 import msgspec
@@ -21,6 +22,7 @@ WORKER_NAME = "tempo-http-executor"
 _claim_wait_s = 1.0
 _error_chars_max = 2000
 _json = msgspec.json.Encoder()
+log = logging.getLogger("tempo.executor")
 
 
 class HttpExecutor:
@@ -71,6 +73,13 @@ class HttpExecutor:
         finally:
             self.in_flight -= 1
             self._slot_freed.set()
+        fields = {"job_id": job.id, "run_id": run_id, "attempt": run.attempt}
+        if ok:
+            log.debug("run %s of job %s attempt %d delivered", run_id, job.id, run.attempt, extra=fields)
+        else:
+            # The target URL stays out of the line: it may carry a secret.
+            log.warning("run %s of job %s attempt %d: delivery failed: %s", run_id, job.id, run.attempt, error,
+                        extra=fields)
         # Group commit batches these reports with everything else in flight.
         # A report that cannot be written (overload) is given up: the lease
         # runs out and the run is delivered again (at least once).
