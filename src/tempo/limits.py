@@ -88,8 +88,9 @@ requests_in_flight_max = 2048
 long_polls_max = 1024
 # A request body must arrive whole within this long, else `408`.
 body_read_timeout_s = 30.0
-# After an over-limit `503`, clients are told to come back after this long.
-overloaded_retry_after_s = 1
+# Every `503` (over a limit, no leader, shutting down) tells the client to
+# come back after this long (API.md: `Retry-After: 1`).
+retry_after_s = 1
 # What the config file's `[http]` table may set them to.
 http_setting_max = 1_000_000
 body_read_timeout_s_min = 0.1

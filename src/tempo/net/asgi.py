@@ -120,7 +120,7 @@ def problem_response(
         problem.title = TITLES.get(status, problem.title)
     extra = list(headers or [])
     if problem.status == 503:
-        extra.append((b"retry-after", str(limits.overloaded_retry_after_s).encode()))
+        extra.append((b"retry-after", str(limits.retry_after_s).encode()))
     if problem.status == 401:
         extra.append((b"www-authenticate", b'Bearer realm="tempo"'))
     return Response(problem.status, _json_enc.encode(problem), PROBLEM, extra)

@@ -65,7 +65,7 @@ def _refusal() -> bytes:
     head = (
         "HTTP/1.1 503 Service Unavailable\r\n"
         "content-type: application/problem+json\r\n"
-        f"retry-after: {limits.overloaded_retry_after_s}\r\n"
+        f"retry-after: {limits.retry_after_s}\r\n"
         f"content-length: {len(body)}\r\n"
         "connection: close\r\n\r\n"
     )
