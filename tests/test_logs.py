@@ -10,6 +10,9 @@ import httpx
 import pytest
 
 from conftest import Server, free_port
+from tempo import ids, limits
+from tempo.engine.dispatch import log_failed_attempts
+from tempo.engine.records import Run
 from tempo.logs import JsonFormatter, NodeFilter
 
 
@@ -81,3 +84,25 @@ def test_serve_with_json_logs_writes_parsable_lines_with_run_and_job_ids(json_se
     assert {r["logger"] for r in mine} == {"tempo.executor", "tempo.dispatch"}
     for record in mine:
         assert record["job_id"] == job["id"] and record["attempt"] == 1 and record["level"] == "WARNING"
+
+
+def test_failed_attempts_are_logged_with_ids_and_capped_per_commit(caplog):
+    def job(i: int) -> str:
+        return ids.job_id_from_int(1_800_000_000_000, i)
+
+    retried = Run(job(1), 1000, 5000, "waiting", attempt=1, error="boom")
+    failed = Run(job(2), 2000, 2000, "failed", attempt=4, error="lease expired")
+    done = Run(job(3), 3000, 3000, "done", attempt=1)
+    with caplog.at_level(logging.INFO, logger="tempo.dispatch"):
+        log_failed_attempts([retried, None, failed, done])
+    assert [(r.levelname, r.job_id, r.run_id, r.attempt, r.status) for r in caplog.records] == [
+        ("INFO", job(1), ids.run_id(job(1), 1000), 1, "waiting"),
+        ("WARNING", job(2), ids.run_id(job(2), 2000), 4, "failed"),
+    ]
+    assert "boom" in caplog.records[0].getMessage() and "lease expired" in caplog.records[1].getMessage()
+    caplog.clear()
+    many = [Run(job(i), 1000, 1000, "waiting", attempt=1, error="x") for i in range(limits.run_log_lines_max + 5)]
+    with caplog.at_level(logging.INFO, logger="tempo.dispatch"):
+        log_failed_attempts(many)
+    assert len(caplog.records) == limits.run_log_lines_max + 1
+    assert caplog.records[-1].getMessage() == "and 5 more failed attempts in the same commit"
