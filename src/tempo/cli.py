@@ -263,9 +263,10 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"tempo serve: {exc}", file=sys.stderr)
         return 2
     options = server.ServeOptions(
+        log_format=args.log_format,
         data_dir=args.data_dir, host=host, port=port, insecure=args.insecure, config_path=args.config,
         cluster=cluster, join=args.join,
-        snapshot_entries=args.snapshot_entries or limits.snapshot_entries, log_format=args.log_format,
+        snapshot_entries=args.snapshot_entries or limits.snapshot_entries,
     )
     if args.join and cluster is None:
         print("tempo serve: --join needs --node and --peers", file=sys.stderr)

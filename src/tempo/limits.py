@@ -154,6 +154,8 @@ peer_queue_frames_max = 8192
 peer_timeout_s = 5.0
 # A peer stream is closed and a new one opened this often.
 peer_stream_s = 30.0
+# hypercorn's read timeout must outlast an idle peer stream (see "The edge").
+assert read_timeout_s > peer_stream_s + peer_timeout_s
 peer_backoff_s_min = 0.05
 peer_backoff_s_max = 1.0
 # A node that leads when told to stop hands leadership over first, waiting
@@ -163,4 +165,3 @@ transfer_wait_s = 3.0
 assert raft_election_ticks > raft_heartbeat_ticks >= 1
 assert batch_body_bytes_max + (8 << 20) <= peer_frame_bytes_max
 assert raft_entry_bytes_target <= peer_post_bytes_target
-assert read_timeout_s > peer_stream_s + peer_timeout_s

@@ -47,11 +47,11 @@ class ServeOptions:
     host: str = "127.0.0.1"
     port: int = 8700
     insecure: bool = False
+    log_format: str = "text"  # text | json (docs/operations.md "Logs")
     config_path: str | None = None
     cluster: ClusterOptions | None = None
     join: bool = False
     snapshot_entries: int = limits.snapshot_entries
-    log_format: str = "text"  # text | json (docs/operations.md "Logs")
 
 
 class ServeError(Exception):

@@ -99,6 +99,9 @@ class Store:
     def __init__(self, path: str, *, map_bytes: int = limits.lmdb_map_bytes):
         os.makedirs(path, exist_ok=True)
         self.path = path
+        # Seconds each write transaction's commit took: LMDB writes the dirty
+        # pages and fsyncs there (`sync=True`), so this is the fsync latency.
+        self.commit_seconds = Histogram()
         self.env = lmdb.open(
             path,
             map_size=map_bytes,
@@ -109,9 +112,6 @@ class Store:
             readahead=False,
         )
         self.db = {name: self.env.open_db(name.encode()) for name in _TABLES}
-        # Seconds each write transaction's commit took: LMDB writes the dirty
-        # pages and fsyncs there (`sync=True`), so this is the fsync latency.
-        self.commit_seconds = Histogram()
 
     def close(self) -> None:
         self.env.close()
