@@ -14,7 +14,7 @@ import hypercorn.config
 import hypercorn.trio
 import trio
 
-from tempo import errors, limits, logs
+from tempo import errors, limits
 from tempo.config import Config, ConfigError
 from tempo.config import load as load_config
 from tempo.engine.commit import Committer
@@ -22,6 +22,7 @@ from tempo.engine.dispatch import Dispatcher
 from tempo.engine.jobs import Jobs
 from tempo.engine.raftlog import RaftLog
 from tempo.engine.store import Store
+from tempo.logs import JsonFormatter, NodeFilter
 from tempo.net import http as http_server
 from tempo.net.api import Api
 from tempo.net.auth import Authenticator
@@ -301,11 +302,11 @@ def main(options: ServeOptions) -> int:
     # libraries'. Each line names the node in a cluster.
     handler = logging.StreamHandler()
     if options.log_format == "json":
-        handler.setFormatter(logs.JsonFormatter())
+        handler.setFormatter(JsonFormatter())
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
     if options.cluster is not None:
-        handler.addFilter(logs.NodeFilter(options.cluster.me.id))
+        handler.addFilter(NodeFilter(options.cluster.me.id))
     root = logging.getLogger("tempo")
     root.addHandler(handler)
     root.setLevel(logging.INFO)
