@@ -242,6 +242,8 @@ def _add_serve_parser(sub: argparse._SubParsersAction) -> None:
     serve = sub.add_parser("serve", help="run a tempo node")
     serve.add_argument("--data-dir", default="tempo-data", help="where the node keeps its data (default ./tempo-data)")
     serve.add_argument("--listen", default=None, help="HOST:PORT to listen on (default 127.0.0.1:8700)")
+    serve.add_argument("--log-format", choices=("text", "json"), default="text",
+                       help="log lines as text (default) or as one JSON object per line")
     serve.add_argument("--node", help="this node's ID in a cluster")
     serve.add_argument("--peers", help="ID=URL,... of every node of the cluster, this one included")
     serve.add_argument("--join", action="store_true",
@@ -249,8 +251,6 @@ def _add_serve_parser(sub: argparse._SubParsersAction) -> None:
     serve.add_argument("--snapshot-entries", type=int, default=None, help=argparse.SUPPRESS)
     serve.add_argument("--insecure", action="store_true", help="allow a non-loopback --listen without tokens")
     serve.add_argument("--config", help="TOML config file (tokens)")
-    serve.add_argument("--log-format", choices=("text", "json"), default="text",
-                       help="log lines as text (default) or as one JSON object per line")
 
 
 def _serve(args: argparse.Namespace) -> int:

@@ -88,8 +88,8 @@ requests_in_flight_max = 2048
 long_polls_max = 1024
 # A request body must arrive whole within this long, else `408`.
 body_read_timeout_s = 30.0
-# Every `503` (over a limit, no leader, shutting down) tells the client to
-# come back after this long (API.md: `Retry-After: 1`).
+# A connection refused for `connections_max` tells the client to come back
+# after this long, as every other `503` does (API.md: `Retry-After: 1`).
 retry_after_s = 1
 # What the config file's `[http]` table may set them to.
 http_setting_max = 1_000_000

@@ -634,37 +634,6 @@ class Api:
         return lines
 
 
-def _raft_metrics(replica: Any) -> list[str]:
-    lines = [
-        "# HELP tempo_raft_commit_seconds_total Seconds from proposal to applied, summed over this leader's entries.",
-        "# TYPE tempo_raft_commit_seconds_total counter",
-        f"tempo_raft_commit_seconds_total {replica.commit_seconds_sum:.6f}",
-        "# HELP tempo_raft_write_seconds_total Seconds the replica loop spent in its write transactions.",
-        "# TYPE tempo_raft_write_seconds_total counter",
-        f"tempo_raft_write_seconds_total {replica.write_seconds_sum:.6f}",
-        "# HELP tempo_raft_readies_total Raft Ready batches handled (one write transaction or two each).",
-        "# TYPE tempo_raft_readies_total counter",
-        f"tempo_raft_readies_total {replica.readies}",
-        "# HELP tempo_raft_term The current raft term.",
-        "# TYPE tempo_raft_term gauge",
-        f"tempo_raft_term {replica.term}",
-        "# HELP tempo_raft_applied_index The last applied log index.",
-        "# TYPE tempo_raft_applied_index gauge",
-        f"tempo_raft_applied_index {replica.applied_index}",
-    ]
-    lines += prom.head("tempo_raft_commit_index", "gauge", "The last log index this node knows is committed.")
-    lines.append(prom.sample("tempo_raft_commit_index", replica.commit_index))
-    lines += prom.head("tempo_raft_is_leader", "gauge", "1 while this node leads (with an entry of its term applied).")
-    lines.append(prom.sample("tempo_raft_is_leader", int(replica.phase is Phase.LEADING)))
-    lines += prom.head("tempo_raft_leader_changes_total", "counter", "Times this node learned of a new leader.")
-    lines.append(prom.sample("tempo_raft_leader_changes_total", replica.leader_changes))
-    lines += prom.head("tempo_raft_entry_commands", "histogram", "Commands per log entry this node proposed.")
-    lines += prom.lines("tempo_raft_entry_commands", replica.entry_commands)
-    lines += prom.head("tempo_raft_ready_entries", "histogram", "Log entries per Ready written to disk.")
-    lines += prom.lines("tempo_raft_ready_entries", replica.ready_entries)
-    return lines
-
-
 def _bind(handler: Callable, arg: str) -> Callable:
     async def bound(request: Request) -> Response:
         return await handler(request, arg)
@@ -743,3 +712,33 @@ async def _lifespan(receive: Callable, send: Callable) -> None:
             await send({"type": "lifespan.shutdown.complete"})
             return
 
+
+def _raft_metrics(replica: Any) -> list[str]:
+    lines = [
+        "# HELP tempo_raft_commit_seconds_total Seconds from proposal to applied, summed over this leader's entries.",
+        "# TYPE tempo_raft_commit_seconds_total counter",
+        f"tempo_raft_commit_seconds_total {replica.commit_seconds_sum:.6f}",
+        "# HELP tempo_raft_write_seconds_total Seconds the replica loop spent in its write transactions.",
+        "# TYPE tempo_raft_write_seconds_total counter",
+        f"tempo_raft_write_seconds_total {replica.write_seconds_sum:.6f}",
+        "# HELP tempo_raft_readies_total Raft Ready batches handled (one write transaction or two each).",
+        "# TYPE tempo_raft_readies_total counter",
+        f"tempo_raft_readies_total {replica.readies}",
+        "# HELP tempo_raft_term The current raft term.",
+        "# TYPE tempo_raft_term gauge",
+        f"tempo_raft_term {replica.term}",
+        "# HELP tempo_raft_applied_index The last applied log index.",
+        "# TYPE tempo_raft_applied_index gauge",
+        f"tempo_raft_applied_index {replica.applied_index}",
+    ]
+    lines += prom.head("tempo_raft_commit_index", "gauge", "The last log index this node knows is committed.")
+    lines.append(prom.sample("tempo_raft_commit_index", replica.commit_index))
+    lines += prom.head("tempo_raft_is_leader", "gauge", "1 while this node leads (with an entry of its term applied).")
+    lines.append(prom.sample("tempo_raft_is_leader", int(replica.phase is Phase.LEADING)))
+    lines += prom.head("tempo_raft_leader_changes_total", "counter", "Times this node learned of a new leader.")
+    lines.append(prom.sample("tempo_raft_leader_changes_total", replica.leader_changes))
+    lines += prom.head("tempo_raft_entry_commands", "histogram", "Commands per log entry this node proposed.")
+    lines += prom.lines("tempo_raft_entry_commands", replica.entry_commands)
+    lines += prom.head("tempo_raft_ready_entries", "histogram", "Log entries per Ready written to disk.")
+    lines += prom.lines("tempo_raft_ready_entries", replica.ready_entries)
+    return lines

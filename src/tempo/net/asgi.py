@@ -50,8 +50,8 @@ TITLES = {
     409: "Conflict",
     307: "Temporary Redirect",
     413: "Content Too Large",
-    431: "Request Header Fields Too Large",
     503: "Service Unavailable",
+    431: "Request Header Fields Too Large",
 }
 
 _json_enc = msgspec.json.Encoder()
@@ -120,7 +120,7 @@ def problem_response(
         problem.title = TITLES.get(status, problem.title)
     extra = list(headers or [])
     if problem.status == 503:
-        extra.append((b"retry-after", str(limits.retry_after_s).encode()))
+        extra.append((b"retry-after", b"1"))
     if problem.status == 401:
         extra.append((b"www-authenticate", b'Bearer realm="tempo"'))
     return Response(problem.status, _json_enc.encode(problem), PROBLEM, extra)

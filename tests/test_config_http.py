@@ -1,5 +1,4 @@
-"""The config file's `[http]` table (edge limits); tokens are tested with the
-server in test_auth.py."""
+"""The config file's `[http]` table (edge limits)."""
 
 import pytest
 
