@@ -66,3 +66,20 @@ def test_a_bad_limit_is_refused_naming_the_key(text, named):
     with pytest.raises(ConfigError) as caught:
         parse(text)
     assert named in str(caught.value)
+
+
+def test_the_documented_example_parses_as_it_reads():
+    """The TOML example in config.py's docstring is a file an operator may
+    copy: every key lands where its comment says (top-level keys first)."""
+    import tempo.config
+
+    example = tempo.config.__doc__.split("```toml\n", 1)[1].split("```", 1)[0]
+    # Placeholders filled in; [tls] names files that are not here (tests/test_tls.py).
+    text = example.split("[tls]")[0] + "[http]" + example.split("[http]", 1)[1]
+    text = text.replace('peer_token = "..."', 'peer_token = "' + "x" * 32 + '"')
+    config = parse(text.replace("hex SHA-256 of the token", "ab" * 32))
+    assert config.peer_token == "x" * 32 and config.retention_days == 30
+    assert [t.owner for t in config.tokens] == ["acme"] and config.tokens[0].role == "worker"
+    assert config.limits_of("acme").runs_in_flight_max == 1000
+    assert config.limits_of("other").runs_in_flight_max == 100
+    assert config.http.connections_max == 4096

@@ -248,6 +248,8 @@ def _add_serve_parser(sub: argparse._SubParsersAction) -> None:
     serve = sub.add_parser("serve", help="run a tempo node")
     serve.add_argument("--data-dir", default="tempo-data", help="where the node keeps its data (default ./tempo-data)")
     serve.add_argument("--listen", default=None, help="HOST:PORT to listen on (default 127.0.0.1:8700)")
+    serve.add_argument("--log-format", choices=("text", "json"), default="text",
+                       help="log lines as text (default) or as one JSON object per line")
     serve.add_argument("--node", help="this node's ID in a cluster")
     serve.add_argument("--peers", help="ID=URL,... of every node of the cluster, this one included")
     serve.add_argument("--join", action="store_true",
@@ -274,6 +276,7 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"tempo serve: {exc}", file=sys.stderr)
         return 2
     options = server.ServeOptions(
+        log_format=args.log_format,
         data_dir=args.data_dir, host=host, port=port, insecure=args.insecure, config_path=args.config,
         cluster=cluster, join=args.join,
         snapshot_entries=args.snapshot_entries or limits.snapshot_entries,

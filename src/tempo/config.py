@@ -14,7 +14,7 @@ retention_days = 30
 [[tokens]]
 sha256 = "hex SHA-256 of the token"
 owner = "acme"
-role = "client"          # client | worker | admin
+role = "worker"          # client | worker | admin
 queues = ["reports"]     # worker tokens only: the queues it may claim from
 
 # Fairness between owners (docs/operations.md "Fairness between owners").
@@ -42,6 +42,14 @@ cert_file = "node.crt"   # this node's certificate (its chain may follow it)
 key_file = "node.key"    # its private key, unencrypted
 ca_file = "ca.crt"       # optional: the CA that signed the other nodes'
                          # certificates (default: the system trust store)
+
+# Limits at the edge (docs/operations.md "Limits"); each key is optional and
+# defaults to the bound of the same name in tempo/limits.py.
+[http]
+connections_max = 4096          # connections open at once; more: 503, closed
+requests_in_flight_max = 2048   # requests handled at once; more: 503 overloaded
+long_polls_max = 1024           # of those, claims/events with wait_s > 0
+body_read_timeout_s = 30.0      # a body must arrive whole this fast; else 408
 ```
 
 Positive integers for `runs_in_flight_max`, `claim_burst` and
@@ -109,6 +117,16 @@ class Tls:
 
 
 @dataclass(frozen=True)
+class HttpLimits:
+    """The `[http]` table: the edge limits an operator may tune."""
+
+    connections_max: int = limits.connections_max
+    requests_in_flight_max: int = limits.requests_in_flight_max
+    long_polls_max: int = limits.long_polls_max
+    body_read_timeout_s: float = limits.body_read_timeout_s
+
+
+@dataclass(frozen=True)
 class Config:
     tokens: tuple[Token, ...] = field(default_factory=tuple)
     peer_token: str | None = None
@@ -116,10 +134,11 @@ class Config:
     # `[limits]` for every owner, and `[[owners]]` with their overrides applied.
     limits: OwnerLimits = UNLIMITED
     owners: dict[str, OwnerLimits] = field(default_factory=dict)
+    tls: Tls | None = None
+    http: HttpLimits = field(default_factory=HttpLimits)
 
     def limits_of(self, owner: str) -> OwnerLimits:
         return self.owners.get(owner, self.limits)
-    tls: Tls | None = None
 
 
 def _token(i: int, raw: object) -> Token:
@@ -265,7 +284,7 @@ def parse(text: str, base_dir: str = ".") -> Config:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"not TOML: {exc}") from None
-    unknown = set(data) - {"tokens", "peer_token", "retention_days", "limits", "owners", "tls"}
+    unknown = set(data) - {"tokens", "peer_token", "retention_days", "limits", "owners", "tls", "http"}
     if unknown:
         raise ConfigError(f"unknown keys {sorted(unknown)}")
     raw_tokens = data.get("tokens", [])
@@ -284,7 +303,27 @@ def parse(text: str, base_dir: str = ".") -> Config:
     defaults = _limits("limits", data.get("limits", {}), UNLIMITED, override=False)
     owners = _owners(data.get("owners", []), defaults)
     tls = _tls(data["tls"], os.path.abspath(base_dir)) if "tls" in data else None
-    return Config(tokens, peer_token, retention_days, defaults, owners, tls)
+    return Config(tokens, peer_token, retention_days, defaults, owners, tls, _http(data.get("http", {})))
+
+
+def _http(raw: object) -> HttpLimits:
+    if not isinstance(raw, dict):
+        raise ConfigError("http: a table")
+    unknown = set(raw) - set(HttpLimits.__dataclass_fields__)
+    if unknown:
+        raise ConfigError(f"http: unknown keys {sorted(unknown)}")
+    for name in ("connections_max", "requests_in_flight_max", "long_polls_max"):
+        value = raw.get(name, 1)
+        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= limits.http_setting_max:
+            raise ConfigError(f"http.{name}: an integer from 1 to {limits.http_setting_max}")
+    timeout_s = raw.get("body_read_timeout_s", limits.body_read_timeout_s)
+    low_s, high_s = limits.body_read_timeout_s_min, limits.body_read_timeout_s_max
+    if not isinstance(timeout_s, int | float) or isinstance(timeout_s, bool) or not low_s <= timeout_s <= high_s:
+        raise ConfigError(f"http.body_read_timeout_s: a number of seconds from {low_s:g} to {high_s:g}")
+    http = HttpLimits(**{**raw, "body_read_timeout_s": float(timeout_s)})
+    if not http.long_polls_max <= http.requests_in_flight_max <= http.connections_max:
+        raise ConfigError("http: needs long_polls_max <= requests_in_flight_max <= connections_max")
+    return http
 
 
 def load(path: str) -> Config:

@@ -32,6 +32,16 @@ class TooLarge(TempoError):
     type = "too_large"
 
 
+class HeadersTooLarge(TooLarge):
+    """The request line and headers are over the bound (HTTP 431)."""
+
+
+class RequestTimeout(TempoError):
+    """The request body did not arrive in time (a stalled or very slow client)."""
+
+    type = "request_timeout"
+
+
 class NotFound(TempoError):
     type = "not_found"
 

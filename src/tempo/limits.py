@@ -65,6 +65,38 @@ shutdown_grace_s = 10.0
 # With TLS: a connection that has not finished its handshake by then is closed.
 tls_handshake_timeout_s = 10.0
 
+# The edge (docs/operations.md "Limits"). A request line and headers of
+# more than `header_bytes_max` are `431` (from hypercorn when they arrive in
+# pieces, from tempo when whole). hypercorn enforces the next three: a
+# connection whose headers are not complete `keep_alive_timeout_s` after it
+# opened (or after its last answer) is closed; so is one from which no byte
+# arrives for `read_timeout_s`, which must outlast the longest long poll and
+# an idle peer stream, since hypercorn keeps reading while a request waits.
+header_bytes_max = 16 << 10
+keep_alive_timeout_s = 75.0
+read_timeout_s = 90.0
+listen_backlog = 1024
+# tempo enforces the rest. Connections open at once: past this a new one is
+# answered `503` and closed before its request is read; keep it below the
+# process's open-file limit (`fds_reserved` are kept for LMDB, snapshots,
+# peer links and the HTTP executor).
+connections_max = 4096
+fds_reserved = 256
+# Requests being handled at once (peer streams, /healthz, /readyz and
+# /metrics not counted); past it, `503 overloaded` with Retry-After.
+requests_in_flight_max = 2048
+# Of those, long polls (`POST /v1/claim`, `GET /v1/events` with wait_s > 0).
+long_polls_max = 1024
+# A request body must arrive whole within this long, else `408`.
+body_read_timeout_s = 30.0
+# A connection refused for `connections_max` tells the client to come back
+# after this long, as every other `503` does (API.md: `Retry-After: 1`).
+retry_after_s = 1
+# What the config file's `[http]` table may set them to.
+http_setting_max = 1_000_000
+body_read_timeout_s_min = 0.1
+body_read_timeout_s_max = 3600.0
+
 assert payload_bytes_max < body_bytes_max
 assert body_bytes_max <= batch_body_bytes_max
 assert batch_jobs_max * payload_bytes_max <= batch_body_bytes_max * 2
@@ -88,6 +120,9 @@ http_executor_concurrency = 64
 http_executor_batch_runs = 100
 events_page_max = 1000
 events_wait_s_max = 60
+# Log lines about failed or expired attempts, per commit at most (a mass
+# expiry after a worker fleet dies is one summary line past this).
+run_log_lines_max = 100
 # Rows one loader step may read before yielding to the event loop, and the
 # runs the dispatcher holds in memory (wheel and ready queues) at most; past
 # that, older runs stream in as claims take them out.
@@ -95,6 +130,8 @@ loader_rows_per_step = 5000
 dispatch_memory_runs_max = 100_000
 
 assert readahead_ms >= 1000
+assert long_polls_max < requests_in_flight_max <= connections_max
+assert read_timeout_s > max(claim_wait_s_max, events_wait_s_max)
 assert claim_runs_max * 10 <= dispatch_memory_runs_max
 assert dispatch_tick_ms <= lease_check_ms
 
@@ -118,6 +155,8 @@ peer_queue_frames_max = 8192
 peer_timeout_s = 5.0
 # A peer stream is closed and a new one opened this often.
 peer_stream_s = 30.0
+# hypercorn's read timeout must outlast an idle peer stream (see "The edge").
+assert read_timeout_s > peer_stream_s + peer_timeout_s
 peer_backoff_s_min = 0.05
 peer_backoff_s_max = 1.0
 # A node that leads when told to stop hands leadership over first, waiting

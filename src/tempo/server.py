@@ -3,6 +3,7 @@
 import ipaddress
 import logging
 import re
+import resource
 import signal
 import sys
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from tempo.engine.jobs import Jobs
 from tempo.engine.raftlog import RaftLog
 from tempo.engine.retention import Retention
 from tempo.engine.store import Store
+from tempo.logs import JsonFormatter, NodeFilter
 from tempo.net import http as http_server
 from tempo.net.api import Api
 from tempo.net.auth import Authenticator
@@ -33,6 +35,7 @@ from tempo.node.membership import Membership
 from tempo.node.replica import Phase, Replica
 
 _NODE_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+log = logging.getLogger("tempo.server")
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,7 @@ class ServeOptions:
     host: str = "127.0.0.1"
     port: int = 8700
     insecure: bool = False
+    log_format: str = "text"  # text | json (docs/operations.md "Logs")
     config_path: str | None = None
     cluster: ClusterOptions | None = None
     join: bool = False
@@ -144,8 +148,31 @@ def _hypercorn_config(options: ServeOptions, tls: Tls | None = None) -> hypercor
     config.accesslog = None
     config.errorlog = None  # tempo prints its own one line when ready
     config.graceful_timeout = limits.shutdown_grace_s
-    config.keep_alive_timeout = 75
+    # limits.py "The edge": what hypercorn bounds itself.
+    config.keep_alive_timeout = limits.keep_alive_timeout_s
+    config.read_timeout = limits.read_timeout_s
+    config.h11_max_incomplete_size = limits.header_bytes_max
+    config.backlog = limits.listen_backlog
     return config
+
+
+def _connections_max(wanted: int) -> int:
+    """`wanted`, unless the open-file limit is too low for it even once
+    raised to its hard limit: then as many as that leaves room for."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    needed = wanted + limits.fds_reserved
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        target = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError):
+            pass
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        allowed = max(1, soft - limits.fds_reserved)
+        log.warning("open-file limit %d: at most %d connections instead of %d", soft, allowed, wanted)
+        return allowed
+    return wanted
 
 
 async def serve(options: ServeOptions, *, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
@@ -158,6 +185,7 @@ async def serve(options: ServeOptions, *, task_status: trio.TaskStatus[str] = tr
     check_tls(options, config)
     if options.cluster is not None and config.tokens and config.peer_token is None:
         raise ServeError("--config: a cluster with tokens needs a peer_token for its nodes")
+    http_server.GATE.connections_max = _connections_max(config.http.connections_max)
     store = Store(options.data_dir)
     try:
         if options.cluster is None:
@@ -174,7 +202,10 @@ async def _serve_alone(options: ServeOptions, config: Config, store: Store, task
     dispatcher = Dispatcher(store, committer, limits_of=config.limits_of)
     retention = _retention(options, config, store, committer)
     node = Standalone(store.applied_index)
-    api = Api(store, jobs, dispatcher, node=node, auth=Authenticator(config.tokens), limits_of=config.limits_of)
+    api = Api(
+        store, jobs, dispatcher, node=node, auth=Authenticator(config.tokens), limits_of=config.limits_of,
+        http_limits=config.http,
+    )
     stop = trio.Event()
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with trio.open_nursery() as nursery:
@@ -238,6 +269,7 @@ async def _serve_member(options: ServeOptions, config: Config, store: Store, tas
         store, jobs, dispatcher, node=node, auth=Authenticator(config.tokens),
         on_peer_messages=on_peer_messages, peer_token=config.peer_token, membership=Membership(node),
         limits_of=config.limits_of,
+        http_limits=config.http,
     )
     stop = trio.Event()
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
@@ -308,9 +340,15 @@ async def _watch_signals(signals, stop: trio.Event, replica: Replica | None = No
 
 def main(options: ServeOptions) -> int:
     http_server.install()
-    # tempo's own log lines (leadership, peers) on stderr; not the libraries'.
+    # tempo's own log lines (leadership, peers, runs) on stderr; not the
+    # libraries'. Each line names the node in a cluster.
     handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    if options.log_format == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    if options.cluster is not None:
+        handler.addFilter(NodeFilter(options.cluster.me.id))
     root = logging.getLogger("tempo")
     root.addHandler(handler)
     root.setLevel(logging.INFO)

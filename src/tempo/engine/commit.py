@@ -14,6 +14,7 @@ import trio
 from tempo import errors, limits
 from tempo.engine.commands import Command, encode_entry
 from tempo.engine.store import Changes, Outcome, Store
+from tempo.metrics import COUNT_BUCKETS, Histogram
 
 
 class Waiter:
@@ -41,6 +42,7 @@ class Committer:
         self.listeners: list[Callable[[Changes], None]] = []
         self.batches_committed = 0
         self.commands_committed = 0
+        self.batch_commands = Histogram(COUNT_BUCKETS)
 
     async def submit(self, command: Command) -> Outcome | list[Outcome]:
         if self._closing:
@@ -100,4 +102,5 @@ class Committer:
             waiter.done.set()
         self.batches_committed += 1
         self.commands_committed += len(batch)
+        self.batch_commands.observe(len(batch))
         return True

@@ -9,6 +9,7 @@ state goes through a command, so the tables stay the truth.
 """
 
 import heapq
+import logging
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ from tempo.wheel import TimingWheel
 HTTP_QUEUE = "\x00http"
 # Claim lateness buckets, in seconds (Prometheus histogram `le` bounds).
 LATENESS_BUCKETS_S = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 60.0)
+log = logging.getLogger("tempo.dispatch")
 
 
 def queue_key(job: Job) -> str:
@@ -244,6 +246,7 @@ class Dispatcher:
                         self._grant(job.owner, expiry.job_id, expiry.nominal_ms, expiry.attempt, now_ms, 0)
                 continue
             self.counters["expired"] += sum(1 for o in outcomes if o is not None)  # type: ignore[union-attr]
+            log_failed_attempts(outcomes)  # type: ignore[arg-type]
 
     # -- claims ------------------------------------------------------------------
 
@@ -550,7 +553,25 @@ class Dispatcher:
         for outcome in outcomes:  # type: ignore[union-attr]
             if isinstance(outcome, Run):
                 self.counters[outcome.status] += 1
+        log_failed_attempts(outcomes)  # type: ignore[arg-type]
         return outcomes  # type: ignore[return-value]
+
+
+def log_failed_attempts(outcomes: list) -> None:
+    """One line per attempt that just failed or lost its lease, with the run's
+    and job's IDs as fields (`extra`), at most `limits.run_log_lines_max`."""
+    ended = [o for o in outcomes if isinstance(o, Run) and o.status in ("waiting", "failed")]
+    for run in ended[: limits.run_log_lines_max]:
+        run_id = ids.run_id(run.job_id, run.nominal_ms)
+        fields = {"job_id": run.job_id, "run_id": run_id, "attempt": run.attempt, "status": run.status}
+        if run.status == "failed":
+            log.warning("run %s of job %s failed for good at attempt %d: %s", run_id, run.job_id, run.attempt,
+                        run.error, extra=fields)
+        else:
+            log.info("run %s of job %s: attempt %d failed (%s); retry due at %s", run_id, run.job_id, run.attempt,
+                     run.error, clock.iso_from_ms(run.due_ms), extra=fields)
+    if len(ended) > limits.run_log_lines_max:
+        log.warning("and %d more failed attempts in the same commit", len(ended) - limits.run_log_lines_max)
 
 
 def _due_of(runs_key: bytes) -> int:

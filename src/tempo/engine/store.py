@@ -14,6 +14,7 @@ import hashlib
 import heapq
 import os
 import struct
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TypeVar
@@ -42,6 +43,7 @@ from tempo.engine.commands import (
     decode_entry,
 )
 from tempo.engine.records import Event, Job, RequestKeyEntry, Run
+from tempo.metrics import Histogram
 
 _TABLES = (
     "meta",
@@ -113,6 +115,9 @@ class Store:
     def __init__(self, path: str, *, map_bytes: int = limits.lmdb_map_bytes):
         os.makedirs(path, exist_ok=True)
         self.path = path
+        # Seconds each write transaction's commit took: LMDB writes the dirty
+        # pages and fsyncs there (`sync=True`), so this is the fsync latency.
+        self.commit_seconds = Histogram()
         self.env = lmdb.open(
             path,
             map_size=map_bytes,
@@ -134,6 +139,13 @@ class Store:
     def close(self) -> None:
         self.env.close()
 
+    def usage(self) -> tuple[int, int, int]:
+        """(bytes of the data file, bytes in use, bytes of the map): cheap,
+        no transaction."""
+        info, page_bytes = self.env.info(), self.env.stat()["psize"]
+        file_bytes = os.stat(os.path.join(self.path, "data.mdb")).st_size
+        return file_bytes, (info["last_pgno"] + 1) * page_bytes, info["map_size"]
+
     # -- the state machine -------------------------------------------------
 
     def applied_index(self) -> int:
@@ -144,18 +156,22 @@ class Store:
     def apply_entry(self, index: int, data: bytes) -> tuple[list[Outcome], Changes]:
         """Applies the log entry at `index`; an entry at or below the applied
         index was applied before (a replay after a crash) and changes nothing."""
-        try:
-            with self.env.begin(write=True) as txn:
-                return self.apply_in(txn, index, data)
-        except lmdb.MapFullError:
-            raise errors.Overloaded("the data file is full") from None
+        return self.write(lambda txn: self.apply_in(txn, index, data))
 
     def write(self, work: Callable[[lmdb.Transaction], T]) -> T:
         """Runs `work` in one write transaction (one fsync at its end): the
         replica persists raft state and applies entries together this way."""
         try:
-            with self.env.begin(write=True) as txn:
-                return work(txn)
+            txn = self.env.begin(write=True)
+            try:
+                result = work(txn)
+            except BaseException:
+                txn.abort()
+                raise
+            started = time.perf_counter()
+            txn.commit()
+            self.commit_seconds.observe(time.perf_counter() - started)
+            return result
         except lmdb.MapFullError:
             raise errors.Overloaded("the data file is full") from None
 

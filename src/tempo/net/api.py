@@ -1,7 +1,8 @@
 """The HTTP API of API.md as an ASGI application."""
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Annotated, Any
 
 import msgspec
@@ -9,7 +10,8 @@ import trio
 from msgspec import Meta
 
 from tempo import clock, errors, ids, limits
-from tempo.config import UNLIMITED, OwnerLimits
+from tempo import metrics as prom
+from tempo.config import UNLIMITED, HttpLimits, OwnerLimits
 from tempo.engine import jobs as jobviews
 from tempo.engine.commands import Result
 from tempo.engine.dispatch import LATENESS_BUCKETS_S, Dispatcher
@@ -20,6 +22,7 @@ from tempo.net import auth as auth_module  # `auth` is also a parameter name bel
 from tempo.net.asgi import (
     Request,
     Response,
+    check_head,
     decode,
     decoders,
     encode,
@@ -31,8 +34,10 @@ from tempo.net.asgi import (
     send_response,
 )
 from tempo.net.auth import Authenticator
+from tempo.net.http import GATE, ConnectionGate
 from tempo.net.peer import FrameReader
 from tempo.node import ClusterMember, Standalone
+from tempo.node.replica import Phase
 from tempo.rate import TokenBucket
 from tempo.schema import (
     BatchAck,
@@ -79,6 +84,10 @@ NEEDS = {
     "heartbeats": auth.WORKER,
     "results": auth.WORKER,
 }  # every other route: a client's or an admin's token
+# Routes outside `requests_in_flight_max`: peer streams, so replication never
+# starves behind clients, and the probes, so an overloaded node still answers
+# its monitoring (each is answered at once, without waiting on anything).
+UNBOUNDED = frozenset({"raft", "healthz", "readyz", "metrics"})
 _create = decoders(JobCreate)
 _batch = decoders(JobBatchCreate)
 
@@ -117,6 +126,8 @@ class Api:
         peer_token: str | None = None,
         membership: Any = None,
         limits_of: Callable[[str], OwnerLimits] = lambda owner: UNLIMITED,
+        http_limits: HttpLimits | None = None,
+        gate: ConnectionGate = GATE,
     ):
         self.auth = auth or Authenticator(())
         self.store = store
@@ -135,6 +146,12 @@ class Api:
         self.limits_of = limits_of
         self.create_buckets: dict[str, TokenBucket] = {}
         self.rate_limited: Counter[str] = Counter()  # creates refused, by owner
+        self.edge = http_limits or HttpLimits()
+        self.gate = gate  # connections: counted by net/http.py, shown in /metrics
+        self.in_flight = 0
+        self.long_polls = 0
+        # Seconds from the request's arrival to its answer sent, by route.
+        self.durations: dict[str, prom.Histogram] = {}
         self.openapi_body = _json_enc.encode(openapi.document())
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
@@ -150,24 +167,56 @@ class Api:
             headers=dict(scope["headers"]),
         )
         route = "unknown"
+        started = trio.current_time()
+        bounded = False
         try:
-            request.query = parse_query(scope.get("query_string", b""))
-            route, handler = self.route(request)
-            if route == "raft":
-                response = await self.raft(request, receive)
-            else:
-                request.principal = self.auth.check(
-                    NEEDS.get(route, auth.CLIENT), request.headers.get(b"authorization")
-                )
-                response = self._elsewhere(route, request, scope)
-                if response is None:
-                    limit = limits.batch_body_bytes_max if path == "/v1/jobs/batch" else limits.body_bytes_max
-                    request.body = await read_body(receive, limit)
-                    response = await handler(request)
-        except errors.TempoError as exc:
-            response = problem_response(exc)
-        self.requests[(route, response.status)] += 1
-        await send_response(send, response)
+            try:
+                check_head(scope)
+                request.query = parse_query(scope.get("query_string", b""))
+                route, handler = self.route(request)
+                if route not in UNBOUNDED:
+                    if self.in_flight >= self.edge.requests_in_flight_max:
+                        raise errors.Overloaded("too many requests in flight; retry shortly")
+                    self.in_flight += 1
+                    bounded = True
+                response = await self._handle(route, handler, request, scope, receive)
+            except errors.TempoError as exc:
+                response = problem_response(exc)
+            self.requests[(route, response.status)] += 1
+            await send_response(send, response)
+        finally:
+            if bounded:
+                self.in_flight -= 1
+        histogram = self.durations.get(route)
+        if histogram is None:
+            histogram = self.durations[route] = prom.Histogram()
+        histogram.observe(trio.current_time() - started)
+
+    async def _handle(self, route: str, handler: Callable, request: Request, scope: dict, receive: Callable) -> Response:
+        if route == "raft":
+            return await self.raft(request, receive)
+        request.principal = self.auth.check(NEEDS.get(route, auth.CLIENT), request.headers.get(b"authorization"))
+        response = self._elsewhere(route, request, scope)
+        if response is None:
+            limit = limits.batch_body_bytes_max if request.path == "/v1/jobs/batch" else limits.body_bytes_max
+            request.body = await read_body(receive, limit, self.edge.body_read_timeout_s)
+            response = await handler(request)
+        return response
+
+    @contextmanager
+    def _long_poll(self, wait_s: float) -> Iterator[None]:
+        """A slot among `long_polls_max` for a request that may wait; none
+        is needed (nor counted) when it will not."""
+        if wait_s <= 0:
+            yield
+            return
+        if self.long_polls >= self.edge.long_polls_max:
+            raise errors.Overloaded("too many long polls waiting; retry shortly")
+        self.long_polls += 1
+        try:
+            yield
+        finally:
+            self.long_polls -= 1
 
     def _elsewhere(self, route: str, request: Request, scope: dict) -> Response | None:
         """The answer of a node that may not serve `route` itself: a redirect
@@ -388,7 +437,8 @@ class Api:
         if allowed is not None and not set(body.queues) <= allowed:
             raise errors.Forbidden(f"this token may claim only from {sorted(allowed)}")
         queues = self._queues(request, body.queues)
-        claimed = await self.dispatcher.claim(queues, body.worker, body.max_runs, body.wait_s)
+        with self._long_poll(body.wait_s):
+            claimed = await self.dispatcher.claim(queues, body.worker, body.max_runs, body.wait_s)
         return encode(request, ClaimOut([jobviews.claimed_view(c.run, c.job) for c in claimed]))
 
     async def heartbeat(self, request: Request, run_id: str) -> Response:
@@ -456,7 +506,7 @@ class Api:
         wait_s = _wait_param(request)
         after = int(after_raw)
         owner = self.owner(request)
-        with trio.move_on_after(wait_s):
+        with self._long_poll(wait_s), trio.move_on_after(wait_s):
             while not (found := self.store.list_events(owner, after, limit)):
                 await self.dispatcher.events_changed.wait()
         if not found:
@@ -532,12 +582,7 @@ class Api:
         return Response(200, self.openapi_body)
 
     async def metrics(self, request: Request) -> Response:
-        lines = [
-            "# HELP tempo_http_requests_total HTTP requests answered, by route and status.",
-            "# TYPE tempo_http_requests_total counter",
-        ]
-        for (route, status), count in sorted(self.requests.items()):
-            lines.append(f'tempo_http_requests_total{{route="{route}",status="{status}"}} {count}')
+        lines = self._http_metrics()
         committer = self.jobs.committer
         lines += [
             "# HELP tempo_commit_batches_total Group-commit batches written (one fsync each).",
@@ -548,29 +593,53 @@ class Api:
             f"tempo_commit_commands_total {committer.commands_committed}",
         ]
         if self.node.clustered:
-            replica = committer
-            lines += [
-                "# HELP tempo_raft_commit_seconds_total Seconds from proposal to applied, summed over this leader's entries.",
-                "# TYPE tempo_raft_commit_seconds_total counter",
-                f"tempo_raft_commit_seconds_total {replica.commit_seconds_sum:.6f}",
-                "# HELP tempo_raft_write_seconds_total Seconds the replica loop spent in its write transactions.",
-                "# TYPE tempo_raft_write_seconds_total counter",
-                f"tempo_raft_write_seconds_total {replica.write_seconds_sum:.6f}",
-                "# HELP tempo_raft_readies_total Raft Ready batches handled (one write transaction or two each).",
-                "# TYPE tempo_raft_readies_total counter",
-                f"tempo_raft_readies_total {replica.readies}",
-                "# HELP tempo_raft_term The current raft term.",
-                "# TYPE tempo_raft_term gauge",
-                f"tempo_raft_term {replica.term}",
-                "# HELP tempo_raft_applied_index The last applied log index.",
-                "# TYPE tempo_raft_applied_index gauge",
-                f"tempo_raft_applied_index {replica.applied_index}",
-            ]
+            lines += _raft_metrics(committer)
+        else:
+            lines += prom.head("tempo_commit_batch_commands", "histogram", "Commands per group-commit batch.")
+            lines += prom.lines("tempo_commit_batch_commands", committer.batch_commands)
+        lines += self._storage_metrics()
         lines += self._dispatch_metrics()
         lines += self._fairness_metrics()
         body = ("\n".join(lines) + "\n").encode()
         return Response(200, body, b"text/plain; version=0.0.4")
 
+    def _http_metrics(self) -> list[str]:
+        lines = prom.head("tempo_http_requests_total", "counter", "HTTP requests answered, by route and status.")
+        for (route, status), count in sorted(self.requests.items()):
+            lines.append(prom.sample("tempo_http_requests_total", count, {"route": route, "status": str(status)}))
+        lines += prom.head(
+            "tempo_http_request_duration_seconds", "histogram",
+            "Seconds from a request's arrival to its answer sent, by route (long polls included).",
+        )
+        for route, histogram in sorted(self.durations.items()):
+            lines += prom.lines("tempo_http_request_duration_seconds", histogram, {"route": route})
+        lines += prom.head("tempo_http_requests_in_flight", "gauge", "Requests being handled, of those bounded.")
+        lines.append(prom.sample("tempo_http_requests_in_flight", self.in_flight))
+        lines += prom.head("tempo_http_long_polls_in_flight", "gauge", "Claims and event reads that may wait.")
+        lines.append(prom.sample("tempo_http_long_polls_in_flight", self.long_polls))
+        lines += prom.head("tempo_http_connections_open", "gauge", "HTTP connections open.")
+        lines.append(prom.sample("tempo_http_connections_open", self.gate.open))
+        lines += prom.head(
+            "tempo_http_connections_refused_total", "counter", "Connections answered 503 and closed: too many open."
+        )
+        lines.append(prom.sample("tempo_http_connections_refused_total", self.gate.refused))
+        return lines
+
+    def _storage_metrics(self) -> list[str]:
+        file_bytes, used_bytes, map_bytes = self.store.usage()
+        lines = prom.head("tempo_lmdb_file_bytes", "gauge", "Size of the LMDB data file.")
+        lines.append(prom.sample("tempo_lmdb_file_bytes", file_bytes))
+        lines += prom.head("tempo_lmdb_used_bytes", "gauge", "LMDB pages up to the highest in use, in bytes.")
+        lines.append(prom.sample("tempo_lmdb_used_bytes", used_bytes))
+        lines += prom.head("tempo_lmdb_map_bytes", "gauge", "LMDB map size: the most the data file may hold.")
+        lines.append(prom.sample("tempo_lmdb_map_bytes", map_bytes))
+        lines += prom.head("tempo_lmdb_map_used_ratio", "gauge", "Used bytes over the map size; writes fail at 1.")
+        lines.append(prom.sample("tempo_lmdb_map_used_ratio", used_bytes / map_bytes))
+        lines += prom.head(
+            "tempo_lmdb_commit_seconds", "histogram", "Seconds per write-transaction commit (pages written and fsynced)."
+        )
+        lines += prom.lines("tempo_lmdb_commit_seconds", self.store.commit_seconds)
+        return lines
 
     def _fairness_metrics(self) -> list[str]:
         """Per owner: runs in flight, runs held back by a limit, and creates
@@ -707,3 +776,33 @@ async def _lifespan(receive: Callable, send: Callable) -> None:
             await send({"type": "lifespan.shutdown.complete"})
             return
 
+
+def _raft_metrics(replica: Any) -> list[str]:
+    lines = [
+        "# HELP tempo_raft_commit_seconds_total Seconds from proposal to applied, summed over this leader's entries.",
+        "# TYPE tempo_raft_commit_seconds_total counter",
+        f"tempo_raft_commit_seconds_total {replica.commit_seconds_sum:.6f}",
+        "# HELP tempo_raft_write_seconds_total Seconds the replica loop spent in its write transactions.",
+        "# TYPE tempo_raft_write_seconds_total counter",
+        f"tempo_raft_write_seconds_total {replica.write_seconds_sum:.6f}",
+        "# HELP tempo_raft_readies_total Raft Ready batches handled (one write transaction or two each).",
+        "# TYPE tempo_raft_readies_total counter",
+        f"tempo_raft_readies_total {replica.readies}",
+        "# HELP tempo_raft_term The current raft term.",
+        "# TYPE tempo_raft_term gauge",
+        f"tempo_raft_term {replica.term}",
+        "# HELP tempo_raft_applied_index The last applied log index.",
+        "# TYPE tempo_raft_applied_index gauge",
+        f"tempo_raft_applied_index {replica.applied_index}",
+    ]
+    lines += prom.head("tempo_raft_commit_index", "gauge", "The last log index this node knows is committed.")
+    lines.append(prom.sample("tempo_raft_commit_index", replica.commit_index))
+    lines += prom.head("tempo_raft_is_leader", "gauge", "1 while this node leads (with an entry of its term applied).")
+    lines.append(prom.sample("tempo_raft_is_leader", int(replica.phase is Phase.LEADING)))
+    lines += prom.head("tempo_raft_leader_changes_total", "counter", "Times this node learned of a new leader.")
+    lines.append(prom.sample("tempo_raft_leader_changes_total", replica.leader_changes))
+    lines += prom.head("tempo_raft_entry_commands", "histogram", "Commands per log entry this node proposed.")
+    lines += prom.lines("tempo_raft_entry_commands", replica.entry_commands)
+    lines += prom.head("tempo_raft_ready_entries", "histogram", "Log entries per Ready written to disk.")
+    lines += prom.lines("tempo_raft_ready_entries", replica.ready_entries)
+    return lines

@@ -12,8 +12,9 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 import msgspec
+import trio
 
-from tempo import errors
+from tempo import errors, limits
 from tempo.schema import Problem, ProblemItem
 
 JSON = b"application/json"
@@ -29,6 +30,8 @@ STATUS_OF: dict[type[errors.TempoError], int] = {
     errors.StaleAttempt: 409,
     errors.Conflict: 409,
     errors.TooLarge: 413,
+    errors.HeadersTooLarge: 431,
+    errors.RequestTimeout: 408,
     errors.MethodNotAllowed: 405,
     errors.Unauthorized: 401,
     errors.Forbidden: 403,
@@ -44,11 +47,13 @@ TITLES = {
     403: "Forbidden",
     404: "Not Found",
     405: "Method Not Allowed",
+    408: "Request Timeout",
     409: "Conflict",
     307: "Temporary Redirect",
     413: "Content Too Large",
     429: "Too Many Requests",
     503: "Service Unavailable",
+    431: "Request Header Fields Too Large",
 }
 
 _json_enc = msgspec.json.Encoder()
@@ -154,6 +159,15 @@ def decode(request: Request, pair: tuple[msgspec.json.Decoder, msgspec.msgpack.D
         raise errors.Invalid.at("", "the body is nested too deeply") from None
 
 
+def check_head(scope: dict) -> None:
+    """hypercorn refuses a head over `h11_max_incomplete_size` only when it
+    arrives in more than one read; this makes the bound exact."""
+    size = len(scope.get("raw_path", b"")) + len(scope.get("query_string", b""))
+    size += sum(len(name) + len(value) + 4 for name, value in scope["headers"])
+    if size > limits.header_bytes_max:
+        raise errors.HeadersTooLarge(f"the request line and headers are over {limits.header_bytes_max} bytes")
+
+
 def parse_query(raw: bytes) -> dict[str, str]:
     try:
         return dict(parse_qsl(raw.decode("latin-1"), keep_blank_values=True))
@@ -164,20 +178,25 @@ def parse_query(raw: bytes) -> dict[str, str]:
 Handler = Callable[[Request], Awaitable[Response]]
 
 
-async def read_body(receive: Callable, limit_bytes: int) -> bytes:
+async def read_body(receive: Callable, limit_bytes: int, timeout_s: float = limits.body_read_timeout_s) -> bytes:
+    """The whole body, at most `limit_bytes` of it, arrived within `timeout_s`
+    (hypercorn bounds only the gap between two reads, so a client sending a
+    byte now and then would otherwise hold the request open for ever)."""
     chunks: list[bytes] = []
     size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise errors.Invalid.at("", "the client went away")
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit_bytes:
-            raise errors.TooLarge.at("", f"the body is over {limit_bytes} bytes")
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            return b"".join(chunks)
+    with trio.move_on_after(timeout_s):
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise errors.Invalid.at("", "the client went away")
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit_bytes:
+                raise errors.TooLarge.at("", f"the body is over {limit_bytes} bytes")
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks)
+    raise errors.RequestTimeout.at("", f"the body did not arrive within {timeout_s:g} s")
 
 
 async def send_response(send: Callable, response: Response) -> None:

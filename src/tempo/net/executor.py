@@ -12,6 +12,7 @@ backlog of due runs does not queue ahead of another owner's run.
 """
 
 import contextlib
+import logging
 
 import httpx
 import msgspec
@@ -25,6 +26,7 @@ WORKER_NAME = "tempo-http-executor"
 _claim_wait_s = 1.0
 _error_chars_max = 2000
 _json = msgspec.json.Encoder()
+log = logging.getLogger("tempo.executor")
 
 
 class HttpExecutor:
@@ -75,6 +77,13 @@ class HttpExecutor:
         finally:
             self.in_flight -= 1
             self._slot_freed.set()
+        fields = {"job_id": job.id, "run_id": run_id, "attempt": run.attempt}
+        if ok:
+            log.debug("run %s of job %s attempt %d delivered", run_id, job.id, run.attempt, extra=fields)
+        else:
+            # The target URL stays out of the line: it may carry a secret.
+            log.warning("run %s of job %s attempt %d: delivery failed: %s", run_id, job.id, run.attempt, error,
+                        extra=fields)
         # Group commit batches these reports with everything else in flight.
         # A report that cannot be written (overload) is given up: the lease
         # runs out and the run is delivered again (at least once).

@@ -27,6 +27,7 @@ from tempo.engine.commands import Command, encode_entry
 from tempo.engine.commit import Waiter
 from tempo.engine.raftlog import RaftLog
 from tempo.engine.store import Changes, Outcome, Store
+from tempo.metrics import COUNT_BUCKETS, Histogram
 from tempo.raft import (
     ConfChange,
     ConfChangeRejected,
@@ -102,6 +103,11 @@ class Replica:
         self.commit_seconds_sum = 0.0
         self.write_seconds_sum = 0.0
         self.readies = 0
+        # Commands per entry this node proposed, log entries per Ready
+        # written, and how often the known leader changed (for /metrics).
+        self.entry_commands = Histogram(COUNT_BUCKETS)
+        self.ready_entries = Histogram(COUNT_BUCKETS)
+        self.leader_changes = 0
 
     # -- the Committer face ----------------------------------------------------------
 
@@ -221,6 +227,7 @@ class Replica:
                 self._fail([w for _, w in batch], errors.Overloaded("too many writes in flight; retry shortly"))
                 continue
             self._proposed[index] = (self.node.term, [w for _, w in batch])
+            self.entry_commands.observe(len(batch))
             self._proposed_at[index] = trio.current_time()
 
     async def _handle(self, rd: Ready) -> None:
@@ -238,6 +245,8 @@ class Replica:
         results = await trio.to_thread.run_sync(self._write, rd, not split, limiter=self._limiter)
         self.write_seconds_sum += trio.current_time() - started
         self.readies += 1
+        if rd.entries:
+            self.ready_entries.observe(len(rd.entries))
         self.raft_log.committed(rd.hard_state, rd.entries, rd.snapshot, rd.compaction)
         if not early and rd.messages:
             self.send(rd.messages)
@@ -324,6 +333,8 @@ class Replica:
             "%s: %s in term %d (leader: %s)",
             self.name_of(self.node.id), phase.value, self.node.term, self.name_of(leader_id) if leader_id else "none",
         )
+        if leader_id and leader_id != self.leader_id:
+            self.leader_changes += 1
         self.phase = phase
         self.leader_id = leader_id
         for callback in self.on_phase:

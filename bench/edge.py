@@ -1,0 +1,192 @@
+"""The edge under abuse: what a flood of connections, oversized bodies and
+stalled bodies costs one node, and what /metrics costs to scrape.
+
+    .venv/bin/python bench/edge.py [--connections N] [--bodies N] [--stalled N]
+
+Starts its own server (temporary data dir, free port) with small edge limits
+(`[http]` in a config file: 256 connections, 128 requests in flight, body
+read timeout 2 s), then prints, for each kind of abuse, what the clients got,
+how long it took, the server's resident memory before and after, and the
+latency of `GET /healthz` from a well-behaved client meanwhile (one
+keep-alive connection, opened before the abuse starts).
+"""
+
+import argparse
+import os
+import socket
+import statistics
+import sys
+import tempfile
+import threading
+import time
+
+import httpx
+
+sys.path.insert(0, os.path.dirname(__file__))
+from _server import Server, table  # noqa: E402
+
+CONFIG = "[http]\nconnections_max = 256\nrequests_in_flight_max = 128\nlong_polls_max = 64\nbody_read_timeout_s = 2.0\n"
+
+
+def status_of(sock: socket.socket) -> int | None:
+    """The status of the first answer on `sock`, or None if it closed first."""
+    buffer = b""
+    while b"\r\n" not in buffer:
+        try:
+            chunk = sock.recv(4096)
+        except (ConnectionResetError, TimeoutError):
+            return None
+        if not chunk:
+            return None
+        buffer += chunk
+    return int(buffer.split(b" ", 2)[1])
+
+
+class Prober:
+    """GET /healthz every 20 ms from one keep-alive client, in a thread."""
+
+    def __init__(self, url: str):
+        self.url = url
+        self.latencies_s: list[float] = []
+        self.failures = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run)
+
+    def __enter__(self) -> "Prober":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        with httpx.Client(base_url=self.url, timeout=5.0) as client:
+            while not self._stop.is_set():
+                started = time.perf_counter()
+                try:
+                    ok = client.get("/healthz").status_code == 200
+                except httpx.HTTPError:
+                    ok = False
+                if ok:
+                    self.latencies_s.append(time.perf_counter() - started)
+                else:
+                    self.failures += 1
+                time.sleep(0.02)
+
+    def summary(self) -> str:
+        if not self.latencies_s:
+            return f"no answer ({self.failures} failures)"
+        ordered = sorted(self.latencies_s)
+        p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+        return f"p50 {statistics.median(ordered) * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms, {self.failures} failed"
+
+
+def flood_connections(server: Server, count: int) -> tuple:
+    started = time.perf_counter()
+    sockets = [socket.create_connection(("127.0.0.1", server.port), timeout=5) for _ in range(count)]
+    took_s = time.perf_counter() - started
+    time.sleep(0.5)  # refusals are sent at once; what has none by now is held
+    refused = 0
+    for sock in sockets:
+        sock.setblocking(False)
+        try:
+            refused += status_of(sock) == 503
+        except BlockingIOError:
+            pass
+    for sock in sockets:
+        sock.close()
+    return f"{count} idle connections", f"{refused} got 503, {count - refused} held", took_s
+
+
+def oversized_bodies(server: Server, count: int) -> tuple:
+    size = 8 << 20
+    head = f"POST /v1/jobs HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {size}\r\n\r\n"
+    statuses: list[int | None] = []
+
+    def one() -> None:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+            try:
+                sock.sendall(head.encode())
+                for _ in range(8):
+                    sock.sendall(b"x" * (1 << 20))
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+            statuses.append(status_of(sock))
+
+    started = time.perf_counter()
+    threads = [threading.Thread(target=one) for _ in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    took_s = time.perf_counter() - started
+    return f"{count} bodies of 8 MiB at once", f"{statuses.count(413)} got 413", took_s
+
+
+def stalled_bodies(server: Server, count: int) -> tuple:
+    head = b"POST /v1/jobs HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{"
+    started = time.perf_counter()
+    sockets = []
+    for _ in range(count):
+        sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+        sock.sendall(head)
+        sockets.append(sock)
+    statuses = [status_of(sock) for sock in sockets]
+    took_s = time.perf_counter() - started
+    for sock in sockets:
+        sock.close()
+    got = ", ".join(f"{statuses.count(s)} got {s}" for s in sorted(set(statuses), key=str))
+    return f"{count} stalled bodies", got, took_s
+
+
+def scrape(server: Server, count: int) -> tuple:
+    with httpx.Client(base_url=server.url, timeout=10.0) as client:
+        client.post("/v1/jobs/batch", json={"jobs": [
+            {"target": f"queue:q{i % 8}", "schedule": {"at": "2031-01-01T00:00:00Z"}} for i in range(1000)
+        ]})
+        took = []
+        for _ in range(count):
+            started = time.perf_counter()
+            size = len(client.get("/metrics").content)
+            took.append(time.perf_counter() - started)
+    took.sort()
+    return f"{count} scrapes of /metrics", f"{size} bytes, p50 {statistics.median(took) * 1000:.2f} ms", sum(took)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--connections", type=int, default=400)
+    parser.add_argument("--bodies", type=int, default=16)
+    parser.add_argument("--stalled", type=int, default=100)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as root:
+        config = os.path.join(root, "tempo.toml")
+        with open(config, "w") as f:
+            f.write(CONFIG)
+        server = Server(os.path.join(root, "data"))
+        server.cluster_args = ["--config", config]  # spawn passes these on
+        server.start()
+        rows = []
+        try:
+            for step in (
+                lambda: flood_connections(server, args.connections),
+                lambda: oversized_bodies(server, args.bodies),
+                lambda: stalled_bodies(server, args.stalled),
+                lambda: scrape(server, 200),
+            ):
+                before = server.rss_mib()
+                with Prober(server.url) as prober:
+                    time.sleep(0.2)  # the prober's keep-alive connection is open before the abuse
+                    what, got, took_s = step()
+                    time.sleep(0.2)
+                rows.append((what, got, f"{took_s:.2f}", f"{before:.0f} -> {server.rss_mib():.0f}", prober.summary()))
+            assert server.running(), "the server died"
+        finally:
+            server.stop()
+    print(table(rows, ("abuse", "answers", "s", "RSS MiB", "/healthz meanwhile")))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,235 @@
+"""Limits at the edge, against a real `tempo serve` started with small ones
+(docs/operations.md "Limits"): each over-limit request gets its documented
+answer, and the server keeps serving everyone else afterwards."""
+
+import json
+import re
+import socket
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from conftest import Server, unique
+
+CONNECTIONS_MAX = 24
+REQUESTS_MAX = 4
+LONG_POLLS_MAX = 2
+BODY_READ_TIMEOUT_S = 3.0
+CONFIG = f"""
+[http]
+connections_max = {CONNECTIONS_MAX}
+requests_in_flight_max = {REQUESTS_MAX}
+long_polls_max = {LONG_POLLS_MAX}
+body_read_timeout_s = {BODY_READ_TIMEOUT_S}
+"""
+
+
+@pytest.fixture(scope="module")
+def edge(tmp_path_factory: pytest.TempPathFactory):
+    root = tmp_path_factory.mktemp("edge")
+    (root / "tempo.toml").write_text(CONFIG)
+    srv = Server(root / "data", extra_args=("--config", str(root / "tempo.toml")))
+    try:
+        yield srv.start()
+    finally:
+        srv.cleanup()
+
+
+@pytest.fixture(scope="module")
+def client(edge: Server):
+    with httpx.Client(base_url=edge.url, timeout=30.0) as c:
+        yield c
+
+
+def raw(port: int, data: bytes, *, stall_s: float | None = None, read_s: float = 10.0) -> tuple[int, dict, bytes]:
+    """Sends `data` on a fresh connection (then waits without sending more
+    while `stall_s`), and reads one answer: (status, headers, body)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=read_s) as sock:
+        try:
+            sock.sendall(data)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the server answered and closed while this was sending
+        return read_answer(sock)
+
+
+def read_answer(sock: socket.socket) -> tuple[int, dict, bytes]:
+    buffer = b""
+    while b"\r\n\r\n" not in buffer:
+        chunk = sock.recv(65536)
+        assert chunk, f"the connection closed without an answer: {buffer!r}"
+        buffer += chunk
+    head, _, body = buffer.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split()[1])
+    headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
+    length = int(headers.get("content-length", "0"))
+    while len(body) < length:
+        chunk = sock.recv(65536)
+        assert chunk, "the connection closed in the middle of the answer"
+        body += chunk
+    return status, headers, body
+
+
+def problem(headers: dict, body: bytes) -> dict:
+    assert headers["content-type"] == "application/problem+json"
+    return json.loads(body)
+
+
+def metric(client: httpx.Client, name: str) -> float:
+    text = client.get("/metrics").text
+    found = re.search(rf"^{name} (\S+)$", text, re.M)
+    assert found, f"{name} not in /metrics"
+    return float(found.group(1))
+
+
+def wait_for(predicate, timeout_s: float = 10.0) -> None:
+    deadline_s = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline_s, "timed out"
+        time.sleep(0.05)
+
+
+def rss_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+def still_serves(client: httpx.Client) -> None:
+    assert client.get("/healthz").status_code == 200
+    created = client.post("/v1/jobs", json={"target": f"queue:{unique('q')}", "schedule": {"at": "2030-01-01T00:00:00Z"}})
+    assert created.status_code == 201, created.text
+
+
+def test_headers_over_the_bound_are_431_problem_json(edge, client):
+    # One read: hypercorn parses it whole, tempo's own check answers.
+    answer = client.get("/v1/jobs", headers={"x-filler": "a" * (17 << 10)})
+    assert answer.status_code == 431
+    assert answer.headers["content-type"] == "application/problem+json"
+    assert answer.json()["type"] == "too_large"
+    # Far over: h11 refuses it while buffering, before any of tempo runs.
+    status, headers, body = raw(edge.port, b"GET /healthz HTTP/1.1\r\nhost: x\r\nx-filler: " + b"a" * (200 << 10) + b"\r\n\r\n")
+    assert status == 431 and problem(headers, body)["type"] == "too_large"
+    assert headers["connection"] == "close"
+    # Just under the bound is fine.
+    assert client.get("/healthz", headers={"x-filler": "a" * (12 << 10)}).status_code == 200
+    still_serves(client)
+
+
+def test_a_body_over_the_bound_is_413_and_memory_stays_bounded(edge, client):
+    before = rss_bytes(edge.pid)
+    size = 64 << 20
+    head = f"POST /v1/jobs HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {size}\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", edge.port), timeout=30) as sock:
+        sock.sendall(head.encode())
+        chunk = b"x" * (1 << 20)
+        sent = 0
+        try:
+            while sent < size:
+                sock.sendall(chunk)
+                sent += len(chunk)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        status, headers, body = read_answer(sock)
+    assert status == 413 and problem(headers, body)["type"] == "too_large"
+    assert sent < size, "the server read the whole 64 MiB instead of stopping at the bound"
+    assert rss_bytes(edge.pid) - before < 16 << 20
+    still_serves(client)
+
+
+def test_a_stalled_body_is_408_after_the_read_timeout(edge, client):
+    started = time.monotonic()
+    status, headers, body = raw(
+        edge.port,
+        b"POST /v1/jobs HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{\"tar",
+    )
+    waited_s = time.monotonic() - started
+    assert status == 408 and problem(headers, body)["type"] == "request_timeout"
+    assert BODY_READ_TIMEOUT_S - 0.5 <= waited_s <= BODY_READ_TIMEOUT_S + 5
+    still_serves(client)
+
+
+def _long_poll(url: str, queue: str, wait_s: float, out: list) -> None:
+    with httpx.Client(base_url=url, timeout=30.0) as c:
+        out.append(c.post("/v1/claim", json={"worker": "w", "queues": [queue], "wait_s": wait_s}))
+
+
+def test_long_polls_over_the_bound_are_503_and_short_polls_still_pass(edge, client):
+    queue = unique("q")
+    answers: list[httpx.Response] = []
+    pollers = [threading.Thread(target=_long_poll, args=(edge.url, queue, 4, answers)) for _ in range(LONG_POLLS_MAX)]
+    for t in pollers:
+        t.start()
+    wait_for(lambda: metric(client, "tempo_http_long_polls_in_flight") == LONG_POLLS_MAX)
+    over = client.post("/v1/claim", json={"worker": "w", "queues": [queue], "wait_s": 2})
+    assert over.status_code == 503 and over.headers["retry-after"] == "1"
+    assert over.json()["type"] == "overloaded"
+    events = client.get("/v1/events", params={"wait_s": 2})
+    assert events.status_code == 503 and events.json()["type"] == "overloaded"
+    # No wait, no long-poll slot needed.
+    assert client.post("/v1/claim", json={"worker": "w", "queues": [queue], "wait_s": 0}).status_code == 200
+    assert client.get("/v1/events").status_code == 200
+    for t in pollers:
+        t.join(timeout=30)
+    assert [a.status_code for a in answers] == [200] * LONG_POLLS_MAX
+    again = client.post("/v1/claim", json={"worker": "w", "queues": [queue], "wait_s": 0.2})
+    assert again.status_code == 200 and again.json() == {"runs": []}
+
+
+def _stalled_body(port: int, out: list) -> None:
+    head = b"POST /v1/jobs HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 50\r\n\r\n{"
+    out.append(raw(port, head))
+
+
+def test_requests_over_the_in_flight_bound_are_503_but_probes_pass(edge, client):
+    queue = unique("q")
+    polls: list[httpx.Response] = []
+    stalled: list[tuple] = []
+    threads = [threading.Thread(target=_long_poll, args=(edge.url, queue, 2 * BODY_READ_TIMEOUT_S, polls))
+               for _ in range(LONG_POLLS_MAX)]
+    threads += [threading.Thread(target=_stalled_body, args=(edge.port, stalled))
+                for _ in range(REQUESTS_MAX - LONG_POLLS_MAX)]
+    for t in threads:
+        t.start()
+    wait_for(lambda: metric(client, "tempo_http_requests_in_flight") == REQUESTS_MAX)
+    over = client.get("/v1/jobs")
+    assert over.status_code == 503 and over.json()["type"] == "overloaded"
+    assert over.headers["retry-after"] == "1"
+    assert client.get("/healthz").status_code == 200
+    assert client.get("/readyz").status_code == 200
+    for t in threads:
+        t.join(timeout=30)
+    assert sorted(status for status, _, _ in stalled) == [408] * (REQUESTS_MAX - LONG_POLLS_MAX)
+    assert [p.status_code for p in polls] == [200] * LONG_POLLS_MAX
+    assert metric(client, "tempo_http_requests_in_flight") == 0
+    still_serves(client)
+
+
+def test_connections_over_the_bound_are_503_and_closed(edge, client):
+    client.close()  # none of this test's own connections stay open
+    sockets = [socket.create_connection(("127.0.0.1", edge.port), timeout=5) for _ in range(CONNECTIONS_MAX + 6)]
+    refused = 0
+    try:
+        for sock in sockets:
+            sock.settimeout(0.3)
+            try:
+                status, headers, body = read_answer(sock)
+            except TimeoutError:
+                continue  # accepted: it waits for a request
+            assert status == 503 and problem(headers, body)["type"] == "overloaded"
+            assert headers["retry-after"] == "1" and headers["connection"] == "close"
+            assert sock.recv(1) == b""  # and closed
+            refused += 1
+    finally:
+        for sock in sockets:
+            sock.close()
+    assert refused >= 6
+    with httpx.Client(base_url=edge.url, timeout=10.0) as fresh:
+        wait_for(lambda: fresh.get("/healthz").status_code == 200)
+        assert metric(fresh, "tempo_http_connections_refused_total") >= 6
+        still_serves(fresh)
+
