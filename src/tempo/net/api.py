@@ -645,24 +645,18 @@ class Api:
         """Per owner: runs in flight, runs held back by a limit, and creates
         refused with 429 (docs/operations.md "Fairness between owners")."""
         d = self.dispatcher
-        lines = [
-            "# HELP tempo_owner_runs_in_flight Runs claimed and not finished, by owner (leader only).",
-            "# TYPE tempo_owner_runs_in_flight gauge",
-        ]
-        lines += [f'tempo_owner_runs_in_flight{{owner="{_label(o)}"}} {n}' for o, n in sorted(d.in_flight.items())]
-        lines += [
-            "# HELP tempo_owner_runs_held Runs due but held back by the owner's limits, by owner.",
-            "# TYPE tempo_owner_runs_held gauge",
-        ]
-        lines += [f'tempo_owner_runs_held{{owner="{_label(o)}"}} {n}' for o, n in sorted(d.held_back().items())]
-        lines += [
-            "# HELP tempo_owner_creates_rate_limited_total Create requests refused with 429, by owner.",
-            "# TYPE tempo_owner_creates_rate_limited_total counter",
-        ]
-        lines += [
-            f'tempo_owner_creates_rate_limited_total{{owner="{_label(o)}"}} {n}'
-            for o, n in sorted(self.rate_limited.items())
-        ]
+        series = (
+            ("tempo_owner_runs_in_flight", "gauge", "Runs claimed and not finished, by owner (leader only).",
+             d.in_flight),
+            ("tempo_owner_runs_held", "gauge", "Runs due but held back by the owner's limits, by owner.",
+             d.held_back()),
+            ("tempo_owner_creates_rate_limited_total", "counter", "Create requests refused with 429, by owner.",
+             self.rate_limited),
+        )
+        lines: list[str] = []
+        for name, kind, text, by_owner in series:
+            lines += prom.head(name, kind, text)
+            lines += [prom.sample(name, n, {"owner": owner}) for owner, n in sorted(by_owner.items())]
         return lines
 
     def _dispatch_metrics(self) -> list[str]:
@@ -691,11 +685,6 @@ class Api:
             f"tempo_claim_lateness_seconds_count {total}",
         ]
         return lines
-
-
-def _label(value: str) -> str:
-    """A Prometheus label value: backslash, quote and newline escaped."""
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 def _bind(handler: Callable, arg: str) -> Callable:
