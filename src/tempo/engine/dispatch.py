@@ -13,6 +13,7 @@ import heapq
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import trio
 
@@ -61,8 +62,7 @@ class Lease:
     owner: str
 
 
-@dataclass(slots=True)
-class ClaimedRun:
+class ClaimedRun(NamedTuple):
     run: Run
     job: Job
 
