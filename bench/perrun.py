@@ -7,7 +7,8 @@
 
 A Store, Committer, Jobs, Dispatcher and Api wired as `tempo serve` wires them
 (on a temporary directory, fsync on), `--jobs` one-off runs all due at one
-instant, claimed `--batch` at a time through `Api.claim` and reported in
+instant (created inside the read-ahead window as in bench/spike.py, or with
+`--reload` read from the runs table by the loader), claimed `--batch` at a time through `Api.claim` and reported in
 batches of `--batch` through `Api.results`, both with MessagePack bodies as the
 workers send them. HTTP (hypercorn, h11) is not in it: this measures what
 tempo's own code costs, which is the part tempo can cut.
@@ -180,7 +181,7 @@ async def _create(jobs: Jobs, count: int, batch: int) -> None:
 
 
 async def one_round(
-    count: int, batch: int, profile: cProfile.Profile | None, apply_profile: cProfile.Profile | None
+    count: int, batch: int, reload: bool, profile: cProfile.Profile | None, apply_profile: cProfile.Profile | None
 ) -> dict[tuple[str, str], float]:
     meter = Meter()
     now = Clock(T0_MS - 60_000)
@@ -195,10 +196,21 @@ async def one_round(
         gc.callbacks.append(gc_callback)
         async with trio.open_nursery() as nursery:
             await nursery.start(committer.run)
-            await _create(jobs, count, batch)
-            now.now = T0_MS + 1
-            dispatcher.reset()
-            dispatcher.load(now.now)
+            if reload:
+                # Created long before (a schedule's next run, a restart): the
+                # loader reads them from the runs table.
+                await _create(jobs, count, batch)
+                now.now = T0_MS + 1
+                dispatcher.reset()
+                dispatcher.load(now.now)
+            else:
+                # Created inside the read-ahead window, as in the spike
+                # benchmark: the change feed puts them in the wheel.
+                now.now = T0_MS - 10_000
+                dispatcher.reset()
+                dispatcher.load(now.now)
+                await _create(jobs, count, batch)
+                now.now = T0_MS + 1
             dispatcher.tick(now.now)
             claimed = reported = 0
             claim_req = {"worker": "w1", "queues": ["work"], "max_runs": batch, "wait_s": 0}
@@ -244,6 +256,9 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=25_000)
     ap.add_argument("--batch", type=int, default=1000, help="runs per claim and per results request")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--reload", action="store_true",
+                    help="create the runs a minute ahead and load them from the table (as a schedule's runs,"
+                         " or after a restart), not inside the read-ahead window (as bench/spike.py)")
     ap.add_argument("--profile", default=None,
                     help="write cProfiles of the last round: the trio thread here, the commit thread's apply"
                          " beside it (`.apply` appended)")
@@ -252,11 +267,12 @@ def main() -> None:
     for i in range(args.rounds):
         profile = cProfile.Profile() if args.profile and i == args.rounds - 1 else None
         apply_profile = cProfile.Profile() if profile is not None else None
-        per_round.append(trio.run(one_round, args.jobs, args.batch, profile, apply_profile))
+        per_round.append(trio.run(one_round, args.jobs, args.batch, args.reload, profile, apply_profile))
         if profile is not None and apply_profile is not None:
             profile.dump_stats(args.profile)
             apply_profile.dump_stats(args.profile + ".apply")
-    print(f"server CPU per run, µs (median of {args.rounds} rounds; N = {args.jobs:,}, batches of {args.batch})")
+    how = "loaded from the table" if args.reload else "created inside the read-ahead window"
+    print(f"server CPU per run, µs (median of {args.rounds} rounds; N = {args.jobs:,}, batches of {args.batch}; {how})")
     print(f"{'path':<8}" + "".join(f"{p:>10}" for p in (*PHASES, "total", "(gc)")))
     for path in ("claim", "result"):
         cells = [statistics.median(r.get((path, p), 0.0) for r in per_round) * 1e6 for p in (*PHASES, "total", "gc")]
