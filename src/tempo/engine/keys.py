@@ -23,7 +23,7 @@ _SEQ = struct.Struct(">Q")
 RUN_KEY_BYTES = _RUN.size
 # Offsets of the due ms and of (job ID, nominal ms) in a runs key.
 _DUE = struct.Struct(">Q")
-_DUE_AT = 5
+DUE_AT = 5  # the due ms, then the job ID and nominal ms: the order within a minute that matters
 _SLOT = struct.Struct(">26sQ")
 _SLOT_AT = 13
 _NOMINAL_AT = 39
@@ -63,7 +63,7 @@ def parse_run_key(key: bytes) -> tuple[int, int, int, str, int]:
 
 def due_of(key: bytes) -> int:
     """The due ms of a runs key (`parse_run_key(key)[2]`), without the rest."""
-    return _DUE.unpack_from(key, _DUE_AT)[0]
+    return _DUE.unpack_from(key, DUE_AT)[0]
 
 
 def nominal_of(key: bytes) -> int:

@@ -307,7 +307,12 @@ class Store:
 
     def scan_minute(self, minute: int, lo_ms: int, hi_ms: int) -> list[tuple[bytes, Run, Job]]:
         """Open runs of one due minute with due time in [lo_ms, hi_ms), across
-        its 64 shards, with their jobs."""
+        its 64 shards, with their jobs; by due time, then job ID (not by
+        shard): runs due in one instant are claimed in that order, so a
+        batch of claims, and later of results, touches neighbouring rows of
+        the jobs, runs-by-job and history tables rather than pages all over
+        them (fewer pages for each commit to write). Decoded in that order
+        too, so the dispatcher walks its memory in the order it was made."""
         out: list[tuple[bytes, Run, Job]] = []
         with self.env.begin() as txn:
             cur = txn.cursor(db=self.db["runs"])
@@ -316,11 +321,17 @@ class Store:
             prefix = keys.minute_prefix(minute)
             if not cur.set_range(prefix):
                 return out
+            rows: list[tuple[bytes, bytes]] = []
             for key, value in cur:
                 if not key.startswith(prefix):
                     break
+                if lo_ms <= keys.due_of(key) < hi_ms:
+                    rows.append((key, value))
+            rows.sort(key=_after_shard)
+            for key, value in rows:
                 run = _run_dec.decode(value)
-                if run.status not in _OPEN or not lo_ms <= run.due_ms < hi_ms:
+                assert run.due_ms == keys.due_of(key), "a run's row is at its due time"
+                if run.status not in _OPEN:
                     continue
                 job = jobs.get(run.job_id)
                 if job is None:
@@ -917,6 +928,11 @@ class _Tx:
 
 def _first(row: tuple) -> int:
     return row[0]
+
+
+def _after_shard(row: tuple) -> bytes:
+    """A row's runs key from its due time on: (due ms, job ID, nominal ms)."""
+    return row[0][keys.DUE_AT :]
 
 
 def _by_job_desc(cur: lmdb.Cursor, head: bytes, job_id: str, lower_ms: int, upper_ms: int) -> Iterator[tuple[int, bytes]]:
