@@ -3,7 +3,7 @@
 import msgspec
 
 from tempo import ids
-from tempo.engine.jobs import claimed_views, run_view
+from tempo.engine.jobs import claimed_view, run_view
 from tempo.engine.records import Job, Run, Schedule
 
 T0_MS = 1_800_000_000_000
@@ -22,7 +22,7 @@ def test_claimed_views_are_run_views_with_the_jobs_target_payload_and_lease():
         Run(j.id, T0_MS + 1, T0_MS + 1, "done", 1, "w2", None, T0_MS + 5, T0_MS + 9, "out", "err", True),
         Run(j.id, T0_MS + 2, T0_MS + 2, "waiting"),
     ]
-    views = claimed_views([(run, j) for run in runs])
+    views = [claimed_view(run, j) for run in runs]
     assert len(views) == len(runs)
     for run, view in zip(runs, views, strict=True):
         fields = msgspec.structs.asdict(view)

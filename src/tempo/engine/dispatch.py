@@ -12,7 +12,7 @@ import bisect
 import heapq
 from collections import Counter, deque
 from collections.abc import Callable
-from typing import NamedTuple
+from dataclasses import dataclass
 
 import msgspec
 import trio
@@ -65,7 +65,8 @@ class Lease(msgspec.Struct, gc=False):
     owner: str
 
 
-class ClaimedRun(NamedTuple):
+@dataclass(slots=True)
+class ClaimedRun:
     run: Run
     job: Job
 
@@ -559,7 +560,9 @@ class Dispatcher:
 
     async def report(self, owner: str | None, results: list[Result]) -> list[Run | errors.TempoError]:
         outcomes = await self.committer.submit(ReportResults(self.now_ms(), owner, results))
-        self.counters.update([o.status for o in outcomes if isinstance(o, Run)])  # type: ignore[union-attr]
+        for outcome in outcomes:  # type: ignore[union-attr]
+            if isinstance(outcome, Run):
+                self.counters[outcome.status] += 1
         return outcomes  # type: ignore[return-value]
 
 

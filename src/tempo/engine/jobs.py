@@ -9,7 +9,7 @@ import functools
 import hashlib
 import os
 import urllib.parse
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -267,32 +267,28 @@ def run_view(run: Run) -> RunOut:
     return RunOut(*_run_fields(run))
 
 
-def claimed_views(claimed: Iterable[tuple[Run, Job]]) -> list[ClaimedRunOut]:
-    """The claim answer's runs: `run_view`'s fields and the job's target,
-    payload and lease. A claim answers with up to 1,000 runs, so the calls
-    per run are spelled out here rather than made through `_run_fields`."""
+def claimed_view(run: Run, job: Job) -> ClaimedRunOut:
+    """`run_view`'s fields and the job's target, payload and lease. A claim
+    answers with up to 1,000 of these, so the fields are spelled out here
+    rather than gathered through `_run_fields` and `iso_or_none`."""
     iso = clock.iso_from_ms
-    run_id = ids.run_id
-    return [
-        ClaimedRunOut(
-            run_id(run.job_id, run.nominal_ms),
-            run.job_id,
-            iso(run.nominal_ms),
-            iso(run.due_ms),
-            run.status,
-            run.attempt,
-            run.worker,
-            None if run.lease_expires_ms is None else iso(run.lease_expires_ms),
-            None if run.started_ms is None else iso(run.started_ms),
-            None if run.finished_ms is None else iso(run.finished_ms),
-            run.output,
-            run.error,
-            job.target,
-            job.payload,
-            job.lease_s,
-        )
-        for run, job in claimed
-    ]
+    return ClaimedRunOut(
+        ids.run_id(run.job_id, run.nominal_ms),
+        run.job_id,
+        iso(run.nominal_ms),
+        iso(run.due_ms),
+        run.status,
+        run.attempt,
+        run.worker,
+        None if run.lease_expires_ms is None else iso(run.lease_expires_ms),
+        None if run.started_ms is None else iso(run.started_ms),
+        None if run.finished_ms is None else iso(run.finished_ms),
+        run.output,
+        run.error,
+        job.target,
+        job.payload,
+        job.lease_s,
+    )
 
 
 # -- the service -------------------------------------------------------------------

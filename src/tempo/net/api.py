@@ -389,7 +389,7 @@ class Api:
             raise errors.Forbidden(f"this token may claim only from {sorted(allowed)}")
         queues = self._queues(request, body.queues)
         claimed = await self.dispatcher.claim(queues, body.worker, body.max_runs, body.wait_s)
-        return encode(request, ClaimOut(jobviews.claimed_views(claimed)))
+        return encode(request, ClaimOut([jobviews.claimed_view(c.run, c.job) for c in claimed]))
 
     async def heartbeat(self, request: Request, run_id: str) -> Response:
         body = decode(request, _heartbeat)
