@@ -30,6 +30,14 @@ def test_run_key_round_trip(job_id, nominal, due):
     assert key.startswith(keys.minute_prefix(keys.minute_of(due)))
 
 
+@given(job_ids, millis, millis)
+def test_run_key_fields_read_alone_match_the_whole_parse(job_id, nominal, due):
+    key = keys.run_key(job_id, nominal, due)
+    assert keys.due_of(key) == due
+    assert keys.nominal_of(key) == nominal
+    assert keys.slot_of(key) == (job_id, nominal)
+
+
 @given(st.lists(st.tuples(job_ids, millis, millis), min_size=2, max_size=20))
 def test_run_key_order_is_minute_shard_due_job_nominal(rows):
     by_bytes = sorted(rows, key=lambda r: keys.run_key(*r))

@@ -6,7 +6,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from tempo import errors, ids
+from tempo import clock, errors, ids
 from tempo.engine import keys
 from tempo.engine.commands import (
     CreateJobs,
@@ -222,3 +222,15 @@ def test_list_jobs_newest_first_with_cursor(store):
         page, cursor = store.list_jobs(OWNER, 2, cursor)
         seen += [j.id for j in page]
     assert seen == [m.job.id for m in reversed(made)]
+
+
+def test_scan_minute_answers_runs_by_due_time_then_job_id_not_by_shard(store):
+    maker = Jobs(None, None)  # type: ignore[arg-type] - new_job needs neither
+    due_ms = [T0 + 5_000, T0 + 1_000, T0 + 5_000, T0 + 1_000] * 10
+    made = [new_job(maker, T0 - 60_000 + i, schedule={"at": clock.iso_from_ms(d)}) for i, d in enumerate(due_ms)]
+    Log(store).apply(CreateJobs(T0 - 60_000, made))
+    assert len({ids.shard_of(m.job.id) for m in made}) > 10  # the table holds them shard by shard
+    found = store.scan_minute(keys.minute_of(T0), T0, T0 + 60_000)
+    order = [(run.due_ms, run.job_id) for _, run, _ in found]
+    assert len(order) == len(made)
+    assert order == sorted((m.first_due_ms, m.job.id) for m in made)

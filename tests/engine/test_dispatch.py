@@ -296,3 +296,15 @@ async def test_a_claimed_run_not_loaded_yet_keeps_its_heartbeat(node, fast_clock
     assert abs(node.dispatcher.heartbeat(OWNER, run_id, 1) - (fake_now_ms() + 30_000)) <= 50
     with pytest.raises(errors.StaleAttempt):
         node.dispatcher.heartbeat(OWNER, run_id, 2)
+
+
+async def test_claim_lateness_falls_in_the_first_bucket_whose_bound_it_does_not_exceed(node, fast_clock):
+    from tempo.engine.dispatch import LATENESS_BUCKETS_S
+
+    d = node.dispatcher
+    d._observe_lateness([-0.5, 0.0, 0.01, 0.0100001, 1.0, 60.0, 60.5, 1e9])
+    expected = [0] * (len(LATENESS_BUCKETS_S) + 1)
+    for i in (0, 0, 0, 1, LATENESS_BUCKETS_S.index(1.0), len(LATENESS_BUCKETS_S) - 1, -1, -1):
+        expected[i] += 1
+    assert d.lateness_buckets == expected
+    assert d.lateness_sum_s == pytest.approx(0.01 + 0.0100001 + 1.0 + 60.0 + 60.5 + 1e9)  # early counts as 0

@@ -8,12 +8,14 @@ extended in memory by heartbeats, never written per heartbeat. Every change of
 state goes through a command, so the tables stay the truth.
 """
 
+import bisect
 import heapq
 import logging
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import msgspec
 import trio
 
 from tempo import clock, errors, ids, limits
@@ -54,8 +56,11 @@ def is_http(queue: str) -> bool:
     return queue.endswith(f"\x00{HTTP_QUEUE}")
 
 
-@dataclass(slots=True)
-class Lease:
+class Lease(msgspec.Struct, gc=False):
+    """A claimed run's lease, one per run in flight (100,000 in a big spike):
+    untracked by the cycle collector, like the records (records.py), since
+    it holds only numbers and a string."""
+
     attempt: int
     expires_ms: int
     lease_s: int
@@ -176,8 +181,7 @@ class Dispatcher:
                 self.queue_of[runs_key] = (queue_key(job), job)
                 self.wheel.add(runs_key, run.due_ms)
         for runs_key in changes.gone:
-            _, _, _, job_id, nominal_ms = keys.parse_run_key(runs_key)
-            self._drop_lease((job_id, nominal_ms))
+            self._drop_lease(keys.slot_of(runs_key))
         if changes.event_owners:
             self.events_changed.set()
             self.events_changed = trio.Event()
@@ -459,15 +463,21 @@ class Dispatcher:
         jobs: dict[str, Job] = {}
         claims: list[Claim] = []
         for runs_key, loaded_job in taken:
-            _, _, _, job_id, nominal_ms = keys.parse_run_key(runs_key)
+            # The job a run was remembered with is its own (`queue_of`), so
+            # its ID is the one in the runs key.
+            job_id = loaded_job.id
+            nominal_ms = keys.nominal_of(runs_key)
             job = jobs.get(job_id)
             if job is None:
                 job = self.store.get_job_any(job_id) if loaded_job.schedule.repeating else loaded_job
                 if job is None:
                     continue
                 jobs[job_id] = job
-            claim = Claim(job_id, nominal_ms, at_ms + job.lease_s * 1000, one_off=not job.schedule.repeating)
-            if job.schedule.repeating and job.state == "active" and job.slot_ms == nominal_ms:
+            if not job.schedule.repeating:
+                claims.append(Claim(job_id, nominal_ms, at_ms + job.lease_s * 1000, one_off=True))
+                continue
+            claim = Claim(job_id, nominal_ms, at_ms + job.lease_s * 1000)
+            if job.state == "active" and job.slot_ms == nominal_ms:
                 nxt = next_slot_after_claim(job, nominal_ms, at_ms)
                 if nxt is not None:
                     claim.next_slot_ms, claim.next_due_ms = nxt
@@ -477,24 +487,26 @@ class Dispatcher:
             return []
         outcomes = await self.committer.submit(ClaimRuns(at_ms, worker, claims))
         claimed: list[ClaimedRun] = []
+        lateness_s: list[float] = []
         for claim, run in zip(claims, outcomes, strict=True):  # type: ignore[arg-type]
             if run is None:
                 continue
             job = jobs[claim.job_id]
             self._grant(job.owner, run.job_id, run.nominal_ms, run.attempt, claim.lease_expires_ms, job.lease_s)
-            self._observe_lateness((at_ms - run.due_ms) / 1000)
+            lateness_s.append((at_ms - run.due_ms) / 1000)
             claimed.append(ClaimedRun(run, job))
+        self._observe_lateness(lateness_s)
         self.counters["claimed"] += len(claimed)
         return claimed
 
-    def _observe_lateness(self, lateness_s: float) -> None:
-        lateness_s = max(lateness_s, 0.0)
-        self.lateness_sum_s += lateness_s
-        for i, bound in enumerate(LATENESS_BUCKETS_S):
-            if lateness_s <= bound:
-                self.lateness_buckets[i] += 1
-                return
-        self.lateness_buckets[-1] += 1
+    def _observe_lateness(self, lateness_s: list[float]) -> None:
+        """Counts claim lateness into the histogram: bucket i holds
+        lateness ≤ LATENESS_BUCKETS_S[i] (the last, anything above)."""
+        buckets = self.lateness_buckets
+        for late_s in lateness_s:
+            late_s = max(late_s, 0.0)
+            self.lateness_sum_s += late_s
+            buckets[bisect.bisect_left(LATENESS_BUCKETS_S, late_s)] += 1
 
     # -- leases ------------------------------------------------------------------
 
@@ -505,10 +517,11 @@ class Dispatcher:
     def _put_lease(self, key: tuple[str, int], lease: Lease) -> None:
         """Every lease is a run of its owner in flight."""
         old = self.leases.get(key)
-        assert old is None or old.owner == lease.owner, "a run's owner never changes"
         self.leases[key] = lease
         if old is None:
             self.in_flight[lease.owner] += 1
+        else:
+            assert old.owner == lease.owner, "a run's owner never changes"
 
     def _drop_lease(self, key: tuple[str, int]) -> None:
         """The run finished, expired or was deleted: its owner's room frees."""
@@ -575,7 +588,7 @@ def log_failed_attempts(outcomes: list) -> None:
 
 
 def _due_of(runs_key: bytes) -> int:
-    return keys.parse_run_key(runs_key)[2]
+    return keys.due_of(runs_key)
 
 
 async def _wait_then_set(source: trio.Event, target: trio.Event) -> None:

@@ -12,6 +12,7 @@ can fall due in the same millisecond, and the suffix keeps their rows apart
 without changing the scan order.
 """
 
+import functools
 import struct
 
 from tempo import ids, limits
@@ -20,6 +21,13 @@ _RUN = struct.Struct(">IBQ26sQ")
 _NOMINAL = struct.Struct(">Q")
 _SEQ = struct.Struct(">Q")
 RUN_KEY_BYTES = _RUN.size
+# Offsets of the due ms and of (job ID, nominal ms) in a runs key.
+_DUE = struct.Struct(">Q")
+DUE_AT = 5  # the due ms, then the job ID and nominal ms: the order within a minute that matters
+_SLOT = struct.Struct(">26sQ")
+_SLOT_AT = 13
+_NOMINAL_AT = 39
+assert _SLOT_AT + _SLOT.size == RUN_KEY_BYTES and _NOMINAL_AT + _NOMINAL.size == RUN_KEY_BYTES
 JOB_KEY_BYTES = ids.ULID_CHARS
 
 
@@ -53,6 +61,23 @@ def parse_run_key(key: bytes) -> tuple[int, int, int, str, int]:
     return minute, shard, due_ms, "j_" + job.decode(), nominal_ms
 
 
+def due_of(key: bytes) -> int:
+    """The due ms of a runs key (`parse_run_key(key)[2]`), without the rest."""
+    return _DUE.unpack_from(key, DUE_AT)[0]
+
+
+def nominal_of(key: bytes) -> int:
+    """The nominal ms of a runs key, its last field."""
+    return _NOMINAL.unpack_from(key, _NOMINAL_AT)[0]
+
+
+def slot_of(key: bytes) -> tuple[str, int]:
+    """(job ID, nominal ms) of a runs key, without the rest: the dispatcher
+    names a run's lease by these."""
+    job, nominal_ms = _SLOT.unpack_from(key, _SLOT_AT)
+    return "j_" + job.decode(), nominal_ms
+
+
 def partition_prefix(minute: int, shard: int) -> bytes:
     """The first bytes of every runs key of one (minute, shard) partition."""
     return struct.pack(">IB", minute, shard)
@@ -75,7 +100,9 @@ def parse_by_job_key(key: bytes) -> tuple[str, int]:
     return job_id_of(key[:JOB_KEY_BYTES]), _NOMINAL.unpack(key[JOB_KEY_BYTES:])[0]
 
 
+@functools.lru_cache(maxsize=1024)
 def owner_prefix(owner: str) -> bytes:
+    """Cached: every event key of a batch of results starts with one owner's."""
     encoded = owner.encode()
     assert b"\x00" not in encoded
     return encoded + b"\x00"

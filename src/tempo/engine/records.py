@@ -3,6 +3,13 @@
 These are the engine's own shapes, apart from the API's: the API can grow
 without a storage migration, and a stored record never carries HTTP concerns.
 New fields are appended with defaults so older records still decode.
+
+`gc=False`: the dispatcher holds a job and a run for every run in its memory
+(100,000 in a big spike), and apply decodes thousands a batch; tracked by
+Python's cycle collector, each full collection walked them all. These
+records hold only decoded data (a payload is decoded JSON), so no reference
+cycle can run through them, which is what `gc=False` asks (msgspec docs,
+"Disabling Garbage Collection").
 """
 
 from typing import Any, Literal
@@ -13,7 +20,7 @@ JobState = Literal["active", "paused", "completed"]
 RunStatus = Literal["waiting", "claimed", "done", "failed", "cancelled"]
 
 
-class Schedule(msgspec.Struct, array_like=True, frozen=True):
+class Schedule(msgspec.Struct, array_like=True, frozen=True, gc=False):
     """Exactly one of `at_ms`, `cron`, `every_s` is set (checked at the edge)."""
 
     at_ms: int | None = None
@@ -27,7 +34,7 @@ class Schedule(msgspec.Struct, array_like=True, frozen=True):
         return self.at_ms is None
 
 
-class Job(msgspec.Struct, array_like=True):
+class Job(msgspec.Struct, array_like=True, gc=False):
     id: str
     owner: str
     name: str | None
@@ -47,7 +54,7 @@ class Job(msgspec.Struct, array_like=True):
     next_run_at_ms: int | None
 
 
-class Run(msgspec.Struct, array_like=True):
+class Run(msgspec.Struct, array_like=True, gc=False):
     job_id: str
     nominal_ms: int
     due_ms: int

@@ -323,7 +323,12 @@ class Store:
 
     def scan_minute(self, minute: int, lo_ms: int, hi_ms: int) -> list[tuple[bytes, Run, Job]]:
         """Open runs of one due minute with due time in [lo_ms, hi_ms), across
-        its 64 shards, with their jobs."""
+        its 64 shards, with their jobs; by due time, then job ID (not by
+        shard): runs due in one instant are claimed in that order, so a
+        batch of claims, and later of results, touches neighbouring rows of
+        the jobs, runs-by-job and history tables rather than pages all over
+        them (fewer pages for each commit to write). Decoded in that order
+        too, so the dispatcher walks its memory in the order it was made."""
         out: list[tuple[bytes, Run, Job]] = []
         with self.env.begin() as txn:
             cur = txn.cursor(db=self.db["runs"])
@@ -332,11 +337,17 @@ class Store:
             prefix = keys.minute_prefix(minute)
             if not cur.set_range(prefix):
                 return out
+            rows: list[tuple[bytes, bytes]] = []
             for key, value in cur:
                 if not key.startswith(prefix):
                     break
+                if lo_ms <= keys.due_of(key) < hi_ms:
+                    rows.append((key, value))
+            rows.sort(key=_after_shard)
+            for key, value in rows:
                 run = _run_dec.decode(value)
-                if run.status not in _OPEN or not lo_ms <= run.due_ms < hi_ms:
+                assert run.due_ms == keys.due_of(key), "a run's row is at its due time"
+                if run.status not in _OPEN:
                     continue
                 job = jobs.get(run.job_id)
                 if job is None:
@@ -511,8 +522,9 @@ class _Tx:
 
     # -- writes ----------------------------------------------------------------
 
-    def put_job(self, job: Job) -> None:
-        self.txn.put(keys.job_key(job.id), _enc.encode(job), db=self.jobs)
+    def put_job(self, job: Job, job_key: bytes | None = None) -> None:
+        """`job_key` is `keys.job_key(job.id)` when the caller has it."""
+        self.txn.put(keys.job_key(job.id) if job_key is None else job_key, _enc.encode(job), db=self.jobs)
 
     def put_run(
         self,
@@ -546,6 +558,20 @@ class _Tx:
             self.changes.gone.append(old_key)  # type: ignore[arg-type]
         return key
 
+    def put_run_in_place(self, run: Run, runs_key: bytes, old_status: str) -> None:
+        """`put_run` for a run whose due time did not change (a claim): its row
+        stays at `runs_key`, so the runs-by-job index and the open-minute
+        counts stay as they are; only the change feed moves."""
+        assert old_status in _OPEN and run.status in _OPEN
+        assert keys.due_of(runs_key) == run.due_ms, "the due time is in the key"
+        self.txn.put(runs_key, _enc.encode(run), db=self.runs)
+        if old_status == "waiting" and run.status != "waiting":
+            self.changes.left.append(runs_key)
+        if run.status == "waiting" and old_status != "waiting":
+            self.changes.woken.append((runs_key, run, None))
+        if old_status == "claimed" and run.status != "claimed":
+            self.changes.gone.append(runs_key)
+
     def drop_run(self, runs_key: bytes, run: Run) -> None:
         assert self.txn.delete(runs_key, db=self.runs)
         self._count_open(runs_key if run.status in _OPEN else None, None)
@@ -554,12 +580,16 @@ class _Tx:
         elif run.status == "claimed":
             self.changes.gone.append(runs_key)
 
-    def finish_run(self, run: Run, runs_key: bytes, old_status: str, at_ms: int) -> None:
+    def finish_run(
+        self, run: Run, runs_key: bytes, old_status: str, at_ms: int, by_job_key: bytes | None = None
+    ) -> None:
         """Moves a run that just finished (or was cancelled) at `at_ms` out of
         the open tables into the history bucket of that day: two deletes and
-        one put, whatever the history holds."""
+        one put, whatever the history holds. `by_job_key` is
+        `keys.by_job_key(run.job_id, run.nominal_ms)` when the caller has it."""
         assert run.status in _FINISHED and old_status in _OPEN
-        by_job_key = keys.by_job_key(run.job_id, run.nominal_ms)
+        if by_job_key is None:
+            by_job_key = keys.by_job_key(run.job_id, run.nominal_ms)
         assert self.txn.delete(runs_key, db=self.runs)
         assert self.txn.delete(by_job_key, db=self.by_job)
         self.txn.put(_HIST_RUN + by_job_key, _enc.encode(run), db=self.bucket_for(at_ms))
@@ -788,21 +818,26 @@ class _Tx:
 
     # -- dispatch ----------------------------------------------------------------
 
-    def _slot_run(self, job_id: str, nominal_ms: int) -> tuple[bytes, Run] | None:
-        runs_key = self.run_key_at_slot(job_id, nominal_ms)
+    def _slot_run(self, job_id: str, nominal_ms: int, by_job_key: bytes | None = None) -> tuple[bytes, Run] | None:
+        """The open run of a slot and its runs key; `by_job_key` is
+        `keys.by_job_key(job_id, nominal_ms)` when the caller has it."""
+        if by_job_key is None:
+            by_job_key = keys.by_job_key(job_id, nominal_ms)
+        runs_key = self.txn.get(by_job_key, db=self.by_job)
         if runs_key is None:
             return None
         return runs_key, _run_dec.decode(self.txn.get(runs_key, db=self.runs))
 
-    def _job_any(self, job_id: str) -> Job:
-        raw = self.txn.get(keys.job_key(job_id), db=self.jobs)
+    def _job_any(self, job_id: str, job_key: bytes | None = None) -> Job:
+        raw = self.txn.get(keys.job_key(job_id) if job_key is None else job_key, db=self.jobs)
         assert raw is not None, f"run of a missing job {job_id}"
         return _job_dec.decode(raw)
 
     def claim_run(self, cmd: ClaimRuns, claim: Claim) -> Run | None:
         """Claims a run that is still waiting and due; None when it is not any
         more (paused, deleted or claimed since the dispatcher picked it)."""
-        found = self._slot_run(claim.job_id, claim.nominal_ms)
+        job_key = keys.job_key(claim.job_id)
+        found = self._slot_run(claim.job_id, claim.nominal_ms, keys.by_job_key_of(job_key, claim.nominal_ms))
         if found is None or found[1].status != "waiting" or found[1].due_ms > cmd.at_ms:
             return None
         runs_key, run = found
@@ -811,12 +846,12 @@ class _Tx:
         run.worker = cmd.worker
         run.lease_expires_ms = claim.lease_expires_ms
         run.started_ms = cmd.at_ms
-        self.put_run(run, runs_key, "waiting")
+        self.put_run_in_place(run, runs_key, "waiting")
         if claim.one_off:
             # The job's `next_run_at` still names this run's due time; reads
             # show it only while the run waits (`_Tx.fresh`).
             return run
-        job = self._job_any(run.job_id)
+        job = self._job_any(run.job_id, job_key)
         if job.slot_ms != run.nominal_ms or run.triggered:
             return run  # a retry, a re-delivery or a triggered run: the schedule moved on already
         if job.schedule.repeating and job.state == "active" and claim.next_slot_ms is not None:
@@ -834,12 +869,14 @@ class _Tx:
         return run
 
     def report_result(self, cmd: ReportResults, result: Result) -> Run | errors.TempoError:
-        found: tuple[bytes | None, Run] | None = self._slot_run(result.job_id, result.nominal_ms)
+        job_key = keys.job_key(result.job_id)
+        by_job_key = keys.by_job_key_of(job_key, result.nominal_ms)
+        found: tuple[bytes | None, Run] | None = self._slot_run(result.job_id, result.nominal_ms, by_job_key)
         if found is None:
             # Not open: a repeat of the result that finished it, or stale.
             held = self.history_run(result.job_id, result.nominal_ms)
             found = None if held is None else (None, held[1])
-        job = None if found is None else self._job_any(result.job_id)
+        job = None if found is None else self._job_any(result.job_id, job_key)
         if found is None or job is None or (cmd.owner is not None and job.owner != cmd.owner):
             return errors.NotFound("no such run")
         runs_key, run = found
@@ -859,8 +896,8 @@ class _Tx:
         if result.ok:
             run.status = "done"
             run.finished_ms = cmd.at_ms
-            self.finish_run(run, runs_key, "claimed", cmd.at_ms)
-            self._settle(job, run, cmd.at_ms)
+            self.finish_run(run, runs_key, "claimed", cmd.at_ms, by_job_key)
+            self._settle(job, run, cmd.at_ms, job_key)
             return run
         gap_s = job.backoff_s[min(run.attempt - 1, len(job.backoff_s) - 1)]
         self._end_attempt(job, run, runs_key, cmd.at_ms, cmd.at_ms + gap_s * 1000)
@@ -894,19 +931,24 @@ class _Tx:
         self.append_event(job.owner, Event("run.failed", at_ms, job.id, ids.run_id(job.id, run.nominal_ms), detail))
         self._settle(job, run, at_ms)
 
-    def _settle(self, job: Job, run: Run, at_ms: int) -> None:
+    def _settle(self, job: Job, run: Run, at_ms: int, job_key: bytes | None = None) -> None:
         """A one-off whose scheduled run ended is completed."""
         if job.schedule.repeating or run.triggered or job.slot_ms != run.nominal_ms:
             return
         job.state = "completed"
         job.next_run_at_ms = None
-        self.put_job(job)
+        self.put_job(job, job_key)
         detail = {"status": run.status}
         self.append_event(job.owner, Event("job.completed", at_ms, job.id, ids.run_id(job.id, run.nominal_ms), detail))
 
 
 def _first(row: tuple) -> int:
     return row[0]
+
+
+def _after_shard(row: tuple) -> bytes:
+    """A row's runs key from its due time on: (due ms, job ID, nominal ms)."""
+    return row[0][keys.DUE_AT :]
 
 
 def _by_job_desc(cur: lmdb.Cursor, head: bytes, job_id: str, lower_ms: int, upper_ms: int) -> Iterator[tuple[int, bytes]]:

@@ -480,10 +480,12 @@ class Api:
         ack = BatchAck([], [])
         batch: list[Result] = []
         names: list[str] = []
+        may_touch_all = request.principal.queues is None
         for i, item in enumerate(body.results):
-            _check_texts(item.output, item.error, f"results[{i}].")
+            if item.output is not None or item.error is not None:
+                _check_texts(item.output, item.error, f"results[{i}].")
             parsed = ids.parse_run_id(item.run_id)
-            if parsed is None or not self._may_touch(request, item.run_id):
+            if parsed is None or not (may_touch_all or self._may_touch(request, item.run_id)):
                 ack.rejected.append(Rejected(item.run_id, "not_found"))
                 continue
             batch.append(Result(parsed[0], parsed[1], item.attempt, item.ok, item.output, item.error))
