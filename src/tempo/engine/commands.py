@@ -9,47 +9,47 @@ New fields are appended with defaults.
 
 import msgspec
 
-from tempo.engine.records import Job
+from tempo.engine.records import Corrupt, Count, Job, Ms, Nominal
 
 
 class NewJob(msgspec.Struct, array_like=True):
     job: Job
     # Due time of the first run, at `job.slot_ms`; None for a schedule with no
     # occurrence left (the job is stored completed).
-    first_due_ms: int | None
+    first_due_ms: Ms | None
     # Hash of the create body after parsing and defaults, for request keys.
     body_hash: bytes
 
 
 class CreateJobs(msgspec.Struct, tag="create_jobs", array_like=True):
-    at_ms: int
+    at_ms: Ms
     jobs: list[NewJob]
 
 
 class PauseJob(msgspec.Struct, tag="pause_job", array_like=True):
-    at_ms: int
+    at_ms: Ms
     owner: str
     job_id: str
 
 
 class ResumeJob(msgspec.Struct, tag="resume_job", array_like=True):
-    at_ms: int
+    at_ms: Ms
     owner: str
     job_id: str
     # For a repeating job: the first slot after `at_ms` and its due time
     # (with jitter). Ignored for a one-off, whose one run is set waiting again.
-    slot_ms: int | None
-    due_ms: int | None
+    slot_ms: Ms | None
+    due_ms: Ms | None
 
 
 class DeleteJob(msgspec.Struct, tag="delete_job", array_like=True):
-    at_ms: int
+    at_ms: Ms
     owner: str
     job_id: str
 
 
 class TriggerJob(msgspec.Struct, tag="trigger_job", array_like=True):
-    at_ms: int
+    at_ms: Ms
     owner: str
     job_id: str
 
@@ -57,46 +57,46 @@ class TriggerJob(msgspec.Struct, tag="trigger_job", array_like=True):
 
 class Claim(msgspec.Struct, array_like=True):
     job_id: str
-    nominal_ms: int
-    lease_expires_ms: int
+    nominal_ms: Nominal
+    lease_expires_ms: Ms
     # For the run in the job's schedule slot of a repeating job: the next slot
     # and its due time, created in the same commit (API.md "Runs").
-    next_slot_ms: int | None = None
-    next_due_ms: int | None = None
+    next_slot_ms: Ms | None = None
+    next_due_ms: Ms | None = None
     # The job is a one-off (schedules never change): apply need not read or
     # write the job to claim its run.
     one_off: bool = False
 
 
 class ClaimRuns(msgspec.Struct, tag="claim_runs", array_like=True):
-    at_ms: int
+    at_ms: Ms
     worker: str
     claims: list[Claim]
 
 
 class Result(msgspec.Struct, array_like=True):
     job_id: str
-    nominal_ms: int
-    attempt: int
+    nominal_ms: Nominal
+    attempt: Count
     ok: bool
     output: str | None = None
     error: str | None = None
 
 
 class ReportResults(msgspec.Struct, tag="report_results", array_like=True):
-    at_ms: int
+    at_ms: Ms
     owner: str | None  # None: the leader's own executor, which serves every owner
     results: list[Result]
 
 
 class Expiry(msgspec.Struct, array_like=True):
     job_id: str
-    nominal_ms: int
-    attempt: int
+    nominal_ms: Nominal
+    attempt: Count
 
 
 class ExpireLeases(msgspec.Struct, tag="expire_leases", array_like=True):
-    at_ms: int
+    at_ms: Ms
     expiries: list[Expiry]
 
 
@@ -122,4 +122,8 @@ def encode_entry(commands: list[Command]) -> bytes:
 
 
 def decode_entry(data: bytes) -> list[Command]:
-    return _entry_decoder.decode(data)
+    """The commands of one log entry; `Corrupt` for bytes that are not."""
+    try:
+        return _entry_decoder.decode(data)
+    except (msgspec.MsgspecError, RecursionError) as exc:
+        raise Corrupt(f"a log entry does not decode as commands ({exc})") from None
