@@ -10,9 +10,10 @@ from msgspec import Meta
 
 from tempo import clock, errors, ids, limits
 from tempo.engine import jobs as jobviews
-from tempo.engine.commands import Result
+from tempo.engine.commands import Result, decode_entry
 from tempo.engine.dispatch import LATENESS_BUCKETS_S, Dispatcher
 from tempo.engine.jobs import Jobs
+from tempo.engine.records import Corrupt
 from tempo.engine.store import Created, Store
 from tempo.net import auth, openapi
 from tempo.net import auth as auth_module  # `auth` is also a parameter name below
@@ -127,6 +128,8 @@ class Api:
         self.membership = membership
         self.peer_auth = auth_module.PeerAuth(peer_token)
         self.requests: Counter[tuple[str, int]] = Counter()
+        # Corrupt raft frames from peers, dropped unread (net/peer.py).
+        self.peer_frames_dropped = 0
         self.openapi_body = _json_enc.encode(openapi.document())
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
@@ -481,17 +484,20 @@ class Api:
             raise errors.NotFound("this node is not a cluster member")
         self.peer_auth.check(request.headers.get(b"authorization"))
         assert receive is not None
-        reader = FrameReader()
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                raise errors.Invalid.at("", "the peer went away")
-            messages = reader.feed(message.get("body", b""))
-            if messages:
-                self.on_peer_messages(messages)
-            if not message.get("more_body", False):
-                reader.close()
-                return Response(204, b"", b"application/octet-stream")
+        reader = FrameReader(_entry_problem)
+        try:
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    raise errors.Invalid.at("", "the peer went away")
+                messages = reader.feed(message.get("body", b""))
+                if messages:
+                    self.on_peer_messages(messages)
+                if not message.get("more_body", False):
+                    reader.close()
+                    return Response(204, b"", b"application/octet-stream")
+        finally:
+            self.peer_frames_dropped += reader.dropped
 
     async def openapi(self, request: Request) -> Response:
         return Response(200, self.openapi_body)
@@ -530,6 +536,9 @@ class Api:
                 "# HELP tempo_raft_applied_index The last applied log index.",
                 "# TYPE tempo_raft_applied_index gauge",
                 f"tempo_raft_applied_index {replica.applied_index}",
+                "# HELP tempo_peer_frames_dropped_total Corrupt raft frames from peers, dropped unread.",
+                "# TYPE tempo_peer_frames_dropped_total counter",
+                f"tempo_peer_frames_dropped_total {self.peer_frames_dropped}",
             ]
         lines += self._dispatch_metrics()
         body = ("\n".join(lines) + "\n").encode()
@@ -589,6 +598,15 @@ def _batch_item(outcome: Created | errors.TempoError, shared: dict[Any, Any]) ->
         problem = problem_of(outcome)
         return BatchItemResult(problem.status, problem=problem)
     return BatchItemResult(201 if outcome.new else 200, job=jobviews.job_view(outcome.job, shared))
+
+
+def _entry_problem(data: bytes) -> str | None:
+    """Why a replicated entry's data would not apply, or None (peer frames)."""
+    try:
+        decode_entry(data)
+    except Corrupt as exc:
+        return str(exc)
+    return None
 
 
 def _limit(request: Request) -> int:
