@@ -1,6 +1,8 @@
 """Schemathesis against a live `tempo serve`: no 5xx, and every answer is one
 the OpenAPI document declares (status, content type and body schema)."""
 
+import time
+
 import msgspec
 import pytest
 import schemathesis
@@ -33,6 +35,10 @@ def _from_msgpack(context, response):
 
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
 examples_per_operation = 100
+# A soft bound on the whole run: once the operations tested so far took this
+# long (a slow or busy machine), the rest get `examples_late` each.
+run_s_max = 120.0
+examples_late = 10
 # Seconds a generated long poll may wait at most (claims, events).
 wait_s_max = 0.05
 # Chains of linked calls, and calls per chain at most.
@@ -44,6 +50,11 @@ OPERATIONS = [(path, method.upper()) for path, methods in openapi.document()["pa
 @pytest.fixture(scope="module")
 def api_schema(server):
     return schemathesis.openapi.from_url(f"{server.url}/v1/openapi.json", timeout=10)
+
+
+@pytest.fixture(scope="module")
+def started_s() -> float:
+    return time.monotonic()
 
 
 @pytest.fixture
@@ -59,7 +70,7 @@ def known_ids(http) -> dict[str, str]:
 
 
 @pytest.mark.parametrize(("path", "method"), OPERATIONS, ids=[f"{m} {p}" for p, m in OPERATIONS])
-def test_api_answers_as_documented(api_schema, server, known_ids, path, method):
+def test_api_answers_as_documented(api_schema, server, known_ids, started_s, path, method):
     operation = api_schema[path][method]
     strategies = [operation.as_strategy(GenerationMode.POSITIVE), operation.as_strategy(GenerationMode.NEGATIVE)]
     known = {name: value for name, value in known_ids.items() if "{" + name + "}" in path}
@@ -67,7 +78,9 @@ def test_api_answers_as_documented(api_schema, server, known_ids, path, method):
         strategies.append(operation.as_strategy(GenerationMode.POSITIVE, path_parameters=known))
     cases = st.one_of(strategies)
 
-    @settings(max_examples=examples_per_operation, derandomize=True, deadline=None,
+    late = time.monotonic() - started_s > run_s_max
+
+    @settings(max_examples=examples_late if late else examples_per_operation, derandomize=True, deadline=None,
               suppress_health_check=list(HealthCheck), database=None)
     @given(case=cases)
     def check(case):
