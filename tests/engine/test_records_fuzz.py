@@ -41,7 +41,7 @@ texts = st.text(max_size=12)
 schedules = st.one_of(
     st.builds(Schedule, at_ms=ms),
     st.builds(Schedule, cron=st.just("0 * * * *"), timezone=st.sampled_from([None, "Europe/Berlin"])),
-    st.builds(Schedule, every_s=st.integers(1, 10**6), start_at_ms=st.none() | ms),
+    st.builds(Schedule, every_s=st.integers(1, 10**6), start_at_ms=st.none() | st.integers(-(2**62), 2**62)),
 )
 jobs = st.builds(
     Job, id=job_ids, owner=texts, name=st.none() | texts, target=st.just("queue:q"),
@@ -134,6 +134,11 @@ def test_the_entry_decoder_raises_only_corrupt(data):
         return
     assert isinstance(decoded, list)
     assert decode_entry(encode_entry(decoded)) == decoded
+
+
+def test_a_schedule_starting_before_1970_is_no_corrupt_record():
+    schedule = Schedule(every_s=444010, start_at_ms=-60_000_000_000_000)
+    assert records.Decoder(Schedule).decode(encoder.encode(schedule)) == schedule
 
 
 def test_commands_carry_what_clients_send_without_being_corrupt():

@@ -27,11 +27,13 @@ Id = Annotated[str, Meta(pattern=ids.JOB_ID_PATTERN)]  # a job ID
 class Schedule(msgspec.Struct, array_like=True, frozen=True):
     """Exactly one of `at_ms`, `cron`, `every_s` is set (checked at the edge)."""
 
-    at_ms: Ms | None = None
+    # No time bounds here: they are not keys, and `start_at_ms` may be
+    # before 1970 (a past start, API.md).
+    at_ms: int | None = None
     cron: str | None = None
     timezone: str | None = None
     every_s: Annotated[int, Meta(ge=1)] | None = None
-    start_at_ms: Ms | None = None
+    start_at_ms: int | None = None
 
     @property
     def repeating(self) -> bool:
