@@ -30,6 +30,7 @@ from tempo.engine.commands import (
 from tempo.engine.jobs import Jobs
 from tempo.engine.records import Corrupt, Event, Job, RequestKeyEntry, Run, Schedule
 from tempo.engine.store import Created, Store
+from tempo.raft import ConfState, Entry, EntryKind, HardState, SnapshotMeta
 from tempo.schema import JobCreate
 
 OWNER = "default"
@@ -66,8 +67,17 @@ encoder = msgspec.msgpack.Encoder()
 JOB = "j_01H0000000000000000000000A"
 
 
+raft_entries = st.builds(Entry, term=st.integers(0, 2**40), index=st.integers(1, 2**40),
+                         kind=st.sampled_from(list(EntryKind)), data=st.binary(max_size=32))
+hard_states = st.builds(HardState, term=st.integers(0, 2**40), vote=st.integers(0, 9), commit=st.integers(0, 2**40))
+snapshot_metas = st.builds(SnapshotMeta, index=st.integers(0, 2**40), term=st.integers(0, 2**40),
+                           conf=st.builds(ConfState, voters=st.lists(st.integers(1, 9), max_size=5).map(tuple)))
+
+
 @pytest.mark.parametrize(
-    ("kind", "valid"), [(Job, jobs), (Run, runs), (Event, events), (RequestKeyEntry, request_keys)],
+    ("kind", "valid"),
+    [(Job, jobs), (Run, runs), (Event, events), (RequestKeyEntry, request_keys),
+     (Entry, raft_entries), (HardState, hard_states), (SnapshotMeta, snapshot_metas)],
     ids=lambda v: getattr(v, "__name__", ""),
 )
 def test_a_record_decoder_raises_only_corrupt(kind, valid):
