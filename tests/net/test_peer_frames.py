@@ -12,7 +12,9 @@ from hypothesis import strategies as st
 from fuzzing import examples_max, garbage, mutated
 from tempo import errors, limits
 from tempo.engine.commands import DeleteJob, encode_entry
-from tempo.net.api import _entry_problem
+from tempo.net.api import Api, _entry_problem
+from tempo.net.asgi import Request
+from tempo.net.auth import PeerAuth
 from tempo.net.peer import FrameReader, encode_frames
 from tempo.raft import (
     MESSAGE_DECODER,
@@ -158,3 +160,23 @@ def test_a_stream_cut_inside_a_frame_is_invalid():
     assert reader.feed(_frame(GOOD)[:-1]) == []
     with pytest.raises(errors.Invalid):
         reader.close()
+
+
+async def test_the_raft_route_steps_good_frames_and_counts_the_corrupt_one():
+    """Api.raft as a peer's stream reaches it: in chunks that split frames."""
+    stepped = []
+    api = Api.__new__(Api)  # only what the raft route uses
+    api.on_peer_messages = stepped.extend
+    api.peer_auth = PeerAuth(None)
+    api.peer_frames_dropped = 0
+    body = _frame(GOOD) + _raw_frame(["hb", -1, 1, 2, 0, b""]) + _frame(GOOD)
+    chunks = [body[:7], body[7:20], body[20:]]
+    messages = [{"type": "http.request", "body": c, "more_body": i < len(chunks) - 1} for i, c in enumerate(chunks)]
+
+    async def receive():
+        return messages.pop(0)
+
+    response = await api.raft(Request("POST", "/v1/raft", {}, {}), receive)
+    assert response.status == 204
+    assert stepped == [GOOD, GOOD]
+    assert api.peer_frames_dropped == 1
