@@ -142,3 +142,19 @@ def test_a_start_at_before_1970_is_created_and_the_server_serves_on(http, server
     assert http.post("/v1/jobs", json=body).status_code == 201
     assert http.get("/readyz").status_code == 200
     assert server.proc.poll() is None
+
+
+def test_a_claim_naming_a_queue_twice_claims_its_runs_once(http):
+    """Found by the fuzzing above (with more examples): a queue listed twice
+    whose runs ran out mid-claim answered 500."""
+    queue = unique("twice")
+    for _ in range(2):
+        body = job_body(target=f"queue:{queue}", schedule={"at": "2020-01-01T00:00:00Z"})
+        assert http.post("/v1/jobs", json=body).status_code == 201
+    claim = {"worker": "w", "queues": [queue, queue, queue], "max_runs": 10, "wait_s": 5}
+    runs = http.post("/v1/claim", json=claim).json()["runs"]
+    while len(runs) < 2:  # the second run may fall due a moment later
+        more = http.post("/v1/claim", json=claim)
+        assert more.status_code == 200, more.text
+        runs += more.json()["runs"]
+    assert len({run["id"] for run in runs}) == len(runs) == 2

@@ -355,7 +355,8 @@ class Api:
         allowed = request.principal.queues
         if allowed is not None and not set(body.queues) <= allowed:
             raise errors.Forbidden(f"this token may claim only from {sorted(allowed)}")
-        queues = self._queues(request, body.queues)
+        # A queue named twice counts once (the dispatcher takes distinct queues).
+        queues = self._queues(request, list(dict.fromkeys(body.queues)))
         claimed = await self.dispatcher.claim(queues, body.worker, body.max_runs, body.wait_s)
         return encode(request, ClaimOut([jobviews.claimed_view(c.run, c.job) for c in claimed]))
 
