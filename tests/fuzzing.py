@@ -4,7 +4,8 @@ valid encodings mutated by bit flips, truncation and extension."""
 from hypothesis import strategies as st
 
 # Examples per decoder fuzz test: all of them together stay well under a
-# minute on two shared cores.
+# minute on two shared cores. The tests are derandomized, so CI tries the
+# same cases every run; raise this locally to explore further.
 examples_max = 300
 
 

@@ -83,7 +83,7 @@ snapshot_metas = st.builds(SnapshotMeta, index=st.integers(0, 2**40), term=st.in
 def test_a_record_decoder_raises_only_corrupt(kind, valid):
     decoder = records.Decoder(kind)
 
-    @settings(max_examples=examples_max)
+    @settings(max_examples=examples_max, derandomize=True)
     @given(raw=garbage(valid.map(encoder.encode)))
     def check(raw):
         try:
@@ -135,7 +135,7 @@ commands = commands_of(job_ids | texts, ms)
 entries = st.lists(commands, min_size=1, max_size=3).map(encode_entry)
 
 
-@settings(max_examples=examples_max)
+@settings(max_examples=examples_max, derandomize=True)
 @given(data=garbage(entries))
 def test_the_entry_decoder_raises_only_corrupt(data):
     try:
@@ -174,7 +174,7 @@ def test_a_corrupt_entry_is_never_applied(tmp_path):
     try:
         before = store.digest()
 
-        @settings(max_examples=examples_max // 3, suppress_health_check=[HealthCheck.function_scoped_fixture])
+        @settings(max_examples=examples_max // 3, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
         @given(data=garbage(entries))
         def check(data):
             if not data:
@@ -200,7 +200,7 @@ def test_valid_but_unexpected_commands_apply_without_crashing(tmp_path):
     try:
         index = [1]
 
-        @settings(max_examples=examples_max // 3, suppress_health_check=[HealthCheck.function_scoped_fixture])
+        @settings(max_examples=examples_max // 3, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
         @given(data=garbage(entries_for_the_job.map(encode_entry)))
         def check(data):
             try:
