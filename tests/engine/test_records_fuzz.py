@@ -115,23 +115,28 @@ def test_values_outside_a_records_bounds_are_corrupt(kind, fields):
 
 # -- log entries -----------------------------------------------------------------
 
-def commands_of(job_ids: st.SearchStrategy[str], ms: st.SearchStrategy[int]) -> st.SearchStrategy:
+def commands_of(
+    job_ids: st.SearchStrategy[str], ms: st.SearchStrategy[int], any_ids: st.SearchStrategy[str] | None = None
+) -> st.SearchStrategy:
+    """Commands on `job_ids`; pause, resume, delete and trigger, which carry a
+    client's job ID unchecked, also on `any_ids`."""
+    client_ids = job_ids if any_ids is None else job_ids | any_ids
     return st.one_of(
-        st.builds(PauseJob, at_ms=ms, owner=texts, job_id=job_ids),
-        st.builds(ResumeJob, at_ms=ms, owner=texts, job_id=job_ids, slot_ms=st.none() | ms, due_ms=st.none() | ms),
-        st.builds(DeleteJob, at_ms=ms, owner=texts, job_id=job_ids),
-        st.builds(TriggerJob, at_ms=ms, owner=texts, job_id=job_ids),
+        st.builds(PauseJob, at_ms=ms, owner=texts, job_id=client_ids),
+        st.builds(ResumeJob, at_ms=ms, owner=texts, job_id=client_ids, slot_ms=st.none() | ms, due_ms=st.none() | ms),
+        st.builds(DeleteJob, at_ms=ms, owner=texts, job_id=client_ids),
+        st.builds(TriggerJob, at_ms=ms, owner=texts, job_id=client_ids),
         st.builds(ClaimRuns, at_ms=ms, worker=texts, claims=st.lists(st.builds(
             Claim, job_id=job_ids, nominal_ms=nominals, lease_expires_ms=ms), max_size=2)),
         st.builds(ReportResults, at_ms=ms, owner=st.none() | texts, results=st.lists(st.builds(
             Result, job_id=job_ids, nominal_ms=nominals, attempt=st.integers(0, 9), ok=st.booleans()), max_size=2)),
         st.builds(ExpireLeases, at_ms=ms, expiries=st.lists(st.builds(
             Expiry, job_id=job_ids, nominal_ms=nominals, attempt=st.integers(0, 9)), max_size=2)),
-        st.builds(SetMember, node_id=texts, url=texts),
+        st.builds(SetMember, node_id=st.sampled_from(["n1", "n2"]) | texts, url=texts),
     )
 
 
-commands = commands_of(job_ids | texts, ms)
+commands = commands_of(job_ids, ms, texts)
 entries = st.lists(commands, min_size=1, max_size=3).map(encode_entry)
 
 
@@ -152,10 +157,10 @@ def test_a_schedule_starting_before_1970_is_no_corrupt_record():
 
 
 def test_commands_carry_what_clients_send_without_being_corrupt():
-    """A command holds a client's job ID and run ID unchecked (apply answers
-    not_found): such an entry must decode, or one request would stop every
-    node that applies it."""
-    results = [Result("j_x", (1 << 50) - 1, 1_000_000, True)]
+    """A command holds a client's job ID, or the job ID and nominal time of a
+    client's run ID, unchecked (apply answers not_found): such an entry must
+    decode, or one request would stop every node that applies it."""
+    results = [Result("j_7ZZZZZZZZZZZZZZZZZZZZZZZZZ", (1 << 50) - 1, 1_000_000, True)]
     entry = encode_entry([PauseJob(T0, OWNER, "not a job ID"), ReportResults(T0, OWNER, results)])
     assert len(decode_entry(entry)) == 2
 
@@ -196,7 +201,7 @@ def test_valid_but_unexpected_commands_apply_without_crashing(tmp_path):
     outcomes: a problem per command, never another exception."""
     store, job_id = _created_store(tmp_path / "s")
     near = st.one_of(st.integers(T0 - 10**6, T0 + 10**9), ms)
-    entries_for_the_job = st.lists(commands_of(st.just(job_id) | job_ids | texts, near), min_size=1, max_size=3)
+    entries_for_the_job = st.lists(commands_of(st.just(job_id) | job_ids, near, texts), min_size=1, max_size=3)
     try:
         index = [1]
 

@@ -7,9 +7,13 @@ outcome of `apply` does not depend on the time-zone database of the replica.
 New fields are appended with defaults.
 """
 
-import msgspec
+from typing import Annotated
 
-from tempo.engine.records import Corrupt, Count, Job, Ms, Nominal
+import msgspec
+from msgspec import Meta
+
+from tempo import ids
+from tempo.engine.records import Corrupt, Count, Job, JobId, Ms, Nominal
 
 
 class NewJob(msgspec.Struct, array_like=True):
@@ -56,7 +60,7 @@ class TriggerJob(msgspec.Struct, tag="trigger_job", array_like=True):
 
 
 class Claim(msgspec.Struct, array_like=True):
-    job_id: str
+    job_id: JobId  # from a stored run or a run ID: always a job ID
     nominal_ms: Nominal
     lease_expires_ms: Ms
     # For the run in the job's schedule slot of a repeating job: the next slot
@@ -75,7 +79,7 @@ class ClaimRuns(msgspec.Struct, tag="claim_runs", array_like=True):
 
 
 class Result(msgspec.Struct, array_like=True):
-    job_id: str
+    job_id: JobId  # from a stored run or a run ID: always a job ID
     nominal_ms: Nominal
     attempt: Count
     ok: bool
@@ -90,7 +94,7 @@ class ReportResults(msgspec.Struct, tag="report_results", array_like=True):
 
 
 class Expiry(msgspec.Struct, array_like=True):
-    job_id: str
+    job_id: JobId  # from a stored run or a run ID: always a job ID
     nominal_ms: Nominal
     attempt: Count
 
@@ -104,7 +108,7 @@ class SetMember(msgspec.Struct, tag="set_member", array_like=True):
     """A cluster member's URL (`url` empty: the member was removed). Raft's
     configuration knows members by number only; this is where to reach them."""
 
-    node_id: str
+    node_id: Annotated[str, Meta(pattern=ids.NODE_ID_PATTERN)]  # a key of the members table
     url: str
 
 

@@ -21,7 +21,7 @@ Ms = Annotated[int, Meta(ge=0, le=limits.time_ms_max)]  # UNIX milliseconds, as 
 # a client's run ID, so it is not bounded by `Ms`.
 Nominal = Annotated[int, Meta(ge=0, lt=1 << 50)]
 Count = Annotated[int, Meta(ge=0)]
-Id = Annotated[str, Meta(pattern=ids.JOB_ID_PATTERN)]  # a job ID
+JobId = Annotated[str, Meta(pattern=ids.JOB_ID_PATTERN)]  # a job ID
 
 
 class Schedule(msgspec.Struct, array_like=True, frozen=True):
@@ -41,7 +41,7 @@ class Schedule(msgspec.Struct, array_like=True, frozen=True):
 
 
 class Job(msgspec.Struct, array_like=True):
-    id: Id
+    id: JobId
     owner: str
     name: str | None
     target: str
@@ -61,7 +61,7 @@ class Job(msgspec.Struct, array_like=True):
 
 
 class Run(msgspec.Struct, array_like=True):
-    job_id: Id
+    job_id: JobId
     nominal_ms: Ms
     due_ms: Ms
     status: RunStatus
@@ -78,13 +78,13 @@ class Run(msgspec.Struct, array_like=True):
 class Event(msgspec.Struct, array_like=True):
     type: str
     at_ms: Ms
-    job_id: Id
+    job_id: JobId
     run_id: str | None
     detail: dict[str, Any]
 
 
 class RequestKeyEntry(msgspec.Struct, array_like=True):
-    job_id: Id
+    job_id: JobId
     body_hash: bytes
 
 
