@@ -34,7 +34,7 @@ def _from_msgpack(context, response):
 
 
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
-examples_per_operation = 100
+examples_per_operation = 200
 # A soft bound on the whole run: once the operations tested so far took this
 # long (a slow or busy machine), the rest get `examples_late` each.
 run_s_max = 120.0
