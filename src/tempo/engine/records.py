@@ -101,8 +101,8 @@ class Decoder(Generic[T]):
     """A MessagePack decoder of one record type that raises `Corrupt`, and
     nothing else, for bytes that are not a valid record."""
 
-    def __init__(self, kind: Any):
-        self.name = getattr(kind, "__name__", str(kind))
+    def __init__(self, kind: Any, name: str | None = None):
+        self.name = name or kind.__name__
         self._decoder = msgspec.msgpack.Decoder(kind)
 
     def decode(self, raw: bytes) -> T:

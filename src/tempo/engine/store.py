@@ -65,7 +65,7 @@ _job_dec = records.Decoder(Job)
 _run_dec = records.Decoder(Run)
 _reqkey_dec = records.Decoder(RequestKeyEntry)
 _event_dec = records.Decoder(Event)
-_snapshot_dec = records.Decoder(list[tuple[str, list[tuple[bytes, bytes]]]])
+_snapshot_dec = records.Decoder(list[tuple[str, list[tuple[bytes, bytes]]]], "snapshot")
 
 
 @dataclass(frozen=True, slots=True)
