@@ -21,7 +21,7 @@ Ms = Annotated[int, Meta(ge=0, le=limits.time_ms_max)]  # UNIX milliseconds, as 
 # a client's run ID, so it is not bounded by `Ms`.
 Nominal = Annotated[int, Meta(ge=0, lt=1 << 50)]
 Count = Annotated[int, Meta(ge=0)]
-JobId = Annotated[str, Meta(pattern=ids.JOB_ID_PATTERN)]  # a job ID
+JobId = Annotated[str, Meta(min_length=ids.JOB_ID_CHARS, max_length=ids.JOB_ID_CHARS)]  # a job ID, as keys.py takes it
 
 
 class Schedule(msgspec.Struct, array_like=True, frozen=True):
