@@ -42,7 +42,7 @@ _ONE_SCHEDULE = {"oneOf": [
     _only("every_s", ("at", "cron", "timezone")),
 ]}
 # `tempo.engine.jobs.check_target`'s rule, for the document only as well.
-_TARGET_PATTERN = r"^(queue:[A-Za-z0-9._-]{1,200}|https?://[^/?#\s]+.*)$"
+_TARGET_PATTERN = r"^(queue:[A-Za-z0-9._-]{1,200}|https?://[!-.0-~][!-~]*)$"
 
 
 class ScheduleIn(_Request):

@@ -158,3 +158,18 @@ def test_a_claim_naming_a_queue_twice_claims_its_runs_once(http):
         assert more.status_code == 200, more.text
         runs += more.json()["runs"]
     assert len({run["id"] for run in runs}) == len(runs) == 2
+
+
+@pytest.mark.parametrize(
+    "target",
+    ["https://T\u0083\U0002a9f1zr/x", "http://a\x1fb/", "http://a b/", "http://ex\u00e4mple.org/"],
+    ids=["not IDNA", "control character", "space", "not ASCII"],
+)
+def test_a_url_target_the_executor_cannot_send_to_is_refused(http, server, target):
+    """Found by the fuzzing above: such a job was created, and the HTTP
+    executor's client raised on its URL when it fell due, stopping the node."""
+    body = job_body(target=target, schedule={"at": "2020-01-01T00:00:00Z"})
+    answer = http.post("/v1/jobs", json=body)
+    assert answer.status_code == 400
+    assert answer.json()["errors"][0]["loc"] == "target"
+    assert server.proc.poll() is None
