@@ -17,9 +17,9 @@ RunStatus = Literal["waiting", "claimed", "done", "failed", "cancelled"]
 # Bounds checked when a record or command is decoded, never when one is made
 # in code: bytes that decode outside them are corrupt (see `Corrupt`).
 Ms = Annotated[int, Meta(ge=0, le=limits.time_ms_max)]  # UNIX milliseconds, as keys hold them
-# The nominal time a run ID carries (ids.py: 50 bits). Commands take it from
+# The nominal time a run ID carries (ids.py: 5 bits a digit). Commands take it from
 # a client's run ID, so it is not bounded by `Ms`.
-Nominal = Annotated[int, Meta(ge=0, lt=1 << 50)]
+Nominal = Annotated[int, Meta(ge=0, lt=1 << (5 * ids.NOMINAL_CHARS))]
 Count = Annotated[int, Meta(ge=0)]
 JobId = Annotated[str, Meta(min_length=ids.JOB_ID_CHARS, max_length=ids.JOB_ID_CHARS)]  # a job ID, as keys.py takes it
 
