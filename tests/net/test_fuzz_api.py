@@ -173,3 +173,23 @@ def test_a_url_target_the_executor_cannot_send_to_is_refused(http, server, targe
     assert answer.status_code == 400
     assert answer.json()["errors"][0]["loc"] == "target"
     assert server.proc.poll() is None
+
+
+@pytest.mark.parametrize(
+    ("path", "loc"),
+    [("/v1/events?after=2\u00b3", "query.after"), ("/v1/jobs?limit=\u00b9", "query.limit"),
+     ("/v1/jobs?cursor=x&limit=\u0663", "query.limit")],
+    ids=["superscript cursor", "superscript limit", "arabic-indic limit"],
+)
+def test_digits_that_are_not_ascii_are_a_400(http, path, loc):
+    """Found by the fuzzing above: str.isdigit() let "2³" through to int(),
+    which refused it with a 500."""
+    answer = http.get(path)
+    assert answer.status_code == 400
+    assert answer.json()["errors"][0]["loc"] == loc
+
+
+def test_a_runs_cursor_of_non_ascii_digits_is_a_400(http, known_ids):
+    answer = http.get(f"/v1/jobs/{known_ids['id']}/runs", params={"cursor": "\u00b2"})
+    assert answer.status_code == 400
+    assert answer.json()["errors"][0]["loc"] == "query.cursor"

@@ -323,7 +323,7 @@ class Api:
         cursor = request.query.get("cursor") or None
         cursor_ms = None
         if cursor is not None:
-            if not cursor.isdigit() or len(cursor) > 16:
+            if not _decimal(cursor) or len(cursor) > 16:
                 raise errors.Invalid.at("query.cursor", "not a cursor this server gave out")
             cursor_ms = int(cursor)
         found, next_ms = self.store.list_runs(
@@ -420,7 +420,7 @@ class Api:
     async def events(self, request: Request) -> Response:
         limit = _limit(request)
         after_raw = request.query.get("after") or "0"
-        if not after_raw.isdigit() or len(after_raw) > 19:
+        if not _decimal(after_raw) or len(after_raw) > 19:
             raise errors.Invalid.at("query.after", "not a cursor this server gave out")
         wait_s = _wait_param(request)
         after = int(after_raw)
@@ -610,12 +610,18 @@ def _entry_problem(data: bytes) -> str | None:
     return None
 
 
+def _decimal(text: str) -> bool:
+    """ASCII digits only: str.isdigit() also takes "²" and other digits
+    that int() refuses."""
+    return text.isascii() and text.isdigit()
+
+
 def _limit(request: Request) -> int:
     raw = request.query.get("limit")
     if raw is None:
         return limits.page_limit_default
     # The length check first: int() refuses strings of over 4300 digits.
-    if not raw.isdigit() or len(raw) > 4 or not 1 <= int(raw) <= limits.page_limit_max:
+    if not _decimal(raw) or len(raw) > 4 or not 1 <= int(raw) <= limits.page_limit_max:
         raise errors.Invalid.at("query.limit", f"an integer from 1 to {limits.page_limit_max}")
     return int(raw)
 
