@@ -385,7 +385,22 @@ def parser() -> argparse.ArgumentParser:
     _add_cluster_parser(sub)
     _add_worker_parser(sub)
     _add_loadgen_parser(sub)
+    openapi = sub.add_parser("openapi", help="print the OpenAPI document of the HTTP API (no server needed)")
+    openapi.add_argument(
+        "--markdown", action="store_true", help="print it as the API reference, docs/reference.md, instead of JSON"
+    )
     return top
+
+
+def _openapi(args: argparse.Namespace) -> int:
+    from tempo.net import openapi, reference
+
+    document = openapi.document()
+    if args.markdown:
+        sys.stdout.write(reference.render(document))
+    else:
+        sys.stdout.write(json.dumps(document, indent=2) + "\n")
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -396,6 +411,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _worker(args)
     if args.command == "loadgen":
         return _loadgen(args)
+    if args.command == "openapi":
+        return _openapi(args)
     args.json = getattr(args, "json", False)
     try:
         client = Client(getattr(args, "url", None) or "", ca_file=ca_file_from(args))

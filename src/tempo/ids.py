@@ -24,7 +24,10 @@ _PAIR_VALUE = {pair: value for value, pair in enumerate(_PAIRS)}
 _SHIFTS = {chars: tuple(range(5 * chars - 10, -10, -10)) for chars in (10, 16, 26)}
 _DIGIT = "[0-9A-HJKMNP-TV-Z]"
 # 26 characters carry 130 bits; a ULID has 128, so the first digit is 0-7.
-_JOB_ID = re.compile(f"j_[0-7]{_DIGIT}{{25}}")
+JOB_ID_PATTERN = f"^j_[0-7]{_DIGIT}{{25}}$"
+# A cluster node's ID, as --node, --peers and POST /v1/cluster/nodes take it.
+NODE_ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
+_JOB_ID = re.compile(JOB_ID_PATTERN)
 _RUN_ID = re.compile(f"r_[0-7]{_DIGIT}{{35}}")
 ULID_CHARS = 26
 NOMINAL_CHARS = 10

@@ -59,6 +59,9 @@ trigger_slot_probe_max = 1000
 
 # Time (API.md: times are kept to the millisecond).
 minute_ms = 60_000
+# The latest UNIX millisecond a stored record may hold: runs keys carry the
+# due minute in 32 bits (engine/keys.py). Decoding checks it (records.py).
+time_ms_max = (1 << 32) * minute_ms - 1
 
 # Shutdown: how long in-flight requests may take to finish after SIGTERM.
 shutdown_grace_s = 10.0

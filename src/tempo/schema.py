@@ -26,6 +26,25 @@ class _Request(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
     pass
 
 
+def _only(given: str, absent: tuple[str, ...]) -> dict:
+    """JSON Schema of a schedule that gives `given` and none of `absent`."""
+    return {"required": [given], "properties": {given: {"not": {"type": "null"}}}
+            | {name: {"type": "null"} for name in absent}}
+
+
+# The cross-field rules of `tempo.engine.jobs.schedule_record`, stated in the
+# OpenAPI document only (msgspec ignores `extra_json_schema` when decoding):
+# exactly one of at, cron, every_s; timezone only with cron, start_at only
+# with every_s.
+_ONE_SCHEDULE = {"oneOf": [
+    _only("at", ("cron", "timezone", "every_s", "start_at")),
+    _only("cron", ("at", "every_s", "start_at")),
+    _only("every_s", ("at", "cron", "timezone")),
+]}
+# `tempo.engine.jobs.check_target`'s rule, for the document only as well.
+_TARGET_PATTERN = r"^(queue:[A-Za-z0-9._-]{1,200}|https?://[!-.0-~][!-~]*)$"
+
+
 class ScheduleIn(_Request):
     at: Instant | None = None
     cron: Annotated[str, Meta(max_length=limits.cron_chars_max)] | None = None
@@ -43,8 +62,11 @@ class RetryIn(_Request):
 
 
 class JobCreate(_Request):
-    target: Annotated[str, Meta(min_length=1, max_length=limits.target_chars_max)]
-    schedule: ScheduleIn
+    target: Annotated[
+        str,
+        Meta(min_length=1, max_length=limits.target_chars_max, extra_json_schema={"pattern": _TARGET_PATTERN}),
+    ]
+    schedule: Annotated[ScheduleIn, Meta(extra_json_schema=_ONE_SCHEDULE)]
     name: Annotated[str, Meta(max_length=limits.name_chars_max)] | None = None
     payload: Any = None
     retry: RetryIn = msgspec.field(default_factory=RetryIn)
@@ -62,7 +84,7 @@ class JobBatchCreate(_Request):
 
 
 class PreviewIn(_Request):
-    schedule: ScheduleIn
+    schedule: Annotated[ScheduleIn, Meta(extra_json_schema=_ONE_SCHEDULE)]
     after: Instant | None = None
     count: Annotated[int, Meta(ge=1, le=limits.preview_count_max)] = limits.preview_count_default
 

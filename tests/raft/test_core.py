@@ -205,7 +205,7 @@ def test_a_restarted_node_keeps_its_term_vote_and_log() -> None:
 entries = st.builds(
     Entry,
     term=st.integers(0, 2**40),
-    index=st.integers(0, 2**40),
+    index=st.integers(1, 2**40),
     kind=st.sampled_from([EntryKind.NORMAL, EntryKind.CONF_CHANGE]),
     data=st.binary(max_size=64),
 )

@@ -7,98 +7,102 @@ outcome of `apply` does not depend on the time-zone database of the replica.
 New fields are appended with defaults.
 """
 
-import msgspec
+from typing import Annotated
 
-from tempo.engine.records import Job
+import msgspec
+from msgspec import Meta
+
+from tempo import ids
+from tempo.engine.records import Corrupt, Count, Job, JobId, Ms, Nominal
 
 
 class NewJob(msgspec.Struct, array_like=True):
     job: Job
     # Due time of the first run, at `job.slot_ms`; None for a schedule with no
     # occurrence left (the job is stored completed).
-    first_due_ms: int | None
+    first_due_ms: Ms | None
     # Hash of the create body after parsing and defaults, for request keys.
     body_hash: bytes
 
 
 class CreateJobs(msgspec.Struct, tag="create_jobs", array_like=True):
-    at_ms: int
+    at_ms: Ms
     jobs: list[NewJob]
 
 
 class PauseJob(msgspec.Struct, tag="pause_job", array_like=True):
-    at_ms: int
+    at_ms: Ms
     owner: str
     job_id: str
 
 
 class ResumeJob(msgspec.Struct, tag="resume_job", array_like=True):
-    at_ms: int
+    at_ms: Ms
     owner: str
     job_id: str
     # For a repeating job: the first slot after `at_ms` and its due time
     # (with jitter). For a one-off, whose one run is set waiting again, its
     # slot and the due time a run made anew gets (the cancelled run may have
     # been dropped with its history bucket); None in entries written before.
-    slot_ms: int | None
-    due_ms: int | None
+    slot_ms: Ms | None
+    due_ms: Ms | None
 
 
 class DeleteJob(msgspec.Struct, tag="delete_job", array_like=True):
-    at_ms: int
+    at_ms: Ms
     owner: str
     job_id: str
 
 
 class TriggerJob(msgspec.Struct, tag="trigger_job", array_like=True):
-    at_ms: int
+    at_ms: Ms
     owner: str
     job_id: str
 
 
 
 class Claim(msgspec.Struct, array_like=True):
-    job_id: str
-    nominal_ms: int
-    lease_expires_ms: int
+    job_id: JobId  # from a stored run or a run ID: always a job ID
+    nominal_ms: Nominal
+    lease_expires_ms: Ms
     # For the run in the job's schedule slot of a repeating job: the next slot
     # and its due time, created in the same commit (API.md "Runs").
-    next_slot_ms: int | None = None
-    next_due_ms: int | None = None
+    next_slot_ms: Ms | None = None
+    next_due_ms: Ms | None = None
     # The job is a one-off (schedules never change): apply need not read or
     # write the job to claim its run.
     one_off: bool = False
 
 
 class ClaimRuns(msgspec.Struct, tag="claim_runs", array_like=True):
-    at_ms: int
+    at_ms: Ms
     worker: str
     claims: list[Claim]
 
 
 class Result(msgspec.Struct, array_like=True):
-    job_id: str
-    nominal_ms: int
-    attempt: int
+    job_id: JobId  # from a stored run or a run ID: always a job ID
+    nominal_ms: Nominal
+    attempt: Count
     ok: bool
     output: str | None = None
     error: str | None = None
 
 
 class ReportResults(msgspec.Struct, tag="report_results", array_like=True):
-    at_ms: int
+    at_ms: Ms
     owner: str | None  # None: the leader's own executor, which serves every owner
     results: list[Result]
 
 
 class Expiry(msgspec.Struct, array_like=True):
-    job_id: str
-    nominal_ms: int
-    attempt: int
+    job_id: JobId  # from a stored run or a run ID: always a job ID
+    nominal_ms: Nominal
+    attempt: Count
 
 
 class ExpireLeases(msgspec.Struct, tag="expire_leases", array_like=True):
-    at_ms: int
+    at_ms: Ms
     expiries: list[Expiry]
 
 
@@ -106,7 +110,7 @@ class SetMember(msgspec.Struct, tag="set_member", array_like=True):
     """A cluster member's URL (`url` empty: the member was removed). Raft's
     configuration knows members by number only; this is where to reach them."""
 
-    node_id: str
+    node_id: Annotated[str, Meta(pattern=ids.NODE_ID_PATTERN)]  # a key of the members table
     url: str
 
 
@@ -116,8 +120,8 @@ class DropHistory(msgspec.Struct, tag="drop_history", array_like=True):
     epoch). The leader computes `before_day` from its clock and the retention
     period; apply reads neither."""
 
-    at_ms: int
-    before_day: int
+    at_ms: Ms
+    before_day: Count
 
 
 Command = (
@@ -134,4 +138,8 @@ def encode_entry(commands: list[Command]) -> bytes:
 
 
 def decode_entry(data: bytes) -> list[Command]:
-    return _entry_decoder.decode(data)
+    """The commands of one log entry; `Corrupt` for bytes that are not."""
+    try:
+        return _entry_decoder.decode(data)
+    except (msgspec.MsgspecError, RecursionError) as exc:
+        raise Corrupt(f"a log entry does not decode as commands ({exc})") from None

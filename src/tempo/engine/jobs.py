@@ -53,6 +53,12 @@ def check_target(target: str) -> None:
             )
         return
     if target.startswith(("http://", "https://")):
+        # A URI is printable ASCII (RFC 3986): the executor's HTTP client
+        # refuses control characters and hosts that are not valid IDNA.
+        if not (target.isascii() and target.isprintable()) or " " in target:
+            raise errors.Invalid.at(
+                "target", "a URL is printable ASCII without spaces: percent-encode the rest, punycode the host"
+            )
         try:
             parts = urllib.parse.urlsplit(target)
             parts.port  # noqa: B018 - raises ValueError for a bad port

@@ -21,6 +21,7 @@ from collections import deque
 import lmdb
 import msgspec
 
+from tempo.engine import records
 from tempo.engine.store import Store
 from tempo.raft import ConfState, Entry, HardState, Snapshot, SnapshotMeta
 
@@ -33,9 +34,11 @@ _TAIL_ENTRIES_MAX = 8192
 _TAIL_BYTES_MAX = 64 << 20
 
 _enc = msgspec.msgpack.Encoder()
-_entry_dec = msgspec.msgpack.Decoder(Entry)
-_hard_dec = msgspec.msgpack.Decoder(HardState)
-_meta_dec = msgspec.msgpack.Decoder(SnapshotMeta)
+# Stored raft state that does not decode (or breaks the types' bounds) is
+# records.Corrupt: the node stops with a clear message.
+_entry_dec = records.Decoder(Entry)
+_hard_dec = records.Decoder(HardState)
+_meta_dec = records.Decoder(SnapshotMeta)
 
 
 class RaftLog:

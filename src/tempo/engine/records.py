@@ -12,21 +12,34 @@ cycle can run through them, which is what `gc=False` asks (msgspec docs,
 "Disabling Garbage Collection").
 """
 
-from typing import Any, Literal
+from typing import Annotated, Any, Generic, Literal, TypeVar
 
 import msgspec
+from msgspec import Meta
+
+from tempo import ids, limits
 
 JobState = Literal["active", "paused", "completed"]
 RunStatus = Literal["waiting", "claimed", "done", "failed", "cancelled"]
+# Bounds checked when a record or command is decoded, never when one is made
+# in code: bytes that decode outside them are corrupt (see `Corrupt`).
+Ms = Annotated[int, Meta(ge=0, le=limits.time_ms_max)]  # UNIX milliseconds, as keys hold them
+# The nominal time a run ID carries (ids.py: 5 bits a digit). Commands take it from
+# a client's run ID, so it is not bounded by `Ms`.
+Nominal = Annotated[int, Meta(ge=0, lt=1 << (5 * ids.NOMINAL_CHARS))]
+Count = Annotated[int, Meta(ge=0)]
+JobId = Annotated[str, Meta(min_length=ids.JOB_ID_CHARS, max_length=ids.JOB_ID_CHARS)]  # a job ID, as keys.py takes it
 
 
 class Schedule(msgspec.Struct, array_like=True, frozen=True, gc=False):
     """Exactly one of `at_ms`, `cron`, `every_s` is set (checked at the edge)."""
 
+    # No time bounds here: they are not keys, and `start_at_ms` may be
+    # before 1970 (a past start, API.md).
     at_ms: int | None = None
     cron: str | None = None
     timezone: str | None = None
-    every_s: int | None = None
+    every_s: Annotated[int, Meta(ge=1)] | None = None
     start_at_ms: int | None = None
 
     @property
@@ -35,35 +48,35 @@ class Schedule(msgspec.Struct, array_like=True, frozen=True, gc=False):
 
 
 class Job(msgspec.Struct, array_like=True, gc=False):
-    id: str
+    id: JobId
     owner: str
     name: str | None
     target: str
     payload: Any
     schedule: Schedule
-    max_attempts: int
-    backoff_s: tuple[int, ...]
-    lease_s: int
-    jitter_s: int
+    max_attempts: Annotated[int, Meta(ge=1)]
+    backoff_s: Annotated[tuple[Count, ...], Meta(min_length=1)]
+    lease_s: Annotated[int, Meta(ge=1)]
+    jitter_s: Count
     state: JobState
-    created_at_ms: int
+    created_at_ms: Ms
     request_key: str | None
     # The slot of the job's scheduled waiting (or cancelled-by-pause) run, and
     # the waiting run's due time; None when the schedule has nothing waiting.
-    slot_ms: int | None
-    next_run_at_ms: int | None
+    slot_ms: Ms | None
+    next_run_at_ms: Ms | None
 
 
 class Run(msgspec.Struct, array_like=True, gc=False):
-    job_id: str
-    nominal_ms: int
-    due_ms: int
+    job_id: JobId
+    nominal_ms: Ms
+    due_ms: Ms
     status: RunStatus
-    attempt: int = 0
+    attempt: Count = 0
     worker: str | None = None
-    lease_expires_ms: int | None = None
-    started_ms: int | None = None
-    finished_ms: int | None = None
+    lease_expires_ms: Ms | None = None
+    started_ms: Ms | None = None
+    finished_ms: Ms | None = None
     output: str | None = None
     error: str | None = None
     triggered: bool = False
@@ -71,12 +84,36 @@ class Run(msgspec.Struct, array_like=True, gc=False):
 
 class Event(msgspec.Struct, array_like=True):
     type: str
-    at_ms: int
-    job_id: str
+    at_ms: Ms
+    job_id: JobId
     run_id: str | None
     detail: dict[str, Any]
 
 
 class RequestKeyEntry(msgspec.Struct, array_like=True):
-    job_id: str
+    job_id: JobId
     body_hash: bytes
+
+
+class Corrupt(Exception):
+    """Stored or replicated bytes that do not decode to a valid value: the
+    data dir (or a log entry) is damaged. Not an operating error to answer
+    and go on from: apply stops the node rather than apply it."""
+
+
+T = TypeVar("T")
+
+
+class Decoder(Generic[T]):
+    """A MessagePack decoder of one record type that raises `Corrupt`, and
+    nothing else, for bytes that are not a valid record."""
+
+    def __init__(self, kind: Any, name: str | None = None):
+        self.name = name or kind.__name__
+        self._decoder = msgspec.msgpack.Decoder(kind)
+
+    def decode(self, raw: bytes) -> T:
+        try:
+            return self._decoder.decode(raw)
+        except (msgspec.MsgspecError, RecursionError) as exc:
+            raise Corrupt(f"a stored {self.name} does not decode ({exc}): the data dir is damaged") from None

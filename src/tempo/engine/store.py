@@ -23,7 +23,7 @@ import lmdb
 import msgspec
 
 from tempo import errors, ids, limits
-from tempo.engine import keys
+from tempo.engine import keys, records
 from tempo.engine.commands import (
     Claim,
     ClaimRuns,
@@ -74,10 +74,12 @@ _EVENT_SEQ = b"event_seq"
 T = TypeVar("T")
 
 _enc = msgspec.msgpack.Encoder()
-_job_dec = msgspec.msgpack.Decoder(Job)
-_run_dec = msgspec.msgpack.Decoder(Run)
-_reqkey_dec = msgspec.msgpack.Decoder(RequestKeyEntry)
-_event_dec = msgspec.msgpack.Decoder(Event)
+# Decoders that raise records.Corrupt, and only it, for a damaged record.
+_job_dec = records.Decoder(Job)
+_run_dec = records.Decoder(Run)
+_reqkey_dec = records.Decoder(RequestKeyEntry)
+_event_dec = records.Decoder(Event)
+_snapshot_dec = records.Decoder(list[tuple[str, list[tuple[bytes, bytes]]]], "snapshot")
 
 
 def bucket_name(slot: int) -> str:
@@ -204,7 +206,10 @@ class Store:
     def restore_in(self, txn: lmdb.Transaction, index: int, data: bytes) -> None:
         """Replaces every table with a snapshot's copy, inside the caller's
         transaction: a crash leaves the old state or the new, never a mix."""
-        tables = msgspec.msgpack.decode(data, type=list[tuple[str, list[tuple[bytes, bytes]]]]) if data else []
+        tables = _snapshot_dec.decode(data) if data else []
+        unknown = {name for name, _ in tables} - set(self.db)
+        if unknown:
+            raise records.Corrupt(f"a snapshot names tables this node does not have: {sorted(unknown)}")
         for db in self.db.values():
             txn.drop(db, delete=False)
         for name, rows in tables:

@@ -13,9 +13,10 @@ from tempo import clock, errors, ids, limits
 from tempo import metrics as prom
 from tempo.config import UNLIMITED, HttpLimits, OwnerLimits
 from tempo.engine import jobs as jobviews
-from tempo.engine.commands import Result
+from tempo.engine.commands import Result, decode_entry
 from tempo.engine.dispatch import LATENESS_BUCKETS_S, Dispatcher
 from tempo.engine.jobs import Jobs
+from tempo.engine.records import Corrupt
 from tempo.engine.store import Created, Store
 from tempo.net import auth, openapi
 from tempo.net import auth as auth_module  # `auth` is also a parameter name below
@@ -152,6 +153,8 @@ class Api:
         self.long_polls = 0
         # Seconds from the request's arrival to its answer sent, by route.
         self.durations: dict[str, prom.Histogram] = {}
+        # Corrupt raft frames from peers, dropped unread (net/peer.py).
+        self.peer_frames_dropped = 0
         self.openapi_body = _json_enc.encode(openapi.document())
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
@@ -404,7 +407,7 @@ class Api:
         cursor = request.query.get("cursor") or None
         cursor_ms = None
         if cursor is not None:
-            if not cursor.isdigit() or len(cursor) > 16:
+            if not _decimal(cursor) or len(cursor) > 16:
                 raise errors.Invalid.at("query.cursor", "not a cursor this server gave out")
             cursor_ms = int(cursor)
         found, next_ms = self.store.list_runs(
@@ -436,7 +439,8 @@ class Api:
         allowed = request.principal.queues
         if allowed is not None and not set(body.queues) <= allowed:
             raise errors.Forbidden(f"this token may claim only from {sorted(allowed)}")
-        queues = self._queues(request, body.queues)
+        # A queue named twice counts once (the dispatcher takes distinct queues).
+        queues = self._queues(request, list(dict.fromkeys(body.queues)))
         with self._long_poll(body.wait_s):
             claimed = await self.dispatcher.claim(queues, body.worker, body.max_runs, body.wait_s)
         return encode(request, ClaimOut([jobviews.claimed_view(c.run, c.job) for c in claimed]))
@@ -503,7 +507,7 @@ class Api:
     async def events(self, request: Request) -> Response:
         limit = _limit(request)
         after_raw = request.query.get("after") or "0"
-        if not after_raw.isdigit() or len(after_raw) > 19:
+        if not _decimal(after_raw) or len(after_raw) > 19:
             raise errors.Invalid.at("query.after", "not a cursor this server gave out")
         wait_s = _wait_param(request)
         after = int(after_raw)
@@ -568,17 +572,20 @@ class Api:
             raise errors.NotFound("this node is not a cluster member")
         self.peer_auth.check(request.headers.get(b"authorization"))
         assert receive is not None
-        reader = FrameReader()
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                raise errors.Invalid.at("", "the peer went away")
-            messages = reader.feed(message.get("body", b""))
-            if messages:
-                self.on_peer_messages(messages)
-            if not message.get("more_body", False):
-                reader.close()
-                return Response(204, b"", b"application/octet-stream")
+        reader = FrameReader(_entry_problem)
+        try:
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    raise errors.Invalid.at("", "the peer went away")
+                messages = reader.feed(message.get("body", b""))
+                if messages:
+                    self.on_peer_messages(messages)
+                if not message.get("more_body", False):
+                    reader.close()
+                    return Response(204, b"", b"application/octet-stream")
+        finally:
+            self.peer_frames_dropped += reader.dropped
 
     async def openapi(self, request: Request) -> Response:
         return Response(200, self.openapi_body)
@@ -596,6 +603,10 @@ class Api:
         ]
         if self.node.clustered:
             lines += _raft_metrics(committer)
+            lines += prom.head(
+                "tempo_peer_frames_dropped_total", "counter", "Corrupt raft frames from peers, dropped unread."
+            )
+            lines.append(prom.sample("tempo_peer_frames_dropped_total", self.peer_frames_dropped))
         else:
             lines += prom.head("tempo_commit_batch_commands", "histogram", "Commands per group-commit batch.")
             lines += prom.lines("tempo_commit_batch_commands", committer.batch_commands)
@@ -716,12 +727,27 @@ def _batch_item(outcome: Created | errors.TempoError, shared: dict[Any, Any]) ->
     return BatchItemResult(201 if outcome.new else 200, job=jobviews.job_view(outcome.job, shared))
 
 
+def _entry_problem(data: bytes) -> str | None:
+    """Why a replicated entry's data would not apply, or None (peer frames)."""
+    try:
+        decode_entry(data)
+    except Corrupt as exc:
+        return str(exc)
+    return None
+
+
+def _decimal(text: str) -> bool:
+    """ASCII digits only: str.isdigit() also takes "²" and other digits
+    that int() refuses."""
+    return text.isascii() and text.isdigit()
+
+
 def _limit(request: Request) -> int:
     raw = request.query.get("limit")
     if raw is None:
         return limits.page_limit_default
     # The length check first: int() refuses strings of over 4300 digits.
-    if not raw.isdigit() or len(raw) > 4 or not 1 <= int(raw) <= limits.page_limit_max:
+    if not _decimal(raw) or len(raw) > 4 or not 1 <= int(raw) <= limits.page_limit_max:
         raise errors.Invalid.at("query.limit", f"an integer from 1 to {limits.page_limit_max}")
     return int(raw)
 

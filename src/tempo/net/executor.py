@@ -72,7 +72,9 @@ class HttpExecutor:
                 error = f"HTTP {response.status_code}: {response.text[:_error_chars_max]}"
         except trio.TooSlowError:
             error = f"no answer within lease_s={job.lease_s}"
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:
+            # InvalidURL is no HTTPError: a target stored before the create
+            # check refused such URLs fails its attempt, never the node.
             error = f"{type(exc).__name__}: {str(exc)[:_error_chars_max]}"
         finally:
             self.in_flight -= 1

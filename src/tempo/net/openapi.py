@@ -39,25 +39,64 @@ def _ref(kind: type) -> dict[str, str]:
 
 
 def _json(kind: type, description: str) -> dict[str, Any]:
-    return {"description": description, "content": {"application/json": {"schema": _ref(kind)}}}
+    """An answer in JSON, or in MessagePack of the same shape (API.md "General")."""
+    return {"description": description, "content": _both(kind)}
+
+
+def _both(kind: type) -> dict[str, Any]:
+    return {media: {"schema": _ref(kind)} for media in ("application/json", "application/msgpack")}
 
 
 def _problem(description: str) -> dict[str, Any]:
     return {"description": description, "content": {"application/problem+json": {"schema": _ref(schema.Problem)}}}
 
 
-def _op(summary: str, ok: dict[str, dict], *, body: type | None = None, params: list | None = None) -> dict:
+def _op(
+    summary: str,
+    ok: dict[str, dict],
+    *,
+    body: type | None = None,
+    params: list | None = None,
+    local: bool = False,
+    role: bool = True,
+) -> dict:
+    """One operation with the problems every route of its kind may answer:
+    400 bad input, 401 no valid token, 403 a role that may not (`role`), 404,
+    413 a body over its bound, 307 to the leader (unless `local`: answered
+    by the node asked, API.md "General") and 503 no leader or overloaded."""
     operation: dict[str, Any] = {"summary": summary, "responses": dict(ok)}
-    for status, text in (("400", "invalid input"), ("404", "not found"), ("503", "unavailable")):
+    problems = [("400", "invalid input"), ("401", "no valid bearer token")]
+    if role:
+        problems.append(("403", "this token's role may not do this"))
+    problems.append(("404", "not found"))
+    if body is not None:
+        problems.append(("413", "the body is too large"))
+    problems.append(("503", "no leader known, or overloaded; retry after `Retry-After` seconds"))
+    for status, text in problems:
         operation["responses"].setdefault(status, _problem(text))
+    if not local:
+        operation["responses"]["307"] = _REDIRECT
     if body is not None:
         operation["requestBody"] = {
             "required": True,
-            "content": {"application/json": {"schema": _ref(body)}},
+            "content": _both(body),
         }
     if params:
         operation["parameters"] = params
+    operation["security"] = [{"bearer": []}]
     return operation
+
+
+_REDIRECT = {
+    "description": "not the leader: the same request goes to `Location` (reads too, unless `?stale=true`)",
+    "headers": {"Location": {"description": "the same path and query on the leader", "schema": {"type": "string"}}},
+    "content": {"application/problem+json": {"schema": _ref(schema.Problem)}},
+}
+
+
+def _public(summary: str, responses: dict[str, Any]) -> dict[str, Any]:
+    """A route that needs no token and is answered by the node asked."""
+    return {"summary": summary, "responses": responses, "security": []}
 
 
 def _param(name: str, where: str, kind: dict, description: str, required: bool = False) -> dict:
@@ -72,7 +111,8 @@ _PAGE = [
 
 
 def _paths() -> dict[str, Any]:
-    job = _json(schema.JobOut, "the job")
+    job = _json(schema.JobOut, "the job") | {"links": _links(_JOB_LINKS, "id", "$response.body#/id")}
+    run = _json(schema.RunOut, "the run") | {"links": _links(_RUN_LINKS, "run_id", "$response.body#/id")}
     return {
         "/v1/jobs": {
             "post": _op("Create a job", {"201": job, "200": job, "409": _problem("request key reused"),
@@ -93,7 +133,7 @@ def _paths() -> dict[str, Any]:
         "/v1/jobs/{id}/pause": {"post": _op("Pause a job", {"200": job}, params=[_JOB_ID])},
         "/v1/jobs/{id}/resume": {"post": _op("Resume a job", {"200": job}, params=[_JOB_ID])},
         "/v1/jobs/{id}/trigger": {
-            "post": _op("Run a job now", {"201": _json(schema.RunOut, "the new run")}, params=[_JOB_ID]),
+            "post": _op("Run a job now", {"201": run}, params=[_JOB_ID]),
         },
         "/v1/jobs/{id}/runs": {
             "get": _op("A job's runs, newest first", {"200": _json(schema.RunsPage, "a page")}, params=[
@@ -111,25 +151,27 @@ def _paths() -> dict[str, Any]:
             "post": _op("When a schedule runs", {"200": _json(schema.PreviewOut, "the times")}, body=schema.PreviewIn),
         },
         **_worker_paths(),
-        "/healthz": {"get": {"summary": "Liveness", "responses": {"200": _json(schema.Health, "serving")}}},
-        "/metrics": {"get": {"summary": "Prometheus metrics", "responses": {
-            "200": {"description": "text format", "content": {"text/plain": {"schema": {"type": "string"}}}}}}},
-        "/v1/openapi.json": {"get": {"summary": "This document", "responses": {
-            "200": {"description": "OpenAPI 3.1", "content": {"application/json": {"schema": {"type": "object"}}}}}}},
-        "/v1/cluster": {"get": {"summary": "This node's view of the cluster", "responses": {
-            "200": _json(schema.ClusterOut, "nodes, leader, term and indexes")}}},
-        "/v1/cluster/digest": {"get": {"summary": "A SHA-256 of this node's tables at its applied index",
-                                       "responses": {"200": _json(schema.DigestOut, "index and digest")}}},
+        "/healthz": {"get": _public("Liveness", {"200": _json(schema.Health, "serving")})},
+        "/metrics": {"get": _public("Prometheus metrics", {
+            "200": {"description": "text format", "content": {"text/plain": {"schema": {"type": "string"}}}}})},
+        "/v1/openapi.json": {"get": _public("This document", {
+            "200": {"description": "OpenAPI 3.1", "content": {"application/json": {"schema": {"type": "object"}}}}})},
+        "/v1/cluster": {"get": _op("This node's view of the cluster", {
+            "200": _json(schema.ClusterOut, "nodes, leader, term and indexes")}, local=True, role=False)},
+        "/v1/cluster/digest": {"get": _op("A SHA-256 of this node's tables at its applied index",
+                                          {"200": _json(schema.DigestOut, "index and digest")},
+                                          local=True, role=False)},
         "/v1/cluster/nodes": {"post": _op(
             "Add a voter (admin): a node started with `tempo serve --join`",
             {"200": _json(schema.ClusterOut, "the cluster after the change"),
-             "409": _problem("a member already, or a change is under way")}, body=schema.NodeIn)},
+             "409": _problem("a member already, a change is under way, or a single node")}, body=schema.NodeIn)},
         "/v1/cluster/nodes/{node_id}": {"delete": _op(
             "Remove a voter (admin)", {"200": _json(schema.ClusterOut, "the cluster after the change"),
-                                       "404": _problem("no such member")},
+                                       "404": _problem("no such member"),
+                                       "409": _problem("a change is under way, or a single node")},
             params=[_param("node_id", "path", {"type": "string"}, "the node ID", True)])},
-        "/readyz": {"get": {"summary": "Readiness", "responses": {
-            "200": _json(schema.Health, "ready"), "503": _json(schema.Health, "not ready")}}},
+        "/readyz": {"get": _public("Readiness", {
+            "200": _json(schema.Health, "ready"), "503": _json(schema.Health, "not ready")})},
     }
 
 
@@ -159,11 +201,58 @@ def _worker_paths() -> dict[str, Any]:
     }
 
 
+# operationId of each operation: names for clients, links and docs/reference.md.
+OPERATION_IDS = {
+    ("/v1/jobs", "post"): "createJob",
+    ("/v1/jobs", "get"): "listJobs",
+    ("/v1/jobs/batch", "post"): "createJobs",
+    ("/v1/jobs/{id}", "get"): "getJob",
+    ("/v1/jobs/{id}", "delete"): "deleteJob",
+    ("/v1/jobs/{id}/pause", "post"): "pauseJob",
+    ("/v1/jobs/{id}/resume", "post"): "resumeJob",
+    ("/v1/jobs/{id}/trigger", "post"): "triggerJob",
+    ("/v1/jobs/{id}/runs", "get"): "listRuns",
+    ("/v1/runs/{run_id}", "get"): "getRun",
+    ("/v1/schedules/preview", "post"): "previewSchedule",
+    ("/v1/claim", "post"): "claim",
+    ("/v1/runs/{run_id}/heartbeat", "post"): "heartbeat",
+    ("/v1/runs/{run_id}/result", "post"): "reportResult",
+    ("/v1/heartbeats", "post"): "heartbeats",
+    ("/v1/results", "post"): "reportResults",
+    ("/v1/events", "get"): "listEvents",
+    ("/healthz", "get"): "healthz",
+    ("/readyz", "get"): "readyz",
+    ("/metrics", "get"): "metrics",
+    ("/v1/openapi.json", "get"): "openapi",
+    ("/v1/cluster", "get"): "getCluster",
+    ("/v1/cluster/digest", "get"): "getClusterDigest",
+    ("/v1/cluster/nodes", "post"): "addNode",
+    ("/v1/cluster/nodes/{node_id}", "delete"): "removeNode",
+}
+# OpenAPI links: which operations take an ID from which answer (a client's
+# next steps, and what stateful API tests chain).
+_JOB_LINKS = ("getJob", "deleteJob", "pauseJob", "resumeJob", "triggerJob", "listRuns")
+_RUN_LINKS = ("getRun",)
+
+
+def _links(names: tuple[str, ...], parameter: str, expression: str) -> dict[str, Any]:
+    return {name: {"operationId": name, "parameters": {parameter: expression}} for name in names}
+
+
 def document() -> dict[str, Any]:
     _, components = msgspec.json.schema_components(_STRUCTS, ref_template=_REF)
+    paths = _paths()
+    for (path, method), operation_id in OPERATION_IDS.items():
+        paths[path][method]["operationId"] = operation_id
     return {
         "openapi": "3.1.0",
         "info": {"title": "tempo", "version": "1", "description": "The tempo job scheduler's HTTP API."},
-        "paths": _paths(),
-        "components": {"schemas": components},
+        "paths": paths,
+        "components": {
+            "schemas": components,
+            "securitySchemes": {"bearer": {
+                "type": "http", "scheme": "bearer",
+                "description": "a token of the config file; none is needed while the server has no tokens",
+            }},
+        },
     }

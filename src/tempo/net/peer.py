@@ -21,6 +21,7 @@ import random
 import ssl
 import struct
 from collections import deque
+from collections.abc import Callable, Iterator
 
 import httpx
 import msgspec
@@ -28,7 +29,14 @@ import trio
 
 from tempo import errors, limits
 from tempo.net.tls import ssl_error_of
-from tempo.raft import MESSAGE_DECODER, MESSAGE_ENCODER, Message
+from tempo.raft import (
+    MESSAGE_DECODER,
+    MESSAGE_ENCODER,
+    AppendRequest,
+    EntryKind,
+    Message,
+    malformed,
+)
 
 log = logging.getLogger("tempo.peer")
 _LEN = struct.Struct(">I")
@@ -41,10 +49,20 @@ def encode_frames(frames: list[bytes]) -> bytes:
 
 class FrameReader:
     """Splits a stream of length-prefixed frames into raft messages, as the
-    chunks of a request body arrive; `errors.Invalid` on a malformed frame."""
+    chunks of a request body arrive.
 
-    def __init__(self) -> None:
+    A frame that is not a well-formed raft message (it does not decode, or
+    `raft.malformed` names what no correct node sends, or an entry's data is
+    refused by `entry_problem`) is dropped, logged and counted in `dropped`:
+    raft sends again what is still needed, and a corrupt frame is never
+    stepped or applied. A length over the frame bound loses the framing, so
+    it ends the stream (`errors.TooLarge`), as does a stream that ends inside
+    a frame (`errors.Invalid`)."""
+
+    def __init__(self, entry_problem: Callable[[bytes], str | None] | None = None) -> None:
         self._buffer = bytearray()
+        self._entry_problem = entry_problem
+        self.dropped = 0
 
     def feed(self, chunk: bytes) -> list[Message]:
         buffer = self._buffer
@@ -58,17 +76,38 @@ class FrameReader:
             if len(buffer) - at - _LEN.size < size:
                 break
             start = at + _LEN.size
-            try:
-                out.append(MESSAGE_DECODER.decode(memoryview(buffer)[start : start + size]))
-            except msgspec.MsgspecError as exc:
-                raise errors.Invalid.at("", f"not a raft message: {exc}") from None
+            message = self._message(memoryview(buffer)[start : start + size])
+            if message is not None:
+                out.append(message)
             at = start + size
         del buffer[:at]
         return out
 
+    def _message(self, frame: memoryview) -> Message | None:
+        try:
+            message = MESSAGE_DECODER.decode(frame)
+        except msgspec.MsgspecError as exc:
+            return self._drop(f"not a raft message: {exc}")
+        problem = malformed(message)
+        if problem is None and self._entry_problem is not None and isinstance(message, AppendRequest):
+            problem = next(filter(None, map(self._entry_problem, _normal_data(message))), None)
+        if problem is not None:
+            return self._drop(f"{type(message).__name__} from {message.src}: {problem}")
+        return message
+
+    def _drop(self, why: str) -> None:
+        self.dropped += 1
+        if self.dropped == 1 or self.dropped % 100 == 0:
+            log.warning("dropped a corrupt peer frame (%d in this stream): %s", self.dropped, why)
+        return None
+
     def close(self) -> None:
         if self._buffer:
             raise errors.Invalid.at("", "the stream ends inside a frame")
+
+
+def _normal_data(message: AppendRequest) -> Iterator[bytes]:
+    return (e.data for e in message.entries if e.kind == EntryKind.NORMAL and e.data)
 
 
 class _Peer:

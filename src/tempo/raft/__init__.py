@@ -45,6 +45,7 @@ from .types import (
     TimeoutNow,
     VoteRequest,
     VoteResponse,
+    malformed,
 )
 
 __all__ = [
@@ -89,4 +90,5 @@ __all__ = [
     "VoteRequest",
     "VoteResponse",
     "limits",
+    "malformed",
 ]

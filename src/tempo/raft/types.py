@@ -8,10 +8,19 @@ entries and hard state the same way. Node ids are positive ints; 0 means none.
 from __future__ import annotations
 
 import enum
+from typing import Annotated
 
 import msgspec
+from msgspec import Meta
 
 NONE = 0  # "no node": no vote, no known leader.
+
+# Bounds checked when a message or a stored value is decoded (msgspec ignores
+# them when a struct is made in code, so they cost the core nothing).
+Term = Annotated[int, Meta(ge=0)]
+Index = Annotated[int, Meta(ge=0)]
+NodeId = Annotated[int, Meta(ge=1)]  # a real node: never NONE
+Vote = Annotated[int, Meta(ge=0)]  # a node, or NONE
 
 
 class EntryKind(enum.IntEnum):
@@ -20,9 +29,9 @@ class EntryKind(enum.IntEnum):
 
 
 class Entry(msgspec.Struct, array_like=True, frozen=True):
-    term: int
-    index: int
-    kind: int = EntryKind.NORMAL
+    term: Term
+    index: Annotated[int, Meta(ge=1)]
+    kind: Annotated[int, Meta(ge=int(min(EntryKind)), le=int(max(EntryKind)))] = EntryKind.NORMAL
     data: bytes = b""
 
 
@@ -34,25 +43,25 @@ class ConfChangeOp(enum.IntEnum):
 class ConfChange(msgspec.Struct, array_like=True, frozen=True):
     """A single-server change; a replace is an ADD followed by a REMOVE."""
 
-    op: int
-    node_id: int
+    op: Annotated[int, Meta(ge=int(min(ConfChangeOp)), le=int(max(ConfChangeOp)))]
+    node_id: NodeId
 
 
 class HardState(msgspec.Struct, array_like=True, frozen=True):
     """What must be durable before any message reflecting it is sent."""
 
-    term: int = 0
-    vote: int = NONE
-    commit: int = 0
+    term: Term = 0
+    vote: Vote = NONE
+    commit: Index = 0
 
 
 class ConfState(msgspec.Struct, array_like=True, frozen=True):
-    voters: tuple[int, ...] = ()
+    voters: tuple[NodeId, ...] = ()
 
 
 class SnapshotMeta(msgspec.Struct, array_like=True, frozen=True):
-    index: int = 0
-    term: int = 0
+    index: Index = 0
+    term: Term = 0
     conf: ConfState = ConfState()
 
 
@@ -64,7 +73,7 @@ class Snapshot(msgspec.Struct, array_like=True, frozen=True):
 class ReadState(msgspec.Struct, array_like=True, frozen=True):
     """A read with `context` is linearizable once applied index >= `index`."""
 
-    index: int
+    index: Index
     context: bytes
 
 
@@ -72,104 +81,104 @@ class ReadState(msgspec.Struct, array_like=True, frozen=True):
 
 
 class VoteRequest(msgspec.Struct, tag="vote", array_like=True, frozen=True):
-    term: int
-    src: int
-    dst: int
-    last_index: int
-    last_term: int
+    term: Term
+    src: NodeId
+    dst: NodeId
+    last_index: Index
+    last_term: Term
     pre_vote: bool = False
     # Set for a campaign started by TimeoutNow: it overrides the leader lease.
     transfer: bool = False
 
 
 class VoteResponse(msgspec.Struct, tag="vote_r", array_like=True, frozen=True):
-    term: int
-    src: int
-    dst: int
+    term: Term
+    src: NodeId
+    dst: NodeId
     granted: bool
     pre_vote: bool = False
 
 
 class AppendRequest(msgspec.Struct, tag="app", array_like=True, frozen=True):
-    term: int
-    src: int
-    dst: int
-    prev_index: int
-    prev_term: int
+    term: Term
+    src: NodeId
+    dst: NodeId
+    prev_index: Index
+    prev_term: Term
     entries: list[Entry]
-    commit: int
+    commit: Index
 
 
 class AppendResponse(msgspec.Struct, tag="app_r", array_like=True, frozen=True):
-    term: int
-    src: int
-    dst: int
+    term: Term
+    src: NodeId
+    dst: NodeId
     # Accepted: the follower's log matches the leader's through `index`.
     # Rejected: `index` is the rejected prev_index, and (hint_index,
     # hint_term) is the follower's last entry at or below it, so the leader
     # can skip a whole term of mismatching entries at once.
-    index: int
+    index: Index
     reject: bool = False
-    hint_index: int = 0
-    hint_term: int = 0
+    hint_index: Index = 0
+    hint_term: Term = 0
 
 
 class Heartbeat(msgspec.Struct, tag="hb", array_like=True, frozen=True):
-    term: int
-    src: int
-    dst: int
-    commit: int
+    term: Term
+    src: NodeId
+    dst: NodeId
+    commit: Index
     context: bytes = b""
 
 
 class HeartbeatResponse(msgspec.Struct, tag="hb_r", array_like=True, frozen=True):
-    term: int
-    src: int
-    dst: int
+    term: Term
+    src: NodeId
+    dst: NodeId
     context: bytes = b""
 
 
 class SnapshotChunk(msgspec.Struct, tag="snap", array_like=True, frozen=True):
-    term: int
-    src: int
-    dst: int
+    term: Term
+    src: NodeId
+    dst: NodeId
     meta: SnapshotMeta
-    offset: int
+    offset: Index
     data: bytes
     done: bool
 
 
 class SnapshotResponse(msgspec.Struct, tag="snap_r", array_like=True, frozen=True):
-    term: int
-    src: int
-    dst: int
-    index: int  # the snapshot's index
+    term: Term
+    src: NodeId
+    dst: NodeId
+    index: Index  # the snapshot's index
     # The offset the follower expects next; with `done` the snapshot is installed.
-    offset: int
+    offset: Index
     done: bool = False
 
 
 class TimeoutNow(msgspec.Struct, tag="timeout_now", array_like=True, frozen=True):
-    term: int
-    src: int
-    dst: int
+    term: Term
+    src: NodeId
+    dst: NodeId
 
 
 class ReadIndexRequest(msgspec.Struct, tag="read", array_like=True, frozen=True):
     """A follower forwards a client's ReadIndex request to its leader."""
 
-    term: int
-    src: int
-    dst: int
+    term: Term
+    src: NodeId
+    dst: NodeId
     context: bytes
 
 
 class ReadIndexResponse(msgspec.Struct, tag="read_r", array_like=True, frozen=True):
-    term: int
-    src: int
-    dst: int
+    term: Term
+    src: NodeId
+    dst: NodeId
     context: bytes
-    index: int
+    index: Index
 
 
 Message = (
@@ -189,6 +198,43 @@ Message = (
 MESSAGE_ENCODER = msgspec.msgpack.Encoder()
 MESSAGE_DECODER = msgspec.msgpack.Decoder(Message)
 CONF_CHANGE_DECODER = msgspec.msgpack.Decoder(ConfChange)
+
+
+def malformed(m: Message) -> str | None:
+    """Why a decoded message could never have been sent by a correct node,
+    or None. The transport drops such a message before `step`: the core
+    asserts these facts, and a corrupt frame must not stop a node. (A well
+    formed message that breaks the protocol, say a second leader in one term,
+    still trips the core's assertions: Raft trusts its peers.)"""
+    if m.src == m.dst:
+        return "a message to its own sender"
+    if isinstance(m, AppendRequest):
+        return _malformed_entries(m)
+    if isinstance(m, VoteRequest) and m.last_term > m.term:
+        return "a last log term after the candidate's term"
+    if isinstance(m, SnapshotChunk) and m.meta.term > m.term:
+        return "a snapshot of a term after the sender's"
+    return None
+
+
+def _malformed_entries(m: AppendRequest) -> str | None:
+    """Entries follow `prev_index` one by one, with terms that never fall
+    (from `prev_term` on) and never pass the leader's term (Raft §5.3)."""
+    index, term = m.prev_index, m.prev_term
+    if term > m.term:
+        return "a previous term after the leader's term"
+    for entry in m.entries:
+        if entry.index != index + 1:
+            return f"entry {entry.index} after entry {index}"
+        if not term <= entry.term <= m.term:
+            return f"entry {entry.index} of term {entry.term} outside [{term}, {m.term}]"
+        if entry.kind == EntryKind.CONF_CHANGE:
+            try:
+                CONF_CHANGE_DECODER.decode(entry.data)
+            except msgspec.MsgspecError:
+                return f"entry {entry.index} is no configuration change"
+        index, term = entry.index, entry.term
+    return None
 
 
 class Role(enum.IntEnum):
