@@ -9,9 +9,10 @@ from tempo.engine.records import Job, Run, Schedule
 
 
 def test_decoded_jobs_runs_and_leases_are_not_tracked_by_the_cycle_collector():
-    job = Job("j_01", "default", None, "queue:work", {"a": [1, {"b": 2}]}, Schedule(at_ms=5), 3, (1,), 60, 0,
+    job_id = "j_" + "0" * 26  # records check a job ID's length on decode
+    job = Job(job_id, "default", None, "queue:work", {"a": [1, {"b": 2}]}, Schedule(at_ms=5), 3, (1,), 60, 0,
               "active", 1, None, 5, 5)
-    run = Run("j_01", 5, 5, "waiting")
+    run = Run(job_id, 5, 5, "waiting")
     decoded_job = msgspec.msgpack.decode(msgspec.msgpack.encode(job), type=Job)
     decoded_run = msgspec.msgpack.decode(msgspec.msgpack.encode(run), type=Run)
     assert decoded_job == job and decoded_run == run
