@@ -94,27 +94,23 @@ events_wait_s_max = 60
 loader_rows_per_step = 5000
 dispatch_memory_runs_max = 100_000
 # Each owner's share of that memory (docs/operations.md "Fairness between
-# owners"). The loader stops loading an owner's runs once it holds
-# `dispatch_owner_runs_max` of them (checked before each minute, like the
-# total), and the change feed once it holds `dispatch_owner_feed_runs_max`;
-# the rest wait in the runs table, and are read again from where the owner
-# was skipped once it holds fewer than `dispatch_owner_low_water_runs`. A
-# quarter of the total: four owners at their share fill memory, so one alone
-# never holds up the others; and as large as the spike (25,000 runs due in
-# one second), which is one minute and so loads whole, as does a minute of
-# 100,000 runs of an owner below its share. The low water mark is half the
-# share, so a re-read (a scan of the minutes from the skip point on) serves
-# at least 12,500 claims; the feed bound is twice the share, so runs created
-# due at once for an owner whose share is full of later runs are not turned
-# away one by one.
+# owners"). An owner holding `dispatch_owner_runs_max` loaded runs before a
+# minute is scanned is skipped from there on: its waiting runs stay in the
+# table and are read again, from where it was skipped, once it holds fewer
+# than `dispatch_owner_low_water_runs`. The total above counts each owner's
+# runs up to its share, so an owner over its share never stops the loading
+# of the others' runs. A quarter of the total: four owners at their share
+# fill it. A minute of an owner below its share loads whole, and the change
+# feed lets an owner past its share while memory has room, so a spike of
+# one owner (25,000 or 100,000 runs due in one second) loads as before. The
+# low water mark is half the share, so a re-read (a scan of the minutes from
+# the skip point on) serves at least 12,500 claims.
 dispatch_owner_runs_max = 25_000
 dispatch_owner_low_water_runs = 12_500
-dispatch_owner_feed_runs_max = 50_000
 
 assert readahead_ms >= 1000
 assert claim_runs_max * 10 <= dispatch_memory_runs_max
 assert claim_runs_max <= dispatch_owner_low_water_runs < dispatch_owner_runs_max
-assert dispatch_owner_runs_max <= dispatch_owner_feed_runs_max
 assert dispatch_owner_runs_max * 4 <= dispatch_memory_runs_max
 assert dispatch_tick_ms <= lease_check_ms
 

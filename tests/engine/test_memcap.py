@@ -38,12 +38,11 @@ async def origin(fast_clock):
 
 @pytest.fixture
 def small(monkeypatch):
-    """Memory for 60 runs, 20 of them per owner: without the share, A's
+    """Memory for 60 runs, a share of 20 per owner: without the share, A's
     held-back runs alone would stop the loader."""
     monkeypatch.setattr(limits, "dispatch_memory_runs_max", 60)
     monkeypatch.setattr(limits, "dispatch_owner_runs_max", SHARE)
     monkeypatch.setattr(limits, "dispatch_owner_low_water_runs", SHARE // 2)
-    monkeypatch.setattr(limits, "dispatch_owner_feed_runs_max", SHARE * 2)
 
 
 @pytest.fixture
@@ -215,23 +214,36 @@ async def test_a_whole_owner_deleted_while_skipped_is_forgotten(node, fast_clock
     check(node)
 
 
-async def test_runs_fed_past_the_bound_move_the_skip_point_back_in_due_order(node, fast_clock):
-    # A's memory fills with runs due in 40 s (created inside the loaded
-    # window, so through the change feed); then 30 runs due in 10 s arrive,
-    # more than its feed bound (40) lets in.
+async def test_runs_fed_into_a_full_memory_move_the_skip_point_back_in_due_order(node, fast_clock):
+    # A's runs due in 40 s, created inside the loaded window, go into memory
+    # through the change feed; then 40 runs due in 10 s: 30 fit (memory has
+    # room for 60), the 31st finds A over its share and memory full.
     later = await create(node, OWNER, [40 + i / 10 for i in range(PER_MINUTE)])
     d = node.dispatcher
     assert d.loaded_of[OWNER] == PER_MINUTE
-    sooner = await create(node, OWNER, [10] * 30)
-    # The 11th moved A's skip point back to 10 s, and the later runs went
-    # back to the table (a tick may have read them again since).
+    sooner = await create(node, OWNER, [10] * 40)
+    # A is skipped from 10 s on, and its runs due later went back to the
+    # table, so they come out after the 10 sooner runs that did not fit.
     assert d.counters["feed_skips"] == 1
-    assert d.loaded_of[OWNER] <= 2 * PER_MINUTE
+    assert d.skipped == {OWNER: T0_MS + 10_000}
+    assert d.loaded_of[OWNER] == 30
+    assert not {job.id for _, job in d.queue_of.values()} & set(later)
     check(node)
     await trio.sleep(45)
     out = await drain(node, len(later) + len(sooner))
     assert_all_once_in_order(out, later + sooner)
-    assert {c.run.job_id for c in out[:30]} == set(sooner)
+    assert {c.run.job_id for c in out[:40]} == set(sooner)
+
+
+async def test_one_owners_spike_goes_into_memory_while_there_is_room(node, fast_clock, monkeypatch):
+    monkeypatch.setattr(limits, "dispatch_memory_runs_max", 200)
+    spike = await create(node, OWNER, [5] * 150)  # through the change feed
+    d = node.dispatcher
+    assert d.loaded_of[OWNER] == 150 and d.skipped == {}
+    check(node)
+    d.limits_of = lambda owner: UNLIMITED
+    claimed = await node.claim(wait_s=10, runs_max=1000)
+    assert sorted(c.run.job_id for c in claimed) == sorted(spike)
 
 
 async def test_an_owner_below_its_share_loads_a_whole_minute_as_before(node, fast_clock, monkeypatch):

@@ -137,7 +137,7 @@ class Dispatcher:
     def load(self, now_ms: int) -> None:
         """Loads open runs, oldest due minute first, towards the end of the
         read-ahead window: a few minutes a call, and only while memory holds
-        fewer than `limits.dispatch_memory_runs_max` runs, so a backlog of a
+        fewer than `limits.dispatch_memory_runs_max` runs (`_memory_full`), so a backlog of a
         million overdue runs (after an outage) neither delays readiness nor
         fills memory; it streams through as it is claimed.
 
@@ -157,17 +157,17 @@ class Dispatcher:
         - every waiting run of o due before `loaded_until_ms` is in memory,
           unless o is skipped and the run is due at or after its skip point;
         - if o is skipped, its skip point is at most `loaded_until_ms`, and
-          none of its runs in the wheel is due at or after it, so o's skipped
-          runs come out before its later ones: due order holds per owner.
-          (One in a ready queue may be: `_skip_from` leaves runs that fell
-          due already where they are.)
+          none of its runs in the wheel is due after it, so o's skipped runs
+          come out before its later ones: due order holds per owner. (One in
+          a ready queue may be: `_skip_from` leaves runs that fell due
+          already where they are.)
 
         The change feed (`_admit`) keeps the same rule. `check_memory` asserts
         the invariant against the table (for tests)."""
         until_ms = (keys.minute_of(now_ms + self.readahead_ms) + 1) * limits.minute_ms
         rows = 0
         while self.loaded_until_ms < until_ms and rows < limits.loader_rows_per_step:
-            if len(self.queue_of) >= limits.dispatch_memory_runs_max:
+            if self._memory_full():
                 break
             lo_ms = self.loaded_until_ms
             self._skip_full(lo_ms)
@@ -186,6 +186,16 @@ class Dispatcher:
         if self.rereads:
             self._reread(rows)
 
+    def _memory_full(self) -> bool:
+        """Whether memory holds `limits.dispatch_memory_runs_max` runs, each
+        owner's counted up to its share: runs an owner holds past its share
+        (a minute read whole, or runs the change feed took in while there
+        was room) do not stop the loading of the other owners' runs."""
+        if len(self.queue_of) < limits.dispatch_memory_runs_max:
+            return False
+        share = limits.dispatch_owner_runs_max
+        return sum(min(count, share) for count in self.loaded_of.values()) >= limits.dispatch_memory_runs_max
+
     def _skip_full(self, lo_ms: int) -> None:
         """Skips, from `lo_ms` (the start of the next scan) on, every owner
         that holds its share of memory."""
@@ -200,7 +210,7 @@ class Dispatcher:
         each from its skip point, as far as the loader's budget of rows
         (`rows` of it spent) and the memory bound allow."""
         for owner in list(self.rereads):
-            if rows >= limits.loader_rows_per_step or len(self.queue_of) >= limits.dispatch_memory_runs_max:
+            if rows >= limits.loader_rows_per_step or self._memory_full():
                 return
             self.rereads.discard(owner)
             rows += self._reread_owner(owner, limits.loader_rows_per_step - rows)
@@ -219,7 +229,7 @@ class Dispatcher:
         assert skip_ms <= hi_ms, "a skip point is loaded up to"
         rows = 0
         while skip_ms < hi_ms and rows < rows_max and self.loaded_of[owner] < limits.dispatch_owner_runs_max:
-            if len(self.queue_of) >= limits.dispatch_memory_runs_max:
+            if self._memory_full():
                 break
             minutes = self.store.open_minutes(keys.minute_of(skip_ms), keys.minute_of(hi_ms - 1) + 1, 1)
             if not minutes:
@@ -273,14 +283,18 @@ class Dispatcher:
     def _admit(self, runs_key: bytes, due_ms: int, job: Job) -> None:
         """A run that became waiting inside the loaded window: into memory,
         unless its owner is skipped and it is due at or after the skip point
-        (the re-read reaches it, in due order), or its owner already holds
-        `limits.dispatch_owner_feed_runs_max` runs (then the owner is skipped
-        from this run on)."""
+        (the re-read reaches it, in due order), or its owner holds its share
+        and memory is full (then the owner is skipped from this run on). An
+        owner below its share always gets its run, as does any owner while
+        memory has room: one owner's spike goes straight into memory."""
         owner = job.owner
         skip_ms = self.skipped.get(owner)
         if skip_ms is not None and due_ms >= skip_ms:
             return
-        if self.loaded_of[owner] >= limits.dispatch_owner_feed_runs_max:
+        if (
+            self.loaded_of[owner] >= limits.dispatch_owner_runs_max
+            and len(self.queue_of) >= limits.dispatch_memory_runs_max
+        ):
             self._skip_from(owner, due_ms)
             return
         self.queue_of[runs_key] = (queue_key(job), job)
@@ -289,19 +303,21 @@ class Dispatcher:
 
     def _skip_from(self, owner: str, due_ms: int) -> None:
         """Moves an owner's skip point back to `due_ms`, and forgets its runs
-        in the wheel due at or after it, so they come out after this one
-        (they stay waiting in the table). Runs already in a ready queue stay:
+        in the wheel due after it, so they come out after this one (they
+        stay waiting in the table). Runs due at the same time stay, so a
+        spike's runs are not sent back and forth. Runs in a ready queue stay:
         a run's due time is never before the time its command was stamped,
         so those fell due within a commit's time, and taking a run out of a
         ready queue would leave a copy there that a re-read could revive out
-        of order. Rare: the owner must hold the feed's bound; it costs one
-        pass over memory."""
+        of order. Rare: the owner must hold its share of a full memory; it costs one
+        pass over memory, and the owner's next runs (due at or after the
+        new skip point) cost nothing until it is read again."""
         skip_ms = self.skipped.get(owner)
         assert skip_ms is None or due_ms < skip_ms, "a skip point only moves back here"
         assert due_ms < self.loaded_until_ms
         self.skipped[owner] = due_ms
         self.counters["feed_skips"] += 1
-        later = [k for k, (_, job) in self.queue_of.items() if job.owner == owner and k in self.wheel and _due_of(k) >= due_ms]
+        later = [k for k, (_, job) in self.queue_of.items() if job.owner == owner and k in self.wheel and _due_of(k) > due_ms]
         for runs_key in later:
             del self.queue_of[runs_key]
             self.wheel.cancel(runs_key)
@@ -327,7 +343,7 @@ class Dispatcher:
         for runs_key, (_, job) in self.queue_of.items():
             skip_ms = self.skipped.get(job.owner)
             if skip_ms is not None and runs_key in self.wheel:
-                assert _due_of(runs_key) < skip_ms, f"a run of {job.owner} after its skip point"
+                assert _due_of(runs_key) <= skip_ms, f"a run of {job.owner} after its skip point"
         minutes = self.store.open_minutes(0, keys.minute_of(self.loaded_until_ms - 1) + 1, 1 << 30)
         for minute in minutes:
             for runs_key, run, job in self.store.scan_minute(minute, 0, self.loaded_until_ms):
