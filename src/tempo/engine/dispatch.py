@@ -472,7 +472,15 @@ class Dispatcher:
             entry = self.queue_of.get(runs_key)
             if entry is not None and entry[0] == queue:
                 del self.queue_of[runs_key]
-                self._unloaded(entry[1].owner)
+                # `_unloaded`, inline: this runs once per run claimed.
+                owner = entry[1].owner
+                count = self.loaded_of[owner] - 1
+                if count:
+                    self.loaded_of[owner] = count
+                else:
+                    del self.loaded_of[owner]
+                if owner in self.skipped and count < limits.dispatch_owner_low_water_runs:
+                    self.rereads.add(owner)
                 return runs_key, entry[1]
         return None
 
