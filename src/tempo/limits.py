@@ -131,11 +131,27 @@ run_log_lines_max = 100
 # that, older runs stream in as claims take them out.
 loader_rows_per_step = 5000
 dispatch_memory_runs_max = 100_000
+# Each owner's share of that memory (docs/operations.md "Fairness between
+# owners"). An owner holding `dispatch_owner_runs_max` loaded runs before a
+# minute is scanned is skipped from there on: its waiting runs stay in the
+# table and are read again, from where it was skipped, once it holds fewer
+# than `dispatch_owner_low_water_runs`. The total above counts each owner's
+# runs up to its share, so an owner over its share never stops the loading
+# of the others' runs. A quarter of the total: four owners at their share
+# fill it. A minute of an owner below its share loads whole, and the change
+# feed lets an owner past its share while memory has room, so a spike of
+# one owner (25,000 or 100,000 runs due in one second) loads as before. The
+# low water mark is half the share, so a re-read (a scan of the minutes from
+# the skip point on) serves at least 12,500 claims.
+dispatch_owner_runs_max = 25_000
+dispatch_owner_low_water_runs = 12_500
 
 assert readahead_ms >= 1000
 assert long_polls_max < requests_in_flight_max <= connections_max
 assert read_timeout_s > max(claim_wait_s_max, events_wait_s_max)
 assert claim_runs_max * 10 <= dispatch_memory_runs_max
+assert claim_runs_max <= dispatch_owner_low_water_runs < dispatch_owner_runs_max
+assert dispatch_owner_runs_max * 4 <= dispatch_memory_runs_max
 assert dispatch_tick_ms <= lease_check_ms
 
 # Cluster (docs/operations.md "Running a cluster"). Raft counts ticks; a tick
