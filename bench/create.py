@@ -174,7 +174,7 @@ def main() -> int:
     shape = "1 node" if args.nodes == 1 else f"{args.nodes} nodes (leader {leader.node_id}, term {term})"
     print(f"tempo create throughput, {shape}, fsync on, {os.cpu_count()} CPUs (clients and nodes share them)")
     print(table(rows, ("mode", "jobs", "seconds", "jobs/s", "target/s", "ratio")))
-    batches = [line for line in metrics.splitlines() if line.startswith("tempo_commit_")]
+    batches = [line for line in metrics.splitlines() if line.startswith(("tempo_commit_batches_total", "tempo_commit_commands_total"))]
     print("leader: " + ", ".join(batches) + ", RSS " + ", ".join(f"{k} {v:.0f} MiB" for k, v in rss.items()))
     if any(code != 0 for code in stopped.values()):
         print(f"bench/create.py: exit status on SIGTERM: {stopped} (API.md: 0)", file=sys.stderr)
