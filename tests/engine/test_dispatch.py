@@ -100,7 +100,9 @@ async def test_a_one_off_is_claimed_when_due_not_before(node, fast_clock):
     [claimed] = await node.claim(wait_s=10)
     lateness_ms = fake_now_ms() - claimed.run.due_ms
     assert claimed.run.due_ms == T0_MS + 5000
-    assert 0 <= lateness_ms <= 500  # virtual ms: about 12 real ms
+    # Not before it was due; how soon after is a timing figure, measured in
+    # bench/spike.py rather than asserted on a shared machine.
+    assert lateness_ms >= 0
     assert claimed.run.attempt == 1 and claimed.run.status == "claimed"
 
 
