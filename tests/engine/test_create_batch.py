@@ -7,9 +7,9 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from tempo import limits
+from tempo import errors, limits
 from tempo.engine.commands import CreateJobs, PauseJob, encode_entry
-from tempo.engine.jobs import Jobs
+from tempo.engine.jobs import Jobs, payloads_pass
 from tempo.engine.store import Created, Store
 from tempo.schema import JobCreate
 
@@ -74,3 +74,35 @@ def test_a_later_command_in_the_entry_reads_the_batchs_runs(stores):
     [run] = batch.list_runs(OWNER, made.job.id, since_ms=None, until_ms=None, limit=10, cursor_ms=None)[0]
     assert run.status == "cancelled"
     assert len(changes.left) == 1
+
+
+@pytest.mark.parametrize(
+    ("payloads", "from_msgpack", "passes"),
+    [
+        ([{"i": 1}, None, [1, "x"], 2**63 - 1], False, True),
+        ([{"i": 1}, 2**64], False, False),  # an integer MessagePack cannot hold
+        ([{"i": 1}, -(2**63) - 1], False, False),
+        ([{"i": 1}, "x" * limits.payload_bytes_max], False, False),  # one too large
+        ([b"raw"], True, False),  # a value JSON has not
+        ([{1: "x"}], True, False),  # a key that is no string
+        ([{"i": 1}, "x" * (limits.payload_bytes_max // 2)] * 2, False, False),  # too large only together
+    ],
+)
+def test_payloads_pass_only_when_every_item_would(payloads, from_msgpack, passes):
+    assert payloads_pass(payloads, from_msgpack=from_msgpack) is passes
+
+
+def test_a_batch_with_one_bad_payload_names_that_item_only():
+    bodies = [{"target": "queue:x", "schedule": {"at": "2027-01-15T08:00:00Z"}, "payload": p}
+              for p in ({"i": 1}, {"big": 2**64}, "x" * (limits.payload_bytes_max + 1), {"i": 2})]
+    items = [msgspec.json.decode(json.dumps(b), type=JobCreate) for b in bodies]
+    passed = payloads_pass([i.payload for i in items], from_msgpack=False)
+    assert not passed
+    outcomes = []
+    for item in items:
+        try:
+            outcomes.append(MAKER.new_job(OWNER, item, T0, from_msgpack=False, payload_passed=passed))
+        except errors.TempoError as exc:
+            outcomes.append(exc)
+    assert [type(o).__name__ for o in outcomes] == ["NewJob", "Invalid", "TooLarge", "NewJob"]
+    assert outcomes[1].errors[0][0] == outcomes[2].errors[0][0] == "payload"

@@ -86,6 +86,23 @@ def check_json_value(value: Any, loc: str) -> None:
             raise errors.Invalid.at(loc, f"a {type(item).__name__} value has no JSON form")
 
 
+def payloads_pass(payloads: list[Any], *, from_msgpack: bool) -> bool:
+    """Whether every one of `payloads` passes `Jobs.new_job`'s payload checks,
+    found with one encoding of them all rather than two per item: the list's
+    JSON is longer than any one item's, and an integer outside 64 bits or a
+    value JSON has not makes the whole list fail. False says only that each
+    item must be checked alone (for the item and field to name)."""
+    try:
+        if from_msgpack:
+            check_json_value(payloads, "payload")
+        if len(_json_encoder.encode(payloads)) > limits.payload_bytes_max:
+            return False
+        _hash_encoder.encode(payloads)
+    except (errors.TempoError, OverflowError, TypeError, msgspec.EncodeError):
+        return False
+    return True
+
+
 def schedule_record(value: ScheduleIn, loc: str = "schedule") -> Schedule:
     """Checks the cross-field rules of a schedule and returns its record."""
     if (value.at is not None) + (value.cron is not None) + (value.every_s is not None) != 1:
@@ -323,20 +340,25 @@ class Jobs:
         self.now_ms = now_ms  # injectable for tests on trio's autojump clock
         self._ids = _JobIds()
 
-    def new_job(self, owner: str, body: JobCreate, at_ms: int, *, from_msgpack: bool) -> NewJob:
-        """Checks a decoded create body and builds its command item."""
+    def new_job(
+        self, owner: str, body: JobCreate, at_ms: int, *, from_msgpack: bool, payload_passed: bool = False
+    ) -> NewJob:
+        """Checks a decoded create body and builds its command item.
+        `payload_passed`: `payloads_pass` found the payload good already."""
         check_target(body.target)
-        if from_msgpack:
-            check_json_value(body.payload, "payload")
-        if len(_json_encoder.encode(body.payload)) > limits.payload_bytes_max:
-            raise errors.TooLarge.at("payload", f"more than {limits.payload_bytes_max} bytes as JSON")
+        if not payload_passed:
+            if from_msgpack:
+                check_json_value(body.payload, "payload")
+            if len(_json_encoder.encode(body.payload)) > limits.payload_bytes_max:
+                raise errors.TooLarge.at("payload", f"more than {limits.payload_bytes_max} bytes as JSON")
         sched = schedule_record(body.schedule)
         backoff_s = tuple(body.retry.backoff_s)
         try:
             if body.request_key is None:
                 # Only a request key is compared with the body hash: without
                 # one, encoding the payload is the whole check.
-                _hash_encoder.encode(body.payload)
+                if not payload_passed:
+                    _hash_encoder.encode(body.payload)
                 digest = b""
             else:
                 hashed = _hash_encoder.encode(
@@ -383,6 +405,9 @@ class Jobs:
         rejected_keys: dict[str, errors.TempoError] = {}
         new_jobs: list[NewJob] = []
         places: list[int] = []
+        passed = payloads_pass(
+            [item.payload for item in items if not isinstance(item, errors.TempoError)], from_msgpack=from_msgpack
+        )
         for i, item in enumerate(items):
             if isinstance(item, errors.TempoError):
                 outcomes[i] = item
@@ -391,7 +416,9 @@ class Jobs:
                 outcomes[i] = rejected_keys[item.request_key]
                 continue
             try:
-                new_jobs.append(self.new_job(owner, item, at_ms, from_msgpack=from_msgpack))
+                new_jobs.append(
+                    self.new_job(owner, item, at_ms, from_msgpack=from_msgpack, payload_passed=passed)
+                )
             except errors.TempoError as exc:
                 outcomes[i] = exc
                 if item.request_key is not None:
