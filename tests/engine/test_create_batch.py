@@ -1,6 +1,7 @@
 """`CreateJobs` puts a command's new runs and index rows per table at its end:
 the tables and answers must be what one item at a time gives."""
 
+import gc
 import json
 from pathlib import Path
 
@@ -106,3 +107,11 @@ def test_a_batch_with_one_bad_payload_names_that_item_only():
             outcomes.append(exc)
     assert [type(o).__name__ for o in outcomes] == ["NewJob", "Invalid", "TooLarge", "NewJob"]
     assert outcomes[1].errors[0][0] == outcomes[2].errors[0][0] == "payload"
+
+
+def test_a_batchs_items_commands_and_views_are_untracked_by_the_cycle_collector():
+    from tempo.engine.jobs import job_view
+
+    made = new_job(T0, payload={"i": 1})
+    item = msgspec.json.decode(b'{"target":"queue:x","schedule":{"at":"2027-01-15T08:00:00Z"}}', type=JobCreate)
+    assert not any(gc.is_tracked(x) for x in (item, item.schedule, item.retry, made, job_view(made.job)))
