@@ -252,19 +252,20 @@ def job_view(job: Job, shared: dict[Any, Any] | None = None) -> JobOut:
         retry_out = shared.get(retry_key)
         if retry_out is None:
             retry_out = shared[retry_key] = RetryOut(job.max_attempts, list(job.backoff_s))
+    # Positional, in JobOut's field order: a batch reply makes 1,000.
     return JobOut(
-        id=job.id,
-        name=job.name,
-        owner=job.owner,
-        target=job.target,
-        payload=job.payload,
-        schedule=sched_out,
-        retry=retry_out,
-        lease_s=job.lease_s,
-        jitter_s=job.jitter_s,
-        state=job.state,
-        created_at=clock.iso_from_ms(job.created_at_ms),
-        next_run_at=clock.iso_or_none(job.next_run_at_ms),
+        job.id,
+        job.name,
+        job.owner,
+        job.target,
+        job.payload,
+        sched_out,
+        retry_out,
+        job.lease_s,
+        job.jitter_s,
+        job.state,
+        clock.iso_from_ms(job.created_at_ms),
+        None if job.next_run_at_ms is None else clock.iso_from_ms(job.next_run_at_ms),
     )
 
 
