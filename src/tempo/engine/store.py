@@ -86,8 +86,11 @@ def bucket_name(slot: int) -> str:
     return f"hist:{slot:03d}"
 
 
-@dataclass(frozen=True, slots=True)
-class Created:
+class Created(msgspec.Struct, frozen=True, gc=False):
+    """A create's answer. A struct, not a frozen dataclass: apply makes one
+    per job of a batch, and a frozen dataclass's __init__ sets each field
+    through object.__setattr__ (0.27 µs against 0.04)."""
+
     job: Job
     new: bool  # False: the request key named an existing job with the same body
 
