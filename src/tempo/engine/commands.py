@@ -16,7 +16,7 @@ from tempo import ids
 from tempo.engine.records import Corrupt, Count, Job, JobId, Ms, Nominal
 
 
-class NewJob(msgspec.Struct, array_like=True):
+class NewJob(msgspec.Struct, array_like=True, gc=False):  # untracked as Job: 1,000 in a batch
     job: Job
     # Due time of the first run, at `job.slot_ms`; None for a schedule with no
     # occurrence left (the job is stored completed).

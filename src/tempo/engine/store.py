@@ -86,8 +86,11 @@ def bucket_name(slot: int) -> str:
     return f"hist:{slot:03d}"
 
 
-@dataclass(frozen=True, slots=True)
-class Created:
+class Created(msgspec.Struct, frozen=True, gc=False):
+    """A create's answer. A struct, not a frozen dataclass: apply makes one
+    per job of a batch, and a frozen dataclass's __init__ sets each field
+    through object.__setattr__ (0.27 µs against 0.04)."""
+
     job: Job
     new: bool  # False: the request key named an existing job with the same body
 
@@ -388,6 +391,27 @@ class Store:
             return sorted(_DAY.unpack(v)[0] for v in txn.cursor(db=self.db["history_days"]).iternext(keys=False))
 
 
+class _NewRows:
+    """Rows of new runs and index entries, put per table in one call."""
+
+    __slots__ = ("runs", "by_job", "by_owner")
+
+    def __init__(self) -> None:
+        self.runs: list[tuple[bytes, bytes]] = []
+        self.by_job: list[tuple[bytes, bytes]] = []
+        self.by_owner: list[tuple[bytes, bytes]] = []
+
+    def put(self, tx: "_Tx") -> None:
+        """Puts what is gathered and empties the lists. Every key is new (it
+        holds the job's fresh ID), so each row adds one."""
+        for rows, db in ((self.runs, tx.runs), (self.by_job, tx.by_job), (self.by_owner, tx.by_owner)):
+            if rows:
+                with tx.txn.cursor(db=db) as cursor:
+                    consumed, added = cursor.putmulti(rows, overwrite=False)
+                assert consumed == added == len(rows), "a new job's row existed"
+                rows.clear()
+
+
 class _Tx:
     """One transaction's view of the tables, with the apply functions."""
 
@@ -647,7 +671,7 @@ class _Tx:
     def apply(self, command: Command) -> Outcome:
         match command:
             case CreateJobs():
-                return [self.create_job(item) for item in command.jobs]  # type: ignore[return-value]
+                return self.create_jobs(command.jobs)
             case PauseJob():
                 return self._fresh_outcome(self.pause_job(command))
             case ResumeJob():
@@ -685,7 +709,19 @@ class _Tx:
     def _fresh_outcome(self, outcome: Job | errors.TempoError) -> Job | errors.TempoError:
         return self.fresh(outcome) if isinstance(outcome, Job) else outcome  # type: ignore[return-value]
 
-    def create_job(self, item: NewJob) -> Created | errors.TempoError:
+    def create_jobs(self, items: list[NewJob]) -> list[Created | errors.TempoError]:
+        """One command's new jobs. Each job's row is put at once (its put
+        refuses a drawn-twice ID, and a later item's request key may name it);
+        the new runs' rows and the two indexes are gathered and put per table
+        with `putmulti` at the end, one call rather than three per job. A
+        request key naming a job of this command flushes them first, as its
+        answer reads them. The tables end the same as with `put_run`."""
+        rows = _NewRows()
+        outcomes = [self.create_job(item, rows) for item in items]
+        rows.put(self)
+        return outcomes
+
+    def create_job(self, item: NewJob, rows: "_NewRows | None" = None) -> Created | errors.TempoError:
         job = item.job
         if job.request_key is not None:
             req_key = keys.request_key(job.owner, job.request_key)
@@ -696,6 +732,8 @@ class _Tx:
                     return errors.RequestKeyReused(
                         f"request key {job.request_key!r} was used for another body"
                     )
+                if rows is not None:
+                    rows.put(self)
                 existing = self.fresh(self.job(job.owner, entry.job_id))
                 assert existing is not None, "a request key outlived its job"
                 return Created(existing, new=False)
@@ -703,10 +741,23 @@ class _Tx:
         key = keys.job_key(job.id)
         # One put that refuses an existing key, rather than a get and a put.
         assert self.txn.put(key, _enc.encode(job), overwrite=False, db=self.jobs), f"job ID {job.id} drawn twice"
+        if rows is None:
+            if item.first_due_ms is not None:
+                assert job.slot_ms is not None
+                self.put_run(Run(job.id, job.slot_ms, item.first_due_ms, "waiting"), job=job, job_key=key)
+            self.txn.put(keys.owner_prefix(job.owner) + key, b"", db=self.by_owner)
+            return Created(job, new=True)
         if item.first_due_ms is not None:
+            # `put_run` of a new waiting run (no old row), spelled out.
             assert job.slot_ms is not None
-            self.put_run(Run(job.id, job.slot_ms, item.first_due_ms, "waiting"), job=job, job_key=key)
-        self.txn.put(keys.owner_prefix(job.owner) + key, b"", db=self.by_owner)
+            run = Run(job.id, job.slot_ms, item.first_due_ms, "waiting")
+            runs_key = keys.run_key_of(key, job.id, job.slot_ms, item.first_due_ms)
+            rows.runs.append((runs_key, _enc.encode(run)))
+            rows.by_job.append((keys.by_job_key_of(key, job.slot_ms), runs_key))
+            minute = item.first_due_ms // limits.minute_ms
+            self.open_deltas[minute] = self.open_deltas.get(minute, 0) + 1
+            self.changes.woken.append((runs_key, run, job))
+        rows.by_owner.append((keys.owner_prefix(job.owner) + key, b""))
         return Created(job, new=True)
 
     def pause_job(self, cmd: PauseJob) -> Job | errors.TempoError:
