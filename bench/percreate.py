@@ -32,6 +32,8 @@ figure before and after a change to apply means byte-identical tables
 import argparse
 import cProfile
 import gc
+import os
+import sys
 import tempfile
 import threading
 import time
@@ -50,6 +52,9 @@ from tempo.net.api import Api
 from tempo.net.asgi import Request
 from tempo.net.auth import ANONYMOUS, Authenticator
 from tempo.node import Standalone
+
+sys.path.insert(0, os.path.dirname(__file__))
+from _timing import timed, timed_async  # noqa: E402
 
 T0_MS = 1_800_000_000_000
 PHASES = ("decode", "build", "submit", "apply", "views", "encode")
@@ -94,28 +99,6 @@ class _Current:
 CURRENT = _Current()
 
 
-def _timed(meter, name: str, fn):
-    def wrapper(*args, **kwargs):
-        start = time.thread_time()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            meter.add(name, time.thread_time() - start)
-
-    return wrapper
-
-
-def _timed_async(meter: Meter, name: str, fn):
-    async def wrapper(*args, **kwargs):
-        start = time.thread_time()
-        try:
-            return await fn(*args, **kwargs)
-        finally:
-            meter.add(name, time.thread_time() - start)
-
-    return wrapper
-
-
 def _fixed_urandom(n: int) -> bytes:
     return b"\x5a" * n
 
@@ -145,8 +128,8 @@ async def one_round(fmt: str, requests: list[bytes], profile, apply_profile, dig
                     apply_profile.disable()
 
         store.apply_entry = timed_apply  # type: ignore[method-assign]
-        committer.submit = _timed_async(meter, "submit", committer.submit)  # type: ignore[method-assign]
-        jobs.create = _timed_async(meter, "build", jobs.create)  # type: ignore[method-assign]
+        committer.submit = timed_async(meter, "submit", committer.submit)  # type: ignore[method-assign]
+        jobs.create = timed_async(meter, "build", jobs.create)  # type: ignore[method-assign]
         started_s: dict[int, float] = {}
 
         def gc_callback(phase: str, info: dict) -> None:
@@ -202,8 +185,8 @@ def main() -> None:
     # Fixed job-ID randomness so that two runs build the same tables.
     jobs_module.os = type("FixedOs", (), {"urandom": staticmethod(_fixed_urandom)})  # type: ignore[assignment]
     # Once per request, so the wrappers cost nothing per job.
-    api_module._decode_batch_at_once = _timed(CURRENT, "decode", api_module._decode_batch_at_once)
-    api_module.encode = _timed(CURRENT, "encode", api_module.encode)  # type: ignore[attr-defined]
+    api_module._decode_batch_at_once = timed(CURRENT, "decode", api_module._decode_batch_at_once)
+    api_module.encode = timed(CURRENT, "encode", api_module.encode)  # type: ignore[attr-defined]
     gc.freeze()
     formats = ("json", "msgpack") if args.format == "both" else (args.format,)
     print(f"server CPU per job, µs (least of {args.rounds} rounds, per phase; {args.batches} batches of {args.batch};"

@@ -34,7 +34,9 @@ time per run is much steadier than wall-clock lateness on a shared machine.
 import argparse
 import cProfile
 import gc
+import os
 import statistics
+import sys
 import tempfile
 import threading
 import time
@@ -54,6 +56,9 @@ from tempo.net.api import Api
 from tempo.net.asgi import Request
 from tempo.net.auth import ANONYMOUS_WORKER, Authenticator
 from tempo.node import Standalone
+
+sys.path.insert(0, os.path.dirname(__file__))
+from _timing import timed, timed_async  # noqa: E402
 from tempo.schema import JobCreate, ScheduleIn
 
 T0_MS = 1_800_000_000_000  # the due instant: 2027-01-15T08:00:00Z
@@ -126,30 +131,10 @@ def _instrument(meter: Meter, store: Store, dispatcher: Dispatcher, apply_profil
 
     store.apply_entry = timed_apply  # type: ignore[method-assign]
 
-    def timed_sync(name: str, fn):
-        def wrapper(*args, **kwargs):
-            start = time.thread_time()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                meter.add(name, time.thread_time() - start)
-
-        return wrapper
-
-    def timed_async(name: str, fn):
-        async def wrapper(*args, **kwargs):
-            start = time.thread_time()
-            try:
-                return await fn(*args, **kwargs)
-            finally:
-                meter.add(name, time.thread_time() - start)
-
-        return wrapper
-
-    api_module.decode = timed_sync("decode", api_module.decode)  # type: ignore[attr-defined]
-    api_module.encode = timed_sync("encode", api_module.encode)  # type: ignore[attr-defined]
-    dispatcher.claim = timed_async("dispatch", dispatcher.claim)  # type: ignore[method-assign]
-    dispatcher.report = timed_async("dispatch", dispatcher.report)  # type: ignore[method-assign]
+    api_module.decode = timed(meter, "decode", api_module.decode)  # type: ignore[attr-defined]
+    api_module.encode = timed(meter, "encode", api_module.encode)  # type: ignore[attr-defined]
+    dispatcher.claim = timed_async(meter, "dispatch", dispatcher.claim)  # type: ignore[method-assign]
+    dispatcher.report = timed_async(meter, "dispatch", dispatcher.report)  # type: ignore[method-assign]
 
 
 def _count_gc(meter: Meter) -> Callable[[str, dict], None]:
