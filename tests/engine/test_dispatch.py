@@ -37,20 +37,6 @@ def fake_now_ms() -> int:
 CLOCK_RATE = 40
 
 
-@pytest.fixture
-def fast_clock():
-    # Each test names this fixture itself: pytest-trio runs a test on a clock
-    # only when the test function receives it directly.
-    return trio.testing.MockClock(rate=CLOCK_RATE)
-
-
-@pytest.fixture
-async def origin(fast_clock):
-    _origin_s.append(trio.current_time())
-    yield
-    _origin_s.pop()
-
-
 class Node:
     """Store, committer, jobs service and dispatcher, as `tempo serve` wires them."""
 

@@ -12,22 +12,9 @@ from tempo.engine.commands import Result
 from tempo.engine.dispatch import HTTP_QUEUE
 from tempo.schema import JobCreate
 
-from . import test_dispatch as base
 from .test_dispatch import OWNER, QUEUE, Node, at, fake_now_ms
 
 OTHER = "other"
-
-
-@pytest.fixture
-def fast_clock():
-    return trio.testing.MockClock(rate=base.CLOCK_RATE)
-
-
-@pytest.fixture
-async def origin(fast_clock):
-    base._origin_s.append(trio.current_time())
-    yield
-    base._origin_s.pop()
 
 
 def limit(**per_owner: OwnerLimits):

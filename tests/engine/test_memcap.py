@@ -14,7 +14,6 @@ from tempo.config import UNLIMITED, OwnerLimits
 from tempo.engine.commands import Result
 from tempo.schema import JobCreate, RetryIn
 
-from . import test_dispatch as base
 from .test_dispatch import OWNER, QUEUE, T0_MS, Node, at, fake_now_ms
 
 OTHER = "other"
@@ -22,18 +21,6 @@ OTHER_QUEUE = f"{OTHER}\x00work"
 SHARE = 20
 PER_MINUTE = 30  # each of A's minutes fills its share alone
 MINUTES = 5
-
-
-@pytest.fixture
-def fast_clock():
-    return trio.testing.MockClock(rate=base.CLOCK_RATE)
-
-
-@pytest.fixture
-async def origin(fast_clock):
-    base._origin_s.append(trio.current_time())
-    yield
-    base._origin_s.pop()
 
 
 @pytest.fixture

@@ -1,0 +1,22 @@
+"""The fast mock clock the dispatch tests run on (test_dispatch.py says why),
+shared by every test module here that drives a dispatcher."""
+
+import pytest
+import trio
+import trio.testing
+
+from .test_dispatch import CLOCK_RATE, _origin_s
+
+
+@pytest.fixture
+def fast_clock():
+    # Each test names this fixture itself: pytest-trio runs a test on a clock
+    # only when the test function receives it directly.
+    return trio.testing.MockClock(rate=CLOCK_RATE)
+
+
+@pytest.fixture
+async def origin(fast_clock):
+    _origin_s.append(trio.current_time())
+    yield
+    _origin_s.pop()
