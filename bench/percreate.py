@@ -15,8 +15,8 @@ Thread CPU per job, by phase (waiting for fsync counts not):
 
 - decode: the body into its structs (`_decode_batch_at_once`)
 - build: checks and command items (`Jobs.create` less the submit)
-- submit: the trio thread's part of the commit (entry encoding, change feed)
-- apply: the commit thread's CPU in `Store.apply_entry` (entry decode, puts)
+- submit: the trio thread's part of the commit (the change feed)
+- apply: the commit thread's CPU in `Store.apply_commands` (puts, the commit)
 - views: the batch reply's views (`create_batch` less the rest)
 - encode: the reply struct into JSON or MessagePack (`net.asgi.encode`)
 - (gc): of the above, CPU in the cyclic garbage collector
@@ -113,21 +113,21 @@ async def one_round(fmt: str, requests: list[bytes], profile, apply_profile, dig
         jobs = Jobs(store, committer, now_ms=lambda: now[0])
         dispatcher = Dispatcher(store, committer, now_ms=lambda: now[0])
         api = Api(store, jobs, dispatcher, node=Standalone(store.applied_index), auth=Authenticator(()))
-        apply_entry = store.apply_entry
+        apply_commands = store.apply_commands
 
-        def timed_apply(index: int, data: bytes):
+        def timed_apply(index: int, commands: list):
             assert threading.current_thread() is not threading.main_thread()
             if apply_profile is not None and meter.on:
                 apply_profile.enable()
             start = time.thread_time()
             try:
-                return apply_entry(index, data)
+                return apply_commands(index, commands)
             finally:
                 meter.add("apply", time.thread_time() - start)
                 if apply_profile is not None and meter.on:
                     apply_profile.disable()
 
-        store.apply_entry = timed_apply  # type: ignore[method-assign]
+        store.apply_commands = timed_apply  # type: ignore[method-assign]
         committer.submit = timed_async(meter, "submit", committer.submit)  # type: ignore[method-assign]
         jobs.create = timed_async(meter, "build", jobs.create)  # type: ignore[method-assign]
         started_s: dict[int, float] = {}

@@ -17,10 +17,10 @@ CPU time per run, split by phase (thread CPU, so waiting for fsync counts not):
 
 - decode: the request body into its struct (`net.asgi.decode`)
 - dispatch: trio-thread CPU while the dispatcher works on the request: taking
-  runs, building the command, group commit's entry encoding and change feed,
+  runs, building the command, group commit's change feed,
   leases (claim), or the outcomes (results)
-- apply: the commit thread's CPU in `Store.apply_entry` (entry decode, reads,
-  puts, deletes; the fsync's wait is not CPU)
+- apply: the commit thread's CPU in `Store.apply_commands` (reads, puts,
+  deletes; the fsync's wait is not CPU)
 - views: the handler's own work per run: the claim answer's run views, the
   results' per-item checks and the answer lists
 - encode: the answer struct into MessagePack (`net.asgi.encode`)
@@ -114,22 +114,22 @@ class Meter:
 def _instrument(meter: Meter, store: Store, dispatcher: Dispatcher, apply_profile: cProfile.Profile | None) -> None:
     """Wraps the per-request steps (one call per request or entry, so the
     wrappers cost nothing per run) with thread-CPU clocks."""
-    apply_entry = store.apply_entry
+    apply_commands = store.apply_commands
 
-    def timed_apply(index: int, data: bytes):
+    def timed_apply(index: int, commands: list):
         assert threading.current_thread() is not threading.main_thread()
         profiling = apply_profile is not None and meter.path != "setup"
         if profiling:
             apply_profile.enable()  # type: ignore[union-attr]
         start = time.thread_time()
         try:
-            return apply_entry(index, data)
+            return apply_commands(index, commands)
         finally:
             meter.add("apply", time.thread_time() - start)
             if profiling:
                 apply_profile.disable()  # type: ignore[union-attr]
 
-    store.apply_entry = timed_apply  # type: ignore[method-assign]
+    store.apply_commands = timed_apply  # type: ignore[method-assign]
 
     api_module.decode = timed(meter, "decode", api_module.decode)  # type: ignore[attr-defined]
     api_module.encode = timed(meter, "encode", api_module.encode)  # type: ignore[attr-defined]

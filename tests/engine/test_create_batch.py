@@ -9,7 +9,18 @@ import msgspec
 import pytest
 
 from tempo import errors, limits
-from tempo.engine.commands import CreateJobs, PauseJob, encode_entry
+from tempo.engine.commands import (
+    Claim,
+    ClaimRuns,
+    CreateJobs,
+    DeleteJob,
+    PauseJob,
+    ReportResults,
+    Result,
+    ResumeJob,
+    TriggerJob,
+    encode_entry,
+)
 from tempo.engine.jobs import Jobs, payloads_pass
 from tempo.engine.store import Created, Store
 from tempo.schema import JobCreate
@@ -115,3 +126,31 @@ def test_a_batchs_items_commands_and_views_are_untracked_by_the_cycle_collector(
     made = new_job(T0, payload={"i": 1})
     item = msgspec.json.decode(b'{"target":"queue:x","schedule":{"at":"2027-01-15T08:00:00Z"}}', type=JobCreate)
     assert not any(gc.is_tracked(x) for x in (item, item.schedule, item.retry, made, job_view(made.job)))
+
+
+def test_apply_commands_leaves_the_tables_apply_entry_leaves(stores):
+    """A node alone hands apply its commands unencoded (`Store.apply_commands`);
+    a cluster's replicas apply the encoded entry. Both must write the same
+    bytes and answer the same outcomes."""
+    unencoded, encoded = stores
+    one_off = new_job(T0, payload={"nested": [1, 2.5, None, True, "ü"], "big": 2**63 - 1}, name="n")
+    every = new_job(T0, schedule={"every_s": 60}, request_key="k", retry={"max_attempts": 2, "backoff_s": [1]})
+    cron = new_job(T0, schedule={"cron": "0 * * * *", "timezone": "Europe/Berlin"}, jitter_s=30)
+    slot = one_off.job.slot_ms
+    entries = [
+        [CreateJobs(T0, [one_off, every, cron, new_job(T0, schedule={"every_s": 60}, request_key="k")])],
+        [ClaimRuns(T0 + 1_000, "w1", [Claim(one_off.job.id, slot, T0 + 61_000, one_off=True)]),
+         PauseJob(T0 + 1_000, OWNER, every.job.id)],
+        [ReportResults(T0 + 2_000, OWNER, [Result(one_off.job.id, slot, 1, True, "out")]),
+         ResumeJob(T0 + 3_000, OWNER, every.job.id, T0 + 60_000, T0 + 60_000),
+         TriggerJob(T0 + 3_000, OWNER, cron.job.id),
+         DeleteJob(T0 + 4_000, OWNER, cron.job.id),
+         DeleteJob(T0 + 4_000, OWNER, cron.job.id)],
+    ]
+    datas = [encode_entry(commands) for commands in entries]  # before apply may touch the commands
+    for index, (commands, data) in enumerate(zip(entries, datas, strict=True), start=1):
+        got, _ = unencoded.apply_commands(index, commands)
+        want, _ = encoded.apply_entry(index, data)
+        assert [repr(o) for o in got] == [repr(o) for o in want]
+    assert unencoded.dump() == encoded.dump()
+    assert unencoded.digest() == encoded.digest()

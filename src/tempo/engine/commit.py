@@ -2,9 +2,10 @@
 goes into the next batch, which is one log entry, one LMDB transaction and one
 fsync. A request is answered only after its batch is durable.
 
-On a single node the log is local: the entry index is the store's applied
-index plus one. The Raft replica loop will take this loop's place and drive
-the same `Store.apply_entry` with committed entries.
+On a single node there is no log: the entry index is the store's applied
+index plus one, and apply takes the batch's commands as they are
+(`Store.apply_commands`). In a cluster the replica loop takes this loop's
+place and drives `Store.apply_entry` with committed entries.
 """
 
 from collections.abc import Callable
@@ -12,7 +13,7 @@ from collections.abc import Callable
 import trio
 
 from tempo import errors, limits
-from tempo.engine.commands import Command, encode_entry
+from tempo.engine.commands import Command
 from tempo.engine.store import Changes, Outcome, Store
 from tempo.metrics import COUNT_BUCKETS, Histogram
 
@@ -82,10 +83,11 @@ class Committer:
                 index += 1
 
     async def _commit(self, index: int, batch: list[tuple[Command, Waiter]]) -> bool:
-        data = encode_entry([command for command, _ in batch])
+        # No log to write: apply takes the commands themselves, not their encoding.
+        commands = [command for command, _ in batch]
         try:
             outcomes, changes = await trio.to_thread.run_sync(
-                self.store.apply_entry, index, data, limiter=self._limiter
+                self.store.apply_commands, index, commands, limiter=self._limiter
             )
         except errors.Overloaded as failure:
             for _, waiter in batch:
