@@ -18,6 +18,14 @@ def test_job_id_shape(at, rnd):
     assert ids.is_job_id(job_id)
 
 
+@given(at_ms, st.integers(min_value=0, max_value=1 << 80), st.integers(min_value=0, max_value=3000))
+def test_job_ids_of_a_batch_are_those_made_one_by_one(at, first, count):
+    count = min(count, (1 << 80) - first)
+    made = ids.job_ids_from_int(at, first, count)
+    assert made == [ids.job_id_from_int(at, first + k) for k in range(count)]
+    assert made == sorted(made)
+
+
 @given(at_ms, random10, at_ms, random10)
 def test_job_ids_sort_by_time(at_a, rnd_a, at_b, rnd_b):
     a, b = ids.new_job_id(at_a, rnd_a), ids.new_job_id(at_b, rnd_b)

@@ -56,6 +56,26 @@ def job_id_from_int(at_ms: int, random_80: int) -> str:
     return _time_prefix(at_ms) + _random_digits(random_80)
 
 
+def job_ids_from_int(at_ms: int, first_random_80: int, count: int) -> list[str]:
+    """`job_id_from_int(at_ms, first_random_80 + k)` for k in range(count).
+    A batch of creates takes its IDs this way: neighbours differ in their
+    last two digits only, so the first 14 digits of the random part are
+    spelled once per 1,024 IDs rather than once per ID."""
+    assert 0 <= at_ms < 1 << 48 and count >= 0
+    assert 0 <= first_random_80 and first_random_80 + count <= 1 << 80
+    prefix = _time_prefix(at_ms)
+    pairs = _PAIRS
+    out: list[str] = []
+    value, end = first_random_80, first_random_80 + count
+    while value < end:
+        high = value >> 10
+        head = prefix + _random_digits(high << 10)[:-2]
+        stop = min(end, (high + 1) << 10)
+        out += [head + pairs[low & 1023] for low in range(value, stop)]
+        value = stop
+    return out
+
+
 def _random_digits(value: int) -> str:
     """`_b32(value, 16)` unrolled: a batch of 1,000 creates makes 1,000 IDs."""
     assert 0 <= value < 1 << 80

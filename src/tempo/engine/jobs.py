@@ -325,13 +325,15 @@ class _JobIds:
         self._last_ms = -1
         self._last_random = 0
 
-    def next(self, at_ms: int) -> str:
+    def take(self, at_ms: int, count: int) -> list[str]:
         if at_ms > self._last_ms:
             self._last_ms = at_ms
-            self._last_random = int.from_bytes(os.urandom(10), "big") >> 1
+            # 79 random bits: room to count up within the millisecond.
+            first = int.from_bytes(os.urandom(10), "big") >> 1
         else:
-            self._last_random += 1
-        return ids.job_id_from_int(self._last_ms, self._last_random)
+            first = self._last_random + 1
+        self._last_random = first + count - 1
+        return ids.job_ids_from_int(self._last_ms, first, count)
 
 
 class Jobs:
@@ -342,10 +344,18 @@ class Jobs:
         self._ids = _JobIds()
 
     def new_job(
-        self, owner: str, body: JobCreate, at_ms: int, *, from_msgpack: bool, payload_passed: bool = False
+        self,
+        owner: str,
+        body: JobCreate,
+        at_ms: int,
+        *,
+        from_msgpack: bool,
+        payload_passed: bool = False,
+        job_id: str | None = None,
     ) -> NewJob:
         """Checks a decoded create body and builds its command item.
-        `payload_passed`: `payloads_pass` found the payload good already."""
+        `payload_passed`: `payloads_pass` found the payload good already.
+        `job_id`: one drawn for it with the rest of its batch."""
         check_target(body.target)
         if not payload_passed:
             if from_msgpack:
@@ -371,27 +381,23 @@ class Jobs:
             # JSON allows any integer; records are MessagePack, which holds
             # 64 bits. Only the payload is unbounded, the rest has Meta bounds.
             raise errors.Invalid.at("payload", "an integer outside [-2**63, 2**64)") from None
+        # Positional, in Job's field order (a batch makes 1,000): id, owner,
+        # name, target, payload, schedule, max_attempts, backoff_s, lease_s,
+        # jitter_s, state, created_at_ms, request_key, slot_ms, next_run_at_ms.
         job = Job(
-            id=self._ids.next(at_ms),
-            owner=owner,
-            name=body.name,
-            target=body.target,
-            payload=body.payload,
-            schedule=sched,
-            max_attempts=body.retry.max_attempts,
-            backoff_s=backoff_s,
-            lease_s=body.lease_s,
-            jitter_s=body.jitter_s,
-            state="active",
-            created_at_ms=at_ms,
-            request_key=body.request_key,
-            slot_ms=None,
-            next_run_at_ms=None,
+            self._ids.take(at_ms, 1)[0] if job_id is None else job_id,
+            owner, body.name, body.target, body.payload, sched, body.retry.max_attempts, backoff_s,
+            body.lease_s, body.jitter_s, "active", at_ms, body.request_key, None, None,
         )
-        job.slot_ms = first_slot_ms(sched, at_ms)
-        if job.slot_ms is None:
-            raise errors.Invalid.at("schedule", "the schedule has no occurrence left")
-        job.next_run_at_ms = due_ms(job, job.slot_ms, at_ms)
+        if sched.at_ms is not None and body.jitter_s == 0:
+            # `first_slot_ms` and `due_ms` of a one-off without jitter, inline.
+            job.slot_ms = sched.at_ms
+            job.next_run_at_ms = sched.at_ms if sched.at_ms > at_ms else at_ms
+        else:
+            job.slot_ms = first_slot_ms(sched, at_ms)
+            if job.slot_ms is None:
+                raise errors.Invalid.at("schedule", "the schedule has no occurrence left")
+            job.next_run_at_ms = due_ms(job, job.slot_ms, at_ms)
         return NewJob(job, job.next_run_at_ms, digest)
 
     async def create(
@@ -409,6 +415,8 @@ class Jobs:
         passed = payloads_pass(
             [item.payload for item in items if not isinstance(item, errors.TempoError)], from_msgpack=from_msgpack
         )
+        # One ID for every item, drawn at once; a rejected item's is not used.
+        job_ids = self._ids.take(at_ms, len(items))
         for i, item in enumerate(items):
             if isinstance(item, errors.TempoError):
                 outcomes[i] = item
@@ -418,7 +426,9 @@ class Jobs:
                 continue
             try:
                 new_jobs.append(
-                    self.new_job(owner, item, at_ms, from_msgpack=from_msgpack, payload_passed=passed)
+                    self.new_job(
+                        owner, item, at_ms, from_msgpack=from_msgpack, payload_passed=passed, job_id=job_ids[i]
+                    )
                 )
             except errors.TempoError as exc:
                 outcomes[i] = exc
