@@ -55,12 +55,14 @@ class ScheduleIn(_Request):
     start_at: Instant | None = None
 
 
-class RetryIn(_Request):
+# Frozen, with a tuple of gaps: one default instance serves every create that
+# leaves `retry` out (a factory ran for each item of a batch).
+class RetryIn(_Request, frozen=True):
     max_attempts: Annotated[int, Meta(ge=1, le=limits.attempts_max)] = limits.attempts_default
     backoff_s: Annotated[
-        list[Annotated[int, Meta(ge=0, le=limits.backoff_gap_s_max)]],
+        tuple[Annotated[int, Meta(ge=0, le=limits.backoff_gap_s_max)], ...],
         Meta(min_length=1, max_length=limits.backoff_gaps_max),
-    ] = msgspec.field(default_factory=lambda: list(limits.backoff_s_default))
+    ] = tuple(limits.backoff_s_default)
 
 
 class JobCreate(_Request):
@@ -71,7 +73,7 @@ class JobCreate(_Request):
     schedule: Annotated[ScheduleIn, Meta(extra_json_schema=_ONE_SCHEDULE)]
     name: Annotated[str, Meta(max_length=limits.name_chars_max)] | None = None
     payload: Any = None
-    retry: RetryIn = msgspec.field(default_factory=RetryIn)
+    retry: RetryIn = RetryIn()
     lease_s: Annotated[int, Meta(ge=limits.lease_s_min, le=limits.lease_s_max)] = (
         limits.lease_s_default
     )

@@ -363,7 +363,7 @@ class Jobs:
             if len(_json_encoder.encode(body.payload)) > limits.payload_bytes_max:
                 raise errors.TooLarge.at("payload", f"more than {limits.payload_bytes_max} bytes as JSON")
         sched = schedule_record(body.schedule)
-        backoff_s = tuple(body.retry.backoff_s)
+        backoff_s = body.retry.backoff_s
         try:
             if body.request_key is None:
                 # Only a request key is compared with the body hash: without

@@ -241,6 +241,9 @@ def _links(names: tuple[str, ...], parameter: str, expression: str) -> dict[str,
 
 def document() -> dict[str, Any]:
     _, components = msgspec.json.schema_components(_STRUCTS, ref_template=_REF)
+    # Defaults are Python values there (a tuple, a struct); the document
+    # holds them as JSON has them, as it is served.
+    components = msgspec.json.decode(msgspec.json.encode(components))
     paths = _paths()
     for (path, method), operation_id in OPERATION_IDS.items():
         paths[path][method]["operationId"] = operation_id

@@ -7,6 +7,8 @@ drift from the schemas that validate requests.
 
 from typing import Any
 
+import msgspec
+
 REGENERATE = "tempo openapi --markdown > docs/reference.md"
 _BOUNDS = (
     ("minimum", "≥ {}"),
@@ -174,13 +176,7 @@ def _anchor(name: str) -> str:
 
 
 def _json(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return f'"{value}"'
-    return str(value).replace(" ", "")
+    return msgspec.json.encode(value).decode()
 
 
 def _cell(text: str) -> str:
