@@ -115,13 +115,13 @@ async def one_round(fmt: str, requests: list[bytes], profile, apply_profile, dig
         api = Api(store, jobs, dispatcher, node=Standalone(store.applied_index), auth=Authenticator(()))
         apply_commands = store.apply_commands
 
-        def timed_apply(index: int, commands: list):
+        def timed_apply(index: int, commands: list, **kwargs):
             assert threading.current_thread() is not threading.main_thread()
             if apply_profile is not None and meter.on:
                 apply_profile.enable()
             start = time.thread_time()
             try:
-                return apply_commands(index, commands)
+                return apply_commands(index, commands, **kwargs)
             finally:
                 meter.add("apply", time.thread_time() - start)
                 if apply_profile is not None and meter.on:

@@ -116,14 +116,14 @@ def _instrument(meter: Meter, store: Store, dispatcher: Dispatcher, apply_profil
     wrappers cost nothing per run) with thread-CPU clocks."""
     apply_commands = store.apply_commands
 
-    def timed_apply(index: int, commands: list):
+    def timed_apply(index: int, commands: list, **kwargs):
         assert threading.current_thread() is not threading.main_thread()
         profiling = apply_profile is not None and meter.path != "setup"
         if profiling:
             apply_profile.enable()  # type: ignore[union-attr]
         start = time.thread_time()
         try:
-            return apply_commands(index, commands)
+            return apply_commands(index, commands, **kwargs)
         finally:
             meter.add("apply", time.thread_time() - start)
             if profiling:

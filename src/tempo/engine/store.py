@@ -163,9 +163,11 @@ class Store:
         index was applied before (a replay after a crash) and changes nothing."""
         return self.write(lambda txn: self.apply_in(txn, index, data))
 
-    def write(self, work: Callable[[lmdb.Transaction], T]) -> T:
+    def write(self, work: Callable[[lmdb.Transaction], T], *, before_commit: Callable[[], None] | None = None) -> T:
         """Runs `work` in one write transaction (one fsync at its end): the
-        replica persists raft state and applies entries together this way."""
+        replica persists raft state and applies entries together this way.
+        `before_commit` is called between the work and the commit, on this
+        thread (and not when the work raised)."""
         try:
             txn = self.env.begin(write=True)
             try:
@@ -173,6 +175,8 @@ class Store:
             except BaseException:
                 txn.abort()
                 raise
+            if before_commit is not None:
+                before_commit()
             started = time.perf_counter()
             txn.commit()
             self.commit_seconds.observe(time.perf_counter() - started)
@@ -180,7 +184,9 @@ class Store:
         except lmdb.MapFullError:
             raise errors.Overloaded("the data file is full") from None
 
-    def apply_commands(self, index: int, commands: list[Command]) -> tuple[list[Outcome], Changes]:
+    def apply_commands(
+        self, index: int, commands: list[Command], *, before_commit: Callable[[], None] | None = None
+    ) -> tuple[list[Outcome], Changes]:
         """`apply_entry` of the entry that holds `commands`, for a caller
         that made them and keeps no log: a node alone. Its group commit
         would otherwise encode every batch only for apply to decode it
@@ -188,7 +194,7 @@ class Store:
         end as `apply_entry(index, encode_entry(commands))` leaves them
         (tests/engine/test_create_batch.py), since commands hold only
         what their encoding holds."""
-        return self.write(lambda txn: self.apply_decoded(txn, index, commands))
+        return self.write(lambda txn: self.apply_decoded(txn, index, commands), before_commit=before_commit)
 
     def apply_in(self, txn: lmdb.Transaction, index: int, data: bytes) -> tuple[list[Outcome], Changes]:
         """`apply_entry` inside the caller's write transaction. Empty `data`

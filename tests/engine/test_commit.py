@@ -1,0 +1,118 @@
+"""Group commit on a node alone: batches, failures, and the trio thread that
+waits while a batch applies (engine/commit.py `Committer._apply`)."""
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import trio
+from tests.engine.test_create_batch import T0, new_job
+
+from tempo import errors, limits
+from tempo.engine.commands import CreateJobs, DeleteJob
+from tempo.engine.commit import Committer
+from tempo.engine.store import Created, Store
+
+
+@pytest.fixture
+def store(tmp_path: Path):
+    made = Store(str(tmp_path / "d"), map_bytes=64 << 20)
+    yield made
+    made.close()
+
+
+async def test_commands_that_arrive_together_commit_together(store):
+    committer = Committer(store)
+    answers: list = []
+
+    async def create(i: int) -> None:
+        answers.append(await committer.submit(CreateJobs(T0, [new_job(T0, payload={"i": i})])))
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(committer.run)
+        async with trio.open_nursery() as clients:
+            for i in range(50):
+                clients.start_soon(create, i)
+        committer.close()
+    assert len(answers) == 50
+    assert all(isinstance(outcome, Created) and outcome.new for [outcome] in answers)
+    assert committer.commands_committed == 50
+    assert committer.batches_committed < 50
+    assert store.applied_index() == committer.batches_committed
+
+
+async def test_a_full_data_file_fails_its_batch_and_the_next_batch_commits(tmp_path: Path):
+    store = Store(str(tmp_path / "d"), map_bytes=1 << 20)
+    committer = Committer(store)
+    big = [new_job(T0, payload="x" * (limits.payload_bytes_max - 100)) for _ in range(40)]
+    async with trio.open_nursery() as nursery:
+        await nursery.start(committer.run)
+        with pytest.raises(errors.Overloaded):
+            await committer.submit(CreateJobs(T0, big))
+        [outcome] = await committer.submit(CreateJobs(T0, [new_job(T0)]))
+        committer.close()
+    assert isinstance(outcome, Created)
+    assert store.applied_index() == 1
+    store.close()
+
+
+async def test_a_failing_apply_stops_the_committer_without_holding_the_loop(store, monkeypatch):
+    def broken(index, commands, *, before_commit=None):
+        raise RuntimeError("apply failed")
+
+    monkeypatch.setattr(store, "apply_commands", broken)
+    committer = Committer(store)
+    started_s = time.monotonic()
+    with pytest.raises(BaseExceptionGroup) as failure:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(committer.run)
+            await committer.submit(DeleteJob(T0, "default", new_job(T0).job.id))
+    assert failure.group_contains(RuntimeError, match="apply failed", depth=1)
+    # Well under the wait's bound: the failure let the trio thread go at once.
+    assert time.monotonic() - started_s < limits.commit_apply_wait_s_max
+
+
+async def test_the_trio_thread_waits_while_apply_works_and_runs_during_the_commit(store, monkeypatch):
+    """Apply's Python part runs alone (the trio thread would only trade the
+    GIL with it); the commit, an fsync that holds no GIL, runs beside the loop."""
+    phase = ["idle"]
+    seen_in_work = 0
+    loop_ran_in_commit = threading.Event()
+    apply_commands = store.apply_commands
+
+    def slow_apply(index, commands, *, before_commit=None):
+        def before() -> None:
+            phase[0] = "commit"
+            # The loop, free again, must see the commit phase.
+            assert loop_ran_in_commit.wait(10.0), "the trio thread did not run during the commit"
+            before_commit()
+
+        phase[0] = "work"
+        time.sleep(0.05)
+        try:
+            return apply_commands(index, commands, before_commit=before)
+        finally:
+            phase[0] = "idle"
+
+    monkeypatch.setattr(store, "apply_commands", slow_apply)
+    committer = Committer(store)
+
+    async def watch() -> None:
+        nonlocal seen_in_work
+        while True:
+            if phase[0] == "work":
+                seen_in_work += 1
+            elif phase[0] == "commit":
+                loop_ran_in_commit.set()
+            await trio.sleep(0)
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(committer.run)
+        nursery.start_soon(watch)
+        [outcome] = await committer.submit(CreateJobs(T0, [new_job(T0)]))
+        committer.close()
+        nursery.cancel_scope.cancel()
+    assert isinstance(outcome, Created)
+    assert loop_ran_in_commit.is_set()
+    assert seen_in_work == 0
