@@ -17,10 +17,19 @@ spends as much CPU per request as the server and caps the rate near 600-1,000/s)
 Batch clients read only each item's status from the reply (every one must be
 201): decoding the 1,000 job views into dicts took the client about 8 µs per
 job, on the cores the server shares.
+
+First, for `--reference-s` seconds (default 5; 0 skips it), the same single
+create load runs against plain hypercorn with a do-nothing app
+(bench/_plain.py). Issue 2 set the targets on a machine where that answers
+about 2,200 requests a second; a shared machine's speed changes by a factor
+of two from one hour to the next, so the `scaled` column gives each rate at
+the reference's speed (rate x 2,200 / plain rate measured).
 """
 
 import argparse
 import os
+import socket
+import subprocess
 import sys
 import tempfile
 import time
@@ -30,7 +39,8 @@ import msgspec
 import trio
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _server import Cluster, table  # noqa: E402
+from _plain import REFERENCE_PER_S  # noqa: E402
+from _server import Cluster, free_port, table  # noqa: E402
 
 # (single, batched) jobs/s by cluster size; None: no target set.
 TARGETS_PER_S: dict[int, tuple[int | None, int | None]] = {1: (1_500, 60_000), 3: (None, 20_000)}
@@ -149,6 +159,27 @@ async def batched(url: str, jobs: int, size: int, concurrency: int) -> tuple[int
     return done, time.monotonic() - started
 
 
+def plain_rate(clients: int, duration_s: float) -> float:
+    """Tiny requests a second that plain hypercorn answers to `single_raw`."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, os.path.join(os.path.dirname(__file__), "_plain.py"), str(port)])
+    try:
+        deadline_s = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline_s or proc.poll() is not None:
+                    raise RuntimeError("bench/_plain.py did not start") from None
+                time.sleep(0.05)
+        done, seconds = trio.run(single_raw, f"http://127.0.0.1:{port}", clients, 10**9, duration_s)
+        return done / seconds
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nodes", type=int, choices=sorted(TARGETS_PER_S), default=1, help="1 (default) or a 3-node cluster")
@@ -162,7 +193,9 @@ def main() -> int:
     parser.add_argument("--batch-jobs", type=int, default=200_000)
     parser.add_argument("--batch-size", type=int, default=1000)
     parser.add_argument("--batch-concurrency", type=int, default=4)
+    parser.add_argument("--reference-s", type=float, default=5.0, help="seconds of plain hypercorn first (0: none)")
     args = parser.parse_args()
+    reference = plain_rate(args.clients, args.reference_s) if args.reference_s > 0 else None
     with tempfile.TemporaryDirectory(prefix="tempo-bench-") as tmp:
         cluster = Cluster(tmp, args.nodes)
         try:
@@ -184,14 +217,22 @@ def main() -> int:
     def ratio(rate: float, target: int | None) -> tuple[str, str]:
         return ("-", "-") if target is None else (f"{target:,}", f"{rate / target:.2f}")
 
+    def scaled(rate: float) -> str:
+        return "-" if reference is None else f"{rate * REFERENCE_PER_S / reference:,.0f}"
+
     rate1, rate2 = n1 / s1, n2 / s2
     rows = [
-        (f"single, {args.clients} {args.client} clients", n1, f"{s1:.2f}", f"{rate1:,.0f}", *ratio(rate1, single_target)),
-        (f"batch of {args.batch_size}, {args.batch_concurrency} concurrent", n2, f"{s2:.2f}", f"{rate2:,.0f}", *ratio(rate2, batch_target)),
+        (f"single, {args.clients} {args.client} clients", n1, f"{s1:.2f}", f"{rate1:,.0f}", scaled(rate1),
+         *ratio(rate1, single_target)),
+        (f"batch of {args.batch_size}, {args.batch_concurrency} concurrent", n2, f"{s2:.2f}", f"{rate2:,.0f}",
+         scaled(rate2), *ratio(rate2, batch_target)),
     ]
     shape = "1 node" if args.nodes == 1 else f"{args.nodes} nodes (leader {leader.node_id}, term {term})"
     print(f"tempo create throughput, {shape}, fsync on, {os.cpu_count()} CPUs (clients and nodes share them)")
-    print(table(rows, ("mode", "jobs", "seconds", "jobs/s", "target/s", "ratio")))
+    if reference is not None:
+        print(f"plain hypercorn, the same single-create load: {reference:,.0f} requests/s "
+              f"({reference / REFERENCE_PER_S:.2f} of the targets' machine, {REFERENCE_PER_S:,}/s)")
+    print(table(rows, ("mode", "jobs", "seconds", "jobs/s", "scaled", "target/s", "ratio")))
     batches = [line for line in metrics.splitlines() if line.startswith(("tempo_commit_batches_total", "tempo_commit_commands_total"))]
     print("leader: " + ", ".join(batches) + ", RSS " + ", ".join(f"{k} {v:.0f} MiB" for k, v in rss.items()))
     if any(code != 0 for code in stopped.values()):
