@@ -31,6 +31,12 @@ def test_run_key_round_trip(job_id, nominal, due):
 
 
 @given(job_ids, millis, millis)
+def test_a_new_runs_keys_made_together_are_those_made_apart(job_id, nominal, due):
+    made = keys.new_run_keys(keys.job_key(job_id), job_id, nominal, due)
+    assert made == (keys.run_key(job_id, nominal, due), keys.by_job_key(job_id, nominal))
+
+
+@given(job_ids, millis, millis)
 def test_run_key_fields_read_alone_match_the_whole_parse(job_id, nominal, due):
     key = keys.run_key(job_id, nominal, due)
     assert keys.due_of(key) == due

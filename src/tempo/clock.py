@@ -19,13 +19,11 @@ def monotonic_s() -> float:
     return time.monotonic()
 
 
-@functools.lru_cache(maxsize=1024)
 def ms_from_datetime(value: datetime) -> int:
     """Truncates to the millisecond, as API.md says finer digits are.
 
-    Cached: a batch's items mostly share one `at`. Aware datetimes are equal
-    (and hash equal) when they name the same instant, whatever their offset,
-    and the instant alone decides the answer."""
+    Not cached: every decoded datetime is a new object, and hashing an
+    aware one (for a cache's key) costs more than this arithmetic."""
     assert value.tzinfo is not None, "times without an offset are rejected at the edge"
     delta = value - _EPOCH
     return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000

@@ -55,6 +55,16 @@ def run_key_of(job_key_bytes: bytes, job_id: str, nominal_ms: int, due_ms: int) 
     return _RUN.pack(due_ms // limits.minute_ms, ids.shard_of(job_id), due_ms, job_key_bytes, nominal_ms)
 
 
+def new_run_keys(job_key_bytes: bytes, job_id: str, nominal_ms: int, due_ms: int) -> tuple[bytes, bytes]:
+    """(`run_key_of(...)`, `by_job_key_of(job_key_bytes, nominal_ms)`) in
+    one call: a batch of creates makes 1,000 of each."""
+    assert len(job_key_bytes) == JOB_KEY_BYTES
+    return (
+        _RUN.pack(due_ms // limits.minute_ms, ids.shard_of(job_id), due_ms, job_key_bytes, nominal_ms),
+        job_key_bytes + _NOMINAL.pack(nominal_ms),
+    )
+
+
 def parse_run_key(key: bytes) -> tuple[int, int, int, str, int]:
     """(minute, shard, due ms, job ID, nominal ms)."""
     minute, shard, due_ms, job, nominal_ms = _RUN.unpack(key)

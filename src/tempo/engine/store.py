@@ -767,9 +767,9 @@ class _Tx:
             # `put_run` of a new waiting run (no old row), spelled out.
             assert job.slot_ms is not None
             run = Run(job.id, job.slot_ms, item.first_due_ms, "waiting")
-            runs_key = keys.run_key_of(key, job.id, job.slot_ms, item.first_due_ms)
+            runs_key, by_job_key = keys.new_run_keys(key, job.id, job.slot_ms, item.first_due_ms)
             rows.runs.append((runs_key, _enc.encode(run)))
-            rows.by_job.append((keys.by_job_key_of(key, job.slot_ms), runs_key))
+            rows.by_job.append((by_job_key, runs_key))
             minute = item.first_due_ms // limits.minute_ms
             self.open_deltas[minute] = self.open_deltas.get(minute, 0) + 1
             self.changes.woken.append((runs_key, run, job))
