@@ -23,14 +23,8 @@ REFERENCE_PER_S = 2_200
 
 
 async def app(scope, receive, send) -> None:
-    if scope["type"] == "lifespan":
-        while True:
-            message = await receive()
-            if message["type"] == "lifespan.startup":
-                await send({"type": "lifespan.startup.complete"})
-            elif message["type"] == "lifespan.shutdown":
-                await send({"type": "lifespan.shutdown.complete"})
-                return
+    if scope["type"] != "http":
+        raise RuntimeError("no lifespan")  # hypercorn then goes on without one
     more = True
     while more:
         more = (await receive()).get("more_body", False)
