@@ -5,14 +5,23 @@ import threading
 import time
 from pathlib import Path
 
+import msgspec
 import pytest
 import trio
-from tests.engine.test_create_batch import T0, new_job
 
 from tempo import errors, limits
 from tempo.engine.commands import CreateJobs, DeleteJob
 from tempo.engine.commit import Committer
+from tempo.engine.jobs import Jobs
 from tempo.engine.store import Created, Store
+from tempo.schema import JobCreate
+
+T0 = 1_800_000_000_000
+
+
+def new_job(at_ms: int, **fields):
+    body = {"target": "queue:x", "schedule": {"at": "2027-01-15T08:00:00Z"}, **fields}
+    return Jobs(None, None).new_job("default", msgspec.convert(body, JobCreate), at_ms, from_msgpack=False)  # type: ignore[arg-type]
 
 
 @pytest.fixture
