@@ -6,6 +6,8 @@ would stall here: the commit thread's wake-up is not a deadline it can jump
 to.) A commit's few real milliseconds are a fraction of a virtual second, so
 the margins below are wide."""
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 
 import pytest
@@ -65,15 +67,21 @@ class Node:
         return self.store.get_run_any(claimed.run.job_id, claimed.run.nominal_ms)
 
 
-@pytest.fixture
-async def node(tmp_path, origin):
-    made = Node(str(tmp_path / "data"))
+@asynccontextmanager
+async def running(made: Node) -> AsyncIterator[Node]:
+    """`made` with its group commit and dispatcher running; its store closed after."""
     async with trio.open_nursery() as nursery:
         await nursery.start(made.committer.run)
         await nursery.start(made.dispatcher.run)
         yield made
         nursery.cancel_scope.cancel()
     made.store.close()
+
+
+@pytest.fixture
+async def node(tmp_path, origin):
+    async with running(Node(str(tmp_path / "data"))) as made:
+        yield made
 
 
 def at(offset_s: float) -> ScheduleIn:

@@ -12,7 +12,7 @@ from tempo.engine.commands import Result
 from tempo.engine.dispatch import HTTP_QUEUE
 from tempo.schema import JobCreate
 
-from .test_dispatch import OWNER, QUEUE, Node, at, fake_now_ms
+from .test_dispatch import OWNER, QUEUE, Node, at, fake_now_ms, running
 
 OTHER = "other"
 
@@ -23,14 +23,9 @@ def limit(**per_owner: OwnerLimits):
 
 @pytest.fixture
 async def node(tmp_path, origin):
-    made = Node(str(tmp_path / "data"))
-    async with trio.open_nursery() as nursery:
-        await nursery.start(made.committer.run)
-        await nursery.start(made.dispatcher.run)
+    async with running(Node(str(tmp_path / "data"))) as made:
         yield made
         check_in_flight(made)
-        nursery.cancel_scope.cancel()
-    made.store.close()
 
 
 def check_in_flight(node: Node) -> None:

@@ -14,7 +14,7 @@ from tempo.config import UNLIMITED, OwnerLimits
 from tempo.engine.commands import Result
 from tempo.schema import JobCreate, RetryIn
 
-from .test_dispatch import OWNER, QUEUE, T0_MS, Node, at, fake_now_ms
+from .test_dispatch import OWNER, QUEUE, T0_MS, Node, at, fake_now_ms, running
 
 OTHER = "other"
 OTHER_QUEUE = f"{OTHER}\x00work"
@@ -37,12 +37,8 @@ async def node(tmp_path, origin, small):
     made = Node(str(tmp_path / "data"))
     # A: at most two runs in flight, so its due runs are held back.
     made.dispatcher.limits_of = lambda owner: OwnerLimits(runs_in_flight_max=2) if owner == OWNER else UNLIMITED
-    async with trio.open_nursery() as nursery:
-        await nursery.start(made.committer.run)
-        await nursery.start(made.dispatcher.run)
+    async with running(made):
         yield made
-        nursery.cancel_scope.cancel()
-    made.store.close()
 
 
 async def create(node: Node, owner: str, offsets_s: list[float]) -> list[str]:
