@@ -21,12 +21,12 @@ from tempo.engine.commands import (
     Result,
     ResumeJob,
     TriggerJob,
-    encode_entry,
 )
 from tempo.engine.jobs import Jobs
 from tempo.engine.retention import Retention, before_day
 from tempo.engine.store import Store, bucket_name
 from tempo.schema import JobCreate
+from test_store import Log as StoreLog
 
 OWNER = "default"
 DAY = limits.day_ms
@@ -42,15 +42,8 @@ def new_job(at_ms: int, **fields):
     return MAKER.new_job(OWNER, msgspec.json.decode(json.dumps(fields), type=JobCreate), at_ms, from_msgpack=False)
 
 
-class Log:
-    def __init__(self, store: Store):
-        self.store = store
-        self.entries: list[bytes] = []
-
-    def apply(self, *commands):
-        data = encode_entry(list(commands))
-        self.entries.append(data)
-        return self.store.apply_entry(len(self.entries), data)[0]
+class Log(StoreLog):
+    """tests/test_store.py's log of entries, and a finished run in one call."""
 
     def finish(self, job_id: str, nominal_ms: int, at_ms: int, *, ok: bool = True):
         """Claims the run and reports its first attempt at `at_ms`."""
@@ -65,6 +58,14 @@ def store(tmp_path: Path):
     s = Store(str(tmp_path / "s"), map_bytes=64 << 20)
     yield s
     s.close()
+
+
+@pytest.fixture
+def two(tmp_path: Path):
+    made = [Store(str(tmp_path / name), map_bytes=64 << 20) for name in ("one", "two")]
+    yield made
+    for s in made:
+        s.close()
 
 
 def one_off(log: Log, at_ms: int = T0, **fields):
@@ -275,53 +276,38 @@ def test_a_slot_reused_around_the_ring_drops_its_old_day(store):
     assert store.get_run(OWNER, ids.run_id(back.id, back.slot_ms))[0].status == "done"
 
 
-def test_two_stores_fed_the_same_entries_agree_byte_for_byte(tmp_path):
-    first = Store(str(tmp_path / "one"), map_bytes=64 << 20)
-    second = Store(str(tmp_path / "two"), map_bytes=64 << 20)
-    try:
-        log = Log(first)
-        history_scenario(log)
-        log.apply(DropHistory(T0 + 3 * DAY, D0 + 1))
-        for index, data in enumerate(log.entries, start=1):
-            second.apply_entry(index, data)
-        assert first.dump() == second.dump()
-        assert first.digest() == second.digest()
-    finally:
-        first.close()
-        second.close()
+def test_two_stores_fed_the_same_entries_agree_byte_for_byte(two):
+    first, second = two
+    log = Log(first)
+    history_scenario(log)
+    log.apply(DropHistory(T0 + 3 * DAY, D0 + 1))
+    for index, data in enumerate(log.entries, start=1):
+        second.apply_entry(index, data)
+    assert first.dump() == second.dump()
+    assert first.digest() == second.digest()
 
 
-def test_a_restore_replaces_the_buckets_with_the_snapshots(tmp_path):
-    source = Store(str(tmp_path / "source"), map_bytes=64 << 20)
-    target = Store(str(tmp_path / "target"), map_bytes=64 << 20)
-    try:
-        history_scenario(Log(source))
-        log = Log(target)
-        stray = one_off(log, T0 + 30 * DAY)
-        log.finish(stray.id, stray.slot_ms, T0 + 30 * DAY)  # a bucket the snapshot does not have
-        index, data = source.snapshot_data()
-        target.write(lambda txn: target.restore_in(txn, index, data))
-        assert target.history_days() == [D0, D0 + 1, D0 + 2, D0 + 3]
-        assert target.dump() == source.dump()
-        assert target.digest() == source.digest()
-    finally:
-        source.close()
-        target.close()
+def test_a_restore_replaces_the_buckets_with_the_snapshots(two):
+    source, target = two
+    history_scenario(Log(source))
+    log = Log(target)
+    stray = one_off(log, T0 + 30 * DAY)
+    log.finish(stray.id, stray.slot_ms, T0 + 30 * DAY)  # a bucket the snapshot does not have
+    index, data = source.snapshot_data()
+    target.write(lambda txn: target.restore_in(txn, index, data))
+    assert target.history_days() == [D0, D0 + 1, D0 + 2, D0 + 3]
+    assert target.dump() == source.dump()
+    assert target.digest() == source.digest()
 
 
-def test_the_digest_sees_a_bucket(tmp_path):
-    first = Store(str(tmp_path / "one"), map_bytes=64 << 20)
-    second = Store(str(tmp_path / "two"), map_bytes=64 << 20)
-    try:
-        for store in (first, second):
-            log = Log(store)
-            job = one_off(log)
-            log.finish(job.id, job.slot_ms, T0 if store is first else T0 + DAY)
-        assert first.digest()[0] == second.digest()[0]
-        assert first.digest()[1] != second.digest()[1]
-    finally:
-        first.close()
-        second.close()
+def test_the_digest_sees_a_bucket(two):
+    first, second = two
+    for store in (first, second):
+        log = Log(store)
+        job = one_off(log)
+        log.finish(job.id, job.slot_ms, T0 if store is first else T0 + DAY)
+    assert first.digest()[0] == second.digest()[0]
+    assert first.digest()[1] != second.digest()[1]
 
 
 def test_before_day_keeps_the_whole_period():
