@@ -3,7 +3,6 @@ the tables and answers must be what one item at a time gives."""
 
 import gc
 import json
-from pathlib import Path
 
 import msgspec
 import pytest
@@ -22,7 +21,7 @@ from tempo.engine.commands import (
     encode_entry,
 )
 from tempo.engine.jobs import Jobs, payloads_pass
-from tempo.engine.store import Created, Store
+from tempo.engine.store import Created
 from tempo.schema import JobCreate
 
 OWNER = "default"
@@ -36,20 +35,12 @@ def new_job(at_ms: int, **fields):
     return MAKER.new_job(OWNER, msgspec.json.decode(json.dumps(fields), type=JobCreate), at_ms, from_msgpack=False)
 
 
-@pytest.fixture
-def stores(tmp_path: Path):
-    made = [Store(str(tmp_path / name), map_bytes=64 << 20) for name in ("batch", "items")]
-    yield made
-    for store in made:
-        store.close()
-
-
 def _items(n: int, **fields):
     return [new_job(T0, **fields, payload={"i": i}) for i in range(n)]
 
 
-def test_a_batch_writes_the_tables_one_item_at_a_time_writes(stores):
-    batch, items = stores
+def test_a_batch_writes_the_tables_one_item_at_a_time_writes(two_stores):
+    batch, items = two_stores
     made = _items(30, request_key=None) + _items(5, schedule={"every_s": 60})
     batch.apply_entry(1, encode_entry([CreateJobs(T0, made)]))
     items.apply_entry(1, encode_entry([CreateJobs(T0, [m]) for m in made]))
@@ -61,8 +52,8 @@ def test_a_batch_writes_the_tables_one_item_at_a_time_writes(stores):
         assert txn.stat(batch.db["jobs_by_owner"])["entries"] == 35
 
 
-def test_a_request_key_repeated_in_one_batch_sees_the_first_items_run(stores):
-    batch, _ = stores
+def test_a_request_key_repeated_in_one_batch_sees_the_first_items_run(two_stores):
+    batch, _ = two_stores
     first = new_job(T0, request_key="k1", payload={"a": 1})
     again = new_job(T0, request_key="k1", payload={"a": 1})
     other = new_job(T0, request_key="k1", payload={"a": 2})
@@ -76,8 +67,8 @@ def test_a_request_key_repeated_in_one_batch_sees_the_first_items_run(stores):
     assert len(changes.woken) == 1
 
 
-def test_a_later_command_in_the_entry_reads_the_batchs_runs(stores):
-    batch, _ = stores
+def test_a_later_command_in_the_entry_reads_the_batchs_runs(two_stores):
+    batch, _ = two_stores
     made = new_job(T0)
     [_, paused], changes = batch.apply_entry(
         1, encode_entry([CreateJobs(T0, [made]), PauseJob(T0 + 1, OWNER, made.job.id)])
@@ -128,11 +119,11 @@ def test_a_batchs_items_commands_and_views_are_untracked_by_the_cycle_collector(
     assert not any(gc.is_tracked(x) for x in (item, item.schedule, item.retry, made, job_view(made.job)))
 
 
-def test_apply_commands_leaves_the_tables_apply_entry_leaves(stores):
+def test_apply_commands_leaves_the_tables_apply_entry_leaves(two_stores):
     """A node alone hands apply its commands unencoded (`Store.apply_commands`);
     a cluster's replicas apply the encoded entry. Both must write the same
     bytes and answer the same outcomes."""
-    unencoded, encoded = stores
+    unencoded, encoded = two_stores
     one_off = new_job(T0, payload={"nested": [1, 2.5, None, True, "ü"], "big": 2**63 - 1}, name="n")
     every = new_job(T0, schedule={"every_s": 60}, request_key="k", retry={"max_attempts": 2, "backoff_s": [1]})
     cron = new_job(T0, schedule={"cron": "0 * * * *", "timezone": "Europe/Berlin"}, jitter_s=30)

@@ -60,14 +60,6 @@ def store(tmp_path: Path):
     s.close()
 
 
-@pytest.fixture
-def two(tmp_path: Path):
-    made = [Store(str(tmp_path / name), map_bytes=64 << 20) for name in ("one", "two")]
-    yield made
-    for s in made:
-        s.close()
-
-
 def one_off(log: Log, at_ms: int = T0, **fields):
     made = new_job(at_ms, **fields)
     log.apply(CreateJobs(at_ms, [made]))
@@ -276,8 +268,8 @@ def test_a_slot_reused_around_the_ring_drops_its_old_day(store):
     assert store.get_run(OWNER, ids.run_id(back.id, back.slot_ms))[0].status == "done"
 
 
-def test_two_stores_fed_the_same_entries_agree_byte_for_byte(two):
-    first, second = two
+def test_two_stores_fed_the_same_entries_agree_byte_for_byte(two_stores):
+    first, second = two_stores
     log = Log(first)
     history_scenario(log)
     log.apply(DropHistory(T0 + 3 * DAY, D0 + 1))
@@ -287,8 +279,8 @@ def test_two_stores_fed_the_same_entries_agree_byte_for_byte(two):
     assert first.digest() == second.digest()
 
 
-def test_a_restore_replaces_the_buckets_with_the_snapshots(two):
-    source, target = two
+def test_a_restore_replaces_the_buckets_with_the_snapshots(two_stores):
+    source, target = two_stores
     history_scenario(Log(source))
     log = Log(target)
     stray = one_off(log, T0 + 30 * DAY)
@@ -300,8 +292,8 @@ def test_a_restore_replaces_the_buckets_with_the_snapshots(two):
     assert target.digest() == source.digest()
 
 
-def test_the_digest_sees_a_bucket(two):
-    first, second = two
+def test_the_digest_sees_a_bucket(two_stores):
+    first, second = two_stores
     for store in (first, second):
         log = Log(store)
         job = one_off(log)
