@@ -1,5 +1,6 @@
 """The HTTP API of API.md as an ASGI application."""
 
+import logging
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -21,13 +22,16 @@ from tempo.engine.store import Created, Store
 from tempo.net import auth, openapi
 from tempo.net import auth as auth_module  # `auth` is also a parameter name below
 from tempo.net.asgi import (
+    STATUS_OF,
     Request,
     Response,
     check_head,
     decode,
     decoders,
     encode,
+    internal_response,
     invalid_from_msgspec,
+    new_error_id,
     parse_query,
     problem_of,
     problem_response,
@@ -68,6 +72,7 @@ from tempo.schema import (
     RunsPage,
 )
 
+log = logging.getLogger("tempo.http")
 # Routes every node answers itself, never redirected (API.md "General").
 LOCAL = frozenset({"healthz", "readyz", "metrics", "openapi", "cluster", "cluster_digest", "unknown"})
 NEEDS = {
@@ -151,6 +156,7 @@ class Api:
         self.gate = gate  # connections: counted by net/http.py, shown in /metrics
         self.in_flight = 0
         self.long_polls = 0
+        self.internal_errors = 0  # answers of `_internal`
         # Seconds from the request's arrival to its answer sent, by route.
         self.durations: dict[str, prom.Histogram] = {}
         # Corrupt raft frames from peers, dropped unread (net/peer.py).
@@ -183,8 +189,8 @@ class Api:
                     self.in_flight += 1
                     bounded = True
                 response = await self._handle(route, handler, request, scope, receive)
-            except errors.TempoError as exc:
-                response = problem_response(exc)
+            except Exception as exc:  # noqa: BLE001 - every error is answered (docs/api.md "Errors")
+                response = self._error_response(route, request, exc)
             self.requests[(route, response.status)] += 1
             await send_response(send, response)
         finally:
@@ -194,6 +200,21 @@ class Api:
         if histogram is None:
             histogram = self.durations[route] = prom.Histogram()
         histogram.observe(trio.current_time() - started)
+
+    def _error_response(self, route: str, request: Request, exc: Exception) -> Response:
+        """A TempoError's problem; any other error (a bug, or damaged data
+        read back) is logged once with its traceback under a fresh
+        `error_id`, counted, and answered 500 problem+json naming that ID."""
+        if isinstance(exc, errors.TempoError) and type(exc) in STATUS_OF:
+            return problem_response(exc)
+        error_id = new_error_id()
+        self.internal_errors += 1
+        log.error(
+            "unexpected error answering %s %r (route %s), error_id %s",
+            request.method, request.path, route, error_id,
+            exc_info=exc, extra={"error_id": error_id, "route": route},
+        )
+        return internal_response(error_id)
 
     async def _handle(self, route: str, handler: Callable, request: Request, scope: dict, receive: Callable) -> Response:
         if route == "raft":
@@ -626,6 +647,11 @@ class Api:
         )
         for route, histogram in sorted(self.durations.items()):
             lines += prom.lines("tempo_http_request_duration_seconds", histogram, {"route": route})
+        lines += prom.head(
+            "tempo_http_internal_errors_total", "counter",
+            "Requests answered 500: an unexpected error, logged with its error_id.",
+        )
+        lines.append(prom.sample("tempo_http_internal_errors_total", self.internal_errors))
         lines += prom.head("tempo_http_requests_in_flight", "gauge", "Requests being handled, of those bounded.")
         lines.append(prom.sample("tempo_http_requests_in_flight", self.in_flight))
         lines += prom.head("tempo_http_long_polls_in_flight", "gauge", "Claims and event reads that may wait.")

@@ -6,6 +6,7 @@ microsecond of routing shows in the single-create rate.
 """
 
 import re
+import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,7 +16,7 @@ import msgspec
 import trio
 
 from tempo import errors, limits
-from tempo.schema import Problem, ProblemItem
+from tempo.schema import InternalProblem, Problem, ProblemItem
 
 JSON = b"application/json"
 MSGPACK = b"application/msgpack"
@@ -54,6 +55,7 @@ TITLES = {
     429: "Too Many Requests",
     503: "Service Unavailable",
     431: "Request Header Fields Too Large",
+    500: "Internal Server Error",
 }
 
 _json_enc = msgspec.json.Encoder()
@@ -128,6 +130,25 @@ def problem_response(
     if problem.status == 401:
         extra.append((b"www-authenticate", b'Bearer realm="tempo"'))
     return Response(problem.status, _json_enc.encode(problem), PROBLEM, extra)
+
+
+def new_error_id() -> str:
+    """Names one unexpected error in the answer and in the log line."""
+    return secrets.token_hex(8)
+
+
+def internal_response(error_id: str) -> Response:
+    """The answer to an error the server did not expect: no detail of it
+    (the traceback is in the log, under `error_id`), and nothing a client
+    should retry blindly."""
+    problem = InternalProblem(
+        type="internal",
+        title=TITLES[500],
+        status=500,
+        detail=f"an unexpected error; the server logged it with error_id {error_id}",
+        error_id=error_id,
+    )
+    return Response(500, _json_enc.encode(problem), PROBLEM)
 
 
 def invalid_from_msgspec(exc: msgspec.MsgspecError, prefix: str = "") -> errors.Invalid:
