@@ -23,12 +23,13 @@ async def call(
     app,
     method: str,
     path: str,
-    chunks: Iterable[bytes] = (b"",),
+    chunks: Iterable[bytes | None] = (b"",),
     headers: Iterable[tuple[bytes, bytes]] = (),
     on_receive=None,
 ) -> Answer:
-    """One request whose body arrives in `chunks`; `on_receive(n)` runs
-    before the n-th chunk (from 0) is handed over."""
+    """One request whose body arrives in `chunks` (None: the client goes
+    away instead); `on_receive(n)` runs before the n-th chunk (from 0) is
+    handed over."""
     pending = list(chunks)
     received = 0
 
@@ -37,9 +38,9 @@ async def call(
         if on_receive is not None:
             await on_receive(received)
         received += 1
-        if not pending:
+        chunk = pending.pop(0) if pending else None
+        if chunk is None:  # the client went away
             return {"type": "http.disconnect"}
-        chunk = pending.pop(0)
         return {"type": "http.request", "body": chunk, "more_body": bool(pending)}
 
     sent: list[dict] = []
