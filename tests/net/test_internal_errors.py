@@ -18,6 +18,7 @@ from tempo.engine.commit import Committer
 from tempo.engine.dispatch import Dispatcher
 from tempo.engine.jobs import Jobs
 from tempo.engine.store import Store
+from tempo.net import openapi
 from tempo.net.api import Api
 from tempo.net.peer import encode_frames
 from tempo.node import Standalone
@@ -76,6 +77,26 @@ async def test_an_unexpected_exception_in_a_handler_is_a_500_problem_logged_once
         again = await call(api, "GET", "/v1/jobs")
     assert again.problem()["error_id"] != answer.problem()["error_id"]
     assert internal_errors((await call(api, "GET", "/metrics")).body.decode()) == 2
+
+
+async def test_an_expected_error_is_its_own_problem_and_not_logged_as_internal(api, caplog):
+    with caplog.at_level(logging.INFO, logger="tempo"):
+        answer = await call(api, "GET", "/v1/jobs/j_nope")
+    assert answer.status == 404 and answer.problem()["type"] == "not_found"
+    assert "error_id" not in answer.problem()
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert internal_errors((await call(api, "GET", "/metrics")).body.decode()) == 0
+
+
+def test_every_operation_declares_the_500_problem():
+    document = openapi.document()
+    assert "InternalProblem" in document["components"]["schemas"]
+    for path, methods in document["paths"].items():
+        for method, operation in methods.items():
+            declared = operation["responses"].get("500")
+            assert declared is not None, (method, path)
+            schema = declared["content"]["application/problem+json"]["schema"]
+            assert schema == {"$ref": "#/components/schemas/InternalProblem"}, (method, path)
 
 
 async def test_an_error_in_the_peer_stream_is_a_500_problem(api, caplog):
