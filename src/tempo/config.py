@@ -50,6 +50,8 @@ connections_max = 4096          # connections open at once; more: 503, closed
 requests_in_flight_max = 2048   # requests handled at once; more: 503 overloaded
 long_polls_max = 1024           # of those, claims/events with wait_s > 0
 body_read_timeout_s = 30.0      # a body must arrive whole this fast; else 408
+body_bytes_in_flight_max = 268435456  # bytes of request bodies held at once
+                                # (at least 33554432); more: 503 overloaded
 ```
 
 Positive integers for `runs_in_flight_max`, `claim_burst` and
@@ -124,6 +126,7 @@ class HttpLimits:
     requests_in_flight_max: int = limits.requests_in_flight_max
     long_polls_max: int = limits.long_polls_max
     body_read_timeout_s: float = limits.body_read_timeout_s
+    body_bytes_in_flight_max: int = limits.body_bytes_in_flight_max
 
 
 @dataclass(frozen=True)
@@ -320,6 +323,10 @@ def _http(raw: object) -> HttpLimits:
     low_s, high_s = limits.body_read_timeout_s_min, limits.body_read_timeout_s_max
     if not isinstance(timeout_s, int | float) or isinstance(timeout_s, bool) or not low_s <= timeout_s <= high_s:
         raise ConfigError(f"http.body_read_timeout_s: a number of seconds from {low_s:g} to {high_s:g}")
+    budget = raw.get("body_bytes_in_flight_max", limits.body_bytes_in_flight_max)
+    low, high = limits.body_bytes_in_flight_setting_min, limits.body_bytes_in_flight_setting_max
+    if not isinstance(budget, int) or isinstance(budget, bool) or not low <= budget <= high:
+        raise ConfigError(f"http.body_bytes_in_flight_max: an integer number of bytes from {low} to {high}")
     http = HttpLimits(**{**raw, "body_read_timeout_s": float(timeout_s)})
     if not http.long_polls_max <= http.requests_in_flight_max <= http.connections_max:
         raise ConfigError("http: needs long_polls_max <= requests_in_flight_max <= connections_max")

@@ -223,3 +223,17 @@ claim_refill_wait_ms_min = 5
 
 assert claim_runs_max <= owner_limit_max
 assert claim_refill_wait_ms_min <= dispatch_tick_ms
+
+# Request bodies in flight (docs/operations.md "Limits"): the bytes of the
+# bodies a node holds at once, over all requests. A request takes its share
+# before its body is read (its declared Content-Length; a chunked body as it
+# arrives) and gives it back once answered; one that does not fit is `503`
+# with Retry-After. What a body decodes to takes about as much again, so the
+# node's memory for bodies is bounded by about twice the budget. The config
+# (`[http] body_bytes_in_flight_max`) may set it from one largest body up.
+body_bytes_in_flight_max = 256 << 20
+body_bytes_in_flight_setting_min = batch_body_bytes_max
+body_bytes_in_flight_setting_max = 1 << 40
+
+assert body_bytes_in_flight_setting_min <= body_bytes_in_flight_max <= body_bytes_in_flight_setting_max
+assert batch_body_bytes_max <= body_bytes_in_flight_setting_min

@@ -154,6 +154,13 @@ class Problem(msgspec.Struct):
     errors: list[ProblemItem] = []
 
 
+class InternalProblem(Problem, kw_only=True):
+    """A `500`: an error the server did not expect. `error_id` names the
+    log line that holds its traceback (docs/api.md "Errors")."""
+
+    error_id: str
+
+
 class BatchItemResult(msgspec.Struct, omit_defaults=True, gc=False):
     status: int
     job: JobOut | None = None
