@@ -237,3 +237,10 @@ body_bytes_in_flight_setting_max = 1 << 40
 
 assert body_bytes_in_flight_setting_min <= body_bytes_in_flight_max <= body_bytes_in_flight_setting_max
 assert batch_body_bytes_max <= body_bytes_in_flight_setting_min
+
+# Liveness of followers (docs/operations.md "Checking the cluster"): a
+# follower whose applied index is more than this many log entries behind its
+# leader's commit index (heartbeats carry it) answers `/readyz` 503, and
+# `tempo cluster status` counts it as lagging. A follower that keeps up is a
+# round trip behind: a few entries, each a group-commit batch.
+follower_lag_entries_max = 32

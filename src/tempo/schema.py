@@ -185,8 +185,10 @@ class PreviewOut(msgspec.Struct):
     times: list[str]
 
 
-class Health(msgspec.Struct):
+class Health(msgspec.Struct, omit_defaults=True):
     status: str
+    # Why a node is not ready (`/readyz` 503), for the operator.
+    reason: str | None = None
 
 
 class ClusterNode(msgspec.Struct):

@@ -571,9 +571,10 @@ class Api:
         return encode(request, Health("ok"))
 
     async def readyz(self, request: Request) -> Response:
-        if self.started and self.node.ready():
+        reason = self.node.not_ready() if self.started else "starting"
+        if reason is None:
             return encode(request, Health("ready"))
-        return Response(503, _json_enc.encode(Health("not ready")), headers=[(b"retry-after", b"1")])
+        return Response(503, _json_enc.encode(Health("not ready", reason)), headers=[(b"retry-after", b"1")])
 
     async def cluster(self, request: Request) -> Response:
         """This node's own view (a single node leads a cluster of one, term 0)."""

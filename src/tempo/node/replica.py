@@ -29,11 +29,13 @@ from tempo.engine.raftlog import RaftLog
 from tempo.engine.store import Changes, Outcome, Store
 from tempo.metrics import COUNT_BUCKETS, Histogram
 from tempo.raft import (
+    AppendRequest,
     ConfChange,
     ConfChangeRejected,
     Config,
     Entry,
     EntryKind,
+    Heartbeat,
     Message,
     NotLeader,
     ProposalDropped,
@@ -108,6 +110,9 @@ class Replica:
         self.entry_commands = Histogram(COUNT_BUCKETS)
         self.ready_entries = Histogram(COUNT_BUCKETS)
         self.leader_changes = 0
+        # The commit index of the leader, as its messages of this term told
+        # it: ((term, leader), index). A follower that lags knows how far.
+        self._leader_commit: tuple[tuple[int, int], int] = ((0, 0), 0)
 
     # -- the Committer face ----------------------------------------------------------
 
@@ -137,7 +142,28 @@ class Replica:
 
     def step(self, message: Message) -> None:
         self.node.step(message)
+        self._note_leader_commit(message)
         self._wake.set()
+
+    def _note_leader_commit(self, m: Message) -> None:
+        if isinstance(m, AppendRequest):
+            index = m.commit
+        elif isinstance(m, Heartbeat):
+            index = m.leader_commit
+        else:
+            return
+        key = (m.term, m.src)
+        if key != (self.node.term, self.node.leader_id):
+            return  # stale, or not from the leader this node follows
+        (known_key, known) = self._leader_commit
+        self._leader_commit = (key, max(known, index) if known_key == key else index)
+
+    @property
+    def leader_commit_index(self) -> int:
+        """The commit index of the leader this node follows, as far as its
+        messages told; 0 when it has heard none in this term."""
+        key, index = self._leader_commit
+        return index if key == (self.node.term, self.node.leader_id) else 0
 
     def transfer_leadership(self) -> bool:
         """Hands leadership to the most caught-up other voter; False if this
