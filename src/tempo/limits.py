@@ -244,3 +244,9 @@ assert batch_body_bytes_max <= body_bytes_in_flight_setting_min
 # `tempo cluster status` counts it as lagging. A follower that keeps up is a
 # round trip behind: a few entries, each a group-commit batch.
 follower_lag_entries_max = 32
+# A leader does not compact its log while it sends a follower a snapshot
+# (the follower would need the entries after it), as long as the follower
+# answered a chunk within `snapshot_transfer_idle_s`, and never past this many
+# entries beyond `snapshot_entries` (the log's disk use stays bounded).
+snapshot_transfer_idle_s = 10.0
+snapshot_defer_entries_max = 100_000

@@ -38,10 +38,12 @@ from tempo.raft import (
     Heartbeat,
     Message,
     NotLeader,
+    ProgressState,
     ProposalDropped,
     RawNode,
     Ready,
     Role,
+    SnapshotResponse,
     TransferInProgress,
     UncommittedBytesExceeded,
 )
@@ -96,6 +98,11 @@ class Replica:
         self._closing = False
         self._limiter = trio.CapacityLimiter(1)
         self._snapshotting = False
+        # Snapshot transfers to followers, as this leader saw them: when a
+        # chunk was last answered, and when each (peer, snapshot index) was
+        # first seen. Compaction waits while one of them moves.
+        self._snapshot_answered_at_s = -limits.snapshot_transfer_idle_s
+        self._transfers: dict[tuple[int, int], float] = {}
         self._nursery: trio.Nursery | None = None
         self.batches_committed = 0
         self.commands_committed = 0
@@ -143,6 +150,8 @@ class Replica:
     def step(self, message: Message) -> None:
         self.node.step(message)
         self._note_leader_commit(message)
+        if isinstance(message, SnapshotResponse):
+            self._snapshot_answered_at_s = trio.current_time()
         self._wake.set()
 
     def _note_leader_commit(self, m: Message) -> None:
@@ -389,8 +398,32 @@ class Replica:
         behind = self.applied_index - self.raft_log.snapshot().meta.index
         if self._snapshotting or behind < self.snapshot_entries:
             return
+        if self._sending_snapshot() and behind < self.snapshot_entries + limits.snapshot_defer_entries_max:
+            return
         self._snapshotting = True
         self._nursery.start_soon(self._snapshot)
+
+    def _sending_snapshot(self) -> bool:
+        """This node leads and a follower is being sent a snapshot, which
+        answered a chunk (or started) less than `snapshot_transfer_idle_s` ago.
+
+        Compacting meanwhile would drop the entries that follow the snapshot
+        being sent: once the follower has installed it, it would need the
+        next snapshot, and under steady writes it would chase snapshots for
+        ever instead of coming back to replicating by log (etcd defers its
+        compaction while it sends a snapshot, for the same reason)."""
+        progress = self.node.progress if self.node.role == Role.LEADER else {}
+        now_s = trio.current_time()
+        transfers = {
+            (peer, p.snapshot.meta.index)
+            for peer, p in progress.items()
+            if p.state == ProgressState.SNAPSHOT and p.snapshot is not None
+        }
+        self._transfers = {t: self._transfers.get(t, now_s) for t in transfers}
+        if not self._transfers:
+            return False
+        moved_s = max(self._snapshot_answered_at_s, *self._transfers.values())
+        return now_s - moved_s < limits.snapshot_transfer_idle_s
 
     async def _snapshot(self) -> None:
         try:
