@@ -250,3 +250,6 @@ follower_lag_entries_max = 32
 # entries beyond `snapshot_entries` (the log's disk use stays bounded).
 snapshot_transfer_idle_s = 10.0
 snapshot_defer_entries_max = 100_000
+# A peer whose streams keep failing is logged at the first failure and then
+# once every this many seconds while they do.
+peer_failure_log_s = 10.0
