@@ -3,10 +3,12 @@ ready, though it has applied all it knows is committed."""
 
 from types import SimpleNamespace
 
+import trio
+
 from tempo import limits
 from tempo.node import ClusterMember, Member, raft_id_of
 from tempo.node.replica import Phase, Replica
-from tempo.raft import AppendRequest, Heartbeat, Role
+from tempo.raft import AppendRequest, Heartbeat, ProgressState, Role, SnapshotResponse
 
 N1, N2, N3 = (Member(n, f"http://127.0.0.1:870{k}", raft_id_of(n)) for k, n in enumerate(("n1", "n2", "n3"), 1))
 
@@ -61,3 +63,38 @@ def test_the_leaders_commit_index_comes_from_its_appends_and_heartbeats() -> Non
     assert replica.leader_commit_index == 0
     replica.step(Heartbeat(6, 3, 1, 34, b"", 60))
     assert replica.leader_commit_index == 60
+
+
+def _leader_replica(progress: dict) -> Replica:
+    replica = Replica.__new__(Replica)  # only what the compaction policy uses
+    replica.node = SimpleNamespace(role=Role.LEADER, progress=progress, term=3, leader_id=1,
+                                   step=lambda m: None)
+    replica._snapshot_answered_at_s = -limits.snapshot_transfer_idle_s
+    replica._transfers = {}
+    replica._leader_commit = ((0, 0), 0)
+    replica._wake = SimpleNamespace(set=lambda: None)
+    return replica
+
+
+def _sending(index: int) -> SimpleNamespace:
+    return SimpleNamespace(state=ProgressState.SNAPSHOT, snapshot=SimpleNamespace(meta=SimpleNamespace(index=index)))
+
+
+async def test_a_leader_defers_compaction_while_a_snapshot_transfer_moves(autojump_clock) -> None:
+    replicating = SimpleNamespace(state=ProgressState.REPLICATE, snapshot=None)
+    replica = _leader_replica({2: replicating, 3: replicating})
+    assert not replica._sending_snapshot()
+    replica.node.progress[3] = _sending(500)
+    assert replica._sending_snapshot()  # a transfer that has just started
+    await trio.sleep(limits.snapshot_transfer_idle_s / 2)
+    replica.step(SnapshotResponse(3, 3, 1, 500, 65536))  # the follower answers a chunk
+    await trio.sleep(limits.snapshot_transfer_idle_s * 0.9)
+    assert replica._sending_snapshot()
+    # The follower went quiet: compaction goes on rather than wait for ever.
+    await trio.sleep(limits.snapshot_transfer_idle_s * 0.2)
+    assert not replica._sending_snapshot()
+    # A new transfer (another snapshot) counts as moving again.
+    replica.node.progress[3] = _sending(800)
+    assert replica._sending_snapshot()
+    replica.node.role = Role.FOLLOWER
+    assert not replica._sending_snapshot()
