@@ -88,6 +88,21 @@ class Overloaded(TempoError):
     type = "overloaded"
 
 
+class InsufficientStorage(Overloaded):
+    """The node cannot store the write: its disk is full, the LMDB map is
+    full and cannot grow, or the data file's writes fail. Nothing of the
+    batch was written here. An `Overloaded`, so whatever retries an
+    overloaded write later retries this one too; the node tries again by
+    itself (engine/storage_guard.py)."""
+
+    type = "insufficient_storage"
+
+    def __init__(self, detail: str, *, map_full: bool = False):
+        super().__init__(detail)
+        # The LMDB map is full (the disk may have room for it to grow).
+        self.map_full = map_full
+
+
 class NotLeader(TempoError):
     """This node stopped leading while the request waited; ask the cluster again."""
 

@@ -40,6 +40,7 @@ STATUS_OF: dict[type[errors.TempoError], int] = {
     errors.ShuttingDown: 503,
     errors.NotLeader: 503,
     errors.NoQuorum: 503,
+    errors.InsufficientStorage: 507,
 }
 TITLES = {
     400: "Bad Request",
@@ -54,6 +55,7 @@ TITLES = {
     429: "Too Many Requests",
     503: "Service Unavailable",
     431: "Request Header Fields Too Large",
+    507: "Insufficient Storage",
 }
 
 _json_enc = msgspec.json.Encoder()
@@ -121,7 +123,7 @@ def problem_response(
         problem.status = status
         problem.title = TITLES.get(status, problem.title)
     extra = list(headers or [])
-    if problem.status == 503:
+    if problem.status in (503, 507):
         extra.append((b"retry-after", b"1"))
     if isinstance(exc, errors.RateLimited):
         extra.append((b"retry-after", str(exc.retry_after_s).encode()))
