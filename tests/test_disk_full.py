@@ -10,39 +10,18 @@ after a restart.
 """
 
 import os
-import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
-import pytest
 
 from conftest import Server, unique
 
-TMPFS_BYTES = 24 << 20
 FILLER_BYTES = 6 << 20  # freed later: the space that returns
 BATCH_JOBS = 100
 PAYLOAD_CHARS = 1000
 BATCHES_MAX = 1000  # far more than the tmpfs can hold
 RESUME_TIMEOUT_S = 20.0
-
-
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A tmpfs of TMPFS_BYTES at tmp_path/disk, unmounted afterwards."""
-    mount_point = tmp_path / "disk"
-    mount_point.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={TMPFS_BYTES}", "tmpfs", str(mount_point)],
-        capture_output=True, text=True, check=False,
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs root and the right to mount): {done.stderr.strip()}")
-    try:
-        yield mount_point
-    finally:
-        subprocess.run(["umount", "-l", str(mount_point)], check=False)
 
 
 def fill(path: Path, size_bytes: int) -> None:
