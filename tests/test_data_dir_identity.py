@@ -8,6 +8,9 @@ import httpx
 import pytest
 
 from conftest import Server, free_port, job_body
+from tempo.engine.raftlog import RaftLog
+from tempo.engine.store import Store
+from tempo.node import raft_id_of
 from test_corrupt_data import assert_refused
 
 
@@ -57,3 +60,22 @@ def test_a_single_nodes_dir_does_not_become_a_members(tmp_path):
     finally:
         srv.cleanup()
     assert_refused(srv.data_dir, "single node", "n1", args=member_args("n1", free_port(), "n2", "n3"))
+
+
+def test_an_earlier_versions_member_dir_is_not_served_as_a_single_node(tmp_path):
+    """A member's directory from before identity records (no record; its
+    raft state shows it founded a cluster) is refused to a single node, and
+    served to its member, which records the identity then."""
+    store = Store(str(tmp_path / "n1"))
+    RaftLog(store, voters=(raft_id_of("n1"),))
+    store.close()
+    assert_refused(tmp_path / "n1", "cluster member", "single node")
+    port = free_port()
+    srv = Server(tmp_path / "n1", port=port, extra_args=member_args("n1", port))
+    try:
+        srv.start()
+        srv.stop()
+    finally:
+        srv.cleanup()
+    assert "written by an earlier version; recorded as the data directory of cluster member n1" in srv.log()
+    assert_refused(tmp_path / "n1", "cluster member n1", "single node")
