@@ -92,9 +92,10 @@ def test_an_empty_data_file_is_refused_not_started_empty(used_dir: Path):
     ("offset", "garble"),
     [
         (16, os.urandom(136)),  # every field, the magic number included
-        (136, (1 << 60).to_bytes(8, "little")),  # the last page number only: a map past memory
+        (136, (1 << 36).to_bytes(8, "little")),  # the last page only: a map past memory (ENOMEM)
+        (136, (1 << 60).to_bytes(8, "little")),  # the last page only: a map size that overflows
     ],
-    ids=["all", "last-page"],
+    ids=["all", "last-page-enomem", "last-page-overflow"],
 )
 def test_a_garbled_meta_page_is_refused(used_dir: Path, page: int, offset: int, garble: bytes):
     with open(used_dir / "data.mdb", "r+b") as f:

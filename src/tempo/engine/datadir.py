@@ -83,7 +83,7 @@ _PAGE_BYTES_MIN = 512
 _PAGE_BYTES_MAX = 1 << 16
 assert _META_BYTES == 152, "the 64-bit layout of a meta page"
 
-_HIST = re.compile(rb"hist:\d{3}")
+_HIST = re.compile(rb"hist:\d+")  # history buckets (engine/store.py bucket_name)
 _RESTORE = (
     "restore the data directory from a backup, or, for a cluster member, replace it with an empty "
     "one (docs/operations.md \"Corrupt data\")"
@@ -203,6 +203,13 @@ def check_files(path: str) -> Meta | None:
     newer meta page, or None when there is no data file yet (a fresh start:
     a missing or empty directory)."""
     try:
+        return _check_files(path)
+    except OSError as exc:  # a permission, an I/O error
+        raise DataDirError(f"--data-dir {path}: {exc}") from None
+
+
+def _check_files(path: str) -> Meta | None:
+    try:
         st = os.stat(path)
     except FileNotFoundError:
         # Created at start, with any parents missing: where it would be.
@@ -232,7 +239,7 @@ def check_files(path: str) -> Meta | None:
                 f"started empty it would forget its votes and log; {_RESTORE}"
             )
         return None
-    st = os.lstat(data_path)
+    st = os.stat(data_path)
     if not stat.S_ISREG(st.st_mode):
         raise DataDirError(f"{data_path} is not a regular file: {_RESTORE}")
     if st.st_size == 0:
