@@ -216,3 +216,12 @@ def test_an_earlier_single_nodes_dir_is_adopted_by_a_single_node_and_refused_to_
     store.close()
     with pytest.raises(DataDirError, match="a single node's data directory"):
         open_store(tmp_path / "d", N1)
+
+
+def test_a_damaged_applied_index_is_refused(used: Path):
+    store = open_store(used)
+    with store.env.begin(write=True) as txn:
+        txn.put(b"applied_index", b"\x01\x02", db=store.db["meta"])
+    store.close()
+    with pytest.raises(DataDirError, match="applied index is 2 bytes"):
+        open_store(used, SINGLE)

@@ -168,6 +168,12 @@ class Store:
             self.buckets = [
                 self.env.open_db(bucket_name(slot).encode(), txn=txn) for slot in range(limits.history_buckets)
             ]
+            applied = txn.get(_APPLIED_INDEX, db=self.db["meta"])
+            if applied is not None and len(applied) != _U64.size:
+                raise datadir.DataDirError(
+                    f"{self.path}: the applied index is {len(applied)} bytes, not 8: the data is damaged; "
+                    "restore it from a backup"
+                )
             identity_db = self.env.open_db(datadir.IDENTITY_DB, txn=txn)
             raw = txn.get(datadir.IDENTITY_KEY, db=identity_db)
             stored = None if raw is None else datadir.decode_identity(self.path, raw)
