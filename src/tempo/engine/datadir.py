@@ -150,7 +150,9 @@ def decode_identity(path: str, raw: bytes) -> Identity:
     try:
         identity = _identity_dec.decode(raw)
     except msgspec.DecodeError as exc:
-        raise DataDirError(f"{path}: the identity record does not decode ({exc}): the data is damaged; {_RESTORE}") from None
+        raise DataDirError(
+            f"{path}: the identity record does not decode ({exc}): the data is damaged; {_RESTORE}"
+        ) from None
     if identity.format > FORMAT_VERSION:
         raise DataDirError(
             f"{path} was written by a newer tempo (data directory format {identity.format}; this one reads "
@@ -194,7 +196,9 @@ def parse_meta(data_path: str, raw: bytes, page: int) -> Meta:
         raise DataDirError(f"{where} gives {last_page} as the last page (garbled): {_RESTORE}")
     for name, root in (("free-page", free[7]), ("main", main[7])):
         if root != _NO_PAGE and not 2 <= root <= last_page:
-            raise DataDirError(f"{where} puts the {name} root at page {root}, outside pages 2..{last_page} (garbled): {_RESTORE}")
+            raise DataDirError(
+                f"{where} puts the {name} root at page {root}, outside pages 2..{last_page} (garbled): {_RESTORE}"
+            )
     return Meta(page_bytes, last_page, txn_id, main[6])
 
 
@@ -232,6 +236,8 @@ def _check_files(path: str) -> Meta | None:
         )
     _check_writable(path, path)
     data_path = os.path.join(path, DATA_FILE)
+    if SNAPSHOT_DIR in entries and not os.path.isdir(os.path.join(path, SNAPSHOT_DIR)):
+        raise DataDirError(f"{os.path.join(path, SNAPSHOT_DIR)} is not a directory: {_RESTORE}")
     if DATA_FILE not in entries:
         if SNAPSHOT_DIR in entries:
             raise DataDirError(
@@ -239,6 +245,12 @@ def _check_files(path: str) -> Meta | None:
                 f"started empty it would forget its votes and log; {_RESTORE}"
             )
         return None
+    return _check_data_file(data_path)
+
+
+def _check_data_file(data_path: str) -> Meta:
+    """`data.mdb`: a regular file, not empty, two valid meta pages, and as
+    long as both say."""
     st = os.stat(data_path)
     if not stat.S_ISREG(st.st_mode):
         raise DataDirError(f"{data_path} is not a regular file: {_RESTORE}")
