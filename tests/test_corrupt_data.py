@@ -17,7 +17,9 @@ import pytest
 
 from conftest import Server, free_port, job_body, tempo_command
 from tempo.engine import keys
+from tempo.engine.raftlog import RaftLog
 from tempo.engine.store import Store
+from tempo.node import raft_id_of
 
 exit_timeout_s = 20.0
 refused_timeout_s = 30.0
@@ -193,3 +195,14 @@ def test_a_corrupt_job_record_fails_reads_and_stops_the_node_on_apply(fresh_serv
         time.sleep(0.05)
     assert fresh_server.proc.returncode not in (None, 0)
     assert "a stored Job does not decode" in fresh_server.log()
+
+
+def test_a_corrupt_raft_log_entry_is_refused_at_start(tmp_path: Path):
+    store = Store(str(tmp_path / "n1"))
+    RaftLog(store, voters=(raft_id_of("n1"),))
+    with store.env.begin(write=True) as txn:
+        txn.put((2).to_bytes(8, "big"), b"\xc1 not msgpack", db=store.env.open_db(b"raft_log", txn=txn))
+    store.close()
+    port = free_port()
+    args = ("--node", "n1", "--peers", f"n1=http://127.0.0.1:{port}")
+    assert_refused(tmp_path / "n1", "does not decode", "backup", args=args)
