@@ -23,7 +23,7 @@ import lmdb
 import msgspec
 
 from tempo import errors, ids, limits
-from tempo.engine import keys, records
+from tempo.engine import datadir, keys, records
 from tempo.engine.commands import (
     Claim,
     ClaimRuns,
@@ -117,29 +117,81 @@ Outcome = Created | Job | Run | None | errors.TempoError | list
 
 
 class Store:
-    def __init__(self, path: str, *, map_bytes: int = limits.lmdb_map_bytes):
-        os.makedirs(path, exist_ok=True)
+    def __init__(
+        self, path: str, *, map_bytes: int = limits.lmdb_map_bytes, identity: datadir.Identity | None = None
+    ):
+        """Opens (or creates) the store in the directory `path`, checked
+        first (engine/datadir.py): damage, a foreign environment or an
+        `identity` other than the directory's raise `datadir.DataDirError`.
+        With `identity` None (tests and tools) the identity is neither
+        checked nor written."""
+        meta = datadir.check_files(path)
         self.path = path
         # Seconds each write transaction's commit took: LMDB writes the dirty
         # pages and fsyncs there (`sync=True`), so this is the fsync latency.
         self.commit_seconds = Histogram()
-        self.env = lmdb.open(
-            path,
-            map_size=map_bytes,
-            max_dbs=limits.lmdb_max_dbs,
-            sync=True,
-            metasync=True,
-            subdir=True,
-            readahead=False,
-        )
-        # Every database is opened here, in one transaction, and never closed:
-        # readers on other threads use the handles without opening any.
+        try:
+            os.makedirs(path, exist_ok=True)
+            self.env = lmdb.open(
+                path,
+                map_size=map_bytes,
+                max_dbs=limits.lmdb_max_dbs,
+                sync=True,
+                metasync=True,
+                subdir=True,
+                readahead=False,
+            )
+        except (OSError, lmdb.Error) as exc:
+            raise datadir.DataDirError(f"--data-dir {path}: cannot open it: {exc}") from None
+        try:
+            self.identity, self.adopted = self._open_tables(meta, identity)
+        except lmdb.Error as exc:
+            self.env.close()
+            raise datadir.DataDirError(f"{path}: the data is damaged ({exc}): restore it from a backup") from None
+        except BaseException:
+            self.env.close()
+            raise
+
+    def _open_tables(
+        self, meta: datadir.Meta | None, wanted: datadir.Identity | None
+    ) -> tuple[datadir.Identity | None, bool]:
+        """Opens every database, in one transaction, and never closes them:
+        readers on other threads use the handles without opening any. First
+        it checks the names already there and the identity record; nothing
+        is created in an environment that is not tempo's or not this
+        start's. Returns (the directory's identity, whether it was adopted
+        from an earlier version now)."""
         with self.env.begin(write=True) as txn:
+            names = {name for name, _ in txn.cursor()}
+            existing = datadir.check_tables(self.path, names, meta, _TABLES)
             self.db = {name: self.env.open_db(name.encode(), txn=txn) for name in _TABLES}
             self.buckets = [
                 self.env.open_db(bucket_name(slot).encode(), txn=txn) for slot in range(limits.history_buckets)
             ]
+            applied = txn.get(_APPLIED_INDEX, db=self.db["meta"])
+            if applied is not None and len(applied) != _U64.size:
+                raise datadir.DataDirError(
+                    f"{self.path}: the applied index is {len(applied)} bytes, not 8: the data is damaged; "
+                    "restore it from a backup"
+                )
+            identity_db = self.env.open_db(datadir.IDENTITY_DB, txn=txn)
+            raw = txn.get(datadir.IDENTITY_KEY, db=identity_db)
+            stored = None if raw is None else datadir.decode_identity(self.path, raw)
+            adopted = False
+            if stored is None and existing and wanted is not None:
+                # An earlier version's directory: tempo's tables, no record.
+                # A member's has founded or joined: its raft state says so.
+                raft_meta = self.env.open_db(datadir.RAFT_META_DB, txn=txn) if datadir.RAFT_META_DB in names else None
+                member = raft_meta is not None and txn.get(datadir.SNAPSHOT_META_KEY, db=raft_meta) is not None
+                adopted = member == (wanted.mode == "cluster")
+                stored = wanted if adopted else datadir.earlier_identity(member)
+            if stored is not None and wanted is not None:
+                datadir.check_identity(self.path, stored, wanted)
+            if raw is None and wanted is not None:
+                txn.put(datadir.IDENTITY_KEY, datadir.encode_identity(wanted), db=identity_db)
+                stored = wanted
         self.db.update((bucket_name(slot), db) for slot, db in enumerate(self.buckets))
+        return stored, adopted
 
     def close(self) -> None:
         self.env.close()
