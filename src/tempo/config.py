@@ -74,7 +74,7 @@ from dataclasses import dataclass, field, fields, replace
 from tempo import limits
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
-_QUEUE = re.compile(r"[A-Za-z0-9._-]{1,200}")
+_QUEUE = re.compile(rf"[A-Za-z0-9._-]{{1,{limits.queue_name_chars_max}}}")  # ASCII: as many bytes
 ROLES = ("client", "worker", "admin")
 
 
