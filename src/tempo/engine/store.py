@@ -69,6 +69,7 @@ _SLOT = struct.Struct(">H")
 _DAY = struct.Struct(">I")
 _HIST_RUN = b"r"
 _HIST_EVENT = b"e"
+assert len(_HIST_EVENT) == limits.event_key_head_bytes, "the event key layout limits.py bounds"
 # lmdb errors that say tempo used LMDB wrongly (a key past its bound, a
 # handle or transaction misused), not that the machine failed: programmer
 # errors, raised as they are. Every other lmdb error is a `StorageFault`.
