@@ -14,7 +14,7 @@ import pytest
 
 from tempo import errors, limits
 from tempo.config import ConfigError, parse
-from tempo.engine.commands import CreateJobs, encode_entry
+from tempo.engine.commands import CreateJobs, DeleteJob, encode_entry
 from tempo.engine.jobs import Jobs
 from tempo.engine.store import Created, Store
 from tempo.schema import JobCreate
@@ -106,6 +106,21 @@ def test_an_entry_with_a_request_key_past_the_bound_applies_as_an_error_outcome(
     assert store.applied_index() == 1
     jobs, _ = store.list_jobs(OWNER, 10, None)
     assert [job.id for job in jobs] == [good_id]
+
+
+def test_an_entry_an_older_version_stored_applies_as_it_did_there(store):
+    """A request key past the edge's 255 bytes that still fit LMDB's key was
+    stored by versions before the byte bound: replicas of either version
+    apply such an entry alike, and the job can be deleted."""
+    key = text_of_bytes(limits.lmdb_key_bytes_max - len(OWNER) - 1)
+    data, _ = long_entry(key=key)
+    [[created, _]], _ = store.apply_entry(1, data)
+    assert isinstance(created, Created) and created.job.request_key == key
+    [[again, _]], _ = store.apply_entry(2, data)
+    assert isinstance(again, Created) and again.job.id == created.job.id and not again.new
+    [deleted], _ = store.apply_entry(3, encode_entry([DeleteJob(T0, OWNER, created.job.id)]))
+    assert deleted is None
+    assert [k for k, _ in store.dump()["request_keys"]] == [f"{OWNER}\x00fine".encode()], "the key was released"
 
 
 def test_an_entry_with_an_owner_past_the_bound_applies_as_an_error_outcome(store):
