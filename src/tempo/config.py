@@ -74,7 +74,7 @@ from dataclasses import dataclass, field, fields, replace
 from tempo import limits
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
-_QUEUE = re.compile(r"[A-Za-z0-9._-]{1,200}")
+_QUEUE = re.compile(rf"[A-Za-z0-9._-]{{1,{limits.queue_name_chars_max}}}")  # ASCII: as many bytes
 ROLES = ("client", "worker", "admin")
 
 
@@ -144,6 +144,22 @@ class Config:
         return self.owners.get(owner, self.limits)
 
 
+_OWNER_RULE = (
+    f"1-{limits.owner_chars_max} characters and at most {limits.owner_bytes_max} bytes in UTF-8, "
+    "without NUL (an owner name is part of the store's keys)"
+)
+
+
+def _owner_name_ok(name: object) -> bool:
+    """An owner name fits the store's keys (limits.py "Storage bounds")."""
+    return (
+        isinstance(name, str)
+        and 0 < len(name) <= limits.owner_chars_max
+        and len(name.encode()) <= limits.owner_bytes_max
+        and "\x00" not in name
+    )
+
+
 def _token(i: int, raw: object) -> Token:
     where = f"tokens[{i}]"
     if not isinstance(raw, dict):
@@ -154,8 +170,8 @@ def _token(i: int, raw: object) -> Token:
     digest, owner, role = raw.get("sha256"), raw.get("owner"), raw.get("role")
     if not isinstance(digest, str) or not _HEX64.fullmatch(digest.lower()):
         raise ConfigError(f"{where}.sha256: 64 hex digits")
-    if not isinstance(owner, str) or not 0 < len(owner) <= 200 or "\x00" in owner:
-        raise ConfigError(f"{where}.owner: 1-200 characters")
+    if not _owner_name_ok(owner):
+        raise ConfigError(f"{where}.owner: {_OWNER_RULE}")
     if role not in ROLES:
         raise ConfigError(f"{where}.role: one of {', '.join(ROLES)}")
     queues = raw.get("queues", [])
@@ -221,8 +237,8 @@ def _owners(raw_owners: object, defaults: OwnerLimits) -> dict[str, OwnerLimits]
     for i, raw in enumerate(raw_owners):
         where = f"owners[{i}]"
         name = raw.get("name") if isinstance(raw, dict) else None
-        if not isinstance(name, str) or not 0 < len(name) <= 200 or "\x00" in name:
-            raise ConfigError(f"{where}.name: 1-200 characters")
+        if not _owner_name_ok(name):
+            raise ConfigError(f"{where}.name: {_OWNER_RULE}")
         if name in owners:
             raise ConfigError(f"{where}.name: {name!r} is listed twice")
         owners[name] = _limits(where, raw, defaults, override=True)

@@ -88,6 +88,16 @@ class Overloaded(TempoError):
     type = "overloaded"
 
 
+class StorageFault(Overloaded):
+    """This node could not write: an I/O error, the disk or the map full, out
+    of memory. It belongs to the machine, not to a command: nothing of the
+    batch was applied (its transaction was aborted), and the entry is applied
+    again later, never skipped. `engine.store.Store.write` raises it for every
+    such failure; a command's own faults are outcomes, never this."""
+
+    type = "insufficient_storage"
+
+
 class NotLeader(TempoError):
     """This node stopped leading while the request waited; ask the cluster again."""
 

@@ -69,6 +69,14 @@ _SLOT = struct.Struct(">H")
 _DAY = struct.Struct(">I")
 _HIST_RUN = b"r"
 _HIST_EVENT = b"e"
+assert len(_HIST_EVENT) == limits.event_key_head_bytes, "the event key layout limits.py bounds"
+# lmdb errors that say tempo used LMDB wrongly (a key past its bound, a
+# handle or transaction misused), not that the machine failed: programmer
+# errors, raised as they are. Every other lmdb error is a `StorageFault`.
+_MISUSE = (
+    lmdb.BadValsizeError, lmdb.BadDbiError, lmdb.BadTxnError, lmdb.BadRslotError, lmdb.InvalidParameterError,
+    lmdb.KeyExistsError, lmdb.NotFoundError,
+)
 _APPLIED_INDEX = b"applied_index"
 _EVENT_SEQ = b"event_seq"
 T = TypeVar("T")
@@ -143,6 +151,9 @@ class Store:
             )
         except (OSError, lmdb.Error) as exc:
             raise datadir.DataDirError(f"--data-dir {path}: cannot open it: {exc}") from None
+        # The key bounds of limits.py are derived from this (a liblmdb
+        # built with a smaller MDB_MAXKEYSIZE could not hold tempo's keys).
+        assert self.env.max_key_size() >= limits.lmdb_key_bytes_max, "LMDB's key bound"
         try:
             self.identity, self.adopted = self._open_tables(meta, identity)
         except lmdb.Error as exc:
@@ -219,7 +230,13 @@ class Store:
         """Runs `work` in one write transaction (one fsync at its end): the
         replica persists raft state and applies entries together this way.
         `before_commit` is called between the work and the commit, on this
-        thread (and not when the work raised)."""
+        thread (and not when the work raised).
+
+        A failure of the machine (an I/O error, the disk or the map full, out
+        of memory) raises `errors.StorageFault` with the transaction aborted:
+        nothing of the work is stored, and an entry it applied is not
+        applied (the caller applies it again, never skips it). A command's
+        own faults never get here: apply answers them as outcomes."""
         try:
             txn = self.env.begin(write=True)
             try:
@@ -233,8 +250,12 @@ class Store:
             txn.commit()
             self.commit_seconds.observe(time.perf_counter() - started)
             return result
-        except lmdb.MapFullError:
-            raise errors.Overloaded("the data file is full") from None
+        except lmdb.MapFullError as exc:
+            raise errors.StorageFault("the data file is full (its LMDB map)") from exc
+        except _MISUSE:
+            raise  # tempo's own mistake, not the machine's: it stops the node
+        except (lmdb.Error, MemoryError) as exc:
+            raise errors.StorageFault(f"the store could not write: {exc}") from exc
 
     def apply_commands(
         self, index: int, commands: list[Command], *, before_commit: Callable[[], None] | None = None
@@ -799,6 +820,9 @@ class _Tx:
 
     def create_job(self, item: NewJob, rows: _NewRows) -> Created | errors.TempoError:
         job = item.job
+        fault = _key_fault(job)
+        if fault is not None:
+            return fault
         if job.request_key is not None:
             req_key = keys.request_key(job.owner, job.request_key)
             raw = self.txn.get(req_key, db=self.reqkeys)
@@ -1064,6 +1088,20 @@ class _Tx:
         self.put_job(job, job_key)
         detail = {"status": run.status}
         self.append_event(job.owner, Event("job.completed", at_ms, job.id, ids.run_id(job.id, run.nominal_ms), detail))
+
+
+def _key_fault(job: Job) -> errors.TempoError | None:
+    """The error outcome of a new job whose keys would not fit LMDB (an
+    entry logged before the edge checked bounds in bytes); it depends on the
+    command alone, so every replica answers alike."""
+    if not keys.owner_fits(job.owner):
+        return errors.Invalid(
+            f"the owner name is {len(job.owner.encode())} bytes in UTF-8, past the {limits.owner_bytes_max} "
+            "the config allows: shorten it there"
+        )
+    if job.request_key is not None and not keys.request_key_fits(job.owner, job.request_key):
+        return errors.Invalid.at("request_key", f"at most {limits.request_key_bytes_max} bytes in UTF-8")
+    return None
 
 
 def _first(row: tuple) -> int:

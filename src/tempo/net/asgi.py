@@ -38,6 +38,7 @@ STATUS_OF: dict[type[errors.TempoError], int] = {
     errors.Forbidden: 403,
     errors.RateLimited: 429,
     errors.Overloaded: 503,
+    errors.StorageFault: 507,
     errors.ShuttingDown: 503,
     errors.NotLeader: 503,
     errors.NoQuorum: 503,
@@ -54,6 +55,7 @@ TITLES = {
     413: "Content Too Large",
     429: "Too Many Requests",
     503: "Service Unavailable",
+    507: "Insufficient Storage",
     431: "Request Header Fields Too Large",
     500: "Internal Server Error",
 }
