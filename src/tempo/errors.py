@@ -88,11 +88,15 @@ class Overloaded(TempoError):
     type = "overloaded"
 
 
-class InsufficientStorage(Overloaded):
-    """The node cannot store the write: its disk is full, the LMDB map is
-    full and cannot grow, or the data file's writes fail. Nothing of the
-    batch was written here. An `Overloaded`, so whatever retries an
-    overloaded write later retries this one too; the node tries again by
+class StorageFault(Overloaded):
+    """This node could not write: an I/O error, the disk or the map full, out
+    of memory. It belongs to the machine, not to a command: nothing of the
+    batch was applied (its transaction was aborted), and the entry is applied
+    again later, never skipped. `engine.store.Store.write` raises it for every
+    such failure; a command's own faults are outcomes, never this.
+
+    An `Overloaded`, so whatever retries an overloaded write later retries
+    this one too; the node refuses writes meanwhile and tries again by
     itself (engine/storage_guard.py)."""
 
     type = "insufficient_storage"

@@ -57,11 +57,11 @@ async def test_a_full_map_that_may_not_grow_refuses_writes_until_they_fit_again(
     big = [new_job(T0, payload="x" * (limits.payload_bytes_max - 100)) for _ in range(40)]
     async with trio.open_nursery() as nursery:
         await nursery.start(committer.run)
-        with pytest.raises(errors.InsufficientStorage) as refused:
+        with pytest.raises(errors.StorageFault) as refused:
             await committer.submit(CreateJobs(T0, big))
         assert refused.value.map_full and committer.storage.refused is not None
         # Refused at once while no new try is due: a state, not one failure.
-        with pytest.raises(errors.InsufficientStorage):
+        with pytest.raises(errors.StorageFault):
             await committer.submit(CreateJobs(T0, [new_job(T0)]))
         assert committer.storage.refused_commands == 2  # commands: a batch create is one
         # A small write fits the map: the next try (a probe, no batch came)

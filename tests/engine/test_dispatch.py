@@ -312,10 +312,10 @@ async def test_a_claim_that_cannot_be_written_leaves_its_runs_to_the_next_claim(
     real_submit = node.committer.submit
 
     async def disk_full(command):
-        raise errors.InsufficientStorage("the disk is full")
+        raise errors.StorageFault("the disk is full")
 
     monkeypatch.setattr(node.committer, "submit", disk_full)
-    with pytest.raises(errors.InsufficientStorage):
+    with pytest.raises(errors.StorageFault):
         await node.claim()
     monkeypatch.setattr(node.committer, "submit", real_submit)
     [claimed] = await node.claim()

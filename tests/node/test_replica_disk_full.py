@@ -158,7 +158,7 @@ async def test_a_leader_that_cannot_persist_answers_507_and_the_others_elect_a_l
     assert isinstance(outcome, Created)
     cluster.full.add(old_id)
 
-    with pytest.raises(errors.InsufficientStorage):
+    with pytest.raises(errors.StorageFault):
         await old.submit(create())
     assert old.phase is not Phase.LEADING  # it neither serves nor dispatches
     others = tuple(i for i in IDS if i != old_id)

@@ -8,7 +8,7 @@ index plus one, and apply takes the batch's commands as they are
 place and drives `Store.apply_entry` with committed entries.
 
 A batch that does not fit (a full disk, a full map that cannot grow) is
-answered `errors.InsufficientStorage`, with nothing of it written, and writes
+answered `errors.StorageFault`, with nothing of it written, and writes
 are refused until a later batch, or a probe when none comes, commits
 (engine/storage_guard.py). A full map grows first when the disk has room,
 and the batch is tried again at once.
@@ -110,14 +110,14 @@ class Committer:
         try:
             try:
                 outcomes, changes = await self._apply(index, commands)
-            except errors.InsufficientStorage as fault:
+            except errors.StorageFault as fault:
                 # Nothing was written and no transaction is open: the map
                 # may grow now, and then the batch goes again.
                 if not (fault.map_full and self.store.grow_map()):
                     raise
                 outcomes, changes = await self._apply(index, commands)
         except errors.Overloaded as failure:
-            if isinstance(failure, errors.InsufficientStorage):
+            if isinstance(failure, errors.StorageFault):
                 self.storage.failed(failure, len(batch))
             for _, waiter in batch:
                 waiter.outcome = failure

@@ -1,7 +1,7 @@
 """Writes refused while storage is full or failing (docs/operations.md
 "Disk full"): a state of the node, not the end of its process.
 
-A write that fails for want of space (`errors.InsufficientStorage`: the disk
+A write that fails for want of space (`errors.StorageFault`: the disk
 is full, the LMDB map is full and cannot grow, the data file's writes fail)
 starts the state. While it lasts, the node's writer (the single node's
 committer, the replica loop) answers new writes `507` at once, reads are
@@ -24,7 +24,7 @@ log = logging.getLogger("tempo.storage")
 class StorageGuard:
     def __init__(self) -> None:
         # Why writes are refused now; None while they are not.
-        self.refused: errors.InsufficientStorage | None = None
+        self.refused: errors.StorageFault | None = None
         self.retry_at = 0.0  # trio time from which the next try may go
         self.backoff_s = limits.storage_retry_s_min
         self._refused_since = 0.0
@@ -43,7 +43,7 @@ class StorageGuard:
             self.refused_commands += 1
             raise self.refused.with_traceback(None)
 
-    def failed(self, fault: errors.InsufficientStorage, commands: int = 0) -> None:
+    def failed(self, fault: errors.StorageFault, commands: int = 0) -> None:
         """A write of `commands` commands (or a probe, 0) failed with `fault`."""
         now = trio.current_time()
         self.refused_commands += commands

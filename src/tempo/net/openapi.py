@@ -20,6 +20,7 @@ _STRUCTS = (
     schema.PreviewIn,
     schema.PreviewOut,
     schema.Problem,
+    schema.InternalProblem,
     schema.Health,
     schema.ClaimIn,
     schema.ClaimOut,
@@ -63,7 +64,8 @@ def _op(
     """One operation with the problems every route of its kind may answer:
     400 bad input, 401 no valid token, 403 a role that may not (`role`), 404,
     413 a body over its bound, 307 to the leader (unless `local`: answered
-    by the node asked, API.md "General") and 503 no leader or overloaded."""
+    by the node asked, API.md "General"), 503 no leader or overloaded, and
+    500 an unexpected error."""
     operation: dict[str, Any] = {"summary": summary, "responses": dict(ok)}
     problems = [("400", "invalid input"), ("401", "no valid bearer token")]
     if role:
@@ -74,6 +76,7 @@ def _op(
     problems.append(("503", "no leader known, or overloaded; retry after `Retry-After` seconds"))
     for status, text in problems:
         operation["responses"].setdefault(status, _problem(text))
+    operation["responses"]["500"] = _INTERNAL
     if not local:
         operation["responses"]["307"] = _REDIRECT
     if body is not None:
@@ -94,9 +97,16 @@ _REDIRECT = {
 }
 
 
+# Any route may meet an error the server did not expect (docs/api.md "Errors").
+_INTERNAL = {
+    "description": "an unexpected error; the server's log has it under `error_id`",
+    "content": {"application/problem+json": {"schema": _ref(schema.InternalProblem)}},
+}
+
+
 def _public(summary: str, responses: dict[str, Any]) -> dict[str, Any]:
     """A route that needs no token and is answered by the node asked."""
-    return {"summary": summary, "responses": responses, "security": []}
+    return {"summary": summary, "responses": {**responses, "500": _INTERNAL}, "security": []}
 
 
 def _param(name: str, where: str, kind: dict, description: str, required: bool = False) -> dict:

@@ -15,7 +15,7 @@ The loop never reads the clock for the state machine: commands carry the
 leader's time. Ticks come from a timer task; raft counts them.
 
 A Ready that cannot be written (a full disk, a full map that cannot grow:
-`errors.InsufficientStorage`) is tried again, after a bounded backoff, until
+`errors.StorageFault`) is tried again, after a bounded backoff, until
 it is: neither sent before, nor applied, nor advanced. So a follower that
 cannot persist does not acknowledge, and a leader that cannot stops leading:
 it answers its waiting writes `507`, neither serves nor dispatches, and sends
@@ -306,7 +306,7 @@ class Replica:
         while True:
             try:
                 result = await trio.to_thread.run_sync(write, limiter=self._limiter)
-            except errors.InsufficientStorage as fault:
+            except errors.StorageFault as fault:
                 # Nothing was written, and no transaction is open: the map
                 # may grow now, and then the write goes again at once.
                 if fault.map_full and self.store.grow_map():
@@ -320,7 +320,7 @@ class Replica:
                 self._update_phase()
             return result
 
-    def _refuse(self, fault: errors.InsufficientStorage) -> None:
+    def _refuse(self, fault: errors.StorageFault) -> None:
         """This node cannot persist: the writes it holds get `fault`, and
         a leader stops leading (`_update_phase`). What it proposed may still
         commit through the others: as with any 5xx, a client retries with
