@@ -52,6 +52,13 @@ long_polls_max = 1024           # of those, claims/events with wait_s > 0
 body_read_timeout_s = 30.0      # a body must arrive whole this fast; else 408
 body_bytes_in_flight_max = 268435456  # bytes of request bodies held at once
                                 # (at least 33554432); more: 503 overloaded
+
+# The data directory (docs/operations.md "Disk full").
+[storage]
+map_bytes = 68719476736  # the LMDB map: the most data.mdb may hold. Left out,
+                         # it is the data file plus the disk's free space at
+                         # start, and grows when it fills while the disk has
+                         # room; given, it is fixed.
 ```
 
 Positive integers for `runs_in_flight_max`, `claim_burst` and
@@ -130,6 +137,13 @@ class HttpLimits:
 
 
 @dataclass(frozen=True)
+class Storage:
+    """The `[storage]` table."""
+
+    map_bytes: int | None = None  # None: sized to the disk, and grows
+
+
+@dataclass(frozen=True)
 class Config:
     tokens: tuple[Token, ...] = field(default_factory=tuple)
     peer_token: str | None = None
@@ -139,6 +153,7 @@ class Config:
     owners: dict[str, OwnerLimits] = field(default_factory=dict)
     tls: Tls | None = None
     http: HttpLimits = field(default_factory=HttpLimits)
+    storage: Storage = field(default_factory=Storage)
 
     def limits_of(self, owner: str) -> OwnerLimits:
         return self.owners.get(owner, self.limits)
@@ -303,7 +318,7 @@ def parse(text: str, base_dir: str = ".") -> Config:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"not TOML: {exc}") from None
-    unknown = set(data) - {"tokens", "peer_token", "retention_days", "limits", "owners", "tls", "http"}
+    unknown = set(data) - {"tokens", "peer_token", "retention_days", "limits", "owners", "tls", "http", "storage"}
     if unknown:
         raise ConfigError(f"unknown keys {sorted(unknown)}")
     raw_tokens = data.get("tokens", [])
@@ -322,7 +337,23 @@ def parse(text: str, base_dir: str = ".") -> Config:
     defaults = _limits("limits", data.get("limits", {}), UNLIMITED, override=False)
     owners = _owners(data.get("owners", []), defaults)
     tls = _tls(data["tls"], os.path.abspath(base_dir)) if "tls" in data else None
-    return Config(tokens, peer_token, retention_days, defaults, owners, tls, _http(data.get("http", {})))
+    return Config(
+        tokens, peer_token, retention_days, defaults, owners, tls, _http(data.get("http", {})),
+        storage=_storage(data.get("storage", {})),
+    )
+
+
+def _storage(raw: object) -> Storage:
+    if not isinstance(raw, dict):
+        raise ConfigError("storage: a table")
+    unknown = set(raw) - {"map_bytes"}
+    if unknown:
+        raise ConfigError(f"storage: unknown keys {sorted(unknown)}")
+    map_bytes = raw.get("map_bytes")
+    low, high = limits.lmdb_map_bytes_min, limits.lmdb_map_bytes_max
+    if map_bytes is not None and (type(map_bytes) is not int or not low <= map_bytes <= high):
+        raise ConfigError(f"storage.map_bytes: a whole number of bytes from {low} to {high}")
+    return Storage(map_bytes)
 
 
 def _http(raw: object) -> HttpLimits:

@@ -54,7 +54,6 @@ commit_batch_commands_max = 50_000
 commit_apply_wait_s_max = 1.0
 
 # Storage.
-lmdb_map_bytes = 64 << 30
 # Runs are partitioned by due minute and by shard = hash(job ID) mod shards.
 run_shards = 64
 # A job's run slot is one millisecond; a trigger moves to the next free one,
@@ -279,5 +278,27 @@ assert event_key_head_bytes + owner_key_bytes_max + owner_separator_bytes + even
 assert node_id_chars_max <= lmdb_key_bytes_max
 assert owner_chars_max <= owner_bytes_max and request_key_chars_max <= request_key_bytes_max
 assert max(record_bytes_max, peer_frame_bytes_max) <= lmdb_value_bytes_max
-# One log entry (a batch) fits in the map many times over.
-assert peer_frame_bytes_max * 64 <= lmdb_map_bytes
+
+# Storage faults (engine/storage_guard.py, docs/operations.md "Disk full"). The LMDB
+# map is by default the data file's size plus the free space of its file
+# system (at start, and again each time the map fills), at least
+# `lmdb_map_bytes_min` and at most `lmdb_map_bytes_max`: address space, not
+# memory, since LMDB maps the file read-only. It grows only by at least
+# `lmdb_map_grow_bytes_min`, so a disk that is full too is not remapped over
+# and over. While writes are refused, the node tries again after a backoff
+# from `storage_retry_s_min` doubling up to `storage_retry_s_max`; a retry
+# needs `storage_probe_bytes` free on the disk and in the map.
+lmdb_map_bytes_min = 64 << 20
+lmdb_map_bytes_max = 4 << 40
+lmdb_map_grow_bytes_min = 64 << 20
+storage_retry_s_min = 0.1
+storage_retry_s_max = 2.0
+storage_probe_bytes = 4 << 20
+
+assert lmdb_map_bytes_min <= lmdb_map_bytes_max
+assert storage_probe_bytes < lmdb_map_bytes_min
+assert peer_frame_bytes_max <= lmdb_map_bytes_min  # one log entry (a batch) fits in the smallest map
+assert 0 < storage_retry_s_min <= storage_retry_s_max
+# A cluster node's snapshot (log compaction) that did not fit on the disk is
+# tried again after this long; its log is kept meanwhile.
+snapshot_retry_s = 30.0

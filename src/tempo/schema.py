@@ -194,8 +194,9 @@ class PreviewOut(msgspec.Struct):
     times: list[str]
 
 
-class Health(msgspec.Struct):
+class Health(msgspec.Struct, omit_defaults=True):
     status: str
+    reason: str = ""  # why not ready, when it is not
 
 
 class ClusterNode(msgspec.Struct):

@@ -187,7 +187,7 @@ async def serve(options: ServeOptions, *, task_status: trio.TaskStatus[str] = tr
     if options.cluster is not None and config.tokens and config.peer_token is None:
         raise ServeError("--config: a cluster with tokens needs a peer_token for its nodes")
     http_server.GATE.connections_max = _connections_max(config.http.connections_max)
-    store = open_store(options)
+    store = open_store(options, config)
     try:
         if options.cluster is None:
             await _serve_alone(options, config, store, task_status)
@@ -207,11 +207,11 @@ def identity_of(options: ServeOptions) -> datadir.Identity:
     return datadir.member_identity(cluster.me.id, founders)
 
 
-def open_store(options: ServeOptions) -> Store:
+def open_store(options: ServeOptions, config: Config) -> Store:
     """The store, once its directory passed the checks (engine/datadir.py);
     any damage or mismatch is a ServeError: exit status 2."""
     try:
-        store = Store(options.data_dir, identity=identity_of(options))
+        store = Store(options.data_dir, identity=identity_of(options), map_bytes=config.storage.map_bytes)
     except datadir.DataDirError as exc:
         raise ServeError(str(exc)) from None
     if store.adopted:

@@ -14,6 +14,7 @@ transaction that records them), because the core sends them to followers in
 chunks and a copy of every table does not belong in a table itself.
 """
 
+import contextlib
 import os
 import struct
 from collections import deque
@@ -154,10 +155,16 @@ class RaftLog:
         removed at the next start."""
         path = self._path(index)
         tmp = path + ".tmp"
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError:
+            # A full disk: what was written of it goes, to leave the space.
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
         os.replace(tmp, path)
         dir_fd = os.open(self.dir, os.O_RDONLY)
         try:

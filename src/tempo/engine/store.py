@@ -10,10 +10,13 @@ fsync); reads run on any thread against LMDB's snapshots and never wait for it.
 This is the only module that imports lmdb.
 """
 
+import errno
 import hashlib
 import heapq
+import logging
 import os
 import struct
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -79,7 +82,13 @@ _MISUSE = (
 )
 _APPLIED_INDEX = b"applied_index"
 _EVENT_SEQ = b"event_seq"
+# Written and deleted in one transaction by `Store.probe`: never in the tables.
+_PROBE = b"\x00probe"
+# What a file system answers when the disk is full or failing (a snapshot
+# file's write, engine/raftlog.py); LMDB's own are its exceptions below.
+STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG})
 T = TypeVar("T")
+log = logging.getLogger("tempo.store")
 
 _enc = msgspec.msgpack.Encoder()
 # Decoders that raise records.Corrupt, and only it, for a damaged record.
@@ -126,23 +135,38 @@ Outcome = Created | Job | Run | None | errors.TempoError | list
 
 class Store:
     def __init__(
-        self, path: str, *, map_bytes: int = limits.lmdb_map_bytes, identity: datadir.Identity | None = None
+        self,
+        path: str,
+        *,
+        map_bytes: int | None = None,
+        map_grows: bool | None = None,
+        identity: datadir.Identity | None = None,
     ):
         """Opens (or creates) the store in the directory `path`, checked
         first (engine/datadir.py): damage, a foreign environment or an
         `identity` other than the directory's raise `datadir.DataDirError`.
         With `identity` None (tests and tools) the identity is neither
-        checked nor written."""
+        checked nor written.
+
+        `map_bytes`: the LMDB map's size (the most the data file may hold);
+        None sizes it to the disk (`disk_map_bytes`). The map grows
+        (`grow_map`) if `map_grows`, by default when it was sized to the disk."""
         meta = datadir.check_files(path)
         self.path = path
+        self.map_grows = map_bytes is None if map_grows is None else map_grows
         # Seconds each write transaction's commit took: LMDB writes the dirty
         # pages and fsyncs there (`sync=True`), so this is the fsync latency.
         self.commit_seconds = Histogram()
+        self.map_grown = 0  # times `grow_map` grew the map
+        # Held by reads off the trio thread (`snapshot_data`, `digest`) while
+        # their transaction is open, and by `grow_map`: a remap invalidates
+        # every open transaction of the process.
+        self._remap = threading.Lock()
         try:
             os.makedirs(path, exist_ok=True)
             self.env = lmdb.open(
                 path,
-                map_size=map_bytes,
+                map_size=self.disk_map_bytes() if map_bytes is None else map_bytes,
                 max_dbs=limits.lmdb_max_dbs,
                 sync=True,
                 metasync=True,
@@ -214,6 +238,90 @@ class Store:
         file_bytes = os.stat(os.path.join(self.path, "data.mdb")).st_size
         return file_bytes, (info["last_pgno"] + 1) * page_bytes, info["map_size"]
 
+    # -- room: the disk, the map -----------------------------------------------
+
+    def free_bytes(self) -> int:
+        """Bytes free for this process on the data directory's file system."""
+        fs = os.statvfs(self.path)
+        return fs.f_bavail * fs.f_frsize
+
+    def disk_map_bytes(self) -> int:
+        """A map as large as the disk allows: the data file and the free
+        space beside it, in whole MiB, within the limits."""
+        try:
+            file_bytes = os.stat(os.path.join(self.path, "data.mdb")).st_size
+        except FileNotFoundError:
+            file_bytes = 0
+        wanted = (file_bytes + self.free_bytes()) >> 20 << 20
+        return min(max(wanted, limits.lmdb_map_bytes_min), limits.lmdb_map_bytes_max)
+
+    def grow_map(self) -> bool:
+        """Grows the map to what the disk allows now, if that is more by at
+        least `lmdb_map_grow_bytes_min`; False if it did not. Only on the
+        trio thread with no write transaction open (the committer or the
+        replica loop between its writes): LMDB remaps, and every open
+        transaction of the process must be closed. The trio thread holds
+        none between its awaits; reads on other threads hold `_remap`."""
+        if not self.map_grows:
+            return False
+        before = self.env.info()["map_size"]
+        wanted = self.disk_map_bytes()
+        if wanted < before + limits.lmdb_map_grow_bytes_min:
+            return False
+        if not self._remap.acquire(blocking=False):
+            return False  # a snapshot or digest is reading: the next try
+        try:
+            self.env.set_mapsize(wanted)
+        finally:
+            self._remap.release()
+        self.map_grown += 1
+        log.warning("the LMDB map was full: grown from %d to %d MiB", before >> 20, wanted >> 20)
+        return True
+
+    def probe(self) -> errors.StorageFault | None:
+        """Whether a write would fit now (worker thread, as a write): the
+        disk has `storage_probe_bytes` free, the map as much room past its
+        pages in use (a sixteenth of it at most), and a small transaction
+        commits. None if so. The probe allocates no more than a write of a
+        row does: pages a transaction takes and gives back are never
+        written, and past the end of the file they would leave it shorter
+        than its meta page says."""
+        if self.free_bytes() < limits.storage_probe_bytes:
+            return errors.StorageFault("the disk is full")
+        _, used_bytes, map_bytes = self.usage()
+        if map_bytes - used_bytes < min(limits.storage_probe_bytes, map_bytes // 16):
+            return errors.StorageFault(f"the data file is full: its map of {map_bytes >> 20} MiB", map_full=True)
+
+        def work(txn: lmdb.Transaction) -> None:
+            txn.put(_PROBE, b"", db=self.db["meta"])
+            txn.delete(_PROBE, db=self.db["meta"])
+
+        try:
+            self.write(work)
+        except errors.StorageFault as fault:
+            return fault
+        return None
+
+    def fault_of(self, exc: BaseException) -> errors.StorageFault | None:
+        """The fault of the machine `exc` is, or None if it is none. LMDB
+        reports a full map as MapFullError, ENOSPC as DiskError, and a short
+        write or a failed fsync at commit as EIO, which py-lmdb raises as its
+        plain Error (it has no class for EIO); its answers to tempo's own
+        misuse (`_MISUSE`) are none. An OSError is one when its errno says
+        the disk is full or failing (a snapshot file's write)."""
+        if isinstance(exc, lmdb.MapFullError):
+            map_bytes = self.env.info()["map_size"]
+            return errors.StorageFault(f"the data file is full: its map of {map_bytes >> 20} MiB", map_full=True)
+        if isinstance(exc, _MISUSE):
+            return None
+        if not isinstance(exc, lmdb.Error | MemoryError) and not (
+            isinstance(exc, OSError) and exc.errno in STORAGE_ERRNOS
+        ):
+            return None
+        if self.free_bytes() < limits.storage_probe_bytes:
+            return errors.StorageFault("the disk is full")
+        return errors.StorageFault(f"the store could not write: {exc}")
+
     # -- the state machine -------------------------------------------------
 
     def applied_index(self) -> int:
@@ -237,25 +345,29 @@ class Store:
         nothing of the work is stored, and an entry it applied is not
         applied (the caller applies it again, never skips it). A command's
         own faults never get here: apply answers them as outcomes."""
+        txn = self.env.begin(write=True)
         try:
-            txn = self.env.begin(write=True)
-            try:
-                result = work(txn)
-            except BaseException:
-                txn.abort()
-                raise
-            if before_commit is not None:
-                before_commit()
-            started = time.perf_counter()
+            result = work(txn)
+        except BaseException as exc:
+            txn.abort()
+            fault = self.fault_of(exc)
+            if fault is None:
+                raise  # tempo's own mistake, not the machine's: it stops the node
+            raise fault from exc
+        if before_commit is not None:
+            before_commit()
+        started = time.perf_counter()
+        try:
+            # A commit that fails aborts the transaction; the meta page is
+            # written last, so the store is as the last commit left it.
             txn.commit()
-            self.commit_seconds.observe(time.perf_counter() - started)
-            return result
-        except lmdb.MapFullError as exc:
-            raise errors.StorageFault("the data file is full (its LMDB map)") from exc
-        except _MISUSE:
-            raise  # tempo's own mistake, not the machine's: it stops the node
         except (lmdb.Error, MemoryError) as exc:
-            raise errors.StorageFault(f"the store could not write: {exc}") from exc
+            fault = self.fault_of(exc)
+            if fault is None:
+                raise
+            raise fault from exc
+        self.commit_seconds.observe(time.perf_counter() - started)
+        return result
 
     def apply_commands(
         self, index: int, commands: list[Command], *, before_commit: Callable[[], None] | None = None
@@ -293,7 +405,7 @@ class Store:
     def snapshot_data(self) -> tuple[int, bytes]:
         """Every table at one applied index, from one read transaction, so the
         copy is consistent whatever is applied meanwhile: (index, data)."""
-        with self.env.begin() as txn:
+        with self._remap, self.env.begin() as txn:
             raw = txn.get(_APPLIED_INDEX, db=self.db["meta"])
             index = 0 if raw is None else _U64.unpack(raw)[0]
             tables = [[name, list(txn.cursor(db=db))] for name, db in self.db.items()]
@@ -318,7 +430,7 @@ class Store:
         """(applied index, SHA-256 of every table at it): equal on replicas
         that applied the same entries."""
         sha = hashlib.sha256()
-        with self.env.begin() as txn:
+        with self._remap, self.env.begin() as txn:
             raw = txn.get(_APPLIED_INDEX, db=self.db["meta"])
             index = 0 if raw is None else _U64.unpack(raw)[0]
             for name, db in self.db.items():

@@ -571,9 +571,16 @@ class Api:
         return encode(request, Health("ok"))
 
     async def readyz(self, request: Request) -> Response:
-        if self.started and self.node.ready():
+        refused = self.jobs.committer.storage.refused
+        if not self.started:
+            reason = "starting"
+        elif refused is not None:
+            reason = f"writes refused: {refused.detail}"
+        elif not self.node.ready():
+            reason = "no leader known, or not caught up with the cluster's commits"
+        else:
             return encode(request, Health("ready"))
-        return Response(503, _json_enc.encode(Health("not ready")), headers=[(b"retry-after", b"1")])
+        return Response(503, _json_enc.encode(Health("not ready", reason)), headers=[(b"retry-after", b"1")])
 
     async def cluster(self, request: Request) -> Response:
         """This node's own view (a single node leads a cluster of one, term 0)."""
@@ -704,6 +711,17 @@ class Api:
             "tempo_lmdb_commit_seconds", "histogram", "Seconds per write-transaction commit (pages written and fsynced)."
         )
         lines += prom.lines("tempo_lmdb_commit_seconds", self.store.commit_seconds)
+        storage = self.jobs.committer.storage
+        lines += prom.head("tempo_lmdb_map_grown_total", "counter", "Times the full LMDB map grew into free disk.")
+        lines.append(prom.sample("tempo_lmdb_map_grown_total", self.store.map_grown))
+        lines += prom.head("tempo_storage_writes_refused", "gauge", "1 while writes are refused: disk or map full.")
+        lines.append(prom.sample("tempo_storage_writes_refused", int(storage.refused is not None)))
+        lines += prom.head("tempo_storage_refusals_total", "counter", "Times writes became refused for storage.")
+        lines.append(prom.sample("tempo_storage_refusals_total", storage.refusals))
+        lines += prom.head(
+            "tempo_storage_refused_commands_total", "counter", "Write commands answered 507 insufficient_storage."
+        )
+        lines.append(prom.sample("tempo_storage_refused_commands_total", storage.refused_commands))
         return lines
 
     def _fairness_metrics(self) -> list[str]:

@@ -125,7 +125,7 @@ def problem_response(
         problem.status = status
         problem.title = TITLES.get(status, problem.title)
     extra = list(headers or [])
-    if problem.status == 503:
+    if problem.status in (503, 507):
         extra.append((b"retry-after", b"1"))
     if isinstance(exc, errors.RateLimited):
         extra.append((b"retry-after", str(exc.retry_after_s).encode()))
