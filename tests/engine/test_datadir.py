@@ -76,6 +76,31 @@ def test_a_damaged_meta_page_is_named(used: Path, page: int, offset: int, raw: b
     assert words in str(caught.value)
 
 
+def test_pages_handed_out_but_never_written_are_no_damage(used: Path):
+    """A transaction that takes pages at the end of the file and frees them
+    before it commits leaves `mm_last_pg` past the file's end (seen on a
+    full disk): the store opens, and its data is all there."""
+    meta = datadir.check_files(str(used))
+    assert meta is not None
+    for page in (0, 1):
+        patch(used, page * meta.page_bytes + 136, struct.pack("=Q", meta.last_page + 300))
+    assert datadir.check_files(str(used)).last_page == meta.last_page + 300
+    store = open_store(used, SINGLE)
+    try:
+        with store.env.begin() as txn:
+            assert txn.get(b"k4", db=store.db["meta"]) == b"v" * 3000
+    finally:
+        store.close()
+
+
+def test_a_file_that_cuts_off_a_root_is_truncated(used: Path):
+    meta = datadir.check_files(str(used))
+    assert meta is not None
+    os.truncate(used / "data.mdb", meta.root_page_max * meta.page_bytes)
+    with pytest.raises(DataDirError, match="truncated"):
+        datadir.check_files(str(used))
+
+
 @pytest.mark.parametrize("size_pages", [0.5, 1, 1.5])
 def test_a_file_shorter_than_two_pages_is_refused(used: Path, size_pages: float):
     os.truncate(used / "data.mdb", int(4096 * size_pages))

@@ -35,9 +35,16 @@ begins with a page header, then the meta fields (native byte order):
 | 136 | `mm_last_pg` | 8 | the last page in use |
 | 144 | `mm_txnid` | 8 | the transaction that wrote it |
 
-Every page up to `mm_last_pg` was written before the meta page that names it
-(tempo opens LMDB with `sync=True, metasync=True`), so the file holds at
-least `(mm_last_pg + 1) * page size` bytes; a shorter file was truncated.
+`mm_last_pg` is the highest page number ever handed out, not the end of
+what was written: pages that a transaction takes at the end of the file and
+frees again before it commits are counted there but never written, so a
+healthy file may be shorter than `(mm_last_pg + 1) * page size`. What must be
+in the file are the pages LMDB reads first, the two roots of each meta page
+(written before the meta page that names them: tempo opens LMDB with
+`sync=True, metasync=True`); a file that cuts one of them off was truncated.
+And `mm_last_pg` may run past the file's end by at most what one transaction
+can take and free (`_UNWRITTEN_BYTES_MAX` beyond the file's own size); past
+that it is garbled, and LMDB would ask for a map of that size.
 """
 
 import hashlib
@@ -79,6 +86,12 @@ _P_META = 0x08
 _MAGIC = 0xBEEFC0DE
 _DATA_VERSION = 1
 _NO_PAGE = (1 << 64) - 1  # P_INVALID: the root of an empty DB
+# How far a healthy meta page's last page may run past the end of the file:
+# pages taken and freed within one transaction are never written (see the
+# module's docstring). One batch takes at most a few hundred MiB; 1 GiB
+# beyond twice the file's size is far past that and far below a garbled
+# page count (a map of 2^48 bytes and more).
+_UNWRITTEN_BYTES_MAX = 1 << 30
 _PAGE_BYTES_MIN = 512
 _PAGE_BYTES_MAX = 1 << 16
 assert _META_BYTES == 152, "the 64-bit layout of a meta page"
@@ -172,6 +185,8 @@ class Meta:
     last_page: int
     txn_id: int
     main_entries: int
+    # The highest root page of the free-page and main DBs (1 when both are empty).
+    root_page_max: int
 
 
 def parse_meta(data_path: str, raw: bytes, page: int) -> Meta:
@@ -199,7 +214,8 @@ def parse_meta(data_path: str, raw: bytes, page: int) -> Meta:
             raise DataDirError(
                 f"{where} puts the {name} root at page {root}, outside pages 2..{last_page} (garbled): {_RESTORE}"
             )
-    return Meta(page_bytes, last_page, txn_id, main[6])
+    roots = [root for root in (free[7], main[7]) if root != _NO_PAGE]
+    return Meta(page_bytes, last_page, txn_id, main[6], max(roots, default=1))
 
 
 def check_files(path: str) -> Meta | None:
@@ -267,11 +283,17 @@ def _check_data_file(data_path: str) -> Meta:
     if meta1.page_bytes != meta0.page_bytes:
         raise DataDirError(f"{data_path}: the meta pages disagree on the page size (garbled): {_RESTORE}")
     for page, meta in enumerate((meta0, meta1)):
-        needed = (meta.last_page + 1) * meta.page_bytes
+        needed = (meta.root_page_max + 1) * meta.page_bytes
         if st.st_size < needed:
             raise DataDirError(
+                f"{data_path} is truncated: it has {st.st_size} bytes, and its meta page {page} puts a root at "
+                f"page {meta.root_page_max} of {meta.page_bytes} bytes ({needed} bytes): {_RESTORE}"
+            )
+        claimed = (meta.last_page + 1) * meta.page_bytes
+        if claimed > 2 * st.st_size + _UNWRITTEN_BYTES_MAX:
+            raise DataDirError(
                 f"{data_path} is truncated or garbled: it has {st.st_size} bytes, and its meta page {page} says "
-                f"pages up to {meta.last_page} of {meta.page_bytes} bytes are in use ({needed} bytes): {_RESTORE}"
+                f"pages up to {meta.last_page} of {meta.page_bytes} bytes were handed out ({claimed} bytes): {_RESTORE}"
             )
     return meta0 if meta0.txn_id > meta1.txn_id else meta1
 
