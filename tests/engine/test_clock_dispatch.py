@@ -101,16 +101,17 @@ async def test_a_restart_with_the_wall_clock_an_hour_back_continues_from_the_sta
         resumed = await second.jobs.resume(OWNER, paused)
         assert resumed.state == "active" and resumed.next_run_at_ms is not None
         assert resumed.next_run_at_ms > last_stamp_ms
-        with trio.fail_after(5):
-            [run] = await second.claim(wait_s=5, queue=f"{OWNER}\x00every")
+        # The next slot of the grid is at most 2 s of scheduler time away: 4 s at half pace.
+        with trio.fail_after(10):
+            [run] = await second.claim(wait_s=10, queue=f"{OWNER}\x00every")
         assert run.run.nominal_ms > last_stamp_ms  # a slot in the future, not one that ran
-        with trio.fail_after(5):
-            [retry] = await second.claim(wait_s=5, queue=f"{OWNER}\x00retried")
+        with trio.fail_after(10):
+            [retry] = await second.claim(wait_s=10, queue=f"{OWNER}\x00retried")
         assert retry.run.attempt == 2
         # A full lease of 5 s from the restart, then handed out again.
         [again] = await second.claim(wait_s=15, worker="fresh")
         assert again.run.job_id == held.run.job_id and again.run.attempt == 2
-        assert trio.current_time() - restarted_s <= 5 + 1
+        assert trio.current_time() - restarted_s <= 5 + 3
         newer = await second.create(schedule=at(60))
         listed, _ = second.store.list_jobs(OWNER, 10, None)
         assert [j.id for j in listed][0] == newer and older in [j.id for j in listed]
@@ -119,3 +120,27 @@ async def test_a_restart_with_the_wall_clock_an_hour_back_continues_from_the_sta
 def _result(claimed, ok: bool) -> Result:
     run = claimed.run
     return Result(run.job_id, run.nominal_ms, run.attempt, ok, None, None if ok else "boom")
+
+
+async def test_a_restart_behind_a_backlog_still_leases_every_claimed_run(tmp_path, origin, fast_clock, monkeypatch):
+    """Memory full of overdue waiting runs stops the loader short of a
+    claimed run's minute; the run gets its full lease from the restart all
+    the same, and when its worker is gone it waits for attempt 2 after it."""
+    from tempo import limits
+
+    path = str(tmp_path / "data")
+    offset_ms = [0]
+    async with running(SteppedNode(path, offset_ms)) as first:
+        bodies = [JobCreate(target="queue:backlog", schedule=at(i / 2)) for i in range(120)]  # two minutes' worth
+        await first.jobs.create(OWNER, bodies, from_msgpack=False)
+        await trio.sleep(150)  # nobody claims them
+        await first.create(schedule=at(150), lease_s=5)
+        [held] = await first.claim(wait_s=1)
+    monkeypatch.setattr(limits, "dispatch_memory_runs_max", 50)
+    async with running(SteppedNode(path, offset_ms)) as second:
+        await trio.sleep(0.5)
+        d = second.dispatcher
+        assert len(d.queue_of) >= 50 and d.loaded_until_ms <= held.run.due_ms, "the backlog fills memory"
+        await trio.sleep(6)  # past the full lease from the restart
+        after = second.store.get_run_any(held.run.job_id, held.run.nominal_ms)
+        assert after.status == "waiting" and after.error == "lease expired" and after.attempt == 1

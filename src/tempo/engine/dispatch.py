@@ -123,6 +123,9 @@ class Dispatcher:
         # Every open run due before this is in memory, except the waiting
         # runs of a skipped owner from its skip point on (`load`).
         self.loaded_until_ms = 0
+        # Every claimed run due before this has a lease: the loader's, or
+        # `_lease_ahead`'s while memory is full (at least loaded_until_ms).
+        self.leased_until_ms = 0
         # Per owner, its runs in `queue_of` (no zeros kept).
         self.loaded_of: Counter[str] = Counter()
         # Owners whose share of memory is full: each with its skip point
@@ -195,8 +198,35 @@ class Dispatcher:
                 self._remember(runs_key, run, job, now_ms)
             rows += len(found) + 1
             self.loaded_until_ms = min(until_ms, (minutes[0] + 1) * limits.minute_ms)
+        if self.loaded_until_ms < until_ms and rows < limits.loader_rows_per_step and self._memory_full():
+            rows += self._lease_ahead(until_ms, limits.loader_rows_per_step - rows)
         if self.rereads:
             self._reread(rows)
+
+    def _lease_ahead(self, until_ms: int, rows_max: int) -> int:
+        """Grants leases to the claimed runs of the minutes the loader has
+        not reached because memory is full (a restart or takeover with a
+        backlog), so each gets its full lease from now, as a loaded one
+        does, and a dead worker's run is handed out again after it rather
+        than after the backlog. Only leases: their waiting runs stay in the
+        table for the loader, and a run whose lease runs out waits in due
+        order behind them. Answers the rows read."""
+        lo_ms = max(self.loaded_until_ms, self.leased_until_ms)
+        rows = 0
+        while lo_ms < until_ms and rows < rows_max:
+            minutes = self.store.open_minutes(keys.minute_of(lo_ms), keys.minute_of(until_ms), 1)
+            if not minutes:
+                lo_ms = until_ms
+                break
+            found = self.store.scan_minute(minutes[0], lo_ms, until_ms)
+            now_s = trio.current_time()
+            for _, run, job in found:
+                if run.status == "claimed" and (run.job_id, run.nominal_ms) not in self.leases:
+                    self._grant(job.owner, run.job_id, run.nominal_ms, run.attempt, now_s + job.lease_s, job.lease_s)
+            rows += len(found) + 1
+            lo_ms = min(until_ms, (minutes[0] + 1) * limits.minute_ms)
+        self.leased_until_ms = lo_ms
+        return rows
 
     def _memory_full(self) -> bool:
         """Whether memory holds `limits.dispatch_memory_runs_max` runs, each
