@@ -33,6 +33,10 @@ from tempo import limits
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MS_NS = 1_000_000
+# limits.py "Clocks", in the units `Clock.now_ms` works in.
+_STEP_NS = limits.clock_step_ms_min * _MS_NS
+_READ_NS_MAX = limits.clock_read_us_max * 1000
+_PACE_PERCENT = limits.clock_ahead_pace_percent
 log = logging.getLogger("tempo.clock")
 
 
@@ -92,12 +96,11 @@ class Clock:
         """(monotonic ns, wall ns, clean): the wall clock read between two
         monotonic reads. Not clean when the thread was held up between them
         at every try: the offset could then be off by the delay."""
-        bound_ns = limits.clock_read_us_max * 1000
         for _ in range(limits.clock_read_tries_max):
             before_ns = self._monotonic_ns()
             wall_ns = self._wall_ns()
             after_ns = self._monotonic_ns()
-            if after_ns - before_ns <= bound_ns:
+            if after_ns - before_ns <= _READ_NS_MAX:
                 return (before_ns + after_ns) // 2, wall_ns, True
         return (before_ns + after_ns) // 2, wall_ns, False
 
@@ -106,12 +109,27 @@ class Clock:
         times. The wall clock, unless that is behind an answer already
         given; then the last answer plus the monotonic time since, at
         `limits.clock_ahead_pace_percent`."""
-        mono_ns, wall_ns, clean = self._read()
+        # `_read`'s first try, inline: a claim, a heartbeat and every
+        # dispatcher tick read the clock.
+        before_ns = self._monotonic_ns()
+        wall_ns = self._wall_ns()
+        after_ns = self._monotonic_ns()
+        if after_ns - before_ns <= _READ_NS_MAX:
+            mono_ns, clean = (before_ns + after_ns) // 2, True
+        else:
+            mono_ns, wall_ns, clean = self._read()
         if clean:
-            self._check_step(wall_ns - mono_ns)
-        elapsed_ns = max(0, mono_ns - self._last_mono_ns)
-        paced_ns = self._last_ns + elapsed_ns * limits.clock_ahead_pace_percent // 100
-        self._last_ns = max(wall_ns, paced_ns, self._last_ns)
+            offset_ns = wall_ns - mono_ns
+            if abs(offset_ns - self._offset_ns) > _STEP_NS:
+                self._check_step(offset_ns)
+            else:
+                # Slow drift (a slewing NTP daemon, some ppm) moves the
+                # offset a little at every read; following it keeps it from
+                # adding up to a step.
+                self._offset_ns = offset_ns
+        last_ns = self._last_ns
+        paced_ns = last_ns + max(0, mono_ns - self._last_mono_ns) * _PACE_PERCENT // 100
+        self._last_ns = max(wall_ns, paced_ns)
         self._last_mono_ns = mono_ns
         return self._last_ns // _MS_NS
 
@@ -127,12 +145,10 @@ class Clock:
 
     def _check_step(self, offset_ns: int) -> None:
         change_ms = (offset_ns - self._offset_ns) // _MS_NS
-        # Slow drift (a slewing NTP daemon, some ppm) moves the offset a
-        # little at every read; following it keeps it from adding up.
         self._offset_ns = offset_ns
-        if change_ms > limits.clock_step_ms_min:
+        if change_ms > 0:
             self._stepped("forward", change_ms, "stepped forward by")
-        elif -change_ms > limits.clock_step_ms_min:
+        else:
             self._stepped("backward", -change_ms, "stepped back by")
 
     def _stepped(self, direction: str, size_ms: int, how: str) -> None:
