@@ -166,3 +166,16 @@ def test_each_step_is_logged_once(caplog):
     assert len(lines) == 2, lines
     assert lines[0].startswith("wall clock stepped back by 0.050 s")
     assert lines[1].startswith("wall clock stepped forward by 3600.000 s")
+
+
+def test_a_wall_clock_outside_what_records_hold_is_clamped_not_asserted():
+    fake = FakeClocks()
+    fake.wall = -5_000_000_000  # 1969
+    c = fake.clock()
+    assert c.now_ms() == 0
+    fake.advance(1)
+    assert c.now_ms() == 1000 * limits.clock_ahead_pace_percent // 100  # ahead of a wall clock behind 0
+    fake.step(limits.time_ms_max / 1000 + 3600)
+    assert c.now_ms() == limits.time_ms_max
+    c.observe(limits.time_ms_max + 10)
+    assert c.now_ms() == limits.time_ms_max

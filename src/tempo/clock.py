@@ -37,6 +37,7 @@ _MS_NS = 1_000_000
 _STEP_NS = limits.clock_step_ms_min * _MS_NS
 _READ_NS_MAX = limits.clock_read_us_max * 1000
 _PACE_PERCENT = limits.clock_ahead_pace_percent
+_LAST_NS = limits.time_ms_max * _MS_NS
 log = logging.getLogger("tempo.clock")
 
 
@@ -81,7 +82,8 @@ class Clock:
         self.steps = {"backward": 0, "forward": 0}
         mono_ns, wall_ns_now, _ = self._read()
         # Scheduler time answered last, and the monotonic time it was read at.
-        self._last_ns = wall_ns_now
+        # Never before 1970: instants are unsigned (ids.py, engine/keys.py).
+        self._last_ns = max(0, wall_ns_now)
         self._last_mono_ns = mono_ns
         # Wall minus monotonic time at the last clean read: a step moves it.
         self._offset_ns = wall_ns_now - mono_ns
@@ -129,14 +131,16 @@ class Clock:
                 self._offset_ns = offset_ns
         last_ns = self._last_ns
         paced_ns = last_ns + max(0, mono_ns - self._last_mono_ns) * _PACE_PERCENT // 100
-        self._last_ns = max(wall_ns, paced_ns)
+        # Not past the last instant a record holds (limits.time_ms_max): a
+        # wall clock set that far stops there rather than trip a check.
+        self._last_ns = min(max(wall_ns, paced_ns), _LAST_NS)
         self._last_mono_ns = mono_ns
         return self._last_ns // _MS_NS
 
     def observe(self, at_ms: int) -> None:
         """A stamp applied to the store (by this node or another leader's):
         no later answer is below it."""
-        self._last_ns = max(self._last_ns, at_ms * _MS_NS)
+        self._last_ns = min(max(self._last_ns, at_ms * _MS_NS), _LAST_NS)
 
     def lead_ms(self) -> int:
         """How far the last answer is ahead of the wall clock (0 when it is
