@@ -302,3 +302,21 @@ assert 0 < storage_retry_s_min <= storage_retry_s_max
 # A cluster node's snapshot (log compaction) that did not fit on the disk is
 # tried again after this long; its log is kept meanwhile.
 snapshot_retry_s = 30.0
+
+# Clocks (clock.py, docs/semantics.md "Clocks"). Wall minus monotonic time
+# changing by more than `clock_step_ms_min` between two reads is a step of
+# the wall clock (NTP and the kernel slew by a few ppm, far below it). The
+# wall clock is read between two monotonic reads; when more than
+# `clock_read_us_max` passed between them (the thread was held up), it is
+# read again, at most `clock_read_tries_max` times, and an unclean read is
+# not taken for a step. While scheduler time is ahead of the wall clock (it
+# stepped back), it runs at `clock_ahead_pace_percent` of real time, so a
+# step back of d is absorbed after d * 100 / (100 - pace).
+clock_step_ms_min = 20
+clock_read_us_max = 1000
+clock_read_tries_max = 3
+clock_ahead_pace_percent = 50
+
+assert 0 < clock_ahead_pace_percent < 100
+assert clock_read_us_max * 1000 < clock_step_ms_min * 1_000_000
+assert clock_read_tries_max >= 1

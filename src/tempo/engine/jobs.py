@@ -348,10 +348,13 @@ class _JobIds:
 
 
 class Jobs:
-    def __init__(self, store: Store, committer: Committer, *, now_ms: Callable[[], int] = clock.now_ms):
+    def __init__(self, store: Store, committer: Committer, *, now_ms: Callable[[], int] | None = None):
         self.store = store
         self.committer = committer
-        self.now_ms = now_ms  # injectable for tests on trio's autojump clock
+        # Scheduler time (clock.py): the node's clock, a test's mock, or
+        # else a clock of its own. Job IDs take their time from it too, so
+        # newest first stays true after the wall clock steps back.
+        self.now_ms = now_ms or clock.Clock().now_ms
         self._ids = _JobIds()
 
     def new_job(

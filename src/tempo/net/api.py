@@ -12,6 +12,7 @@ from msgspec import Meta
 
 from tempo import clock, errors, ids, limits
 from tempo import metrics as prom
+from tempo.clock import Clock
 from tempo.config import UNLIMITED, HttpLimits, OwnerLimits
 from tempo.engine import jobs as jobviews
 from tempo.engine.commands import Result, decode_entry
@@ -137,8 +138,11 @@ class Api:
         limits_of: Callable[[str], OwnerLimits] = lambda owner: UNLIMITED,
         http_limits: HttpLimits | None = None,
         gate: ConnectionGate = GATE,
+        clock: Clock | None = None,
     ):
         self.auth = auth or Authenticator(())
+        # The node's clock, for its steps and lead in /metrics.
+        self.clock = clock
         self.store = store
         self.jobs = jobs
         self.dispatcher = dispatcher
@@ -362,7 +366,7 @@ class Api:
         owner_limits = self.limits_of(owner)
         if owner_limits.creates_per_s is None:
             return
-        now_ms = clock.now_ms()
+        now_ms = clock.monotonic_ms()  # a rate: a duration, not an instant
         bucket = self.create_buckets.get(owner)
         if bucket is None:
             assert owner_limits.create_burst is not None
@@ -562,7 +566,7 @@ class Api:
 
     async def preview(self, request: Request) -> Response:
         body = decode(request, _preview)
-        times = jobviews.preview_ms(body, clock.now_ms())
+        times = jobviews.preview_ms(body, self.jobs.now_ms())
         return encode(request, PreviewOut([clock.iso_from_ms(t) for t in times]))
 
     # -- operations ------------------------------------------------------------
@@ -657,6 +661,7 @@ class Api:
         lines += self._storage_metrics()
         lines += self._dispatch_metrics()
         lines += self._fairness_metrics()
+        lines += self._clock_metrics()
         body = ("\n".join(lines) + "\n").encode()
         return Response(200, body, b"text/plain; version=0.0.4")
 
@@ -722,6 +727,20 @@ class Api:
             "tempo_storage_refused_commands_total", "counter", "Write commands answered 507 insufficient_storage."
         )
         lines.append(prom.sample("tempo_storage_refused_commands_total", storage.refused_commands))
+        return lines
+
+    def _clock_metrics(self) -> list[str]:
+        """Wall-clock steps this node saw, and how far its scheduler time is
+        ahead of the wall clock (docs/semantics.md "Clocks")."""
+        if self.clock is None:
+            return []
+        lines = prom.head("tempo_clock_steps_total", "counter", "Wall-clock steps seen, by direction.")
+        for direction, count in sorted(self.clock.steps.items()):
+            lines.append(prom.sample("tempo_clock_steps_total", count, {"direction": direction}))
+        lines += prom.head(
+            "tempo_clock_lead_seconds", "gauge", "Scheduler time ahead of the wall clock (a step back being absorbed)."
+        )
+        lines.append(prom.sample("tempo_clock_lead_seconds", self.clock.lead_ms() / 1000))
         return lines
 
     def _fairness_metrics(self) -> list[str]:
