@@ -223,3 +223,13 @@ claim_refill_wait_ms_min = 5
 
 assert claim_runs_max <= owner_limit_max
 assert claim_refill_wait_ms_min <= dispatch_tick_ms
+
+# Schedule arithmetic and the event loop (docs/semantics.md "What it costs,
+# and what is rejected"; docs/operations.md "Event-loop lag"). A preview
+# computes its cron times in slices of this many, with a checkpoint between
+# them, so 1,000 times hold the trio thread for about a millisecond at a time.
+# The lag probe sleeps this long and records how late it wakes.
+preview_slice_times = 100
+event_loop_probe_s = 0.01
+
+assert 1 <= preview_slice_times <= preview_count_max

@@ -525,7 +525,7 @@ class Api:
 
     async def preview(self, request: Request) -> Response:
         body = decode(request, _preview)
-        times = jobviews.preview_ms(body, clock.now_ms())
+        times = await jobviews.preview_ms(body, clock.now_ms())
         return encode(request, PreviewOut([clock.iso_from_ms(t) for t in times]))
 
     # -- operations ------------------------------------------------------------
