@@ -17,6 +17,7 @@ from tempo.schedule import (
     ScheduleError,
     _compiled,
     cron_times_ms,
+    latest_cron_ms,
     next_cron_ms,
     next_every_ms,
     validate_cron,
@@ -554,3 +555,50 @@ def test_matcher_agrees_with_croniter(expr, start_s, near_edge):
     except CroniterBadDateError:
         expected = None
     assert cron.next_s(start_s) == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    expr=cron_exprs(),
+    transition=st.sampled_from(_TRANSITIONS),
+    offset_ms=st.integers(-40 * 86_400_000, 3_600_000),
+)
+def test_times_in_a_row_are_chained_next_times(expr, transition, offset_ms):
+    """cron_times_ms walks local times for speed; it must give exactly what
+    next_cron_ms gives step by step, across every kind of transition."""
+    try:
+        validate_cron(expr, "UTC")
+    except ScheduleError:
+        return
+    timezone, at_ms = transition
+    after_ms = at_ms + offset_ms
+    got = cron_times_ms(expr, timezone, after_ms, 40)
+    chained, last_ms = [], after_ms
+    for _ in range(40):
+        last_ms = next_cron_ms(expr, timezone, last_ms)
+        if last_ms is None:
+            break
+        chained.append(last_ms)
+    assert got == chained
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    expr=cron_exprs(),
+    transition=st.sampled_from(_TRANSITIONS),
+    offset_ms=st.integers(-3 * 86_400_000, 3 * 86_400_000),
+    window_ms=st.integers(0, 2 * 86_400_000),
+)
+def test_latest_is_the_last_of_the_times_before(expr, transition, offset_ms, window_ms):
+    try:
+        validate_cron(expr, "UTC")
+    except ScheduleError:
+        return
+    timezone, at_ms = transition
+    at_ms += offset_ms
+    since_ms = at_ms - window_ms
+    times = cron_times_ms(expr, timezone, since_ms, 1000)
+    before = [t for t in times if t <= at_ms]
+    if len(before) == len(times) == 1000:
+        return  # more than 1,000 in the window: the list does not reach at_ms
+    assert latest_cron_ms(expr, timezone, at_ms, since_ms) == (before[-1] if before else None)
