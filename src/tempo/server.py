@@ -1,5 +1,6 @@
 """The composition root: one node, its services, and the root nursery."""
 
+import gc
 import ipaddress
 import logging
 import re
@@ -24,6 +25,7 @@ from tempo.engine.raftlog import RaftLog
 from tempo.engine.retention import Retention
 from tempo.engine.store import Store
 from tempo.logs import JsonFormatter, NodeFilter
+from tempo.metrics import Pauses
 from tempo.net import http as http_server
 from tempo.net.api import Api
 from tempo.net.auth import Authenticator
@@ -210,6 +212,7 @@ async def _serve_alone(options: ServeOptions, config: Config, store: Store, task
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_watch_signals, signals, stop)
+            await nursery.start(_probe_lag, api.pauses)
             await nursery.start(committer.run)
             async with trio.open_nursery() as services:
                 await services.start(dispatcher.run)
@@ -274,6 +277,7 @@ async def _serve_member(options: ServeOptions, config: Config, store: Store, tas
     stop = trio.Event()
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with trio.open_nursery() as nursery:
+            await nursery.start(_probe_lag, api.pauses)
             await nursery.start(transport.run)
             await nursery.start(replica.run)
             await nursery.start(_lead, replica, dispatcher, _retention(options, config, store, replica))
@@ -324,6 +328,21 @@ async def _lead(
         except* errors.NotLeader:
             pass  # a write failed as leadership went: the loop looks again
         dispatcher.reset()
+
+
+async def _probe_lag(pauses: Pauses, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    """Sleeps `limits.event_loop_probe_s` at a time and records how late it
+    wakes: how long something held the trio thread (docs/operations.md
+    "Event-loop lag"). Garbage collections are timed beside it."""
+    gc.callbacks.append(pauses.on_gc)
+    try:
+        task_status.started()
+        while True:
+            deadline_s = trio.current_time() + limits.event_loop_probe_s
+            await trio.sleep_until(deadline_s)
+            pauses.observe_lag(max(0.0, trio.current_time() - deadline_s))
+    finally:
+        gc.callbacks.remove(pauses.on_gc)
 
 
 async def _watch_signals(signals, stop: trio.Event, replica: Replica | None = None) -> None:

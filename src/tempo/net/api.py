@@ -155,6 +155,8 @@ class Api:
         self.durations: dict[str, prom.Histogram] = {}
         # Corrupt raft frames from peers, dropped unread (net/peer.py).
         self.peer_frames_dropped = 0
+        # Event-loop lag and GC pauses, observed by server.py.
+        self.pauses = prom.Pauses()
         self.openapi_body = _json_enc.encode(openapi.document())
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
@@ -613,6 +615,7 @@ class Api:
         lines += self._storage_metrics()
         lines += self._dispatch_metrics()
         lines += self._fairness_metrics()
+        lines += self.pauses.lines()
         body = ("\n".join(lines) + "\n").encode()
         return Response(200, body, b"text/plain; version=0.0.4")
 
