@@ -212,7 +212,7 @@ async def _serve_alone(options: ServeOptions, config: Config, store: Store, task
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_watch_signals, signals, stop)
-            await nursery.start(_probe_lag, api.pauses)
+            await nursery.start(_probe_lag, api.pauses, stop)
             await nursery.start(committer.run)
             async with trio.open_nursery() as services:
                 await services.start(dispatcher.run)
@@ -277,7 +277,7 @@ async def _serve_member(options: ServeOptions, config: Config, store: Store, tas
     stop = trio.Event()
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with trio.open_nursery() as nursery:
-            await nursery.start(_probe_lag, api.pauses)
+            await nursery.start(_probe_lag, api.pauses, stop)
             await nursery.start(transport.run)
             await nursery.start(replica.run)
             await nursery.start(_lead, replica, dispatcher, _retention(options, config, store, replica))
@@ -330,14 +330,15 @@ async def _lead(
         dispatcher.reset()
 
 
-async def _probe_lag(pauses: Pauses, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+async def _probe_lag(pauses: Pauses, stop: trio.Event, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
     """Sleeps `limits.event_loop_probe_s` at a time and records how late it
     wakes: how long something held the trio thread (docs/operations.md
-    "Event-loop lag"). Garbage collections are timed beside it."""
+    "Event-loop lag"). Garbage collections are timed beside it. It ends once
+    `stop` is set, so the nursery that owns it can finish."""
     gc.callbacks.append(pauses.on_gc)
     try:
         task_status.started()
-        while True:
+        while not stop.is_set():
             deadline_s = trio.current_time() + limits.event_loop_probe_s
             await trio.sleep_until(deadline_s)
             pauses.observe_lag(max(0.0, trio.current_time() - deadline_s))
