@@ -48,10 +48,6 @@ batch_items_max = 1000
 # without limit; a batch is one LMDB transaction and one fsync.
 commit_pending_max = 100_000
 commit_batch_commands_max = 50_000
-# How long the trio thread waits, blocked, for a batch's apply to reach its
-# commit (engine/commit.py): a batch of 50,000 creates applies in well under
-# a second; past the bound the loop goes on and apply finishes beside it.
-commit_apply_wait_s_max = 1.0
 
 # Storage.
 lmdb_map_bytes = 64 << 30
