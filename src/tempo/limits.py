@@ -227,5 +227,9 @@ assert claim_refill_wait_ms_min <= dispatch_tick_ms
 # The lag probe sleeps this long and records how late it wakes.
 preview_slice_times = 100
 event_loop_probe_s = 0.01
+# Batch handlers check and answer their items in slices of this many, with a
+# checkpoint between them (a batch of 1,000 creates is 3-5 ms of checks).
+batch_slice_items = 250
 
 assert 1 <= preview_slice_times <= preview_count_max
+assert 1 <= batch_slice_items <= batch_jobs_max

@@ -419,6 +419,11 @@ class Jobs:
         # One ID for every item, drawn at once; a rejected item's is not used.
         job_ids = self._ids.take(at_ms, len(items))
         for i, item in enumerate(items):
+            if i and i % limits.batch_slice_items == 0:
+                # A batch of 1,000 is checked in slices, so the event loop
+                # serves others between them (docs/operations.md
+                # "Event-loop lag"); nothing is committed yet.
+                await trio.lowlevel.checkpoint()
             if isinstance(item, errors.TempoError):
                 outcomes[i] = item
                 continue

@@ -359,7 +359,12 @@ class Api:
         self._check_creates(self.owner(request), len(items))
         outcomes = await self.jobs.create(self.owner(request), items, from_msgpack=request.is_msgpack)
         shared: dict[Any, Any] = {}
-        return encode(request, JobBatchResult([_batch_item(o, shared) for o in outcomes]))
+        results = []
+        for start in range(0, len(outcomes), limits.batch_slice_items):
+            if start:
+                await trio.lowlevel.checkpoint()  # the views in slices: docs/operations.md "Event-loop lag"
+            results += [_batch_item(o, shared) for o in outcomes[start : start + limits.batch_slice_items]]
+        return encode(request, JobBatchResult(results))
 
     def _decode_batch_items(self, request: Request) -> list[Any]:
         """Item by item, so each item's problem names paths inside that item."""
