@@ -230,6 +230,9 @@ event_loop_probe_s = 0.01
 # Batch handlers check and answer their items in slices of this many, with a
 # checkpoint between them (a batch of 1,000 creates is 3-5 ms of checks).
 batch_slice_items = 250
+# sys.setswitchinterval of `tempo serve` (server.py says why).
+gil_switch_interval_s = 0.001
 
 assert 1 <= preview_slice_times <= preview_count_max
 assert 1 <= batch_slice_items <= batch_jobs_max
+assert 0 < gil_switch_interval_s < event_loop_probe_s

@@ -359,6 +359,12 @@ async def _watch_signals(signals, stop: trio.Event, replica: Replica | None = No
 
 
 def main(options: ServeOptions) -> int:
+    # Apply runs on a worker thread beside the event loop (engine/commit.py),
+    # and each time the trio thread wakes it must win the GIL back from it:
+    # a thread that wants the GIL waits up to this interval (5 ms by
+    # default) before asking for it. A shorter one bounds the event loop's
+    # lag (docs/operations.md "Event-loop lag").
+    sys.setswitchinterval(limits.gil_switch_interval_s)
     http_server.install()
     # tempo's own log lines (leadership, peers, runs) on stderr; not the
     # libraries'. Each line names the node in a cluster.
