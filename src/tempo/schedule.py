@@ -90,8 +90,10 @@ _LOCAL_S_MIN = -62_135_596_800
 _LOCAL_S_END = 253_402_300_800
 _EPOCH_ORDINAL = 719_163  # dt.date(1970, 1, 1).toordinal()
 _MONTH_NAMES = tuple(calendar.month_name)
-# Latest-slot bisection halves an int64 range of seconds at most this often.
+# Latest-slot bisection halves an int64 range of seconds at most this often,
+# and the look back before it quadruples a minute at most this often.
 _BISECT_STEPS_MAX = 64
+_GALLOP_STEPS_MAX = 32
 
 
 class ScheduleError(ValueError):
@@ -574,12 +576,27 @@ def latest_cron_ms(expr: str, timezone: str, at_ms: int, since_ms: int) -> int |
     Exactly the largest value next_cron_ms can give that is <= at_ms, found
     by bisection over whole seconds (occurrences are whole seconds, and
     next_cron_ms of an instant depends only on its whole second): at most
-    _BISECT_STEPS_MAX steps however long the range, each one bounded.
+    _BISECT_STEPS_MAX steps however long the range, each one bounded. The
+    range is first narrowed by looking back from at_ms over spans that grow
+    fourfold from a minute, so a job with many missed occurrences (the
+    common catch-up) takes a handful of steps, not one per halving of its
+    whole life.
     """
     assert isinstance(at_ms, int) and isinstance(since_ms, int)
-    first_ms = next_cron_ms(expr, timezone, since_ms)
-    if first_ms is None or first_ms > at_ms:
-        return None
+    first_ms = None
+    span_ms = 60_000
+    for _ in range(_GALLOP_STEPS_MAX):
+        if at_ms - span_ms <= since_ms:
+            break
+        found = next_cron_ms(expr, timezone, at_ms - span_ms)
+        if found is not None and found <= at_ms:
+            first_ms = found  # an occurrence in (at_ms - span_ms, at_ms]
+            break
+        span_ms *= 4
+    if first_ms is None:
+        first_ms = next_cron_ms(expr, timezone, since_ms)
+        if first_ms is None or first_ms > at_ms:
+            return None
     # Invariant: next(lo) <= at_ms < next(hi), where next(x) is the first
     # occurrence after second x. hi = at's second qualifies, as next(hi) is
     # a whole second past it.
