@@ -305,6 +305,10 @@ snapshot_retry_s = 30.0
 # them, so 1,000 times hold the trio thread for about a millisecond at a time.
 # The lag probe sleeps this long and records how late it wakes.
 preview_slice_times = 100
+# Previews computing at once (the others wait their turn): the event loop
+# runs every runnable task between two checkpoints, so N previews at once
+# would hold it for N slices in a row.
+previews_computing_max = 1
 event_loop_probe_s = 0.01
 # Batch handlers check and answer their items in slices of this many, with a
 # checkpoint between them (a batch of 1,000 creates is 3-5 ms of checks).
@@ -313,5 +317,6 @@ batch_slice_items = 250
 gil_switch_interval_s = 0.001
 
 assert 1 <= preview_slice_times <= preview_count_max
+assert previews_computing_max >= 1
 assert 1 <= batch_slice_items <= batch_jobs_max
 assert 0 < gil_switch_interval_s < event_loop_probe_s

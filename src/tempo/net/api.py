@@ -167,6 +167,7 @@ class Api:
         self.peer_frames_dropped = 0
         # Event-loop lag and GC pauses, observed by server.py.
         self.pauses = prom.Pauses()
+        self.previews_computing = trio.CapacityLimiter(limits.previews_computing_max)
         self.openapi_body = _json_enc.encode(openapi.document())
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
@@ -569,13 +570,16 @@ class Api:
 
     async def preview(self, request: Request) -> Response:
         body = decode(request, _preview)
-        times = await jobviews.preview_ms(body, clock.now_ms())
-        # Spelled out in slices too: 1,000 RFC 3339 strings are milliseconds.
-        out: list[str] = []
-        for start in range(0, len(times), limits.preview_slice_times):
-            if start:
-                await trio.lowlevel.checkpoint()
-            out += [clock.iso_from_ms(t) for t in times[start : start + limits.preview_slice_times]]
+        # One preview computes at a time: its slices leave the loop free
+        # between them only if no other preview's slice is waiting to run.
+        async with self.previews_computing:
+            times = await jobviews.preview_ms(body, clock.now_ms())
+            # Spelled out in slices too: 1,000 RFC 3339 strings are milliseconds.
+            out: list[str] = []
+            for start in range(0, len(times), limits.preview_slice_times):
+                if start:
+                    await trio.lowlevel.checkpoint()
+                out += [clock.iso_from_ms(t) for t in times[start : start + limits.preview_slice_times]]
         return encode(request, PreviewOut(out))
 
     # -- operations ------------------------------------------------------------
