@@ -48,10 +48,6 @@ batch_items_max = 1000
 # without limit; a batch is one LMDB transaction and one fsync.
 commit_pending_max = 100_000
 commit_batch_commands_max = 50_000
-# How long the trio thread waits, blocked, for a batch's apply to reach its
-# commit (engine/commit.py): a batch of 50,000 creates applies in well under
-# a second; past the bound the loop goes on and apply finishes beside it.
-commit_apply_wait_s_max = 1.0
 
 # Storage.
 # Runs are partitioned by due minute and by shard = hash(job ID) mod shards.
@@ -320,3 +316,25 @@ clock_ahead_pace_percent = 50
 assert 0 < clock_ahead_pace_percent < 100
 assert clock_read_us_max * 1000 < clock_step_ms_min * 1_000_000
 assert clock_read_tries_max >= 1
+
+# Schedule arithmetic and the event loop (docs/semantics.md "What it costs,
+# and what is rejected"; docs/operations.md "Event-loop lag"). A preview
+# computes its cron times in slices of this many, with a checkpoint between
+# them, so 1,000 times hold the trio thread for about a millisecond at a time.
+# The lag probe sleeps this long and records how late it wakes.
+preview_slice_times = 100
+# Previews computing at once (the others wait their turn): the event loop
+# runs every runnable task between two checkpoints, so N previews at once
+# would hold it for N slices in a row.
+previews_computing_max = 1
+event_loop_probe_s = 0.01
+# Batch handlers check and answer their items in slices of this many, with a
+# checkpoint between them (a batch of 1,000 creates is 3-5 ms of checks).
+batch_slice_items = 250
+# sys.setswitchinterval of `tempo serve` (server.py says why).
+gil_switch_interval_s = 0.001
+
+assert 1 <= preview_slice_times <= preview_count_max
+assert previews_computing_max >= 1
+assert 1 <= batch_slice_items <= batch_jobs_max
+assert 0 < gil_switch_interval_s < event_loop_probe_s

@@ -1,5 +1,6 @@
 """The composition root: one node, its services, and the root nursery."""
 
+import gc
 import ipaddress
 import logging
 import re
@@ -26,6 +27,7 @@ from tempo.engine.raftlog import RaftLog
 from tempo.engine.retention import Retention
 from tempo.engine.store import Changes, Store
 from tempo.logs import JsonFormatter, NodeFilter
+from tempo.metrics import Pauses
 from tempo.net import http as http_server
 from tempo.net.api import Api
 from tempo.net.auth import Authenticator
@@ -248,6 +250,7 @@ async def _serve_alone(options: ServeOptions, config: Config, store: Store, node
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_watch_signals, signals, stop)
+            await nursery.start(_probe_lag, api.pauses, stop)
             await nursery.start(committer.run)
             async with trio.open_nursery() as services:
                 await services.start(dispatcher.run)
@@ -319,6 +322,7 @@ async def _serve_member(options: ServeOptions, config: Config, store: Store, nod
     stop = trio.Event()
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with trio.open_nursery() as nursery:
+            await nursery.start(_probe_lag, api.pauses, stop)
             await nursery.start(transport.run)
             await nursery.start(replica.run)
             await nursery.start(_lead, replica, dispatcher, _retention(options, config, store, replica, node_clock))
@@ -373,6 +377,22 @@ async def _lead(
         dispatcher.reset()
 
 
+async def _probe_lag(pauses: Pauses, stop: trio.Event, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    """Sleeps `limits.event_loop_probe_s` at a time and records how late it
+    wakes: how long something held the trio thread (docs/operations.md
+    "Event-loop lag"). Garbage collections are timed beside it. It ends once
+    `stop` is set, so the nursery that owns it can finish."""
+    gc.callbacks.append(pauses.on_gc)
+    try:
+        task_status.started()
+        while not stop.is_set():
+            deadline_s = trio.current_time() + limits.event_loop_probe_s
+            await trio.sleep_until(deadline_s)
+            pauses.observe_lag(max(0.0, trio.current_time() - deadline_s))
+    finally:
+        gc.callbacks.remove(pauses.on_gc)
+
+
 async def _watch_signals(signals, stop: trio.Event, replica: Replica | None = None) -> None:
     async for _ in signals:
         if replica is not None and replica.transfer_leadership():
@@ -386,6 +406,12 @@ async def _watch_signals(signals, stop: trio.Event, replica: Replica | None = No
 
 
 def main(options: ServeOptions) -> int:
+    # Apply runs on a worker thread beside the event loop (engine/commit.py),
+    # and each time the trio thread wakes it must win the GIL back from it:
+    # a thread that wants the GIL waits up to this interval (5 ms by
+    # default) before asking for it. A shorter one bounds the event loop's
+    # lag (docs/operations.md "Event-loop lag").
+    sys.setswitchinterval(limits.gil_switch_interval_s)
     http_server.install()
     # tempo's own log lines (leadership, peers, runs) on stderr; not the
     # libraries'. Each line names the node in a cluster.

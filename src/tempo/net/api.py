@@ -169,6 +169,9 @@ class Api:
         self.durations: dict[str, prom.Histogram] = {}
         # Corrupt raft frames from peers, dropped unread (net/peer.py).
         self.peer_frames_dropped = 0
+        # Event-loop lag and GC pauses, observed by server.py.
+        self.pauses = prom.Pauses()
+        self.previews_computing = trio.CapacityLimiter(limits.previews_computing_max)
         self.openapi_body = _json_enc.encode(openapi.document())
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
@@ -398,7 +401,12 @@ class Api:
         self._check_creates(self.owner(request), len(items))
         outcomes = await self.jobs.create(self.owner(request), items, from_msgpack=request.is_msgpack)
         shared: dict[Any, Any] = {}
-        return encode(request, JobBatchResult([_batch_item(o, shared) for o in outcomes]))
+        results = []
+        for start in range(0, len(outcomes), limits.batch_slice_items):
+            if start:
+                await trio.lowlevel.checkpoint()  # the views in slices: docs/operations.md "Event-loop lag"
+            results += [_batch_item(o, shared) for o in outcomes[start : start + limits.batch_slice_items]]
+        return encode(request, JobBatchResult(results))
 
     def _decode_batch_items(self, request: Request) -> list[Any]:
         """Item by item, so each item's problem names paths inside that item."""
@@ -566,8 +574,17 @@ class Api:
 
     async def preview(self, request: Request) -> Response:
         body = decode(request, _preview)
-        times = jobviews.preview_ms(body, self.jobs.now_ms())
-        return encode(request, PreviewOut([clock.iso_from_ms(t) for t in times]))
+        # One preview computes at a time: its slices leave the loop free
+        # between them only if no other preview's slice is waiting to run.
+        async with self.previews_computing:
+            times = await jobviews.preview_ms(body, self.jobs.now_ms())
+            # Spelled out in slices too: 1,000 RFC 3339 strings are milliseconds.
+            out: list[str] = []
+            for start in range(0, len(times), limits.preview_slice_times):
+                if start:
+                    await trio.lowlevel.checkpoint()
+                out += [clock.iso_from_ms(t) for t in times[start : start + limits.preview_slice_times]]
+        return encode(request, PreviewOut(out))
 
     # -- operations ------------------------------------------------------------
 
@@ -662,6 +679,7 @@ class Api:
         lines += self._dispatch_metrics()
         lines += self._fairness_metrics()
         lines += self._clock_metrics()
+        lines += self.pauses.lines()
         body = ("\n".join(lines) + "\n").encode()
         return Response(200, body, b"text/plain; version=0.0.4")
 
