@@ -317,3 +317,13 @@ def test_conflicting_request_key_changes_nothing(http):
     assert_problem(http.post("/v1/jobs", json=with_(request_key="bad-input-conflict", name="other")), 409, None, "request_key_reused")
     assert http.get(f"/v1/jobs/{first.json()['id']}").json() == first.json()
     assert http.delete(f"/v1/jobs/{first.json()['id']}").status_code == 204
+
+
+def test_a_refused_body_gets_its_answer_not_a_reset(http):
+    """A client sends its whole body before it reads; a body refused unread
+    (413 from its Content-Length) is read and dropped, so the answer
+    reaches the client rather than a reset connection."""
+    padded = b'{"jobs": [' + b" " * (40 << 20) + b"]}"
+    for _ in range(5):
+        assert_problem(http.post("/v1/jobs/batch", content=padded), 413, "", "too_large")
+        assert_problem(http.post("/v1/jobs", content=padded[: 3 << 20]), 413, "", "too_large")

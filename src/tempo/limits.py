@@ -91,6 +91,14 @@ requests_in_flight_max = 2048
 long_polls_max = 1024
 # A request body must arrive whole within this long, else `408`.
 body_read_timeout_s = 30.0
+# A body refused unread (413 over its route's bound, 503 over the body
+# budget) is still read and dropped chunk by chunk up to this many bytes, so
+# the client, which sends it all before it reads, gets the answer instead of
+# a reset connection (net/asgi.py `discard_body`); nothing of it is kept.
+refused_body_discard_bytes_max = 64 << 20
+# ... as long as it keeps coming: a client that sent only its headers and
+# waits for the answer gets it after this pause.
+refused_body_discard_gap_s = 0.5
 # A connection refused for `connections_max` tells the client to come back
 # after this long, as every other `503` does (API.md: `Retry-After: 1`).
 retry_after_s = 1
@@ -101,6 +109,7 @@ body_read_timeout_s_max = 3600.0
 
 assert payload_bytes_max < body_bytes_max
 assert body_bytes_max <= batch_body_bytes_max
+assert batch_body_bytes_max < refused_body_discard_bytes_max
 assert batch_jobs_max * payload_bytes_max <= batch_body_bytes_max * 2
 assert lease_s_min <= lease_s_default <= lease_s_max
 assert 1 <= attempts_default <= attempts_max
