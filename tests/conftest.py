@@ -5,6 +5,7 @@ Module-scoped servers are shared by tests that use their own request keys and
 names; crash tests take a function-scoped one, which they kill at will.
 """
 
+import os
 import signal
 import socket
 import subprocess
@@ -38,8 +39,12 @@ def tempo_command() -> list[str]:
 class Server:
     """One `tempo serve` process; `restart` keeps its data dir and port."""
 
-    def __init__(self, data_dir: Path, port: int | None = None, extra_args: tuple[str, ...] = ()):
+    def __init__(
+        self, data_dir: Path, port: int | None = None, extra_args: tuple[str, ...] = (), env: dict[str, str] | None = None
+    ):
         self.extra_args = extra_args
+        # Added to the environment the process inherits (libfaketime's, say).
+        self.env = env
         self.data_dir = data_dir
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -59,6 +64,7 @@ class Server:
              *self.extra_args],
             stdout=log,
             stderr=subprocess.STDOUT,
+            env=None if self.env is None else {**os.environ, **self.env},
         )
         log.close()
         self.wait_ready()
@@ -157,3 +163,29 @@ def job_count(http: httpx.Client) -> int:
             return count
 
 
+
+
+SMALL_DISK_BYTES = 24 << 20
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A tmpfs of SMALL_DISK_BYTES at tmp_path/disk, for a data dir that
+    fills (docs/operations.md "Disk full"); unmounted afterwards. Mounting
+    needs root (CI runs as root); without it the test skips and says why."""
+    mount_point = tmp_path / "disk"
+    mount_point.mkdir()
+    try:
+        done = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={SMALL_DISK_BYTES}", "tmpfs", str(mount_point)],
+            capture_output=True, text=True, check=False,
+        )
+        refused = done.stderr.strip() if done.returncode != 0 else None
+    except OSError as exc:  # no mount(8)
+        refused = str(exc)
+    if refused is not None:
+        pytest.skip(f"cannot mount a tmpfs here (needs root and the right to mount): {refused}")
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", "-l", str(mount_point)], check=False)

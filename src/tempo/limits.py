@@ -48,13 +48,8 @@ batch_items_max = 1000
 # without limit; a batch is one LMDB transaction and one fsync.
 commit_pending_max = 100_000
 commit_batch_commands_max = 50_000
-# How long the trio thread waits, blocked, for a batch's apply to reach its
-# commit (engine/commit.py): a batch of 50,000 creates applies in well under
-# a second; past the bound the loop goes on and apply finishes beside it.
-commit_apply_wait_s_max = 1.0
 
 # Storage.
-lmdb_map_bytes = 64 << 30
 # Runs are partitioned by due minute and by shard = hash(job ID) mod shards.
 run_shards = 64
 # A job's run slot is one millisecond; a trigger moves to the next free one,
@@ -96,6 +91,14 @@ requests_in_flight_max = 2048
 long_polls_max = 1024
 # A request body must arrive whole within this long, else `408`.
 body_read_timeout_s = 30.0
+# A body refused unread (413 over its route's bound, 503 over the body
+# budget) is still read and dropped chunk by chunk up to this many bytes, so
+# the client, which sends it all before it reads, gets the answer instead of
+# a reset connection (net/asgi.py `discard_body`); nothing of it is kept.
+refused_body_discard_bytes_max = 64 << 20
+# ... as long as it keeps coming: a client that sent only its headers and
+# waits for the answer gets it after this pause.
+refused_body_discard_gap_s = 0.5
 # A connection refused for `connections_max` tells the client to come back
 # after this long, as every other `503` does (API.md: `Retry-After: 1`).
 retry_after_s = 1
@@ -106,6 +109,7 @@ body_read_timeout_s_max = 3600.0
 
 assert payload_bytes_max < body_bytes_max
 assert body_bytes_max <= batch_body_bytes_max
+assert batch_body_bytes_max < refused_body_discard_bytes_max
 assert batch_jobs_max * payload_bytes_max <= batch_body_bytes_max * 2
 assert lease_s_min <= lease_s_default <= lease_s_max
 assert 1 <= attempts_default <= attempts_max
@@ -253,3 +257,109 @@ snapshot_defer_entries_max = 100_000
 # A peer whose streams keep failing is logged at the first failure and then
 # once every this many seconds while they do.
 peer_failure_log_s = 10.0
+
+# Storage bounds (docs/api.md "Bounds", docs/operations.md "Config file").
+# LMDB refuses a key longer than `lmdb_key_bytes_max` (its MDB_MAXKEYSIZE;
+# py-lmdb `Environment.max_key_size()`, checked when the store opens) or
+# empty, and a value longer than `lmdb_value_bytes_max`. A text that ends up
+# in a key is bounded in UTF-8 bytes as well as in characters, so that every
+# key the layouts of engine/keys.py make fits:
+#   request keys:       owner | 0x00 | request key
+#   jobs by owner:      owner | 0x00 | job key (26 bytes)
+#   events (a bucket):  b"e" | owner | 0x00 | sequence u64
+#   members:            node ID (ASCII)
+# The edge (the request, the config) checks `owner_bytes_max` and
+# `request_key_bytes_max`: owner and request key share the longest key, half
+# each, so 200 ASCII characters of either fit, as API.md promises, and 200
+# four-byte ones do not. Apply checks only what a key can hold
+# (`owner_key_bytes_max`, and owner + request key within LMDB's bound), so an
+# entry an older version logged applies as it did there, or, where that
+# version failed, as an error outcome.
+lmdb_key_bytes_max = 511
+lmdb_value_bytes_max = (1 << 32) - 1
+owner_chars_max = 200
+owner_separator_bytes = 1
+owner_bytes_max = (lmdb_key_bytes_max - owner_separator_bytes) // 2
+request_key_bytes_max = lmdb_key_bytes_max - owner_separator_bytes - owner_bytes_max
+job_key_bytes = 26
+event_key_head_bytes = 1
+event_seq_bytes = 8
+owner_key_bytes_max = lmdb_key_bytes_max - owner_separator_bytes - job_key_bytes
+node_id_chars_max = 64  # ids.NODE_ID_PATTERN: ASCII, so as many bytes
+# The largest record (a job: its payload as MessagePack, which is at most
+# three times its JSON, and its texts at four bytes a character) and a log
+# entry (one peer frame at most) are far below LMDB's value bound.
+record_bytes_max = 3 * payload_bytes_max + 2 * output_bytes_max + 4 * (
+    owner_chars_max + name_chars_max + target_chars_max + cron_chars_max + request_key_chars_max + worker_chars_max
+) + 4096
+
+assert owner_bytes_max + owner_separator_bytes + request_key_bytes_max <= lmdb_key_bytes_max
+assert owner_bytes_max <= owner_key_bytes_max
+assert event_key_head_bytes + owner_key_bytes_max + owner_separator_bytes + event_seq_bytes <= lmdb_key_bytes_max
+assert node_id_chars_max <= lmdb_key_bytes_max
+assert owner_chars_max <= owner_bytes_max and request_key_chars_max <= request_key_bytes_max
+assert max(record_bytes_max, peer_frame_bytes_max) <= lmdb_value_bytes_max
+
+# Storage faults (engine/storage_guard.py, docs/operations.md "Disk full"). The LMDB
+# map is by default the data file's size plus the free space of its file
+# system (at start, and again each time the map fills), at least
+# `lmdb_map_bytes_min` and at most `lmdb_map_bytes_max`: address space, not
+# memory, since LMDB maps the file read-only. It grows only by at least
+# `lmdb_map_grow_bytes_min`, so a disk that is full too is not remapped over
+# and over. While writes are refused, the node tries again after a backoff
+# from `storage_retry_s_min` doubling up to `storage_retry_s_max`; a retry
+# needs `storage_probe_bytes` free on the disk and in the map.
+lmdb_map_bytes_min = 64 << 20
+lmdb_map_bytes_max = 4 << 40
+lmdb_map_grow_bytes_min = 64 << 20
+storage_retry_s_min = 0.1
+storage_retry_s_max = 2.0
+storage_probe_bytes = 4 << 20
+
+assert lmdb_map_bytes_min <= lmdb_map_bytes_max
+assert storage_probe_bytes < lmdb_map_bytes_min
+assert peer_frame_bytes_max <= lmdb_map_bytes_min  # one log entry (a batch) fits in the smallest map
+assert 0 < storage_retry_s_min <= storage_retry_s_max
+# A cluster node's snapshot (log compaction) that did not fit on the disk is
+# tried again after this long; its log is kept meanwhile.
+snapshot_retry_s = 30.0
+
+# Clocks (clock.py, docs/semantics.md "Clocks"). Wall minus monotonic time
+# changing by more than `clock_step_ms_min` between two reads is a step of
+# the wall clock (NTP and the kernel slew by a few ppm, far below it). The
+# wall clock is read between two monotonic reads; when more than
+# `clock_read_us_max` passed between them (the thread was held up), it is
+# read again, at most `clock_read_tries_max` times, and an unclean read is
+# not taken for a step. While scheduler time is ahead of the wall clock (it
+# stepped back), it runs at `clock_ahead_pace_percent` of real time, so a
+# step back of d is absorbed after d * 100 / (100 - pace).
+clock_step_ms_min = 20
+clock_read_us_max = 1000
+clock_read_tries_max = 3
+clock_ahead_pace_percent = 50
+
+assert 0 < clock_ahead_pace_percent < 100
+assert clock_read_us_max * 1000 < clock_step_ms_min * 1_000_000
+assert clock_read_tries_max >= 1
+
+# Schedule arithmetic and the event loop (docs/semantics.md "What it costs,
+# and what is rejected"; docs/operations.md "Event-loop lag"). A preview
+# computes its cron times in slices of this many, with a checkpoint between
+# them, so 1,000 times hold the trio thread for about a millisecond at a time.
+# The lag probe sleeps this long and records how late it wakes.
+preview_slice_times = 100
+# Previews computing at once (the others wait their turn): the event loop
+# runs every runnable task between two checkpoints, so N previews at once
+# would hold it for N slices in a row.
+previews_computing_max = 1
+event_loop_probe_s = 0.01
+# Batch handlers check and answer their items in slices of this many, with a
+# checkpoint between them (a batch of 1,000 creates is 3-5 ms of checks).
+batch_slice_items = 250
+# sys.setswitchinterval of `tempo serve` (server.py says why).
+gil_switch_interval_s = 0.001
+
+assert 1 <= preview_slice_times <= preview_count_max
+assert previews_computing_max >= 1
+assert 1 <= batch_slice_items <= batch_jobs_max
+assert 0 < gil_switch_interval_s < event_loop_probe_s

@@ -78,7 +78,16 @@ class JobCreate(_Request):
         limits.lease_s_default
     )
     jitter_s: Annotated[int, Meta(ge=0, le=limits.jitter_s_max)] = 0
-    request_key: Annotated[str, Meta(min_length=1, max_length=limits.request_key_chars_max)] | None = None
+    # Also at most `request_key_bytes_max` bytes of UTF-8 (it is part of a
+    # store key), checked in `tempo.engine.jobs.check_request_key`.
+    request_key: Annotated[
+        str,
+        Meta(
+            min_length=1,
+            max_length=limits.request_key_chars_max,
+            description=f"at most {limits.request_key_bytes_max} bytes as UTF-8; scoped to the owner",
+        ),
+    ] | None = None
 
 
 class JobBatchCreate(_Request):
@@ -187,8 +196,7 @@ class PreviewOut(msgspec.Struct):
 
 class Health(msgspec.Struct, omit_defaults=True):
     status: str
-    # Why a node is not ready (`/readyz` 503), for the operator.
-    reason: str | None = None
+    reason: str = ""  # why not ready, when it is not
 
 
 class ClusterNode(msgspec.Struct):

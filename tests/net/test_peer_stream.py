@@ -4,7 +4,6 @@ and the messages queued since reach the peer; a peer that refuses every
 stream stays visible in the log for as long as it does."""
 
 import logging
-
 from functools import partial
 
 import h11

@@ -6,16 +6,21 @@ On a single node there is no log: the entry index is the store's applied
 index plus one, and apply takes the batch's commands as they are
 (`Store.apply_commands`). In a cluster the replica loop takes this loop's
 place and drives `Store.apply_entry` with committed entries.
+
+A batch that does not fit (a full disk, a full map that cannot grow) is
+answered `errors.StorageFault`, with nothing of it written, and writes
+are refused until a later batch, or a probe when none comes, commits
+(engine/storage_guard.py). A full map grows first when the disk has room,
+and the batch is tried again at once.
 """
 
-import threading
 from collections.abc import Callable
-from typing import Any
 
 import trio
 
 from tempo import errors, limits
 from tempo.engine.commands import Command
+from tempo.engine.storage_guard import StorageGuard
 from tempo.engine.store import Changes, Outcome, Store
 from tempo.metrics import COUNT_BUCKETS, Histogram
 
@@ -43,10 +48,12 @@ class Committer:
         self.batches_committed = 0
         self.commands_committed = 0
         self.batch_commands = Histogram(COUNT_BUCKETS)
+        self.storage = StorageGuard()
 
     async def submit(self, command: Command) -> Outcome | list[Outcome]:
         if self._closing:
             raise errors.ShuttingDown("the node is shutting down")
+        self.storage.check()
         if len(self._pending) >= limits.commit_pending_max:
             raise errors.Overloaded("too many writes waiting; retry shortly")
         waiter = Waiter()
@@ -68,7 +75,15 @@ class Committer:
         index = self.store.applied_index()
         task_status.started()
         while True:
-            await self._wake.wait()
+            with trio.CancelScope() as waiting:
+                if self.storage.refused is not None:
+                    # No batch came to try again by the time one may: a probe
+                    # does, so writes resume (and /readyz says so) by themselves.
+                    waiting.deadline = self.storage.retry_at
+                await self._wake.wait()
+            if waiting.cancelled_caught:
+                await self._probe()
+                continue
             if not self._pending:
                 if self._closing:
                     return
@@ -78,6 +93,12 @@ class Committer:
             del self._pending[: len(batch)]
             if not self._pending and not self._closing:
                 self._wake = trio.Event()
+            if self.storage.refused is not None and not self.storage.retry_due:
+                # Queued while the batch before failed: no new try this soon.
+                self.storage.refused_commands += len(batch)
+                for _, waiter in batch:
+                    waiter.finish(self.storage.refused)
+                continue
             if await self._commit(index + 1, batch):
                 index += 1
 
@@ -85,12 +106,22 @@ class Committer:
         # No log to write: apply takes the commands themselves, not their encoding.
         commands = [command for command, _ in batch]
         try:
-            outcomes, changes = await self._apply(index, commands)
+            try:
+                outcomes, changes = await self._apply(index, commands)
+            except errors.StorageFault as fault:
+                # Nothing was written and no transaction is open: the map
+                # may grow now, and then the batch goes again.
+                if not (fault.map_full and self.store.grow_map()):
+                    raise
+                outcomes, changes = await self._apply(index, commands)
         except errors.Overloaded as failure:
+            if isinstance(failure, errors.StorageFault):
+                self.storage.failed(failure, len(batch))
             for _, waiter in batch:
                 waiter.outcome = failure
                 waiter.done.set()
             return False
+        self.storage.succeeded()
         assert len(outcomes) == len(batch)
         # Before any request is answered, so a claim can never see a run the
         # dispatcher has not heard of.
@@ -104,42 +135,32 @@ class Committer:
         self.batch_commands.observe(len(batch))
         return True
 
+    async def _probe(self) -> None:
+        """Whether writes fit again, with no batch to try: the map grows if
+        it was full and the disk has room, then `Store.probe`."""
+        refused = self.storage.refused
+        assert refused is not None
+        if refused.map_full:
+            self.store.grow_map()
+        fault = await trio.to_thread.run_sync(self.store.probe)
+        if fault is None:
+            self.storage.succeeded()
+        else:
+            self.storage.failed(fault)
+
     async def _apply(self, index: int, commands: list[Command]) -> tuple[list[Outcome], Changes]:
-        """`Store.apply_commands` on a worker thread, with the trio thread
-        blocked until apply reaches its commit.
+        """`Store.apply_commands` on a worker thread, while the trio thread
+        serves everything else (docs/operations.md "Event-loop lag").
 
-        The GIL lets only one of the two threads run Python at a time, so
-        the trio thread gains nothing by running beside apply; but py-lmdb
-        lets the GIL go for every row it puts, and each time the trio
-        thread was waiting for it, the two traded it: a wake-up and a
-        context switch for each of a batch's thousands of rows. Blocked
-        here the trio thread waits for nothing, and it runs again during
-        the commit itself, the fsync, which holds no GIL. Batches of 1,000
-        creates went about 17% faster this way (bench/create.py).
-        The wait is bounded: past `commit_apply_wait_s_max` the loop goes
-        on, and apply finishes beside it."""
-        committing = threading.Event()
-        finished = trio.Event()
-        token = trio.lowlevel.current_trio_token()
-        answer: list[Any] = []  # the thread's `outcome.Outcome`
-
-        def work() -> tuple[list[Outcome], Changes]:
-            try:
-                return self.store.apply_commands(index, commands, before_commit=committing.set)
-            finally:
-                committing.set()  # also when apply raised
-
-        def deliver(result: Any) -> None:
-            answer.append(result)
-            token.run_sync_soon(finished.set)
-
-        # Not `trio.to_thread.run_sync`: it checkpoints before the thread
-        # starts, and the wait below must come after the start. One batch
-        # commits at a time (`run` awaits each): LMDB's one writer.
-        trio.lowlevel.start_thread_soon(work, deliver)
-        committing.wait(limits.commit_apply_wait_s_max)
-        # As `trio.to_thread.run_sync` would: the transaction cannot be
-        # called off once it started, so the batch's answer is awaited.
-        with trio.CancelScope(shield=True):
-            await finished.wait()
-        return answer[0].unwrap()
+        The trio thread used to wait, blocked, until apply reached its
+        commit, so that the two threads would not trade the GIL for each
+        row py-lmdb puts. That held the event loop for as long as apply
+        ran, 15-250 ms for a batch of 1,000 creates, and bench/create.py
+        did not bear the saving out: taken in turns, batches of 1,000 went
+        59,000-66,000 jobs/s with the wait and 72,000-76,000 without it,
+        single creates 1,460-1,640/s with it and 1,390-1,520/s without.
+        As with any `to_thread` call, the batch's answer is awaited even
+        when the caller is cancelled: the transaction cannot be called off
+        once it started. One batch commits at a time (`run` awaits each):
+        LMDB's one writer."""
+        return await trio.to_thread.run_sync(self.store.apply_commands, index, commands)

@@ -239,6 +239,11 @@ OPERATION_IDS = {
     ("/v1/cluster/nodes", "post"): "addNode",
     ("/v1/cluster/nodes/{node_id}", "delete"): "removeNode",
 }
+# Operations that write: a node that cannot store the write answers 507.
+_WRITES = frozenset({
+    "createJob", "createJobs", "deleteJob", "pauseJob", "resumeJob", "triggerJob", "claim", "reportResult",
+    "reportResults", "addNode", "removeNode",
+})
 # OpenAPI links: which operations take an ID from which answer (a client's
 # next steps, and what stateful API tests chain).
 _JOB_LINKS = ("getJob", "deleteJob", "pauseJob", "resumeJob", "triggerJob", "listRuns")
@@ -257,6 +262,11 @@ def document() -> dict[str, Any]:
     paths = _paths()
     for (path, method), operation_id in OPERATION_IDS.items():
         paths[path][method]["operationId"] = operation_id
+        if operation_id in _WRITES:
+            paths[path][method]["responses"]["507"] = _problem(
+                "insufficient_storage: the disk or the data file is full; writes resume by themselves once "
+                "there is room (`Retry-After`)"
+            )
     return {
         "openapi": "3.1.0",
         "info": {"title": "tempo", "version": "1", "description": "The tempo job scheduler's HTTP API."},
