@@ -23,8 +23,10 @@ each round:
 5. wait until every job of the round is claimed (lost: not within
    `--timeout-s` of the window's end) and every node answers /readyz 200.
 
-Lateness is the claim answer's arrival minus the run's `due_at`, as in
-`tempo loadgen`. A claim the dead leader committed but could not answer
+Lateness is the arrival of each run's first claim answer minus the time the
+job was created due at, as in `tempo loadgen` (not the claimed run's `due_at`,
+which a lease expiry resets); late > 5 s counts the runs whose first claim came
+more than `loadgen.late_bound_s` after it. A claim the dead leader committed but could not answer
 comes back when its lease runs out (attempt 2): counted as redelivered, not
 duplicated. Duplicated: one (run ID, attempt) handed out twice, or one job
 with two run IDs.
@@ -145,6 +147,7 @@ def round_figures(due_s_of: dict[str, float], tally: loadgen.Tally, killed_at_s:
         "p50": loadgen.pct(lateness, 50),
         "p99": loadgen.pct(lateness, 99),
         "max": max(lateness, default=None),
+        "late_over_5s": sum(1 for late_s in lateness if late_s > loadgen.late_bound_s),
         "first_claim_s": min(after, default=None),
         "lateness": lateness,
     }
@@ -266,7 +269,8 @@ def main() -> int:
                 rows.append(r)
                 print(f"round {k}: SIGKILL {r['killed']} (term {r['term']}); first write {fmt(r['failover_s'])} s "
                       f"later (on {r['by']}); first claim {fmt(r['first_claim_s'])} s; {r['claimed']}/{r['runs']} "
-                      f"runs claimed, lateness p50 {fmt(r['p50'])} p99 {fmt(r['p99'])} max {fmt(r['max'])} s; "
+                      f"runs claimed, lateness p50 {fmt(r['p50'])} p99 {fmt(r['p99'])} max {fmt(r['max'])} s, "
+                      f"late > {loadgen.late_bound_s:g} s {r['late_over_5s']}; "
                       f"lost {r['lost']}, duplicated {r['duplicated']}, redelivered {r['redelivered']}"
                       f" ({r['redelivered_after_claim']} after a received claim, "
                       f"{r['redelivered_after_result']} after an accepted result); "
@@ -284,10 +288,10 @@ def main() -> int:
             cluster.kill()
     print()
     print(table([(r["round"], r["killed"], r["by"], fmt(r["failover_s"]), fmt(r["first_claim_s"]),
-                  f"{r['claimed']}/{r['runs']}", fmt(r["p50"]), fmt(r["p99"]), fmt(r["max"]),
+                  f"{r['claimed']}/{r['runs']}", fmt(r["p50"]), fmt(r["p99"]), fmt(r["max"]), r["late_over_5s"],
                   r["lost"], r["duplicated"], r["redelivered"]) for r in rows],
                 ("round", "killed", "new", "failover_s", "1st_claim_s", "claimed", "late_p50", "late_p99",
-                 "late_max", "lost", "dup", "redeliv")))
+                 "late_max", "late_5s", "lost", "dup", "redeliv")))
     times = [r["failover_s"] for r in rows if r["failover_s"] is not None]
     median_s = statistics.median(times) if len(times) == len(rows) else None
     lost, dup = sum(r["lost"] for r in rows), sum(r["duplicated"] for r in rows)
@@ -295,7 +299,8 @@ def main() -> int:
     print(f"failover median {fmt(median_s)} s (target ≤ {FAILOVER_TARGET_S:g} s: {'ok' if ok else 'MISSED'}); "
           f"min {fmt(min(times, default=None))}, max {fmt(max(times, default=None))} s over {len(rows)} rounds")
     print(f"window runs, all rounds: lateness p50 {fmt(loadgen.pct(all_lateness, 50))} "
-          f"p99 {fmt(loadgen.pct(all_lateness, 99))} max {fmt(max(all_lateness, default=None))} s; "
+          f"p99 {fmt(loadgen.pct(all_lateness, 99))} max {fmt(max(all_lateness, default=None))} s, "
+          f"late > {loadgen.late_bound_s:g} s {sum(1 for x in all_lateness if x > loadgen.late_bound_s)}; "
           f"lost {lost}, duplicated {dup}; writes acknowledged {len(writes.ok)}, refused or failed {writes.failed}")
     if any(code != 0 for code in stopped.values()):
         print(f"bench/failover.py: exit status on SIGTERM: {stopped} (API.md: 0)", file=sys.stderr)

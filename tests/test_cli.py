@@ -12,7 +12,8 @@ import httpx
 import pytest
 
 from conftest import Server, free_port, tempo_command, unique
-from tempo.cli import agreed_leader, cluster_rows, cluster_views
+from tempo import limits
+from tempo.cli import agreed_leader, cluster_rows, cluster_verdict, cluster_views
 from tempo.net.client import (
     ApiError,
     Client,
@@ -340,3 +341,33 @@ def test_cluster_status_finds_every_node_and_needs_a_majority():
     client, _ = fake_client(cluster_answer("n1", None), urls=(A,), token="t")
     answers, _ = cluster_views(client, [A])
     assert len(answers) == 3 and agreed_leader(answers) is None
+
+
+def test_cluster_status_exits_1_when_the_leader_a_majority_names_is_dead():
+    # n2 was SIGKILLed an instant ago: n1 and n3 still name it.
+    client, _ = fake_client(cluster_answer("n1", "n2", down=("n2",)), urls=(A,), token="t")
+    answers, _ = cluster_views(client, [A])
+    assert agreed_leader(answers) == "n2"
+    assert cluster_verdict(answers) == (1, "no leader: n2, named by a majority of the nodes, does not answer")
+
+    client, _ = fake_client(cluster_answer("n1", None), urls=(A,), token="t")
+    answers, _ = cluster_views(client, [A])
+    assert cluster_verdict(answers) == (1, "no leader known by a majority of the nodes")
+
+
+def test_cluster_status_exits_3_when_a_node_is_down_or_lags():
+    client, _ = fake_client(cluster_answer("n1", "n2", down=("n3",)), urls=(A,), token="t")
+    answers, _ = cluster_views(client, [A])
+    assert cluster_verdict(answers) == (3, "leader: n2; degraded: n3 not answering")
+
+    client, _ = fake_client(cluster_answer("n1", "n2"), urls=(A,), token="t")
+    answers, _ = cluster_views(client, [A])
+    assert cluster_verdict(answers) == (0, "leader: n2")
+    # n1 stuck at applied index 34 while its leader committed 70.
+    answers = [(url, a | {"commit_index": 70, "applied_index": 34 if a["node"] == "n1" else 70}) for url, a in answers]
+    assert cluster_verdict(answers) == (3, f"leader: n2; degraded: n1 more than {limits.follower_lag_entries_max} entries behind")
+
+
+def test_cluster_status_help_gives_the_exit_statuses():
+    done = tempo("cluster", "status", "--help")
+    assert "exit status:" in done.stdout and "no leader" in done.stdout and "lags" in done.stdout

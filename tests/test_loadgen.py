@@ -185,6 +185,34 @@ def test_bad_mode_options_exit_2() -> None:
         assert "--rate" in done.stderr, (argv, done.stderr)
 
 
+def test_lateness_counts_from_the_planned_time_so_a_redelivery_is_late() -> None:
+    """Run r2's first claim (attempt 1) died with the leader; the claim that
+    reached a worker is its re-delivery 12 s after the due instant, whose
+    `due_at` the lease expiry reset to 0.05 s before it. That run is 12 s
+    late, not 0.05 s."""
+    from tempo.loadgen import Claim, Options, Tally, chart_svg, figures, html_page, summary_rows
+
+    due_s = 1_000.0
+    tally = Tally(claims=[
+        Claim("r1", "j1", 1, due_at_s=due_s, claimed_at_s=due_s + 0.2, planned_s=due_s),
+        Claim("r2", "j2", 2, due_at_s=due_s + 11.95, claimed_at_s=due_s + 12.0, planned_s=due_s),
+        # A re-delivery of a run whose first claim arrived on time: still on time.
+        Claim("r3", "j3", 1, due_at_s=due_s, claimed_at_s=due_s + 0.1, planned_s=due_s),
+        Claim("r3", "j3", 2, due_at_s=due_s + 10.0, claimed_at_s=due_s + 10.1, planned_s=due_s),
+    ])
+    fig = figures(Options(urls=["http://127.0.0.1:9"], jobs=3), ["j1", "j2", "j3"], 1.0, due_s, tally)
+    assert fig["lateness_max_s"] == 12.0
+    assert fig["lateness_p50_s"] == 0.2
+    assert fig["late_over_5s"] == 1
+    assert fig["lost"] == 0 and fig["claimed"] == 4 and fig["redelivered"] == 2
+    # Per second, each run counts once, in the second its first claim came.
+    late = {p["t_s"]: p["lateness_max_s"] for p in fig["series"] if p["lateness_max_s"] is not None}
+    assert late == {0: 0.2, 12: 12.0}
+    rows = dict(summary_rows(fig))
+    assert rows["late > 5 s"] == "1"
+    assert "late over 5 s 1" in chart_svg(fig) and "<td>1</td>" in html_page(fig)
+
+
 def _pauses_text(lag_counts: dict[str, int], lag_max_s: float, gc_count: int, gc_max_s: float) -> str:
     pauses = prom.Pauses()
     for bound, n in lag_counts.items():

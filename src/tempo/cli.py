@@ -206,6 +206,43 @@ def agreed_leader(answers: Sequence[tuple[str, dict[str, Any]]]) -> str | None:
     return next((leader for leader, count in votes.items() if 2 * count > len(nodes)), None)
 
 
+# `tempo cluster status` exit statuses (docs/operations.md "Checking the cluster").
+STATUS_HEALTHY, STATUS_NO_LEADER, STATUS_DEGRADED = 0, 1, 3
+CLUSTER_STATUS_EXITS = f"""exit status:
+  {STATUS_HEALTHY}  a majority of the nodes name one leader, that leader answers and says it
+     leads, and every node answers and is at most {limits.follower_lag_entries_max} entries behind its commit index
+  {STATUS_NO_LEADER}  no leader: no majority of the nodes names the same one, or the one named
+     does not answer or does not say it leads
+  {STATUS_DEGRADED}  a leader serves, but a node does not answer or lags behind it
+  2  bad arguments, or a certificate refused"""
+
+
+def cluster_verdict(answers: Sequence[tuple[str, dict[str, Any]]]) -> tuple[int, str]:
+    """The exit status of `tempo cluster status` and its last line. A leader
+    counts only when a majority names it and it answers that it leads: the
+    others may name one that has just died."""
+    leader = agreed_leader(answers)
+    if leader is None:
+        return STATUS_NO_LEADER, "no leader known by a majority of the nodes"
+    own = next((a for _, a in answers if a.get("node") == leader), None)
+    if own is None:
+        return STATUS_NO_LEADER, f"no leader: {leader}, named by a majority of the nodes, does not answer"
+    if own.get("leader") != leader:
+        return STATUS_NO_LEADER, (f"no leader: {leader}, named by a majority of the nodes, "
+                                  f"names {own.get('leader') or 'no leader'} itself")
+    voters = {n.get("id") for _, a in answers for n in a.get("nodes", []) if n.get("role") != "unknown"}
+    answered = {a.get("node") for _, a in answers}
+    commit = own.get("commit_index") or 0
+    lagging = sorted(str(a.get("node")) for _, a in answers
+                     if commit - (a.get("applied_index") or 0) > limits.follower_lag_entries_max)
+    missing = sorted(str(node) for node in voters - answered)
+    if missing or lagging:
+        why = [f"{', '.join(missing)} not answering"] if missing else []
+        why += [f"{', '.join(lagging)} more than {limits.follower_lag_entries_max} entries behind"] if lagging else []
+        return STATUS_DEGRADED, f"leader: {leader}; degraded: {'; '.join(why)}"
+    return STATUS_HEALTHY, f"leader: {leader}"
+
+
 def _cluster(args: argparse.Namespace, client: Client) -> int:
     if args.action in ("add", "remove"):
         if args.action == "add":
@@ -219,21 +256,24 @@ def _cluster(args: argparse.Namespace, client: Client) -> int:
             print(f"{args.action} {args.id}: done; voters now {', '.join(voters)}")
         return 0
     answers, failures = cluster_views(client, urls_from(getattr(args, "url", None)))
-    leader = agreed_leader(answers)
+    status, verdict = cluster_verdict(answers)
     if args.json:
         print(json.dumps([answer for _, answer in answers], indent=2))
     else:
         print(table(cluster_rows(answers, failures), CLUSTER_COLUMNS))
         for url, (_, why) in failures.items():
             print(f"{url}: {why}")
-        print(f"leader: {leader}" if leader else "no leader known by a majority of the nodes")
-    return 0 if leader else 1
+        print(verdict)
+    return status
 
 
 def _add_cluster_parser(sub: argparse._SubParsersAction) -> None:
     cluster = sub.add_parser("cluster", help="look at the nodes of a cluster")
     actions = cluster.add_subparsers(dest="action", required=True)
-    status = actions.add_parser("status", help="every node's view: role, term, leader, commit and applied index")
+    status = actions.add_parser(
+        "status", help="every node's view: role, term, leader, commit and applied index",
+        epilog=CLUSTER_STATUS_EXITS, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add = actions.add_parser("add", help="make a node started with `tempo serve --join` a voter")
     add.add_argument("id", help="the new node's ID, as its --node")
     add.add_argument("node_url", metavar="URL", help="the URL the others reach it at, as in its --peers entry")

@@ -242,6 +242,22 @@ body_bytes_in_flight_setting_max = 1 << 40
 assert body_bytes_in_flight_setting_min <= body_bytes_in_flight_max <= body_bytes_in_flight_setting_max
 assert batch_body_bytes_max <= body_bytes_in_flight_setting_min
 
+# Liveness of followers (docs/operations.md "Checking the cluster"): a
+# follower whose applied index is more than this many log entries behind its
+# leader's commit index (heartbeats carry it) answers `/readyz` 503, and
+# `tempo cluster status` counts it as lagging. A follower that keeps up is a
+# round trip behind: a few entries, each a group-commit batch.
+follower_lag_entries_max = 32
+# A leader does not compact its log while it sends a follower a snapshot
+# (the follower would need the entries after it), as long as the follower
+# answered a chunk within `snapshot_transfer_idle_s`, and never past this many
+# entries beyond `snapshot_entries` (the log's disk use stays bounded).
+snapshot_transfer_idle_s = 10.0
+snapshot_defer_entries_max = 100_000
+# A peer whose streams keep failing is logged at the first failure and then
+# once every this many seconds while they do.
+peer_failure_log_s = 10.0
+
 # Storage bounds (docs/api.md "Bounds", docs/operations.md "Config file").
 # LMDB refuses a key longer than `lmdb_key_bytes_max` (its MDB_MAXKEYSIZE;
 # py-lmdb `Environment.max_key_size()`, checked when the store opens) or

@@ -19,18 +19,25 @@ Phases, in order:
    due instant, then 2 s more so a late duplicate claim shows up (as
    shared/tools/spike_tempo.py does), and stop the workers.
 
-Figures (API.md "Command line"): lateness = claim answer's arrival − the run's
-`due_at`; drain = last claim − the due instant; runs/s = claims / drain. A job
+Figures (API.md "Command line"): lateness = the arrival of each run's first
+claim answer − the run's planned time, its `nominal_at` plus the jitter its
+run ID gives it (`ids.jitter_ms`; none without `--jitter-s`), i.e. the instant
+the job was created for. Not its `due_at`: an expired lease resets that to the
+expiry, and a run whose first claim died with a leader would look on time when
+its re-delivery comes. `late_over_5s` counts the runs whose first claim came
+more than `late_bound_s` after their planned time. drain = last claim − the
+due instant; runs/s = claims / drain. A job
 is lost when none of its runs was claimed by `due + timeout`; duplicated counts
 every extra hand-out of one (run ID, attempt) plus every extra run ID of one
-job. Percentiles are nearest-rank on the sorted sample, the same formula as
+job. Lateness is one figure per run; the claims per second count every
+hand-out, re-deliveries too. Percentiles are nearest-rank on the sorted sample, the same formula as
 spike_tempo.py, so the two agree.
 
 Steady mode (`--rate R --duration-s D`): R × D jobs, job i due at
 `first + i / R`, `first` being 4 s after the workers start. A thread creates
 them span by span (each span 0.5 s of due times, sent 4 s before its first due
 time); a request not yet sent at its first due time is an overrun: exit 2. A job
-is lost when none of its runs was claimed within `--timeout-s` of its own due
+is lost when none of its runs was claimed within `--timeout-s` of its own planned
 time; drain is last claim − last due time; runs/s = claims / (last claim −
 first due time); the per-second series counts from the first due time.
 
@@ -76,7 +83,7 @@ from typing import Any
 
 import httpx
 
-from tempo import limits
+from tempo import ids, limits
 from tempo.net.tls import TlsError, certificate_refused, client_context
 
 create_requests_in_flight = 4
@@ -106,6 +113,9 @@ log_tail_lines = 15
 # starts an election within its 1 s election timeout), so they do not count
 # as the first claim or result after it.
 dying_answer_window_s = 0.1
+# A run whose first claim came more than this long after its planned time is
+# counted in `late_over_5s`.
+late_bound_s = 5.0
 
 
 class CannotRun(Exception):
@@ -143,11 +153,16 @@ class Options:
 
 @dataclass
 class Claim:
+    """One run handed to a worker: UNIX times of the run's `due_at` as this
+    claim reported it, of the claim answer's arrival, and of the run's planned
+    time (`nominal_at` plus its jitter), which no re-delivery moves."""
+
     run_id: str
     job_id: str
     attempt: int
     due_at_s: float
     claimed_at_s: float
+    planned_s: float
 
 
 @dataclass
@@ -157,6 +172,9 @@ class Tally:
     worker_counts: dict[str, int] = field(default_factory=dict)
     workers_done: int = 0
     due_cache: dict[str, float] = field(default_factory=dict)
+    # The jobs' `jitter_s`: a run's planned time is its nominal time plus the
+    # jitter its run ID gives it.
+    jitter_s: int = 0
 
 
 def parse_time_s(text: str) -> float:
@@ -190,7 +208,7 @@ def _worker_process(
         return None
 
     def claimed(runs: list[dict[str, Any]], at_s: float) -> None:
-        out.put(("claims", [(r["id"], r["job_id"], r["attempt"], r["due_at"], at_s) for r in runs]))
+        out.put(("claims", [(r["id"], r["job_id"], r["attempt"], r["due_at"], r["nominal_at"], at_s) for r in runs]))
 
     def reported(run_ids: list[str], at_s: float) -> None:
         out.put(("results", run_ids, at_s))
@@ -256,9 +274,12 @@ def take(tally: Tally, message: tuple) -> None:
     """One worker message into the tally."""
     kind = message[0]
     if kind == "claims":
-        # due_at is parsed once per distinct string, so the spike's single due
+        # Times are parsed once per distinct string, so the spike's single due
         # instant costs one parse; the parent's CPU is the server's too.
-        tally.claims += [Claim(r, j, a, _due_s(tally, d), t) for r, j, a, d, t in message[1]]
+        tally.claims += [
+            Claim(r, j, a, _due_s(tally, d), t, _due_s(tally, n) + ids.jitter_ms(r, tally.jitter_s) / 1000)
+            for r, j, a, d, n, t in message[1]
+        ]
     elif kind == "results":
         for run_id in message[1]:
             tally.reported_at_s.setdefault(run_id, message[2])
@@ -503,7 +524,7 @@ def _collect_stream(opts: Options, out: Any, stream: Stream, first_due_s: float,
             quiet_until_s = min(now_s, deadline_s) + duplicate_window_s
         if quiet_until_s is not None and now_s > quiet_until_s:
             return
-        _receive(out, tally, seen, lambda c: c.claimed_at_s - c.due_at_s <= opts.timeout_s)
+        _receive(out, tally, seen, lambda c: c.claimed_at_s - c.planned_s <= opts.timeout_s)
         if now_s >= next_say_s:
             next_say_s = now_s + progress_every_s
             phase = f"first due in {first_due_s - now_s:.1f} s" if now_s < first_due_s else f"+{now_s - first_due_s:.1f} s"
@@ -518,7 +539,7 @@ def _run_steady(opts: Options, queue_name: str, say: Any, cluster: "Cluster | No
     stream = Stream()
     creator = threading.Thread(target=_create_stream, args=(opts, queue_name, first_due_s, stream), daemon=True)
     creator.start()
-    tally = Tally()
+    tally = Tally(jitter_s=opts.jitter_s)
     plan, plan_stop, killer = _start_failover(opts, cluster, first_due_s, queue_name)
     try:
         _collect_stream(opts, out, stream, first_due_s, say, tally)
@@ -634,7 +655,7 @@ def figures(opts: Options, job_ids: list[str], create_s: float, due_s: float, ta
     time (with `last_due_s` its last): the origin of the per-second series."""
     steady = last_due_s is not None
     if steady:
-        in_time = [c for c in tally.claims if c.claimed_at_s - c.due_at_s <= opts.timeout_s]
+        in_time = [c for c in tally.claims if c.claimed_at_s - c.planned_s <= opts.timeout_s]
     else:
         in_time = [c for c in tally.claims if c.claimed_at_s <= due_s + opts.timeout_s]
     wanted = set(job_ids)
@@ -644,7 +665,8 @@ def figures(opts: Options, job_ids: list[str], create_s: float, due_s: float, ta
     for c in tally.claims:
         runs_of_job.setdefault(c.job_id, set()).add(c.run_id)
     duplicated = (len(pairs) - len(set(pairs))) + sum(len(r) - 1 for r in runs_of_job.values())
-    lateness = [c.claimed_at_s - c.due_at_s for c in tally.claims]
+    firsts = first_claims(tally.claims)
+    lateness = [c.claimed_at_s - c.planned_s for c in firsts]
     last_claim_s = max((c.claimed_at_s for c in tally.claims), default=None)
     # Spike: drain is from the due instant; steady: from the last due time.
     drain_s = None if last_claim_s is None else last_claim_s - (last_due_s if steady else due_s)
@@ -665,6 +687,7 @@ def figures(opts: Options, job_ids: list[str], create_s: float, due_s: float, ta
         "lateness_p90_s": _r(pct(lateness, 90)),
         "lateness_p99_s": _r(pct(lateness, 99)),
         "lateness_max_s": _r(max(lateness, default=None)),
+        "late_over_5s": sum(1 for late_s in lateness if late_s > late_bound_s),
         "drain_s": _r(drain_s),
         "runs_per_s": round(len(tally.claims) / claiming_s) if claiming_s and claiming_s > 0 else None,
         "result_lag_p99_s": _r(pct(result_lag, 99)),
@@ -687,19 +710,38 @@ def figures(opts: Options, job_ids: list[str], create_s: float, due_s: float, ta
     return fig
 
 
-def per_second(claims: list[Claim], origin_s: float, bin_s: float = 1.0) -> list[dict[str, Any]]:
-    """Claims and their lateness per `bin_s` of claim time after `origin_s`
-    (whole seconds by default); `t_s` is the start of each bin."""
-    buckets: dict[int, list[float]] = {}
+def first_claims(claims: list[Claim]) -> list[Claim]:
+    """The earliest claim of each run (the one that counts for lateness)."""
+    first: dict[str, Claim] = {}
     for c in claims:
-        buckets.setdefault(int((c.claimed_at_s - origin_s) // bin_s), []).append(c.claimed_at_s - c.due_at_s)
+        seen = first.get(c.run_id)
+        if seen is None or c.claimed_at_s < seen.claimed_at_s:
+            first[c.run_id] = c
+    return list(first.values())
+
+
+def per_second(claims: list[Claim], origin_s: float, bin_s: float = 1.0) -> list[dict[str, Any]]:
+    """Claims per `bin_s` of claim time after `origin_s` (whole seconds by
+    default), every hand-out counted, and the lateness of the runs whose
+    first claim fell in that bin; `t_s` is the start of each bin."""
+
+    def bin_of(c: Claim) -> int:
+        return int((c.claimed_at_s - origin_s) // bin_s)
+
+    counts: dict[int, int] = {}
+    for c in claims:
+        counts[bin_of(c)] = counts.get(bin_of(c), 0) + 1
+    late: dict[int, list[float]] = {}
+    for c in first_claims(claims):
+        late.setdefault(bin_of(c), []).append(c.claimed_at_s - c.planned_s)
     # Bins without claims between the first and the last are there with 0
     # claims and no lateness, so a chart shows a stall as a stall.
     return [
-        {"t_s": round(k * bin_s, 3) if bin_s != 1.0 else k, "claims": len(xs), "lateness_p50_s": _r(pct(xs, 50)),
-         "lateness_p90_s": _r(pct(xs, 90)), "lateness_p99_s": _r(pct(xs, 99)), "lateness_max_s": _r(max(xs, default=None))}
-        for k in range(min(buckets, default=0), max(buckets, default=-1) + 1)
-        for xs in [buckets.get(k, [])]
+        {"t_s": round(k * bin_s, 3) if bin_s != 1.0 else k, "claims": counts.get(k, 0),
+         "lateness_p50_s": _r(pct(xs, 50)), "lateness_p90_s": _r(pct(xs, 90)), "lateness_p99_s": _r(pct(xs, 99)),
+         "lateness_max_s": _r(max(xs, default=None))}
+        for k in range(min(counts, default=0), max(counts, default=-1) + 1)
+        for xs in [late.get(k, [])]
     ]
 
 
@@ -729,6 +771,7 @@ def summary_rows(fig: dict[str, Any]) -> list[tuple[str, str]]:
         ("lateness p90", s(fig["lateness_p90_s"])),
         ("lateness p99", s(fig["lateness_p99_s"])),
         ("lateness max", s(fig["lateness_max_s"])),
+        (f"late > {late_bound_s:g} s", s(fig.get("late_over_5s"))),
         ("drain", s(fig["drain_s"])),
         ("runs/s", s(fig["runs_per_s"])),
         ("claimed", s(fig["claimed"])),
@@ -913,7 +956,7 @@ def _charts(fig: dict[str, Any]) -> tuple[str, str]:
     claims_chart = svg_chart("runs claimed per second", f"seconds after {origin}", "runs claimed / s", xs,
                              [("claims", "#1f77b4", [p["claims"] / bin_s for p in series])], marks)
     per = "per second" if bin_s == 1.0 else f"per {bin_s:g} s"
-    lateness_chart = svg_chart(f"lateness {per} (claim − due)", f"seconds after {origin}", "lateness (s)", xs,
+    lateness_chart = svg_chart(f"lateness {per} (first claim − planned time)", f"seconds after {origin}", "lateness (s)", xs,
                                [("p50", "#2ca02c", [p.get("lateness_p50_s") for p in series]),
                                 ("p99", "#d62728", [p.get("lateness_p99_s") for p in series])], marks)
     return claims_chart, lateness_chart
@@ -922,7 +965,8 @@ def _charts(fig: dict[str, Any]) -> tuple[str, str]:
 def _caption(fig: dict[str, Any]) -> str:
     return (f"tempo loadgen, {fig.get('mode', 'spike')}: {fig.get('jobs')} jobs, {fig.get('nodes', 1)} node(s), "
             f"{fig.get('workers')} workers; lateness p50 {_r(fig.get('lateness_p50_s'))} s, "
-            f"p99 {_r(fig.get('lateness_p99_s'))} s; lost {fig.get('lost')}, duplicated {fig.get('duplicated')}")
+            f"p99 {_r(fig.get('lateness_p99_s'))} s, late over {late_bound_s:g} s {fig.get('late_over_5s')}; "
+            f"lost {fig.get('lost')}, duplicated {fig.get('duplicated')}")
 
 
 def chart_svg(fig: dict[str, Any]) -> str:
@@ -1351,7 +1395,7 @@ def _run_spike(opts: Options, queue_name: str, say: Any, cluster: Cluster | None
             proc.kill()
         raise
     say(f"created {len(job_ids)} jobs in {create_s:.2f} s; due at {iso(due_s)}")
-    tally = Tally()
+    tally = Tally(jitter_s=opts.jitter_s)
     plan, plan_stop, killer = _start_failover(opts, cluster, due_s, queue_name)
     try:
         _collect(opts, out, job_ids, due_s, say, tally)

@@ -18,6 +18,7 @@ from tempo.raft import (
     Config,
     Entry,
     EntryKind,
+    Heartbeat,
     MemoryStorage,
     NotLeader,
     RawNode,
@@ -270,3 +271,19 @@ def test_an_append_request_respects_the_bytes_bound(monkeypatch: pytest.MonkeyPa
     assert appends
     assert max(sum(len(e.data) for e in m.entries) for m in appends) <= 100
     assert c.applied_data(3) == [b"%09d" % k for k in range(50)]
+
+
+def test_heartbeats_carry_the_leaders_commit_index_to_a_lagging_follower() -> None:
+    """`commit` is capped at the follower's match; `leader_commit` is not, so
+    a follower that lags can tell how far behind it is."""
+    c = Cluster(3)
+    c.elect(1)
+    c.isolate(3)
+    for k in range(5):
+        c.propose(1, b"x%d" % k)
+    c.settle()
+    c.heal()
+    c.drop()
+    c.tick(1)
+    beats = [m for m in c.pending if isinstance(m, Heartbeat) and m.dst == 3]
+    assert beats and all(m.leader_commit == c.commit(1) > m.commit for m in beats)

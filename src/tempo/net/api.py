@@ -597,9 +597,9 @@ class Api:
             reason = "starting"
         elif refused is not None:
             reason = f"writes refused: {refused.detail}"
-        elif not self.node.ready():
-            reason = "no leader known, or not caught up with the cluster's commits"
         else:
+            reason = self.node.not_ready()
+        if reason is None:
             return encode(request, Health("ready"))
         return Response(503, _json_enc.encode(Health("not ready", reason)), headers=[(b"retry-after", b"1")])
 

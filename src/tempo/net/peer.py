@@ -111,7 +111,7 @@ def _normal_data(message: AppendRequest) -> Iterator[bytes]:
 
 
 class _Peer:
-    __slots__ = ("id", "url", "frames", "wake", "sent", "dropped", "failures", "scope")
+    __slots__ = ("id", "url", "frames", "wake", "sent", "dropped", "failures", "failing_since_s", "logged_at_s", "scope")
 
     def __init__(self, peer_id: int, url: str):
         self.scope = trio.CancelScope()
@@ -122,6 +122,10 @@ class _Peer:
         self.sent = 0
         self.dropped = 0
         self.failures = 0
+        # Since when the streams to this peer fail (trio time), and when that
+        # was last logged; None while they work.
+        self.failing_since_s: float | None = None
+        self.logged_at_s = 0.0
 
 
 class PeerTransport:
@@ -194,18 +198,37 @@ class PeerTransport:
                 ok = False
                 response = ssl_error_of(exc) or exc  # an ssl error says what is wrong; httpx's says ''
             if ok:
-                peer.failures = 0
+                self._recovered(peer)
                 backoff_s = limits.peer_backoff_s_min
                 continue
-            peer.failures += 1
-            if peer.failures == 1 or peer.failures % 100 == 0:
-                log.warning("peer %s: %r (%d failures in a row)", peer.url, response, peer.failures)
+            self._failed(peer, response)
             # Messages that waited through the back-off are stale; raft sends
             # what is still needed again.
             await trio.sleep(backoff_s * (0.5 + self.rng.random()))
             backoff_s = min(backoff_s * 2, limits.peer_backoff_s_max)
             peer.dropped += len(peer.frames)
             peer.frames.clear()
+
+    def _failed(self, peer: _Peer, why: object) -> None:
+        """Logs the first failure of a run, then one line every
+        `peer_failure_log_s` while they go on: a peer that never comes back
+        shows in the log however long it takes."""
+        now_s = trio.current_time()
+        peer.failures += 1
+        if peer.failing_since_s is None:
+            peer.failing_since_s = now_s
+        elif now_s - peer.logged_at_s < limits.peer_failure_log_s:
+            return
+        peer.logged_at_s = now_s
+        log.warning("peer %s: %r (%d failures in a row, for %.1f s)",
+                    peer.url, why, peer.failures, now_s - peer.failing_since_s)
+
+    def _recovered(self, peer: _Peer) -> None:
+        if peer.failing_since_s is not None:
+            log.warning("peer %s: a stream went through again after %d failures in %.1f s",
+                        peer.url, peer.failures, trio.current_time() - peer.failing_since_s)
+        peer.failures = 0
+        peer.failing_since_s = None
 
     async def _stream(self, peer: _Peer, deadline_s: float):
         """The body of one stream: frames as they are queued, until the deadline."""

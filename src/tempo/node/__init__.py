@@ -11,6 +11,7 @@ its view of the cluster.
 import zlib
 from dataclasses import dataclass
 
+from tempo import limits
 from tempo.node.replica import Phase, Replica
 
 
@@ -57,6 +58,9 @@ class Standalone:
 
     def ready(self) -> bool:
         return True
+
+    def not_ready(self) -> str | None:
+        return None
 
     def view(self) -> View:
         applied = self._applied_index()
@@ -109,12 +113,25 @@ class ClusterMember:
         return None if leader is None or leader is self.me else leader.url
 
     def ready(self) -> bool:
-        """Knows a leader and has applied everything it knows is committed."""
-        if self.leader() is None:
-            return False
-        if self.leader() is self.me and not self.serves():
-            return False
-        return self.replica.applied_index >= self.replica.commit_index
+        return self.not_ready() is None
+
+    def not_ready(self) -> str | None:
+        """Why this node is not ready, or None: it knows a leader, has applied
+        everything it knows is committed, and (a follower) is at most
+        `limits.follower_lag_entries_max` entries behind its leader's commit index."""
+        leader = self.leader()
+        if leader is None:
+            return "no leader known"
+        if leader is self.me and not self.serves():
+            return "elected; no entry of its own term applied yet"
+        applied, commit = self.replica.applied_index, self.replica.commit_index
+        if applied < commit:
+            return f"applying: applied index {applied}, commit index {commit}"
+        leader_commit = self.replica.leader_commit_index
+        if leader is not self.me and leader_commit - applied > limits.follower_lag_entries_max:
+            return (f"{leader_commit - applied} entries behind the leader {leader.id} "
+                    f"(applied index {applied}, the leader's commit index {leader_commit})")
+        return None
 
     def view(self) -> View:
         leader = self.leader()

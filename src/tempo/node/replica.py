@@ -40,17 +40,21 @@ from tempo.engine.storage_guard import StorageGuard
 from tempo.engine.store import STORAGE_ERRNOS, Changes, Outcome, Store
 from tempo.metrics import COUNT_BUCKETS, Histogram
 from tempo.raft import (
+    AppendRequest,
     ConfChange,
     ConfChangeRejected,
     Config,
     Entry,
     EntryKind,
+    Heartbeat,
     Message,
     NotLeader,
+    ProgressState,
     ProposalDropped,
     RawNode,
     Ready,
     Role,
+    SnapshotResponse,
     TransferInProgress,
     UncommittedBytesExceeded,
 )
@@ -106,6 +110,11 @@ class Replica:
         self._closing = False
         self._limiter = trio.CapacityLimiter(1)
         self._snapshotting = False
+        # Snapshot transfers to followers, as this leader saw them: when a
+        # chunk was last answered, and when each (peer, snapshot index) was
+        # first seen. Compaction waits while one of them moves.
+        self._snapshot_answered_at_s = -limits.snapshot_transfer_idle_s
+        self._transfers: dict[tuple[int, int], float] = {}
         self._nursery: trio.Nursery | None = None
         self.batches_committed = 0
         self.commands_committed = 0
@@ -120,6 +129,9 @@ class Replica:
         self.entry_commands = Histogram(COUNT_BUCKETS)
         self.ready_entries = Histogram(COUNT_BUCKETS)
         self.leader_changes = 0
+        # The commit index of the leader, as its messages of this term told
+        # it: ((term, leader), index). A follower that lags knows how far.
+        self._leader_commit: tuple[tuple[int, int], int] = ((0, 0), 0)
         self.storage = StorageGuard()
         # A compaction that did not fit on the disk is not tried again before this (trio time).
         self._snapshot_after = 0.0
@@ -153,7 +165,30 @@ class Replica:
 
     def step(self, message: Message) -> None:
         self.node.step(message)
+        self._note_leader_commit(message)
+        if isinstance(message, SnapshotResponse):
+            self._snapshot_answered_at_s = trio.current_time()
         self._wake.set()
+
+    def _note_leader_commit(self, m: Message) -> None:
+        if isinstance(m, AppendRequest):
+            index = m.commit
+        elif isinstance(m, Heartbeat):
+            index = m.leader_commit
+        else:
+            return
+        key = (m.term, m.src)
+        if key != (self.node.term, self.node.leader_id):
+            return  # stale, or not from the leader this node follows
+        (known_key, known) = self._leader_commit
+        self._leader_commit = (key, max(known, index) if known_key == key else index)
+
+    @property
+    def leader_commit_index(self) -> int:
+        """The commit index of the leader this node follows, as far as its
+        messages told; 0 when it has heard none in this term."""
+        key, index = self._leader_commit
+        return index if key == (self.node.term, self.node.leader_id) else 0
 
     def transfer_leadership(self) -> bool:
         """Hands leadership to the most caught-up other voter; False if this
@@ -422,8 +457,32 @@ class Replica:
         behind = self.applied_index - self.raft_log.snapshot().meta.index
         if self._snapshotting or behind < self.snapshot_entries or trio.current_time() < self._snapshot_after:
             return
+        if self._sending_snapshot() and behind < self.snapshot_entries + limits.snapshot_defer_entries_max:
+            return
         self._snapshotting = True
         self._nursery.start_soon(self._snapshot)
+
+    def _sending_snapshot(self) -> bool:
+        """This node leads and a follower is being sent a snapshot, which
+        answered a chunk (or started) less than `snapshot_transfer_idle_s` ago.
+
+        Compacting meanwhile would drop the entries that follow the snapshot
+        being sent: once the follower has installed it, it would need the
+        next snapshot, and under steady writes it would chase snapshots for
+        ever instead of coming back to replicating by log (etcd defers its
+        compaction while it sends a snapshot, for the same reason)."""
+        progress = self.node.progress if self.node.role == Role.LEADER else {}
+        now_s = trio.current_time()
+        transfers = {
+            (peer, p.snapshot.meta.index)
+            for peer, p in progress.items()
+            if p.state == ProgressState.SNAPSHOT and p.snapshot is not None
+        }
+        self._transfers = {t: self._transfers.get(t, now_s) for t in transfers}
+        if not self._transfers:
+            return False
+        moved_s = max(self._snapshot_answered_at_s, *self._transfers.values())
+        return now_s - moved_s < limits.snapshot_transfer_idle_s
 
     async def _snapshot(self) -> None:
         try:

@@ -534,7 +534,7 @@ class RawNode:
         for peer, progress in self.progress.items():
             # Never tell a follower to commit past what it is known to match.
             commit = min(progress.match, committed)
-            self._send(Heartbeat(self.term, self.id, peer, commit, context))
+            self._send(Heartbeat(self.term, self.id, peer, commit, context, committed))
 
     def _send_append(self, peer: int, progress: Progress, allow_empty: bool) -> None:
         if progress.paused():

@@ -127,8 +127,12 @@ class Heartbeat(msgspec.Struct, tag="hb", array_like=True, frozen=True):
     term: Term
     src: NodeId
     dst: NodeId
+    # What the follower may commit: at most what it is known to match.
     commit: Index
     context: bytes = b""
+    # The leader's own commit index, so a follower that lags knows how far
+    # (its readiness depends on it); `commit` may be far below it.
+    leader_commit: Index = 0
 
 
 class HeartbeatResponse(msgspec.Struct, tag="hb_r", array_like=True, frozen=True):
