@@ -363,3 +363,13 @@ assert 1 <= preview_slice_times <= preview_count_max
 assert previews_computing_max >= 1
 assert 1 <= batch_slice_items <= batch_jobs_max
 assert 0 < gil_switch_interval_s < event_loop_probe_s
+
+# Slices of the dispatcher's work on the trio thread (docs/operations.md
+# "Event-loop lag"), each followed by a checkpoint: the tick moves at most
+# this many due runs from the timing wheel to the ready queues (and
+# cascades at most this many within the wheel) per step, so a spike of
+# 25,000 runs due at once is some 25 steps of about a millisecond each
+# rather than one of 30-50 ms.
+dispatch_slice_runs = 1000
+
+assert dispatch_slice_runs >= 1

@@ -397,14 +397,18 @@ class Dispatcher:
 
     # -- the clock side --------------------------------------------------------
 
-    def tick(self, now_ms: int) -> None:
-        """Moves every run that fell due to the ready queue of its queue."""
+    def tick(self, now_ms: int) -> bool:
+        """Moves the runs that fell due to the ready queue of their queue,
+        in due order, at most `limits.dispatch_slice_runs` of them (and as
+        much of the wheel's work): answers whether more are left, for a
+        tick at once after a checkpoint (`run`), so a spike's slot does not
+        hold the event loop in one step."""
         if now_ms + self.readahead_ms >= self.loaded_until_ms:
             self.load(now_ms)
         elif self.rereads:
             self._reread(0)
         woken: set[str] = set()
-        for runs_key in self.wheel.advance(now_ms):
+        for runs_key in self.wheel.advance(now_ms, limits.dispatch_slice_runs):
             entry = self.queue_of.get(runs_key)
             if entry is None:
                 continue
@@ -420,6 +424,7 @@ class Dispatcher:
             event = self._ready_events.pop(queue, None)
             if event is not None:
                 event.set()
+        return self.wheel.behind
 
     def expired(self, now_s: float) -> list[Expiry]:
         """Leases run out by `now_s` (monotonic), at most a command's worth."""
@@ -441,8 +446,10 @@ class Dispatcher:
             nursery.start_soon(self._expire_loop)
             task_status.started()
             while True:
-                self.tick(self.now_ms())
-                await trio.sleep(limits.dispatch_tick_ms / 1000)
+                if self.tick(self.now_ms()):
+                    await trio.lowlevel.checkpoint()
+                else:
+                    await trio.sleep(limits.dispatch_tick_ms / 1000)
 
     async def _expire_loop(self) -> None:
         while True:
