@@ -356,3 +356,34 @@ async def test_a_wheel_slot_larger_than_a_slice_moves_over_several_ticks_in_due_
         assert [c.run.due_ms for c in claimed] == sorted(T0_MS + ms for ms in offsets_ms)
         nursery.cancel_scope.cancel()
     made.store.close()
+
+
+async def test_a_batch_larger_than_a_slice_enters_memory_over_several_steps(tmp_path, origin, fast_clock, monkeypatch):
+    # The commit listener takes a batch of 250 new runs into the wheel 40 at a
+    # time: another task runs between the slices (and sees part of them), and
+    # the batch's answer comes once all of them are in.
+    monkeypatch.setattr("tempo.limits.dispatch_slice_runs", 40)
+    made = Node(str(tmp_path / "data"))
+    seen: list[int] = []
+    async with trio.open_nursery() as nursery:
+        await nursery.start(made.committer.run)
+        dispatcher = made.dispatcher
+        dispatcher.load(fake_now_ms())
+
+        async def watch():
+            while True:
+                seen.append(len(dispatcher.wheel))
+                await trio.lowlevel.checkpoint()
+
+        nursery.start_soon(watch)
+        jobs = [JobCreate(target="queue:work", schedule=at(3 + i / 1000)) for i in range(250)]
+        created = await made.jobs.create(OWNER, jobs, from_msgpack=False)
+        assert not any(isinstance(c, errors.TempoError) for c in created)
+        assert len(dispatcher.wheel) == 250
+        # Trio runs the watcher once per scheduling batch, before or after the
+        # listener: it sees at most two slices between two looks.
+        assert len({n for n in seen if 0 < n < 250}) >= 3
+        assert all(b - a <= 2 * 40 for a, b in zip(seen, seen[1:], strict=False))
+        dispatcher.check_memory()
+        nursery.cancel_scope.cancel()
+    made.store.close()

@@ -307,17 +307,31 @@ class Dispatcher:
             deadline_s = trio.current_time() + job.lease_s
             self._grant(job.owner, run.job_id, run.nominal_ms, run.attempt, deadline_s, job.lease_s)
 
-    def on_changes(self, changes: Changes) -> None:
-        for runs_key in changes.left:
-            entry = self.queue_of.pop(runs_key, None)
-            if entry is not None:
-                self.wheel.cancel(runs_key)
-                self._unloaded(entry[1].owner)
-        for runs_key, run, job in changes.woken:
-            if run.due_ms < self.loaded_until_ms and runs_key not in self.queue_of:
-                job = job or self.store.get_job_any(run.job_id)
-                assert job is not None
-                self._admit(runs_key, run.due_ms, job)
+    async def on_changes(self, changes: Changes) -> None:
+        """Takes an entry's changes into memory, `limits.dispatch_slice_runs`
+        runs at a time with a checkpoint between slices (a batch of 1,000
+        creates or claims is one slice of 10-15 ms otherwise). Other tasks
+        run between slices, but no other entry is applied until this
+        returns (the commit loop awaits it), and no request of this entry
+        is answered before. Each slice is checked against memory as it is
+        then: a run the loader read meanwhile is remembered once, and a run
+        a claim took meanwhile that comes back in is dropped again by that
+        claim's own `left`."""
+        slice_runs = limits.dispatch_slice_runs
+        left, woken = changes.left, changes.woken
+        for start in range(0, len(left) + len(woken), slice_runs):
+            if start:
+                await trio.lowlevel.checkpoint()
+            for runs_key in left[start : start + slice_runs]:
+                entry = self.queue_of.pop(runs_key, None)
+                if entry is not None:
+                    self.wheel.cancel(runs_key)
+                    self._unloaded(entry[1].owner)
+            for runs_key, run, job in woken[max(0, start - len(left)) : max(0, start + slice_runs - len(left))]:
+                if run.due_ms < self.loaded_until_ms and runs_key not in self.queue_of:
+                    job = job or self.store.get_job_any(run.job_id)
+                    assert job is not None
+                    self._admit(runs_key, run.due_ms, job)
         for runs_key in changes.gone:
             self._drop_lease(keys.slot_of(runs_key))
         if changes.event_owners:
