@@ -308,9 +308,10 @@ class Dispatcher:
             self._grant(job.owner, run.job_id, run.nominal_ms, run.attempt, deadline_s, job.lease_s)
 
     async def on_changes(self, changes: Changes) -> None:
-        """Takes an entry's changes into memory, `limits.dispatch_slice_runs`
-        runs at a time with a checkpoint between slices (a batch of 1,000
-        creates or claims is one slice of 10-15 ms otherwise). Other tasks
+        """Takes an entry's changes into memory (and drops the leases of the
+        runs that finished), `limits.dispatch_slice_runs` runs at a time
+        with a checkpoint between slices (a batch of 1,000 creates or claims
+        is one step of 10-15 ms otherwise). Other tasks
         run between slices, but no other entry is applied until this
         returns (the commit loop awaits it), and no request of this entry
         is answered before. Each slice is checked against memory as it is
@@ -318,22 +319,24 @@ class Dispatcher:
         a claim took meanwhile that comes back in is dropped again by that
         claim's own `left`."""
         slice_runs = limits.dispatch_slice_runs
-        left, woken = changes.left, changes.woken
-        for start in range(0, len(left) + len(woken), slice_runs):
+        left, woken, gone = changes.left, changes.woken, changes.gone
+        woken_at, gone_at = len(left), len(left) + len(woken)  # where each list starts in the whole
+        for start in range(0, gone_at + len(gone), slice_runs):
             if start:
                 await trio.lowlevel.checkpoint()
-            for runs_key in left[start : start + slice_runs]:
+            end = start + slice_runs
+            for runs_key in left[start:end]:
                 entry = self.queue_of.pop(runs_key, None)
                 if entry is not None:
                     self.wheel.cancel(runs_key)
                     self._unloaded(entry[1].owner)
-            for runs_key, run, job in woken[max(0, start - len(left)) : max(0, start + slice_runs - len(left))]:
+            for runs_key, run, job in woken[max(0, start - woken_at) : max(0, end - woken_at)]:
                 if run.due_ms < self.loaded_until_ms and runs_key not in self.queue_of:
                     job = job or self.store.get_job_any(run.job_id)
                     assert job is not None
                     self._admit(runs_key, run.due_ms, job)
-        for runs_key in changes.gone:
-            self._drop_lease(keys.slot_of(runs_key))
+            for runs_key in gone[max(0, start - gone_at) : max(0, end - gone_at)]:
+                self._drop_lease(keys.slot_of(runs_key))
         if changes.event_owners:
             self.events_changed.set()
             self.events_changed = trio.Event()
