@@ -492,7 +492,14 @@ class Api:
         queues = self._queues(request, list(dict.fromkeys(body.queues)))
         with self._long_poll(body.wait_s):
             claimed = await self.dispatcher.claim(queues, body.worker, body.max_runs, body.wait_s)
-        return encode(request, ClaimOut([jobviews.claimed_view(c.run, c.job) for c in claimed]))
+        views = []
+        for start in range(0, len(claimed), limits.batch_slice_items):
+            if start:
+                # The views in slices (docs/operations.md "Event-loop lag");
+                # not a point of cancellation: the runs are claimed.
+                await trio.lowlevel.cancel_shielded_checkpoint()
+            views += [jobviews.claimed_view(c.run, c.job) for c in claimed[start : start + limits.batch_slice_items]]
+        return encode(request, ClaimOut(views))
 
     async def heartbeat(self, request: Request, run_id: str) -> Response:
         body = decode(request, _heartbeat)
