@@ -160,6 +160,29 @@ def test_bounded_advance_keeps_items_it_holds_back_scheduled():
     assert w.advance(T0_MS + 9_000) == [6]
 
 
+@pytest.mark.parametrize("order", ["ascending", "descending", "equal"])
+def test_bounded_advance_of_one_large_finest_slot_keeps_due_order(order):
+    # 500 items in one level-0 slot (one tick), added in or out of due order:
+    # at most 60 a call, all of them, by (due, insertion).
+    w = TimingWheel(T0_MS, tick_ms=10)
+    offsets = {"ascending": lambda i: i % 10, "descending": lambda i: 9 - i % 10, "equal": lambda i: 5}[order]
+    dues = [T0_MS + 50 + offsets(i * 10 // 500) for i in range(500)]
+    for item, due_ms in enumerate(dues):
+        w.add(item, due_ms)
+    got: list[int] = []
+    for now_ms in (T0_MS + 55, T0_MS + 59):  # within the slot's tick, then its end
+        while True:
+            batch = w.advance(now_ms, 60)
+            assert len(batch) <= 60
+            assert all(dues[i] <= now_ms for i in batch)
+            got.extend(batch)
+            w._check()
+            if not w.behind:
+                break
+    assert got == sorted(range(500), key=lambda i: (dues[i], i))
+    assert len(w) == 0
+
+
 def test_time_does_not_go_backwards():
     w = TimingWheel(T0_MS)
     w.advance(T0_MS + 10)

@@ -72,6 +72,14 @@ class TimingWheel:
         # holds it; `_unplace` looks here first.
         self._cascading: dict[Hashable, None] = {}
         self._out: dict[Hashable, None] = {}
+        # Per level-0 slot, the largest (due_ms, seq) placed in it since it was
+        # last taken, and (a bit per slot) whether one was placed after a
+        # larger one: a slot whose bit is clear is in order as it stands, and
+        # one whose largest due time has come is due whole, so a large slot
+        # needs neither a sort nor a filter. Cancels leave them as they were
+        # (high and unordered are the safe side).
+        self._last0: list[tuple[int, int]] = [(-1, -1)] * slots
+        self._unsorted0 = 0
 
     @property
     def behind(self) -> bool:
@@ -122,6 +130,12 @@ class TimingWheel:
         slot = (due_tick >> (self._bits * level)) & self._mask
         entry[2] = level
         entry[3] = slot
+        if level == 0:
+            key = (due_ms, entry[1])
+            if key > self._last0[slot]:
+                self._last0[slot] = key
+            else:
+                self._unsorted0 |= 1 << slot
         self._slots[level][slot][item] = None
         self._bitmaps[level] |= 1 << slot
 
@@ -226,6 +240,21 @@ class TimingWheel:
             tick, level = event
             self._tick = tick
             if level == 0:
+                slot = tick & self._mask
+                bucket = self._slots[0][slot]
+                if (
+                    not taken
+                    and len(bucket) > budget
+                    and not self._unsorted0 >> slot & 1
+                    and (tick < target_tick or self._last0[slot][0] <= now_ms)
+                ):
+                    # Due whole and in order: it becomes the out queue as it
+                    # stands, with no work per item beyond those handed out.
+                    self._out = self._take_bucket(0, slot)
+                    self._forget0(slot)
+                    if tick < target_tick:
+                        reached_ms = (tick + 1) * self._tick_ms - 1
+                    break
                 if self._take_slot(tick, now_ms, taken):
                     break
                 if len(taken) > budget:
@@ -258,6 +287,8 @@ class TimingWheel:
         for item in taken:
             del entries[item]
         due.extend(taken)
+        if self._out and not taken:
+            due.extend(self._hand_out(room))
         return due
 
     def _hand_out(self, items_max: int) -> list[Hashable]:
@@ -301,7 +332,7 @@ class TimingWheel:
         """
         slot = tick & self._mask
         bucket = self._slots[0][slot]
-        if tick < now_ms // self._tick_ms:
+        if tick < now_ms // self._tick_ms or self._last0[slot][0] <= now_ms:
             due.extend(bucket)
             bucket.clear()
         else:
@@ -311,7 +342,13 @@ class TimingWheel:
             due.extend(ripe)
         if not bucket:
             self._bitmaps[0] &= ~(1 << slot)
+            self._forget0(slot)
         return tick >= now_ms // self._tick_ms
+
+    def _forget0(self, slot: int) -> None:
+        """A level-0 slot was emptied by taking it."""
+        self._last0[slot] = (-1, -1)
+        self._unsorted0 &= ~(1 << slot)
 
     def _cascade(self, level: int, slot: int) -> None:
         """Redistribute a slot whose span the current tick has just entered."""
