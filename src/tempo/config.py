@@ -46,10 +46,13 @@ ca_file = "ca.crt"       # optional: the CA that signed the other nodes'
 # Limits at the edge (docs/operations.md "Limits"); each key is optional and
 # defaults to the bound of the same name in tempo/limits.py.
 [http]
-connections_max = 4096          # connections open at once; more: 503, closed
+connections_max = 4096          # connections open at once; more: the oldest
+                                # idle one is closed, else 503
 requests_in_flight_max = 2048   # requests handled at once; more: 503 overloaded
 long_polls_max = 1024           # of those, claims/events with wait_s > 0
 body_read_timeout_s = 30.0      # a body must arrive whole this fast; else 408
+connections_per_address_max = 1024  # the same, from one client address
+                                # (default: a quarter of connections_max)
 ```
 
 Positive integers for `runs_in_flight_max`, `claim_burst` and
@@ -124,6 +127,7 @@ class HttpLimits:
     requests_in_flight_max: int = limits.requests_in_flight_max
     long_polls_max: int = limits.long_polls_max
     body_read_timeout_s: float = limits.body_read_timeout_s
+    connections_per_address_max: int = limits.connections_per_address_max
 
 
 @dataclass(frozen=True)
@@ -312,7 +316,7 @@ def _http(raw: object) -> HttpLimits:
     unknown = set(raw) - set(HttpLimits.__dataclass_fields__)
     if unknown:
         raise ConfigError(f"http: unknown keys {sorted(unknown)}")
-    for name in ("connections_max", "requests_in_flight_max", "long_polls_max"):
+    for name in ("connections_max", "requests_in_flight_max", "long_polls_max", "connections_per_address_max"):
         value = raw.get(name, 1)
         if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= limits.http_setting_max:
             raise ConfigError(f"http.{name}: an integer from 1 to {limits.http_setting_max}")
@@ -320,9 +324,15 @@ def _http(raw: object) -> HttpLimits:
     low_s, high_s = limits.body_read_timeout_s_min, limits.body_read_timeout_s_max
     if not isinstance(timeout_s, int | float) or isinstance(timeout_s, bool) or not low_s <= timeout_s <= high_s:
         raise ConfigError(f"http.body_read_timeout_s: a number of seconds from {low_s:g} to {high_s:g}")
-    http = HttpLimits(**{**raw, "body_read_timeout_s": float(timeout_s)})
+    per_address = raw.get(
+        "connections_per_address_max",
+        max(1, raw.get("connections_max", limits.connections_max) // limits.connections_per_address_share),
+    )
+    http = HttpLimits(**{**raw, "body_read_timeout_s": float(timeout_s), "connections_per_address_max": per_address})
     if not http.long_polls_max <= http.requests_in_flight_max <= http.connections_max:
         raise ConfigError("http: needs long_polls_max <= requests_in_flight_max <= connections_max")
+    if http.connections_per_address_max > http.connections_max:
+        raise ConfigError("http: needs connections_per_address_max <= connections_max")
     return http
 
 

@@ -223,3 +223,23 @@ claim_refill_wait_ms_min = 5
 
 assert claim_runs_max <= owner_limit_max
 assert claim_refill_wait_ms_min <= dispatch_tick_ms
+
+# Slow clients (docs/operations.md "Limits"). A request's line and headers
+# must arrive whole within `header_read_timeout_s`: for a connection's first
+# request, counted from its opening; for a later one, from its first byte
+# (an idle keep-alive connection waits up to `keep_alive_timeout_s` for it).
+# One client address holds at most `connections_per_address_max`
+# connections, by default a `connections_per_address_share`-th of
+# `connections_max`. A new connection over either bound takes the place of
+# the oldest idle one (its head not complete, or kept alive between
+# requests), of the same address for the per-address bound, and is refused
+# only when there is none: so peer streams and probes, whose requests are
+# never refused, always find room while fewer than `connections_max`
+# connections are busy, and client requests busy at once are bounded by
+# `requests_in_flight_max`.
+header_read_timeout_s = 5.0
+connections_per_address_share = 4
+connections_per_address_max = connections_max // connections_per_address_share
+
+assert 0 < header_read_timeout_s < keep_alive_timeout_s
+assert 1 <= connections_per_address_max <= connections_max

@@ -657,9 +657,15 @@ class Api:
         lines += prom.head("tempo_http_connections_open", "gauge", "HTTP connections open.")
         lines.append(prom.sample("tempo_http_connections_open", self.gate.open))
         lines += prom.head(
-            "tempo_http_connections_refused_total", "counter", "Connections answered 503 and closed: too many open."
+            "tempo_http_connections_refused_total", "counter",
+            "Connections answered 503 and closed: too many open, in all or from one address, and none idle.",
         )
         lines.append(prom.sample("tempo_http_connections_refused_total", self.gate.refused))
+        lines += prom.head(
+            "tempo_http_connections_evicted_total", "counter",
+            "Idle connections closed to make room for a new one (a bound was reached).",
+        )
+        lines.append(prom.sample("tempo_http_connections_evicted_total", self.gate.evicted))
         return lines
 
     def _storage_metrics(self) -> list[str]:
