@@ -229,14 +229,13 @@ assert claim_refill_wait_ms_min <= dispatch_tick_ms
 # request, counted from its opening; for a later one, from its first byte
 # (an idle keep-alive connection waits up to `keep_alive_timeout_s` for it).
 # One client address holds at most `connections_per_address_max`
-# connections, by default a `connections_per_address_share`-th of
-# `connections_max`. A new connection over either bound takes the place of
-# the oldest idle one (its head not complete, or kept alive between
-# requests), of the same address for the per-address bound, and is refused
-# only when there is none: so peer streams and probes, whose requests are
-# never refused, always find room while fewer than `connections_max`
-# connections are busy, and client requests busy at once are bounded by
-# `requests_in_flight_max`.
+# connections (past it: `503`), by default a `connections_per_address_share`-th
+# of `connections_max`. A new connection past `connections_max` takes the
+# place of the longest idle one (its head not complete, or kept alive
+# between requests), and is refused only when there is none: so peer streams
+# and probes, whose requests are never refused, always find room while fewer
+# than `connections_max` connections are busy, and client requests busy at
+# once are bounded by `requests_in_flight_max`.
 header_read_timeout_s = 5.0
 connections_per_address_share = 4
 connections_per_address_max = connections_max // connections_per_address_share

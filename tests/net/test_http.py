@@ -214,8 +214,11 @@ def test_connections_over_the_bound_close_the_longest_idle_ones(edge, client):
     client.close()  # none of this test's own connections stay open
     sockets = []
     try:
-        for _ in range(CONNECTIONS_MAX + 6):
-            sockets.append(socket.create_connection(("127.0.0.1", edge.port), timeout=5))
+        # All places taken from one address, then newcomers from another
+        # (one address may hold them all here: connections_per_address_max).
+        for i in range(CONNECTIONS_MAX + 6):
+            source = "127.0.0.1" if i < CONNECTIONS_MAX else "127.0.0.2"
+            sockets.append(socket.create_connection(("127.0.0.1", edge.port), timeout=5, source_address=(source, 0)))
             time.sleep(0.01)  # in order of arrival
         time.sleep(0.5)
         closed = []

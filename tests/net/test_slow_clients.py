@@ -183,7 +183,7 @@ def tight(tmp_path_factory: pytest.TempPathFactory):
         srv.cleanup()
 
 
-def test_an_address_whose_connections_are_all_busy_is_refused_503(tight):
+def test_connections_past_the_per_address_bound_are_refused_503(tight):
     polls = []
     body = b'{"worker": "w", "queues": ["nothing"], "wait_s": 5}'
     head = b"POST /v1/claim HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n"

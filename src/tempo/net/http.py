@@ -8,16 +8,18 @@ hypercorn's server nursery and end `serve`. A peer killed mid-stream is
 routine in a cluster, so each connection's task here ends quietly on them.
 
 hypercorn has no limit on connections open at once, in all or from one
-client address: past `GATE.connections_max` (or `GATE.per_address_max` from
-one address) a new connection takes the place of the oldest idle one (its
-request head not complete yet, or kept alive between requests; of its own
-address for the per-address bound), which is closed; when none is idle, the
-new one is answered `503` (problem+json) and closed before its request is
-read. So a flood of connections cannot use up the process's file descriptors
-(which LMDB, snapshots and peer links need too), nor keep out peer streams
-and probes, whose requests are never refused: client requests busy at once
-are bounded by `requests_in_flight_max` (net/api.py), below
-`connections_max`, and connections that send nothing make way.
+client address. Past `GATE.per_address_max` from one address, a new
+connection from it is answered `503` (problem+json) and closed before its
+request is read. Past `GATE.connections_max` in all, a new connection takes
+the place of the longest idle one (its request head not complete yet, or
+kept alive between requests), which is closed; when none is idle, the new
+one is refused so. So a flood of connections cannot use up the process's
+file descriptors (which LMDB, snapshots and peer links need too), one
+address cannot hold more than its share, and a flood from many addresses
+cannot keep out peer streams and probes, whose requests are never refused:
+client requests busy at once are bounded by `requests_in_flight_max`
+(net/api.py), below `connections_max`, and connections that send nothing
+make way.
 
 hypercorn closes a connection whose request head is not complete
 `keep_alive_timeout` after it opened; here the head of a connection's first
@@ -80,9 +82,8 @@ class ConnectionGate:
     """Connections open now (in all and by client address), those refused
     for being over a bound, and those closed to make room for a new one.
 
-    Invariants: `open == sum(open_of.values())`; every ticket in `_idle` is
-    in `_idle_of[its address]` and the other way round; an evicted ticket
-    is in neither and no longer counted."""
+    Invariants: `open == sum(open_of.values())`; an evicted ticket is not
+    in `_idle` and no longer counted."""
 
     def __init__(
         self,
@@ -95,17 +96,16 @@ class ConnectionGate:
         self.refused = 0
         self.evicted = 0
         self.open_of: Counter[str] = Counter()
-        # Idle connections, the longest idle first: all, and by address.
+        # Idle connections, the longest idle first.
         self._idle: dict[Ticket, None] = {}
-        self._idle_of: dict[str, dict[Ticket, None]] = {}
 
     def admit(self, address: str) -> Ticket | None:
         """A place for a new connection from `address`, made by closing the
-        longest idle one if a bound is reached; None when it is refused."""
-        if self.open_of[address] >= self.per_address_max and not self._evict(self._idle_of.get(address)):
+        longest idle one when all places are taken; None when it is refused."""
+        if self.open_of[address] >= self.per_address_max:
             self.refused += 1
             return None
-        if self.open >= self.connections_max and not self._evict(self._idle):
+        if self.open >= self.connections_max and not self._evict():
             self.refused += 1
             return None
         ticket = Ticket(address)
@@ -118,26 +118,20 @@ class ConnectionGate:
         """No request in progress: waiting for one's head, or kept alive."""
         if not ticket.evicted:
             self._idle[ticket] = None
-            self._idle_of.setdefault(ticket.address, {})[ticket] = None
 
     def set_busy(self, ticket: Ticket) -> None:
         """A request's head has arrived: it is being answered."""
         self._idle.pop(ticket, None)
-        idle = self._idle_of.get(ticket.address)
-        if idle is not None:
-            idle.pop(ticket, None)
-            if not idle:
-                del self._idle_of[ticket.address]
 
     def leave(self, ticket: Ticket) -> None:
         if not ticket.evicted:  # else counted out when it was evicted
             self.set_busy(ticket)
             self._count_out(ticket)
 
-    def _evict(self, idle: dict[Ticket, None] | None) -> bool:
-        if not idle:
+    def _evict(self) -> bool:
+        if not self._idle:
             return False
-        ticket = next(iter(idle))
+        ticket = next(iter(self._idle))
         self.set_busy(ticket)
         ticket.evicted = True
         ticket.scope.cancel()
