@@ -75,8 +75,8 @@ tls_handshake_timeout_s = 10.0
 # The edge (docs/operations.md "Limits"). A request line and headers of
 # more than `header_bytes_max` are `431` (from hypercorn when they arrive in
 # pieces, from tempo when whole). hypercorn enforces the next three: a
-# connection whose headers are not complete `keep_alive_timeout_s` after it
-# opened (or after its last answer) is closed; so is one from which no byte
+# connection kept alive idle `keep_alive_timeout_s` after its last answer is
+# closed (a late head: `header_read_timeout_s`, below); so is one from which no byte
 # arrives for `read_timeout_s`, which must outlast the longest long poll and
 # an idle peer stream, since hypercorn keeps reading while a request waits.
 header_bytes_max = 16 << 10
