@@ -2,7 +2,7 @@
 oversized bodies and stalled bodies costs one node, and what /metrics costs
 to scrape.
 
-    .venv/bin/python bench/edge.py [--connections N] [--bodies N] [--stalled N] [--slow N]
+    .venv/bin/python bench/edge.py [--connections N] [--bodies N] [--stalled N] [--slow N] [--aborted N]
 
 Starts its own server (temporary data dir, free port) with small edge limits
 (`[http]` in a config file: 256 connections, 64 of them from one address,
@@ -12,7 +12,10 @@ before and after, and the latency of `GET /healthz` from a well-behaved
 client meanwhile (one keep-alive connection from an address of its own,
 127.0.0.9, opened before the abuse starts). Slow headers are sent from one
 address (127.0.0.1) and from eight (127.0.0.10-17), and held past the
-header deadline.
+header deadline. Aborted long polls are claims with `wait_s` 30 whose
+connections are reset (as a killed worker's are), 50 at a time: the time
+until their long-poll slots are free again (`tempo_http_long_polls_in_flight`
+back to 0) is printed.
 """
 
 import argparse
@@ -20,6 +23,7 @@ import os
 import select
 import socket
 import statistics
+import struct
 import sys
 import tempfile
 import threading
@@ -186,6 +190,38 @@ def stalled_bodies(server: Server, count: int) -> tuple:
     return f"{count} stalled bodies", got, took_s
 
 
+def _long_polls(client: httpx.Client) -> int:
+    text = client.get("/metrics").text
+    return int(float(next(ln for ln in text.splitlines() if ln.startswith("tempo_http_long_polls_in_flight ")).split()[1]))
+
+
+def aborted_long_polls(server: Server, count: int) -> tuple:
+    body = b'{"worker": "gone", "queues": ["nothing-due"], "wait_s": 30}'
+    request = b"POST /v1/claim HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (
+        len(body), body)
+    batch = 50
+    freed_s: list[float] = []
+    started = time.perf_counter()
+    transport = httpx.HTTPTransport(local_address=PROBER_IP)
+    with httpx.Client(base_url=server.url, timeout=5.0, transport=transport) as client:
+        for _ in range(count // batch):
+            sockets = [socket.create_connection(("127.0.0.1", server.port), timeout=5) for _ in range(batch)]
+            for sock in sockets:
+                sock.sendall(request)
+            while _long_polls(client) < batch:
+                time.sleep(0.01)
+            reset_at = time.perf_counter()
+            for sock in sockets:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                sock.close()
+            while _long_polls(client) > 0:
+                time.sleep(0.005)
+            freed_s.append(time.perf_counter() - reset_at)
+    took_s = time.perf_counter() - started
+    got = f"slots free again after p50 {statistics.median(freed_s) * 1000:.0f} ms, max {max(freed_s) * 1000:.0f} ms"
+    return f"{len(freed_s) * batch} long polls reset, {batch} at a time", got, took_s
+
+
 def scrape(server: Server, count: int) -> tuple:
     with httpx.Client(base_url=server.url, timeout=10.0) as client:
         client.post("/v1/jobs/batch", json={"jobs": [
@@ -206,6 +242,7 @@ def main() -> int:
     parser.add_argument("--bodies", type=int, default=16)
     parser.add_argument("--stalled", type=int, default=100)
     parser.add_argument("--slow", type=int, default=300)
+    parser.add_argument("--aborted", type=int, default=1000)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as root:
         config = os.path.join(root, "tempo.toml")
@@ -220,6 +257,7 @@ def main() -> int:
                 lambda: flood_connections(server, args.connections),
                 lambda: slow_headers(server, args.slow, ["127.0.0.1"]),
                 lambda: slow_headers(server, args.slow, [f"127.0.0.{i}" for i in range(10, 18)]),
+                lambda: aborted_long_polls(server, args.aborted),
                 lambda: oversized_bodies(server, args.bodies),
                 lambda: stalled_bodies(server, args.stalled),
                 lambda: scrape(server, 200),
