@@ -149,6 +149,15 @@ def test_a_head_must_arrive_within_the_header_deadline(small):
         assert closed_after_s(partial, HEADER_READ_TIMEOUT_S + 5) <= HEADER_READ_TIMEOUT_S + 2
     with socket.create_connection(("127.0.0.1", small.port), timeout=5) as silent:
         assert closed_after_s(silent, HEADER_READ_TIMEOUT_S + 5) <= HEADER_READ_TIMEOUT_S + 2
+    # A later request on a kept-alive connection: counted from its first byte.
+    with socket.create_connection(("127.0.0.1", small.port), timeout=5) as kept:
+        kept.sendall(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+        answer = b""
+        while not answer.endswith(b'{"status":"ok"}'):
+            answer += kept.recv(4096)
+        time.sleep(1.0)
+        kept.sendall(SLOW_HEAD)
+        assert closed_after_s(kept, HEADER_READ_TIMEOUT_S + 5) <= HEADER_READ_TIMEOUT_S + 2
 
 
 def test_an_idle_keep_alive_connection_outlives_the_header_deadline(small):

@@ -197,6 +197,7 @@ class _GuardedTCPServer(TCPServer):
             return
         self._ticket = ticket
         self._waiting = _FIRST_HEAD
+        self._idle_scope = trio.CancelScope()  # the idle task's, once it runs
         try:
             with ticket.scope:
                 await super().run()
@@ -213,9 +214,11 @@ class _GuardedTCPServer(TCPServer):
         if event is _HEAD_STARTED:
             if self._waiting == _KEPT_ALIVE:
                 # The next request's head has begun: from now on it has
-                # `header_read_timeout_s`, not the keep-alive timeout.
+                # `header_read_timeout_s`, not the keep-alive timeout. (An
+                # idle task that has not started yet reads `_waiting`.)
                 self._waiting = _NEXT_HEAD
-                await self.idle_task.restart(self._task_group, self._idle_timeout)
+                scope = self._idle_scope
+                scope.deadline = min(scope.deadline, trio.current_time() + limits.header_read_timeout_s)
             return
         if isinstance(event, Updated):
             if event.idle:
@@ -230,7 +233,8 @@ class _GuardedTCPServer(TCPServer):
         """Closes the connection when the head it waits for is late, or
         when it has been kept alive idle for `keep_alive_timeout`."""
         kept_alive = self._waiting == _KEPT_ALIVE
-        with trio.move_on_after(self.config.keep_alive_timeout if kept_alive else limits.header_read_timeout_s):
+        timeout_s = self.config.keep_alive_timeout if kept_alive else limits.header_read_timeout_s
+        with trio.move_on_after(timeout_s) as self._idle_scope:
             await self.context.terminated.wait()
         with trio.CancelScope(shield=True):
             await self._initiate_server_close()
