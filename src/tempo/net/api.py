@@ -454,6 +454,8 @@ class Api:
         # nothing sent, and the runs claimed for it go back to waiting.
         async with watching(request.receive) as client:
             with self._long_poll(body.wait_s), client.scope:
+                # Lets a disconnect already queued be seen before runs are taken.
+                await trio.lowlevel.checkpoint()
                 claimed = await self.dispatcher.claim(queues, body.worker, body.max_runs, body.wait_s)
             response = encode(request, ClaimOut([jobviews.claimed_view(c.run, c.job) for c in claimed]))
             if not client.gone:
@@ -658,12 +660,12 @@ class Api:
         lines.append(prom.sample("tempo_http_connections_open", self.gate.open))
         lines += prom.head(
             "tempo_http_connections_refused_total", "counter",
-            "Connections answered 503 and closed: too many open, in all or from one address, and none idle.",
+            "Connections answered 503 and closed: too many open from their address, or in all and none idle.",
         )
         lines.append(prom.sample("tempo_http_connections_refused_total", self.gate.refused))
         lines += prom.head(
             "tempo_http_connections_evicted_total", "counter",
-            "Idle connections closed to make room for a new one (a bound was reached).",
+            "Idle connections closed to make room for a new one past connections_max.",
         )
         lines.append(prom.sample("tempo_http_connections_evicted_total", self.gate.evicted))
         return lines
