@@ -1,8 +1,9 @@
 """The edge under abuse: what a flood of connections, slow headers,
-oversized bodies and stalled bodies costs one node, and what /metrics costs
-to scrape.
+oversized bodies and stalled bodies costs one node, what /metrics costs to
+scrape, and how much memory many large batch bodies at once take.
 
     .venv/bin/python bench/edge.py [--connections N] [--bodies N] [--stalled N] [--slow N] [--aborted N]
+                                   [--batch-bodies N] [--stored]
 
 Starts its own server (temporary data dir, free port) with small edge limits
 (`[http]` in a config file: 256 connections, 64 of them from one address,
@@ -15,10 +16,13 @@ address (127.0.0.1) and from eight (127.0.0.10-17), and held past the
 header deadline. Aborted long polls are claims with `wait_s` 30 whose
 connections are reset (as a killed worker's are), 50 at a time: the time
 until their long-poll slots are free again (`tempo_http_long_polls_in_flight`
-back to 0) is printed.
+back to 0) is printed. The large batch bodies go to a second server with
+the default limits; their row gives the peak resident memory while they
+were read and answered.
 """
 
 import argparse
+import json
 import os
 import select
 import socket
@@ -174,6 +178,75 @@ def oversized_bodies(server: Server, count: int) -> tuple:
     return f"{count} bodies of 8 MiB at once", f"{statuses.count(413)} got 413", took_s
 
 
+class PeakRss:
+    """The server's highest resident memory while the block runs, sampled
+    every few milliseconds from /proc (VmRSS, and RssAnon: the heap, without
+    LMDB's mapped pages)."""
+
+    def __init__(self, server: Server):
+        self.server = server
+        self.rss_mib = self.anon_mib = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run)
+
+    def __enter__(self) -> "PeakRss":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        status = f"/proc/{self.server.proc.pid}/status"
+        while not self._stop.is_set():
+            with open(status) as f:
+                fields = dict(line.split(":", 1) for line in f if ":" in line)
+            self.rss_mib = max(self.rss_mib, int(fields["VmRSS"].split()[0]) / 1024)
+            self.anon_mib = max(self.anon_mib, int(fields["RssAnon"].split()[0]) / 1024)
+            time.sleep(0.005)
+
+
+def batch_bodies(server: Server, count: int, stored: bool) -> tuple:
+    """`count` batch bodies of (almost) 32 MiB at once, each of 1000 items
+    with a 32 KiB payload. Unless `stored`, their target is one no job may
+    have: each batch is read and decoded whole and answered item by item
+    with 400s, and nothing is written, so the memory measured is the edge's,
+    not LMDB's. With `stored`, the jobs are created, and each answer holds
+    them (payloads included)."""
+    item = {"target": "queue:big" if stored else "nowhere:x", "schedule": {"at": "2031-01-01T00:00:00Z"}, "payload": "x" * ((32 << 10) - 200)}
+    body = json.dumps({"jobs": [item] * 1000}).encode()
+    assert len(body) <= 32 << 20
+    head = (
+        f"POST /v1/jobs/batch HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(body)}\r\n\r\n"
+    ).encode()
+    statuses: list[int | None] = []
+
+    def one() -> None:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=60) as sock:
+            try:
+                sock.sendall(head + body)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # answered (503) before the body was read
+            statuses.append(status_of(sock))
+
+    started = time.perf_counter()
+    with PeakRss(server) as peak:
+        threads = [threading.Thread(target=one) for _ in range(count)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    took_s = time.perf_counter() - started
+    got = ", ".join(f"{statuses.count(s)} got {s}" for s in sorted(set(statuses), key=str))
+    return (
+        f"{count} batch bodies of {len(body) / (1 << 20):.1f} MiB at once",
+        f"{got}; peak RSS {peak.rss_mib:.0f} MiB (heap {peak.anon_mib:.0f})",
+        took_s,
+    )
+
+
 def stalled_bodies(server: Server, count: int) -> tuple:
     head = b"POST /v1/jobs HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{"
     started = time.perf_counter()
@@ -236,6 +309,17 @@ def scrape(server: Server, count: int) -> tuple:
     return f"{count} scrapes of /metrics", f"{size} bytes, p50 {statistics.median(took) * 1000:.2f} ms", sum(took)
 
 
+def measure(server: Server, steps: list, rows: list) -> None:
+    for step in steps:
+        before = server.rss_mib()
+        with Prober(server.url) as prober:
+            time.sleep(0.2)  # the prober's keep-alive connection is open before the abuse
+            what, got, took_s = step()
+            time.sleep(0.2)
+        rows.append((what, got, f"{took_s:.2f}", f"{before:.0f} -> {server.rss_mib():.0f}", prober.summary()))
+    assert server.running(), "the server died"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--connections", type=int, default=400)
@@ -243,7 +327,10 @@ def main() -> int:
     parser.add_argument("--stalled", type=int, default=100)
     parser.add_argument("--slow", type=int, default=300)
     parser.add_argument("--aborted", type=int, default=1000)
+    parser.add_argument("--batch-bodies", type=int, default=16)
+    parser.add_argument("--stored", action="store_true", help="batch items that are valid jobs, created")
     args = parser.parse_args()
+    rows: list = []
     with tempfile.TemporaryDirectory() as root:
         config = os.path.join(root, "tempo.toml")
         with open(config, "w") as f:
@@ -251,9 +338,8 @@ def main() -> int:
         server = Server(os.path.join(root, "data"))
         server.cluster_args = ["--config", config]  # spawn passes these on
         server.start()
-        rows = []
         try:
-            for step in (
+            measure(server, [
                 lambda: flood_connections(server, args.connections),
                 lambda: slow_headers(server, args.slow, ["127.0.0.1"]),
                 lambda: slow_headers(server, args.slow, [f"127.0.0.{i}" for i in range(10, 18)]),
@@ -261,14 +347,15 @@ def main() -> int:
                 lambda: oversized_bodies(server, args.bodies),
                 lambda: stalled_bodies(server, args.stalled),
                 lambda: scrape(server, 200),
-            ):
-                before = server.rss_mib()
-                with Prober(server.url) as prober:
-                    time.sleep(0.2)  # the prober's keep-alive connection is open before the abuse
-                    what, got, took_s = step()
-                    time.sleep(0.2)
-                rows.append((what, got, f"{took_s:.2f}", f"{before:.0f} -> {server.rss_mib():.0f}", prober.summary()))
-            assert server.running(), "the server died"
+            ], rows)
+        finally:
+            server.stop()
+        # Large bodies against a server of its own with the default limits
+        # (the 2 s read timeout above would cut them short).
+        server = Server(os.path.join(root, "defaults"))
+        server.start()
+        try:
+            measure(server, [lambda: batch_bodies(server, args.batch_bodies, args.stored)], rows)
         finally:
             server.stop()
     print(table(rows, ("abuse", "answers", "s", "RSS MiB", "/healthz meanwhile")))

@@ -157,3 +157,29 @@ def job_count(http: httpx.Client) -> int:
             return count
 
 
+
+
+SMALL_DISK_BYTES = 24 << 20
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A tmpfs of SMALL_DISK_BYTES at tmp_path/disk, for a data dir that
+    fills (docs/operations.md "Disk full"); unmounted afterwards. Mounting
+    needs root (CI runs as root); without it the test skips and says why."""
+    mount_point = tmp_path / "disk"
+    mount_point.mkdir()
+    try:
+        done = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={SMALL_DISK_BYTES}", "tmpfs", str(mount_point)],
+            capture_output=True, text=True, check=False,
+        )
+        refused = done.stderr.strip() if done.returncode != 0 else None
+    except OSError as exc:  # no mount(8)
+        refused = str(exc)
+    if refused is not None:
+        pytest.skip(f"cannot mount a tmpfs here (needs root and the right to mount): {refused}")
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", "-l", str(mount_point)], check=False)

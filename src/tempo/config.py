@@ -51,8 +51,17 @@ connections_max = 4096          # connections open at once; more: the oldest
 requests_in_flight_max = 2048   # requests handled at once; more: 503 overloaded
 long_polls_max = 1024           # of those, claims/events with wait_s > 0
 body_read_timeout_s = 30.0      # a body must arrive whole this fast; else 408
-connections_per_address_max = 1024  # the same, from one client address
+body_bytes_in_flight_max = 268435456  # bytes of request bodies held at once
+                                # (at least 33554432); more: 503 overloaded
+connections_per_address_max = 1024  # connections from one client address
                                 # (default: a quarter of connections_max)
+
+# The data directory (docs/operations.md "Disk full").
+[storage]
+map_bytes = 68719476736  # the LMDB map: the most data.mdb may hold. Left out,
+                         # it is the data file plus the disk's free space at
+                         # start, and grows when it fills while the disk has
+                         # room; given, it is fixed.
 ```
 
 Positive integers for `runs_in_flight_max`, `claim_burst` and
@@ -75,7 +84,7 @@ from dataclasses import dataclass, field, fields, replace
 from tempo import limits
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
-_QUEUE = re.compile(r"[A-Za-z0-9._-]{1,200}")
+_QUEUE = re.compile(rf"[A-Za-z0-9._-]{{1,{limits.queue_name_chars_max}}}")  # ASCII: as many bytes
 ROLES = ("client", "worker", "admin")
 
 
@@ -127,7 +136,15 @@ class HttpLimits:
     requests_in_flight_max: int = limits.requests_in_flight_max
     long_polls_max: int = limits.long_polls_max
     body_read_timeout_s: float = limits.body_read_timeout_s
+    body_bytes_in_flight_max: int = limits.body_bytes_in_flight_max
     connections_per_address_max: int = limits.connections_per_address_max
+
+
+@dataclass(frozen=True)
+class Storage:
+    """The `[storage]` table."""
+
+    map_bytes: int | None = None  # None: sized to the disk, and grows
 
 
 @dataclass(frozen=True)
@@ -140,9 +157,26 @@ class Config:
     owners: dict[str, OwnerLimits] = field(default_factory=dict)
     tls: Tls | None = None
     http: HttpLimits = field(default_factory=HttpLimits)
+    storage: Storage = field(default_factory=Storage)
 
     def limits_of(self, owner: str) -> OwnerLimits:
         return self.owners.get(owner, self.limits)
+
+
+_OWNER_RULE = (
+    f"1-{limits.owner_chars_max} characters and at most {limits.owner_bytes_max} bytes in UTF-8, "
+    "without NUL (an owner name is part of the store's keys)"
+)
+
+
+def _owner_name_ok(name: object) -> bool:
+    """An owner name fits the store's keys (limits.py "Storage bounds")."""
+    return (
+        isinstance(name, str)
+        and 0 < len(name) <= limits.owner_chars_max
+        and len(name.encode()) <= limits.owner_bytes_max
+        and "\x00" not in name
+    )
 
 
 def _token(i: int, raw: object) -> Token:
@@ -155,8 +189,8 @@ def _token(i: int, raw: object) -> Token:
     digest, owner, role = raw.get("sha256"), raw.get("owner"), raw.get("role")
     if not isinstance(digest, str) or not _HEX64.fullmatch(digest.lower()):
         raise ConfigError(f"{where}.sha256: 64 hex digits")
-    if not isinstance(owner, str) or not 0 < len(owner) <= 200 or "\x00" in owner:
-        raise ConfigError(f"{where}.owner: 1-200 characters")
+    if not _owner_name_ok(owner):
+        raise ConfigError(f"{where}.owner: {_OWNER_RULE}")
     if role not in ROLES:
         raise ConfigError(f"{where}.role: one of {', '.join(ROLES)}")
     queues = raw.get("queues", [])
@@ -222,8 +256,8 @@ def _owners(raw_owners: object, defaults: OwnerLimits) -> dict[str, OwnerLimits]
     for i, raw in enumerate(raw_owners):
         where = f"owners[{i}]"
         name = raw.get("name") if isinstance(raw, dict) else None
-        if not isinstance(name, str) or not 0 < len(name) <= 200 or "\x00" in name:
-            raise ConfigError(f"{where}.name: 1-200 characters")
+        if not _owner_name_ok(name):
+            raise ConfigError(f"{where}.name: {_OWNER_RULE}")
         if name in owners:
             raise ConfigError(f"{where}.name: {name!r} is listed twice")
         owners[name] = _limits(where, raw, defaults, override=True)
@@ -288,7 +322,7 @@ def parse(text: str, base_dir: str = ".") -> Config:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"not TOML: {exc}") from None
-    unknown = set(data) - {"tokens", "peer_token", "retention_days", "limits", "owners", "tls", "http"}
+    unknown = set(data) - {"tokens", "peer_token", "retention_days", "limits", "owners", "tls", "http", "storage"}
     if unknown:
         raise ConfigError(f"unknown keys {sorted(unknown)}")
     raw_tokens = data.get("tokens", [])
@@ -307,7 +341,23 @@ def parse(text: str, base_dir: str = ".") -> Config:
     defaults = _limits("limits", data.get("limits", {}), UNLIMITED, override=False)
     owners = _owners(data.get("owners", []), defaults)
     tls = _tls(data["tls"], os.path.abspath(base_dir)) if "tls" in data else None
-    return Config(tokens, peer_token, retention_days, defaults, owners, tls, _http(data.get("http", {})))
+    return Config(
+        tokens, peer_token, retention_days, defaults, owners, tls, _http(data.get("http", {})),
+        storage=_storage(data.get("storage", {})),
+    )
+
+
+def _storage(raw: object) -> Storage:
+    if not isinstance(raw, dict):
+        raise ConfigError("storage: a table")
+    unknown = set(raw) - {"map_bytes"}
+    if unknown:
+        raise ConfigError(f"storage: unknown keys {sorted(unknown)}")
+    map_bytes = raw.get("map_bytes")
+    low, high = limits.lmdb_map_bytes_min, limits.lmdb_map_bytes_max
+    if map_bytes is not None and (type(map_bytes) is not int or not low <= map_bytes <= high):
+        raise ConfigError(f"storage.map_bytes: a whole number of bytes from {low} to {high}")
+    return Storage(map_bytes)
 
 
 def _http(raw: object) -> HttpLimits:
@@ -324,6 +374,10 @@ def _http(raw: object) -> HttpLimits:
     low_s, high_s = limits.body_read_timeout_s_min, limits.body_read_timeout_s_max
     if not isinstance(timeout_s, int | float) or isinstance(timeout_s, bool) or not low_s <= timeout_s <= high_s:
         raise ConfigError(f"http.body_read_timeout_s: a number of seconds from {low_s:g} to {high_s:g}")
+    budget = raw.get("body_bytes_in_flight_max", limits.body_bytes_in_flight_max)
+    low, high = limits.body_bytes_in_flight_setting_min, limits.body_bytes_in_flight_setting_max
+    if not isinstance(budget, int) or isinstance(budget, bool) or not low <= budget <= high:
+        raise ConfigError(f"http.body_bytes_in_flight_max: an integer number of bytes from {low} to {high}")
     per_address = raw.get(
         "connections_per_address_max",
         max(1, raw.get("connections_max", limits.connections_max) // limits.connections_per_address_share),

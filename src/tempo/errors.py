@@ -88,6 +88,25 @@ class Overloaded(TempoError):
     type = "overloaded"
 
 
+class StorageFault(Overloaded):
+    """This node could not write: an I/O error, the disk or the map full, out
+    of memory. It belongs to the machine, not to a command: nothing of the
+    batch was applied (its transaction was aborted), and the entry is applied
+    again later, never skipped. `engine.store.Store.write` raises it for every
+    such failure; a command's own faults are outcomes, never this.
+
+    An `Overloaded`, so whatever retries an overloaded write later retries
+    this one too; the node refuses writes meanwhile and tries again by
+    itself (engine/storage_guard.py)."""
+
+    type = "insufficient_storage"
+
+    def __init__(self, detail: str, *, map_full: bool = False):
+        super().__init__(detail)
+        # The LMDB map is full (the disk may have room for it to grow).
+        self.map_full = map_full
+
+
 class NotLeader(TempoError):
     """This node stopped leading while the request waited; ask the cluster again."""
 

@@ -54,7 +54,6 @@ commit_batch_commands_max = 50_000
 commit_apply_wait_s_max = 1.0
 
 # Storage.
-lmdb_map_bytes = 64 << 30
 # Runs are partitioned by due minute and by shard = hash(job ID) mod shards.
 run_shards = 64
 # A job's run slot is one millisecond; a trigger moves to the next free one,
@@ -223,6 +222,86 @@ claim_refill_wait_ms_min = 5
 
 assert claim_runs_max <= owner_limit_max
 assert claim_refill_wait_ms_min <= dispatch_tick_ms
+
+# Request bodies in flight (docs/operations.md "Limits"): the bytes of the
+# bodies a node holds at once, over all requests. A request takes its share
+# before its body is read (its declared Content-Length; a chunked body as it
+# arrives) and gives it back once answered; one that does not fit is `503`
+# with Retry-After. What a body decodes to takes about as much again, so the
+# node's memory for bodies is bounded by about twice the budget. The config
+# (`[http] body_bytes_in_flight_max`) may set it from one largest body up.
+body_bytes_in_flight_max = 256 << 20
+body_bytes_in_flight_setting_min = batch_body_bytes_max
+body_bytes_in_flight_setting_max = 1 << 40
+
+assert body_bytes_in_flight_setting_min <= body_bytes_in_flight_max <= body_bytes_in_flight_setting_max
+assert batch_body_bytes_max <= body_bytes_in_flight_setting_min
+
+# Storage bounds (docs/api.md "Bounds", docs/operations.md "Config file").
+# LMDB refuses a key longer than `lmdb_key_bytes_max` (its MDB_MAXKEYSIZE;
+# py-lmdb `Environment.max_key_size()`, checked when the store opens) or
+# empty, and a value longer than `lmdb_value_bytes_max`. A text that ends up
+# in a key is bounded in UTF-8 bytes as well as in characters, so that every
+# key the layouts of engine/keys.py make fits:
+#   request keys:       owner | 0x00 | request key
+#   jobs by owner:      owner | 0x00 | job key (26 bytes)
+#   events (a bucket):  b"e" | owner | 0x00 | sequence u64
+#   members:            node ID (ASCII)
+# The edge (the request, the config) checks `owner_bytes_max` and
+# `request_key_bytes_max`: owner and request key share the longest key, half
+# each, so 200 ASCII characters of either fit, as API.md promises, and 200
+# four-byte ones do not. Apply checks only what a key can hold
+# (`owner_key_bytes_max`, and owner + request key within LMDB's bound), so an
+# entry an older version logged applies as it did there, or, where that
+# version failed, as an error outcome.
+lmdb_key_bytes_max = 511
+lmdb_value_bytes_max = (1 << 32) - 1
+owner_chars_max = 200
+owner_separator_bytes = 1
+owner_bytes_max = (lmdb_key_bytes_max - owner_separator_bytes) // 2
+request_key_bytes_max = lmdb_key_bytes_max - owner_separator_bytes - owner_bytes_max
+job_key_bytes = 26
+event_key_head_bytes = 1
+event_seq_bytes = 8
+owner_key_bytes_max = lmdb_key_bytes_max - owner_separator_bytes - job_key_bytes
+node_id_chars_max = 64  # ids.NODE_ID_PATTERN: ASCII, so as many bytes
+# The largest record (a job: its payload as MessagePack, which is at most
+# three times its JSON, and its texts at four bytes a character) and a log
+# entry (one peer frame at most) are far below LMDB's value bound.
+record_bytes_max = 3 * payload_bytes_max + 2 * output_bytes_max + 4 * (
+    owner_chars_max + name_chars_max + target_chars_max + cron_chars_max + request_key_chars_max + worker_chars_max
+) + 4096
+
+assert owner_bytes_max + owner_separator_bytes + request_key_bytes_max <= lmdb_key_bytes_max
+assert owner_bytes_max <= owner_key_bytes_max
+assert event_key_head_bytes + owner_key_bytes_max + owner_separator_bytes + event_seq_bytes <= lmdb_key_bytes_max
+assert node_id_chars_max <= lmdb_key_bytes_max
+assert owner_chars_max <= owner_bytes_max and request_key_chars_max <= request_key_bytes_max
+assert max(record_bytes_max, peer_frame_bytes_max) <= lmdb_value_bytes_max
+
+# Storage faults (engine/storage_guard.py, docs/operations.md "Disk full"). The LMDB
+# map is by default the data file's size plus the free space of its file
+# system (at start, and again each time the map fills), at least
+# `lmdb_map_bytes_min` and at most `lmdb_map_bytes_max`: address space, not
+# memory, since LMDB maps the file read-only. It grows only by at least
+# `lmdb_map_grow_bytes_min`, so a disk that is full too is not remapped over
+# and over. While writes are refused, the node tries again after a backoff
+# from `storage_retry_s_min` doubling up to `storage_retry_s_max`; a retry
+# needs `storage_probe_bytes` free on the disk and in the map.
+lmdb_map_bytes_min = 64 << 20
+lmdb_map_bytes_max = 4 << 40
+lmdb_map_grow_bytes_min = 64 << 20
+storage_retry_s_min = 0.1
+storage_retry_s_max = 2.0
+storage_probe_bytes = 4 << 20
+
+assert lmdb_map_bytes_min <= lmdb_map_bytes_max
+assert storage_probe_bytes < lmdb_map_bytes_min
+assert peer_frame_bytes_max <= lmdb_map_bytes_min  # one log entry (a batch) fits in the smallest map
+assert 0 < storage_retry_s_min <= storage_retry_s_max
+# A cluster node's snapshot (log compaction) that did not fit on the disk is
+# tried again after this long; its log is kept meanwhile.
+snapshot_retry_s = 30.0
 
 # Slow clients (docs/operations.md "Limits"). A request's line and headers
 # must arrive whole within `header_read_timeout_s`: for a connection's first

@@ -78,7 +78,16 @@ class JobCreate(_Request):
         limits.lease_s_default
     )
     jitter_s: Annotated[int, Meta(ge=0, le=limits.jitter_s_max)] = 0
-    request_key: Annotated[str, Meta(min_length=1, max_length=limits.request_key_chars_max)] | None = None
+    # Also at most `request_key_bytes_max` bytes of UTF-8 (it is part of a
+    # store key), checked in `tempo.engine.jobs.check_request_key`.
+    request_key: Annotated[
+        str,
+        Meta(
+            min_length=1,
+            max_length=limits.request_key_chars_max,
+            description=f"at most {limits.request_key_bytes_max} bytes as UTF-8; scoped to the owner",
+        ),
+    ] | None = None
 
 
 class JobBatchCreate(_Request):
@@ -154,6 +163,13 @@ class Problem(msgspec.Struct):
     errors: list[ProblemItem] = []
 
 
+class InternalProblem(Problem, kw_only=True):
+    """A `500`: an error the server did not expect. `error_id` names the
+    log line that holds its traceback (docs/api.md "Errors")."""
+
+    error_id: str
+
+
 class BatchItemResult(msgspec.Struct, omit_defaults=True, gc=False):
     status: int
     job: JobOut | None = None
@@ -178,8 +194,9 @@ class PreviewOut(msgspec.Struct):
     times: list[str]
 
 
-class Health(msgspec.Struct):
+class Health(msgspec.Struct, omit_defaults=True):
     status: str
+    reason: str = ""  # why not ready, when it is not
 
 
 class ClusterNode(msgspec.Struct):

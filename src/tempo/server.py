@@ -17,6 +17,7 @@ import trio
 from tempo import clock, errors, limits
 from tempo.config import Config, ConfigError, Tls
 from tempo.config import load as load_config
+from tempo.engine import datadir, records
 from tempo.engine.commit import Committer
 from tempo.engine.dispatch import Dispatcher
 from tempo.engine.jobs import Jobs
@@ -187,7 +188,7 @@ async def serve(options: ServeOptions, *, task_status: trio.TaskStatus[str] = tr
         raise ServeError("--config: a cluster with tokens needs a peer_token for its nodes")
     http_server.GATE.connections_max = _connections_max(config.http.connections_max)
     http_server.GATE.per_address_max = min(config.http.connections_per_address_max, http_server.GATE.connections_max)
-    store = Store(options.data_dir)
+    store = open_store(options, config)
     try:
         if options.cluster is None:
             await _serve_alone(options, config, store, task_status)
@@ -195,6 +196,28 @@ async def serve(options: ServeOptions, *, task_status: trio.TaskStatus[str] = tr
             await _serve_member(options, config, store, task_status)
     finally:
         store.close()
+
+
+def identity_of(options: ServeOptions) -> datadir.Identity:
+    """What this start says the data directory is (docs/operations.md
+    "Data directory"): a founder's cluster ID is a fingerprint of --peers."""
+    cluster = options.cluster
+    if cluster is None:
+        return datadir.single_identity()
+    founders = None if options.join else [(m.id, m.url) for m in cluster.members]
+    return datadir.member_identity(cluster.me.id, founders)
+
+
+def open_store(options: ServeOptions, config: Config) -> Store:
+    """The store, once its directory passed the checks (engine/datadir.py);
+    any damage or mismatch is a ServeError: exit status 2."""
+    try:
+        store = Store(options.data_dir, identity=identity_of(options), map_bytes=config.storage.map_bytes)
+    except datadir.DataDirError as exc:
+        raise ServeError(str(exc)) from None
+    if store.adopted:
+        log.info("%s: written by an earlier version; recorded as %s", options.data_dir, store.identity.describe())
+    return store
 
 
 async def _serve_alone(options: ServeOptions, config: Config, store: Store, task_status) -> None:
@@ -239,8 +262,13 @@ async def _serve_member(options: ServeOptions, config: Config, store: Store, tas
     founders = () if options.join else tuple(m.raft_id for m in cluster.members)
     try:
         raft_log = RaftLog(store, voters=founders)
-    except ValueError as exc:
+    except (ValueError, datadir.DataDirError) as exc:
         raise ServeError(str(exc)) from None
+    except records.Corrupt as exc:
+        raise ServeError(
+            f"{options.data_dir}: {exc}; restore the data directory from a backup, or replace this member "
+            "with an empty one (docs/operations.md \"Corrupt data\")"
+        ) from None
     # With [tls] the peers are https:// URLs (check_tls), verified against ca_file.
     verify = client_context(config.tls.ca_file) if config.tls is not None else None
     transport = PeerTransport({}, local_address=local_address_of(options.host), token=config.peer_token, verify=verify)

@@ -51,19 +51,56 @@ async def test_commands_that_arrive_together_commit_together(store):
     assert store.applied_index() == committer.batches_committed
 
 
-async def test_a_full_data_file_fails_its_batch_and_the_next_batch_commits(tmp_path: Path):
+async def test_a_full_map_that_may_not_grow_refuses_writes_until_they_fit_again(tmp_path: Path):
     store = Store(str(tmp_path / "d"), map_bytes=1 << 20)
     committer = Committer(store)
     big = [new_job(T0, payload="x" * (limits.payload_bytes_max - 100)) for _ in range(40)]
     async with trio.open_nursery() as nursery:
         await nursery.start(committer.run)
-        with pytest.raises(errors.Overloaded):
+        with pytest.raises(errors.StorageFault) as refused:
             await committer.submit(CreateJobs(T0, big))
+        assert refused.value.map_full and committer.storage.refused is not None
+        # Refused at once while no new try is due: a state, not one failure.
+        with pytest.raises(errors.StorageFault):
+            await committer.submit(CreateJobs(T0, [new_job(T0)]))
+        assert committer.storage.refused_commands == 2  # commands: a batch create is one
+        # A small write fits the map: the next try (a probe, no batch came)
+        # finds room, and writes go again.
+        with trio.fail_after(5 * limits.storage_retry_s_max):
+            while committer.storage.refused is not None:
+                await trio.sleep(limits.storage_retry_s_min / 4)
         [outcome] = await committer.submit(CreateJobs(T0, [new_job(T0)]))
         committer.close()
     assert isinstance(outcome, Created)
     assert store.applied_index() == 1
+    assert store.map_grown == 0 and committer.storage.refusals == 1
     store.close()
+
+
+async def test_a_full_map_grows_into_the_free_disk_and_the_batch_commits(tmp_path: Path):
+    store = Store(str(tmp_path / "d"), map_bytes=1 << 20, map_grows=True)
+    committer = Committer(store)
+    big = [new_job(T0, payload="x" * (limits.payload_bytes_max - 100)) for _ in range(40)]
+    async with trio.open_nursery() as nursery:
+        await nursery.start(committer.run)
+        outcomes = await committer.submit(CreateJobs(T0, big))
+        committer.close()
+    assert all(isinstance(outcome, Created) for outcome in outcomes)
+    assert store.map_grown == 1 and committer.storage.refusals == 0
+    assert store.usage()[2] >= min(store.disk_map_bytes(), limits.lmdb_map_bytes_min)
+    store.close()
+
+
+def test_a_store_sized_to_the_disk_takes_its_free_space_within_the_bounds(tmp_path: Path):
+    store = Store(str(tmp_path / "d"))
+    try:
+        free_bytes = store.free_bytes()
+        map_bytes = store.usage()[2]
+        assert store.map_grows
+        assert limits.lmdb_map_bytes_min <= map_bytes <= limits.lmdb_map_bytes_max
+        assert map_bytes <= max(limits.lmdb_map_bytes_min, free_bytes + store.usage()[0])
+    finally:
+        store.close()
 
 
 async def test_a_failing_apply_stops_the_committer_without_holding_the_loop(store, monkeypatch):

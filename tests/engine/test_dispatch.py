@@ -304,3 +304,19 @@ async def test_claim_lateness_falls_in_the_first_bucket_whose_bound_it_does_not_
         expected[i] += 1
     assert d.lateness_buckets == expected
     assert d.lateness_sum_s == pytest.approx(0.01 + 0.0100001 + 1.0 + 60.0 + 60.5 + 1e9)  # early counts as 0
+
+
+async def test_a_claim_that_cannot_be_written_leaves_its_runs_to_the_next_claim(node, fast_clock, monkeypatch):
+    await node.create(schedule=at(0))
+    await trio.sleep(0.5)  # due, in the ready queue
+    real_submit = node.committer.submit
+
+    async def disk_full(command):
+        raise errors.StorageFault("the disk is full")
+
+    monkeypatch.setattr(node.committer, "submit", disk_full)
+    with pytest.raises(errors.StorageFault):
+        await node.claim()
+    monkeypatch.setattr(node.committer, "submit", real_submit)
+    [claimed] = await node.claim()
+    assert claimed.run.attempt == 1 and claimed.run.nominal_ms == T0_MS

@@ -33,6 +33,8 @@ def _from_msgpack(context, response):
     return msgspec.msgpack.decode(response.content)
 
 
+# `not_a_server_error` fails on any 5xx, the 500 the document declares for
+# every operation (an unexpected error, docs/api.md "Errors") included.
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
 examples_per_operation = 200
 # A soft bound on the whole run: once the operations tested so far took this

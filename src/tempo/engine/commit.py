@@ -6,6 +6,12 @@ On a single node there is no log: the entry index is the store's applied
 index plus one, and apply takes the batch's commands as they are
 (`Store.apply_commands`). In a cluster the replica loop takes this loop's
 place and drives `Store.apply_entry` with committed entries.
+
+A batch that does not fit (a full disk, a full map that cannot grow) is
+answered `errors.StorageFault`, with nothing of it written, and writes
+are refused until a later batch, or a probe when none comes, commits
+(engine/storage_guard.py). A full map grows first when the disk has room,
+and the batch is tried again at once.
 """
 
 import threading
@@ -16,6 +22,7 @@ import trio
 
 from tempo import errors, limits
 from tempo.engine.commands import Command
+from tempo.engine.storage_guard import StorageGuard
 from tempo.engine.store import Changes, Outcome, Store
 from tempo.metrics import COUNT_BUCKETS, Histogram
 
@@ -43,10 +50,12 @@ class Committer:
         self.batches_committed = 0
         self.commands_committed = 0
         self.batch_commands = Histogram(COUNT_BUCKETS)
+        self.storage = StorageGuard()
 
     async def submit(self, command: Command) -> Outcome | list[Outcome]:
         if self._closing:
             raise errors.ShuttingDown("the node is shutting down")
+        self.storage.check()
         if len(self._pending) >= limits.commit_pending_max:
             raise errors.Overloaded("too many writes waiting; retry shortly")
         waiter = Waiter()
@@ -68,7 +77,15 @@ class Committer:
         index = self.store.applied_index()
         task_status.started()
         while True:
-            await self._wake.wait()
+            with trio.CancelScope() as waiting:
+                if self.storage.refused is not None:
+                    # No batch came to try again by the time one may: a probe
+                    # does, so writes resume (and /readyz says so) by themselves.
+                    waiting.deadline = self.storage.retry_at
+                await self._wake.wait()
+            if waiting.cancelled_caught:
+                await self._probe()
+                continue
             if not self._pending:
                 if self._closing:
                     return
@@ -78,6 +95,12 @@ class Committer:
             del self._pending[: len(batch)]
             if not self._pending and not self._closing:
                 self._wake = trio.Event()
+            if self.storage.refused is not None and not self.storage.retry_due:
+                # Queued while the batch before failed: no new try this soon.
+                self.storage.refused_commands += len(batch)
+                for _, waiter in batch:
+                    waiter.finish(self.storage.refused)
+                continue
             if await self._commit(index + 1, batch):
                 index += 1
 
@@ -85,12 +108,22 @@ class Committer:
         # No log to write: apply takes the commands themselves, not their encoding.
         commands = [command for command, _ in batch]
         try:
-            outcomes, changes = await self._apply(index, commands)
+            try:
+                outcomes, changes = await self._apply(index, commands)
+            except errors.StorageFault as fault:
+                # Nothing was written and no transaction is open: the map
+                # may grow now, and then the batch goes again.
+                if not (fault.map_full and self.store.grow_map()):
+                    raise
+                outcomes, changes = await self._apply(index, commands)
         except errors.Overloaded as failure:
+            if isinstance(failure, errors.StorageFault):
+                self.storage.failed(failure, len(batch))
             for _, waiter in batch:
                 waiter.outcome = failure
                 waiter.done.set()
             return False
+        self.storage.succeeded()
         assert len(outcomes) == len(batch)
         # Before any request is answered, so a claim can never see a run the
         # dispatcher has not heard of.
@@ -103,6 +136,19 @@ class Committer:
         self.commands_committed += len(batch)
         self.batch_commands.observe(len(batch))
         return True
+
+    async def _probe(self) -> None:
+        """Whether writes fit again, with no batch to try: the map grows if
+        it was full and the disk has room, then `Store.probe`."""
+        refused = self.storage.refused
+        assert refused is not None
+        if refused.map_full:
+            self.store.grow_map()
+        fault = await trio.to_thread.run_sync(self.store.probe)
+        if fault is None:
+            self.storage.succeeded()
+        else:
+            self.storage.failed(fault)
 
     async def _apply(self, index: int, commands: list[Command]) -> tuple[list[Outcome], Changes]:
         """`Store.apply_commands` on a worker thread, with the trio thread

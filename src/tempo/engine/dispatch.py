@@ -636,8 +636,15 @@ class Dispatcher:
 
     async def _commit_claims(self, worker: str, taken: list[tuple[bytes, Job]]) -> list[ClaimedRun]:
         claiming = self.claiming  # a reset while this commits starts a new count
+        generation = self.generation
         try:
             return await self._commit_taken(worker, taken)
+        except errors.Overloaded:
+            # Not written (a full disk, too many writes): the runs are still
+            # waiting in the tables, and go back to the head of their queues.
+            if generation == self.generation:
+                self._give_back(taken)
+            raise
         finally:
             for owner, count in Counter(job.owner for _, job in taken).items():
                 claiming[owner] -= count
@@ -646,6 +653,19 @@ class Dispatcher:
                     del claiming[owner]
                 if claiming is self.claiming and owner in self.held:
                     self._wake_owner(owner)
+
+    def _give_back(self, taken: list[tuple[bytes, Job]]) -> None:
+        """Taken runs whose claim was not written, back where `_pop` took
+        them from, in their order (unless the change feed has them again)."""
+        for runs_key, job in reversed(taken):
+            if runs_key in self.queue_of:
+                continue
+            queue = queue_key(job)
+            self.queue_of[runs_key] = (queue, job)
+            self.loaded_of[job.owner] += 1
+            self.ready.setdefault(queue, deque()).appendleft(runs_key)
+            if is_http(queue):
+                self.http_ready[queue] = None
 
     async def _commit_taken(self, worker: str, taken: list[tuple[bytes, Job]]) -> list[ClaimedRun]:
         at_ms = self.now_ms()

@@ -70,6 +70,17 @@ def check_target(target: str) -> None:
     raise errors.Invalid.at("target", "must be queue:<name> or an http:// or https:// URL")
 
 
+def check_request_key(key: str) -> None:
+    """A request key is part of an LMDB key: bounded in UTF-8 bytes as well
+    as in characters (limits.py "Storage bounds"; the characters are the
+    schema's). A key of 63 characters or fewer fits whatever they are."""
+    if len(key) * 4 > limits.request_key_bytes_max and len(key.encode()) > limits.request_key_bytes_max:
+        raise errors.Invalid.at(
+            "request_key",
+            f"at most {limits.request_key_bytes_max} bytes in UTF-8 (and {limits.request_key_chars_max} characters)",
+        )
+
+
 def check_json_value(value: Any, loc: str) -> None:
     """A MessagePack body may carry what JSON cannot: binary and ext values."""
     stack = [value]
@@ -357,6 +368,8 @@ class Jobs:
         `payload_passed`: `payloads_pass` found the payload good already.
         `job_id`: one drawn for it with the rest of its batch."""
         check_target(body.target)
+        if body.request_key is not None:
+            check_request_key(body.request_key)
         if not payload_passed:
             if from_msgpack:
                 check_json_value(body.payload, "payload")

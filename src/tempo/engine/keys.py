@@ -6,6 +6,11 @@ jobs by owner: owner | 0x00 | job ID (26 bytes)
 request keys:  owner | 0x00 | request key
 events:        owner | 0x00 | sequence u64
 
+Every key fits LMDB's bound (limits.py "Storage bounds"): the edge bounds
+owners and request keys in bytes, and apply checks `owner_fits` and
+`request_key_fits` before it makes a key; making a longer one is a
+programmer error.
+
 The runs key carries the nominal time after the job ID (DESIGN.md names
 minute, shard, due ms, job ID): a retried run and a triggered run of one job
 can fall due in the same millisecond, and the suffix keeps their rows apart
@@ -29,6 +34,7 @@ _SLOT_AT = 13
 _NOMINAL_AT = 39
 assert _SLOT_AT + _SLOT.size == RUN_KEY_BYTES and _NOMINAL_AT + _NOMINAL.size == RUN_KEY_BYTES
 JOB_KEY_BYTES = ids.ULID_CHARS
+assert JOB_KEY_BYTES == limits.job_key_bytes and _SEQ.size == limits.event_seq_bytes
 
 
 def job_key(job_id: str) -> bytes:
@@ -111,11 +117,25 @@ def parse_by_job_key(key: bytes) -> tuple[str, int]:
 
 
 @functools.lru_cache(maxsize=1024)
+def owner_fits(owner: str) -> bool:
+    """Whether every key `owner` starts fits LMDB: at most
+    `limits.owner_key_bytes_max` bytes of UTF-8, no NUL (the separator).
+    Cached as `owner_prefix`: a batch's items share one owner."""
+    encoded = owner.encode()
+    return len(encoded) <= limits.owner_key_bytes_max and b"\x00" not in encoded
+
+
+def request_key_fits(owner: str, key: str) -> bool:
+    """Whether `request_key(owner, key)` fits LMDB; `owner_fits(owner)` holds."""
+    size = len(owner.encode()) + limits.owner_separator_bytes + len(key.encode())
+    return 0 < len(key) and size <= limits.lmdb_key_bytes_max
+
+
+@functools.lru_cache(maxsize=1024)
 def owner_prefix(owner: str) -> bytes:
     """Cached: every event key of a batch of results starts with one owner's."""
-    encoded = owner.encode()
-    assert b"\x00" not in encoded
-    return encoded + b"\x00"
+    assert owner_fits(owner), "an owner past LMDB's key bound reached a key"
+    return owner.encode() + b"\x00"
 
 
 def owner_job_key(owner: str, job_id: str) -> bytes:
@@ -123,6 +143,7 @@ def owner_job_key(owner: str, job_id: str) -> bytes:
 
 
 def request_key(owner: str, key: str) -> bytes:
+    assert request_key_fits(owner, key), "a request key past LMDB's key bound reached a key"
     return owner_prefix(owner) + key.encode()
 
 

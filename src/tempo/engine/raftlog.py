@@ -14,6 +14,7 @@ transaction that records them), because the core sends them to followers in
 chunks and a copy of every table does not belong in a table itself.
 """
 
+import contextlib
 import os
 import struct
 from collections import deque
@@ -21,13 +22,13 @@ from collections import deque
 import lmdb
 import msgspec
 
-from tempo.engine import records
+from tempo.engine import datadir, records
 from tempo.engine.store import Store
 from tempo.raft import ConfState, Entry, HardState, Snapshot, SnapshotMeta
 
 _U64 = struct.Struct(">Q")
 _HARD_STATE = b"hard_state"
-_SNAPSHOT_META = b"snapshot_meta"
+_SNAPSHOT_META = datadir.SNAPSHOT_META_KEY
 # The newest entries stay in memory, for sending to followers without a read:
 # at most this many, and this many payload bytes.
 _TAIL_ENTRIES_MAX = 8192
@@ -47,7 +48,7 @@ class RaftLog:
         `store`'s environment."""
         self.env = store.env
         self.log_db = store.env.open_db(b"raft_log")
-        self.meta_db = store.env.open_db(b"raft_meta")
+        self.meta_db = store.env.open_db(datadir.RAFT_META_DB)
         self.dir = os.path.join(store.path, "snapshot")
         os.makedirs(self.dir, exist_ok=True)
         with self.env.begin(write=True) as txn:
@@ -75,7 +76,15 @@ class RaftLog:
                 assert index == meta.index + 1 + len(self._terms), "a gap in the raft log"
                 self._terms.append(entry.term)
                 self._push_tail([entry])
-        self._snapshot = Snapshot(meta, self._read_snapshot_file(meta.index) if meta.index > 1 else b"")
+        try:
+            data = self._read_snapshot_file(meta.index) if meta.index > 1 else b""
+        except OSError as exc:
+            raise datadir.DataDirError(
+                f"{store.path}: the raft snapshot at index {meta.index} cannot be read ({exc.strerror}): the data "
+                "is damaged; restore the data directory from a backup, or replace this member with an empty one "
+                '(docs/operations.md "Corrupt data")'
+            ) from None
+        self._snapshot = Snapshot(meta, data)
         self._remove_snapshot_files(keep=meta.index, keep_newer=False)
 
     # -- Storage (read side) ---------------------------------------------------
@@ -146,10 +155,16 @@ class RaftLog:
         removed at the next start."""
         path = self._path(index)
         tmp = path + ".tmp"
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError:
+            # A full disk: what was written of it goes, to leave the space.
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
         os.replace(tmp, path)
         dir_fd = os.open(self.dir, os.O_RDONLY)
         try:

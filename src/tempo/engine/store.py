@@ -10,10 +10,13 @@ fsync); reads run on any thread against LMDB's snapshots and never wait for it.
 This is the only module that imports lmdb.
 """
 
+import errno
 import hashlib
 import heapq
+import logging
 import os
 import struct
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -23,7 +26,7 @@ import lmdb
 import msgspec
 
 from tempo import errors, ids, limits
-from tempo.engine import keys, records
+from tempo.engine import datadir, keys, records
 from tempo.engine.commands import (
     Claim,
     ClaimRuns,
@@ -69,9 +72,23 @@ _SLOT = struct.Struct(">H")
 _DAY = struct.Struct(">I")
 _HIST_RUN = b"r"
 _HIST_EVENT = b"e"
+assert len(_HIST_EVENT) == limits.event_key_head_bytes, "the event key layout limits.py bounds"
+# lmdb errors that say tempo used LMDB wrongly (a key past its bound, a
+# handle or transaction misused), not that the machine failed: programmer
+# errors, raised as they are. Every other lmdb error is a `StorageFault`.
+_MISUSE = (
+    lmdb.BadValsizeError, lmdb.BadDbiError, lmdb.BadTxnError, lmdb.BadRslotError, lmdb.InvalidParameterError,
+    lmdb.KeyExistsError, lmdb.NotFoundError,
+)
 _APPLIED_INDEX = b"applied_index"
 _EVENT_SEQ = b"event_seq"
+# Written and deleted in one transaction by `Store.probe`: never in the tables.
+_PROBE = b"\x00probe"
+# What a file system answers when the disk is full or failing (a snapshot
+# file's write, engine/raftlog.py); LMDB's own are its exceptions below.
+STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG})
 T = TypeVar("T")
+log = logging.getLogger("tempo.store")
 
 _enc = msgspec.msgpack.Encoder()
 # Decoders that raise records.Corrupt, and only it, for a damaged record.
@@ -117,29 +134,99 @@ Outcome = Created | Job | Run | None | errors.TempoError | list
 
 
 class Store:
-    def __init__(self, path: str, *, map_bytes: int = limits.lmdb_map_bytes):
-        os.makedirs(path, exist_ok=True)
+    def __init__(
+        self,
+        path: str,
+        *,
+        map_bytes: int | None = None,
+        map_grows: bool | None = None,
+        identity: datadir.Identity | None = None,
+    ):
+        """Opens (or creates) the store in the directory `path`, checked
+        first (engine/datadir.py): damage, a foreign environment or an
+        `identity` other than the directory's raise `datadir.DataDirError`.
+        With `identity` None (tests and tools) the identity is neither
+        checked nor written.
+
+        `map_bytes`: the LMDB map's size (the most the data file may hold);
+        None sizes it to the disk (`disk_map_bytes`). The map grows
+        (`grow_map`) if `map_grows`, by default when it was sized to the disk."""
+        meta = datadir.check_files(path)
         self.path = path
+        self.map_grows = map_bytes is None if map_grows is None else map_grows
         # Seconds each write transaction's commit took: LMDB writes the dirty
         # pages and fsyncs there (`sync=True`), so this is the fsync latency.
         self.commit_seconds = Histogram()
-        self.env = lmdb.open(
-            path,
-            map_size=map_bytes,
-            max_dbs=limits.lmdb_max_dbs,
-            sync=True,
-            metasync=True,
-            subdir=True,
-            readahead=False,
-        )
-        # Every database is opened here, in one transaction, and never closed:
-        # readers on other threads use the handles without opening any.
+        self.map_grown = 0  # times `grow_map` grew the map
+        # Held by reads off the trio thread (`snapshot_data`, `digest`) while
+        # their transaction is open, and by `grow_map`: a remap invalidates
+        # every open transaction of the process.
+        self._remap = threading.Lock()
+        try:
+            os.makedirs(path, exist_ok=True)
+            self.env = lmdb.open(
+                path,
+                map_size=self.disk_map_bytes() if map_bytes is None else map_bytes,
+                max_dbs=limits.lmdb_max_dbs,
+                sync=True,
+                metasync=True,
+                subdir=True,
+                readahead=False,
+            )
+        except (OSError, lmdb.Error) as exc:
+            raise datadir.DataDirError(f"--data-dir {path}: cannot open it: {exc}") from None
+        # The key bounds of limits.py are derived from this (a liblmdb
+        # built with a smaller MDB_MAXKEYSIZE could not hold tempo's keys).
+        assert self.env.max_key_size() >= limits.lmdb_key_bytes_max, "LMDB's key bound"
+        try:
+            self.identity, self.adopted = self._open_tables(meta, identity)
+        except lmdb.Error as exc:
+            self.env.close()
+            raise datadir.DataDirError(f"{path}: the data is damaged ({exc}): restore it from a backup") from None
+        except BaseException:
+            self.env.close()
+            raise
+
+    def _open_tables(
+        self, meta: datadir.Meta | None, wanted: datadir.Identity | None
+    ) -> tuple[datadir.Identity | None, bool]:
+        """Opens every database, in one transaction, and never closes them:
+        readers on other threads use the handles without opening any. First
+        it checks the names already there and the identity record; nothing
+        is created in an environment that is not tempo's or not this
+        start's. Returns (the directory's identity, whether it was adopted
+        from an earlier version now)."""
         with self.env.begin(write=True) as txn:
+            names = {name for name, _ in txn.cursor()}
+            existing = datadir.check_tables(self.path, names, meta, _TABLES)
             self.db = {name: self.env.open_db(name.encode(), txn=txn) for name in _TABLES}
             self.buckets = [
                 self.env.open_db(bucket_name(slot).encode(), txn=txn) for slot in range(limits.history_buckets)
             ]
+            applied = txn.get(_APPLIED_INDEX, db=self.db["meta"])
+            if applied is not None and len(applied) != _U64.size:
+                raise datadir.DataDirError(
+                    f"{self.path}: the applied index is {len(applied)} bytes, not 8: the data is damaged; "
+                    "restore it from a backup"
+                )
+            identity_db = self.env.open_db(datadir.IDENTITY_DB, txn=txn)
+            raw = txn.get(datadir.IDENTITY_KEY, db=identity_db)
+            stored = None if raw is None else datadir.decode_identity(self.path, raw)
+            adopted = False
+            if stored is None and existing and wanted is not None:
+                # An earlier version's directory: tempo's tables, no record.
+                # A member's has founded or joined: its raft state says so.
+                raft_meta = self.env.open_db(datadir.RAFT_META_DB, txn=txn) if datadir.RAFT_META_DB in names else None
+                member = raft_meta is not None and txn.get(datadir.SNAPSHOT_META_KEY, db=raft_meta) is not None
+                adopted = member == (wanted.mode == "cluster")
+                stored = wanted if adopted else datadir.earlier_identity(member)
+            if stored is not None and wanted is not None:
+                datadir.check_identity(self.path, stored, wanted)
+            if raw is None and wanted is not None:
+                txn.put(datadir.IDENTITY_KEY, datadir.encode_identity(wanted), db=identity_db)
+                stored = wanted
         self.db.update((bucket_name(slot), db) for slot, db in enumerate(self.buckets))
+        return stored, adopted
 
     def close(self) -> None:
         self.env.close()
@@ -150,6 +237,90 @@ class Store:
         info, page_bytes = self.env.info(), self.env.stat()["psize"]
         file_bytes = os.stat(os.path.join(self.path, "data.mdb")).st_size
         return file_bytes, (info["last_pgno"] + 1) * page_bytes, info["map_size"]
+
+    # -- room: the disk, the map -----------------------------------------------
+
+    def free_bytes(self) -> int:
+        """Bytes free for this process on the data directory's file system."""
+        fs = os.statvfs(self.path)
+        return fs.f_bavail * fs.f_frsize
+
+    def disk_map_bytes(self) -> int:
+        """A map as large as the disk allows: the data file and the free
+        space beside it, in whole MiB, within the limits."""
+        try:
+            file_bytes = os.stat(os.path.join(self.path, "data.mdb")).st_size
+        except FileNotFoundError:
+            file_bytes = 0
+        wanted = (file_bytes + self.free_bytes()) >> 20 << 20
+        return min(max(wanted, limits.lmdb_map_bytes_min), limits.lmdb_map_bytes_max)
+
+    def grow_map(self) -> bool:
+        """Grows the map to what the disk allows now, if that is more by at
+        least `lmdb_map_grow_bytes_min`; False if it did not. Only on the
+        trio thread with no write transaction open (the committer or the
+        replica loop between its writes): LMDB remaps, and every open
+        transaction of the process must be closed. The trio thread holds
+        none between its awaits; reads on other threads hold `_remap`."""
+        if not self.map_grows:
+            return False
+        before = self.env.info()["map_size"]
+        wanted = self.disk_map_bytes()
+        if wanted < before + limits.lmdb_map_grow_bytes_min:
+            return False
+        if not self._remap.acquire(blocking=False):
+            return False  # a snapshot or digest is reading: the next try
+        try:
+            self.env.set_mapsize(wanted)
+        finally:
+            self._remap.release()
+        self.map_grown += 1
+        log.warning("the LMDB map was full: grown from %d to %d MiB", before >> 20, wanted >> 20)
+        return True
+
+    def probe(self) -> errors.StorageFault | None:
+        """Whether a write would fit now (worker thread, as a write): the
+        disk has `storage_probe_bytes` free, the map as much room past its
+        pages in use (a sixteenth of it at most), and a small transaction
+        commits. None if so. The probe allocates no more than a write of a
+        row does: pages a transaction takes and gives back are never
+        written, and past the end of the file they would leave it shorter
+        than its meta page says."""
+        if self.free_bytes() < limits.storage_probe_bytes:
+            return errors.StorageFault("the disk is full")
+        _, used_bytes, map_bytes = self.usage()
+        if map_bytes - used_bytes < min(limits.storage_probe_bytes, map_bytes // 16):
+            return errors.StorageFault(f"the data file is full: its map of {map_bytes >> 20} MiB", map_full=True)
+
+        def work(txn: lmdb.Transaction) -> None:
+            txn.put(_PROBE, b"", db=self.db["meta"])
+            txn.delete(_PROBE, db=self.db["meta"])
+
+        try:
+            self.write(work)
+        except errors.StorageFault as fault:
+            return fault
+        return None
+
+    def fault_of(self, exc: BaseException) -> errors.StorageFault | None:
+        """The fault of the machine `exc` is, or None if it is none. LMDB
+        reports a full map as MapFullError, ENOSPC as DiskError, and a short
+        write or a failed fsync at commit as EIO, which py-lmdb raises as its
+        plain Error (it has no class for EIO); its answers to tempo's own
+        misuse (`_MISUSE`) are none. An OSError is one when its errno says
+        the disk is full or failing (a snapshot file's write)."""
+        if isinstance(exc, lmdb.MapFullError):
+            map_bytes = self.env.info()["map_size"]
+            return errors.StorageFault(f"the data file is full: its map of {map_bytes >> 20} MiB", map_full=True)
+        if isinstance(exc, _MISUSE):
+            return None
+        if not isinstance(exc, lmdb.Error | MemoryError) and not (
+            isinstance(exc, OSError) and exc.errno in STORAGE_ERRNOS
+        ):
+            return None
+        if self.free_bytes() < limits.storage_probe_bytes:
+            return errors.StorageFault("the disk is full")
+        return errors.StorageFault(f"the store could not write: {exc}")
 
     # -- the state machine -------------------------------------------------
 
@@ -167,22 +338,36 @@ class Store:
         """Runs `work` in one write transaction (one fsync at its end): the
         replica persists raft state and applies entries together this way.
         `before_commit` is called between the work and the commit, on this
-        thread (and not when the work raised)."""
+        thread (and not when the work raised).
+
+        A failure of the machine (an I/O error, the disk or the map full, out
+        of memory) raises `errors.StorageFault` with the transaction aborted:
+        nothing of the work is stored, and an entry it applied is not
+        applied (the caller applies it again, never skips it). A command's
+        own faults never get here: apply answers them as outcomes."""
+        txn = self.env.begin(write=True)
         try:
-            txn = self.env.begin(write=True)
-            try:
-                result = work(txn)
-            except BaseException:
-                txn.abort()
-                raise
-            if before_commit is not None:
-                before_commit()
-            started = time.perf_counter()
+            result = work(txn)
+        except BaseException as exc:
+            txn.abort()
+            fault = self.fault_of(exc)
+            if fault is None:
+                raise  # tempo's own mistake, not the machine's: it stops the node
+            raise fault from exc
+        if before_commit is not None:
+            before_commit()
+        started = time.perf_counter()
+        try:
+            # A commit that fails aborts the transaction; the meta page is
+            # written last, so the store is as the last commit left it.
             txn.commit()
-            self.commit_seconds.observe(time.perf_counter() - started)
-            return result
-        except lmdb.MapFullError:
-            raise errors.Overloaded("the data file is full") from None
+        except (lmdb.Error, MemoryError) as exc:
+            fault = self.fault_of(exc)
+            if fault is None:
+                raise
+            raise fault from exc
+        self.commit_seconds.observe(time.perf_counter() - started)
+        return result
 
     def apply_commands(
         self, index: int, commands: list[Command], *, before_commit: Callable[[], None] | None = None
@@ -220,7 +405,7 @@ class Store:
     def snapshot_data(self) -> tuple[int, bytes]:
         """Every table at one applied index, from one read transaction, so the
         copy is consistent whatever is applied meanwhile: (index, data)."""
-        with self.env.begin() as txn:
+        with self._remap, self.env.begin() as txn:
             raw = txn.get(_APPLIED_INDEX, db=self.db["meta"])
             index = 0 if raw is None else _U64.unpack(raw)[0]
             tables = [[name, list(txn.cursor(db=db))] for name, db in self.db.items()]
@@ -245,7 +430,7 @@ class Store:
         """(applied index, SHA-256 of every table at it): equal on replicas
         that applied the same entries."""
         sha = hashlib.sha256()
-        with self.env.begin() as txn:
+        with self._remap, self.env.begin() as txn:
             raw = txn.get(_APPLIED_INDEX, db=self.db["meta"])
             index = 0 if raw is None else _U64.unpack(raw)[0]
             for name, db in self.db.items():
@@ -747,6 +932,9 @@ class _Tx:
 
     def create_job(self, item: NewJob, rows: _NewRows) -> Created | errors.TempoError:
         job = item.job
+        fault = _key_fault(job)
+        if fault is not None:
+            return fault
         if job.request_key is not None:
             req_key = keys.request_key(job.owner, job.request_key)
             raw = self.txn.get(req_key, db=self.reqkeys)
@@ -1012,6 +1200,20 @@ class _Tx:
         self.put_job(job, job_key)
         detail = {"status": run.status}
         self.append_event(job.owner, Event("job.completed", at_ms, job.id, ids.run_id(job.id, run.nominal_ms), detail))
+
+
+def _key_fault(job: Job) -> errors.TempoError | None:
+    """The error outcome of a new job whose keys would not fit LMDB (an
+    entry logged before the edge checked bounds in bytes); it depends on the
+    command alone, so every replica answers alike."""
+    if not keys.owner_fits(job.owner):
+        return errors.Invalid(
+            f"the owner name is {len(job.owner.encode())} bytes in UTF-8, past the {limits.owner_bytes_max} "
+            "the config allows: shorten it there"
+        )
+    if job.request_key is not None and not keys.request_key_fits(job.owner, job.request_key):
+        return errors.Invalid.at("request_key", f"at most {limits.request_key_bytes_max} bytes in UTF-8")
+    return None
 
 
 def _first(row: tuple) -> int:

@@ -1,5 +1,6 @@
 """The HTTP API of API.md as an ASGI application."""
 
+import logging
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -21,13 +22,19 @@ from tempo.engine.store import Created, Store
 from tempo.net import auth, openapi
 from tempo.net import auth as auth_module  # `auth` is also a parameter name below
 from tempo.net.asgi import (
+    STATUS_OF,
+    BodyBudget,
+    BodyShare,
     Request,
     Response,
     check_head,
+    declared_length,
     decode,
     decoders,
     encode,
+    internal_response,
     invalid_from_msgspec,
+    new_error_id,
     parse_query,
     problem_of,
     problem_response,
@@ -71,6 +78,7 @@ from tempo.schema import (
     RunsPage,
 )
 
+log = logging.getLogger("tempo.http")
 # Routes every node answers itself, never redirected (API.md "General").
 LOCAL = frozenset({"healthz", "readyz", "metrics", "openapi", "cluster", "cluster_digest", "unknown"})
 NEEDS = {
@@ -154,6 +162,8 @@ class Api:
         self.gate = gate  # connections: counted by net/http.py, shown in /metrics
         self.in_flight = 0
         self.long_polls = 0
+        self.internal_errors = 0  # 500s: errors no handler expected
+        self.bodies = BodyBudget(self.edge.body_bytes_in_flight_max)
         # Seconds from the request's arrival to its answer sent, by route.
         self.durations: dict[str, prom.Histogram] = {}
         # Corrupt raft frames from peers, dropped unread (net/peer.py).
@@ -177,6 +187,9 @@ class Api:
         route = "unknown"
         started = trio.current_time()
         bounded = False
+        # The body's part of the budget, held until the answer is sent: what
+        # the body decodes to, and an answer built from it, live that long.
+        share = self.bodies.share()
         try:
             try:
                 check_head(scope)
@@ -187,13 +200,14 @@ class Api:
                         raise errors.Overloaded("too many requests in flight; retry shortly")
                     self.in_flight += 1
                     bounded = True
-                response = await self._handle(route, handler, request, scope, receive)
-            except errors.TempoError as exc:
-                response = problem_response(exc)
+                response = await self._handle(route, handler, request, scope, receive, share)
+            except Exception as exc:  # noqa: BLE001 - every error is answered (docs/api.md "Errors")
+                response = self._error_response(route, request, exc)
             self.requests[(route, response.status)] += 1
             if not response.sent:
                 await send_response(send, response)
         finally:
+            share.release()
             if bounded:
                 self.in_flight -= 1
         histogram = self.durations.get(route)
@@ -201,14 +215,37 @@ class Api:
             histogram = self.durations[route] = prom.Histogram()
         histogram.observe(trio.current_time() - started)
 
-    async def _handle(self, route: str, handler: Callable, request: Request, scope: dict, receive: Callable) -> Response:
+    def _error_response(self, route: str, request: Request, exc: Exception) -> Response:
+        """A TempoError's problem; any other error (a bug, or damaged data
+        read back) is logged once with its traceback under a fresh
+        `error_id`, counted, and answered 500 problem+json naming that ID."""
+        if isinstance(exc, errors.TempoError) and type(exc) in STATUS_OF:
+            return problem_response(exc)
+        error_id = new_error_id()
+        self.internal_errors += 1
+        log.error(
+            "unexpected error answering %s %r (route %s), error_id %s",
+            request.method, request.path, route, error_id,
+            exc_info=exc, extra={"error_id": error_id, "route": route},
+        )
+        return internal_response(error_id)
+
+    async def _handle(
+        self, route: str, handler: Callable, request: Request, scope: dict, receive: Callable, share: BodyShare
+    ) -> Response:
         if route == "raft":
+            # A peer's stream is outside the body budget, as it is outside
+            # `requests_in_flight_max`: replication never waits behind
+            # clients. Its frames are bounded by `peer_frame_bytes_max`.
             return await self.raft(request, receive)
         request.principal = self.auth.check(NEEDS.get(route, auth.CLIENT), request.headers.get(b"authorization"))
         response = self._elsewhere(route, request, scope)
         if response is None:
             limit = limits.batch_body_bytes_max if request.path == "/v1/jobs/batch" else limits.body_bytes_max
-            request.body = await read_body(receive, limit, self.edge.body_read_timeout_s)
+            request.body = await read_body(
+                receive, limit, self.edge.body_read_timeout_s,
+                share=share, declared_bytes=declared_length(request.headers),
+            )
             response = await handler(request)
         return response
 
@@ -560,9 +597,16 @@ class Api:
         return encode(request, Health("ok"))
 
     async def readyz(self, request: Request) -> Response:
-        if self.started and self.node.ready():
+        refused = self.jobs.committer.storage.refused
+        if not self.started:
+            reason = "starting"
+        elif refused is not None:
+            reason = f"writes refused: {refused.detail}"
+        elif not self.node.ready():
+            reason = "no leader known, or not caught up with the cluster's commits"
+        else:
             return encode(request, Health("ready"))
-        return Response(503, _json_enc.encode(Health("not ready")), headers=[(b"retry-after", b"1")])
+        return Response(503, _json_enc.encode(Health("not ready", reason)), headers=[(b"retry-after", b"1")])
 
     async def cluster(self, request: Request) -> Response:
         """This node's own view (a single node leads a cluster of one, term 0)."""
@@ -652,6 +696,21 @@ class Api:
         )
         for route, histogram in sorted(self.durations.items()):
             lines += prom.lines("tempo_http_request_duration_seconds", histogram, {"route": route})
+        lines += prom.head(
+            "tempo_http_internal_errors_total", "counter",
+            "Requests answered 500: an unexpected error, logged with its error_id.",
+        )
+        lines.append(prom.sample("tempo_http_internal_errors_total", self.internal_errors))
+        lines += prom.head("tempo_http_body_bytes_in_flight", "gauge", "Bytes of request bodies held now.")
+        lines.append(prom.sample("tempo_http_body_bytes_in_flight", self.bodies.used_bytes))
+        lines += prom.head(
+            "tempo_http_body_bytes_in_flight_max", "gauge", "The budget for request bodies held at once, in bytes."
+        )
+        lines.append(prom.sample("tempo_http_body_bytes_in_flight_max", self.bodies.bytes_max))
+        lines += prom.head(
+            "tempo_http_bodies_refused_total", "counter", "Requests answered 503: their body did not fit the budget."
+        )
+        lines.append(prom.sample("tempo_http_bodies_refused_total", self.bodies.refused))
         lines += prom.head("tempo_http_requests_in_flight", "gauge", "Requests being handled, of those bounded.")
         lines.append(prom.sample("tempo_http_requests_in_flight", self.in_flight))
         lines += prom.head("tempo_http_long_polls_in_flight", "gauge", "Claims and event reads that may wait.")
@@ -684,6 +743,17 @@ class Api:
             "tempo_lmdb_commit_seconds", "histogram", "Seconds per write-transaction commit (pages written and fsynced)."
         )
         lines += prom.lines("tempo_lmdb_commit_seconds", self.store.commit_seconds)
+        storage = self.jobs.committer.storage
+        lines += prom.head("tempo_lmdb_map_grown_total", "counter", "Times the full LMDB map grew into free disk.")
+        lines.append(prom.sample("tempo_lmdb_map_grown_total", self.store.map_grown))
+        lines += prom.head("tempo_storage_writes_refused", "gauge", "1 while writes are refused: disk or map full.")
+        lines.append(prom.sample("tempo_storage_writes_refused", int(storage.refused is not None)))
+        lines += prom.head("tempo_storage_refusals_total", "counter", "Times writes became refused for storage.")
+        lines.append(prom.sample("tempo_storage_refusals_total", storage.refusals))
+        lines += prom.head(
+            "tempo_storage_refused_commands_total", "counter", "Write commands answered 507 insufficient_storage."
+        )
+        lines.append(prom.sample("tempo_storage_refused_commands_total", storage.refused_commands))
         return lines
 
     def _fairness_metrics(self) -> list[str]:

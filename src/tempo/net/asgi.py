@@ -6,6 +6,7 @@ microsecond of routing shows in the single-create rate.
 """
 
 import re
+import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -16,7 +17,7 @@ import msgspec
 import trio
 
 from tempo import errors, limits
-from tempo.schema import Problem, ProblemItem
+from tempo.schema import InternalProblem, Problem, ProblemItem
 
 JSON = b"application/json"
 MSGPACK = b"application/msgpack"
@@ -38,6 +39,7 @@ STATUS_OF: dict[type[errors.TempoError], int] = {
     errors.Forbidden: 403,
     errors.RateLimited: 429,
     errors.Overloaded: 503,
+    errors.StorageFault: 507,
     errors.ShuttingDown: 503,
     errors.NotLeader: 503,
     errors.NoQuorum: 503,
@@ -54,7 +56,9 @@ TITLES = {
     413: "Content Too Large",
     429: "Too Many Requests",
     503: "Service Unavailable",
+    507: "Insufficient Storage",
     431: "Request Header Fields Too Large",
+    500: "Internal Server Error",
 }
 
 _json_enc = msgspec.json.Encoder()
@@ -127,13 +131,32 @@ def problem_response(
         problem.status = status
         problem.title = TITLES.get(status, problem.title)
     extra = list(headers or [])
-    if problem.status == 503:
+    if problem.status in (503, 507):
         extra.append((b"retry-after", b"1"))
     if isinstance(exc, errors.RateLimited):
         extra.append((b"retry-after", str(exc.retry_after_s).encode()))
     if problem.status == 401:
         extra.append((b"www-authenticate", b'Bearer realm="tempo"'))
     return Response(problem.status, _json_enc.encode(problem), PROBLEM, extra)
+
+
+def new_error_id() -> str:
+    """Names one unexpected error in the answer and in the log line."""
+    return secrets.token_hex(8)
+
+
+def internal_response(error_id: str) -> Response:
+    """The answer to an error the server did not expect: no detail of it
+    (the traceback is in the log, under `error_id`), and nothing a client
+    should retry blindly."""
+    problem = InternalProblem(
+        type="internal",
+        title=TITLES[500],
+        status=500,
+        detail=f"an unexpected error; the server logged it with error_id {error_id}",
+        error_id=error_id,
+    )
+    return Response(500, _json_enc.encode(problem), PROBLEM)
 
 
 def invalid_from_msgspec(exc: msgspec.MsgspecError, prefix: str = "") -> errors.Invalid:
@@ -184,10 +207,82 @@ def parse_query(raw: bytes) -> dict[str, str]:
 Handler = Callable[[Request], Awaitable[Response]]
 
 
-async def read_body(receive: Callable, limit_bytes: int, timeout_s: float = limits.body_read_timeout_s) -> bytes:
+class BodyBudget:
+    """The bytes of request bodies held at once, over all requests
+    (limits.py "Request bodies in flight"). Bodies, not connections or
+    requests, are what a few clients can use to fill memory: 16 batch
+    bodies of 32 MiB are half a gigabyte before they are decoded."""
+
+    def __init__(self, bytes_max: int):
+        assert bytes_max >= 1, "bytes_max"
+        self.bytes_max = bytes_max
+        self.used_bytes = 0
+        self.refused = 0  # requests answered 503 for want of budget
+
+    def share(self) -> "BodyShare":
+        return BodyShare(self)
+
+
+class BodyShare:
+    """One request's part of the budget, given back whole by `release`."""
+
+    __slots__ = ("budget", "bytes")
+
+    def __init__(self, budget: BodyBudget):
+        self.budget = budget
+        self.bytes = 0
+
+    def grow_to(self, size_bytes: int) -> None:
+        """Holds `size_bytes` in all, or raises `Overloaded` (503) and holds
+        what it held before."""
+        more = size_bytes - self.bytes
+        if more <= 0:
+            return
+        budget = self.budget
+        if budget.used_bytes + more > budget.bytes_max:
+            budget.refused += 1
+            raise errors.Overloaded(
+                f"the request bodies this node holds are at its budget of {budget.bytes_max} bytes; retry shortly"
+            )
+        budget.used_bytes += more
+        self.bytes = size_bytes
+
+    def release(self) -> None:
+        self.budget.used_bytes -= self.bytes
+        self.bytes = 0
+        assert self.budget.used_bytes >= 0, "a share given back twice"
+
+
+def declared_length(headers: dict[bytes, bytes]) -> int | None:
+    """The request's Content-Length, or None for a body without one
+    (chunked). h11 has checked that it is all digits."""
+    raw = headers.get(b"content-length")
+    if raw is None or not raw.isdigit():
+        return None
+    # int() of a huge string is slow; 19 digits are past any bound here.
+    return int(raw) if len(raw) <= 18 else 1 << 62
+
+
+async def read_body(
+    receive: Callable,
+    limit_bytes: int,
+    timeout_s: float = limits.body_read_timeout_s,
+    *,
+    share: BodyShare,
+    declared_bytes: int | None = None,
+) -> bytes:
     """The whole body, at most `limit_bytes` of it, arrived within `timeout_s`
     (hypercorn bounds only the gap between two reads, so a client sending a
-    byte now and then would otherwise hold the request open for ever)."""
+    byte now and then would otherwise hold the request open for ever).
+
+    `share` holds the body's bytes in the budget: all `declared_bytes`
+    before the first byte is read, or, without a declared length, what has
+    arrived so far. A declared length over `limit_bytes` (413) or over what
+    the budget has left (503) is refused before the body is read."""
+    if declared_bytes is not None:
+        if declared_bytes > limit_bytes:
+            raise errors.TooLarge.at("", f"the body is over {limit_bytes} bytes")
+        share.grow_to(declared_bytes)
     chunks: list[bytes] = []
     size = 0
     with trio.move_on_after(timeout_s):
@@ -199,6 +294,7 @@ async def read_body(receive: Callable, limit_bytes: int, timeout_s: float = limi
             size += len(chunk)
             if size > limit_bytes:
                 raise errors.TooLarge.at("", f"the body is over {limit_bytes} bytes")
+            share.grow_to(size)
             chunks.append(chunk)
             if not message.get("more_body", False):
                 return b"".join(chunks)

@@ -20,6 +20,7 @@ _STRUCTS = (
     schema.PreviewIn,
     schema.PreviewOut,
     schema.Problem,
+    schema.InternalProblem,
     schema.Health,
     schema.ClaimIn,
     schema.ClaimOut,
@@ -63,7 +64,8 @@ def _op(
     """One operation with the problems every route of its kind may answer:
     400 bad input, 401 no valid token, 403 a role that may not (`role`), 404,
     413 a body over its bound, 307 to the leader (unless `local`: answered
-    by the node asked, API.md "General") and 503 no leader or overloaded."""
+    by the node asked, API.md "General"), 503 no leader or overloaded, and
+    500 an unexpected error."""
     operation: dict[str, Any] = {"summary": summary, "responses": dict(ok)}
     problems = [("400", "invalid input"), ("401", "no valid bearer token")]
     if role:
@@ -74,6 +76,7 @@ def _op(
     problems.append(("503", "no leader known, or overloaded; retry after `Retry-After` seconds"))
     for status, text in problems:
         operation["responses"].setdefault(status, _problem(text))
+    operation["responses"]["500"] = _INTERNAL
     if not local:
         operation["responses"]["307"] = _REDIRECT
     if body is not None:
@@ -94,9 +97,16 @@ _REDIRECT = {
 }
 
 
+# Any route may meet an error the server did not expect (docs/api.md "Errors").
+_INTERNAL = {
+    "description": "an unexpected error; the server's log has it under `error_id`",
+    "content": {"application/problem+json": {"schema": _ref(schema.InternalProblem)}},
+}
+
+
 def _public(summary: str, responses: dict[str, Any]) -> dict[str, Any]:
     """A route that needs no token and is answered by the node asked."""
-    return {"summary": summary, "responses": responses, "security": []}
+    return {"summary": summary, "responses": {**responses, "500": _INTERNAL}, "security": []}
 
 
 def _param(name: str, where: str, kind: dict, description: str, required: bool = False) -> dict:
@@ -229,6 +239,11 @@ OPERATION_IDS = {
     ("/v1/cluster/nodes", "post"): "addNode",
     ("/v1/cluster/nodes/{node_id}", "delete"): "removeNode",
 }
+# Operations that write: a node that cannot store the write answers 507.
+_WRITES = frozenset({
+    "createJob", "createJobs", "deleteJob", "pauseJob", "resumeJob", "triggerJob", "claim", "reportResult",
+    "reportResults", "addNode", "removeNode",
+})
 # OpenAPI links: which operations take an ID from which answer (a client's
 # next steps, and what stateful API tests chain).
 _JOB_LINKS = ("getJob", "deleteJob", "pauseJob", "resumeJob", "triggerJob", "listRuns")
@@ -247,6 +262,11 @@ def document() -> dict[str, Any]:
     paths = _paths()
     for (path, method), operation_id in OPERATION_IDS.items():
         paths[path][method]["operationId"] = operation_id
+        if operation_id in _WRITES:
+            paths[path][method]["responses"]["507"] = _problem(
+                "insufficient_storage: the disk or the data file is full; writes resume by themselves once "
+                "there is room (`Retry-After`)"
+            )
     return {
         "openapi": "3.1.0",
         "info": {"title": "tempo", "version": "1", "description": "The tempo job scheduler's HTTP API."},

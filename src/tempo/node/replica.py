@@ -13,12 +13,22 @@ before sending is safe: they are durable on a majority already.
 
 The loop never reads the clock for the state machine: commands carry the
 leader's time. Ticks come from a timer task; raft counts them.
+
+A Ready that cannot be written (a full disk, a full map that cannot grow:
+`errors.StorageFault`) is tried again, after a bounded backoff, until
+it is: neither sent before, nor applied, nor advanced. So a follower that
+cannot persist does not acknowledge, and a leader that cannot stops leading:
+it answers its waiting writes `507`, neither serves nor dispatches, and sends
+no more heartbeats, so the others elect a leader among themselves and go on
+(engine/storage_guard.py, docs/operations.md "Disk full").
 """
 
 import enum
 import logging
 import random
 from collections.abc import Callable
+from functools import partial
+from typing import TypeVar
 
 import trio
 
@@ -26,7 +36,8 @@ from tempo import errors, limits
 from tempo.engine.commands import Command, encode_entry
 from tempo.engine.commit import Waiter
 from tempo.engine.raftlog import RaftLog
-from tempo.engine.store import Changes, Outcome, Store
+from tempo.engine.storage_guard import StorageGuard
+from tempo.engine.store import STORAGE_ERRNOS, Changes, Outcome, Store
 from tempo.metrics import COUNT_BUCKETS, Histogram
 from tempo.raft import (
     ConfChange,
@@ -45,6 +56,7 @@ from tempo.raft import (
 )
 
 log = logging.getLogger("tempo.replica")
+T = TypeVar("T")
 
 
 class Phase(enum.Enum):
@@ -108,6 +120,9 @@ class Replica:
         self.entry_commands = Histogram(COUNT_BUCKETS)
         self.ready_entries = Histogram(COUNT_BUCKETS)
         self.leader_changes = 0
+        self.storage = StorageGuard()
+        # A compaction that did not fit on the disk is not tried again before this (trio time).
+        self._snapshot_after = 0.0
 
     # -- the Committer face ----------------------------------------------------------
 
@@ -116,6 +131,7 @@ class Replica:
             raise errors.ShuttingDown("the node is shutting down")
         if self.phase is not Phase.LEADING:
             raise errors.NotLeader("this node is not the leader")
+        self.storage.check()
         if len(self._pending) >= limits.commit_pending_max:
             raise errors.Overloaded("too many writes waiting; retry shortly")
         waiter = Waiter()
@@ -207,6 +223,10 @@ class Replica:
             await trio.sleep(limits.raft_tick_ms / 1000)
             self.node.tick()
             self._wake.set()
+            if self.storage.refused is not None:
+                # The loop waits to write a Ready again; the role it shows
+                # follows the core meanwhile (a new leader elsewhere).
+                self._update_phase()
 
     def _propose_pending(self) -> None:
         while self._pending:
@@ -242,7 +262,7 @@ class Replica:
         # two transactions (fsync is cheap next to apply), a shorter commit.
         split = not early and bool(rd.entries) and bool(rd.committed_entries)
         started = trio.current_time()
-        results = await trio.to_thread.run_sync(self._write, rd, not split, limiter=self._limiter)
+        results = await self._persist(partial(self._write, rd, not split))
         self.write_seconds_sum += trio.current_time() - started
         self.readies += 1
         if rd.entries:
@@ -251,7 +271,7 @@ class Replica:
         if not early and rd.messages:
             self.send(rd.messages)
         if split:
-            results = await trio.to_thread.run_sync(self._apply, rd.committed_entries, limiter=self._limiter)
+            results = await self._persist(partial(self._apply, rd.committed_entries))
         if rd.snapshot is not None:
             self.applied_index = rd.snapshot.meta.index
             # Whatever this node proposed before is settled by the leader now.
@@ -279,6 +299,37 @@ class Replica:
         self._update_phase()
         self._maybe_snapshot()
 
+    async def _persist(self, write: Callable[[], T]) -> T:
+        """`write` on a worker thread, until it commits. While it does not
+        (storage is full or failing), nothing of the Ready is sent, applied
+        or advanced, and writes here are refused (`_refuse`)."""
+        while True:
+            try:
+                result = await trio.to_thread.run_sync(write, limiter=self._limiter)
+            except errors.StorageFault as fault:
+                # Nothing was written, and no transaction is open: the map
+                # may grow now, and then the write goes again at once.
+                if fault.map_full and self.store.grow_map():
+                    continue
+                self.storage.failed(fault)
+                self._refuse(fault)
+                await trio.sleep_until(self.storage.retry_at)
+                continue
+            if self.storage.refused is not None:
+                self.storage.succeeded()
+                self._update_phase()
+            return result
+
+    def _refuse(self, fault: errors.StorageFault) -> None:
+        """This node cannot persist: the writes it holds get `fault`, and
+        a leader stops leading (`_update_phase`). What it proposed may still
+        commit through the others: as with any 5xx, a client retries with
+        its request key."""
+        self._fail([w for _, w in self._pending], fault)
+        self._pending.clear()
+        self._fail_proposed(fault)
+        self._update_phase()
+
     def _changes_vote(self, rd: Ready) -> bool:
         before = self.raft_log.hard_state()
         after = rd.hard_state
@@ -288,7 +339,13 @@ class Replica:
         """Worker thread: the Ready in one transaction, one fsync (without its
         committed entries unless `apply`)."""
         if rd.snapshot is not None:
-            self.raft_log.write_snapshot_file(rd.snapshot.meta.index, rd.snapshot.data)
+            try:
+                self.raft_log.write_snapshot_file(rd.snapshot.meta.index, rd.snapshot.data)
+            except OSError as exc:
+                fault = self.store.fault_of(exc)
+                if fault is None:
+                    raise
+                raise fault from None
 
         def work(txn) -> list[tuple[list[Outcome], Changes]]:
             if rd.snapshot is not None:
@@ -317,7 +374,9 @@ class Replica:
     def _update_phase(self) -> None:
         role = self.node.role
         if role == Role.LEADER:
-            phase = Phase.LEADING if self._term_applied() else Phase.ELECTED
+            # A leader that cannot persist neither serves nor dispatches.
+            serving = self._term_applied() and self.storage.refused is None
+            phase = Phase.LEADING if serving else Phase.ELECTED
         elif role in (Role.CANDIDATE, Role.PRE_CANDIDATE):
             phase = Phase.CANDIDATE
         else:
@@ -361,7 +420,7 @@ class Replica:
 
     def _maybe_snapshot(self) -> None:
         behind = self.applied_index - self.raft_log.snapshot().meta.index
-        if self._snapshotting or behind < self.snapshot_entries:
+        if self._snapshotting or behind < self.snapshot_entries or trio.current_time() < self._snapshot_after:
             return
         self._snapshotting = True
         self._nursery.start_soon(self._snapshot)
@@ -375,6 +434,12 @@ class Replica:
                 await trio.to_thread.run_sync(self.raft_log.write_snapshot_file, index, data)
                 self.node.compact(index, data)
                 self._wake.set()
+        except OSError as exc:
+            if exc.errno not in STORAGE_ERRNOS:
+                raise
+            # The log is kept until a snapshot fits; writes go on meanwhile.
+            self._snapshot_after = trio.current_time() + limits.snapshot_retry_s
+            log.warning("a snapshot does not fit on the disk (%s); trying again in %g s", exc, limits.snapshot_retry_s)
         finally:
             self._snapshotting = False
 
