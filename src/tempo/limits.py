@@ -321,3 +321,12 @@ connections_per_address_max = connections_max // connections_per_address_share
 
 assert 0 < header_read_timeout_s < keep_alive_timeout_s
 assert 1 <= connections_per_address_max <= connections_max
+# A client must take each `write_chunk_bytes` of an answer within
+# `write_timeout_s`, else it is cut off as if it had gone: hypercorn bounds
+# reads only, and a client that stops reading would hold its connection and
+# its place among `requests_in_flight_max` for ever.
+write_timeout_s = 20.0
+write_chunk_bytes = 64 << 10
+
+assert 0 < write_timeout_s < read_timeout_s
+assert write_chunk_bytes >= 1 << 10

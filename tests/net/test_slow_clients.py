@@ -1,7 +1,8 @@
 """Slow clients cannot starve others (docs/operations.md "Limits"), against a
 real `tempo serve` with a small connection bound: floods of connections that
 send their headers slowly, from one address and from many, while another
-client, the probes and keep-alive connections go on being served.
+client, the probes and keep-alive connections go on being served; and a
+client that stops reading its answer is cut off.
 
 Every address is on the loopback (127.0.0.0/8); the flood keeps its
 connections open (opening new ones as the server closes old ones) until
@@ -211,3 +212,34 @@ def test_connections_past_the_per_address_bound_are_refused_503(tight):
     finally:
         for sock in polls:
             sock.close()
+
+
+WRITE_TIMEOUT_S = 20.0  # limits.write_timeout_s
+
+
+def in_flight(url: str) -> int:
+    with fresh_client(url) as client:
+        text = client.get("/metrics").text
+    return int(next(line for line in text.splitlines() if line.startswith("tempo_http_requests_in_flight ")).split()[1])
+
+
+def test_a_client_that_stops_reading_is_cut_off(small):
+    # Over 7 MB of answer: more than the kernel's buffers on both ends hold.
+    jobs = [{"target": f"queue:{unique('q')}", "schedule": {"at": "2030-01-01T00:00:00Z"}, "payload": "x" * 60_000}
+            for _ in range(120)]
+    with fresh_client(small.url) as client:
+        assert client.post("/v1/jobs/batch", json={"jobs": jobs}, timeout=30).status_code == 200
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", small.port))
+    try:
+        sock.sendall(b"GET /v1/jobs?limit=1000 HTTP/1.1\r\nhost: x\r\n\r\n")
+        time.sleep(2.0)
+        assert in_flight(small.url) == 1, "the answer was taken whole: make it larger"
+        started = time.monotonic()
+        while in_flight(small.url) != 0:
+            assert time.monotonic() - started < WRITE_TIMEOUT_S + 10, "a reader that stopped holds its request"
+            time.sleep(0.5)
+    finally:
+        sock.close()
+    assert set(served(small.url, 1)) == {201, 200}

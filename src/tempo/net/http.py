@@ -28,6 +28,11 @@ a later one that long after its first byte, so a client sending its headers
 slowly holds its connection for seconds, not minutes. An idle keep-alive
 connection still waits `keep_alive_timeout` for its next request.
 
+hypercorn bounds reads only: a client that stops reading an answer would
+hold its connection, and its request's place, for ever. Here it must take
+each `limits.write_chunk_bytes` of an answer within `limits.write_timeout_s`,
+else it is cut off as if it had gone.
+
 And where h11 rejects a request itself (headers over
 `h11_max_incomplete_size`: `431`; a malformed request: `400`), the answer
 carries a problem+json body like every other error, instead of hypercorn's
@@ -172,6 +177,28 @@ def _address_of(stream: trio.abc.Stream) -> str:
         return ""
 
 
+class _WriteBoundedStream:
+    """A connection's stream whose writes the client must take in time
+    (`limits.write_timeout_s` for each `limits.write_chunk_bytes`); all else
+    is the stream's own."""
+
+    def __init__(self, stream: trio.abc.Stream):
+        self._stream = stream
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._stream, name)
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        view = memoryview(data)
+        for start in range(0, max(len(view), 1), limits.write_chunk_bytes):
+            # Inside hypercorn's shield: this deadline still applies.
+            with trio.move_on_after(limits.write_timeout_s) as stalled:
+                await self._stream.send_all(view[start : start + limits.write_chunk_bytes])
+            if stalled.cancelled_caught:
+                # What hypercorn takes for a client that has gone.
+                raise trio.BrokenResourceError(f"the client took nothing for {limits.write_timeout_s:g} s")
+
+
 def _refusal() -> bytes:
     body = msgspec.json.encode(
         Problem("overloaded", "Service Unavailable", 503, "too many connections; retry shortly")
@@ -197,6 +224,7 @@ class _GuardedTCPServer(TCPServer):
             return
         self._ticket = ticket
         self._waiting = _FIRST_HEAD
+        self.stream = _WriteBoundedStream(self.stream)  # type: ignore[assignment]
         self._idle_scope = trio.CancelScope()  # the idle task's, once it runs
         try:
             with ticket.scope:
