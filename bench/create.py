@@ -14,6 +14,9 @@ a small machine they compete with the server for CPU: the rate is a lower
 bound of what the server can take. Single creates use a minimal raw HTTP/1.1
 client by default (`--client httpx` for httpx.AsyncClient, which on two cores
 spends as much CPU per request as the server and caps the rate near 600-1,000/s).
+Each mode also prints the leader's event-loop lag (p99 as the bound of its
+histogram bucket, and max) and its longest GC pause, from /metrics scraped
+before and after it.
 Batch clients read only each item's status from the reply (every one must be
 201): decoding the 1,000 job views into dicts took the client about 8 µs per
 job, on the cores the server shares.
@@ -42,6 +45,7 @@ import trio
 sys.path.insert(0, os.path.dirname(__file__))
 from _plain import REFERENCE_PER_S  # noqa: E402
 from _server import Cluster, free_port, table  # noqa: E402
+from tempo.loadgen import pause_figures, scrape_pauses  # noqa: E402
 
 # (single, batched) jobs/s by cluster size; None: no target set.
 TARGETS_PER_S: dict[int, tuple[int | None, int | None]] = {1: (1_500, 60_000), 3: (None, 20_000)}
@@ -203,8 +207,11 @@ def main() -> int:
             cluster.start()
             leader, term = cluster.leader()
             run_single = single_raw if args.client == "raw" else single
+            scraped = [scrape_pauses([leader.url])]
             n1, s1 = trio.run(run_single, leader.url, args.clients, args.single_jobs, args.single_s)
+            scraped.append(scrape_pauses([leader.url]))
             n2, s2 = trio.run(batched, leader.url, args.batch_jobs, args.batch_size, args.batch_concurrency)
+            scraped.append(scrape_pauses([leader.url]))
             still, _ = cluster.leader()
             rss = {(s.node_id or "n1"): s.rss_mib() for s in cluster.servers}
             metrics = httpx.get(f"{leader.url}/metrics").text
@@ -218,19 +225,27 @@ def main() -> int:
     def ratio(rate: float, target: int | None) -> tuple[str, str]:
         return ("-", "-") if target is None else (f"{target:,}", f"{rate / target:.2f}")
 
+    def lag(before: dict, after: dict) -> tuple[str, str, str]:
+        fig = pause_figures(before, after)
+        if not fig:
+            return ("-", "-", "-")
+        return (f"≤ {fig['loop_lag_p99_s'] * 1000:g}", f"{fig['loop_lag_max_s'] * 1000:.1f}",
+                f"{fig['gc_pause_max_s'] * 1000:.1f}")
+
     rate1, rate2 = n1 / s1, n2 / s2
     rows = [
         (f"single, {args.clients} {args.client} clients", n1, f"{s1:.2f}", f"{rate1:,.0f}",
-         *ratio(rate1, single_target)),
+         *ratio(rate1, single_target), *lag(scraped[0], scraped[1])),
         (f"batch of {args.batch_size}, {args.batch_concurrency} concurrent", n2, f"{s2:.2f}", f"{rate2:,.0f}",
-         *ratio(rate2, batch_target)),
+         *ratio(rate2, batch_target), *lag(scraped[1], scraped[2])),
     ]
     shape = "1 node" if args.nodes == 1 else f"{args.nodes} nodes (leader {leader.node_id}, term {term})"
     print(f"tempo create throughput, {shape}, fsync on, {os.cpu_count()} CPUs (clients and nodes share them)")
     if reference is not None:
         print(f"plain hypercorn, the same single-create load: {reference:,.0f} requests/s "
               f"({reference / REFERENCE_PER_S:.2f} of the targets' machine, {REFERENCE_PER_S:,}/s)")
-    print(table(rows, ("mode", "jobs", "seconds", "jobs/s", "target/s", "ratio")))
+    print(table(rows, ("mode", "jobs", "seconds", "jobs/s", "target/s", "ratio", "lag p99 ms", "lag max ms",
+                       "GC max ms")))
     batches = [line for line in metrics.splitlines() if line.startswith(("tempo_commit_batches_total", "tempo_commit_commands_total"))]
     print("leader: " + ", ".join(batches) + ", RSS " + ", ".join(f"{k} {v:.0f} MiB" for k, v in rss.items()))
     if any(code != 0 for code in stopped.values()):

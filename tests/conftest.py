@@ -5,6 +5,7 @@ Module-scoped servers are shared by tests that use their own request keys and
 names; crash tests take a function-scoped one, which they kill at will.
 """
 
+import os
 import signal
 import socket
 import subprocess
@@ -38,8 +39,12 @@ def tempo_command() -> list[str]:
 class Server:
     """One `tempo serve` process; `restart` keeps its data dir and port."""
 
-    def __init__(self, data_dir: Path, port: int | None = None, extra_args: tuple[str, ...] = ()):
+    def __init__(
+        self, data_dir: Path, port: int | None = None, extra_args: tuple[str, ...] = (), env: dict[str, str] | None = None
+    ):
         self.extra_args = extra_args
+        # Added to the environment the process inherits (libfaketime's, say).
+        self.env = env
         self.data_dir = data_dir
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -59,6 +64,7 @@ class Server:
              *self.extra_args],
             stdout=log,
             stderr=subprocess.STDOUT,
+            env=None if self.env is None else {**os.environ, **self.env},
         )
         log.close()
         self.wait_ready()

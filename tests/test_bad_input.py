@@ -116,6 +116,9 @@ BODIES = {
     "cron 6 fields": ({"target": "queue:a", "schedule": {"cron": "0 * * * * *"}}, "schedule.cron"),
     "cron unknown macro": ({"target": "queue:a", "schedule": {"cron": "@sometimes"}}, "schedule.cron"),
     "cron never": ({"target": "queue:a", "schedule": {"cron": "0 0 30 2 *"}}, "schedule.cron"),
+    # Day 31 of months that have none, OR-ed with weekdays: its day-of-month
+    # field can never match, which once cost seconds per occurrence.
+    "cron dead day": ({"target": "queue:a", "schedule": {"cron": "0 0 31 4,6,9,11 1-5"}}, "schedule.cron"),
     "cron empty": ({"target": "queue:a", "schedule": {"cron": ""}}, "schedule.cron"),
     "two kinds": ({"target": "queue:a", "schedule": {"at": "2030-01-01T00:00:00Z", "every_s": 5}}, "schedule"),
     "three kinds": (
@@ -284,6 +287,7 @@ def test_run_id_of_a_real_job_but_no_such_slot_is_404(http, a_job):
     ("body", "loc"),
     [
         ({"schedule": {"cron": "61 * * * *"}}, "schedule.cron"),
+        ({"schedule": {"cron": "0 0 31 4,6,9,11 1-5"}, "count": 1000}, "schedule.cron"),
         ({"schedule": {"cron": "@daily", "timezone": "Nowhere/Land"}}, "schedule.timezone"),
         ({"schedule": {"at": "2030-01-01T00:00:00Z", "cron": "@daily"}}, "schedule"),
         ({"schedule": {"every_s": 60}, "count": 0}, "count"),
@@ -313,3 +317,13 @@ def test_conflicting_request_key_changes_nothing(http):
     assert_problem(http.post("/v1/jobs", json=with_(request_key="bad-input-conflict", name="other")), 409, None, "request_key_reused")
     assert http.get(f"/v1/jobs/{first.json()['id']}").json() == first.json()
     assert http.delete(f"/v1/jobs/{first.json()['id']}").status_code == 204
+
+
+def test_a_refused_body_gets_its_answer_not_a_reset(http):
+    """A client sends its whole body before it reads; a body refused unread
+    (413 from its Content-Length) is read and dropped, so the answer
+    reaches the client rather than a reset connection."""
+    padded = b'{"jobs": [' + b" " * (40 << 20) + b"]}"
+    for _ in range(5):
+        assert_problem(http.post("/v1/jobs/batch", content=padded), 413, "", "too_large")
+        assert_problem(http.post("/v1/jobs", content=padded[: 3 << 20]), 413, "", "too_large")

@@ -1,9 +1,13 @@
 """clock.ms_from_datetime is cached by datetime: equal datetimes (one
-instant at any offset) must get the same answer, and it must be right."""
+instant at any offset) must get the same answer, and it must be right. And
+the scheduler clock, on fake wall and monotonic clocks: it never goes
+backwards, absorbs a step back, follows a step forward, starts from the last
+applied stamp, and counts and logs each step once."""
 
+import logging
 from datetime import UTC, datetime, timedelta, timezone
 
-from tempo import clock
+from tempo import clock, limits
 
 
 def test_one_instant_at_any_offset_gives_the_same_milliseconds():
@@ -19,3 +23,159 @@ def test_milliseconds_round_trip_through_datetimes():
     for at_ms in (0, 1, 999, 1_800_000_000_000, 1_924_992_000_123):
         assert clock.ms_from_datetime(clock.datetime_from_ms(at_ms)) == at_ms
     assert clock.ms_from_datetime(datetime(1969, 12, 31, 23, 59, 59, 999_000, tzinfo=UTC)) == -1
+
+
+# -- the scheduler clock (clock.Clock) ---------------------------------------------
+
+T0_NS = 1_800_000_000_000 * 1_000_000  # 2027-01-15T08:00:00Z
+
+
+class FakeClocks:
+    """A wall clock and a monotonic one that advance together, and a wall
+    clock that can step alone, as NTP or an operator steps it."""
+
+    def __init__(self) -> None:
+        self.wall = T0_NS
+        self.mono = 5_000_000_000
+        # Nanoseconds the monotonic clock moves between the two reads that
+        # bracket a wall-clock read (a thread held up there).
+        self.held_up_ns = 0
+        self._reads = 0
+
+    def wall_ns(self) -> int:
+        return self.wall
+
+    def monotonic_ns(self) -> int:
+        self._reads += 1
+        if self.held_up_ns and self._reads % 2 == 0:
+            self.mono += self.held_up_ns
+            self.wall += self.held_up_ns
+        return self.mono
+
+    def advance(self, seconds: float) -> None:
+        self.mono += int(seconds * 1e9)
+        self.wall += int(seconds * 1e9)
+
+    def step(self, seconds: float) -> None:
+        self.wall += int(seconds * 1e9)
+
+    def clock(self, floor_ms: int = 0) -> clock.Clock:
+        return clock.Clock(floor_ms=floor_ms, wall_ns=self.wall_ns, monotonic_ns=self.monotonic_ns)
+
+
+def test_without_steps_the_scheduler_clock_is_the_wall_clock():
+    fake = FakeClocks()
+    c = fake.clock()
+    for _ in range(5):
+        fake.advance(0.25)
+        assert c.now_ms() == fake.wall // 1_000_000
+    assert c.steps == {"backward": 0, "forward": 0} and c.lead_ms() == 0
+
+
+def test_a_step_back_never_shows_and_is_absorbed_at_the_pace():
+    fake = FakeClocks()
+    c = fake.clock()
+    before_ms = c.now_ms()
+    fake.step(-3600)
+    assert c.now_ms() == before_ms  # not an hour back, and not frozen either:
+    fake.advance(10)
+    assert c.now_ms() == before_ms + 10_000 * limits.clock_ahead_pace_percent // 100
+    assert c.steps == {"backward": 1, "forward": 0}
+    assert c.lead_ms() == 3600_000 - 5_000
+    # At 50 % a step back of an hour is absorbed after two; then the wall clock again.
+    fake.advance(7200)
+    assert c.now_ms() == fake.wall // 1_000_000 and c.lead_ms() == 0
+    fake.advance(1)
+    assert c.now_ms() == fake.wall // 1_000_000
+    assert c.steps == {"backward": 1, "forward": 0}  # counted once
+
+
+def test_a_step_forward_is_followed_at_once_and_counted():
+    fake = FakeClocks()
+    c = fake.clock()
+    c.now_ms()
+    fake.step(3600)
+    assert c.now_ms() == fake.wall // 1_000_000
+    assert c.steps == {"backward": 0, "forward": 1}
+
+
+def test_answers_never_decrease_whatever_the_wall_clock_does():
+    fake = FakeClocks()
+    c = fake.clock()
+    answers = [c.now_ms()]
+    for seconds in (-0.05, 0.01, -0.2, 0.3, -1, 3600, -3600, -0.021, 0.5):
+        fake.step(seconds)
+        answers.append(c.now_ms())
+        fake.advance(0.01)
+        answers.append(c.now_ms())
+    assert answers == sorted(answers)
+    assert c.steps == {"backward": 5, "forward": 3}  # 10 ms is below the threshold
+
+
+def test_small_changes_are_drift_not_steps():
+    fake = FakeClocks()
+    c = fake.clock()
+    for _ in range(100):  # 100 x 5 ms: half a second of drift, never a step
+        fake.step(-0.005)
+        fake.advance(0.1)
+        c.now_ms()
+    assert c.steps == {"backward": 0, "forward": 0}
+    fake.step(-(limits.clock_step_ms_min + 1) / 1000)
+    c.now_ms()
+    assert c.steps == {"backward": 1, "forward": 0}
+
+
+def test_a_read_held_up_between_the_two_clocks_is_not_taken_for_a_step():
+    fake = FakeClocks()
+    c = fake.clock()
+    c.now_ms()
+    fake.held_up_ns = 30_000_000  # longer than a step: but both clocks moved
+    before_ms = c.now_ms()
+    assert c.steps == {"backward": 0, "forward": 0}
+    fake.held_up_ns = 0
+    assert c.now_ms() >= before_ms
+
+
+def test_the_clock_starts_from_the_last_applied_stamp_and_observes_later_ones():
+    fake = FakeClocks()
+    stamp_ms = fake.wall // 1_000_000 + 3600_000  # stamped before a restart with the clock an hour back
+    c = fake.clock(floor_ms=stamp_ms)
+    assert c.now_ms() == stamp_ms
+    assert c.steps == {"backward": 1, "forward": 0}  # the step across the restart
+    fake.advance(2)
+    assert c.now_ms() == stamp_ms + 2000 * limits.clock_ahead_pace_percent // 100
+    c.observe(stamp_ms + 10_000)  # another leader's stamp, applied here
+    assert c.now_ms() == stamp_ms + 10_000
+    c.observe(0)
+    assert c.now_ms() == stamp_ms + 10_000
+    assert fake.clock(floor_ms=fake.wall // 1_000_000 - 5).steps == {"backward": 0, "forward": 0}
+
+
+def test_each_step_is_logged_once(caplog):
+    fake = FakeClocks()
+    c = fake.clock()
+    with caplog.at_level(logging.WARNING, logger="tempo.clock"):
+        fake.step(-0.05)
+        for _ in range(3):
+            fake.advance(0.01)
+            c.now_ms()
+        fake.step(3600)
+        c.now_ms()
+        c.now_ms()
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2, lines
+    assert lines[0].startswith("wall clock stepped back by 0.050 s")
+    assert lines[1].startswith("wall clock stepped forward by 3600.000 s")
+
+
+def test_a_wall_clock_outside_what_records_hold_is_clamped_not_asserted():
+    fake = FakeClocks()
+    fake.wall = -5_000_000_000  # 1969
+    c = fake.clock()
+    assert c.now_ms() == 0
+    fake.advance(1)
+    assert c.now_ms() == 1000 * limits.clock_ahead_pace_percent // 100  # ahead of a wall clock behind 0
+    fake.step(limits.time_ms_max / 1000 + 3600)
+    assert c.now_ms() == limits.time_ms_max
+    c.observe(limits.time_ms_max + 10)
+    assert c.now_ms() == limits.time_ms_max

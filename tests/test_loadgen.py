@@ -6,6 +6,8 @@ import subprocess
 from pathlib import Path
 
 from conftest import tempo_command
+from tempo import metrics as prom
+from tempo.loadgen import parse_pauses, pause_figures
 
 run_timeout_s = 60
 
@@ -181,3 +183,28 @@ def test_bad_mode_options_exit_2() -> None:
         )
         assert done.returncode == 2, argv
         assert "--rate" in done.stderr, (argv, done.stderr)
+
+
+def _pauses_text(lag_counts: dict[str, int], lag_max_s: float, gc_count: int, gc_max_s: float) -> str:
+    pauses = prom.Pauses()
+    for bound, n in lag_counts.items():
+        for _ in range(n):
+            pauses.observe_lag(float(bound))
+    pauses.lag_max_s = lag_max_s
+    for _ in range(gc_count):
+        pauses.gc_seconds.observe(0.002)
+    pauses.gc_max_s = gc_max_s
+    return "\n".join(pauses.lines()) + "\n"
+
+
+def test_pause_figures_take_the_window_between_two_scrapes():
+    before = {"u": parse_pauses(_pauses_text({"0.001": 500}, 0.2, 3, 0.03))}
+    # 1,000 more: 985 fast, 10 at 20 ms, 5 at 40 ms; the max since start stays 0.2 s.
+    after = {"u": parse_pauses(_pauses_text({"0.001": 1485, "0.02": 10, "0.04": 5}, 0.2, 5, 0.03))}
+    fig = pause_figures(before, after)
+    assert fig["loop_lag_p99_s"] == 0.02  # the 990th of 1,000 lies in the 20 ms bucket
+    assert fig["loop_lag_max_s"] == 0.05  # not above the earlier max: the bound of the top bucket used
+    assert fig["gc_pauses"] == 2
+    risen = {"u": parse_pauses(_pauses_text({"0.001": 1485, "0.02": 10, "0.04": 5}, 0.3, 5, 0.03))}
+    assert pause_figures(before, risen)["loop_lag_max_s"] == 0.3
+    assert pause_figures(before, {}) == {}

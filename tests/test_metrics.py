@@ -118,3 +118,16 @@ def test_label_values_are_escaped():
 def test_the_reader_refuses_what_the_format_does_not_allow(text):
     with pytest.raises(AssertionError):
         parse_exposition(text)
+
+
+def test_pauses_keep_a_histogram_and_the_longest():
+    pauses = prom.Pauses()
+    for lag_s in (0.0004, 0.012, 0.003):
+        pauses.observe_lag(lag_s)
+    assert pauses.lag_seconds.count == 3 and pauses.lag_max_s == 0.012
+    pauses.on_gc("start", {})
+    pauses.on_gc("stop", {})
+    assert pauses.gc_seconds.count == 1 and 0 <= pauses.gc_max_s < 1
+    families = parse_exposition("\n".join(pauses.lines()) + "\n")
+    assert samples_of(families, "tempo_event_loop_lag_seconds_bucket", le="0.01")[0] == 2
+    assert samples_of(families, "tempo_event_loop_lag_max_seconds")[0] == 0.012

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import calendar
 import datetime as dt
 import zoneinfo
 
 import pytest
+from croniter import CroniterBadDateError, croniter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tempo.schedule import (
     CRON_EXPR_CHARS_MAX,
+    CRON_SEARCH_MONTHS_MAX,
     ScheduleError,
+    _compiled,
     cron_times_ms,
+    latest_cron_ms,
     next_cron_ms,
     next_every_ms,
     validate_cron,
@@ -450,3 +455,150 @@ def test_strictly_increasing_and_after(timezone, expr, after_ms, count):
     assert all(t % 1000 == 0 for t in got)
     assert all(b > a for a, b in zip([after_ms, *got], got, strict=False))
     assert next_cron_ms(expr, timezone, after_ms) == got[0]
+
+
+# Bounded cost ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("expr", "words"),
+    [
+        # With both day fields restricted cron fires when either matches, so
+        # these would run on every weekday of those months: the day-of-month
+        # field is dead, which is a mistake worth naming.
+        ("0 0 31 4,6,9,11 1-5", ["31", "April", "June", "September", "November"]),
+        ("0 0 30,31 2 mon", ["30", "31", "February"]),
+        ("0 0 31 4,6,9,11 *", ["31", "April"]),
+        ("0 0 30 2 *", ["30", "February"]),
+    ],
+)
+def test_a_day_of_month_that_never_occurs_is_rejected_with_the_reason(expr, words):
+    with pytest.raises(ScheduleError) as info:
+        validate_cron(expr, "UTC")
+    assert info.value.loc == "cron"
+    assert all(word in info.value.msg for word in words), info.value.msg
+
+
+def test_search_bound_covers_the_longest_gap_of_a_month_type():
+    # A month's matching days depend only on (month, length, first weekday);
+    # over the 400-year cycle no such type is absent for longer than this.
+    seen: dict[tuple[int, int, int], list[int]] = {}
+    for year in range(2000, 2800):
+        for month in range(1, 13):
+            first, days = calendar.monthrange(year, month)
+            seen.setdefault((month, days, first), []).append(year * 12 + month)
+    gap_max = max(b - a for months in seen.values() for a, b in zip(months, months[1:], strict=False))
+    assert gap_max + 1 == CRON_SEARCH_MONTHS_MAX
+
+
+def _field(draw, lo: int, hi: int, names: list[str] | None = None) -> str:
+    """One croniter field over [lo, hi]: *, */n, a, a-b, a-b/n, lists, names."""
+    def element() -> str:
+        kind = draw(st.sampled_from(["value", "range", "step", "star_step", "name"]))
+        a = draw(st.integers(lo, hi))
+        if kind == "name" and names:
+            return draw(st.sampled_from(names))
+        if kind == "range" or kind == "step":
+            b = draw(st.integers(a, hi))
+            step = f"/{draw(st.integers(1, hi - lo + 1))}" if kind == "step" else ""
+            return f"{a}-{b}{step}"
+        if kind == "star_step":
+            return f"*/{draw(st.integers(1, hi - lo + 1))}"
+        return str(a)
+
+    if draw(st.integers(0, 3)) == 0:
+        return "*"
+    return ",".join(element() for _ in range(draw(st.integers(1, 3))))
+
+
+@st.composite
+def cron_exprs(draw) -> str:
+    minute = _field(draw, 0, 59)
+    hour = _field(draw, 0, 23)
+    dom_kind = draw(st.sampled_from(["field", "field", "last", "nearest", "star"]))
+    if dom_kind == "last":
+        dom = draw(st.sampled_from(["L", "L,1", "15,L", "1-5,L"]))
+    elif dom_kind == "nearest":
+        dom = f"{draw(st.integers(1, 31))}W"
+    elif dom_kind == "star":
+        dom = "*"
+    else:
+        dom = _field(draw, 1, 31)
+    month = _field(draw, 1, 12, ["jan", "feb", "apr", "jun", "sep", "nov", "dec"])
+    dow_kind = draw(st.sampled_from(["field", "field", "nth", "last", "star"]))
+    if dow_kind == "nth":
+        days = draw(st.lists(st.integers(0, 7), min_size=1, max_size=2, unique=True))
+        dow = ",".join(f"{d}#{draw(st.integers(1, 5))}" for d in days)
+    elif dow_kind == "last":
+        dow = f"L{draw(st.integers(0, 6))}"
+    elif dow_kind == "star":
+        dow = "*"
+    else:
+        dow = _field(draw, 0, 7, ["sun", "mon", "fri", "sat"])
+    return f"{minute} {hour} {dom} {month} {dow}"
+
+
+@settings(max_examples=400, deadline=None)
+@given(expr=cron_exprs(), start_s=st.integers(0, 4_102_444_800), near_edge=st.booleans())
+def test_matcher_agrees_with_croniter(expr, start_s, near_edge):
+    """The matcher steps croniter's parsed fields itself; its answers are
+    croniter's own, naive wall-clock ones (croniter gets no zone here)."""
+    try:
+        cron = _compiled(expr)
+    except ScheduleError:
+        return  # croniter refused to parse it: nothing to compare
+    if near_edge:  # the last minutes of a month, where days roll over
+        day = dt.datetime.fromtimestamp(start_s, dt.UTC).replace(day=1) + dt.timedelta(days=32)
+        start_s = int(day.replace(day=1).timestamp()) - 61
+    try:
+        expected = int(croniter(expr, float(start_s)).get_next(float))
+    except CroniterBadDateError:
+        expected = None
+    assert cron.next_s(start_s) == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    expr=cron_exprs(),
+    transition=st.sampled_from(_TRANSITIONS),
+    offset_ms=st.integers(-40 * 86_400_000, 3_600_000),
+)
+def test_times_in_a_row_are_chained_next_times(expr, transition, offset_ms):
+    """cron_times_ms walks local times for speed; it must give exactly what
+    next_cron_ms gives step by step, across every kind of transition."""
+    try:
+        validate_cron(expr, "UTC")
+    except ScheduleError:
+        return
+    timezone, at_ms = transition
+    after_ms = at_ms + offset_ms
+    got = cron_times_ms(expr, timezone, after_ms, 40)
+    chained, last_ms = [], after_ms
+    for _ in range(40):
+        last_ms = next_cron_ms(expr, timezone, last_ms)
+        if last_ms is None:
+            break
+        chained.append(last_ms)
+    assert got == chained
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    expr=cron_exprs(),
+    transition=st.sampled_from(_TRANSITIONS),
+    offset_ms=st.integers(-3 * 86_400_000, 3 * 86_400_000),
+    window_ms=st.integers(0, 2 * 86_400_000),
+)
+def test_latest_is_the_last_of_the_times_before(expr, transition, offset_ms, window_ms):
+    try:
+        validate_cron(expr, "UTC")
+    except ScheduleError:
+        return
+    timezone, at_ms = transition
+    at_ms += offset_ms
+    since_ms = at_ms - window_ms
+    times = cron_times_ms(expr, timezone, since_ms, 1000)
+    before = [t for t in times if t <= at_ms]
+    if len(before) == len(times) == 1000:
+        return  # more than 1,000 in the window: the list does not reach at_ms
+    assert latest_cron_ms(expr, timezone, at_ms, since_ms) == (before[-1] if before else None)

@@ -234,3 +234,35 @@ def test_scan_minute_answers_runs_by_due_time_then_job_id_not_by_shard(store):
     order = [(run.due_ms, run.job_id) for _, run, _ in found]
     assert len(order) == len(made)
     assert order == sorted((m.first_due_ms, m.job.id) for m in made)
+
+
+def test_the_highest_stamp_is_kept_with_the_data_and_reported_with_each_entry(tmp_path: Path):
+    """A restart and a new leader start their clocks from it (clock.py)."""
+    path = str(tmp_path / "stamps")
+    store = Store(path, map_bytes=64 << 20)
+    assert store.stamp_ms() == 0
+    made = new_job(Jobs(None, None), T0, schedule={"every_s": 60})  # type: ignore[arg-type]
+    entries = [
+        [CreateJobs(T0, [made])],
+        [PauseJob(T0 + 5_000, OWNER, made.job.id), TriggerJob(T0 + 2_000, OWNER, made.job.id)],
+        [],  # a raft no-op or configuration entry
+        [ResumeJob(T0 + 1_000, OWNER, made.job.id, None, None)],  # stamped below: the highest stays
+    ]
+    reported = []
+    for index, commands in enumerate(entries, start=1):
+        _, changes = store.apply_entry(index, encode_entry(commands) if commands else b"")
+        reported.append(changes.stamp_ms)
+    assert reported == [T0, T0 + 5_000, T0 + 5_000, T0 + 5_000]
+    assert store.stamp_ms() == T0 + 5_000
+    # A replayed entry changes nothing, the stamp included.
+    store.apply_entry(2, encode_entry([PauseJob(T0 + 9_000, OWNER, made.job.id)]))
+    assert store.stamp_ms() == T0 + 5_000
+    index, data = store.snapshot_data()
+    store.close()
+    reopened = Store(path, map_bytes=64 << 20)
+    assert reopened.stamp_ms() == T0 + 5_000
+    reopened.close()
+    copy = Store(str(tmp_path / "copy"), map_bytes=64 << 20)
+    copy.write(lambda txn: copy.restore_in(txn, index, data))
+    assert copy.stamp_ms() == T0 + 5_000  # a snapshot carries it
+    copy.close()

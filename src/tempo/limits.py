@@ -48,10 +48,6 @@ batch_items_max = 1000
 # without limit; a batch is one LMDB transaction and one fsync.
 commit_pending_max = 100_000
 commit_batch_commands_max = 50_000
-# How long the trio thread waits, blocked, for a batch's apply to reach its
-# commit (engine/commit.py): a batch of 50,000 creates applies in well under
-# a second; past the bound the loop goes on and apply finishes beside it.
-commit_apply_wait_s_max = 1.0
 
 # Storage.
 # Runs are partitioned by due minute and by shard = hash(job ID) mod shards.
@@ -95,6 +91,14 @@ requests_in_flight_max = 2048
 long_polls_max = 1024
 # A request body must arrive whole within this long, else `408`.
 body_read_timeout_s = 30.0
+# A body refused unread (413 over its route's bound, 503 over the body
+# budget) is still read and dropped chunk by chunk up to this many bytes, so
+# the client, which sends it all before it reads, gets the answer instead of
+# a reset connection (net/asgi.py `discard_body`); nothing of it is kept.
+refused_body_discard_bytes_max = 64 << 20
+# ... as long as it keeps coming: a client that sent only its headers and
+# waits for the answer gets it after this pause.
+refused_body_discard_gap_s = 0.5
 # A connection refused for `connections_max` tells the client to come back
 # after this long, as every other `503` does (API.md: `Retry-After: 1`).
 retry_after_s = 1
@@ -105,6 +109,7 @@ body_read_timeout_s_max = 3600.0
 
 assert payload_bytes_max < body_bytes_max
 assert body_bytes_max <= batch_body_bytes_max
+assert batch_body_bytes_max < refused_body_discard_bytes_max
 assert batch_jobs_max * payload_bytes_max <= batch_body_bytes_max * 2
 assert lease_s_min <= lease_s_default <= lease_s_max
 assert 1 <= attempts_default <= attempts_max
@@ -302,6 +307,46 @@ assert 0 < storage_retry_s_min <= storage_retry_s_max
 # A cluster node's snapshot (log compaction) that did not fit on the disk is
 # tried again after this long; its log is kept meanwhile.
 snapshot_retry_s = 30.0
+
+# Clocks (clock.py, docs/semantics.md "Clocks"). Wall minus monotonic time
+# changing by more than `clock_step_ms_min` between two reads is a step of
+# the wall clock (NTP and the kernel slew by a few ppm, far below it). The
+# wall clock is read between two monotonic reads; when more than
+# `clock_read_us_max` passed between them (the thread was held up), it is
+# read again, at most `clock_read_tries_max` times, and an unclean read is
+# not taken for a step. While scheduler time is ahead of the wall clock (it
+# stepped back), it runs at `clock_ahead_pace_percent` of real time, so a
+# step back of d is absorbed after d * 100 / (100 - pace).
+clock_step_ms_min = 20
+clock_read_us_max = 1000
+clock_read_tries_max = 3
+clock_ahead_pace_percent = 50
+
+assert 0 < clock_ahead_pace_percent < 100
+assert clock_read_us_max * 1000 < clock_step_ms_min * 1_000_000
+assert clock_read_tries_max >= 1
+
+# Schedule arithmetic and the event loop (docs/semantics.md "What it costs,
+# and what is rejected"; docs/operations.md "Event-loop lag"). A preview
+# computes its cron times in slices of this many, with a checkpoint between
+# them, so 1,000 times hold the trio thread for about a millisecond at a time.
+# The lag probe sleeps this long and records how late it wakes.
+preview_slice_times = 100
+# Previews computing at once (the others wait their turn): the event loop
+# runs every runnable task between two checkpoints, so N previews at once
+# would hold it for N slices in a row.
+previews_computing_max = 1
+event_loop_probe_s = 0.01
+# Batch handlers check and answer their items in slices of this many, with a
+# checkpoint between them (a batch of 1,000 creates is 3-5 ms of checks).
+batch_slice_items = 250
+# sys.setswitchinterval of `tempo serve` (server.py says why).
+gil_switch_interval_s = 0.001
+
+assert 1 <= preview_slice_times <= preview_count_max
+assert previews_computing_max >= 1
+assert 1 <= batch_slice_items <= batch_jobs_max
+assert 0 < gil_switch_interval_s < event_loop_probe_s
 
 # Slow clients (docs/operations.md "Limits"). A request's line and headers
 # must arrive whole within `header_read_timeout_s`: for a connection's first

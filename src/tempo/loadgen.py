@@ -512,6 +512,7 @@ def _collect_stream(opts: Options, out: Any, stream: Stream, first_due_s: float,
 
 def _run_steady(opts: Options, queue_name: str, say: Any, cluster: "Cluster | None") -> dict[str, Any]:
     procs, out, stop = _start_workers(opts, queue_name)
+    pauses_before = scrape_pauses(opts.urls, opts.ca_file)
     first_due_s = round(time.time() + steady_lead_s, 3)
     say(f"steady: {opts.rate:g} runs/s for {opts.duration_s:g} s ({steady_jobs(opts)} jobs) from {iso(first_due_s)}")
     stream = Stream()
@@ -531,9 +532,97 @@ def _run_steady(opts: Options, queue_name: str, say: Any, cluster: "Cluster | No
         raise CannotRun(stream.error)
     last_due_s = steady_due_s(first_due_s, opts.rate, steady_jobs(opts) - 1)
     fig = figures(opts, list(stream.job_ids), stream.create_s, first_due_s, tally, last_due_s=last_due_s)
+    fig |= pause_figures(pauses_before, scrape_pauses(opts.urls, opts.ca_file))
     if plan is not None:
         fig["failover"] = failover_figures(plan, tally, first_due_s)
     return fig
+
+
+# -- event-loop lag, from each node's /metrics ---------------------------------
+
+
+@dataclass
+class Pauses:
+    """One scrape of a node's event-loop lag and GC pause histograms
+    (cumulative counts by bound) and the longest of each since its start."""
+
+    lag_buckets: dict[float, float] = field(default_factory=dict)
+    lag_max_s: float = 0.0
+    gc_buckets: dict[float, float] = field(default_factory=dict)
+    gc_max_s: float = 0.0
+
+
+_PAUSE_SERIES = {
+    "tempo_event_loop_lag_seconds": ("lag_buckets", "lag_max_s"),
+    "tempo_gc_pause_seconds": ("gc_buckets", "gc_max_s"),
+}
+
+
+def parse_pauses(text: str) -> Pauses:
+    found = Pauses()
+    for line in text.splitlines():
+        name, _, value = line.rpartition(" ")
+        for family, (buckets, longest) in _PAUSE_SERIES.items():
+            if name.startswith(f'{family}_bucket{{le="'):
+                bound = name.split('"')[1]
+                getattr(found, buckets)[math.inf if bound == "+Inf" else float(bound)] = float(value)
+            elif name == family.replace("_seconds", "_max_seconds"):
+                setattr(found, longest, float(value))
+    return found
+
+
+def scrape_pauses(urls: list[str], ca_file: str | None = None) -> dict[str, Pauses]:
+    """Each answering node's pauses; a node that does not answer is left out."""
+    scraped = {}
+    verify: Any = True if ca_file is None else client_context(ca_file)
+    with httpx.Client(timeout=5.0, verify=verify) as client:
+        for url in urls:
+            try:
+                answer = client.get(f"{url}/metrics")
+            except httpx.HTTPError:
+                continue
+            if answer.status_code == 200:
+                scraped[url] = parse_pauses(answer.text)
+    return scraped
+
+
+def _window(start: dict[float, float], end: dict[float, float], max_before_s: float, max_after_s: float,
+            ) -> tuple[float, float, float] | None:
+    """(count, p99 bound, max) of the observations between two scrapes. The
+    p99 is the bound of the bucket that holds it; a max that did not rise
+    above the one before is known only to lie in the highest bucket used."""
+    delta = {b: n - start.get(b, 0.0) for b, n in sorted(end.items())}
+    total = delta.get(math.inf, 0.0)
+    if total <= 0:
+        return None
+    p99 = next(b for b, n in delta.items() if n >= 0.99 * total)
+    top = next(b for b, n in delta.items() if n >= total)
+    longest = max_after_s if max_after_s > max_before_s else min(top, max_before_s)
+    return total, p99, longest
+
+
+def pause_figures(before: dict[str, Pauses], after: dict[str, Pauses]) -> dict[str, Any]:
+    """Event-loop lag p99 and max and GC pauses between two scrapes, the
+    worst over the nodes (docs/operations.md "Event-loop lag")."""
+    lag_p99s, lag_maxes, gc_maxes, gcs = [], [], [0.0], 0
+    for url, end in after.items():
+        start = before.get(url, Pauses())
+        lag = _window(start.lag_buckets, end.lag_buckets, start.lag_max_s, end.lag_max_s)
+        if lag is not None:
+            lag_p99s.append(lag[1])
+            lag_maxes.append(lag[2])
+        gc = _window(start.gc_buckets, end.gc_buckets, start.gc_max_s, end.gc_max_s)
+        if gc is not None:
+            gcs += int(gc[0])
+            gc_maxes.append(gc[2])
+    if not lag_p99s:
+        return {}
+    return {
+        "loop_lag_p99_s": _r(max(lag_p99s)),
+        "loop_lag_max_s": _r(max(lag_maxes)),
+        "gc_pause_max_s": _r(max(gc_maxes)),
+        "gc_pauses": gcs,
+    }
 
 
 # -- figures -----------------------------------------------------------------
@@ -647,7 +736,18 @@ def summary_rows(fig: dict[str, Any]) -> list[tuple[str, str]]:
         ("duplicated", s(fig["duplicated"])),
         ("failed", s(fig["failed"])),
         *([("redelivered", s(fig["redelivered"]))] if fig.get("redelivered") else []),
+        *pause_rows(fig, s),
         *failover_rows(fig.get("failover"), s),
+    ]
+
+
+def pause_rows(fig: dict[str, Any], s: Any) -> list[tuple[str, str]]:
+    if fig.get("loop_lag_p99_s") is None:
+        return []
+    return [
+        ("event-loop lag p99", "≤ " + s(fig["loop_lag_p99_s"])),
+        ("event-loop lag max", s(fig["loop_lag_max_s"])),
+        ("GC pause max", f"{s(fig['gc_pause_max_s'])} ({fig['gc_pauses']} collections)"),
     ]
 
 
@@ -1243,6 +1343,7 @@ def _check(opts: Options) -> str | None:
 def _run_spike(opts: Options, queue_name: str, say: Any, cluster: Cluster | None) -> dict[str, Any]:
     due_s = round(time.time() + opts.due_in_s, 3)
     procs, out, stop = _start_workers(opts, queue_name)
+    pauses_before = scrape_pauses(opts.urls, opts.ca_file)
     try:
         job_ids, create_s = _create(opts, queue_name, due_s, say)
     except CannotRun:
@@ -1259,6 +1360,7 @@ def _run_spike(opts: Options, queue_name: str, say: Any, cluster: Cluster | None
         plan_stop.set()
         stop_workers(procs, out, stop, tally)
     fig = figures(opts, job_ids, create_s, due_s, tally)
+    fig |= pause_figures(pauses_before, scrape_pauses(opts.urls, opts.ca_file))
     if plan is not None:
         fig["failover"] = failover_figures(plan, tally, due_s)
     return fig

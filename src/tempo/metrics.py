@@ -7,6 +7,7 @@ and `_count` is the `+Inf` bucket, so the two agree even when a scrape reads a
 histogram that a worker thread is observing into.
 """
 
+import time
 from bisect import bisect_left
 from collections.abc import Iterable
 
@@ -77,3 +78,53 @@ def lines(name: str, histogram: Histogram, labels: dict[str, str] | None = None)
     out.append(sample(f"{name}_sum", histogram.sum, labels))
     out.append(sample(f"{name}_count", total, labels))
     return out
+
+
+# Seconds an event-loop task wakes late: fine below 10 ms, where the target is.
+LAG_SECONDS_BUCKETS = (
+    0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+)
+
+
+class Pauses:
+    """A histogram of pauses and the longest one since start, for the event
+    loop's lag (observed by server.py's probe) and for garbage collection
+    (`on_gc`, a `gc.callbacks` entry: collections stop every thread, so the
+    two explain each other)."""
+
+    __slots__ = ("_gc_started_s", "gc_max_s", "gc_seconds", "lag_max_s", "lag_seconds")
+
+    def __init__(self) -> None:
+        self.lag_seconds = Histogram(LAG_SECONDS_BUCKETS)
+        self.lag_max_s = 0.0
+        self.gc_seconds = Histogram(LAG_SECONDS_BUCKETS)
+        self.gc_max_s = 0.0
+        self._gc_started_s = 0.0
+
+    def observe_lag(self, lag_s: float) -> None:
+        self.lag_seconds.observe(lag_s)
+        self.lag_max_s = max(self.lag_max_s, lag_s)
+
+    def on_gc(self, phase: str, info: dict) -> None:
+        # A collection holds the GIL from start to stop, so the two calls of
+        # one collection are never interleaved with another's.
+        if phase == "start":
+            self._gc_started_s = time.perf_counter()
+            return
+        pause_s = time.perf_counter() - self._gc_started_s
+        self.gc_seconds.observe(pause_s)
+        self.gc_max_s = max(self.gc_max_s, pause_s)
+
+    def lines(self) -> list[str]:
+        out = head(
+            "tempo_event_loop_lag_seconds", "histogram",
+            "How late a task that sleeps 10 ms at a time wakes: the longest the trio thread was held.",
+        )
+        out += lines("tempo_event_loop_lag_seconds", self.lag_seconds)
+        out += head("tempo_event_loop_lag_max_seconds", "gauge", "The largest event-loop lag since start.")
+        out.append(sample("tempo_event_loop_lag_max_seconds", self.lag_max_s))
+        out += head("tempo_gc_pause_seconds", "histogram", "Seconds per garbage collection (all threads stop).")
+        out += lines("tempo_gc_pause_seconds", self.gc_seconds)
+        out += head("tempo_gc_pause_max_seconds", "gauge", "The longest garbage collection since start.")
+        out.append(sample("tempo_gc_pause_max_seconds", self.gc_max_s))
+        return out

@@ -1,7 +1,8 @@
 """A token bucket, the rate limit of claims and creates per owner.
 
-Pure: time comes in as `now_ms` (the dispatcher's injectable clock, or the
-API's), never read here, so tests drive it with a mock clock.
+Pure: time comes in as `now_ms`, never read here, so tests drive it with a
+mock clock. A rate is a duration, so callers pass monotonic milliseconds
+(clock.py), which a wall-clock step does not move.
 """
 
 import math
@@ -26,7 +27,8 @@ class TokenBucket:
         self.at_ms = now_ms
 
     def _refill(self, now_ms: int) -> None:
-        # A wall clock stepped back adds nothing and takes nothing away.
+        # Time that went back (it cannot on the monotonic clock) adds nothing
+        # and takes nothing away.
         if now_ms > self.at_ms:
             gained = (now_ms - self.at_ms) * self.rate_per_s / 1000
             self.tokens = min(float(self.burst), self.tokens + gained)

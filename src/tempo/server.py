@@ -1,11 +1,13 @@
 """The composition root: one node, its services, and the root nursery."""
 
+import gc
 import ipaddress
 import logging
 import re
 import resource
 import signal
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from urllib.parse import urlsplit
@@ -23,8 +25,9 @@ from tempo.engine.dispatch import Dispatcher
 from tempo.engine.jobs import Jobs
 from tempo.engine.raftlog import RaftLog
 from tempo.engine.retention import Retention
-from tempo.engine.store import Store
+from tempo.engine.store import Changes, Store
 from tempo.logs import JsonFormatter, NodeFilter
+from tempo.metrics import Pauses
 from tempo.net import http as http_server
 from tempo.net.api import Api
 from tempo.net.auth import Authenticator
@@ -190,10 +193,13 @@ async def serve(options: ServeOptions, *, task_status: trio.TaskStatus[str] = tr
     http_server.GATE.per_address_max = min(config.http.connections_per_address_max, http_server.GATE.connections_max)
     store = open_store(options, config)
     try:
+        # The node's one clock (clock.py): every stamp and due time comes
+        # from it, starting from the last stamp this store applied.
+        node_clock = clock.Clock(floor_ms=store.stamp_ms())
         if options.cluster is None:
-            await _serve_alone(options, config, store, task_status)
+            await _serve_alone(options, config, store, node_clock, task_status)
         else:
-            await _serve_member(options, config, store, task_status)
+            await _serve_member(options, config, store, node_clock, task_status)
     finally:
         store.close()
 
@@ -220,20 +226,32 @@ def open_store(options: ServeOptions, config: Config) -> Store:
     return store
 
 
-async def _serve_alone(options: ServeOptions, config: Config, store: Store, task_status) -> None:
+def _observe_stamps(node_clock: clock.Clock) -> Callable[[Changes], None]:
+    """A listener of applied entries: the clock never answers below a stamp
+    applied here, so this node continues from it when it leads."""
+
+    def observe(changes: Changes) -> None:
+        node_clock.observe(changes.stamp_ms)
+
+    return observe
+
+
+async def _serve_alone(options: ServeOptions, config: Config, store: Store, node_clock: clock.Clock, task_status) -> None:
     committer = Committer(store)
-    jobs = Jobs(store, committer)
-    dispatcher = Dispatcher(store, committer, limits_of=config.limits_of)
-    retention = _retention(options, config, store, committer)
+    committer.listeners.append(_observe_stamps(node_clock))
+    jobs = Jobs(store, committer, now_ms=node_clock.now_ms)
+    dispatcher = Dispatcher(store, committer, limits_of=config.limits_of, now_ms=node_clock.now_ms)
+    retention = _retention(options, config, store, committer, node_clock)
     node = Standalone(store.applied_index)
     api = Api(
         store, jobs, dispatcher, node=node, auth=Authenticator(config.tokens), limits_of=config.limits_of,
-        http_limits=config.http,
+        http_limits=config.http, clock=node_clock,
     )
     stop = trio.Event()
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_watch_signals, signals, stop)
+            await nursery.start(_probe_lag, api.pauses, stop)
             await nursery.start(committer.run)
             async with trio.open_nursery() as services:
                 await services.start(dispatcher.run)
@@ -254,7 +272,7 @@ async def _serve_alone(options: ServeOptions, config: Config, store: Store, task
             committer.close()
 
 
-async def _serve_member(options: ServeOptions, config: Config, store: Store, task_status) -> None:
+async def _serve_member(options: ServeOptions, config: Config, store: Store, node_clock: clock.Clock, task_status) -> None:
     cluster = options.cluster
     assert cluster is not None
     # A founder's first start founds the cluster with every --peers entry as
@@ -277,8 +295,9 @@ async def _serve_member(options: ServeOptions, config: Config, store: Store, tas
         store, raft_log, cluster.me.raft_id, transport.send, snapshot_entries=options.snapshot_entries,
         name_of=lambda raft_id: names.get(raft_id, str(raft_id)),
     )
-    jobs = Jobs(store, replica)
-    dispatcher = Dispatcher(store, replica, limits_of=config.limits_of)
+    replica.listeners.append(_observe_stamps(node_clock))
+    jobs = Jobs(store, replica, now_ms=node_clock.now_ms)
+    dispatcher = Dispatcher(store, replica, limits_of=config.limits_of, now_ms=node_clock.now_ms)
     node = ClusterMember(replica, cluster.me, list(cluster.members))
     node.refresh(store.members())
     transport.peers_at_start = node.peer_urls()
@@ -299,13 +318,15 @@ async def _serve_member(options: ServeOptions, config: Config, store: Store, tas
         on_peer_messages=on_peer_messages, peer_token=config.peer_token, membership=Membership(node),
         limits_of=config.limits_of,
         http_limits=config.http,
+        clock=node_clock,
     )
     stop = trio.Event()
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with trio.open_nursery() as nursery:
+            await nursery.start(_probe_lag, api.pauses, stop)
             await nursery.start(transport.run)
             await nursery.start(replica.run)
-            await nursery.start(_lead, replica, dispatcher, _retention(options, config, store, replica))
+            await nursery.start(_lead, replica, dispatcher, _retention(options, config, store, replica, node_clock))
             nursery.start_soon(_watch_signals, signals, stop, replica)
             async with trio.open_nursery() as http:
                 binds = await http.start(
@@ -319,9 +340,11 @@ async def _serve_member(options: ServeOptions, config: Config, store: Store, tas
             nursery.cancel_scope.cancel()
 
 
-def _retention(options: ServeOptions, config: Config, store: Store, committer) -> Retention:
+def _retention(options: ServeOptions, config: Config, store: Store, committer, node_clock: clock.Clock) -> Retention:
     skew_ms = options.retention_skew_days * limits.day_ms
-    return Retention(store, committer, retention_days=config.retention_days, now_ms=lambda: clock.now_ms() + skew_ms)
+    return Retention(
+        store, committer, retention_days=config.retention_days, now_ms=lambda: node_clock.now_ms() + skew_ms
+    )
 
 
 async def _lead(
@@ -355,6 +378,22 @@ async def _lead(
         dispatcher.reset()
 
 
+async def _probe_lag(pauses: Pauses, stop: trio.Event, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    """Sleeps `limits.event_loop_probe_s` at a time and records how late it
+    wakes: how long something held the trio thread (docs/operations.md
+    "Event-loop lag"). Garbage collections are timed beside it. It ends once
+    `stop` is set, so the nursery that owns it can finish."""
+    gc.callbacks.append(pauses.on_gc)
+    try:
+        task_status.started()
+        while not stop.is_set():
+            deadline_s = trio.current_time() + limits.event_loop_probe_s
+            await trio.sleep_until(deadline_s)
+            pauses.observe_lag(max(0.0, trio.current_time() - deadline_s))
+    finally:
+        gc.callbacks.remove(pauses.on_gc)
+
+
 async def _watch_signals(signals, stop: trio.Event, replica: Replica | None = None) -> None:
     async for _ in signals:
         if replica is not None and replica.transfer_leadership():
@@ -368,6 +407,12 @@ async def _watch_signals(signals, stop: trio.Event, replica: Replica | None = No
 
 
 def main(options: ServeOptions) -> int:
+    # Apply runs on a worker thread beside the event loop (engine/commit.py),
+    # and each time the trio thread wakes it must win the GIL back from it:
+    # a thread that wants the GIL waits up to this interval (5 ms by
+    # default) before asking for it. A shorter one bounds the event loop's
+    # lag (docs/operations.md "Event-loop lag").
+    sys.setswitchinterval(limits.gil_switch_interval_s)
     http_server.install()
     # tempo's own log lines (leadership, peers, runs) on stderr; not the
     # libraries'. Each line names the node in a cluster.

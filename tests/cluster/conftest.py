@@ -12,6 +12,7 @@ After each scenario `check` asserts (API.md "General"): every job that got a
 was handed out twice, and all nodes have equal digests at equal applied index.
 """
 
+import os
 import random
 import signal
 import socket
@@ -95,6 +96,8 @@ class Node:
         self.proc: subprocess.Popen | None = None
         self.paused = False
         self.expected_down = False  # killed on purpose, not yet restarted
+        # Added to the environment the process inherits (libfaketime's, say).
+        self.env: dict[str, str] | None = None
 
     def __repr__(self) -> str:
         return self.id
@@ -114,6 +117,7 @@ class Node:
                  *self.extra_args],
                 stdout=log,
                 stderr=subprocess.STDOUT,
+                env=None if self.env is None else {**os.environ, **self.env},
             )
         self.paused = False
         self.expected_down = False

@@ -74,3 +74,14 @@ def test_raft_metrics_render_as_valid_families():
     assert samples_of(families, "tempo_raft_ready_entries_count") == [0]
     replica.phase = Phase.FOLLOWER
     assert samples_of(parse_exposition("\n".join(_raft_metrics(replica)) + "\n"), "tempo_raft_is_leader") == [0]
+
+
+def test_event_loop_lag_and_gc_pauses_are_exported(http):
+    time.sleep(0.2)  # some 20 ticks of the 10 ms probe
+    families = parse_exposition(http.get("/metrics").text)
+    assert families["tempo_event_loop_lag_seconds"]["type"] == "histogram"
+    assert families["tempo_gc_pause_seconds"]["type"] == "histogram"
+    assert samples_of(families, "tempo_event_loop_lag_seconds_count")[0] >= 5
+    [lag_max] = samples_of(families, "tempo_event_loop_lag_max_seconds")
+    assert lag_max >= 0
+    assert samples_of(families, "tempo_gc_pause_max_seconds")[0] >= 0

@@ -14,9 +14,7 @@ are refused until a later batch, or a probe when none comes, commits
 and the batch is tried again at once.
 """
 
-import threading
 from collections.abc import Callable
-from typing import Any
 
 import trio
 
@@ -151,41 +149,18 @@ class Committer:
             self.storage.failed(fault)
 
     async def _apply(self, index: int, commands: list[Command]) -> tuple[list[Outcome], Changes]:
-        """`Store.apply_commands` on a worker thread, with the trio thread
-        blocked until apply reaches its commit.
+        """`Store.apply_commands` on a worker thread, while the trio thread
+        serves everything else (docs/operations.md "Event-loop lag").
 
-        The GIL lets only one of the two threads run Python at a time, so
-        the trio thread gains nothing by running beside apply; but py-lmdb
-        lets the GIL go for every row it puts, and each time the trio
-        thread was waiting for it, the two traded it: a wake-up and a
-        context switch for each of a batch's thousands of rows. Blocked
-        here the trio thread waits for nothing, and it runs again during
-        the commit itself, the fsync, which holds no GIL. Batches of 1,000
-        creates went about 17% faster this way (bench/create.py).
-        The wait is bounded: past `commit_apply_wait_s_max` the loop goes
-        on, and apply finishes beside it."""
-        committing = threading.Event()
-        finished = trio.Event()
-        token = trio.lowlevel.current_trio_token()
-        answer: list[Any] = []  # the thread's `outcome.Outcome`
-
-        def work() -> tuple[list[Outcome], Changes]:
-            try:
-                return self.store.apply_commands(index, commands, before_commit=committing.set)
-            finally:
-                committing.set()  # also when apply raised
-
-        def deliver(result: Any) -> None:
-            answer.append(result)
-            token.run_sync_soon(finished.set)
-
-        # Not `trio.to_thread.run_sync`: it checkpoints before the thread
-        # starts, and the wait below must come after the start. One batch
-        # commits at a time (`run` awaits each): LMDB's one writer.
-        trio.lowlevel.start_thread_soon(work, deliver)
-        committing.wait(limits.commit_apply_wait_s_max)
-        # As `trio.to_thread.run_sync` would: the transaction cannot be
-        # called off once it started, so the batch's answer is awaited.
-        with trio.CancelScope(shield=True):
-            await finished.wait()
-        return answer[0].unwrap()
+        The trio thread used to wait, blocked, until apply reached its
+        commit, so that the two threads would not trade the GIL for each
+        row py-lmdb puts. That held the event loop for as long as apply
+        ran, 15-250 ms for a batch of 1,000 creates, and bench/create.py
+        did not bear the saving out: taken in turns, batches of 1,000 went
+        59,000-66,000 jobs/s with the wait and 72,000-76,000 without it,
+        single creates 1,460-1,640/s with it and 1,390-1,520/s without.
+        As with any `to_thread` call, the batch's answer is awaited even
+        when the caller is cancelled: the transaction cannot be called off
+        once it started. One batch commits at a time (`run` awaits each):
+        LMDB's one writer."""
+        return await trio.to_thread.run_sync(self.store.apply_commands, index, commands)

@@ -59,10 +59,12 @@ def is_http(queue: str) -> bool:
 class Lease(msgspec.Struct, gc=False):
     """A claimed run's lease, one per run in flight (100,000 in a big spike):
     untracked by the cycle collector, like the records (records.py), since
-    it holds only numbers and a string."""
+    it holds only numbers and a string. A duration: it runs out at a
+    monotonic instant (`trio.current_time()`), so no wall-clock step
+    lengthens or shortens it (clock.py)."""
 
     attempt: int
-    expires_ms: int
+    deadline_s: float
     lease_s: int
     owner: str
 
@@ -80,15 +82,17 @@ class Dispatcher:
         committer: Committer,
         *,
         readahead_ms: int = limits.readahead_ms,
-        now_ms: Callable[[], int] = clock.now_ms,
+        now_ms: Callable[[], int] | None = None,
         limits_of: Callable[[str], OwnerLimits] = lambda owner: UNLIMITED,
     ):
         self.store = store
         self.committer = committer
         self.readahead_ms = readahead_ms
-        # The wall clock, injectable so tests can drive leases and retries
-        # with trio's autojump clock.
-        self.now_ms = now_ms
+        # Scheduler time (the node's `clock.Clock`, which never goes
+        # backwards): the stamps of commands and the `now` of due times.
+        # Leases, waits and claim rates run on `trio.current_time()`.
+        # Injectable so tests can drive due times with a mock clock.
+        self.now_ms = now_ms or clock.Clock().now_ms
         # Each owner's runs in flight and claim rate (config.py); soft state
         # of the leader like the leases they count, never replicated.
         self.limits_of = limits_of
@@ -114,10 +118,14 @@ class Dispatcher:
         self.queue_of: dict[bytes, tuple[str, Job]] = {}
         self.ready: dict[str, deque[bytes]] = {}
         self.leases: dict[tuple[str, int], Lease] = {}
-        self._lease_heap: list[tuple[int, str, int, int]] = []
+        # (deadline_s, job ID, nominal ms, attempt); stale entries are skipped.
+        self._lease_heap: list[tuple[float, str, int, int]] = []
         # Every open run due before this is in memory, except the waiting
         # runs of a skipped owner from its skip point on (`load`).
         self.loaded_until_ms = 0
+        # Every claimed run due before this has a lease: the loader's, or
+        # `_lease_ahead`'s while memory is full (at least loaded_until_ms).
+        self.leased_until_ms = 0
         # Per owner, its runs in `queue_of` (no zeros kept).
         self.loaded_of: Counter[str] = Counter()
         # Owners whose share of memory is full: each with its skip point
@@ -190,8 +198,35 @@ class Dispatcher:
                 self._remember(runs_key, run, job, now_ms)
             rows += len(found) + 1
             self.loaded_until_ms = min(until_ms, (minutes[0] + 1) * limits.minute_ms)
+        if self.loaded_until_ms < until_ms and rows < limits.loader_rows_per_step and self._memory_full():
+            rows += self._lease_ahead(until_ms, limits.loader_rows_per_step - rows)
         if self.rereads:
             self._reread(rows)
+
+    def _lease_ahead(self, until_ms: int, rows_max: int) -> int:
+        """Grants leases to the claimed runs of the minutes the loader has
+        not reached because memory is full (a restart or takeover with a
+        backlog), so each gets its full lease from now, as a loaded one
+        does, and a dead worker's run is handed out again after it rather
+        than after the backlog. Only leases: their waiting runs stay in the
+        table for the loader, and a run whose lease runs out waits in due
+        order behind them. Answers the rows read."""
+        lo_ms = max(self.loaded_until_ms, self.leased_until_ms)
+        rows = 0
+        while lo_ms < until_ms and rows < rows_max:
+            minutes = self.store.open_minutes(keys.minute_of(lo_ms), keys.minute_of(until_ms), 1)
+            if not minutes:
+                lo_ms = until_ms
+                break
+            found = self.store.scan_minute(minutes[0], lo_ms, until_ms)
+            now_s = trio.current_time()
+            for _, run, job in found:
+                if run.status == "claimed" and (run.job_id, run.nominal_ms) not in self.leases:
+                    self._grant(job.owner, run.job_id, run.nominal_ms, run.attempt, now_s + job.lease_s, job.lease_s)
+            rows += len(found) + 1
+            lo_ms = min(until_ms, (minutes[0] + 1) * limits.minute_ms)
+        self.leased_until_ms = lo_ms
+        return rows
 
     def _memory_full(self) -> bool:
         """Whether memory holds `limits.dispatch_memory_runs_max` runs, each
@@ -264,10 +299,13 @@ class Dispatcher:
                 self.queue_of[runs_key] = (queue_key(job), job)
                 self.loaded_of[job.owner] += 1
                 self.wheel.add(runs_key, run.due_ms)
-        elif run.status == "claimed":
-            # A node that (re)starts gives every claimed run a full lease from
-            # this moment, so a restart never expires a healthy worker's run.
-            self._grant(job.owner, run.job_id, run.nominal_ms, run.attempt, now_ms + job.lease_s * 1000, job.lease_s)
+        elif run.status == "claimed" and (run.job_id, run.nominal_ms) not in self.leases:
+            # A node that (re)starts or takes over gives every claimed run a
+            # full lease from this moment, on the monotonic clock, whatever
+            # the stored expiry says: a restart, a failover or a clock step
+            # never expires a healthy worker's run.
+            deadline_s = trio.current_time() + job.lease_s
+            self._grant(job.owner, run.job_id, run.nominal_ms, run.attempt, deadline_s, job.lease_s)
 
     def on_changes(self, changes: Changes) -> None:
         for runs_key in changes.left:
@@ -383,13 +421,14 @@ class Dispatcher:
             if event is not None:
                 event.set()
 
-    def expired(self, now_ms: int) -> list[Expiry]:
+    def expired(self, now_s: float) -> list[Expiry]:
+        """Leases run out by `now_s` (monotonic), at most a command's worth."""
         found: list[Expiry] = []
         heap = self._lease_heap
-        while heap and heap[0][0] <= now_ms and len(found) < limits.expiries_per_command_max:
-            expires_ms, job_id, nominal_ms, attempt = heapq.heappop(heap)
+        while heap and heap[0][0] <= now_s and len(found) < limits.expiries_per_command_max:
+            deadline_s, job_id, nominal_ms, attempt = heapq.heappop(heap)
             lease = self.leases.get((job_id, nominal_ms))
-            if lease is None or lease.attempt != attempt or lease.expires_ms != expires_ms:
+            if lease is None or lease.attempt != attempt or lease.deadline_s != deadline_s:
                 continue  # extended, re-claimed or finished since
             self._drop_lease((job_id, nominal_ms))
             found.append(Expiry(job_id, nominal_ms, attempt))
@@ -408,29 +447,30 @@ class Dispatcher:
     async def _expire_loop(self) -> None:
         while True:
             await trio.sleep(limits.lease_check_ms / 1000)
-            now_ms = self.now_ms()
-            expiries = self.expired(now_ms)
+            now_s = trio.current_time()
+            expiries = self.expired(now_s)
             if not expiries:
                 continue
             try:
-                outcomes = await self.committer.submit(ExpireLeases(now_ms, expiries))
+                outcomes = await self.committer.submit(ExpireLeases(self.now_ms(), expiries))
             except errors.Overloaded:
                 # Not written: the leases stay expired in memory, and the next
                 # round tries again.
                 for expiry in expiries:
                     job = self.store.get_job_any(expiry.job_id)
                     if job is not None:
-                        self._grant(job.owner, expiry.job_id, expiry.nominal_ms, expiry.attempt, now_ms, 0)
+                        self._grant(job.owner, expiry.job_id, expiry.nominal_ms, expiry.attempt, now_s, 0)
                 continue
             self.counters["expired"] += sum(1 for o in outcomes if o is not None)  # type: ignore[union-attr]
             log_failed_attempts(outcomes)  # type: ignore[arg-type]
 
     # -- claims ------------------------------------------------------------------
 
-    def _budget(self, owner: str, now_ms: int, runs_max: int) -> tuple[int, int | None]:
+    def _budget(self, owner: str, mono_ms: int, runs_max: int) -> tuple[int, int | None]:
         """How many runs the owner's limits let a claim take now (at most
         `runs_max`); and when its claim rate is what stops it, the ms until
-        the bucket holds a token again."""
+        the bucket holds a token again. A rate is a duration: `mono_ms` is
+        monotonic (`_monotonic_ms`)."""
         owner_limits = self.limits_of(owner)
         budget = runs_max
         if owner_limits.runs_in_flight_max is not None:
@@ -442,15 +482,15 @@ class Dispatcher:
             bucket = self.claim_buckets.get(owner)
             if bucket is None:
                 assert owner_limits.claim_burst is not None
-                bucket = TokenBucket(owner_limits.claims_per_s, owner_limits.claim_burst, now_ms)
+                bucket = TokenBucket(owner_limits.claims_per_s, owner_limits.claim_burst, mono_ms)
                 self.claim_buckets[owner] = bucket
-            budget = min(budget, bucket.available(now_ms))
+            budget = min(budget, bucket.available(mono_ms))
             if budget <= 0:
-                return 0, max(bucket.wait_ms(now_ms, 1), limits.claim_refill_wait_ms_min)
+                return 0, max(bucket.wait_ms(mono_ms, 1), limits.claim_refill_wait_ms_min)
         return budget, None
 
     def _budgets(
-        self, queues: list[str], now_ms: int, runs_max: int
+        self, queues: list[str], mono_ms: int, runs_max: int
     ) -> tuple[list[str], dict[str, int], int | None]:
         """The queues with ready runs that their owners' limits let a claim
         take from, each owner's budget, and the earliest claim-rate refill."""
@@ -462,7 +502,7 @@ class Dispatcher:
                 continue
             owner = owner_of(queue)
             if owner not in budgets:
-                budgets[owner], wait_ms = self._budget(owner, now_ms, runs_max)
+                budgets[owner], wait_ms = self._budget(owner, mono_ms, runs_max)
                 if wait_ms is not None:
                     refill_ms = wait_ms if refill_ms is None else min(refill_ms, wait_ms)
             if budgets[owner] > 0:
@@ -496,8 +536,8 @@ class Dispatcher:
         far as each owner's limits allow (runs beyond stay in their queue, in
         order); and, when a claim rate held runs back, the ms until it lets
         one more go."""
-        now_ms = self.now_ms()
-        live, budgets, refill_ms = self._budgets(queues, now_ms, runs_max)
+        mono_ms = _monotonic_ms()
+        live, budgets, refill_ms = self._budgets(queues, mono_ms, runs_max)
         taken: list[tuple[bytes, Job]] = []
         while live and len(taken) < runs_max:
             best = live[0] if len(live) == 1 else min(live, key=lambda q: _due_of(self.ready[q][0]))
@@ -515,7 +555,7 @@ class Dispatcher:
             elif budgets[owner] <= 0:
                 self.held.add(owner)
                 live = [q for q in live if owner_of(q) != owner]
-        self._account(taken, now_ms)
+        self._account(taken, mono_ms)
         return taken, refill_ms
 
     def _take_http(self, runs_max: int) -> tuple[list[tuple[bytes, Job]], int | None]:
@@ -523,10 +563,10 @@ class Dispatcher:
         after another's (round-robin, the owner served least recently first),
         so one owner's backlog does not queue ahead of another's runs; each
         owner's runs in due order, as far as its limits allow."""
-        now_ms = self.now_ms()
+        mono_ms = _monotonic_ms()
         for queue in [q for q in self.http_ready if not self.ready.get(q)]:
             del self.http_ready[queue]
-        turn, budgets, refill_ms = self._budgets(list(self.http_ready), now_ms, runs_max)
+        turn, budgets, refill_ms = self._budgets(list(self.http_ready), mono_ms, runs_max)
         taken: list[tuple[bytes, Job]] = []
         while turn and len(taken) < runs_max:
             for queue in list(turn):
@@ -546,10 +586,10 @@ class Dispatcher:
                         turn.remove(queue)
                 else:
                     turn.remove(queue)
-        self._account(taken, now_ms)
+        self._account(taken, mono_ms)
         return taken, refill_ms
 
-    def _account(self, taken: list[tuple[bytes, Job]], now_ms: int) -> None:
+    def _account(self, taken: list[tuple[bytes, Job]], mono_ms: int) -> None:
         """Taken runs hold their owner's room until their claim commits, and
         spend its claim tokens now."""
         by_owner = Counter(job.owner for _, job in taken)
@@ -557,7 +597,7 @@ class Dispatcher:
             self.claiming[owner] += count
             bucket = self.claim_buckets.get(owner)
             if bucket is not None:
-                bucket.take(now_ms, count)
+                bucket.take(mono_ms, count)
 
     def ready_count(self) -> int:
         """Runs due but not claimed (tombstones aside, which are few)."""
@@ -566,7 +606,7 @@ class Dispatcher:
     def held_back(self) -> dict[str, int]:
         """Per owner, the runs due but not claimed because one of the owner's
         limits is reached now (tombstones aside)."""
-        now_ms = self.now_ms()
+        mono_ms = _monotonic_ms()
         blocked: dict[str, bool] = {}
         found: Counter[str] = Counter()
         for queue, ready in self.ready.items():
@@ -574,7 +614,7 @@ class Dispatcher:
                 continue
             owner = owner_of(queue)
             if owner not in blocked:
-                blocked[owner] = self._budget(owner, now_ms, 1)[0] == 0
+                blocked[owner] = self._budget(owner, mono_ms, 1)[0] == 0
             if blocked[owner]:
                 found[owner] += len(ready)
         return dict(found)
@@ -669,6 +709,9 @@ class Dispatcher:
 
     async def _commit_taken(self, worker: str, taken: list[tuple[bytes, Job]]) -> list[ClaimedRun]:
         at_ms = self.now_ms()
+        # Leases count from the claim's stamp, on the monotonic clock; the
+        # wall-clock expiry in the command is what the run shows.
+        at_s = trio.current_time()
         jobs: dict[str, Job] = {}
         claims: list[Claim] = []
         for runs_key, loaded_job in taken:
@@ -701,7 +744,7 @@ class Dispatcher:
             if run is None:
                 continue
             job = jobs[claim.job_id]
-            self._grant(job.owner, run.job_id, run.nominal_ms, run.attempt, claim.lease_expires_ms, job.lease_s)
+            self._grant(job.owner, run.job_id, run.nominal_ms, run.attempt, at_s + job.lease_s, job.lease_s)
             lateness_s.append((at_ms - run.due_ms) / 1000)
             claimed.append(ClaimedRun(run, job))
         self._observe_lateness(lateness_s)
@@ -719,9 +762,9 @@ class Dispatcher:
 
     # -- leases ------------------------------------------------------------------
 
-    def _grant(self, owner: str, job_id: str, nominal_ms: int, attempt: int, expires_ms: int, lease_s: int) -> None:
-        self._put_lease((job_id, nominal_ms), Lease(attempt, expires_ms, lease_s, owner))
-        heapq.heappush(self._lease_heap, (expires_ms, job_id, nominal_ms, attempt))
+    def _grant(self, owner: str, job_id: str, nominal_ms: int, attempt: int, deadline_s: float, lease_s: int) -> None:
+        self._put_lease((job_id, nominal_ms), Lease(attempt, deadline_s, lease_s, owner))
+        heapq.heappush(self._lease_heap, (deadline_s, job_id, nominal_ms, attempt))
 
     def _put_lease(self, key: tuple[str, int], lease: Lease) -> None:
         """Every lease is a run of its owner in flight."""
@@ -746,7 +789,8 @@ class Dispatcher:
             self._wake_owner(owner)
 
     def heartbeat(self, owner: str | None, run_id: str, attempt: int) -> int:
-        """Extends a lease in memory; answers the new expiry (UNIX ms)."""
+        """Extends a lease in memory to `lease_s` from now (monotonic); answers
+        the new expiry as an instant of scheduler time (UNIX ms)."""
         parsed = ids.parse_run_id(run_id)
         job = None if parsed is None else self.store.get_job_any(parsed[0])
         if parsed is None or job is None or (owner is not None and job.owner != owner):
@@ -760,30 +804,34 @@ class Dispatcher:
                 raise errors.StaleAttempt(f"attempt {attempt} of run {run_id} no longer holds it")
             # Claimed, but its minute is not loaded yet (a restart with a
             # backlog): it gets the full lease a loaded run would get.
-            lease = Lease(attempt, 0, job.lease_s, job.owner)
+            lease = Lease(attempt, 0.0, job.lease_s, job.owner)
             self._put_lease(parsed, lease)
-        lease.expires_ms = self.now_ms() + lease.lease_s * 1000
-        heapq.heappush(self._lease_heap, (lease.expires_ms, parsed[0], parsed[1], attempt))
-        return lease.expires_ms
+        lease.deadline_s = trio.current_time() + lease.lease_s
+        heapq.heappush(self._lease_heap, (lease.deadline_s, parsed[0], parsed[1], attempt))
+        return self.now_ms() + lease.lease_s * 1000
 
     def release(self, claimed: list[ClaimedRun]) -> None:
         """Claimed runs whose answer never reached their worker: each lease
         ends now, so the lease check (`_expire_loop`) sends the runs back to
         waiting, due at once, within `limits.lease_check_ms`, by the command
         of any expired lease (the attempt counts, as an expired one does)."""
-        now_ms = self.now_ms()
+        now_s = trio.current_time()
         for one in claimed:
             run = one.run
             lease = self.leases.get((run.job_id, run.nominal_ms))
             if lease is None or lease.attempt != run.attempt:
                 continue  # finished, expired, or this node stopped leading
-            lease.expires_ms = now_ms
-            heapq.heappush(self._lease_heap, (now_ms, run.job_id, run.nominal_ms, run.attempt))
+            lease.deadline_s = now_s
+            heapq.heappush(self._lease_heap, (now_s, run.job_id, run.nominal_ms, run.attempt))
             self.counters["undelivered"] += 1
 
     def lease_of(self, job_id: str, nominal_ms: int, attempt: int) -> int | None:
+        """When the lease runs out, as an instant of scheduler time (UNIX ms)."""
         lease = self.leases.get((job_id, nominal_ms))
-        return lease.expires_ms if lease is not None and lease.attempt == attempt else None
+        if lease is None or lease.attempt != attempt:
+            return None
+        left_s = max(0.0, lease.deadline_s - trio.current_time())
+        return self.now_ms() + round(left_s * 1000)
 
     async def report(self, owner: str | None, results: list[Result]) -> list[Run | errors.TempoError]:
         outcomes = await self.committer.submit(ReportResults(self.now_ms(), owner, results))
@@ -809,6 +857,12 @@ def log_failed_attempts(outcomes: list) -> None:
                      run.error, clock.iso_from_ms(run.due_ms), extra=fields)
     if len(ended) > limits.run_log_lines_max:
         log.warning("and %d more failed attempts in the same commit", len(ended) - limits.run_log_lines_max)
+
+
+def _monotonic_ms() -> int:
+    """Milliseconds of trio's clock (monotonic, or a test's mock): for claim
+    rates, which a wall-clock step must not refill or drain."""
+    return int(trio.current_time() * 1000)
 
 
 def _due_of(runs_key: bytes) -> int:

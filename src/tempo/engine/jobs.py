@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 import msgspec
+import trio
 
 from tempo import clock, errors, ids, limits, schedule
 from tempo.engine.commands import CreateJobs, DeleteJob, NewJob, PauseJob, ResumeJob, TriggerJob
@@ -33,9 +34,6 @@ from tempo.schema import (
 _QUEUE_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
 _hash_encoder = msgspec.msgpack.Encoder(order="sorted")
 _json_encoder = msgspec.json.Encoder()
-# Bounds of the search for the latest missed cron occurrence.
-_CRON_LOOKBACK_MS_MAX = 800 * 86_400_000
-_CRON_WALK_STEPS_MAX = 2000
 
 
 # -- checks beyond the shape -----------------------------------------------------
@@ -173,9 +171,9 @@ def first_slot_ms(sched: Schedule, created_at_ms: int) -> int | None:
 def latest_slot_ms(sched: Schedule, created_at_ms: int, now_ms: int) -> int | None:
     """The last nominal time at or before `now_ms`, or None.
 
-    For cron, windows that double from one minute back are tried until one
-    holds an occurrence, so a minutely job down for a day takes a few steps,
-    not 1,440, and every search is bounded."""
+    Exact, and bounded however long the outage: for cron a bisection over
+    the job's lifetime (`schedule.latest_cron_ms`), since a cron job's first
+    slot comes after its creation."""
     if sched.every_s is not None:
         period_ms = sched.every_s * 1000
         anchor_ms = created_at_ms if sched.start_at_ms is None else sched.start_at_ms
@@ -183,18 +181,7 @@ def latest_slot_ms(sched: Schedule, created_at_ms: int, now_ms: int) -> int | No
         k_min = 0 if sched.start_at_ms is not None else 1
         return None if k < k_min else anchor_ms + k * period_ms
     assert sched.cron is not None and sched.timezone is not None
-    window_ms = limits.minute_ms
-    while window_ms <= _CRON_LOOKBACK_MS_MAX:
-        found = schedule.next_cron_ms(sched.cron, sched.timezone, now_ms - window_ms)
-        if found is not None and found <= now_ms:
-            for _ in range(_CRON_WALK_STEPS_MAX):
-                later = schedule.next_cron_ms(sched.cron, sched.timezone, found)
-                if later is None or later > now_ms:
-                    return found
-                found = later
-            return found
-        window_ms *= 2
-    return None
+    return schedule.latest_cron_ms(sched.cron, sched.timezone, now_ms, created_at_ms)
 
 
 def next_slot_after_claim(job: Job, nominal_ms: int, now_ms: int) -> tuple[int, int] | None:
@@ -220,14 +207,28 @@ def due_ms(job: Job, slot_ms: int, now_ms: int) -> int:
     return max(slot_ms + ids.jitter_ms(ids.run_id(job.id, slot_ms), job.jitter_s), now_ms)
 
 
-def preview_ms(body: PreviewIn, now_ms: int) -> list[int]:
+async def preview_ms(body: PreviewIn, now_ms: int) -> list[int]:
+    """The times of `POST /v1/schedules/preview`. Cron times come in slices
+    of `limits.preview_slice_times` with a checkpoint between them, so a
+    preview of 1,000 never holds the trio thread for more than one slice;
+    chained slices give the same times as one call, as each starts strictly
+    after the last time of the one before."""
     sched = schedule_record(body.schedule)
     after_ms = now_ms if body.after is None else clock.ms_from_datetime(body.after)
     if sched.at_ms is not None:
         return [sched.at_ms] if sched.at_ms > after_ms else []
     if sched.cron is not None:
         assert sched.timezone is not None
-        return schedule.cron_times_ms(sched.cron, sched.timezone, after_ms, body.count)
+        times_ms: list[int] = []
+        while len(times_ms) < body.count:
+            asked = min(limits.preview_slice_times, body.count - len(times_ms))
+            part = schedule.cron_times_ms(sched.cron, sched.timezone, after_ms, asked)
+            times_ms += part
+            if len(part) < asked:
+                break
+            after_ms = part[-1]
+            await trio.lowlevel.checkpoint()
+        return times_ms
     assert sched.every_s is not None
     period_ms = sched.every_s * 1000
     if sched.start_at_ms is None:
@@ -348,10 +349,13 @@ class _JobIds:
 
 
 class Jobs:
-    def __init__(self, store: Store, committer: Committer, *, now_ms: Callable[[], int] = clock.now_ms):
+    def __init__(self, store: Store, committer: Committer, *, now_ms: Callable[[], int] | None = None):
         self.store = store
         self.committer = committer
-        self.now_ms = now_ms  # injectable for tests on trio's autojump clock
+        # Scheduler time (clock.py): the node's clock, a test's mock, or
+        # else a clock of its own. Job IDs take their time from it too, so
+        # newest first stays true after the wall clock steps back.
+        self.now_ms = now_ms or clock.Clock().now_ms
         self._ids = _JobIds()
 
     def new_job(
@@ -431,6 +435,11 @@ class Jobs:
         # One ID for every item, drawn at once; a rejected item's is not used.
         job_ids = self._ids.take(at_ms, len(items))
         for i, item in enumerate(items):
+            if i and i % limits.batch_slice_items == 0:
+                # A batch of 1,000 is checked in slices, so the event loop
+                # serves others between them (docs/operations.md
+                # "Event-loop lag"); nothing is committed yet.
+                await trio.lowlevel.checkpoint()
             if isinstance(item, errors.TempoError):
                 outcomes[i] = item
                 continue

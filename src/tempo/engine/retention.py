@@ -35,7 +35,7 @@ class Retention:
         committer,
         *,
         retention_days: int = limits.retention_days_default,
-        now_ms: Callable[[], int] = clock.now_ms,
+        now_ms: Callable[[], int] | None = None,
     ):
         """`committer` has `submit(command)`: the single node's committer or
         the cluster replica."""
@@ -43,7 +43,7 @@ class Retention:
         self.store = store
         self.committer = committer
         self.retention_days = retention_days
-        self.now_ms = now_ms  # injectable: tests shift it
+        self.now_ms = now_ms or clock.Clock().now_ms  # scheduler time (clock.py); tests shift it
         self.buckets_dropped = 0
 
     async def drop_due(self) -> bool:

@@ -87,6 +87,9 @@ _PROBE = b"\x00probe"
 # What a file system answers when the disk is full or failing (a snapshot
 # file's write, engine/raftlog.py); LMDB's own are its exceptions below.
 STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG})
+# The highest command stamp applied (UNIX ms): the floor of the clock of
+# whichever node stamps commands next (clock.py).
+_STAMP = b"stamp_ms"
 T = TypeVar("T")
 log = logging.getLogger("tempo.store")
 
@@ -125,6 +128,8 @@ class Changes:
     gone: list[bytes]  # runs keys of claimed runs that finished, expired or were deleted
     event_owners: set[str]  # owners with new events
     members: bool = False  # a member's URL was set
+    # The highest command stamp applied so far (the store's `stamp_ms`).
+    stamp_ms: int = 0
 
 
 # What apply answers for one command: a value, or the operating error the
@@ -329,6 +334,13 @@ class Store:
             raw = txn.get(_APPLIED_INDEX, db=self.db["meta"])
         return 0 if raw is None else _U64.unpack(raw)[0]
 
+    def stamp_ms(self) -> int:
+        """The highest command stamp applied (UNIX ms; 0 for none): a node's
+        clock starts from it (clock.py)."""
+        with self.env.begin() as txn:
+            raw = txn.get(_STAMP, db=self.db["meta"])
+        return 0 if raw is None else _U64.unpack(raw)[0]
+
     def apply_entry(self, index: int, data: bytes) -> tuple[list[Outcome], Changes]:
         """Applies the log entry at `index`; an entry at or below the applied
         index was applied before (a replay after a crash) and changes nothing."""
@@ -395,9 +407,21 @@ class Store:
         if index <= applied:
             return [errors.Conflict("already applied")] * len(commands), tx.changes
         assert index == applied + 1, f"entry {index} after applied {applied}: a gap"
-        outcomes = [tx.apply(command) for command in commands]
+        raw = txn.get(_STAMP, db=self.db["meta"])
+        stored_ms = stamp_ms = 0 if raw is None else _U64.unpack(raw)[0]
+        outcomes = []
+        for command in commands:
+            outcomes.append(tx.apply(command))
+            # The highest stamp, carried in the tables: the floor of the
+            # clock of whichever node leads next (clock.py).
+            at_ms = getattr(command, "at_ms", 0)
+            if at_ms > stamp_ms:
+                stamp_ms = at_ms
         tx.flush()
         txn.put(_APPLIED_INDEX, _U64.pack(index), db=self.db["meta"])
+        if stamp_ms != stored_ms:
+            txn.put(_STAMP, _U64.pack(stamp_ms), db=self.db["meta"])
+        tx.changes.stamp_ms = stamp_ms
         return outcomes, tx.changes
 
     # -- snapshots (a cluster's log compaction) -------------------------------

@@ -12,6 +12,7 @@ from msgspec import Meta
 
 from tempo import clock, errors, ids, limits
 from tempo import metrics as prom
+from tempo.clock import Clock
 from tempo.config import UNLIMITED, HttpLimits, OwnerLimits
 from tempo.engine import jobs as jobviews
 from tempo.engine.commands import Result, decode_entry
@@ -140,8 +141,11 @@ class Api:
         limits_of: Callable[[str], OwnerLimits] = lambda owner: UNLIMITED,
         http_limits: HttpLimits | None = None,
         gate: ConnectionGate = GATE,
+        clock: Clock | None = None,
     ):
         self.auth = auth or Authenticator(())
+        # The node's clock, for its steps and lead in /metrics.
+        self.clock = clock
         self.store = store
         self.jobs = jobs
         self.dispatcher = dispatcher
@@ -168,6 +172,9 @@ class Api:
         self.durations: dict[str, prom.Histogram] = {}
         # Corrupt raft frames from peers, dropped unread (net/peer.py).
         self.peer_frames_dropped = 0
+        # Event-loop lag and GC pauses, observed by server.py.
+        self.pauses = prom.Pauses()
+        self.previews_computing = trio.CapacityLimiter(limits.previews_computing_max)
         self.openapi_body = _json_enc.encode(openapi.document())
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
@@ -368,7 +375,7 @@ class Api:
         owner_limits = self.limits_of(owner)
         if owner_limits.creates_per_s is None:
             return
-        now_ms = clock.now_ms()
+        now_ms = clock.monotonic_ms()  # a rate: a duration, not an instant
         bucket = self.create_buckets.get(owner)
         if bucket is None:
             assert owner_limits.create_burst is not None
@@ -400,7 +407,12 @@ class Api:
         self._check_creates(self.owner(request), len(items))
         outcomes = await self.jobs.create(self.owner(request), items, from_msgpack=request.is_msgpack)
         shared: dict[Any, Any] = {}
-        return encode(request, JobBatchResult([_batch_item(o, shared) for o in outcomes]))
+        results = []
+        for start in range(0, len(outcomes), limits.batch_slice_items):
+            if start:
+                await trio.lowlevel.checkpoint()  # the views in slices: docs/operations.md "Event-loop lag"
+            results += [_batch_item(o, shared) for o in outcomes[start : start + limits.batch_slice_items]]
+        return encode(request, JobBatchResult(results))
 
     def _decode_batch_items(self, request: Request) -> list[Any]:
         """Item by item, so each item's problem names paths inside that item."""
@@ -588,8 +600,17 @@ class Api:
 
     async def preview(self, request: Request) -> Response:
         body = decode(request, _preview)
-        times = jobviews.preview_ms(body, clock.now_ms())
-        return encode(request, PreviewOut([clock.iso_from_ms(t) for t in times]))
+        # One preview computes at a time: its slices leave the loop free
+        # between them only if no other preview's slice is waiting to run.
+        async with self.previews_computing:
+            times = await jobviews.preview_ms(body, self.jobs.now_ms())
+            # Spelled out in slices too: 1,000 RFC 3339 strings are milliseconds.
+            out: list[str] = []
+            for start in range(0, len(times), limits.preview_slice_times):
+                if start:
+                    await trio.lowlevel.checkpoint()
+                out += [clock.iso_from_ms(t) for t in times[start : start + limits.preview_slice_times]]
+        return encode(request, PreviewOut(out))
 
     # -- operations ------------------------------------------------------------
 
@@ -683,6 +704,8 @@ class Api:
         lines += self._storage_metrics()
         lines += self._dispatch_metrics()
         lines += self._fairness_metrics()
+        lines += self._clock_metrics()
+        lines += self.pauses.lines()
         body = ("\n".join(lines) + "\n").encode()
         return Response(200, body, b"text/plain; version=0.0.4")
 
@@ -754,6 +777,20 @@ class Api:
             "tempo_storage_refused_commands_total", "counter", "Write commands answered 507 insufficient_storage."
         )
         lines.append(prom.sample("tempo_storage_refused_commands_total", storage.refused_commands))
+        return lines
+
+    def _clock_metrics(self) -> list[str]:
+        """Wall-clock steps this node saw, and how far its scheduler time is
+        ahead of the wall clock (docs/semantics.md "Clocks")."""
+        if self.clock is None:
+            return []
+        lines = prom.head("tempo_clock_steps_total", "counter", "Wall-clock steps seen, by direction.")
+        for direction, count in sorted(self.clock.steps.items()):
+            lines.append(prom.sample("tempo_clock_steps_total", count, {"direction": direction}))
+        lines += prom.head(
+            "tempo_clock_lead_seconds", "gauge", "Scheduler time ahead of the wall clock (a step back being absorbed)."
+        )
+        lines.append(prom.sample("tempo_clock_lead_seconds", self.clock.lead_ms() / 1000))
         return lines
 
     def _fairness_metrics(self) -> list[str]:

@@ -279,26 +279,62 @@ async def read_body(
     before the first byte is read, or, without a declared length, what has
     arrived so far. A declared length over `limit_bytes` (413) or over what
     the budget has left (503) is refused before the body is read."""
+    deadline_s = trio.current_time() + timeout_s
     if declared_bytes is not None:
-        if declared_bytes > limit_bytes:
-            raise errors.TooLarge.at("", f"the body is over {limit_bytes} bytes")
-        share.grow_to(declared_bytes)
+        try:
+            if declared_bytes > limit_bytes:
+                raise errors.TooLarge.at("", f"the body is over {limit_bytes} bytes")
+            share.grow_to(declared_bytes)
+        except (errors.TooLarge, errors.Overloaded):
+            await discard_body(receive, declared_bytes, deadline_s)
+            raise
     chunks: list[bytes] = []
     size = 0
-    with trio.move_on_after(timeout_s):
+    with trio.move_on_at(deadline_s):
         while True:
             message = await receive()
             if message["type"] == "http.disconnect":
                 raise errors.Invalid.at("", "the client went away")
             chunk = message.get("body", b"")
             size += len(chunk)
-            if size > limit_bytes:
-                raise errors.TooLarge.at("", f"the body is over {limit_bytes} bytes")
-            share.grow_to(size)
+            more = message.get("more_body", False)
+            try:
+                if size > limit_bytes:
+                    raise errors.TooLarge.at("", f"the body is over {limit_bytes} bytes")
+                share.grow_to(size)
+            except (errors.TooLarge, errors.Overloaded):
+                if more:
+                    await discard_body(receive, None, deadline_s)
+                raise
             chunks.append(chunk)
-            if not message.get("more_body", False):
+            if not more:
                 return b"".join(chunks)
     raise errors.RequestTimeout.at("", f"the body did not arrive within {timeout_s:g} s")
+
+
+async def discard_body(receive: Callable, declared_bytes: int | None, deadline_s: float) -> None:
+    """Reads the rest of a refused body and drops each chunk as it comes, so
+    that the refusal reaches the client: a connection closed with bytes of
+    the request still unread is reset by the kernel, and a client that sends
+    its whole body before it reads (most do) gets the reset, not the answer.
+    Nothing is held, so the budget is untouched. A body that says it is
+    larger than `limits.refused_body_discard_bytes_max`, is still coming at
+    `deadline_s`, or pauses for `limits.refused_body_discard_gap_s` (its
+    client waits for the answer before it sends more) is left unread."""
+    if declared_bytes is not None and declared_bytes > limits.refused_body_discard_bytes_max:
+        return
+    size = 0
+    with trio.move_on_at(deadline_s):
+        while size <= limits.refused_body_discard_bytes_max:
+            with trio.move_on_after(limits.refused_body_discard_gap_s) as gap:
+                message = await receive()
+            if gap.cancelled_caught:
+                return
+            if message["type"] == "http.disconnect":
+                return
+            size += len(message.get("body", b""))
+            if not message.get("more_body", False):
+                return
 
 
 async def send_response(send: Callable, response: Response) -> None:
