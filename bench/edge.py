@@ -1,24 +1,33 @@
-"""The edge under abuse: what a flood of connections, oversized bodies and
-stalled bodies costs one node, what /metrics costs to scrape, and how much
-memory many large batch bodies at once take.
+"""The edge under abuse: what a flood of connections, slow headers,
+oversized bodies and stalled bodies costs one node, what /metrics costs to
+scrape, and how much memory many large batch bodies at once take.
 
-    .venv/bin/python bench/edge.py [--connections N] [--bodies N] [--stalled N] [--batch-bodies N] [--stored]
+    .venv/bin/python bench/edge.py [--connections N] [--bodies N] [--stalled N] [--slow N] [--aborted N]
+                                   [--batch-bodies N] [--stored]
 
 Starts its own server (temporary data dir, free port) with small edge limits
-(`[http]` in a config file: 256 connections, 128 requests in flight, body
-read timeout 2 s), then prints, for each kind of abuse, what the clients got,
-how long it took, the server's resident memory before and after, and the
-latency of `GET /healthz` from a well-behaved client meanwhile (one
-keep-alive connection, opened before the abuse starts). The large batch
-bodies go to a second server with the default limits; their row gives the
-peak resident memory while they were read and answered.
+(`[http]` in a config file: 256 connections, 64 of them from one address,
+128 requests in flight, body read timeout 2 s), then prints, for each kind of
+abuse, what the clients got, how long it took, the server's resident memory
+before and after, and the latency of `GET /healthz` from a well-behaved
+client meanwhile (one keep-alive connection from an address of its own,
+127.0.0.9, opened before the abuse starts). Slow headers are sent from one
+address (127.0.0.1) and from eight (127.0.0.10-17), and held past the
+header deadline. Aborted long polls are claims with `wait_s` 30 whose
+connections are reset (as a killed worker's are), 50 at a time: the time
+until their long-poll slots are free again (`tempo_http_long_polls_in_flight`
+back to 0) is printed. The large batch bodies go to a second server with
+the default limits; their row gives the peak resident memory while they
+were read and answered.
 """
 
 import argparse
 import json
 import os
+import select
 import socket
 import statistics
+import struct
 import sys
 import tempfile
 import threading
@@ -30,6 +39,9 @@ sys.path.insert(0, os.path.dirname(__file__))
 from _server import Server, table  # noqa: E402
 
 CONFIG = "[http]\nconnections_max = 256\nrequests_in_flight_max = 128\nlong_polls_max = 64\nbody_read_timeout_s = 2.0\n"
+PROBER_IP = "127.0.0.9"
+SLOW_HEAD = b"POST /v1/jobs HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nx-slow: "
+HEADER_READ_TIMEOUT_S = 5.0  # tempo.limits.header_read_timeout_s
 
 
 def status_of(sock: socket.socket) -> int | None:
@@ -65,7 +77,8 @@ class Prober:
         self._thread.join()
 
     def _run(self) -> None:
-        with httpx.Client(base_url=self.url, timeout=5.0) as client:
+        transport = httpx.HTTPTransport(local_address=PROBER_IP)
+        with httpx.Client(base_url=self.url, timeout=5.0, transport=transport) as client:
             while not self._stop.is_set():
                 started = time.perf_counter()
                 try:
@@ -91,16 +104,53 @@ def flood_connections(server: Server, count: int) -> tuple:
     sockets = [socket.create_connection(("127.0.0.1", server.port), timeout=5) for _ in range(count)]
     took_s = time.perf_counter() - started
     time.sleep(0.5)  # refusals are sent at once; what has none by now is held
-    refused = 0
+    refused = closed = 0
     for sock in sockets:
         sock.setblocking(False)
         try:
-            refused += status_of(sock) == 503
+            status = status_of(sock)
         except BlockingIOError:
-            pass
+            continue
+        refused += status == 503
+        closed += status is None
     for sock in sockets:
         sock.close()
-    return f"{count} idle connections", f"{refused} got 503, {count - refused} held", took_s
+    held = count - refused - closed
+    return f"{count} idle connections", f"{refused} got 503, {closed} closed for newer ones, {held} held", took_s
+
+
+def slow_headers(server: Server, count: int, sources: list[str]) -> tuple:
+    """`count` connections, spread over `sources`, that send part of a
+    request head and then nothing, held past the header deadline."""
+    started = time.perf_counter()
+    sockets = []
+    for i in range(count):
+        try:
+            sock = socket.create_connection(("127.0.0.1", server.port), timeout=5, source_address=(sources[i % len(sources)], 0))
+            sock.sendall(SLOW_HEAD)
+        except OSError:
+            continue
+        sockets.append(sock)
+    took_s = time.perf_counter() - started
+    closed_at: list[float] = []
+    refused = 0
+    deadline_s = time.perf_counter() + HEADER_READ_TIMEOUT_S + 2
+    pending = list(sockets)
+    while pending and time.perf_counter() < deadline_s:
+        for sock in select.select(pending, [], [], 0.1)[0]:
+            sock.setblocking(False)
+            try:
+                refused += status_of(sock) == 503
+            except BlockingIOError:
+                continue
+            closed_at.append(time.perf_counter() - started)
+            pending.remove(sock)
+    for sock in sockets:
+        sock.close()
+    where = f"{len(sources)} address{'es' if len(sources) > 1 else ''}"
+    last = f", the last {max(closed_at):.1f} s after the first opened" if closed_at else ""
+    got = f"{refused} got 503, {len(closed_at) - refused} closed{last}; {len(pending)} open after {HEADER_READ_TIMEOUT_S + 2:g} s"
+    return f"{count} slow heads from {where}", got, took_s
 
 
 def oversized_bodies(server: Server, count: int) -> tuple:
@@ -213,6 +263,38 @@ def stalled_bodies(server: Server, count: int) -> tuple:
     return f"{count} stalled bodies", got, took_s
 
 
+def _long_polls(client: httpx.Client) -> int:
+    text = client.get("/metrics").text
+    return int(float(next(ln for ln in text.splitlines() if ln.startswith("tempo_http_long_polls_in_flight ")).split()[1]))
+
+
+def aborted_long_polls(server: Server, count: int) -> tuple:
+    body = b'{"worker": "gone", "queues": ["nothing-due"], "wait_s": 30}'
+    request = b"POST /v1/claim HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (
+        len(body), body)
+    batch = 50
+    freed_s: list[float] = []
+    started = time.perf_counter()
+    transport = httpx.HTTPTransport(local_address=PROBER_IP)
+    with httpx.Client(base_url=server.url, timeout=5.0, transport=transport) as client:
+        for _ in range(count // batch):
+            sockets = [socket.create_connection(("127.0.0.1", server.port), timeout=5) for _ in range(batch)]
+            for sock in sockets:
+                sock.sendall(request)
+            while _long_polls(client) < batch:
+                time.sleep(0.01)
+            reset_at = time.perf_counter()
+            for sock in sockets:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                sock.close()
+            while _long_polls(client) > 0:
+                time.sleep(0.005)
+            freed_s.append(time.perf_counter() - reset_at)
+    took_s = time.perf_counter() - started
+    got = f"slots free again after p50 {statistics.median(freed_s) * 1000:.0f} ms, max {max(freed_s) * 1000:.0f} ms"
+    return f"{len(freed_s) * batch} long polls reset, {batch} at a time", got, took_s
+
+
 def scrape(server: Server, count: int) -> tuple:
     with httpx.Client(base_url=server.url, timeout=10.0) as client:
         client.post("/v1/jobs/batch", json={"jobs": [
@@ -243,6 +325,8 @@ def main() -> int:
     parser.add_argument("--connections", type=int, default=400)
     parser.add_argument("--bodies", type=int, default=16)
     parser.add_argument("--stalled", type=int, default=100)
+    parser.add_argument("--slow", type=int, default=300)
+    parser.add_argument("--aborted", type=int, default=1000)
     parser.add_argument("--batch-bodies", type=int, default=16)
     parser.add_argument("--stored", action="store_true", help="batch items that are valid jobs, created")
     args = parser.parse_args()
@@ -257,6 +341,9 @@ def main() -> int:
         try:
             measure(server, [
                 lambda: flood_connections(server, args.connections),
+                lambda: slow_headers(server, args.slow, ["127.0.0.1"]),
+                lambda: slow_headers(server, args.slow, [f"127.0.0.{i}" for i in range(10, 18)]),
+                lambda: aborted_long_polls(server, args.aborted),
                 lambda: oversized_bodies(server, args.bodies),
                 lambda: stalled_bodies(server, args.stalled),
                 lambda: scrape(server, 200),

@@ -70,8 +70,8 @@ tls_handshake_timeout_s = 10.0
 # The edge (docs/operations.md "Limits"). A request line and headers of
 # more than `header_bytes_max` are `431` (from hypercorn when they arrive in
 # pieces, from tempo when whole). hypercorn enforces the next three: a
-# connection whose headers are not complete `keep_alive_timeout_s` after it
-# opened (or after its last answer) is closed; so is one from which no byte
+# connection kept alive idle `keep_alive_timeout_s` after its last answer is
+# closed (a late head: `header_read_timeout_s`, below); so is one from which no byte
 # arrives for `read_timeout_s`, which must outlast the longest long poll and
 # an idle peer stream, since hypercorn keeps reading while a request waits.
 header_bytes_max = 16 << 10
@@ -363,3 +363,31 @@ assert 1 <= preview_slice_times <= preview_count_max
 assert previews_computing_max >= 1
 assert 1 <= batch_slice_items <= batch_jobs_max
 assert 0 < gil_switch_interval_s < event_loop_probe_s
+
+# Slow clients (docs/operations.md "Limits"). A request's line and headers
+# must arrive whole within `header_read_timeout_s`: for a connection's first
+# request, counted from its opening; for a later one, from its first byte
+# (an idle keep-alive connection waits up to `keep_alive_timeout_s` for it).
+# One client address holds at most `connections_per_address_max`
+# connections (past it: `503`), by default a `connections_per_address_share`-th
+# of `connections_max`. A new connection past `connections_max` takes the
+# place of the longest idle one (its head not complete, or kept alive
+# between requests), and is refused only when there is none: so peer streams
+# and probes, whose requests are never refused, always find room while fewer
+# than `connections_max` connections are busy, and client requests busy at
+# once are bounded by `requests_in_flight_max`.
+header_read_timeout_s = 5.0
+connections_per_address_share = 4
+connections_per_address_max = connections_max // connections_per_address_share
+
+assert 0 < header_read_timeout_s < keep_alive_timeout_s
+assert 1 <= connections_per_address_max <= connections_max
+# A client must take each `write_chunk_bytes` of an answer within
+# `write_timeout_s`, else it is cut off as if it had gone: hypercorn bounds
+# reads only, and a client that stops reading would hold its connection and
+# its place among `requests_in_flight_max` for ever.
+write_timeout_s = 20.0
+write_chunk_bytes = 64 << 10
+
+assert 0 < write_timeout_s < read_timeout_s
+assert write_chunk_bytes >= 1 << 10

@@ -190,6 +190,7 @@ async def serve(options: ServeOptions, *, task_status: trio.TaskStatus[str] = tr
     if options.cluster is not None and config.tokens and config.peer_token is None:
         raise ServeError("--config: a cluster with tokens needs a peer_token for its nodes")
     http_server.GATE.connections_max = _connections_max(config.http.connections_max)
+    http_server.GATE.per_address_max = min(config.http.connections_per_address_max, http_server.GATE.connections_max)
     store = open_store(options, config)
     try:
         # The node's one clock (clock.py): every stamp and due time comes

@@ -24,6 +24,7 @@ connections_max = {CONNECTIONS_MAX}
 requests_in_flight_max = {REQUESTS_MAX}
 long_polls_max = {LONG_POLLS_MAX}
 body_read_timeout_s = {BODY_READ_TIMEOUT_S}
+connections_per_address_max = {CONNECTIONS_MAX}
 """
 
 
@@ -209,27 +210,33 @@ def test_requests_over_the_in_flight_bound_are_503_but_probes_pass(edge, client)
     still_serves(client)
 
 
-def test_connections_over_the_bound_are_503_and_closed(edge, client):
+def test_connections_over_the_bound_close_the_longest_idle_ones(edge, client):
     client.close()  # none of this test's own connections stay open
-    sockets = [socket.create_connection(("127.0.0.1", edge.port), timeout=5) for _ in range(CONNECTIONS_MAX + 6)]
-    refused = 0
+    sockets = []
     try:
+        # All places taken from one address, then newcomers from another
+        # (one address may hold them all here: connections_per_address_max).
+        for i in range(CONNECTIONS_MAX + 6):
+            source = "127.0.0.1" if i < CONNECTIONS_MAX else "127.0.0.2"
+            sockets.append(socket.create_connection(("127.0.0.1", edge.port), timeout=5, source_address=(source, 0)))
+            time.sleep(0.01)  # in order of arrival
+        time.sleep(0.5)
+        closed = []
         for sock in sockets:
-            sock.settimeout(0.3)
+            sock.settimeout(0.05)
             try:
-                status, headers, body = read_answer(sock)
+                closed.append(sock.recv(1) == b"")  # closed without an answer
             except TimeoutError:
-                continue  # accepted: it waits for a request
-            assert status == 503 and problem(headers, body)["type"] == "overloaded"
-            assert headers["retry-after"] == "1" and headers["connection"] == "close"
-            assert sock.recv(1) == b""  # and closed
-            refused += 1
+                closed.append(False)  # open: it waits for a request
+            except ConnectionResetError:
+                closed.append(True)
     finally:
         for sock in sockets:
             sock.close()
-    assert refused >= 6
+    # Each newcomer past the bound took the place of the longest idle one.
+    assert closed == [True] * 6 + [False] * CONNECTIONS_MAX
     with httpx.Client(base_url=edge.url, timeout=10.0) as fresh:
         wait_for(lambda: fresh.get("/healthz").status_code == 200)
-        assert metric(fresh, "tempo_http_connections_refused_total") >= 6
+        assert metric(fresh, "tempo_http_connections_evicted_total") >= 6
         still_serves(fresh)
 

@@ -16,7 +16,7 @@ from tempo.clock import Clock
 from tempo.config import UNLIMITED, HttpLimits, OwnerLimits
 from tempo.engine import jobs as jobviews
 from tempo.engine.commands import Result, decode_entry
-from tempo.engine.dispatch import LATENESS_BUCKETS_S, Dispatcher
+from tempo.engine.dispatch import LATENESS_BUCKETS_S, ClaimedRun, Dispatcher
 from tempo.engine.jobs import Jobs
 from tempo.engine.records import Corrupt
 from tempo.engine.store import Created, Store
@@ -40,7 +40,10 @@ from tempo.net.asgi import (
     problem_of,
     problem_response,
     read_body,
+    send_body,
+    send_head,
     send_response,
+    watching,
 )
 from tempo.net.auth import Authenticator
 from tempo.net.http import GATE, ConnectionGate
@@ -185,6 +188,8 @@ class Api:
             path=path,
             query={},
             headers=dict(scope["headers"]),
+            receive=receive,
+            send=send,
         )
         route = "unknown"
         started = trio.current_time()
@@ -206,7 +211,8 @@ class Api:
             except Exception as exc:  # noqa: BLE001 - every error is answered (docs/api.md "Errors")
                 response = self._error_response(route, request, exc)
             self.requests[(route, response.status)] += 1
-            await send_response(send, response)
+            if not response.sent:
+                await send_response(send, response)
         finally:
             share.release()
             if bounded:
@@ -490,9 +496,25 @@ class Api:
             raise errors.Forbidden(f"this token may claim only from {sorted(allowed)}")
         # A queue named twice counts once (the dispatcher takes distinct queues).
         queues = self._queues(request, list(dict.fromkeys(body.queues)))
-        with self._long_poll(body.wait_s):
-            claimed = await self.dispatcher.claim(queues, body.worker, body.max_runs, body.wait_s)
-        return encode(request, ClaimOut([jobviews.claimed_view(c.run, c.job) for c in claimed]))
+        claimed: list[ClaimedRun] = []
+        # A claim follows its client (docs/api.md "Claims and disconnects"):
+        # one that leaves while the claim waits ends the wait and takes
+        # nothing; one that leaves before the answer's head is sent gets
+        # nothing sent, and the runs claimed for it go back to waiting.
+        async with watching(request.receive) as client:
+            with self._long_poll(body.wait_s), client.scope:
+                # Lets a disconnect already queued be seen before runs are taken.
+                await trio.lowlevel.checkpoint()
+                claimed = await self.dispatcher.claim(queues, body.worker, body.max_runs, body.wait_s)
+            response = encode(request, ClaimOut([jobviews.claimed_view(c.run, c.job) for c in claimed]))
+            if not client.gone:
+                await send_head(request.send, response)
+        if client.gone:
+            self.dispatcher.release(claimed)
+            response.sent = True  # to nobody: the client has gone
+        else:
+            await send_body(request.send, response)
+        return response
 
     async def heartbeat(self, request: Request, run_id: str) -> Response:
         body = decode(request, _heartbeat)
@@ -561,9 +583,13 @@ class Api:
         wait_s = _wait_param(request)
         after = int(after_raw)
         owner = self.owner(request)
-        with self._long_poll(wait_s), trio.move_on_after(wait_s):
-            while not (found := self.store.list_events(owner, after, limit)):
-                await self.dispatcher.events_changed.wait()
+        found: list = []
+        if wait_s > 0:
+            # A long poll ends when its client leaves, and frees its slot.
+            async with watching(request.receive) as client:
+                with self._long_poll(wait_s), trio.move_on_after(wait_s), client.scope:
+                    while not (found := self.store.list_events(owner, after, limit)):
+                        await self.dispatcher.events_changed.wait()
         if not found:
             found = self.store.list_events(owner, after, limit)
         events = [
@@ -715,9 +741,15 @@ class Api:
         lines += prom.head("tempo_http_connections_open", "gauge", "HTTP connections open.")
         lines.append(prom.sample("tempo_http_connections_open", self.gate.open))
         lines += prom.head(
-            "tempo_http_connections_refused_total", "counter", "Connections answered 503 and closed: too many open."
+            "tempo_http_connections_refused_total", "counter",
+            "Connections answered 503 and closed: too many open from their address, or in all and none idle.",
         )
         lines.append(prom.sample("tempo_http_connections_refused_total", self.gate.refused))
+        lines += prom.head(
+            "tempo_http_connections_evicted_total", "counter",
+            "Idle connections closed to make room for a new one past connections_max.",
+        )
+        lines.append(prom.sample("tempo_http_connections_evicted_total", self.gate.evicted))
         return lines
 
     def _storage_metrics(self) -> list[str]:
@@ -782,7 +814,7 @@ class Api:
     def _dispatch_metrics(self) -> list[str]:
         d = self.dispatcher
         lines = []
-        for name in ("due", "claimed", "done", "failed", "waiting", "expired"):
+        for name in ("due", "claimed", "done", "failed", "waiting", "expired", "undelivered"):
             metric = "retried" if name == "waiting" else name
             lines += [
                 f"# HELP tempo_runs_{metric}_total Runs {metric}.",
