@@ -95,7 +95,9 @@ body_read_timeout_s = 30.0
 # budget) is still read and dropped chunk by chunk up to this many bytes, so
 # the client, which sends it all before it reads, gets the answer instead of
 # a reset connection (net/asgi.py `discard_body`); nothing of it is kept.
-refused_body_discard_bytes_max = 64 << 20
+# Just past the largest bound (a batch's 32 MiB): a body far past every
+# bound is not worth the bandwidth, and its client gets the reset.
+refused_body_discard_bytes_max = 36 << 20
 # ... as long as it keeps coming: a client that sent only its headers and
 # waits for the answer gets it after this pause.
 refused_body_discard_gap_s = 0.5

@@ -137,6 +137,8 @@ def test_a_body_over_the_bound_is_413_and_memory_stays_bounded(edge, client):
             pass
         status, headers, body = read_answer(sock)
     assert status == 413 and problem(headers, body)["type"] == "too_large"
+    # Past `limits.refused_body_discard_bytes_max`, a refused body is not read
+    # and dropped either (net/asgi.py `discard_body`).
     assert sent < size, "the server read the whole 64 MiB instead of stopping at the bound"
     assert rss_bytes(edge.pid) - before < 16 << 20
     still_serves(client)
