@@ -189,6 +189,10 @@ async def serve(options: ServeOptions, *, task_status: trio.TaskStatus[str] = tr
     check_tls(options, config)
     if options.cluster is not None and config.tokens and config.peer_token is None:
         raise ServeError("--config: a cluster with tokens needs a peer_token for its nodes")
+    try:
+        http_server.check_bindable(options.host, options.port)
+    except OSError as exc:
+        raise ServeError(f"--listen {options.host}:{options.port}: cannot listen there: {exc.strerror or exc}") from None
     http_server.GATE.connections_max = _connections_max(config.http.connections_max)
     http_server.GATE.per_address_max = min(config.http.connections_per_address_max, http_server.GATE.connections_max)
     store = open_store(options, config)

@@ -40,6 +40,7 @@ empty one.
 """
 
 import logging
+import socket
 from collections import Counter
 from dataclasses import dataclass
 
@@ -70,6 +71,22 @@ _PROBLEMS = {
         f"the request line and headers are over {limits.header_bytes_max} bytes",
     ),
 }
+
+
+def check_bindable(host: str, port: int) -> None:
+    """Raises OSError when `host:port` cannot be listened on (in use, or an
+    address this machine does not have), as hypercorn would a moment later:
+    `tempo serve` checks first, so the operator gets one line and exit 2
+    before the data directory is opened or created. The socket is made as
+    hypercorn makes its own (SO_REUSEADDR), so a port in TIME_WAIT passes."""
+    for family, kind, proto, _, address in socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    ):
+        with socket.socket(family, kind, proto) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(address)
+            sock.listen(1)
+        return
 
 
 class Ticket:
