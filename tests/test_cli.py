@@ -392,3 +392,13 @@ def test_cluster_status_exits_3_when_a_node_is_down_or_lags():
 def test_cluster_status_help_gives_the_exit_statuses():
     done = tempo("cluster", "status", "--help")
     assert "exit status:" in done.stdout and "no leader" in done.stdout and "lags" in done.stdout
+
+
+def test_a_reader_that_goes_away_gets_no_traceback(server):
+    """`tempo jobs list --json | head -1`: the pipe closes before tempo writes."""
+    cmd = [*tempo_command(), "jobs", "list", "--json", "--url", server.url]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 1
+    assert b"Traceback" not in err and b"BrokenPipe" not in err, err.decode()
