@@ -3,6 +3,7 @@
 import gc
 import ipaddress
 import logging
+import os
 import re
 import resource
 import signal
@@ -197,6 +198,11 @@ async def serve(options: ServeOptions, *, task_status: trio.TaskStatus[str] = tr
     http_server.GATE.per_address_max = min(config.http.connections_per_address_max, http_server.GATE.connections_max)
     store = open_store(options, config)
     try:
+        held_fd = datadir.hold(options.data_dir)
+    except datadir.DataDirError as exc:
+        store.close()
+        raise ServeError(str(exc)) from None
+    try:
         # The node's one clock (clock.py): every stamp and due time comes
         # from it, starting from the last stamp this store applied.
         node_clock = clock.Clock(floor_ms=store.stamp_ms())
@@ -206,6 +212,7 @@ async def serve(options: ServeOptions, *, task_status: trio.TaskStatus[str] = tr
             await _serve_member(options, config, store, node_clock, task_status)
     finally:
         store.close()
+        os.close(held_fd)
 
 
 def identity_of(options: ServeOptions) -> datadir.Identity:
