@@ -13,10 +13,14 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 import pytest
+
+from tempo.engine import keys
+from tempo.engine.store import Store
 
 ready_timeout_s = 20.0
 stop_timeout_s = 20.0
@@ -116,6 +120,43 @@ class Server:
             self.proc.wait(timeout=stop_timeout_s)
 
 
+@contextmanager
+def configured_server(root: Path, config: str) -> Iterator[Server]:
+    """A started server with `config` as root/tempo.toml and its data in
+    root/data; killed on leaving."""
+    (root / "tempo.toml").write_text(config)
+    srv = Server(root / "data", extra_args=("--config", str(root / "tempo.toml")))
+    try:
+        yield srv.start()
+    finally:
+        srv.cleanup()
+
+
+def used_data_dir(srv: Server) -> Path:
+    """The data dir of `srv` once it has acknowledged a job and stopped."""
+    try:
+        srv.start()
+        with httpx.Client(base_url=srv.url, timeout=10) as http:
+            assert http.post("/v1/jobs", json=job_body()).status_code == 201
+        srv.stop()
+    finally:
+        srv.cleanup()
+    return srv.data_dir
+
+
+def damage_job_record(srv: Server, job_id: str) -> None:
+    """Stops `srv`, overwrites the stored record of job `job_id` with bytes
+    that are no record, and starts it again."""
+    srv.stop()
+    store = Store(str(srv.data_dir))
+    try:
+        with store.env.begin(write=True) as txn:
+            assert txn.replace(keys.job_key(job_id), b"\x9f\xc1", db=store.db["jobs"]) is not None
+    finally:
+        store.close()
+    srv.start()
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     srv = Server(tmp_path_factory.mktemp("srv") / "data")
@@ -139,6 +180,16 @@ def fresh_server(tmp_path: Path) -> Iterator[Server]:
 def http(server: Server) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=server.url, timeout=30.0) as client:
         yield client
+
+
+@pytest.fixture
+def json_server(tmp_path: Path) -> Iterator[Server]:
+    """A server of the test's own that logs JSON lines."""
+    srv = Server(tmp_path / "data", extra_args=("--log-format", "json"))
+    try:
+        yield srv.start()
+    finally:
+        srv.cleanup()
 
 
 def unique(prefix: str = "k") -> str:

@@ -15,8 +15,7 @@ import httpx
 import lmdb
 import pytest
 
-from conftest import Server, free_port, job_body, tempo_command
-from tempo.engine import keys
+from conftest import Server, damage_job_record, free_port, job_body, tempo_command, used_data_dir
 from tempo.engine.raftlog import RaftLog
 from tempo.engine.store import Store
 from tempo.node import raft_id_of
@@ -67,15 +66,7 @@ def assert_refused(data_dir: Path, *words: str, args: tuple[str, ...] = ()) -> s
 @pytest.fixture
 def used_dir(tmp_path: Path) -> Path:
     """The data dir of a single node that acknowledged a job and stopped."""
-    srv = Server(tmp_path / "data")
-    try:
-        srv.start()
-        with httpx.Client(base_url=srv.url, timeout=10) as http:
-            assert http.post("/v1/jobs", json=job_body()).status_code == 201
-        srv.stop()
-    finally:
-        srv.cleanup()
-    return srv.data_dir
+    return used_data_dir(Server(tmp_path / "data"))
 
 
 def test_a_truncated_data_file_is_refused(used_dir: Path):
@@ -174,14 +165,7 @@ def test_a_read_only_copy_of_a_used_dir_is_refused(used_dir: Path, tmp_path: Pat
 def test_a_corrupt_job_record_fails_reads_and_stops_the_node_on_apply(fresh_server):
     with httpx.Client(base_url=fresh_server.url, timeout=10) as http:
         job = http.post("/v1/jobs", json=job_body()).json()
-    fresh_server.stop()
-    store = Store(str(fresh_server.data_dir))
-    try:
-        with store.env.begin(write=True) as txn:
-            assert txn.replace(keys.job_key(job["id"]), b"\x9f\xc1", db=store.db["jobs"]) is not None
-    finally:
-        store.close()
-    fresh_server.start()
+    damage_job_record(fresh_server, job["id"])
     with httpx.Client(base_url=fresh_server.url, timeout=10) as http:
         read = http.get(f"/v1/jobs/{job['id']}")
         assert read.status_code == 500

@@ -11,9 +11,8 @@ import re
 import httpx
 import pytest
 
-from conftest import Server, job_body
+from conftest import damage_job_record, job_body
 from tempo import errors
-from tempo.engine import keys
 from tempo.engine.commit import Committer
 from tempo.engine.dispatch import Dispatcher
 from tempo.engine.jobs import Jobs
@@ -129,26 +128,10 @@ def _one_frame() -> bytes:
 # -- a real node, a record damaged on disk --------------------------------------
 
 
-@pytest.fixture
-def json_server(tmp_path):
-    srv = Server(tmp_path / "data", extra_args=("--log-format", "json"))
-    try:
-        yield srv.start()
-    finally:
-        srv.cleanup()
-
-
 def test_a_corrupt_record_read_by_the_job_list_is_a_500_problem_with_a_logged_error_id(json_server):
     with httpx.Client(base_url=json_server.url, timeout=10) as http:
         damaged = http.post("/v1/jobs", json=job_body()).json()
-    json_server.stop()
-    store = Store(str(json_server.data_dir))
-    try:
-        with store.env.begin(write=True) as txn:
-            assert txn.replace(keys.job_key(damaged["id"]), b"\x9f\xc1", db=store.db["jobs"]) is not None
-    finally:
-        store.close()
-    json_server.start()
+    damage_job_record(json_server, damaged["id"])
     with httpx.Client(base_url=json_server.url, timeout=10) as http:
         answer = http.get("/v1/jobs")
         assert answer.status_code == 500
