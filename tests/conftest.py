@@ -176,6 +176,16 @@ def fresh_server(tmp_path: Path) -> Iterator[Server]:
         srv.cleanup()
 
 
+@pytest.fixture
+def two_stores(tmp_path: Path) -> Iterator[list[Store]]:
+    """Two empty stores side by side, for tests that compare what two
+    stores hold."""
+    made = [Store(str(tmp_path / name), map_bytes=64 << 20) for name in ("one", "two")]
+    yield made
+    for store in made:
+        store.close()
+
+
 @pytest.fixture(scope="module")
 def http(server: Server) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=server.url, timeout=30.0) as client:
