@@ -20,14 +20,8 @@ import trio.testing
 
 from conftest import configured_server
 from tempo.config import HttpLimits
-from tempo.engine.commit import Committer
-from tempo.engine.dispatch import Dispatcher
-from tempo.engine.jobs import Jobs
-from tempo.engine.store import Store
-from tempo.net.api import Api
-from tempo.node import Standalone
 
-from .asgi_calls import call
+from .asgi_calls import call, standalone_api
 from .raw_http import read_answer
 
 BUDGET_BYTES = 1000
@@ -35,17 +29,8 @@ BUDGET_BYTES = 1000
 
 @pytest.fixture
 def api(tmp_path):
-    store = Store(str(tmp_path / "data"))
-    committer = Committer(store)
-    made = Api(
-        store, Jobs(store, committer), Dispatcher(store, committer), node=Standalone(store.applied_index),
-        http_limits=HttpLimits(body_bytes_in_flight_max=BUDGET_BYTES),
-    )
-    made.started = True
-    try:
+    with standalone_api(tmp_path / "data", http_limits=HttpLimits(body_bytes_in_flight_max=BUDGET_BYTES)) as made:
         yield made
-    finally:
-        store.close()
 
 
 def preview_body(size: int) -> bytes:

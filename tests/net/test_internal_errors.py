@@ -13,31 +13,19 @@ import pytest
 
 from conftest import damage_job_record, job_body
 from tempo import errors
-from tempo.engine.commit import Committer
-from tempo.engine.dispatch import Dispatcher
-from tempo.engine.jobs import Jobs
-from tempo.engine.store import Store
 from tempo.net import openapi
-from tempo.net.api import Api
 from tempo.net.peer import encode_frames
-from tempo.node import Standalone
 from tempo.raft import MESSAGE_ENCODER, Heartbeat
 
-from .asgi_calls import call
+from .asgi_calls import call, standalone_api
 
 ERROR_ID = re.compile(r"^[0-9a-f]{16}$")
 
 
 @pytest.fixture
 def api(tmp_path):
-    store = Store(str(tmp_path / "data"))
-    committer = Committer(store)
-    made = Api(store, Jobs(store, committer), Dispatcher(store, committer), node=Standalone(store.applied_index))
-    made.started = True
-    try:
+    with standalone_api(tmp_path / "data") as made:
         yield made
-    finally:
-        store.close()
 
 
 def internal_errors(text: str) -> float:
