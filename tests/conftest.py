@@ -234,11 +234,19 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A tmpfs of SMALL_DISK_BYTES at tmp_path/disk, for a data dir that
     fills (docs/operations.md "Disk full"); unmounted afterwards. Mounting
     needs root (CI runs as root); without it the test skips and says why."""
-    mount_point = tmp_path / "disk"
+    with tmpfs(tmp_path / "disk", f"size={SMALL_DISK_BYTES}") as mount_point:
+        yield mount_point
+
+
+@contextmanager
+def tmpfs(mount_point: Path, options: str) -> Iterator[Path]:
+    """A tmpfs mounted with `options` at `mount_point` (made here) while the
+    block runs. Mounting needs root (CI runs as root); without it the test
+    skips and says why."""
     mount_point.mkdir()
     try:
         done = subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", f"size={SMALL_DISK_BYTES}", "tmpfs", str(mount_point)],
+            ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(mount_point)],
             capture_output=True, text=True, check=False,
         )
         refused = done.stderr.strip() if done.returncode != 0 else None

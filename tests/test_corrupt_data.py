@@ -15,7 +15,15 @@ import httpx
 import lmdb
 import pytest
 
-from conftest import Server, damage_job_record, free_port, job_body, tempo_command, used_data_dir
+from conftest import (
+    Server,
+    damage_job_record,
+    free_port,
+    job_body,
+    tempo_command,
+    tmpfs,
+    used_data_dir,
+)
 from tempo.engine.raftlog import RaftLog
 from tempo.engine.store import Store
 from tempo.node import raft_id_of
@@ -132,15 +140,8 @@ def test_a_data_file_that_is_a_directory_is_refused(tmp_path: Path):
 def read_only_mount(tmp_path: Path):
     """A read-only tmpfs; skips where mounting is refused (not root, no
     CAP_SYS_ADMIN)."""
-    where = tmp_path / "ro"
-    where.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(where)], capture_output=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a read-only tmpfs here: {done.stderr.decode().strip()}")
-    try:
+    with tmpfs(tmp_path / "ro", "ro,size=1m") as where:
         yield where
-    finally:
-        subprocess.run(["umount", str(where)], check=True)
 
 
 def test_a_read_only_file_system_is_refused(read_only_mount: Path):
@@ -149,17 +150,10 @@ def test_a_read_only_file_system_is_refused(read_only_mount: Path):
 
 
 def test_a_read_only_copy_of_a_used_dir_is_refused(used_dir: Path, tmp_path: Path):
-    where = tmp_path / "ro-used"
-    where.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(where)], capture_output=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
-    try:
+    with tmpfs(tmp_path / "ro-used", "size=4m") as where:
         shutil.copytree(used_dir, where / "data")
         subprocess.run(["mount", "-o", "remount,ro", str(where)], check=True)
         assert_refused(where / "data", "read-only")
-    finally:
-        subprocess.run(["umount", str(where)], check=True)
 
 
 def test_a_corrupt_job_record_fails_reads_and_stops_the_node_on_apply(fresh_server):
