@@ -6,6 +6,7 @@ names; crash tests take a function-scoped one, which they kill at will.
 """
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -200,6 +201,21 @@ def json_server(tmp_path: Path) -> Iterator[Server]:
         yield srv.start()
     finally:
         srv.cleanup()
+
+
+def metric(client: httpx.Client, name: str) -> float:
+    """The value of the unlabelled metric `name` in the node's /metrics."""
+    found = re.search(rf"^{re.escape(name)} (\S+)$", client.get("/metrics").text, re.M)
+    assert found, f"{name} not in /metrics"
+    return float(found.group(1))
+
+
+def wait_for(predicate, timeout_s: float = 10.0) -> None:
+    """Returns once `predicate()` holds; fails after `timeout_s`."""
+    deadline_s = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline_s, "timed out"
+        time.sleep(0.02)
 
 
 def unique(prefix: str = "k") -> str:

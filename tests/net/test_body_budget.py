@@ -8,17 +8,15 @@ In-process (the ASGI app called as hypercorn would call it), then against a
 real `tempo serve` with a small budget."""
 
 import json
-import re
 import socket
 import threading
-import time
 
 import httpx
 import pytest
 import trio
 import trio.testing
 
-from conftest import configured_server
+from conftest import configured_server, metric, wait_for
 from tempo.config import HttpLimits
 
 from .asgi_calls import call, standalone_api
@@ -186,17 +184,8 @@ def head(size: int | None) -> bytes:
     return f"POST /v1/jobs/batch HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n{framing}\r\n\r\n".encode()
 
 
-def in_flight(http: httpx.Client) -> int:
-    found = re.search(r"^tempo_http_body_bytes_in_flight (\S+)$", http.get("/metrics").text, re.M)
-    assert found
-    return int(found.group(1))
-
-
-def wait_for(predicate, timeout_s: float = 10.0) -> None:
-    deadline_s = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline_s, "timed out"
-        time.sleep(0.02)
+def in_flight(http: httpx.Client) -> float:
+    return metric(http, "tempo_http_body_bytes_in_flight")
 
 
 def check_refused(status: int, headers: dict, body: bytes) -> None:

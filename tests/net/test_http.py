@@ -3,7 +3,6 @@
 answer, and the server keeps serving everyone else afterwards."""
 
 import json
-import re
 import socket
 import threading
 import time
@@ -12,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from conftest import Server, configured_server, unique
+from conftest import Server, configured_server, metric, unique, wait_for
 
 from .raw_http import read_answer
 
@@ -56,20 +55,6 @@ def raw(port: int, data: bytes, *, read_s: float = 10.0) -> tuple[int, dict, byt
 def problem(headers: dict, body: bytes) -> dict:
     assert headers["content-type"] == "application/problem+json"
     return json.loads(body)
-
-
-def metric(client: httpx.Client, name: str) -> float:
-    text = client.get("/metrics").text
-    found = re.search(rf"^{name} (\S+)$", text, re.M)
-    assert found, f"{name} not in /metrics"
-    return float(found.group(1))
-
-
-def wait_for(predicate, timeout_s: float = 10.0) -> None:
-    deadline_s = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline_s, "timed out"
-        time.sleep(0.05)
 
 
 def rss_bytes(pid: int) -> int:

@@ -14,7 +14,7 @@ import time
 import httpx
 import pytest
 
-from conftest import configured_server, unique
+from conftest import configured_server, metric, unique
 from slow_heads import SLOW_HEAD, SlowHeaders
 from tempo import limits
 
@@ -55,10 +55,10 @@ def served(url: str, count: int) -> list[int]:
         return statuses
 
 
-def connections_open(url: str) -> int:
+def metric_of(url: str, name: str) -> float:
+    """`name` from /metrics, read on a connection of its own from CLIENT_IP."""
     with fresh_client(url) as client:
-        text = client.get("/metrics").text
-    return int(next(line for line in text.splitlines() if line.startswith("tempo_http_connections_open ")).split()[1])
+        return metric(client, name)
 
 
 def test_slow_headers_from_one_address_do_not_lock_out_another_client(small):
@@ -66,7 +66,7 @@ def test_slow_headers_from_one_address_do_not_lock_out_another_client(small):
         time.sleep(0.5)
         assert set(served(small.url, 10)) == {201, 200}
         # One address holds at most its share (this client's own included).
-        assert connections_open(small.url) <= PER_ADDRESS_MAX + 1
+        assert metric_of(small.url, "tempo_http_connections_open") <= PER_ADDRESS_MAX + 1
 
 
 def test_slow_headers_from_many_addresses_make_way_for_probes_and_requests(small):
@@ -151,12 +151,6 @@ def test_connections_past_the_per_address_bound_are_refused_503(tight):
             sock.close()
 
 
-def in_flight(url: str) -> int:
-    with fresh_client(url) as client:
-        text = client.get("/metrics").text
-    return int(next(line for line in text.splitlines() if line.startswith("tempo_http_requests_in_flight ")).split()[1])
-
-
 def test_a_client_that_stops_reading_is_cut_off(small):
     # Over 7 MB of answer: more than the kernel's buffers on both ends hold.
     jobs = [{"target": f"queue:{unique('q')}", "schedule": {"at": "2030-01-01T00:00:00Z"}, "payload": "x" * 60_000}
@@ -169,9 +163,9 @@ def test_a_client_that_stops_reading_is_cut_off(small):
     try:
         sock.sendall(b"GET /v1/jobs?limit=1000 HTTP/1.1\r\nhost: x\r\n\r\n")
         time.sleep(2.0)
-        assert in_flight(small.url) == 1, "the answer was taken whole: make it larger"
+        assert metric_of(small.url, "tempo_http_requests_in_flight") == 1, "the answer was taken whole: make it larger"
         started = time.monotonic()
-        while in_flight(small.url) != 0:
+        while metric_of(small.url, "tempo_http_requests_in_flight") != 0:
             assert time.monotonic() - started < limits.write_timeout_s + 10, "a reader that stopped holds its request"
             time.sleep(0.5)
     finally:
