@@ -35,13 +35,14 @@ import time
 
 import httpx
 
+from tempo import limits
+
 sys.path.insert(0, os.path.dirname(__file__))
 from _server import Server, table  # noqa: E402
 
 CONFIG = "[http]\nconnections_max = 256\nrequests_in_flight_max = 128\nlong_polls_max = 64\nbody_read_timeout_s = 2.0\n"
 PROBER_IP = "127.0.0.9"
 SLOW_HEAD = b"POST /v1/jobs HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nx-slow: "
-HEADER_READ_TIMEOUT_S = 5.0  # tempo.limits.header_read_timeout_s
 
 
 def status_of(sock: socket.socket) -> int | None:
@@ -58,23 +59,55 @@ def status_of(sock: socket.socket) -> int | None:
     return int(buffer.split(b" ", 2)[1])
 
 
-class Prober:
-    """GET /healthz every 20 ms from one keep-alive client, in a thread."""
+def status_after_sending(port: int, pieces: list[bytes], timeout_s: float) -> int | None:
+    """Sends `pieces` on a fresh connection (stopping where the server
+    answers first and closes) and reads the status of the answer."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout_s) as sock:
+        try:
+            for piece in pieces:
+                sock.sendall(piece)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # answered before the body was read
+        return status_of(sock)
 
-    def __init__(self, url: str):
-        self.url = url
-        self.latencies_s: list[float] = []
-        self.failures = 0
+
+def at_once(count: int, one) -> None:
+    """Runs `one()` in `count` threads at once; returns when all are done."""
+    threads = [threading.Thread(target=one) for _ in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+class Background:
+    """Runs `_run` in a thread while the block runs; `_run` returns once
+    `_stop` is set, which leaving the block does."""
+
+    def __init__(self):
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run)
 
-    def __enter__(self) -> "Prober":
+    def __enter__(self):
         self._thread.start()
         return self
 
     def __exit__(self, *_) -> None:
         self._stop.set()
         self._thread.join()
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+
+class Prober(Background):
+    """GET /healthz every 20 ms from one keep-alive client, in a thread."""
+
+    def __init__(self, url: str):
+        super().__init__()
+        self.url = url
+        self.latencies_s: list[float] = []
+        self.failures = 0
 
     def _run(self) -> None:
         transport = httpx.HTTPTransport(local_address=PROBER_IP)
@@ -134,7 +167,7 @@ def slow_headers(server: Server, count: int, sources: list[str]) -> tuple:
     took_s = time.perf_counter() - started
     closed_at: list[float] = []
     refused = 0
-    deadline_s = time.perf_counter() + HEADER_READ_TIMEOUT_S + 2
+    deadline_s = time.perf_counter() + limits.header_read_timeout_s + 2
     pending = list(sockets)
     while pending and time.perf_counter() < deadline_s:
         for sock in select.select(pending, [], [], 0.1)[0]:
@@ -149,53 +182,30 @@ def slow_headers(server: Server, count: int, sources: list[str]) -> tuple:
         sock.close()
     where = f"{len(sources)} address{'es' if len(sources) > 1 else ''}"
     last = f", the last {max(closed_at):.1f} s after the first opened" if closed_at else ""
-    got = f"{refused} got 503, {len(closed_at) - refused} closed{last}; {len(pending)} open after {HEADER_READ_TIMEOUT_S + 2:g} s"
+    got = f"{refused} got 503, {len(closed_at) - refused} closed{last}; {len(pending)} open after {limits.header_read_timeout_s + 2:g} s"
     return f"{count} slow heads from {where}", got, took_s
 
 
 def oversized_bodies(server: Server, count: int) -> tuple:
     size = 8 << 20
     head = f"POST /v1/jobs HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {size}\r\n\r\n"
+    pieces = [head.encode()] + [b"x" * (1 << 20)] * 8
     statuses: list[int | None] = []
-
-    def one() -> None:
-        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
-            try:
-                sock.sendall(head.encode())
-                for _ in range(8):
-                    sock.sendall(b"x" * (1 << 20))
-            except (BrokenPipeError, ConnectionResetError):
-                pass
-            statuses.append(status_of(sock))
-
     started = time.perf_counter()
-    threads = [threading.Thread(target=one) for _ in range(count)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    at_once(count, lambda: statuses.append(status_after_sending(server.port, pieces, 10)))
     took_s = time.perf_counter() - started
     return f"{count} bodies of 8 MiB at once", f"{statuses.count(413)} got 413", took_s
 
 
-class PeakRss:
+class PeakRss(Background):
     """The server's highest resident memory while the block runs, sampled
     every few milliseconds from /proc (VmRSS, and RssAnon: the heap, without
     LMDB's mapped pages)."""
 
     def __init__(self, server: Server):
+        super().__init__()
         self.server = server
         self.rss_mib = self.anon_mib = 0.0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run)
-
-    def __enter__(self) -> "PeakRss":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_) -> None:
-        self._stop.set()
-        self._thread.join()
 
     def _run(self) -> None:
         status = f"/proc/{self.server.proc.pid}/status"
@@ -222,22 +232,9 @@ def batch_bodies(server: Server, count: int, stored: bool) -> tuple:
         f"content-length: {len(body)}\r\n\r\n"
     ).encode()
     statuses: list[int | None] = []
-
-    def one() -> None:
-        with socket.create_connection(("127.0.0.1", server.port), timeout=60) as sock:
-            try:
-                sock.sendall(head + body)
-            except (BrokenPipeError, ConnectionResetError):
-                pass  # answered (503) before the body was read
-            statuses.append(status_of(sock))
-
     started = time.perf_counter()
     with PeakRss(server) as peak:
-        threads = [threading.Thread(target=one) for _ in range(count)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        at_once(count, lambda: statuses.append(status_after_sending(server.port, [head + body], 60)))
     took_s = time.perf_counter() - started
     got = ", ".join(f"{statuses.count(s)} got {s}" for s in sorted(set(statuses), key=str))
     return (

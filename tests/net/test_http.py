@@ -3,7 +3,6 @@
 answer, and the server keeps serving everyone else afterwards."""
 
 import json
-import re
 import socket
 import threading
 import time
@@ -12,7 +11,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from conftest import Server, unique
+from conftest import Server, configured_server, metric, unique, wait_for
+
+from .raw_http import read_answer
 
 CONNECTIONS_MAX = 24
 REQUESTS_MAX = 4
@@ -30,13 +31,8 @@ connections_per_address_max = {CONNECTIONS_MAX}
 
 @pytest.fixture(scope="module")
 def edge(tmp_path_factory: pytest.TempPathFactory):
-    root = tmp_path_factory.mktemp("edge")
-    (root / "tempo.toml").write_text(CONFIG)
-    srv = Server(root / "data", extra_args=("--config", str(root / "tempo.toml")))
-    try:
-        yield srv.start()
-    finally:
-        srv.cleanup()
+    with configured_server(tmp_path_factory.mktemp("edge"), CONFIG) as srv:
+        yield srv
 
 
 @pytest.fixture(scope="module")
@@ -45,9 +41,9 @@ def client(edge: Server):
         yield c
 
 
-def raw(port: int, data: bytes, *, stall_s: float | None = None, read_s: float = 10.0) -> tuple[int, dict, bytes]:
-    """Sends `data` on a fresh connection (then waits without sending more
-    while `stall_s`), and reads one answer: (status, headers, body)."""
+def raw(port: int, data: bytes, *, read_s: float = 10.0) -> tuple[int, dict, bytes]:
+    """Sends `data` on a fresh connection and reads one answer: (status,
+    headers, body)."""
     with socket.create_connection(("127.0.0.1", port), timeout=read_s) as sock:
         try:
             sock.sendall(data)
@@ -56,41 +52,9 @@ def raw(port: int, data: bytes, *, stall_s: float | None = None, read_s: float =
         return read_answer(sock)
 
 
-def read_answer(sock: socket.socket) -> tuple[int, dict, bytes]:
-    buffer = b""
-    while b"\r\n\r\n" not in buffer:
-        chunk = sock.recv(65536)
-        assert chunk, f"the connection closed without an answer: {buffer!r}"
-        buffer += chunk
-    head, _, body = buffer.partition(b"\r\n\r\n")
-    lines = head.decode("latin-1").split("\r\n")
-    status = int(lines[0].split()[1])
-    headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
-    length = int(headers.get("content-length", "0"))
-    while len(body) < length:
-        chunk = sock.recv(65536)
-        assert chunk, "the connection closed in the middle of the answer"
-        body += chunk
-    return status, headers, body
-
-
 def problem(headers: dict, body: bytes) -> dict:
     assert headers["content-type"] == "application/problem+json"
     return json.loads(body)
-
-
-def metric(client: httpx.Client, name: str) -> float:
-    text = client.get("/metrics").text
-    found = re.search(rf"^{name} (\S+)$", text, re.M)
-    assert found, f"{name} not in /metrics"
-    return float(found.group(1))
-
-
-def wait_for(predicate, timeout_s: float = 10.0) -> None:
-    deadline_s = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline_s, "timed out"
-        time.sleep(0.05)
 
 
 def rss_bytes(pid: int) -> int:

@@ -8,19 +8,20 @@ Every address is on the loopback (127.0.0.0/8); the flood keeps its
 connections open (opening new ones as the server closes old ones) until
 the test ends."""
 
-import select
 import socket
-import threading
 import time
 
 import httpx
 import pytest
 
-from conftest import Server, unique
+from conftest import configured_server, metric, unique
+from slow_heads import SLOW_HEAD, SlowHeaders
+from tempo import limits
+
+from .raw_http import read_answer
 
 CONNECTIONS_MAX = 64
-PER_ADDRESS_MAX = CONNECTIONS_MAX // 4  # the default: a quarter of connections_max
-HEADER_READ_TIMEOUT_S = 5.0  # limits.header_read_timeout_s
+PER_ADDRESS_MAX = CONNECTIONS_MAX // limits.connections_per_address_share  # the default
 CONFIG = f"""
 [http]
 connections_max = {CONNECTIONS_MAX}
@@ -28,66 +29,12 @@ requests_in_flight_max = 32
 long_polls_max = 16
 """
 CLIENT_IP = "127.0.0.9"
-SLOW_HEAD = b"POST /v1/jobs HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nx-slow: "
-
-
-class SlowHeaders:
-    """Keeps `per_address` connections from each of `sources` open, each
-    having sent part of a request head and nothing more."""
-
-    def __init__(self, port: int, sources: list[str], per_address: int):
-        self.port = port
-        self.wanted = [(ip, per_address) for ip in sources]
-        self.open: list[socket.socket] = []
-        self.opened = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> "SlowHeaders":
-        self._top_up()
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
-        for sock in self.open:
-            sock.close()
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.1):
-            self._drop_closed()
-            self._top_up()
-
-    def _drop_closed(self) -> None:
-        """Forgets the connections the server has answered or closed."""
-        readable, _, _ = select.select(self.open, [], [], 0) if self.open else ([], [], [])
-        for sock in readable:
-            self.open.remove(sock)
-            sock.close()
-
-    def _top_up(self) -> None:
-        for ip, count in self.wanted:
-            have = sum(1 for s in self.open if s.getsockname()[0] == ip)
-            for _ in range(count - have):
-                try:
-                    sock = socket.create_connection(("127.0.0.1", self.port), timeout=2, source_address=(ip, 0))
-                    sock.sendall(SLOW_HEAD)
-                except OSError:
-                    continue
-                self.open.append(sock)
-                self.opened += 1
 
 
 @pytest.fixture(scope="module")
 def small(tmp_path_factory: pytest.TempPathFactory):
-    root = tmp_path_factory.mktemp("slow")
-    (root / "tempo.toml").write_text(CONFIG)
-    srv = Server(root / "data", extra_args=("--config", str(root / "tempo.toml")))
-    try:
-        yield srv.start()
-    finally:
-        srv.cleanup()
+    with configured_server(tmp_path_factory.mktemp("slow"), CONFIG) as srv:
+        yield srv
 
 
 def fresh_client(url: str) -> httpx.Client:
@@ -108,23 +55,23 @@ def served(url: str, count: int) -> list[int]:
         return statuses
 
 
-def connections_open(url: str) -> int:
+def metric_of(url: str, name: str) -> float:
+    """`name` from /metrics, read on a connection of its own from CLIENT_IP."""
     with fresh_client(url) as client:
-        text = client.get("/metrics").text
-    return int(next(line for line in text.splitlines() if line.startswith("tempo_http_connections_open ")).split()[1])
+        return metric(client, name)
 
 
 def test_slow_headers_from_one_address_do_not_lock_out_another_client(small):
-    with SlowHeaders(small.port, ["127.0.0.1"], 300):
+    with SlowHeaders("127.0.0.1", small.port, ["127.0.0.1"], 300):
         time.sleep(0.5)
         assert set(served(small.url, 10)) == {201, 200}
         # One address holds at most its share (this client's own included).
-        assert connections_open(small.url) <= PER_ADDRESS_MAX + 1
+        assert metric_of(small.url, "tempo_http_connections_open") <= PER_ADDRESS_MAX + 1
 
 
 def test_slow_headers_from_many_addresses_make_way_for_probes_and_requests(small):
     sources = [f"127.0.0.{i}" for i in range(10, 20)]
-    with SlowHeaders(small.port, sources, PER_ADDRESS_MAX) as flood:
+    with SlowHeaders("127.0.0.1", small.port, sources, PER_ADDRESS_MAX) as flood:
         time.sleep(0.5)
         assert flood.opened > CONNECTIONS_MAX
         assert set(served(small.url, 10)) == {201, 200}
@@ -147,24 +94,23 @@ def closed_after_s(sock: socket.socket, timeout_s: float) -> float:
 def test_a_head_must_arrive_within_the_header_deadline(small):
     with socket.create_connection(("127.0.0.1", small.port), timeout=5) as partial:
         partial.sendall(SLOW_HEAD)
-        assert closed_after_s(partial, HEADER_READ_TIMEOUT_S + 5) <= HEADER_READ_TIMEOUT_S + 2
+        assert closed_after_s(partial, limits.header_read_timeout_s + 5) <= limits.header_read_timeout_s + 2
     with socket.create_connection(("127.0.0.1", small.port), timeout=5) as silent:
-        assert closed_after_s(silent, HEADER_READ_TIMEOUT_S + 5) <= HEADER_READ_TIMEOUT_S + 2
+        assert closed_after_s(silent, limits.header_read_timeout_s + 5) <= limits.header_read_timeout_s + 2
     # A later request on a kept-alive connection: counted from its first byte.
     with socket.create_connection(("127.0.0.1", small.port), timeout=5) as kept:
         kept.sendall(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
-        answer = b""
-        while not answer.endswith(b'{"status":"ok"}'):
-            answer += kept.recv(4096)
+        status, _, body = read_answer(kept)
+        assert (status, body) == (200, b'{"status":"ok"}')
         time.sleep(1.0)
         kept.sendall(SLOW_HEAD)
-        assert closed_after_s(kept, HEADER_READ_TIMEOUT_S + 5) <= HEADER_READ_TIMEOUT_S + 2
+        assert closed_after_s(kept, limits.header_read_timeout_s + 5) <= limits.header_read_timeout_s + 2
 
 
 def test_an_idle_keep_alive_connection_outlives_the_header_deadline(small):
     with httpx.Client(base_url=small.url, timeout=5.0) as client:
         first = client.get("/healthz")
-        time.sleep(HEADER_READ_TIMEOUT_S + 1)
+        time.sleep(limits.header_read_timeout_s + 1)
         second = client.get("/healthz")
         assert first.status_code == second.status_code == 200
         assert client.get("/metrics").status_code == 200
@@ -173,24 +119,15 @@ def test_an_idle_keep_alive_connection_outlives_the_header_deadline(small):
     with socket.create_connection(("127.0.0.1", small.port), timeout=5) as sock:
         for _ in range(2):
             sock.sendall(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
-            answer = b""
-            while not answer.endswith(b'{"status":"ok"}'):
-                chunk = sock.recv(4096)
-                assert chunk, f"closed after {answer!r}"
-                answer += chunk
-            assert answer.startswith(b"HTTP/1.1 200")
-            time.sleep(HEADER_READ_TIMEOUT_S + 1)
+            status, _, body = read_answer(sock)
+            assert (status, body) == (200, b'{"status":"ok"}')
+            time.sleep(limits.header_read_timeout_s + 1)
 
 
 @pytest.fixture(scope="module")
 def tight(tmp_path_factory: pytest.TempPathFactory):
-    root = tmp_path_factory.mktemp("tight")
-    (root / "tempo.toml").write_text(CONFIG + "connections_per_address_max = 4\n")
-    srv = Server(root / "data", extra_args=("--config", str(root / "tempo.toml")))
-    try:
-        yield srv.start()
-    finally:
-        srv.cleanup()
+    with configured_server(tmp_path_factory.mktemp("tight"), CONFIG + "connections_per_address_max = 4\n") as srv:
+        yield srv
 
 
 def test_connections_past_the_per_address_bound_are_refused_503(tight):
@@ -214,15 +151,6 @@ def test_connections_past_the_per_address_bound_are_refused_503(tight):
             sock.close()
 
 
-WRITE_TIMEOUT_S = 20.0  # limits.write_timeout_s
-
-
-def in_flight(url: str) -> int:
-    with fresh_client(url) as client:
-        text = client.get("/metrics").text
-    return int(next(line for line in text.splitlines() if line.startswith("tempo_http_requests_in_flight ")).split()[1])
-
-
 def test_a_client_that_stops_reading_is_cut_off(small):
     # Over 7 MB of answer: more than the kernel's buffers on both ends hold.
     jobs = [{"target": f"queue:{unique('q')}", "schedule": {"at": "2030-01-01T00:00:00Z"}, "payload": "x" * 60_000}
@@ -235,10 +163,10 @@ def test_a_client_that_stops_reading_is_cut_off(small):
     try:
         sock.sendall(b"GET /v1/jobs?limit=1000 HTTP/1.1\r\nhost: x\r\n\r\n")
         time.sleep(2.0)
-        assert in_flight(small.url) == 1, "the answer was taken whole: make it larger"
+        assert metric_of(small.url, "tempo_http_requests_in_flight") == 1, "the answer was taken whole: make it larger"
         started = time.monotonic()
-        while in_flight(small.url) != 0:
-            assert time.monotonic() - started < WRITE_TIMEOUT_S + 10, "a reader that stopped holds its request"
+        while metric_of(small.url, "tempo_http_requests_in_flight") != 0:
+            assert time.monotonic() - started < limits.write_timeout_s + 10, "a reader that stopped holds its request"
             time.sleep(0.5)
     finally:
         sock.close()
