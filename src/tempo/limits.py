@@ -62,8 +62,10 @@ minute_ms = 60_000
 # due minute in 32 bits (engine/keys.py). Decoding checks it (records.py).
 time_ms_max = (1 << 32) * minute_ms - 1
 
-# Shutdown: how long in-flight requests may take to finish after SIGTERM.
-shutdown_grace_s = 10.0
+# Shutdown: how long the HTTP server waits for what is still in flight once
+# the node has answered its long polls, waited for the requests in flight and
+# closed its peers' streams (`shutdown_requests_s` below): a last margin.
+shutdown_grace_s = 0.5
 # With TLS: a connection that has not finished its handshake by then is closed.
 tls_handshake_timeout_s = 10.0
 
@@ -393,3 +395,15 @@ write_chunk_bytes = 64 << 10
 
 assert 0 < write_timeout_s < read_timeout_s
 assert write_chunk_bytes >= 1 << 10
+
+# Stopping (server.py, docs/operations.md "Stopping"): on SIGTERM a node
+# answers its long polls at once, hands leadership over (`transfer_wait_s`),
+# waits at most `shutdown_requests_s` for the client requests in flight,
+# then closes its peers' streams; the HTTP server then waits at most
+# `shutdown_grace_s` for what is left. An empty long poll answered because
+# the node stops carries `retry-after: shutdown_retry_after_s`.
+shutdown_requests_s = 1.0
+shutdown_poll_s = 0.01
+shutdown_retry_after_s = 1
+
+assert shutdown_poll_s < shutdown_requests_s
