@@ -110,3 +110,17 @@ def test_a_stopping_leader_hands_over_and_never_takes_leadership_back() -> None:
     c.campaign(3)
     c.settle()
     assert c.leader() == 3
+
+
+def test_a_candidate_told_to_stop_gives_its_election_up() -> None:
+    c = Cluster(3, pre_vote=False)
+    c.elect(1)
+    c.isolate(1)
+    c.campaign(2)
+    assert c.role(2) == Role.CANDIDATE
+    # Its vote requests are out; it is told to stop before the answers come.
+    c.nodes[2].stop_campaigning()
+    c.process(2)
+    c.settle()
+    assert c.role(2) == Role.FOLLOWER
+    assert all(node.role != Role.LEADER for i, node in c.nodes.items() if i != 1)

@@ -167,6 +167,9 @@ class RawNode:
         timeout passes, a TimeoutNow is ignored), so it never takes leadership
         again. It still votes and replicates, so the others keep a quorum."""
         self._stopping = True
+        if self.role in (Role.CANDIDATE, Role.PRE_CANDIDATE):
+            # An election it started is given up: later answers are not counted.
+            self._become_follower(self.term, NONE)
 
     def campaign(self) -> None:
         """Start an election now, as if the election timeout had fired."""
