@@ -54,5 +54,5 @@ def test_sigterm_answers_long_polls_empty_and_exits_fast(fresh_server: Server):
     assert events.json()["events"] == []
     assert events.headers.get("retry-after") == "1"
     log = srv.log()
-    for phase in ("stopping: long polls answered", "writes in flight finished", "stopped in"):
+    for phase in ("stopping: long polls answered", "requests in flight answered", "stopped in"):
         assert phase in log, log

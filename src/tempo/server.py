@@ -435,7 +435,7 @@ async def _watch_signals(
         if replica is not None:
             await _hand_over(replica)
         waited, left = await api.finish_requests(trio.current_time() + limits.shutdown_requests_s)
-        log.info("stopping: %d writes in flight finished%s", waited - left, f", {left} not yet" if left else "")
+        log.info("stopping: %d requests in flight answered%s", waited - left, f", {left} not yet" if left else "")
         if replica is not None:
             log.info("stopping: %d peer streams closed", api.close_peer_streams())
         stop.set()
