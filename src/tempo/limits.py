@@ -62,8 +62,10 @@ minute_ms = 60_000
 # due minute in 32 bits (engine/keys.py). Decoding checks it (records.py).
 time_ms_max = (1 << 32) * minute_ms - 1
 
-# Shutdown: how long in-flight requests may take to finish after SIGTERM.
-shutdown_grace_s = 10.0
+# Shutdown: how long the HTTP server waits for what is still in flight once
+# the node has answered its long polls, waited for the requests in flight and
+# closed its peers' streams (`shutdown_requests_s` below): a last margin.
+shutdown_grace_s = 0.5
 # With TLS: a connection that has not finished its handshake by then is closed.
 tls_handshake_timeout_s = 10.0
 
@@ -189,8 +191,9 @@ assert read_timeout_s > peer_stream_s + peer_timeout_s
 peer_backoff_s_min = 0.05
 peer_backoff_s_max = 1.0
 # A node that leads when told to stop hands leadership over first, waiting
-# this long at most.
-transfer_wait_s = 3.0
+# this long at most (a transfer to a follower that is caught up takes a few
+# heartbeats; this keeps the whole stop within 2 s, see "Stopping" below).
+transfer_wait_s = 1.0
 
 assert raft_election_ticks > raft_heartbeat_ticks >= 1
 assert batch_body_bytes_max + (8 << 20) <= peer_frame_bytes_max
@@ -393,3 +396,17 @@ write_chunk_bytes = 64 << 10
 
 assert 0 < write_timeout_s < read_timeout_s
 assert write_chunk_bytes >= 1 << 10
+
+# Stopping (server.py, docs/operations.md "Stopping"): on SIGTERM a node
+# answers its long polls at once, hands leadership over (`transfer_wait_s`),
+# waits at most `shutdown_requests_s` for the client requests in flight,
+# then closes its peers' streams; the HTTP server then waits at most
+# `shutdown_grace_s` for what is left. An empty long poll answered because
+# the node stops carries `retry-after: shutdown_retry_after_s`.
+shutdown_requests_s = 0.5
+shutdown_poll_s = 0.01
+shutdown_retry_after_s = 1
+
+assert shutdown_poll_s < shutdown_requests_s
+# The stop's bound: 2 s, whatever is attached.
+assert transfer_wait_s + shutdown_requests_s + shutdown_grace_s <= 2.0

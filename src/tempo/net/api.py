@@ -176,6 +176,16 @@ class Api:
         self.pauses = prom.Pauses()
         self.previews_computing = trio.CapacityLimiter(limits.previews_computing_max)
         self.openapi_body = _json_enc.encode(openapi.document())
+        # Shutdown (server.py): once `stopping`, long polls do not wait and
+        # are answered empty with a retry hint; once the peer streams are
+        # closed, no new one is taken. Client requests in flight carry a
+        # number each, so the server can wait for those begun before a mark.
+        self.stopping = False
+        self._waits: set[trio.CancelScope] = set()
+        self._peer_streams: set[trio.CancelScope] = set()
+        self._peer_streams_closed = False
+        self._requests_begun = 0
+        self._requests_open: set[int] = set()
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
         if scope["type"] == "lifespan":
@@ -207,6 +217,9 @@ class Api:
                         raise errors.Overloaded("too many requests in flight; retry shortly")
                     self.in_flight += 1
                     bounded = True
+                    seq = self._requests_begun
+                    self._requests_begun += 1
+                    self._requests_open.add(seq)
                 response = await self._handle(route, handler, request, scope, receive, share)
             except Exception as exc:  # noqa: BLE001 - every error is answered (docs/api.md "Errors")
                 response = self._error_response(route, request, exc)
@@ -217,6 +230,7 @@ class Api:
             share.release()
             if bounded:
                 self.in_flight -= 1
+                self._requests_open.discard(seq)
         histogram = self.durations.get(route)
         if histogram is None:
             histogram = self.durations[route] = prom.Histogram()
@@ -266,10 +280,54 @@ class Api:
         if self.long_polls >= self.edge.long_polls_max:
             raise errors.Overloaded("too many long polls waiting; retry shortly")
         self.long_polls += 1
+        # Cancelled when the node starts stopping: the wait ends at once.
+        scope = trio.CancelScope()
+        if self.stopping:
+            scope.cancel()
+        self._waits.add(scope)
         try:
-            yield
+            with scope:
+                yield
         finally:
+            self._waits.discard(scope)
             self.long_polls -= 1
+
+    # -- shutdown (server.py) ------------------------------------------------------
+
+    def answer_long_polls(self) -> int:
+        """The node is stopping: every long poll waiting ends its wait and is
+        answered empty, with `retry-after`, and later ones do not wait.
+        Returns how many were waiting."""
+        self.stopping = True
+        for scope in self._waits:
+            scope.cancel()
+        return len(self._waits)
+
+    async def finish_requests(self, deadline_s: float) -> tuple[int, int]:
+        """Waits until the client requests in flight now are answered, or
+        until `deadline_s` (trio time): (how many were, how many still are)."""
+        mark = self._requests_begun
+        waited = len(self._requests_open)
+        with trio.move_on_at(deadline_s):
+            while min(self._requests_open, default=mark) < mark:
+                await trio.sleep(limits.shutdown_poll_s)
+        return waited, sum(1 for seq in self._requests_open if seq < mark)
+
+    def close_peer_streams(self) -> int:
+        """Ends the peers' replication streams into this node, and refuses
+        new ones, so the HTTP server does not wait for them to end. Returns
+        how many were open."""
+        self._peer_streams_closed = True
+        for scope in self._peer_streams:
+            scope.cancel()
+        return len(self._peer_streams)
+
+    def _retry_hint(self, response: Response) -> Response:
+        """An empty long poll answered because the node stops: ask the
+        client to come back (to this node's successor) a moment later."""
+        if self.stopping:
+            response.headers.append((b"retry-after", str(limits.shutdown_retry_after_s).encode()))
+        return response
 
     def _elsewhere(self, route: str, request: Request, scope: dict) -> Response | None:
         """The answer of a node that may not serve `route` itself: a redirect
@@ -507,6 +565,8 @@ class Api:
                 await trio.lowlevel.checkpoint()
                 claimed = await self.dispatcher.claim(queues, body.worker, body.max_runs, body.wait_s)
             response = encode(request, ClaimOut([jobviews.claimed_view(c.run, c.job) for c in claimed]))
+            if not claimed:
+                self._retry_hint(response)
             if not client.gone:
                 await send_head(request.send, response)
         if client.gone:
@@ -596,7 +656,8 @@ class Api:
             EventOut(str(seq), e.type, clock.iso_from_ms(e.at_ms), e.job_id, e.run_id, e.detail)
             for seq, e in found
         ]
-        return encode(request, EventsPage(events, events[-1].cursor if events else after_raw))
+        response = encode(request, EventsPage(events, events[-1].cursor if events else after_raw))
+        return response if events else self._retry_hint(response)
 
     async def preview(self, request: Request) -> Response:
         body = decode(request, _preview)
@@ -663,20 +724,28 @@ class Api:
             raise errors.NotFound("this node is not a cluster member")
         self.peer_auth.check(request.headers.get(b"authorization"))
         assert receive is not None
+        if self._peer_streams_closed:
+            raise errors.ShuttingDown("the node is shutting down")
         reader = FrameReader(_entry_problem)
+        # Cancelled by `close_peer_streams`: the stream ends at once.
+        scope = trio.CancelScope()
+        self._peer_streams.add(scope)
         try:
-            while True:
-                message = await receive()
-                if message["type"] == "http.disconnect":
-                    raise errors.Invalid.at("", "the peer went away")
-                messages = reader.feed(message.get("body", b""))
-                if messages:
-                    self.on_peer_messages(messages)
-                if not message.get("more_body", False):
-                    reader.close()
-                    return Response(204, b"", b"application/octet-stream")
+            with scope:
+                while True:
+                    message = await receive()
+                    if message["type"] == "http.disconnect":
+                        raise errors.Invalid.at("", "the peer went away")
+                    messages = reader.feed(message.get("body", b""))
+                    if messages:
+                        self.on_peer_messages(messages)
+                    if not message.get("more_body", False):
+                        reader.close()
+                        return Response(204, b"", b"application/octet-stream")
         finally:
+            self._peer_streams.discard(scope)
             self.peer_frames_dropped += reader.dropped
+        raise errors.ShuttingDown("the node is shutting down")
 
     async def openapi(self, request: Request) -> Response:
         return Response(200, self.openapi_body)
