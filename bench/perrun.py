@@ -150,9 +150,19 @@ def _count_gc(meter: Meter) -> Callable[[str, dict], None]:
     return callback
 
 
+async def _connected() -> dict:
+    """ASGI `receive` once the body is read: the client stays."""
+    await trio.sleep_forever()
+    raise AssertionError("unreachable")
+
+
+async def _sent(message: dict) -> None:
+    """ASGI `send` of a handler that sends its answer itself (a claim)."""
+
+
 def _request(path: str, body: object) -> Request:
     headers = {b"content-type": MSGPACK, b"accept": MSGPACK}
-    request = Request("POST", path, {}, headers, _enc.encode(body))
+    request = Request("POST", path, {}, headers, _enc.encode(body), receive=_connected, send=_sent)
     request.principal = ANONYMOUS_WORKER  # auth off, as `tempo serve` without tokens
     return request
 

@@ -6,6 +6,7 @@ names; crash tests take a function-scoped one, which they kill at will.
 """
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -13,10 +14,14 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 import pytest
+
+from tempo.engine import keys
+from tempo.engine.store import Store
 
 ready_timeout_s = 20.0
 stop_timeout_s = 20.0
@@ -116,6 +121,43 @@ class Server:
             self.proc.wait(timeout=stop_timeout_s)
 
 
+@contextmanager
+def configured_server(root: Path, config: str) -> Iterator[Server]:
+    """A started server with `config` as root/tempo.toml and its data in
+    root/data; killed on leaving."""
+    (root / "tempo.toml").write_text(config)
+    srv = Server(root / "data", extra_args=("--config", str(root / "tempo.toml")))
+    try:
+        yield srv.start()
+    finally:
+        srv.cleanup()
+
+
+def used_data_dir(srv: Server) -> Path:
+    """The data dir of `srv` once it has acknowledged a job and stopped."""
+    try:
+        srv.start()
+        with httpx.Client(base_url=srv.url, timeout=10) as http:
+            assert http.post("/v1/jobs", json=job_body()).status_code == 201
+        srv.stop()
+    finally:
+        srv.cleanup()
+    return srv.data_dir
+
+
+def damage_job_record(srv: Server, job_id: str) -> None:
+    """Stops `srv`, overwrites the stored record of job `job_id` with bytes
+    that are no record, and starts it again."""
+    srv.stop()
+    store = Store(str(srv.data_dir))
+    try:
+        with store.env.begin(write=True) as txn:
+            assert txn.replace(keys.job_key(job_id), b"\x9f\xc1", db=store.db["jobs"]) is not None
+    finally:
+        store.close()
+    srv.start()
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     srv = Server(tmp_path_factory.mktemp("srv") / "data")
@@ -135,10 +177,45 @@ def fresh_server(tmp_path: Path) -> Iterator[Server]:
         srv.cleanup()
 
 
+@pytest.fixture
+def two_stores(tmp_path: Path) -> Iterator[list[Store]]:
+    """Two empty stores side by side, for tests that compare what two
+    stores hold."""
+    made = [Store(str(tmp_path / name), map_bytes=64 << 20) for name in ("one", "two")]
+    yield made
+    for store in made:
+        store.close()
+
+
 @pytest.fixture(scope="module")
 def http(server: Server) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=server.url, timeout=30.0) as client:
         yield client
+
+
+@pytest.fixture
+def json_server(tmp_path: Path) -> Iterator[Server]:
+    """A server of the test's own that logs JSON lines."""
+    srv = Server(tmp_path / "data", extra_args=("--log-format", "json"))
+    try:
+        yield srv.start()
+    finally:
+        srv.cleanup()
+
+
+def metric(client: httpx.Client, name: str) -> float:
+    """The value of the unlabelled metric `name` in the node's /metrics."""
+    found = re.search(rf"^{re.escape(name)} (\S+)$", client.get("/metrics").text, re.M)
+    assert found, f"{name} not in /metrics"
+    return float(found.group(1))
+
+
+def wait_for(predicate, timeout_s: float = 10.0) -> None:
+    """Returns once `predicate()` holds; fails after `timeout_s`."""
+    deadline_s = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline_s, "timed out"
+        time.sleep(0.02)
 
 
 def unique(prefix: str = "k") -> str:
@@ -173,11 +250,19 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A tmpfs of SMALL_DISK_BYTES at tmp_path/disk, for a data dir that
     fills (docs/operations.md "Disk full"); unmounted afterwards. Mounting
     needs root (CI runs as root); without it the test skips and says why."""
-    mount_point = tmp_path / "disk"
+    with tmpfs(tmp_path / "disk", f"size={SMALL_DISK_BYTES}") as mount_point:
+        yield mount_point
+
+
+@contextmanager
+def tmpfs(mount_point: Path, options: str) -> Iterator[Path]:
+    """A tmpfs mounted with `options` at `mount_point` (made here) while the
+    block runs. Mounting needs root (CI runs as root); without it the test
+    skips and says why."""
     mount_point.mkdir()
     try:
         done = subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", f"size={SMALL_DISK_BYTES}", "tmpfs", str(mount_point)],
+            ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(mount_point)],
             capture_output=True, text=True, check=False,
         )
         refused = done.stderr.strip() if done.returncode != 0 else None

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import httpx
 import pytest
 
-from conftest import Server, free_port, tempo_command, unique
+from conftest import Server, configured_server, free_port, tempo_command, unique
 
 TOKENS = {
     "acme-client": ("acme", "client", None),
@@ -29,13 +29,8 @@ def config_text() -> str:
 
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory):
-    root = tmp_path_factory.mktemp("auth")
-    (root / "tempo.toml").write_text(config_text())
-    srv = Server(root / "data", extra_args=("--config", str(root / "tempo.toml")))
-    try:
-        yield srv.start()
-    finally:
-        srv.cleanup()
+    with configured_server(tmp_path_factory.mktemp("auth"), config_text()) as srv:
+        yield srv
 
 
 def as_(secured: Server, token: str | None) -> httpx.Client:

@@ -142,14 +142,6 @@ def test_two_stores_applying_the_same_over_bound_entry_agree(two_stores):
     assert two_stores[0].digest() == two_stores[1].digest()
 
 
-@pytest.fixture
-def two_stores(tmp_path: Path):
-    made = [Store(str(tmp_path / name), map_bytes=64 << 20) for name in ("one", "two")]
-    yield made
-    for s in made:
-        s.close()
-
-
 # -- the config ---------------------------------------------------------------------
 
 TOKEN = '[[tokens]]\nsha256 = "' + "ab" * 32 + '"\nrole = "client"\nowner = "{}"\n'

@@ -4,6 +4,7 @@ import json
 import os
 import random
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Callable
@@ -128,6 +129,26 @@ def test_serve_rejects_a_bad_listen_address(tmp_path):
         capture_output=True, text=True, timeout=30,
     )
     assert done.returncode != 0 and "--listen" in done.stderr
+
+
+@pytest.mark.parametrize("listen", ["busy", "192.0.2.1:8717"])
+def test_serve_that_cannot_listen_exits_2_with_one_line_and_leaves_no_data(tmp_path, listen):
+    """A port in use, or an address this machine does not have: exit 2 and
+    one line naming --listen (docs/operations.md), before the data directory
+    is created."""
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        if listen == "busy":
+            listen = f"127.0.0.1:{busy.getsockname()[1]}"
+        done = subprocess.run(
+            [*tempo_command(), "serve", "--data-dir", str(tmp_path / "d"), "--listen", listen, "--insecure"],
+            capture_output=True, text=True, timeout=30,
+        )
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("tempo serve: --listen "), done.stderr
+    assert not (tmp_path / "d").exists()
 
 
 # -- several URLs: failover and the leader -------------------------------------
@@ -371,3 +392,13 @@ def test_cluster_status_exits_3_when_a_node_is_down_or_lags():
 def test_cluster_status_help_gives_the_exit_statuses():
     done = tempo("cluster", "status", "--help")
     assert "exit status:" in done.stdout and "no leader" in done.stdout and "lags" in done.stdout
+
+
+def test_a_reader_that_goes_away_gets_no_traceback(server):
+    """`tempo jobs list --json | head -1`: the pipe closes before tempo writes."""
+    cmd = [*tempo_command(), "jobs", "list", "--json", "--url", server.url]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 1
+    assert b"Traceback" not in err and b"BrokenPipe" not in err, err.decode()

@@ -15,8 +15,15 @@ import httpx
 import lmdb
 import pytest
 
-from conftest import Server, free_port, job_body, tempo_command
-from tempo.engine import keys
+from conftest import (
+    Server,
+    damage_job_record,
+    free_port,
+    job_body,
+    tempo_command,
+    tmpfs,
+    used_data_dir,
+)
 from tempo.engine.raftlog import RaftLog
 from tempo.engine.store import Store
 from tempo.node import raft_id_of
@@ -67,15 +74,7 @@ def assert_refused(data_dir: Path, *words: str, args: tuple[str, ...] = ()) -> s
 @pytest.fixture
 def used_dir(tmp_path: Path) -> Path:
     """The data dir of a single node that acknowledged a job and stopped."""
-    srv = Server(tmp_path / "data")
-    try:
-        srv.start()
-        with httpx.Client(base_url=srv.url, timeout=10) as http:
-            assert http.post("/v1/jobs", json=job_body()).status_code == 201
-        srv.stop()
-    finally:
-        srv.cleanup()
-    return srv.data_dir
+    return used_data_dir(Server(tmp_path / "data"))
 
 
 def test_a_truncated_data_file_is_refused(used_dir: Path):
@@ -141,15 +140,8 @@ def test_a_data_file_that_is_a_directory_is_refused(tmp_path: Path):
 def read_only_mount(tmp_path: Path):
     """A read-only tmpfs; skips where mounting is refused (not root, no
     CAP_SYS_ADMIN)."""
-    where = tmp_path / "ro"
-    where.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(where)], capture_output=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a read-only tmpfs here: {done.stderr.decode().strip()}")
-    try:
+    with tmpfs(tmp_path / "ro", "ro,size=1m") as where:
         yield where
-    finally:
-        subprocess.run(["umount", str(where)], check=True)
 
 
 def test_a_read_only_file_system_is_refused(read_only_mount: Path):
@@ -158,30 +150,16 @@ def test_a_read_only_file_system_is_refused(read_only_mount: Path):
 
 
 def test_a_read_only_copy_of_a_used_dir_is_refused(used_dir: Path, tmp_path: Path):
-    where = tmp_path / "ro-used"
-    where.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(where)], capture_output=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
-    try:
+    with tmpfs(tmp_path / "ro-used", "size=4m") as where:
         shutil.copytree(used_dir, where / "data")
         subprocess.run(["mount", "-o", "remount,ro", str(where)], check=True)
         assert_refused(where / "data", "read-only")
-    finally:
-        subprocess.run(["umount", str(where)], check=True)
 
 
 def test_a_corrupt_job_record_fails_reads_and_stops_the_node_on_apply(fresh_server):
     with httpx.Client(base_url=fresh_server.url, timeout=10) as http:
         job = http.post("/v1/jobs", json=job_body()).json()
-    fresh_server.stop()
-    store = Store(str(fresh_server.data_dir))
-    try:
-        with store.env.begin(write=True) as txn:
-            assert txn.replace(keys.job_key(job["id"]), b"\x9f\xc1", db=store.db["jobs"]) is not None
-    finally:
-        store.close()
-    fresh_server.start()
+    damage_job_record(fresh_server, job["id"])
     with httpx.Client(base_url=fresh_server.url, timeout=10) as http:
         read = http.get(f"/v1/jobs/{job['id']}")
         assert read.status_code == 500

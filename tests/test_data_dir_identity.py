@@ -7,7 +7,7 @@ writes the cluster never sees, and lose them when that node leads again."""
 import httpx
 import pytest
 
-from conftest import Server, free_port, job_body
+from conftest import Server, free_port, job_body, used_data_dir
 from tempo.engine.raftlog import RaftLog
 from tempo.engine.store import Store
 from tempo.node import raft_id_of
@@ -23,15 +23,7 @@ def member_args(node: str, port: int, *others: str) -> tuple[str, ...]:
 def member_dir(tmp_path):
     """The data dir of n1, a cluster of one, which acknowledged a job."""
     port = free_port()
-    srv = Server(tmp_path / "n1", port=port, extra_args=member_args("n1", port))
-    try:
-        srv.start()
-        with httpx.Client(base_url=srv.url, timeout=10) as http:
-            assert http.post("/v1/jobs", json=job_body()).status_code == 201
-        srv.stop()
-    finally:
-        srv.cleanup()
-    return srv.data_dir
+    return used_data_dir(Server(tmp_path / "n1", port=port, extra_args=member_args("n1", port)))
 
 
 def test_a_cluster_members_dir_is_not_served_as_a_single_node(member_dir):
@@ -79,3 +71,21 @@ def test_an_earlier_versions_member_dir_is_not_served_as_a_single_node(tmp_path)
         srv.cleanup()
     assert "written by an earlier version; recorded as the data directory of cluster member n1" in srv.log()
     assert_refused(tmp_path / "n1", "cluster member n1", "single node")
+
+
+def test_a_second_server_on_a_directory_in_use_is_refused(tmp_path):
+    """Two servers on one directory would each keep a timing wheel and hand
+    out the same runs; the second exits 2, and the first serves on. Once
+    the first is gone (here SIGKILLed), the directory is free again."""
+    srv = Server(tmp_path / "data")
+    try:
+        srv.start()
+        assert_refused(srv.data_dir, "in use by another tempo serve", "--data-dir")
+        with httpx.Client(base_url=srv.url, timeout=10) as http:
+            assert http.post("/v1/jobs", json=job_body()).status_code == 201
+        srv.kill()
+        srv.start()
+        with httpx.Client(base_url=srv.url, timeout=10) as http:
+            assert len(http.get("/v1/jobs").json()["jobs"]) == 1
+    finally:
+        srv.cleanup()

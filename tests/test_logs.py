@@ -7,9 +7,8 @@ import time
 from datetime import UTC, datetime
 
 import httpx
-import pytest
 
-from conftest import Server, free_port
+from conftest import free_port
 from tempo import ids, limits
 from tempo.engine.dispatch import log_failed_attempts
 from tempo.engine.records import Run
@@ -48,15 +47,6 @@ def test_the_node_filter_names_the_node():
     record = _record("x")
     NodeFilter("n2").filter(record)
     assert json.loads(JsonFormatter().format(record))["node"] == "n2"
-
-
-@pytest.fixture
-def json_server(tmp_path):
-    srv = Server(tmp_path / "data", extra_args=("--log-format", "json"))
-    try:
-        yield srv.start()
-    finally:
-        srv.cleanup()
 
 
 def test_serve_with_json_logs_writes_parsable_lines_with_run_and_job_ids(json_server):

@@ -5,6 +5,7 @@ do not, and a three-node cluster that replicates over https."""
 
 import json
 import os
+import re
 import socket
 import ssl
 import subprocess
@@ -345,7 +346,7 @@ def test_loadgen_over_https(tls_server: TlsServer, pki: Pki) -> None:
     done = tempo("loadgen", "--url", tls_server.url, "--ca-file", str(pki.ca_file), "--jobs", "20",
                  "--due-in-s", "2", "--workers", "1", "--timeout-s", "15", "--no-report", "--no-progress")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "claimed       20" in done.stdout and "lost          0" in done.stdout
+    assert re.search(r"^claimed +20$", done.stdout, re.M) and re.search(r"^lost +0$", done.stdout, re.M), done.stdout
     refused = tempo("loadgen", "--url", tls_server.url, "--jobs", "20", "--no-report", "--no-progress")
     assert refused.returncode == 2 and "certificate refused" in refused.stderr
 

@@ -444,6 +444,17 @@ def _openapi(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # The reader of our output went away (`tempo jobs list | head -1`):
+        # no traceback, and nothing more written to the closed pipe when
+        # the interpreter flushes stdout at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = parser().parse_args(argv)
     if args.command == "serve":
         return _serve(args)

@@ -46,12 +46,15 @@ ca_file = "ca.crt"       # optional: the CA that signed the other nodes'
 # Limits at the edge (docs/operations.md "Limits"); each key is optional and
 # defaults to the bound of the same name in tempo/limits.py.
 [http]
-connections_max = 4096          # connections open at once; more: 503, closed
+connections_max = 4096          # connections open at once; more: the oldest
+                                # idle one is closed, else 503
 requests_in_flight_max = 2048   # requests handled at once; more: 503 overloaded
 long_polls_max = 1024           # of those, claims/events with wait_s > 0
 body_read_timeout_s = 30.0      # a body must arrive whole this fast; else 408
 body_bytes_in_flight_max = 268435456  # bytes of request bodies held at once
                                 # (at least 33554432); more: 503 overloaded
+connections_per_address_max = 1024  # connections from one client address
+                                # (default: a quarter of connections_max)
 
 # The data directory (docs/operations.md "Disk full").
 [storage]
@@ -134,6 +137,7 @@ class HttpLimits:
     long_polls_max: int = limits.long_polls_max
     body_read_timeout_s: float = limits.body_read_timeout_s
     body_bytes_in_flight_max: int = limits.body_bytes_in_flight_max
+    connections_per_address_max: int = limits.connections_per_address_max
 
 
 @dataclass(frozen=True)
@@ -362,7 +366,7 @@ def _http(raw: object) -> HttpLimits:
     unknown = set(raw) - set(HttpLimits.__dataclass_fields__)
     if unknown:
         raise ConfigError(f"http: unknown keys {sorted(unknown)}")
-    for name in ("connections_max", "requests_in_flight_max", "long_polls_max"):
+    for name in ("connections_max", "requests_in_flight_max", "long_polls_max", "connections_per_address_max"):
         value = raw.get(name, 1)
         if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= limits.http_setting_max:
             raise ConfigError(f"http.{name}: an integer from 1 to {limits.http_setting_max}")
@@ -374,9 +378,15 @@ def _http(raw: object) -> HttpLimits:
     low, high = limits.body_bytes_in_flight_setting_min, limits.body_bytes_in_flight_setting_max
     if not isinstance(budget, int) or isinstance(budget, bool) or not low <= budget <= high:
         raise ConfigError(f"http.body_bytes_in_flight_max: an integer number of bytes from {low} to {high}")
-    http = HttpLimits(**{**raw, "body_read_timeout_s": float(timeout_s)})
+    per_address = raw.get(
+        "connections_per_address_max",
+        max(1, raw.get("connections_max", limits.connections_max) // limits.connections_per_address_share),
+    )
+    http = HttpLimits(**{**raw, "body_read_timeout_s": float(timeout_s), "connections_per_address_max": per_address})
     if not http.long_polls_max <= http.requests_in_flight_max <= http.connections_max:
         raise ConfigError("http: needs long_polls_max <= requests_in_flight_max <= connections_max")
+    if http.connections_per_address_max > http.connections_max:
+        raise ConfigError("http: needs connections_per_address_max <= connections_max")
     return http
 
 

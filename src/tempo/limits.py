@@ -62,16 +62,18 @@ minute_ms = 60_000
 # due minute in 32 bits (engine/keys.py). Decoding checks it (records.py).
 time_ms_max = (1 << 32) * minute_ms - 1
 
-# Shutdown: how long in-flight requests may take to finish after SIGTERM.
-shutdown_grace_s = 10.0
+# Shutdown: how long the HTTP server waits for what is still in flight once
+# the node has answered its long polls, waited for the requests in flight and
+# closed its peers' streams (`shutdown_requests_s` below): a last margin.
+shutdown_grace_s = 0.5
 # With TLS: a connection that has not finished its handshake by then is closed.
 tls_handshake_timeout_s = 10.0
 
 # The edge (docs/operations.md "Limits"). A request line and headers of
 # more than `header_bytes_max` are `431` (from hypercorn when they arrive in
 # pieces, from tempo when whole). hypercorn enforces the next three: a
-# connection whose headers are not complete `keep_alive_timeout_s` after it
-# opened (or after its last answer) is closed; so is one from which no byte
+# connection kept alive idle `keep_alive_timeout_s` after its last answer is
+# closed (a late head: `header_read_timeout_s`, below); so is one from which no byte
 # arrives for `read_timeout_s`, which must outlast the longest long poll and
 # an idle peer stream, since hypercorn keeps reading while a request waits.
 header_bytes_max = 16 << 10
@@ -95,7 +97,9 @@ body_read_timeout_s = 30.0
 # budget) is still read and dropped chunk by chunk up to this many bytes, so
 # the client, which sends it all before it reads, gets the answer instead of
 # a reset connection (net/asgi.py `discard_body`); nothing of it is kept.
-refused_body_discard_bytes_max = 64 << 20
+# Just past the largest bound (a batch's 32 MiB): a body far past every
+# bound is not worth the bandwidth, and its client gets the reset.
+refused_body_discard_bytes_max = 36 << 20
 # ... as long as it keeps coming: a client that sent only its headers and
 # waits for the answer gets it after this pause.
 refused_body_discard_gap_s = 0.5
@@ -187,8 +191,9 @@ assert read_timeout_s > peer_stream_s + peer_timeout_s
 peer_backoff_s_min = 0.05
 peer_backoff_s_max = 1.0
 # A node that leads when told to stop hands leadership over first, waiting
-# this long at most.
-transfer_wait_s = 3.0
+# this long at most (a transfer to a follower that is caught up takes a few
+# heartbeats; this keeps the whole stop within 2 s, see "Stopping" below).
+transfer_wait_s = 1.0
 
 assert raft_election_ticks > raft_heartbeat_ticks >= 1
 assert batch_body_bytes_max + (8 << 20) <= peer_frame_bytes_max
@@ -363,6 +368,48 @@ assert 1 <= preview_slice_times <= preview_count_max
 assert previews_computing_max >= 1
 assert 1 <= batch_slice_items <= batch_jobs_max
 assert 0 < gil_switch_interval_s < event_loop_probe_s
+
+# Slow clients (docs/operations.md "Limits"). A request's line and headers
+# must arrive whole within `header_read_timeout_s`: for a connection's first
+# request, counted from its opening; for a later one, from its first byte
+# (an idle keep-alive connection waits up to `keep_alive_timeout_s` for it).
+# One client address holds at most `connections_per_address_max`
+# connections (past it: `503`), by default a `connections_per_address_share`-th
+# of `connections_max`. A new connection past `connections_max` takes the
+# place of the longest idle one (its head not complete, or kept alive
+# between requests), and is refused only when there is none: so peer streams
+# and probes, whose requests are never refused, always find room while fewer
+# than `connections_max` connections are busy, and client requests busy at
+# once are bounded by `requests_in_flight_max`.
+header_read_timeout_s = 5.0
+connections_per_address_share = 4
+connections_per_address_max = connections_max // connections_per_address_share
+
+assert 0 < header_read_timeout_s < keep_alive_timeout_s
+assert 1 <= connections_per_address_max <= connections_max
+# A client must take each `write_chunk_bytes` of an answer within
+# `write_timeout_s`, else it is cut off as if it had gone: hypercorn bounds
+# reads only, and a client that stops reading would hold its connection and
+# its place among `requests_in_flight_max` for ever.
+write_timeout_s = 20.0
+write_chunk_bytes = 64 << 10
+
+assert 0 < write_timeout_s < read_timeout_s
+assert write_chunk_bytes >= 1 << 10
+
+# Stopping (server.py, docs/operations.md "Stopping"): on SIGTERM a node
+# answers its long polls at once, hands leadership over (`transfer_wait_s`),
+# waits at most `shutdown_requests_s` for the client requests in flight,
+# then closes its peers' streams; the HTTP server then waits at most
+# `shutdown_grace_s` for what is left. An empty long poll answered because
+# the node stops carries `retry-after: shutdown_retry_after_s`.
+shutdown_requests_s = 0.5
+shutdown_poll_s = 0.01
+shutdown_retry_after_s = 1
+
+assert shutdown_poll_s < shutdown_requests_s
+# The stop's bound: 2 s, whatever is attached.
+assert transfer_wait_s + shutdown_requests_s + shutdown_grace_s <= 2.0
 
 # Slices of the dispatcher's work on the trio thread (docs/operations.md
 # "Event-loop lag"), each followed by a checkpoint: the tick moves at most

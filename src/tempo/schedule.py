@@ -342,9 +342,9 @@ def _never_reason(cron: _Cron) -> str | None:
             if not cron.clean_or:
                 return f"never matches: no day satisfies the day-of-month field together with # or W in {months}"
             return (
-                f"never matches: {_dom_words(cron)} never occurs in {months}; with both day fields "
-                "restricted cron fires when either matches, so fix the day of the month, or give "
-                "it as * to run on the days of the week alone"
+                f"the day-of-month field never matches: {_dom_words(cron)} never occurs in {months}; "
+                "with both day fields restricted cron fires when either matches, so this would run "
+                "on the days of the week alone: fix the day of the month, or give it as * for that"
             )
         if not any(cron._sides(d, w)[1] for _, d, w in types):
             return f"never matches: the day-of-week field does not occur in {months}"

@@ -3,6 +3,7 @@
 import gc
 import ipaddress
 import logging
+import os
 import re
 import resource
 import signal
@@ -189,8 +190,18 @@ async def serve(options: ServeOptions, *, task_status: trio.TaskStatus[str] = tr
     check_tls(options, config)
     if options.cluster is not None and config.tokens and config.peer_token is None:
         raise ServeError("--config: a cluster with tokens needs a peer_token for its nodes")
+    try:
+        http_server.check_bindable(options.host, options.port)
+    except OSError as exc:
+        raise ServeError(f"--listen {options.host}:{options.port}: cannot listen there: {exc.strerror or exc}") from None
     http_server.GATE.connections_max = _connections_max(config.http.connections_max)
+    http_server.GATE.per_address_max = min(config.http.connections_per_address_max, http_server.GATE.connections_max)
     store = open_store(options, config)
+    try:
+        held_fd = datadir.hold(options.data_dir)
+    except datadir.DataDirError as exc:
+        store.close()
+        raise ServeError(str(exc)) from None
     try:
         # The node's one clock (clock.py): every stamp and due time comes
         # from it, starting from the last stamp this store applied.
@@ -201,6 +212,7 @@ async def serve(options: ServeOptions, *, task_status: trio.TaskStatus[str] = tr
             await _serve_member(options, config, store, node_clock, task_status)
     finally:
         store.close()
+        os.close(held_fd)
 
 
 def identity_of(options: ServeOptions) -> datadir.Identity:
@@ -247,9 +259,10 @@ async def _serve_alone(options: ServeOptions, config: Config, store: Store, node
         http_limits=config.http, clock=node_clock,
     )
     stop = trio.Event()
+    stopping = _Stopping()
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(_watch_signals, signals, stop)
+            nursery.start_soon(_watch_signals, signals, stop, stopping, api)
             await nursery.start(_probe_lag, api.pauses, stop)
             await nursery.start(committer.run)
             async with trio.open_nursery() as services:
@@ -269,6 +282,7 @@ async def _serve_alone(options: ServeOptions, config: Config, store: Store, node
                 # the committer write what is pending and return.
                 services.cancel_scope.cancel()
             committer.close()
+    stopping.done()
 
 
 async def _serve_member(options: ServeOptions, config: Config, store: Store, node_clock: clock.Clock, task_status) -> None:
@@ -320,13 +334,14 @@ async def _serve_member(options: ServeOptions, config: Config, store: Store, nod
         clock=node_clock,
     )
     stop = trio.Event()
+    stopping = _Stopping()
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with trio.open_nursery() as nursery:
             await nursery.start(_probe_lag, api.pauses, stop)
             await nursery.start(transport.run)
             await nursery.start(replica.run)
             await nursery.start(_lead, replica, dispatcher, _retention(options, config, store, replica, node_clock))
-            nursery.start_soon(_watch_signals, signals, stop, replica)
+            nursery.start_soon(_watch_signals, signals, stop, stopping, api, replica)
             async with trio.open_nursery() as http:
                 binds = await http.start(
                     partial(hypercorn.trio.serve, api, _hypercorn_config(options, config.tls), shutdown_trigger=stop.wait)
@@ -337,6 +352,7 @@ async def _serve_member(options: ServeOptions, config: Config, store: Store, nod
             # Nothing is in flight any more; what this node wrote is durable,
             # and the others go on without it.
             nursery.cancel_scope.cancel()
+    stopping.done()
 
 
 def _retention(options: ServeOptions, config: Config, store: Store, committer, node_clock: clock.Clock) -> Retention:
@@ -393,16 +409,54 @@ async def _probe_lag(pauses: Pauses, stop: trio.Event, *, task_status=trio.TASK_
         gc.callbacks.remove(pauses.on_gc)
 
 
-async def _watch_signals(signals, stop: trio.Event, replica: Replica | None = None) -> None:
-    async for _ in signals:
-        if replica is not None and replica.transfer_leadership():
-            # A graceful stop of the leader hands leadership over first, so
-            # the cluster does not wait out an election timeout.
-            with trio.move_on_after(limits.transfer_wait_s):
-                while replica.phase in (Phase.LEADING, Phase.ELECTED):
-                    await trio.sleep(limits.raft_tick_ms / 1000)
+class _Stopping:
+    """When the stop began (trio time), for its last log line."""
+
+    def __init__(self) -> None:
+        self.at_s: float | None = None
+
+    def done(self) -> None:
+        if self.at_s is not None:
+            log.info("stopped in %.2f s", trio.current_time() - self.at_s)
+
+
+async def _watch_signals(
+    signals, stop: trio.Event, stopping: _Stopping, api: Api, replica: Replica | None = None
+) -> None:
+    """On SIGTERM or SIGINT, stops the node in phases, one log line each
+    (docs/operations.md "Stopping"), then sets `stop` for the HTTP server."""
+    async for signum in signals:
+        stopping.at_s = trio.current_time()
+        log.info("stopping on %s", signal.Signals(signum).name)
+        if replica is not None:
+            # From now on it never campaigns nor takes leadership back.
+            replica.stop_campaigning()
+        log.info("stopping: long polls answered (%d waiting)", api.answer_long_polls())
+        if replica is not None:
+            await _hand_over(replica)
+        waited, left = await api.finish_requests(trio.current_time() + limits.shutdown_requests_s)
+        log.info("stopping: %d requests in flight answered%s", waited - left, f", {left} not yet" if left else "")
+        if replica is not None:
+            log.info("stopping: %d peer streams closed", api.close_peer_streams())
         stop.set()
         return
+
+
+async def _hand_over(replica: Replica) -> None:
+    """A leader hands leadership over first, so the cluster does not wait
+    out an election timeout."""
+    if not replica.transfer_leadership():
+        log.info("stopping: not the leader, no leadership to hand over")
+        return
+    started_s = trio.current_time()
+    log.info("stopping: handing over leadership")
+    with trio.move_on_after(limits.transfer_wait_s):
+        while replica.phase in (Phase.LEADING, Phase.ELECTED):
+            await trio.sleep(limits.raft_tick_ms / 1000)
+    if replica.phase in (Phase.LEADING, Phase.ELECTED):
+        log.warning("stopping: leadership not handed over after %.2f s", trio.current_time() - started_s)
+    else:
+        log.info("stopping: leadership handed over in %.2f s", trio.current_time() - started_s)
 
 
 def main(options: ServeOptions) -> int:

@@ -1,9 +1,35 @@
 """Calls an ASGI app in-process, as hypercorn would, and records what it
-sent and how much of the body it read."""
+sent and how much of the body it read; makes a single node's app to call."""
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
+
+from tempo.engine.commit import Committer
+from tempo.engine.dispatch import Dispatcher
+from tempo.engine.jobs import Jobs
+from tempo.engine.store import Store
+from tempo.net.api import Api
+from tempo.node import Standalone
+
+
+@contextmanager
+def standalone_api(data_dir: Path, **options) -> Iterator[Api]:
+    """The app of a single node on a new store at `data_dir`, as it is once
+    started (`options` go to Api), without the services that run beside it;
+    the store is closed on leaving."""
+    store = Store(str(data_dir))
+    committer = Committer(store)
+    made = Api(
+        store, Jobs(store, committer), Dispatcher(store, committer), node=Standalone(store.applied_index), **options
+    )
+    made.started = True
+    try:
+        yield made
+    finally:
+        store.close()
 
 
 @dataclass

@@ -8,43 +8,27 @@ In-process (the ASGI app called as hypercorn would call it), then against a
 real `tempo serve` with a small budget."""
 
 import json
-import re
 import socket
 import threading
-import time
 
 import httpx
 import pytest
 import trio
 import trio.testing
 
-from conftest import Server
+from conftest import configured_server, metric, wait_for
 from tempo.config import HttpLimits
-from tempo.engine.commit import Committer
-from tempo.engine.dispatch import Dispatcher
-from tempo.engine.jobs import Jobs
-from tempo.engine.store import Store
-from tempo.net.api import Api
-from tempo.node import Standalone
 
-from .asgi_calls import call
+from .asgi_calls import call, standalone_api
+from .raw_http import read_answer
 
 BUDGET_BYTES = 1000
 
 
 @pytest.fixture
 def api(tmp_path):
-    store = Store(str(tmp_path / "data"))
-    committer = Committer(store)
-    made = Api(
-        store, Jobs(store, committer), Dispatcher(store, committer), node=Standalone(store.applied_index),
-        http_limits=HttpLimits(body_bytes_in_flight_max=BUDGET_BYTES),
-    )
-    made.started = True
-    try:
+    with standalone_api(tmp_path / "data", http_limits=HttpLimits(body_bytes_in_flight_max=BUDGET_BYTES)) as made:
         yield made
-    finally:
-        store.close()
 
 
 def preview_body(size: int) -> bytes:
@@ -182,13 +166,8 @@ LARGE_BYTES = 20 << 20  # two do not fit at once
 
 @pytest.fixture(scope="module")
 def budget_server(tmp_path_factory):
-    root = tmp_path_factory.mktemp("budget")
-    (root / "tempo.toml").write_text(CONFIG)
-    srv = Server(root / "data", extra_args=("--config", str(root / "tempo.toml")))
-    try:
-        yield srv.start()
-    finally:
-        srv.cleanup()
+    with configured_server(tmp_path_factory.mktemp("budget"), CONFIG) as srv:
+        yield srv
 
 
 def batch_body(size: int) -> bytes:
@@ -205,33 +184,8 @@ def head(size: int | None) -> bytes:
     return f"POST /v1/jobs/batch HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n{framing}\r\n\r\n".encode()
 
 
-def answer_of(sock: socket.socket) -> tuple[int, dict, bytes]:
-    buffer = b""
-    while b"\r\n\r\n" not in buffer:
-        chunk = sock.recv(65536)
-        assert chunk, f"the connection closed without an answer: {buffer!r}"
-        buffer += chunk
-    top, _, body = buffer.partition(b"\r\n\r\n")
-    lines = top.decode("latin-1").split("\r\n")
-    headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
-    while len(body) < int(headers.get("content-length", "0")):
-        chunk = sock.recv(65536)
-        assert chunk, "the connection closed in the middle of the answer"
-        body += chunk
-    return int(lines[0].split()[1]), headers, body
-
-
-def in_flight(http: httpx.Client) -> int:
-    found = re.search(r"^tempo_http_body_bytes_in_flight (\S+)$", http.get("/metrics").text, re.M)
-    assert found
-    return int(found.group(1))
-
-
-def wait_for(predicate, timeout_s: float = 10.0) -> None:
-    deadline_s = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline_s, "timed out"
-        time.sleep(0.02)
+def in_flight(http: httpx.Client) -> float:
+    return metric(http, "tempo_http_body_bytes_in_flight")
 
 
 def check_refused(status: int, headers: dict, body: bytes) -> None:
@@ -251,7 +205,7 @@ def test_large_bodies_beside_one_held_are_503_with_none_of_them_held(budget_serv
         for _ in range(4):
             with socket.create_connection(("127.0.0.1", budget_server.port), timeout=10) as sock:
                 sock.sendall(head(LARGE_BYTES))
-                check_refused(*answer_of(sock))
+                check_refused(*read_answer(sock))
         # A chunked body is read until it does not fit.
         with socket.create_connection(("127.0.0.1", budget_server.port), timeout=10) as sock:
             sock.sendall(head(None))
@@ -261,13 +215,13 @@ def test_large_bodies_beside_one_held_are_503_with_none_of_them_held(budget_serv
                     sock.sendall(b"%x\r\n%s\r\n" % (len(piece), piece))
             except (BrokenPipeError, ConnectionResetError):
                 pass  # refused while this was sending
-            check_refused(*answer_of(sock))
+            check_refused(*read_answer(sock))
         wait_for(lambda: in_flight(http) == LARGE_BYTES)  # what it read is given back
         # Small requests fit beside the one held.
         small = http.post("/v1/jobs", json={"target": "queue:budget", "schedule": {"at": "2031-01-01T00:00:00Z"}})
         assert small.status_code == 201, small.text
         holder.sendall(body[1 << 20 :])
-        status, _, answer = answer_of(holder)
+        status, _, answer = read_answer(holder)
         assert status == 200, answer
         assert len(json.loads(answer)["results"]) == 100
         wait_for(lambda: in_flight(http) == 0)
@@ -287,7 +241,7 @@ def test_concurrent_large_bodies_get_200_or_503_and_the_budget_comes_back(budget
                 sock.sendall(head(LARGE_BYTES) + body)
             except (BrokenPipeError, ConnectionResetError):
                 pass  # answered (503) before the body was read
-            answers.append(answer_of(sock))
+            answers.append(read_answer(sock))
 
     threads = [threading.Thread(target=one) for _ in range(6)]
     for thread in threads:

@@ -3,7 +3,6 @@
 answer, and the server keeps serving everyone else afterwards."""
 
 import json
-import re
 import socket
 import threading
 import time
@@ -12,7 +11,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from conftest import Server, unique
+from conftest import Server, configured_server, metric, unique, wait_for
+
+from .raw_http import read_answer
 
 CONNECTIONS_MAX = 24
 REQUESTS_MAX = 4
@@ -24,18 +25,14 @@ connections_max = {CONNECTIONS_MAX}
 requests_in_flight_max = {REQUESTS_MAX}
 long_polls_max = {LONG_POLLS_MAX}
 body_read_timeout_s = {BODY_READ_TIMEOUT_S}
+connections_per_address_max = {CONNECTIONS_MAX}
 """
 
 
 @pytest.fixture(scope="module")
 def edge(tmp_path_factory: pytest.TempPathFactory):
-    root = tmp_path_factory.mktemp("edge")
-    (root / "tempo.toml").write_text(CONFIG)
-    srv = Server(root / "data", extra_args=("--config", str(root / "tempo.toml")))
-    try:
-        yield srv.start()
-    finally:
-        srv.cleanup()
+    with configured_server(tmp_path_factory.mktemp("edge"), CONFIG) as srv:
+        yield srv
 
 
 @pytest.fixture(scope="module")
@@ -44,9 +41,9 @@ def client(edge: Server):
         yield c
 
 
-def raw(port: int, data: bytes, *, stall_s: float | None = None, read_s: float = 10.0) -> tuple[int, dict, bytes]:
-    """Sends `data` on a fresh connection (then waits without sending more
-    while `stall_s`), and reads one answer: (status, headers, body)."""
+def raw(port: int, data: bytes, *, read_s: float = 10.0) -> tuple[int, dict, bytes]:
+    """Sends `data` on a fresh connection and reads one answer: (status,
+    headers, body)."""
     with socket.create_connection(("127.0.0.1", port), timeout=read_s) as sock:
         try:
             sock.sendall(data)
@@ -55,41 +52,9 @@ def raw(port: int, data: bytes, *, stall_s: float | None = None, read_s: float =
         return read_answer(sock)
 
 
-def read_answer(sock: socket.socket) -> tuple[int, dict, bytes]:
-    buffer = b""
-    while b"\r\n\r\n" not in buffer:
-        chunk = sock.recv(65536)
-        assert chunk, f"the connection closed without an answer: {buffer!r}"
-        buffer += chunk
-    head, _, body = buffer.partition(b"\r\n\r\n")
-    lines = head.decode("latin-1").split("\r\n")
-    status = int(lines[0].split()[1])
-    headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
-    length = int(headers.get("content-length", "0"))
-    while len(body) < length:
-        chunk = sock.recv(65536)
-        assert chunk, "the connection closed in the middle of the answer"
-        body += chunk
-    return status, headers, body
-
-
 def problem(headers: dict, body: bytes) -> dict:
     assert headers["content-type"] == "application/problem+json"
     return json.loads(body)
-
-
-def metric(client: httpx.Client, name: str) -> float:
-    text = client.get("/metrics").text
-    found = re.search(rf"^{name} (\S+)$", text, re.M)
-    assert found, f"{name} not in /metrics"
-    return float(found.group(1))
-
-
-def wait_for(predicate, timeout_s: float = 10.0) -> None:
-    deadline_s = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline_s, "timed out"
-        time.sleep(0.05)
 
 
 def rss_bytes(pid: int) -> int:
@@ -136,6 +101,8 @@ def test_a_body_over_the_bound_is_413_and_memory_stays_bounded(edge, client):
             pass
         status, headers, body = read_answer(sock)
     assert status == 413 and problem(headers, body)["type"] == "too_large"
+    # Past `limits.refused_body_discard_bytes_max`, a refused body is not read
+    # and dropped either (net/asgi.py `discard_body`).
     assert sent < size, "the server read the whole 64 MiB instead of stopping at the bound"
     assert rss_bytes(edge.pid) - before < 16 << 20
     still_serves(client)
@@ -209,27 +176,33 @@ def test_requests_over_the_in_flight_bound_are_503_but_probes_pass(edge, client)
     still_serves(client)
 
 
-def test_connections_over_the_bound_are_503_and_closed(edge, client):
+def test_connections_over_the_bound_close_the_longest_idle_ones(edge, client):
     client.close()  # none of this test's own connections stay open
-    sockets = [socket.create_connection(("127.0.0.1", edge.port), timeout=5) for _ in range(CONNECTIONS_MAX + 6)]
-    refused = 0
+    sockets = []
     try:
+        # All places taken from one address, then newcomers from another
+        # (one address may hold them all here: connections_per_address_max).
+        for i in range(CONNECTIONS_MAX + 6):
+            source = "127.0.0.1" if i < CONNECTIONS_MAX else "127.0.0.2"
+            sockets.append(socket.create_connection(("127.0.0.1", edge.port), timeout=5, source_address=(source, 0)))
+            time.sleep(0.01)  # in order of arrival
+        time.sleep(0.5)
+        closed = []
         for sock in sockets:
-            sock.settimeout(0.3)
+            sock.settimeout(0.05)
             try:
-                status, headers, body = read_answer(sock)
+                closed.append(sock.recv(1) == b"")  # closed without an answer
             except TimeoutError:
-                continue  # accepted: it waits for a request
-            assert status == 503 and problem(headers, body)["type"] == "overloaded"
-            assert headers["retry-after"] == "1" and headers["connection"] == "close"
-            assert sock.recv(1) == b""  # and closed
-            refused += 1
+                closed.append(False)  # open: it waits for a request
+            except ConnectionResetError:
+                closed.append(True)
     finally:
         for sock in sockets:
             sock.close()
-    assert refused >= 6
+    # Each newcomer past the bound took the place of the longest idle one.
+    assert closed == [True] * 6 + [False] * CONNECTIONS_MAX
     with httpx.Client(base_url=edge.url, timeout=10.0) as fresh:
         wait_for(lambda: fresh.get("/healthz").status_code == 200)
-        assert metric(fresh, "tempo_http_connections_refused_total") >= 6
+        assert metric(fresh, "tempo_http_connections_evicted_total") >= 6
         still_serves(fresh)
 

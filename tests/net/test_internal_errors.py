@@ -11,34 +11,21 @@ import re
 import httpx
 import pytest
 
-from conftest import Server, job_body
+from conftest import damage_job_record, job_body
 from tempo import errors
-from tempo.engine import keys
-from tempo.engine.commit import Committer
-from tempo.engine.dispatch import Dispatcher
-from tempo.engine.jobs import Jobs
-from tempo.engine.store import Store
 from tempo.net import openapi
-from tempo.net.api import Api
 from tempo.net.peer import encode_frames
-from tempo.node import Standalone
 from tempo.raft import MESSAGE_ENCODER, Heartbeat
 
-from .asgi_calls import call
+from .asgi_calls import call, standalone_api
 
 ERROR_ID = re.compile(r"^[0-9a-f]{16}$")
 
 
 @pytest.fixture
 def api(tmp_path):
-    store = Store(str(tmp_path / "data"))
-    committer = Committer(store)
-    made = Api(store, Jobs(store, committer), Dispatcher(store, committer), node=Standalone(store.applied_index))
-    made.started = True
-    try:
+    with standalone_api(tmp_path / "data") as made:
         yield made
-    finally:
-        store.close()
 
 
 def internal_errors(text: str) -> float:
@@ -129,26 +116,10 @@ def _one_frame() -> bytes:
 # -- a real node, a record damaged on disk --------------------------------------
 
 
-@pytest.fixture
-def json_server(tmp_path):
-    srv = Server(tmp_path / "data", extra_args=("--log-format", "json"))
-    try:
-        yield srv.start()
-    finally:
-        srv.cleanup()
-
-
 def test_a_corrupt_record_read_by_the_job_list_is_a_500_problem_with_a_logged_error_id(json_server):
     with httpx.Client(base_url=json_server.url, timeout=10) as http:
         damaged = http.post("/v1/jobs", json=job_body()).json()
-    json_server.stop()
-    store = Store(str(json_server.data_dir))
-    try:
-        with store.env.begin(write=True) as txn:
-            assert txn.replace(keys.job_key(damaged["id"]), b"\x9f\xc1", db=store.db["jobs"]) is not None
-    finally:
-        store.close()
-    json_server.start()
+    damage_job_record(json_server, damaged["id"])
     with httpx.Client(base_url=json_server.url, timeout=10) as http:
         answer = http.get("/v1/jobs")
         assert answer.status_code == 500

@@ -6,6 +6,8 @@ import struct
 
 import msgspec
 import pytest
+import trio
+import trio.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -169,6 +171,7 @@ async def test_the_raft_route_steps_good_frames_and_counts_the_corrupt_one():
     api.on_peer_messages = stepped.extend
     api.peer_auth = PeerAuth(None)
     api.peer_frames_dropped = 0
+    api._peer_streams, api._peer_streams_closed = set(), False
     body = _frame(GOOD) + _raw_frame(["hb", -1, 1, 2, 0, b""]) + _frame(GOOD)
     chunks = [body[:7], body[7:20], body[20:]]
     messages = [{"type": "http.request", "body": c, "more_body": i < len(chunks) - 1} for i, c in enumerate(chunks)]
@@ -180,3 +183,30 @@ async def test_the_raft_route_steps_good_frames_and_counts_the_corrupt_one():
     assert response.status == 204
     assert stepped == [GOOD, GOOD]
     assert api.peer_frames_dropped == 1
+
+
+async def test_closing_the_peer_streams_ends_an_open_one_and_refuses_new_ones():
+    """A stopping node ends its peers' streams instead of waiting for them."""
+    api = Api.__new__(Api)  # only what the raft route uses
+    api.on_peer_messages = [].extend
+    api.peer_auth = PeerAuth(None)
+    api.peer_frames_dropped = 0
+    api._peer_streams, api._peer_streams_closed = set(), False
+    outcome = []
+
+    async def receive():
+        await trio.sleep_forever()  # a stream with nothing to say yet
+
+    async def stream():
+        try:
+            await api.raft(Request("POST", "/v1/raft", {}, {}), receive)
+        except errors.ShuttingDown as exc:
+            outcome.append(exc)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(stream)
+        await trio.testing.wait_all_tasks_blocked()
+        assert api.close_peer_streams() == 1
+    assert len(outcome) == 1
+    with pytest.raises(errors.ShuttingDown):
+        await api.raft(Request("POST", "/v1/raft", {}, {}), receive)

@@ -47,6 +47,7 @@ can take and free (`_UNWRITTEN_BYTES_MAX` beyond the file's own size); past
 that it is garbled, and LMDB would ask for a map of that size.
 """
 
+import fcntl
 import hashlib
 import os
 import re
@@ -106,6 +107,26 @@ _RESTORE = (
 class DataDirError(Exception):
     """The data directory cannot be used as it is; the text says why and
     what to do."""
+
+
+def hold(path: str) -> int:
+    """Takes the data directory for this process: an exclusive `flock` on the
+    directory itself, held until the returned descriptor is closed (or the
+    process ends, however it ends). A second `tempo serve` on the same
+    directory would share LMDB's data safely but keep its own timing wheel,
+    leases and log position, handing out the same runs twice; it is refused
+    instead. LMDB's own locks are `fcntl` locks on `lock.mdb`, which `flock`
+    does not touch."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise DataDirError(
+            f"{path} is in use by another tempo serve: one data directory serves one node; "
+            "stop the other, or give this one its own --data-dir"
+        ) from None
+    return fd
 
 
 class Identity(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

@@ -648,7 +648,13 @@ class Dispatcher:
     ) -> list[ClaimedRun]:
         """Claims up to `runs_max` due runs of `queues` (`[HTTP_QUEUE]`: every
         owner's http queue), waiting up to `wait_s` for one: for a run to fall
-        due, or for room under its owner's limits."""
+        due, or for room under its owner's limits.
+
+        Cancelling it is safe: cancelled while it waits, it has taken
+        nothing; once it has taken runs, their commit finishes (shielded: a
+        waiter of the committer is answered when its batch commits or the
+        node stops leading) and it returns them, claimed. A caller whose
+        client has gone meanwhile hands them to `release`."""
         deadline_s = trio.current_time() + wait_s
         generation = self.generation
         while True:
@@ -659,7 +665,8 @@ class Dispatcher:
             else:
                 taken, refill_ms = self._take(queues, runs_max)
             if taken:
-                claimed = await self._commit_claims(worker, taken)
+                with trio.CancelScope(shield=True):
+                    claimed = await self._commit_claims(worker, taken)
                 if claimed:
                     return claimed
                 continue
@@ -826,6 +833,21 @@ class Dispatcher:
         lease.deadline_s = trio.current_time() + lease.lease_s
         heapq.heappush(self._lease_heap, (lease.deadline_s, parsed[0], parsed[1], attempt))
         return self.now_ms() + lease.lease_s * 1000
+
+    def release(self, claimed: list[ClaimedRun]) -> None:
+        """Claimed runs whose answer never reached their worker: each lease
+        ends now, so the lease check (`_expire_loop`) sends the runs back to
+        waiting, due at once, within `limits.lease_check_ms`, by the command
+        of any expired lease (the attempt counts, as an expired one does)."""
+        now_s = trio.current_time()
+        for one in claimed:
+            run = one.run
+            lease = self.leases.get((run.job_id, run.nominal_ms))
+            if lease is None or lease.attempt != run.attempt:
+                continue  # finished, expired, or this node stopped leading
+            lease.deadline_s = now_s
+            heapq.heappush(self._lease_heap, (now_s, run.job_id, run.nominal_ms, run.attempt))
+            self.counters["undelivered"] += 1
 
     def lease_of(self, job_id: str, nominal_ms: int, attempt: int) -> int | None:
         """When the lease runs out, as an instant of scheduler time (UNIX ms)."""

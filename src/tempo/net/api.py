@@ -16,7 +16,7 @@ from tempo.clock import Clock
 from tempo.config import UNLIMITED, HttpLimits, OwnerLimits
 from tempo.engine import jobs as jobviews
 from tempo.engine.commands import Result, decode_entry
-from tempo.engine.dispatch import LATENESS_BUCKETS_S, Dispatcher
+from tempo.engine.dispatch import LATENESS_BUCKETS_S, ClaimedRun, Dispatcher
 from tempo.engine.jobs import Jobs
 from tempo.engine.records import Corrupt
 from tempo.engine.store import Created, Store
@@ -40,7 +40,10 @@ from tempo.net.asgi import (
     problem_of,
     problem_response,
     read_body,
+    send_body,
+    send_head,
     send_response,
+    watching,
 )
 from tempo.net.auth import Authenticator
 from tempo.net.http import GATE, ConnectionGate
@@ -173,6 +176,16 @@ class Api:
         self.pauses = prom.Pauses()
         self.previews_computing = trio.CapacityLimiter(limits.previews_computing_max)
         self.openapi_body = _json_enc.encode(openapi.document())
+        # Shutdown (server.py): once `stopping`, long polls do not wait and
+        # are answered empty with a retry hint; once the peer streams are
+        # closed, no new one is taken. Client requests in flight carry a
+        # number each, so the server can wait for those begun before a mark.
+        self.stopping = False
+        self._waits: set[trio.CancelScope] = set()
+        self._peer_streams: set[trio.CancelScope] = set()
+        self._peer_streams_closed = False
+        self._requests_begun = 0
+        self._requests_open: set[int] = set()
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
         if scope["type"] == "lifespan":
@@ -185,6 +198,8 @@ class Api:
             path=path,
             query={},
             headers=dict(scope["headers"]),
+            receive=receive,
+            send=send,
         )
         route = "unknown"
         started = trio.current_time()
@@ -202,15 +217,20 @@ class Api:
                         raise errors.Overloaded("too many requests in flight; retry shortly")
                     self.in_flight += 1
                     bounded = True
+                    seq = self._requests_begun
+                    self._requests_begun += 1
+                    self._requests_open.add(seq)
                 response = await self._handle(route, handler, request, scope, receive, share)
             except Exception as exc:  # noqa: BLE001 - every error is answered (docs/api.md "Errors")
                 response = self._error_response(route, request, exc)
             self.requests[(route, response.status)] += 1
-            await send_response(send, response)
+            if not response.sent:
+                await send_response(send, response)
         finally:
             share.release()
             if bounded:
                 self.in_flight -= 1
+                self._requests_open.discard(seq)
         histogram = self.durations.get(route)
         if histogram is None:
             histogram = self.durations[route] = prom.Histogram()
@@ -260,10 +280,54 @@ class Api:
         if self.long_polls >= self.edge.long_polls_max:
             raise errors.Overloaded("too many long polls waiting; retry shortly")
         self.long_polls += 1
+        # Cancelled when the node starts stopping: the wait ends at once.
+        scope = trio.CancelScope()
+        if self.stopping:
+            scope.cancel()
+        self._waits.add(scope)
         try:
-            yield
+            with scope:
+                yield
         finally:
+            self._waits.discard(scope)
             self.long_polls -= 1
+
+    # -- shutdown (server.py) ------------------------------------------------------
+
+    def answer_long_polls(self) -> int:
+        """The node is stopping: every long poll waiting ends its wait and is
+        answered empty, with `retry-after`, and later ones do not wait.
+        Returns how many were waiting."""
+        self.stopping = True
+        for scope in self._waits:
+            scope.cancel()
+        return len(self._waits)
+
+    async def finish_requests(self, deadline_s: float) -> tuple[int, int]:
+        """Waits until the client requests in flight now are answered, or
+        until `deadline_s` (trio time): (how many were, how many still are)."""
+        mark = self._requests_begun
+        waited = len(self._requests_open)
+        with trio.move_on_at(deadline_s):
+            while min(self._requests_open, default=mark) < mark:
+                await trio.sleep(limits.shutdown_poll_s)
+        return waited, sum(1 for seq in self._requests_open if seq < mark)
+
+    def close_peer_streams(self) -> int:
+        """Ends the peers' replication streams into this node, and refuses
+        new ones, so the HTTP server does not wait for them to end. Returns
+        how many were open."""
+        self._peer_streams_closed = True
+        for scope in self._peer_streams:
+            scope.cancel()
+        return len(self._peer_streams)
+
+    def _retry_hint(self, response: Response) -> Response:
+        """An empty long poll answered because the node stops: ask the
+        client to come back (to this node's successor) a moment later."""
+        if self.stopping:
+            response.headers.append((b"retry-after", str(limits.shutdown_retry_after_s).encode()))
+        return response
 
     def _elsewhere(self, route: str, request: Request, scope: dict) -> Response | None:
         """The answer of a node that may not serve `route` itself: a redirect
@@ -490,16 +554,34 @@ class Api:
             raise errors.Forbidden(f"this token may claim only from {sorted(allowed)}")
         # A queue named twice counts once (the dispatcher takes distinct queues).
         queues = self._queues(request, list(dict.fromkeys(body.queues)))
-        with self._long_poll(body.wait_s):
-            claimed = await self.dispatcher.claim(queues, body.worker, body.max_runs, body.wait_s)
-        views = []
-        for start in range(0, len(claimed), limits.batch_slice_items):
-            if start:
-                # The views in slices (docs/operations.md "Event-loop lag");
-                # not a point of cancellation: the runs are claimed.
-                await trio.lowlevel.cancel_shielded_checkpoint()
-            views += [jobviews.claimed_view(c.run, c.job) for c in claimed[start : start + limits.batch_slice_items]]
-        return encode(request, ClaimOut(views))
+        claimed: list[ClaimedRun] = []
+        # A claim follows its client (docs/api.md "Claims and disconnects"):
+        # one that leaves while the claim waits ends the wait and takes
+        # nothing; one that leaves before the answer's head is sent gets
+        # nothing sent, and the runs claimed for it go back to waiting.
+        async with watching(request.receive) as client:
+            with self._long_poll(body.wait_s), client.scope:
+                # Lets a disconnect already queued be seen before runs are taken.
+                await trio.lowlevel.checkpoint()
+                claimed = await self.dispatcher.claim(queues, body.worker, body.max_runs, body.wait_s)
+            views = []
+            for start in range(0, len(claimed), limits.batch_slice_items):
+                if start:
+                    # The views in slices (docs/operations.md "Event-loop
+                    # lag"); not a point of cancellation: the runs are claimed.
+                    await trio.lowlevel.cancel_shielded_checkpoint()
+                views += [jobviews.claimed_view(c.run, c.job) for c in claimed[start : start + limits.batch_slice_items]]
+            response = encode(request, ClaimOut(views))
+            if not claimed:
+                self._retry_hint(response)
+            if not client.gone:
+                await send_head(request.send, response)
+        if client.gone:
+            self.dispatcher.release(claimed)
+            response.sent = True  # to nobody: the client has gone
+        else:
+            await send_body(request.send, response)
+        return response
 
     async def heartbeat(self, request: Request, run_id: str) -> Response:
         body = decode(request, _heartbeat)
@@ -568,16 +650,21 @@ class Api:
         wait_s = _wait_param(request)
         after = int(after_raw)
         owner = self.owner(request)
-        with self._long_poll(wait_s), trio.move_on_after(wait_s):
-            while not (found := self.store.list_events(owner, after, limit)):
-                await self.dispatcher.events_changed.wait()
+        found: list = []
+        if wait_s > 0:
+            # A long poll ends when its client leaves, and frees its slot.
+            async with watching(request.receive) as client:
+                with self._long_poll(wait_s), trio.move_on_after(wait_s), client.scope:
+                    while not (found := self.store.list_events(owner, after, limit)):
+                        await self.dispatcher.events_changed.wait()
         if not found:
             found = self.store.list_events(owner, after, limit)
         events = [
             EventOut(str(seq), e.type, clock.iso_from_ms(e.at_ms), e.job_id, e.run_id, e.detail)
             for seq, e in found
         ]
-        return encode(request, EventsPage(events, events[-1].cursor if events else after_raw))
+        response = encode(request, EventsPage(events, events[-1].cursor if events else after_raw))
+        return response if events else self._retry_hint(response)
 
     async def preview(self, request: Request) -> Response:
         body = decode(request, _preview)
@@ -644,20 +731,28 @@ class Api:
             raise errors.NotFound("this node is not a cluster member")
         self.peer_auth.check(request.headers.get(b"authorization"))
         assert receive is not None
+        if self._peer_streams_closed:
+            raise errors.ShuttingDown("the node is shutting down")
         reader = FrameReader(_entry_problem)
+        # Cancelled by `close_peer_streams`: the stream ends at once.
+        scope = trio.CancelScope()
+        self._peer_streams.add(scope)
         try:
-            while True:
-                message = await receive()
-                if message["type"] == "http.disconnect":
-                    raise errors.Invalid.at("", "the peer went away")
-                messages = reader.feed(message.get("body", b""))
-                if messages:
-                    self.on_peer_messages(messages)
-                if not message.get("more_body", False):
-                    reader.close()
-                    return Response(204, b"", b"application/octet-stream")
+            with scope:
+                while True:
+                    message = await receive()
+                    if message["type"] == "http.disconnect":
+                        raise errors.Invalid.at("", "the peer went away")
+                    messages = reader.feed(message.get("body", b""))
+                    if messages:
+                        self.on_peer_messages(messages)
+                    if not message.get("more_body", False):
+                        reader.close()
+                        return Response(204, b"", b"application/octet-stream")
         finally:
+            self._peer_streams.discard(scope)
             self.peer_frames_dropped += reader.dropped
+        raise errors.ShuttingDown("the node is shutting down")
 
     async def openapi(self, request: Request) -> Response:
         return Response(200, self.openapi_body)
@@ -722,9 +817,15 @@ class Api:
         lines += prom.head("tempo_http_connections_open", "gauge", "HTTP connections open.")
         lines.append(prom.sample("tempo_http_connections_open", self.gate.open))
         lines += prom.head(
-            "tempo_http_connections_refused_total", "counter", "Connections answered 503 and closed: too many open."
+            "tempo_http_connections_refused_total", "counter",
+            "Connections answered 503 and closed: too many open from their address, or in all and none idle.",
         )
         lines.append(prom.sample("tempo_http_connections_refused_total", self.gate.refused))
+        lines += prom.head(
+            "tempo_http_connections_evicted_total", "counter",
+            "Idle connections closed to make room for a new one past connections_max.",
+        )
+        lines.append(prom.sample("tempo_http_connections_evicted_total", self.gate.evicted))
         return lines
 
     def _storage_metrics(self) -> list[str]:
@@ -789,7 +890,7 @@ class Api:
     def _dispatch_metrics(self) -> list[str]:
         d = self.dispatcher
         lines = []
-        for name in ("due", "claimed", "done", "failed", "waiting", "expired"):
+        for name in ("due", "claimed", "done", "failed", "waiting", "expired", "undelivered"):
             metric = "retried" if name == "waiting" else name
             lines += [
                 f"# HELP tempo_runs_{metric}_total Runs {metric}.",

@@ -7,7 +7,8 @@ microsecond of routing shows in the single-create rate.
 
 import re
 import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl
@@ -78,6 +79,10 @@ class Request:
     body: bytes = b""
     params: dict[str, str] = field(default_factory=dict)
     principal: Any = None  # who asks (net/auth.py), set before the handler runs
+    # The ASGI callables, for a handler that watches its client (`watching`)
+    # and sends its answer itself.
+    receive: Any = None
+    send: Any = None
 
     @property
     def is_msgpack(self) -> bool:
@@ -98,6 +103,7 @@ class Response:
     body: bytes = b""
     content_type: bytes = JSON
     headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+    sent: bool = False  # the handler has sent it (or found its client gone)
 
 
 def encode(request: Request, value: Any, status: int = 200) -> Response:
@@ -332,7 +338,54 @@ async def discard_body(receive: Callable, declared_bytes: int | None, deadline_s
 
 
 async def send_response(send: Callable, response: Response) -> None:
+    await send_head(send, response)
+    await send_body(send, response)
+
+
+class Client:
+    """The client of one request once its body has been read: `gone` says
+    whether it has disconnected (ASGI `http.disconnect`), and `scope` is
+    cancelled when it does, so that a wait inside it ends at once."""
+
+    def __init__(self) -> None:
+        self.gone = False
+        self.scope = trio.CancelScope()
+
+    async def watch(self, receive: Callable) -> None:
+        # After a whole body, the next message is the disconnect. (hypercorn
+        # also sends one when an answer is complete: `watching` stops
+        # watching before the end of an answer is sent.)
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        self.gone = True
+        self.scope.cancel()
+
+
+@asynccontextmanager
+async def watching(receive: Callable) -> AsyncIterator[Client]:
+    """Watches the client while the block runs; once the block is left,
+    `gone` is final: it tells whether the client went away before then."""
+    client = Client()
+    failure: BaseException | None = None
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(client.watch, receive)
+        try:
+            yield client
+        except BaseException as exc:
+            # Raised as it is, below: out of the nursery it would come
+            # wrapped in an exception group, which the error table misses.
+            failure = exc
+        nursery.cancel_scope.cancel()
+    if failure is not None:
+        raise failure
+
+
+async def send_head(send: Callable, response: Response) -> None:
     headers = [(b"content-type", response.content_type), *response.headers]
     headers.append((b"content-length", str(len(response.body)).encode()))
     await send({"type": "http.response.start", "status": response.status, "headers": headers})
+
+
+async def send_body(send: Callable, response: Response) -> None:
     await send({"type": "http.response.body", "body": response.body})
+    response.sent = True

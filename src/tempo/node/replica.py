@@ -190,6 +190,12 @@ class Replica:
         key, index = self._leader_commit
         return index if key == (self.node.term, self.node.leader_id) else 0
 
+    def stop_campaigning(self) -> None:
+        """This node is stopping: it never campaigns nor takes leadership
+        again (a transfer to it is ignored), and still votes and replicates."""
+        self.node.stop_campaigning()
+        self._wake.set()
+
     def transfer_leadership(self) -> bool:
         """Hands leadership to the most caught-up other voter; False if this
         node does not lead or there is nobody to hand it to."""

@@ -135,6 +135,8 @@ class RawNode:
         self._bcast_pending = False
         self._snapshot_receiving: tuple[SnapshotMeta, bytearray] | None = None
         self._ready_out = False
+        # Set by stop_campaigning: never promotable again.
+        self._stopping = False
 
     # ----- public API -----
 
@@ -159,6 +161,15 @@ class RawNode:
             self._tick_leader()
         else:
             self._tick_election()
+
+    def stop_campaigning(self) -> None:
+        """This node is stopping: from now on it never campaigns (its election
+        timeout passes, a TimeoutNow is ignored), so it never takes leadership
+        again. It still votes and replicates, so the others keep a quorum."""
+        self._stopping = True
+        if self.role in (Role.CANDIDATE, Role.PRE_CANDIDATE):
+            # An election it started is given up: later answers are not counted.
+            self._become_follower(self.term, NONE)
 
     def campaign(self) -> None:
         """Start an election now, as if the election timeout had fired."""
@@ -415,7 +426,7 @@ class RawNode:
         self._bcast_append(allow_empty=True)
 
     def _promotable(self) -> bool:
-        return self.id in self.voters and self.log.pending_snapshot is None
+        return not self._stopping and self.id in self.voters and self.log.pending_snapshot is None
 
     def _quorum_size(self) -> int:
         return len(self.voters) // 2 + 1
