@@ -10,7 +10,9 @@ trio Instrument) on a free loopback port, runs `tempo loadgen --jobs N`
 more than L ms (default 10) late, how many of those followed more than L ms
 of the loop's own CPU (the rest: the process waited for a core, or for the
 GIL), and the twelve with the most CPU, each with its four longest steps,
-named by where the task stopped after the step. The tracing costs some CPU
+named by where the task stopped after the step, with the garbage
+collection within it (`GC`, when any: a collection runs in whichever step
+allocates when a generation is full). The tracing costs some CPU
 itself; the figures to quote come from bench/spike.py.
 """
 
@@ -55,14 +57,24 @@ def where(task: trio.lowlevel.Task) -> str:
 class LateWakes(trio.abc.Instrument):
     def __init__(self, late_s: float) -> None:
         self.late_s = late_s
-        self.steps: list[tuple[str, float, float]] = []
+        self.steps: list[tuple[str, float, float, float]] = []
         self.last_probe_s: float | None = None
         self.wakes = 0
         self.late: list[dict] = []
+        self.gc_s = 0.0  # garbage collection within the current step
+        self._gc_started_s = 0.0
+        gc.callbacks.append(self._on_gc)
+
+    def _on_gc(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._gc_started_s = time.perf_counter()
+        else:
+            self.gc_s += time.perf_counter() - self._gc_started_s
 
     def before_task_step(self, task: trio.lowlevel.Task) -> None:
         self.started_s = time.perf_counter()
         self.cpu_s = time.thread_time()
+        self.gc_s = 0.0
 
     def after_task_step(self, task: trio.lowlevel.Task) -> None:
         now_s = time.perf_counter()
@@ -77,7 +89,7 @@ class LateWakes(trio.abc.Instrument):
             self.last_probe_s = now_s
             self.steps = []
             return
-        self.steps.append((where(task), now_s - self.started_s, time.thread_time() - self.cpu_s))
+        self.steps.append((where(task), now_s - self.started_s, time.thread_time() - self.cpu_s, self.gc_s))
 
 
 def serve(port: int, data_dir: str, out_path: str, late_s: float) -> int:
@@ -124,7 +136,8 @@ def main() -> int:
     print(f"\nprobe wakes {trace['wakes']}; more than {args.late_ms:g} ms late: {len(late)}; "
           f"of those, after more than {args.late_ms:g} ms of the loop's CPU: {len(busy)}")
     for wake in sorted(late, key=lambda w: -w["cpu_s"])[:SHOWN_MAX]:
-        steps = " | ".join(f"{name} ({wall * 1000:.1f} ms, CPU {cpu * 1000:.1f})" for name, wall, cpu in wake["top"])
+        steps = " | ".join(f"{name} ({wall * 1000:.1f} ms, CPU {cpu * 1000:.1f}" + (f", GC {gc_s * 1000:.1f})" if gc_s >= 0.0005 else ")")
+                           for name, wall, cpu, gc_s in wake["top"])
         print(f"late {wake['late_s'] * 1000:.0f} ms, {wake['steps']} steps, CPU {wake['cpu_s'] * 1000:.1f} ms: {steps}")
     return 0
 

@@ -115,6 +115,74 @@ def test_next_due_is_a_lower_bound_and_eventually_exact():
     assert w.advance(due_ms) == ["x"]
 
 
+def test_bounded_advance_cascades_a_large_slot_over_several_calls():
+    # 1,000 items in one level-1 slot: each call cascades or returns at most
+    # 100, and they come out in due order.
+    w = TimingWheel(T0_MS, tick_ms=10, slots=256, levels=4)
+    dues = [T0_MS + 5_000 + (i * 7919) % 1000 for i in range(1000)]
+    for item, due_ms in enumerate(dues):
+        w.add(item, due_ms)
+    got: list[int] = []
+    calls = 0
+    now_ms = T0_MS + 6_000
+    while True:
+        before = len(w)
+        batch = w.advance(now_ms, 100)
+        assert len(batch) <= 100
+        assert len(w) == before - len(batch)
+        got.extend(batch)
+        calls += 1
+        w._check()
+        if not w.behind:
+            break
+        assert w.next_due_ms() is not None and w.next_due_ms() <= now_ms
+    assert calls >= 20  # 10 calls of cascading, 10 of handing out
+    assert got == sorted(range(1000), key=lambda i: (dues[i], i))
+    assert len(w) == 0
+
+
+def test_bounded_advance_keeps_items_it_holds_back_scheduled():
+    w = TimingWheel(T0_MS, tick_ms=10)
+    for item in range(10):
+        w.add(item, T0_MS + 3_000)
+    assert w.advance(T0_MS + 3_000, 4) == []  # cascading
+    assert w.behind and 5 in w and len(w) == 10
+    assert w.cancel(5)
+    w.add(6, T0_MS + 9_000)  # moved later
+    got = []
+    while True:
+        got.extend(w.advance(T0_MS + 3_000, 4))
+        if not w.behind:
+            break
+        if len(got) == 4:
+            assert 7 in w and w.cancel(7)  # held back in the out queue
+    assert got == [0, 1, 2, 3, 4, 8, 9]
+    assert w.advance(T0_MS + 9_000) == [6]
+
+
+@pytest.mark.parametrize("order", ["ascending", "descending", "equal"])
+def test_bounded_advance_of_one_large_finest_slot_keeps_due_order(order):
+    # 500 items in one level-0 slot (one tick), added in or out of due order:
+    # at most 60 a call, all of them, by (due, insertion).
+    w = TimingWheel(T0_MS, tick_ms=10)
+    offsets = {"ascending": lambda i: i % 10, "descending": lambda i: 9 - i % 10, "equal": lambda i: 5}[order]
+    dues = [T0_MS + 50 + offsets(i * 10 // 500) for i in range(500)]
+    for item, due_ms in enumerate(dues):
+        w.add(item, due_ms)
+    got: list[int] = []
+    for now_ms in (T0_MS + 55, T0_MS + 59):  # within the slot's tick, then its end
+        while True:
+            batch = w.advance(now_ms, 60)
+            assert len(batch) <= 60
+            assert all(dues[i] <= now_ms for i in batch)
+            got.extend(batch)
+            w._check()
+            if not w.behind:
+                break
+    assert got == sorted(range(500), key=lambda i: (dues[i], i))
+    assert len(w) == 0
+
+
 def test_time_does_not_go_backwards():
     w = TimingWheel(T0_MS)
     w.advance(T0_MS + 10)
@@ -184,6 +252,31 @@ class WheelAgainstModel(RuleBasedStateMachine):
                 del self.model[item]
                 expected.append(item)
         assert self.wheel.advance(self.now_ms) == expected
+
+    @rule(step_ms=st.one_of(st.integers(0, 5_000), st.integers(0, 10**8)), items_max=st.integers(1, 7))
+    def advance_bounded(self, step_ms, items_max):
+        # A bounded advance, called again while it is behind: the same items
+        # in the same order, at most items_max a call, and each call makes
+        # progress (returns items or cascades some).
+        self.now_ms += step_ms
+        expected = []
+        while self.heap and self.heap[0][0] <= self.now_ms:
+            due_ms, seq, item = heapq.heappop(self.heap)
+            if self.model.get(item) == (due_ms, seq):
+                del self.model[item]
+                expected.append(item)
+        got = []
+        calls = 0
+        while True:
+            batch = self.wheel.advance(self.now_ms, items_max)
+            assert len(batch) <= items_max
+            got.extend(batch)
+            calls += 1
+            assert calls <= len(self.wheel) + len(got) + 2 * self.wheel._levels + 2
+            if not self.wheel.behind:
+                break
+            self.wheel._check()
+        assert got == expected
 
     @precondition(lambda self: self.model)
     @rule()

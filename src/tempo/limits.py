@@ -410,3 +410,13 @@ shutdown_retry_after_s = 1
 assert shutdown_poll_s < shutdown_requests_s
 # The stop's bound: 2 s, whatever is attached.
 assert transfer_wait_s + shutdown_requests_s + shutdown_grace_s <= 2.0
+
+# Slices of the dispatcher's work on the trio thread (docs/operations.md
+# "Event-loop lag"), each followed by a checkpoint: the tick moves at most
+# this many due runs from the timing wheel to the ready queues (and
+# cascades at most this many within the wheel) per step, so a spike of
+# 25,000 runs due at once is some 25 steps of about a millisecond each
+# rather than one of 30-50 ms.
+dispatch_slice_runs = 1000
+
+assert dispatch_slice_runs >= 1

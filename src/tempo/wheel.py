@@ -20,10 +20,18 @@ Invariants (asserted in ``_check`` by the tests):
 so an idle stretch of hours costs O(levels), not O(gap / tick_ms). Exact due
 times are kept, so a batch is returned in (due_ms, insertion seq) order and
 items due in the current, partly elapsed tick are returned exactly when due.
+
+``advance`` may be bounded (``items_max``) so that no call does more than
+about that many items' worth of work in Python: a slot whose span the
+current tick enters is then cascaded over several calls (its items wait in
+``_cascading``), and due items beyond the bound wait in ``_out``, in order,
+for the next call; ``behind`` says that a call should follow at once. Items
+in either stay scheduled (``in``, ``len``, ``cancel``, ``add``).
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Hashable
 
 __all__ = ["TimingWheel"]
@@ -57,6 +65,27 @@ class TimingWheel:
         # A lower bound of the overflow's earliest due tick (exact after each
         # re-examination; cancellation may leave it low, which is harmless).
         self._overflow_tick_min: int | None = None
+        # A bounded advance's leftovers: items of a slot still to cascade
+        # (all due at or after the current tick's start), and items due by
+        # `_now_ms` not yet returned, in (due_ms, seq) order. An item in one
+        # of them keeps the level and slot it had, whose bucket no longer
+        # holds it; `_unplace` looks here first.
+        self._cascading: dict[Hashable, None] = {}
+        self._out: dict[Hashable, None] = {}
+        # Per level-0 slot, the largest (due_ms, seq) placed in it since it was
+        # last taken, and (a bit per slot) whether one was placed after a
+        # larger one: a slot whose bit is clear is in order as it stands, and
+        # one whose largest due time has come is due whole, so a large slot
+        # needs neither a sort nor a filter. Cancels leave them as they were
+        # (high and unordered are the safe side).
+        self._last0: list[tuple[int, int]] = [(-1, -1)] * slots
+        self._unsorted0 = 0
+
+    @property
+    def behind(self) -> bool:
+        """A bounded advance left work: advance again (with the same or a
+        later time) before sleeping."""
+        return bool(self._cascading or self._out)
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -101,10 +130,22 @@ class TimingWheel:
         slot = (due_tick >> (self._bits * level)) & self._mask
         entry[2] = level
         entry[3] = slot
+        if level == 0:
+            key = (due_ms, entry[1])
+            if key > self._last0[slot]:
+                self._last0[slot] = key
+            else:
+                self._unsorted0 |= 1 << slot
         self._slots[level][slot][item] = None
         self._bitmaps[level] |= 1 << slot
 
     def _unplace(self, item: Hashable, entry: list[int]) -> None:
+        if item in self._out:
+            del self._out[item]
+            return
+        if item in self._cascading:
+            del self._cascading[item]
+            return
         level = entry[2]
         if level == _READY:
             del self._ready[item]
@@ -147,6 +188,8 @@ class TimingWheel:
         None when empty. A lower bound is the start of the slot to cascade
         next; sleeping until it and advancing is always safe.
         """
+        if self.behind:
+            return self._now_ms
         if self._ready:
             return min(self._entries[item][0] for item in self._ready)
         event = self._next_event()
@@ -157,16 +200,38 @@ class TimingWheel:
             return min(self._entries[item][0] for item in self._slots[0][tick & self._mask])
         return tick * self._tick_ms
 
-    def advance(self, now_ms: int) -> list[Hashable]:
-        """Remove and return every item with due_ms <= now_ms, by (due_ms, seq)."""
+    def advance(self, now_ms: int, items_max: int | None = None) -> list[Hashable]:
+        """Remove and return every item with due_ms <= now_ms, by (due_ms, seq).
+
+        With ``items_max``, at most that many, and at most about that many
+        items cascaded: the rest is left for the next call (``behind``).
+        Items a call returns are due no later than those it leaves.
+        """
         assert isinstance(now_ms, int)
         assert now_ms >= self._now_ms, "time must not go backwards"
-        target_tick = now_ms // self._tick_ms
-        due: list[Hashable] = list(self._ready)
+        assert items_max is None or items_max >= 1
+        budget = len(self._entries) + 1 if items_max is None else items_max
+        entries = self._entries
+        due: list[Hashable] = []
+        if self._out:
+            due = self._hand_out(budget)
+            if self._out:
+                return due
+            budget -= len(due)
+        if self._cascading:
+            budget -= self._cascade_some(budget)
+            if self._cascading:
+                return due
+        taken: list[Hashable] = list(self._ready)
         self._ready.clear()
+        target_tick = now_ms // self._tick_ms
         # Each round empties a level-0 slot, cascades a slot one level down,
         # or re-examines the overflow, so rounds are bounded by those moves.
-        rounds_max = (len(self._entries) + 1) * (self._levels + 2) + 2
+        rounds_max = (len(entries) + 1) * (self._levels + 2) + 2
+        reached_ms = now_ms
+        if len(taken) > budget:
+            rounds_max = 0  # time stands still: only ready items go out
+            reached_ms = self._now_ms
         for _ in range(rounds_max):
             event = self._next_event()
             if event is None or event[0] > target_tick:
@@ -175,20 +240,90 @@ class TimingWheel:
             tick, level = event
             self._tick = tick
             if level == 0:
-                if self._take_slot(tick, now_ms, due):
+                slot = tick & self._mask
+                bucket = self._slots[0][slot]
+                if (
+                    not taken
+                    and len(bucket) > budget
+                    and not self._unsorted0 >> slot & 1
+                    and (tick < target_tick or self._last0[slot][0] <= now_ms)
+                ):
+                    # Due whole and in order: it becomes the out queue as it
+                    # stands, with no work per item beyond those handed out.
+                    self._out = self._take_bucket(0, slot)
+                    self._forget0(slot)
+                    if tick < target_tick:
+                        reached_ms = (tick + 1) * self._tick_ms - 1
+                    break
+                if self._take_slot(tick, now_ms, taken):
+                    break
+                if len(taken) > budget:
+                    # The slot was taken whole: time stands at its end.
+                    reached_ms = (tick + 1) * self._tick_ms - 1
                     break
             elif level < self._levels:
-                self._cascade(level, (tick >> (self._bits * level)) & self._mask)
+                bucket = self._slots[level][(tick >> (self._bits * level)) & self._mask]
+                if len(bucket) > budget - len(taken):
+                    self._cascading = self._take_bucket(level, (tick >> (self._bits * level)) & self._mask)
+                    self._now_ms = max(self._now_ms, tick * self._tick_ms - 1)
+                    budget -= self._cascade_some(budget - len(taken))
+                    if self._cascading:
+                        reached_ms = self._now_ms
+                        break
+                else:
+                    self._cascade(level, (tick >> (self._bits * level)) & self._mask)
             else:
                 self._reexamine_overflow()
         else:
-            raise AssertionError("advance did not terminate")
-        self._now_ms = now_ms
-        entries = self._entries
-        due.sort(key=lambda item: (entries[item][0], entries[item][1]))
-        for item in due:
+            if rounds_max:
+                raise AssertionError("advance did not terminate")
+        self._now_ms = max(self._now_ms, reached_ms)
+        # Sorting by the entries compares [due_ms, seq, ...] in C.
+        taken.sort(key=entries.__getitem__)
+        room = max(budget, 0)
+        if len(taken) > room:
+            self._out = dict.fromkeys(taken[room:])
+            del taken[room:]
+        for item in taken:
             del entries[item]
+        due.extend(taken)
+        if self._out and not taken:
+            due.extend(self._hand_out(room))
         return due
+
+    def _hand_out(self, items_max: int) -> list[Hashable]:
+        """Up to ``items_max`` items of ``_out``, first in order first."""
+        out = self._out
+        entries = self._entries
+        if len(out) <= items_max:
+            items = list(out)
+            out.clear()
+        else:
+            items = list(itertools.islice(out, items_max))
+            for item in items:
+                del out[item]
+        for item in items:
+            del entries[item]
+        return items
+
+    def _take_bucket(self, level: int, slot: int) -> dict[Hashable, None]:
+        """Empties a slot at once (its items keep their entries)."""
+        bucket = self._slots[level][slot]
+        self._slots[level][slot] = {}
+        self._bitmaps[level] &= ~(1 << slot)
+        return bucket
+
+    def _cascade_some(self, items_max: int) -> int:
+        """Places up to ``items_max`` items of the slot being cascaded;
+        answers how many."""
+        cascading = self._cascading
+        count = min(len(cascading), max(items_max, 0))
+        items = list(itertools.islice(cascading, count))
+        for item in items:
+            del cascading[item]
+            entry = self._entries[item]
+            self._place(item, entry)
+        return count
 
     def _take_slot(self, tick: int, now_ms: int, due: list[Hashable]) -> bool:
         """Move the items due by now_ms out of level-0 slot ``tick``.
@@ -197,7 +332,7 @@ class TimingWheel:
         """
         slot = tick & self._mask
         bucket = self._slots[0][slot]
-        if tick < now_ms // self._tick_ms:
+        if tick < now_ms // self._tick_ms or self._last0[slot][0] <= now_ms:
             due.extend(bucket)
             bucket.clear()
         else:
@@ -207,7 +342,13 @@ class TimingWheel:
             due.extend(ripe)
         if not bucket:
             self._bitmaps[0] &= ~(1 << slot)
+            self._forget0(slot)
         return tick >= now_ms // self._tick_ms
+
+    def _forget0(self, slot: int) -> None:
+        """A level-0 slot was emptied by taking it."""
+        self._last0[slot] = (-1, -1)
+        self._unsorted0 &= ~(1 << slot)
 
     def _cascade(self, level: int, slot: int) -> None:
         """Redistribute a slot whose span the current tick has just entered."""
@@ -229,13 +370,15 @@ class TimingWheel:
 
     def _check(self) -> None:
         """Assert the invariants in the module docstring (for tests)."""
-        placed = len(self._ready) + len(self._overflow)
+        placed = len(self._ready) + len(self._overflow) + len(self._cascading) + len(self._out)
+        assert not (self._cascading and self._out), "the cascade ends before items go out"
         for level in range(self._levels):
             shift = self._bits * level
             for slot, bucket in enumerate(self._slots[level]):
                 assert bool(bucket) == bool(self._bitmaps[level] >> slot & 1)
                 placed += len(bucket)
                 for item in bucket:
+                    assert item not in self._cascading and item not in self._out
                     due_ms, _, entry_level, entry_slot = self._entries[item]
                     due_tick = due_ms // self._tick_ms
                     assert (entry_level, entry_slot) == (level, slot)

@@ -320,3 +320,70 @@ async def test_a_claim_that_cannot_be_written_leaves_its_runs_to_the_next_claim(
     monkeypatch.setattr(node.committer, "submit", real_submit)
     [claimed] = await node.claim()
     assert claimed.run.attempt == 1 and claimed.run.nominal_ms == T0_MS
+
+
+async def test_a_wheel_slot_larger_than_a_slice_moves_over_several_ticks_in_due_order(
+    tmp_path, origin, fast_clock, monkeypatch
+):
+    # 250 runs due within one wheel slot, and a slice of 40: each tick moves
+    # at most 40 to the ready queue and says that more are left, and all of
+    # them get there, in due order, over several ticks.
+    monkeypatch.setattr("tempo.limits.dispatch_slice_runs", 40)
+    made = Node(str(tmp_path / "data"))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(made.committer.run)
+        dispatcher = made.dispatcher
+        dispatcher.load(fake_now_ms())
+        offsets_ms = [3000 + (i * 37) % 9 for i in range(250)]
+        jobs = [JobCreate(target="queue:work", schedule=at(ms / 1000)) for ms in offsets_ms]
+        created = await made.jobs.create(OWNER, jobs, from_msgpack=False)
+        assert not any(isinstance(c, errors.TempoError) for c in created)
+        assert len(dispatcher.wheel) == 250
+        now_ms = T0_MS + 4000
+        ticks = []
+        while True:
+            more = dispatcher.tick(now_ms)
+            ticks.append(dispatcher.ready_count())
+            if not more:
+                break
+        assert len(ticks) >= 250 // 40 + 1
+        assert all(b - a <= 40 for a, b in zip([0, *ticks], ticks, strict=False))
+        assert ticks[-1] == 250 and len(dispatcher.wheel) == 0
+        dues = [keys.due_of(k) for k in dispatcher.ready[QUEUE]]
+        assert dues == sorted(dues) and dues[0] == T0_MS + 3000
+        await trio.sleep(5)  # the claim's stamp past every due time
+        claimed = await made.dispatcher.claim([QUEUE], "w1", 1000, 0)
+        assert [c.run.due_ms for c in claimed] == sorted(T0_MS + ms for ms in offsets_ms)
+        nursery.cancel_scope.cancel()
+    made.store.close()
+
+
+async def test_a_batch_larger_than_a_slice_enters_memory_over_several_steps(tmp_path, origin, fast_clock, monkeypatch):
+    # The commit listener takes a batch of 250 new runs into the wheel 40 at a
+    # time: another task runs between the slices (and sees part of them), and
+    # the batch's answer comes once all of them are in.
+    monkeypatch.setattr("tempo.limits.dispatch_slice_runs", 40)
+    made = Node(str(tmp_path / "data"))
+    seen: list[int] = []
+    async with trio.open_nursery() as nursery:
+        await nursery.start(made.committer.run)
+        dispatcher = made.dispatcher
+        dispatcher.load(fake_now_ms())
+
+        async def watch():
+            while True:
+                seen.append(len(dispatcher.wheel))
+                await trio.lowlevel.checkpoint()
+
+        nursery.start_soon(watch)
+        jobs = [JobCreate(target="queue:work", schedule=at(3 + i / 1000)) for i in range(250)]
+        created = await made.jobs.create(OWNER, jobs, from_msgpack=False)
+        assert not any(isinstance(c, errors.TempoError) for c in created)
+        assert len(dispatcher.wheel) == 250
+        # Trio runs the watcher once per scheduling batch, before or after the
+        # listener: it sees at most two slices between two looks.
+        assert len({n for n in seen if 0 < n < 250}) >= 3
+        assert all(b - a <= 2 * 40 for a, b in zip(seen, seen[1:], strict=False))
+        dispatcher.check_memory()
+        nursery.cancel_scope.cancel()
+    made.store.close()

@@ -14,7 +14,7 @@ are refused until a later batch, or a probe when none comes, commits
 and the batch is tried again at once.
 """
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import trio
 
@@ -43,8 +43,9 @@ class Committer:
         self._pending: list[tuple[Command, Waiter]] = []
         self._wake = trio.Event()
         self._closing = False
-        # Called on the trio thread with each entry's `Changes`, in log order.
-        self.listeners: list[Callable[[Changes], None]] = []
+        # Called on the trio thread with each entry's `Changes`, in log order;
+        # one that answers an awaitable (it works in slices) is awaited.
+        self.listeners: list[Callable[[Changes], Awaitable[None] | None]] = []
         self.batches_committed = 0
         self.commands_committed = 0
         self.batch_commands = Histogram(COUNT_BUCKETS)
@@ -126,7 +127,8 @@ class Committer:
         # Before any request is answered, so a claim can never see a run the
         # dispatcher has not heard of.
         for listener in self.listeners:
-            listener(changes)
+            if (slices := listener(changes)) is not None:
+                await slices
         for (_, waiter), outcome in zip(batch, outcomes, strict=True):
             waiter.outcome = outcome
             waiter.done.set()

@@ -307,19 +307,36 @@ class Dispatcher:
             deadline_s = trio.current_time() + job.lease_s
             self._grant(job.owner, run.job_id, run.nominal_ms, run.attempt, deadline_s, job.lease_s)
 
-    def on_changes(self, changes: Changes) -> None:
-        for runs_key in changes.left:
-            entry = self.queue_of.pop(runs_key, None)
-            if entry is not None:
-                self.wheel.cancel(runs_key)
-                self._unloaded(entry[1].owner)
-        for runs_key, run, job in changes.woken:
-            if run.due_ms < self.loaded_until_ms and runs_key not in self.queue_of:
-                job = job or self.store.get_job_any(run.job_id)
-                assert job is not None
-                self._admit(runs_key, run.due_ms, job)
-        for runs_key in changes.gone:
-            self._drop_lease(keys.slot_of(runs_key))
+    async def on_changes(self, changes: Changes) -> None:
+        """Takes an entry's changes into memory (and drops the leases of the
+        runs that finished), `limits.dispatch_slice_runs` runs at a time
+        with a checkpoint between slices (a batch of 1,000 creates or claims
+        is one step of 10-15 ms otherwise). Other tasks
+        run between slices, but no other entry is applied until this
+        returns (the commit loop awaits it), and no request of this entry
+        is answered before. Each slice is checked against memory as it is
+        then: a run the loader read meanwhile is remembered once, and a run
+        a claim took meanwhile that comes back in is dropped again by that
+        claim's own `left`."""
+        slice_runs = limits.dispatch_slice_runs
+        left, woken, gone = changes.left, changes.woken, changes.gone
+        woken_at, gone_at = len(left), len(left) + len(woken)  # where each list starts in the whole
+        for start in range(0, gone_at + len(gone), slice_runs):
+            if start:
+                await trio.lowlevel.checkpoint()
+            end = start + slice_runs
+            for runs_key in left[start:end]:
+                entry = self.queue_of.pop(runs_key, None)
+                if entry is not None:
+                    self.wheel.cancel(runs_key)
+                    self._unloaded(entry[1].owner)
+            for runs_key, run, job in woken[max(0, start - woken_at) : max(0, end - woken_at)]:
+                if run.due_ms < self.loaded_until_ms and runs_key not in self.queue_of:
+                    job = job or self.store.get_job_any(run.job_id)
+                    assert job is not None
+                    self._admit(runs_key, run.due_ms, job)
+            for runs_key in gone[max(0, start - gone_at) : max(0, end - gone_at)]:
+                self._drop_lease(keys.slot_of(runs_key))
         if changes.event_owners:
             self.events_changed.set()
             self.events_changed = trio.Event()
@@ -397,14 +414,18 @@ class Dispatcher:
 
     # -- the clock side --------------------------------------------------------
 
-    def tick(self, now_ms: int) -> None:
-        """Moves every run that fell due to the ready queue of its queue."""
+    def tick(self, now_ms: int) -> bool:
+        """Moves the runs that fell due to the ready queue of their queue,
+        in due order, at most `limits.dispatch_slice_runs` of them (and as
+        much of the wheel's work): answers whether more are left, for a
+        tick at once after a checkpoint (`run`), so a spike's slot does not
+        hold the event loop in one step."""
         if now_ms + self.readahead_ms >= self.loaded_until_ms:
             self.load(now_ms)
         elif self.rereads:
             self._reread(0)
         woken: set[str] = set()
-        for runs_key in self.wheel.advance(now_ms):
+        for runs_key in self.wheel.advance(now_ms, limits.dispatch_slice_runs):
             entry = self.queue_of.get(runs_key)
             if entry is None:
                 continue
@@ -420,6 +441,7 @@ class Dispatcher:
             event = self._ready_events.pop(queue, None)
             if event is not None:
                 event.set()
+        return self.wheel.behind
 
     def expired(self, now_s: float) -> list[Expiry]:
         """Leases run out by `now_s` (monotonic), at most a command's worth."""
@@ -441,8 +463,10 @@ class Dispatcher:
             nursery.start_soon(self._expire_loop)
             task_status.started()
             while True:
-                self.tick(self.now_ms())
-                await trio.sleep(limits.dispatch_tick_ms / 1000)
+                if self.tick(self.now_ms()):
+                    await trio.lowlevel.checkpoint()
+                else:
+                    await trio.sleep(limits.dispatch_tick_ms / 1000)
 
     async def _expire_loop(self) -> None:
         while True:

@@ -564,7 +564,14 @@ class Api:
                 # Lets a disconnect already queued be seen before runs are taken.
                 await trio.lowlevel.checkpoint()
                 claimed = await self.dispatcher.claim(queues, body.worker, body.max_runs, body.wait_s)
-            response = encode(request, ClaimOut([jobviews.claimed_view(c.run, c.job) for c in claimed]))
+            views = []
+            for start in range(0, len(claimed), limits.batch_slice_items):
+                if start:
+                    # The views in slices (docs/operations.md "Event-loop
+                    # lag"); not a point of cancellation: the runs are claimed.
+                    await trio.lowlevel.cancel_shielded_checkpoint()
+                views += [jobviews.claimed_view(c.run, c.job) for c in claimed[start : start + limits.batch_slice_items]]
+            response = encode(request, ClaimOut(views))
             if not claimed:
                 self._retry_hint(response)
             if not client.gone:

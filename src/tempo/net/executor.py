@@ -13,6 +13,7 @@ backlog of due runs does not queue ahead of another owner's run.
 
 import contextlib
 import logging
+from functools import partial
 
 import httpx
 import msgspec
@@ -38,7 +39,11 @@ class HttpExecutor:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         limits_ = httpx.Limits(max_connections=self.concurrency, max_keepalive_connections=self.concurrency)
-        async with httpx.AsyncClient(limits=limits_, follow_redirects=False) as client:
+        # Made on a worker thread: loading the system's CA certificates (and
+        # httpx's first imports) takes 40-120 ms, which would hold the event
+        # loop at start-up (docs/operations.md "Event-loop lag").
+        made = await trio.to_thread.run_sync(partial(httpx.AsyncClient, limits=limits_, follow_redirects=False))
+        async with made as client:
             async with trio.open_nursery() as nursery:
                 task_status.started()
                 while True:

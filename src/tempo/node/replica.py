@@ -26,7 +26,7 @@ no more heartbeats, so the others elect a leader among themselves and go on
 import enum
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import TypeVar
 
@@ -98,7 +98,7 @@ class Replica:
             applied=store.applied_index(),
         )
         self.node = RawNode(config, raft_log, rng or random.Random())
-        self.listeners: list[Callable[[Changes], None]] = []
+        self.listeners: list[Callable[[Changes], Awaitable[None] | None]] = []
         # Called on the trio thread whenever `phase` or the leader changes.
         self.on_phase: list[Callable[[], None]] = []
         self.phase = Phase.FOLLOWER
@@ -320,7 +320,8 @@ class Replica:
         for entry, (outcomes, changes) in zip(rd.committed_entries, results, strict=True):
             self.applied_index = entry.index
             for listener in self.listeners:
-                listener(changes)
+                if (slices := listener(changes)) is not None:
+                    await slices
             proposed = self._proposed.pop(entry.index, None)
             if proposed is not None:
                 term, waiters = proposed
