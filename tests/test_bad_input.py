@@ -327,3 +327,16 @@ def test_a_refused_body_gets_its_answer_not_a_reset(http):
     for _ in range(5):
         assert_problem(http.post("/v1/jobs/batch", content=padded), 413, "", "too_large")
         assert_problem(http.post("/v1/jobs", content=padded[: 3 << 20]), 413, "", "too_large")
+
+
+@pytest.mark.parametrize(
+    ("body", "loc"),
+    [
+        ({"id": "n4\n", "url": "http://127.0.0.1:9"}, "id"),
+        ({"id": "n4", "url": "http://127.0.0.1:9\n"}, "url"),
+    ],
+)
+def test_a_node_id_or_url_ending_in_a_newline_is_400(http, body, loc):
+    """A pattern's `$` matches before a final newline: such an ID would
+    become a member that no process can start as."""
+    assert_problem(http.post("/v1/cluster/nodes", json=body), 400, loc, "validation")

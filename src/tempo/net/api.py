@@ -713,6 +713,12 @@ class Api:
     async def add_node(self, request: Request) -> Response:
         """Makes a running, empty node (`tempo serve --join`) a voter."""
         body = decode(request, _node_in)
+        # A pattern's `$` also matches before a final newline (Python's re,
+        # which msgspec uses): "n1\n" would pass and become a member no
+        # process can start as.
+        for loc, text in (("id", body.id), ("url", body.url)):
+            if text.endswith("\n"):
+                raise errors.Invalid.at(loc, "must not end with a newline")
         await self._members().add(body.id, body.url)
         return await self.cluster(request)
 
