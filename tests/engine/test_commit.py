@@ -104,7 +104,7 @@ def test_a_store_sized_to_the_disk_takes_its_free_space_within_the_bounds(tmp_pa
 
 
 async def test_a_failing_apply_stops_the_committer_without_holding_the_loop(store, monkeypatch):
-    def broken(index, commands, *, before_commit=None):
+    def broken(index, commands):
         raise RuntimeError("apply failed")
 
     monkeypatch.setattr(store, "apply_commands", broken)
@@ -127,11 +127,11 @@ async def test_the_trio_thread_runs_while_apply_works(store, monkeypatch):
     ticks_while_applying = 0
     apply_commands = store.apply_commands
 
-    def slow_apply(index, commands, *, before_commit=None):
+    def slow_apply(index, commands):
         applying.set()
         try:
             time.sleep(0.2)
-            return apply_commands(index, commands, before_commit=before_commit)
+            return apply_commands(index, commands)
         finally:
             applied.set()
 

@@ -346,11 +346,9 @@ class Store:
         index was applied before (a replay after a crash) and changes nothing."""
         return self.write(lambda txn: self.apply_in(txn, index, data))
 
-    def write(self, work: Callable[[lmdb.Transaction], T], *, before_commit: Callable[[], None] | None = None) -> T:
+    def write(self, work: Callable[[lmdb.Transaction], T]) -> T:
         """Runs `work` in one write transaction (one fsync at its end): the
         replica persists raft state and applies entries together this way.
-        `before_commit` is called between the work and the commit, on this
-        thread (and not when the work raised).
 
         A failure of the machine (an I/O error, the disk or the map full, out
         of memory) raises `errors.StorageFault` with the transaction aborted:
@@ -366,8 +364,6 @@ class Store:
             if fault is None:
                 raise  # tempo's own mistake, not the machine's: it stops the node
             raise fault from exc
-        if before_commit is not None:
-            before_commit()
         started = time.perf_counter()
         try:
             # A commit that fails aborts the transaction; the meta page is
@@ -381,9 +377,7 @@ class Store:
         self.commit_seconds.observe(time.perf_counter() - started)
         return result
 
-    def apply_commands(
-        self, index: int, commands: list[Command], *, before_commit: Callable[[], None] | None = None
-    ) -> tuple[list[Outcome], Changes]:
+    def apply_commands(self, index: int, commands: list[Command]) -> tuple[list[Outcome], Changes]:
         """`apply_entry` of the entry that holds `commands`, for a caller
         that made them and keeps no log: a node alone. Its group commit
         would otherwise encode every batch only for apply to decode it
@@ -391,7 +385,7 @@ class Store:
         end as `apply_entry(index, encode_entry(commands))` leaves them
         (tests/engine/test_create_batch.py), since commands hold only
         what their encoding holds."""
-        return self.write(lambda txn: self.apply_decoded(txn, index, commands), before_commit=before_commit)
+        return self.write(lambda txn: self.apply_decoded(txn, index, commands))
 
     def apply_in(self, txn: lmdb.Transaction, index: int, data: bytes) -> tuple[list[Outcome], Changes]:
         """`apply_entry` inside the caller's write transaction. Empty `data`
