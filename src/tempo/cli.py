@@ -450,7 +450,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         # The reader of our output went away (`tempo jobs list | head -1`):
         # no traceback, and nothing more written to the closed pipe when
         # the interpreter flushes stdout at exit.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
         return 1
 
 

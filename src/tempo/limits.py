@@ -103,6 +103,11 @@ refused_body_discard_bytes_max = 36 << 20
 # ... as long as it keeps coming: a client that sent only its headers and
 # waits for the answer gets it after this pause.
 refused_body_discard_gap_s = 0.5
+# A connection refused before its request is read (503: too many
+# connections, or too many from its address) is drained the same way, of
+# what its client sent meanwhile: a head and the start of a body at most.
+refused_connection_drain_bytes_max = 64 << 10
+refused_connection_drain_s = 0.5
 # A connection refused for `connections_max` tells the client to come back
 # after this long, as every other `503` does (API.md: `Retry-After: 1`).
 retry_after_s = 1

@@ -196,12 +196,22 @@ async def serve(options: ServeOptions, *, task_status: trio.TaskStatus[str] = tr
         raise ServeError(f"--listen {options.host}:{options.port}: cannot listen there: {exc.strerror or exc}") from None
     http_server.GATE.connections_max = _connections_max(config.http.connections_max)
     http_server.GATE.per_address_max = min(config.http.connections_per_address_max, http_server.GATE.connections_max)
-    store = open_store(options, config)
+    # The directory is taken before the store opens it (opening may write:
+    # an identity record, an adopted directory); one that does not exist
+    # yet is taken once the store has made it.
+    held_fd = _hold(options.data_dir) if os.path.isdir(options.data_dir) else None
     try:
-        held_fd = datadir.hold(options.data_dir)
-    except datadir.DataDirError as exc:
+        store = open_store(options, config)
+    except BaseException:
+        if held_fd is not None:
+            os.close(held_fd)
+        raise
+    try:
+        if held_fd is None:
+            held_fd = _hold(options.data_dir)
+    except BaseException:
         store.close()
-        raise ServeError(str(exc)) from None
+        raise
     try:
         # The node's one clock (clock.py): every stamp and due time comes
         # from it, starting from the last stamp this store applied.
@@ -213,6 +223,14 @@ async def serve(options: ServeOptions, *, task_status: trio.TaskStatus[str] = tr
     finally:
         store.close()
         os.close(held_fd)
+
+
+def _hold(path: str) -> int:
+    """`datadir.hold`, its refusal a ServeError (exit status 2)."""
+    try:
+        return datadir.hold(path)
+    except datadir.DataDirError as exc:
+        raise ServeError(str(exc)) from None
 
 
 def identity_of(options: ServeOptions) -> datadir.Identity:

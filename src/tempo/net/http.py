@@ -59,11 +59,9 @@ from tempo.schema import Problem
 log = logging.getLogger("tempo.http")
 
 _CONNECTION_GONE = (trio.BusyResourceError, trio.BrokenResourceError, trio.ClosedResourceError, h11.ProtocolError)
-# A refused connection: what the client sent meanwhile is read (at most this
-# much, this long) before closing, so its kernel does not turn the close into
-# a reset that hides the 503.
-_drain_bytes_max = 64 << 10
-_drain_s = 0.5
+# A refused connection: what the client sent meanwhile is read (at most
+# `limits.refused_connection_drain_bytes_max`, `..._drain_s`) before closing,
+# so its kernel does not turn the close into a reset that hides the 503.
 _PROBLEMS = {
     400: Problem("validation", "Bad Request", 400, "the request is not valid HTTP/1.1"),
     431: Problem(
@@ -294,14 +292,14 @@ class _GuardedTCPServer(TCPServer):
 
     async def _refuse(self) -> None:
         stream = self.stream
-        with trio.move_on_after(_drain_s):
+        with trio.move_on_after(limits.refused_connection_drain_s):
             try:
                 # Over TLS the answer would need a handshake first: just close.
                 if isinstance(stream, trio.SocketStream):
                     await stream.send_all(_REFUSAL)
                     await stream.send_eof()
                     drained = 0
-                    while drained < _drain_bytes_max and (data := await stream.receive_some(_drain_bytes_max)):
+                    while drained < limits.refused_connection_drain_bytes_max and (data := await stream.receive_some(limits.refused_connection_drain_bytes_max)):
                         drained += len(data)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                 pass
