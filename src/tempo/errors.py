@@ -106,6 +106,12 @@ class StorageFault(Overloaded):
         # The LMDB map is full (the disk may have room for it to grow).
         self.map_full = map_full
 
+    def again(self) -> "StorageFault":
+        """The same fault, as a new exception for one more request: one
+        object raised by many tasks would carry their tracebacks and
+        contexts between them."""
+        return StorageFault(self.detail, map_full=self.map_full)
+
 
 class NotLeader(TempoError):
     """This node stopped leading while the request waited; ask the cluster again."""

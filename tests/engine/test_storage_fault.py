@@ -98,3 +98,13 @@ def test_lmdbs_answer_to_a_misuse_is_not_taken_for_the_machines(store, monkeypat
     with pytest.raises(lmdb.BadValsizeError):
         store.apply_entry(1, data)
     assert store.applied_index() == 0
+
+
+def test_a_panicked_environment_stops_the_node_rather_than_refusing_writes_for_ever(store, monkeypatch):
+    """After a PanicError every transaction fails the same way: a 507 and a
+    retry would never clear, so it is raised as it is and stops the node."""
+    monkeypatch.setattr(store_module._Tx, "apply", failing_on_second(lmdb.PanicError("mdb_txn_begin: MDB_PANIC", -30795)))
+    data = encode_entry([PauseJob(T0, "default", "j_x"), PauseJob(T0, "default", "j_y")])
+    with pytest.raises(lmdb.PanicError):
+        store.apply_entry(1, data)
+    assert store.applied_index() == 0

@@ -98,7 +98,7 @@ class Committer:
                 # Queued while the batch before failed: no new try this soon.
                 self.storage.refused_commands += len(batch)
                 for _, waiter in batch:
-                    waiter.finish(self.storage.refused)
+                    waiter.finish(self.storage.refused.again())
                 continue
             if await self._commit(index + 1, batch):
                 index += 1
@@ -119,8 +119,7 @@ class Committer:
             if isinstance(failure, errors.StorageFault):
                 self.storage.failed(failure, len(batch))
             for _, waiter in batch:
-                waiter.outcome = failure
-                waiter.done.set()
+                waiter.finish(failure.again() if isinstance(failure, errors.StorageFault) else failure)
             return False
         self.storage.succeeded()
         assert len(outcomes) == len(batch)

@@ -41,7 +41,7 @@ class StorageGuard:
         such a write is answered at once instead of waiting to fail."""
         if self.refused is not None and trio.current_time() < self.retry_at:
             self.refused_commands += 1
-            raise self.refused.with_traceback(None)
+            raise self.refused.again()
 
     def failed(self, fault: errors.StorageFault, commands: int = 0) -> None:
         """A write of `commands` commands (or a probe, 0) failed with `fault`."""

@@ -80,6 +80,10 @@ _MISUSE = (
     lmdb.BadValsizeError, lmdb.BadDbiError, lmdb.BadTxnError, lmdb.BadRslotError, lmdb.InvalidParameterError,
     lmdb.KeyExistsError, lmdb.NotFoundError,
 )
+# LMDB's own word that the environment can no longer be used (a failed meta
+# page write): every later transaction fails the same way, so refusing
+# writes and trying again would never clear. It stops the node instead.
+_FATAL = (lmdb.PanicError,)
 _APPLIED_INDEX = b"applied_index"
 _EVENT_SEQ = b"event_seq"
 # Written and deleted in one transaction by `Store.probe`: never in the tables.
@@ -312,12 +316,13 @@ class Store:
         reports a full map as MapFullError, ENOSPC as DiskError, and a short
         write or a failed fsync at commit as EIO, which py-lmdb raises as its
         plain Error (it has no class for EIO); its answers to tempo's own
-        misuse (`_MISUSE`) are none. An OSError is one when its errno says
+        misuse (`_MISUSE`) and a panicked environment (`_FATAL`) are none.
+        An OSError is one when its errno says
         the disk is full or failing (a snapshot file's write)."""
         if isinstance(exc, lmdb.MapFullError):
             map_bytes = self.env.info()["map_size"]
             return errors.StorageFault(f"the data file is full: its map of {map_bytes >> 20} MiB", map_full=True)
-        if isinstance(exc, _MISUSE):
+        if isinstance(exc, _MISUSE + _FATAL):
             return None
         if not isinstance(exc, lmdb.Error | MemoryError) and not (
             isinstance(exc, OSError) and exc.errno in STORAGE_ERRNOS
