@@ -21,10 +21,10 @@ import trio
 from tempo import clock, errors, ids, limits
 from tempo.config import UNLIMITED, OwnerLimits
 from tempo.engine import keys
-from tempo.engine.commands import Claim, ClaimRuns, ExpireLeases, Expiry, ReportResults, Result
+from tempo.engine.commands import Claim, ClaimKey, ClaimRuns, ExpireLeases, Expiry, ReportResults, Result
 from tempo.engine.commit import Committer
 from tempo.engine.jobs import next_slot_after_claim
-from tempo.engine.records import Job, Run
+from tempo.engine.records import ClaimKeyEntry, Job, Run
 from tempo.engine.store import Changes, Store
 from tempo.rate import TokenBucket
 from tempo.wheel import TimingWheel
@@ -644,11 +644,16 @@ class Dispatcher:
         return dict(found)
 
     async def claim(
-        self, queues: list[str], worker: str, runs_max: int, wait_s: float
+        self, queues: list[str], worker: str, runs_max: int, wait_s: float, key: ClaimKey | None = None
     ) -> list[ClaimedRun]:
         """Claims up to `runs_max` due runs of `queues` (`[HTTP_QUEUE]`: every
         owner's http queue), waiting up to `wait_s` for one: for a run to fall
         due, or for room under its owner's limits.
+
+        With a `key` already recorded (docs/semantics.md "Idempotent
+        claims"), it takes nothing and answers the runs the key took that
+        are still held at their attempt; the recorded state decides, here or
+        in apply when the first claim with the key is still being committed.
 
         Cancelling it is safe: cancelled while it waits, it has taken
         nothing; once it has taken runs, their commit finishes (shielded: a
@@ -657,6 +662,10 @@ class Dispatcher:
         client has gone meanwhile hands them to `release`."""
         deadline_s = trio.current_time() + wait_s
         generation = self.generation
+        if key is not None:
+            entry = self.store.claim_key_entry(key.owner, key.key, self.now_ms())
+            if entry is not None:
+                return self._answer_key(entry, worker, key)
         while True:
             if generation != self.generation:
                 raise errors.NotLeader("this node stopped leading; claim from the new leader")
@@ -666,9 +675,11 @@ class Dispatcher:
                 taken, refill_ms = self._take(queues, runs_max)
             if taken:
                 with trio.CancelScope(shield=True):
-                    claimed = await self._commit_claims(worker, taken)
-                if claimed:
-                    return claimed
+                    outcome = await self._commit_claims(worker, taken, key)
+                if isinstance(outcome, ClaimKeyEntry):
+                    return self._answer_key(outcome, worker, key)
+                if outcome:
+                    return outcome
                 continue
             now_s = trio.current_time()
             if now_s >= deadline_s:
@@ -698,17 +709,24 @@ class Dispatcher:
         for queue in [q for q in self._ready_events if q == HTTP_QUEUE or q.startswith(prefix)]:
             self._ready_events.pop(queue).set()
 
-    async def _commit_claims(self, worker: str, taken: list[tuple[bytes, Job]]) -> list[ClaimedRun]:
+    async def _commit_claims(
+        self, worker: str, taken: list[tuple[bytes, Job]], key: ClaimKey | None = None
+    ) -> list[ClaimedRun] | ClaimKeyEntry:
         claiming = self.claiming  # a reset while this commits starts a new count
         generation = self.generation
         try:
-            return await self._commit_taken(worker, taken)
-        except errors.Overloaded:
-            # Not written (a full disk, too many writes): the runs are still
-            # waiting in the tables, and go back to the head of their queues.
+            outcome = await self._commit_taken(worker, taken, key)
+        except (errors.Overloaded, errors.ClaimKeyReused):
+            # Not written (a full disk, too many writes), or a key that took
+            # nothing: the runs are still waiting in the tables, and go back
+            # to the head of their queues.
             if generation == self.generation:
                 self._give_back(taken)
             raise
+        else:
+            if isinstance(outcome, ClaimKeyEntry) and generation == self.generation:
+                self._give_back(taken)  # the key was recorded: it took nothing
+            return outcome
         finally:
             for owner, count in Counter(job.owner for _, job in taken).items():
                 claiming[owner] -= count
@@ -731,7 +749,9 @@ class Dispatcher:
             if is_http(queue):
                 self.http_ready[queue] = None
 
-    async def _commit_taken(self, worker: str, taken: list[tuple[bytes, Job]]) -> list[ClaimedRun]:
+    async def _commit_taken(
+        self, worker: str, taken: list[tuple[bytes, Job]], key: ClaimKey | None = None
+    ) -> list[ClaimedRun] | ClaimKeyEntry:
         at_ms = self.now_ms()
         # Leases count from the claim's stamp, on the monotonic clock; the
         # wall-clock expiry in the command is what the run shows.
@@ -761,7 +781,11 @@ class Dispatcher:
             claims.append(claim)
         if not claims:
             return []
-        outcomes = await self.committer.submit(ClaimRuns(at_ms, worker, claims))
+        if key is not None:
+            key = ClaimKey(key.owner, key.key, key.queues_hash, at_ms + limits.claim_key_kept_ms)
+        outcomes = await self.committer.submit(ClaimRuns(at_ms, worker, claims, key))
+        if isinstance(outcomes, ClaimKeyEntry):
+            return outcomes
         claimed: list[ClaimedRun] = []
         lateness_s: list[float] = []
         for claim, run in zip(claims, outcomes, strict=True):  # type: ignore[arg-type]
@@ -774,6 +798,38 @@ class Dispatcher:
         self._observe_lateness(lateness_s)
         self.counters["claimed"] += len(claimed)
         return claimed
+
+    def _answer_key(self, entry: ClaimKeyEntry, worker: str, key: ClaimKey | None) -> list[ClaimedRun]:
+        """The runs a recorded claim key took that are still claimed at the
+        attempt it took them at (a run whose lease expired, or that finished
+        or was deleted since, is not this claim's any more: fencing by
+        attempt). Each answered run's lease is renewed, as by a heartbeat,
+        and the answer shows it. Another worker or other queues with the key
+        is `ClaimKeyReused`."""
+        assert key is not None
+        if entry.worker != worker or entry.queues_hash != key.queues_hash:
+            raise errors.ClaimKeyReused(f"claim key {key.key!r} was used by another worker or for other queues")
+        self.counters["claim_key_repeats"] += 1
+        answered: list[ClaimedRun] = []
+        for taken in entry.runs:
+            run = self.store.get_run_any(taken.job_id, taken.nominal_ms)
+            job = self.store.get_job_any(taken.job_id)
+            if run is None or job is None or run.status != "claimed" or run.attempt != taken.attempt:
+                continue
+            slot = (run.job_id, run.nominal_ms)
+            lease = self.leases.get(slot)
+            if lease is None:
+                # Claimed, with no lease in memory (its minute not loaded yet,
+                # or its expiry being committed): as a heartbeat would.
+                lease = Lease(run.attempt, 0.0, job.lease_s, job.owner)
+                self._put_lease(slot, lease)
+            elif lease.attempt != run.attempt:
+                continue
+            lease.deadline_s = trio.current_time() + lease.lease_s
+            heapq.heappush(self._lease_heap, (lease.deadline_s, run.job_id, run.nominal_ms, run.attempt))
+            run.lease_expires_ms = self.now_ms() + lease.lease_s * 1000
+            answered.append(ClaimedRun(run, job))
+        return answered
 
     def _observe_lateness(self, lateness_s: list[float]) -> None:
         """Counts claim lateness into the histogram: bucket i holds

@@ -303,6 +303,12 @@ def run_view(run: Run) -> RunOut:
     return RunOut(*_run_fields(run))
 
 
+def queues_hash(queues: list[str]) -> bytes:
+    """The set of queues a claim names, as a claim key's record keeps it:
+    order and repeats do not matter."""
+    return hashlib.blake2b("\n".join(sorted(set(queues))).encode(), digest_size=16).digest()
+
+
 def claimed_view(run: Run, job: Job) -> ClaimedRunOut:
     """`run_view`'s fields and the job's target, payload and lease. A claim
     answers with up to 1,000 of these, so the fields are spelled out here
