@@ -21,7 +21,15 @@ import trio
 from tempo import clock, errors, ids, limits
 from tempo.config import UNLIMITED, OwnerLimits
 from tempo.engine import keys
-from tempo.engine.commands import Claim, ClaimKey, ClaimRuns, ExpireLeases, Expiry, ReportResults, Result
+from tempo.engine.commands import (
+    Claim,
+    ClaimKey,
+    ClaimRuns,
+    ExpireLeases,
+    Expiry,
+    ReportResults,
+    Result,
+)
 from tempo.engine.commit import Committer
 from tempo.engine.jobs import next_slot_after_claim
 from tempo.engine.records import ClaimKeyEntry, Job, Run
