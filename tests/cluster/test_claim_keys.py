@@ -3,10 +3,10 @@ claim was committed) is retried with its `claim_key` at the new leader, and
 gets the same runs at the same attempts: nothing waits for a lease to run
 out (docs/semantics.md "Idempotent claims")."""
 
-from http.client import HTTPConnection
 import json
 import time
 import uuid
+from http.client import HTTPConnection
 
 from .conftest import Cluster, client
 
