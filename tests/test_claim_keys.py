@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from conftest import unique, wait_for
+from conftest import metric, unique, wait_for
 
 PAST = "2026-01-01T00:00:00Z"  # due at once
 
@@ -50,12 +50,14 @@ def test_the_same_claim_again_answers_the_same_runs_and_takes_no_new_ones(http):
     time.sleep(0.3)  # all three due and in the ready queue
     first = claim_until(http, "w1", queue, key, 2)
     assert len(first) == 2 and {r["attempt"] for r in first} == {1}
+    repeats = metric(http, "tempo_claim_key_repeats_total")
     again = claim(http, "w1", [queue], key, max_runs=2)
     assert again.status_code == 200, again.text
     repeat = again.json()["runs"]
     assert [(r["id"], r["attempt"], r["worker"]) for r in repeat] == [(r["id"], r["attempt"], r["worker"]) for r in first]
     assert all(r["lease_expires_at"] for r in repeat)
     assert all(r["target"] == f"queue:{queue}" and r["lease_s"] == 60 for r in repeat)
+    assert metric(http, "tempo_claim_key_repeats_total") == repeats + 1
     # The third run was not taken by the repeat: another claim gets it.
     [third] = claim_until(http, "w1", queue, None, 10)
     assert third["id"] not in {r["id"] for r in first} and third["attempt"] == 1

@@ -910,6 +910,9 @@ class Api:
                 f"tempo_runs_{metric}_total {d.counters[name]}",
             ]
         lines += [
+            "# HELP tempo_claim_key_repeats_total Claims answered from their claim key's record.",
+            "# TYPE tempo_claim_key_repeats_total counter",
+            f"tempo_claim_key_repeats_total {d.counters['claim_key_repeats']}",
             "# HELP tempo_runs_due_not_claimed Runs due but not claimed yet.",
             "# TYPE tempo_runs_due_not_claimed gauge",
             f"tempo_runs_due_not_claimed {d.ready_count()}",
