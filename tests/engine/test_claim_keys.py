@@ -165,3 +165,19 @@ def test_a_command_with_a_key_round_trips():
     from tempo.engine.commands import decode_entry
 
     assert decode_entry(encode_entry([command])) == [command]
+
+
+def test_a_store_made_before_claim_keys_opens_and_gains_the_table(tmp_path):
+    path = str(tmp_path / "old")
+    made = Store(path, map_bytes=64 << 20)
+    with made.env.begin(write=True) as txn:
+        txn.drop(made.db["claim_keys"], delete=True)
+    made.close()
+    reopened = Store(path, map_bytes=64 << 20)
+    try:
+        log = Log(reopened)
+        [a] = make_runs(log, 1)
+        log.apply(claim(T0 + 10, "w1", [a], "k-1"))
+        assert reopened.claim_key_entry(OWNER, "k-1", T0 + 10) is not None
+    finally:
+        reopened.close()
