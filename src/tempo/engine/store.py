@@ -106,7 +106,7 @@ _enc = msgspec.msgpack.Encoder()
 _job_dec = records.Decoder(Job)
 _run_dec = records.Decoder(Run)
 _reqkey_dec = records.Decoder(RequestKeyEntry)
-_claimkey_dec = records.Decoder(ClaimKeyEntry)
+_claimkey_dec: records.Decoder[ClaimKeyEntry] = records.Decoder(ClaimKeyEntry)
 _event_dec = records.Decoder(Event)
 _snapshot_dec = records.Decoder(list[tuple[str, list[tuple[bytes, bytes]]]], "snapshot")
 
@@ -1186,7 +1186,7 @@ class _Tx:
         record_key = keys.claim_key(key.owner, key.key)
         raw = self.txn.get(record_key, db=self.claim_keys)
         if raw is not None:
-            entry = _claimkey_dec.decode(raw)
+            entry = _claimkey_dec.decode(bytes(raw))
             if entry.expires_ms > cmd.at_ms:
                 if entry.worker != cmd.worker or entry.queues_hash != key.queues_hash:
                     return errors.ClaimKeyReused(
@@ -1212,7 +1212,7 @@ class _Tx:
         found = cur.set_range(keys.CLAIM_KEY_EXPIRY_HEAD)
         expired: list[tuple[bytes, int]] = []
         while found and len(expired) < limits.claim_keys_dropped_per_claim:
-            index_key = cur.key()
+            index_key = bytes(cur.key())
             if not index_key.startswith(keys.CLAIM_KEY_EXPIRY_HEAD):
                 break
             expires_ms, record_key = keys.parse_claim_key_expiry(index_key)
@@ -1230,7 +1230,7 @@ class _Tx:
         raw = self.txn.get(record_key, db=self.claim_keys)
         # The record under that key may be a later one (the key used again
         # after it expired): only the one that expires then goes.
-        if raw is not None and _claimkey_dec.decode(raw).expires_ms == expires_ms:
+        if raw is not None and _claimkey_dec.decode(bytes(raw)).expires_ms == expires_ms:
             self.txn.delete(record_key, db=self.claim_keys)
 
     def report_result(self, cmd: ReportResults, result: Result) -> Run | errors.TempoError:
