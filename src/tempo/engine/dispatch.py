@@ -67,6 +67,11 @@ class Lease(msgspec.Struct, gc=False):
     deadline_s: float
     lease_s: int
     owner: str
+    # The lease's one live entry in the lease heap: its number and instant,
+    # at or before `deadline_s` (heartbeats move the deadline on, not the
+    # entry; `Dispatcher.expired` moves the entry when it comes up).
+    entry: int = 0
+    entry_s: float = 0.0
 
 
 @dataclass(slots=True)
@@ -118,8 +123,13 @@ class Dispatcher:
         self.queue_of: dict[bytes, tuple[str, Job]] = {}
         self.ready: dict[str, deque[bytes]] = {}
         self.leases: dict[tuple[str, int], Lease] = {}
-        # (deadline_s, job ID, nominal ms, attempt); stale entries are skipped.
-        self._lease_heap: list[tuple[float, str, int, int]] = []
+        # (instant_s, entry number, job ID, nominal ms). Invariant: each lease
+        # has exactly one entry whose number is its `entry`; the others are
+        # stale (their lease ended or was replaced), skipped when popped, and
+        # fewer than `len(leases) + limits.lease_heap_slack_entries`
+        # (`_bound_lease_heap`).
+        self._lease_heap: list[tuple[float, int, str, int]] = []
+        self._lease_entries = 0  # entry numbers handed out
         # Every open run due before this is in memory, except the waiting
         # runs of a skipped owner from its skip point on (`load`).
         self.loaded_until_ms = 0
@@ -448,12 +458,17 @@ class Dispatcher:
         found: list[Expiry] = []
         heap = self._lease_heap
         while heap and heap[0][0] <= now_s and len(found) < limits.expiries_per_command_max:
-            deadline_s, job_id, nominal_ms, attempt = heapq.heappop(heap)
+            _, entry, job_id, nominal_ms = heapq.heappop(heap)
             lease = self.leases.get((job_id, nominal_ms))
-            if lease is None or lease.attempt != attempt or lease.deadline_s != deadline_s:
-                continue  # extended, re-claimed or finished since
+            if lease is None or lease.entry != entry:
+                continue  # stale: the lease ended or was replaced
+            if lease.deadline_s > now_s:
+                # Heartbeats moved the deadline on: the lease's one entry follows.
+                lease.entry_s = lease.deadline_s
+                heapq.heappush(heap, (lease.deadline_s, entry, job_id, nominal_ms))
+                continue
             self._drop_lease((job_id, nominal_ms))
-            found.append(Expiry(job_id, nominal_ms, attempt))
+            found.append(Expiry(job_id, nominal_ms, lease.attempt))
         return found
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -787,8 +802,41 @@ class Dispatcher:
     # -- leases ------------------------------------------------------------------
 
     def _grant(self, owner: str, job_id: str, nominal_ms: int, attempt: int, deadline_s: float, lease_s: int) -> None:
-        self._put_lease((job_id, nominal_ms), Lease(attempt, deadline_s, lease_s, owner))
-        heapq.heappush(self._lease_heap, (deadline_s, job_id, nominal_ms, attempt))
+        key = (job_id, nominal_ms)
+        lease = Lease(attempt, deadline_s, lease_s, owner)
+        self._put_lease(key, lease)
+        self._enter_lease(key, lease)
+
+    def _enter_lease(self, key: tuple[str, int], lease: Lease) -> None:
+        """Gives the lease a new entry in the heap, at its deadline; the
+        entry it had, if any, is stale from now on."""
+        self._lease_entries += 1
+        lease.entry = self._lease_entries
+        lease.entry_s = lease.deadline_s
+        heapq.heappush(self._lease_heap, (lease.deadline_s, lease.entry, key[0], key[1]))
+        self._bound_lease_heap()
+
+    def _move_deadline(self, key: tuple[str, int], lease: Lease, deadline_s: float) -> None:
+        """A heartbeat (later) or a release (now): a later deadline keeps the
+        lease's entry, which `expired` moves on when it comes up; an earlier
+        one needs an earlier entry."""
+        lease.deadline_s = deadline_s
+        if deadline_s < lease.entry_s:
+            self._enter_lease(key, lease)
+
+    def _bound_lease_heap(self) -> None:
+        """Rebuilds the heap from the leases once its stale entries outnumber
+        the live ones by `limits.lease_heap_slack_entries`: a rebuild costs
+        O(leases) and comes after at least as many stale entries were made,
+        so it is O(1) per lease that ended, and the heap holds at most
+        `2 * len(leases) + slack` entries."""
+        heap = self._lease_heap
+        if len(heap) <= 2 * len(self.leases) + limits.lease_heap_slack_entries:
+            return
+        # In place: `expired` holds the list while it pops.
+        heap[:] = [(lease.entry_s, lease.entry, job_id, nominal_ms) for (job_id, nominal_ms), lease in self.leases.items()]
+        heapq.heapify(heap)
+        self.counters["lease_heap_rebuilds"] += 1
 
     def _put_lease(self, key: tuple[str, int], lease: Lease) -> None:
         """Every lease is a run of its owner in flight."""
@@ -811,6 +859,7 @@ class Dispatcher:
             del self.in_flight[owner]
         if owner in self.held:
             self._wake_owner(owner)
+        self._bound_lease_heap()
 
     def heartbeat(self, owner: str | None, run_id: str, attempt: int) -> int:
         """Extends a lease in memory to `lease_s` from now (monotonic); answers
@@ -820,6 +869,7 @@ class Dispatcher:
         if parsed is None or job is None or (owner is not None and job.owner != owner):
             raise errors.NotFound(f"no run {run_id}")
         lease = self.leases.get(parsed)
+        now_s = trio.current_time()
         if lease is None or lease.attempt != attempt:
             run = self.store.get_run_any(*parsed)
             if run is None:
@@ -828,10 +878,9 @@ class Dispatcher:
                 raise errors.StaleAttempt(f"attempt {attempt} of run {run_id} no longer holds it")
             # Claimed, but its minute is not loaded yet (a restart with a
             # backlog): it gets the full lease a loaded run would get.
-            lease = Lease(attempt, 0.0, job.lease_s, job.owner)
-            self._put_lease(parsed, lease)
-        lease.deadline_s = trio.current_time() + lease.lease_s
-        heapq.heappush(self._lease_heap, (lease.deadline_s, parsed[0], parsed[1], attempt))
+            self._grant(job.owner, parsed[0], parsed[1], attempt, now_s + job.lease_s, job.lease_s)
+            return self.now_ms() + job.lease_s * 1000
+        self._move_deadline(parsed, lease, now_s + lease.lease_s)
         return self.now_ms() + lease.lease_s * 1000
 
     def release(self, claimed: list[ClaimedRun]) -> None:
@@ -845,8 +894,7 @@ class Dispatcher:
             lease = self.leases.get((run.job_id, run.nominal_ms))
             if lease is None or lease.attempt != run.attempt:
                 continue  # finished, expired, or this node stopped leading
-            lease.deadline_s = now_s
-            heapq.heappush(self._lease_heap, (now_s, run.job_id, run.nominal_ms, run.attempt))
+            self._move_deadline((run.job_id, run.nominal_ms), lease, now_s)
             self.counters["undelivered"] += 1
 
     def lease_of(self, job_id: str, nominal_ms: int, attempt: int) -> int | None:
