@@ -13,7 +13,7 @@ from .test_dispatch import OWNER, Node, at, running
 
 
 def heap_entries(node: Node) -> int:
-    return len(node.dispatcher._lease_heap)
+    return node.dispatcher.core.lease_heap_entries
 
 
 async def test_heartbeats_on_one_lease_add_no_heap_entries(tmp_path, origin, fast_clock):
