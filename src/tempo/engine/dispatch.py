@@ -222,7 +222,7 @@ class Dispatcher:
                 # round tries again.
                 self.core.expire_failed(command, now_s)
                 continue
-            self.counters["expired"] += sum(1 for o in outcomes if o is not None)  # type: ignore[union-attr]
+            self.core.expire_applied(outcomes)  # type: ignore[arg-type]
             log_failed_attempts(outcomes)  # type: ignore[arg-type]
 
     async def claim(

@@ -1,6 +1,6 @@
 """The dispatcher's core: loader → timing wheel → ready queues → claims, the
 leases and each owner's limits, as a pure state machine (DESIGN.md "Dispatch
-on the leader"; docs/semantics.md "The dispatcher's core").
+on the leader"; docs/raft.md "The dispatcher's core").
 
 It reads no clock, starts no task or thread, awaits nothing and writes
 nothing: time comes in as arguments, `now_ms` (scheduler time, UNIX ms: the
@@ -9,7 +9,9 @@ seconds: leases, claim rates), and every change of the tables it wants is a
 command it hands back for its driver (engine/dispatch.py) to propose. It
 reads rows through `RunReader` (the store). So a test, or a seeded
 simulator, steps it from synchronous code on a clock of its own, and the
-same inputs give the same outputs.
+same inputs give the same outputs. Neither clock may go backwards from one
+call to the next (`clock.Clock` makes scheduler time so; the wheel asserts
+it); they need not move together: a wall-clock step moves `now_ms` only.
 
 What it takes, and what it gives back:
 
@@ -28,6 +30,7 @@ What it takes, and what it gives back:
 | `release(runs, mono_s)` | a claim's answer never reached its worker | the leases end at `mono_s` |
 | `expire(now_ms, mono_s)` | the lease check | an `ExpireLeases` command, or None |
 | `expire_failed(command, mono_s)` | that command was not written | its leases stay expired in memory, for the next check |
+| `expire_applied(outcomes)` | that command applied | (counters) |
 | `reported(outcomes)` | a `ReportResults` applied | (counters) |
 | `take_wakeups()` | after any call | the queues (`HTTP_QUEUE`: the http ones) that got ready runs, and the owners a limit held back whose room freed |
 
@@ -567,6 +570,10 @@ class DispatchCore:
             job = self.reader.get_job_any(expiry.job_id)
             if job is not None:
                 self._grant(job.owner, expiry.job_id, expiry.nominal_ms, expiry.attempt, mono_s, 0)
+
+    def expire_applied(self, outcomes: list[Run | None]) -> None:
+        """An `ExpireLeases` applied: counts the leases it expired."""
+        self.counters["expired"] += sum(1 for outcome in outcomes if outcome is not None)
 
     def reported(self, outcomes: list[Run | errors.TempoError]) -> None:
         """A `ReportResults` applied: counts its runs by their new status."""
