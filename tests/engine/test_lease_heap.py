@@ -67,3 +67,16 @@ async def test_finished_runs_leave_a_bounded_number_of_heap_entries(tmp_path, or
         for one in kept:
             node.dispatcher.heartbeat(OWNER, ids.run_id(one.run.job_id, one.run.nominal_ms), 1)
         assert heap_entries(node) <= 2 * len(kept) + 100
+
+
+async def test_the_lease_heap_is_a_gauge_in_the_metrics(tmp_path, origin, fast_clock):
+    from tempo.net.api import Api
+    from tempo.node import Standalone
+
+    async with running(Node(str(tmp_path / "data"))) as node:
+        api = Api(node.store, node.jobs, node.dispatcher, node=Standalone(node.store.applied_index))
+        await node.create(schedule=at(0), lease_s=30)
+        await node.claim(wait_s=1)
+        lines = api._dispatch_metrics()
+        assert "# TYPE tempo_lease_heap_entries gauge" in lines
+        assert "tempo_lease_heap_entries 1" in lines
