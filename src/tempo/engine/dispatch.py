@@ -20,7 +20,7 @@ the truth.
 
 import logging
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import trio
 
@@ -310,7 +310,7 @@ class Dispatcher:
         return outcomes  # type: ignore[return-value]
 
 
-def log_failed_attempts(outcomes: list) -> None:
+def log_failed_attempts(outcomes: Sequence[object]) -> None:
     """One line per attempt that just failed or lost its lease, with the run's
     and job's IDs as fields (`extra`), at most `limits.run_log_lines_max`."""
     ended = [o for o in outcomes if isinstance(o, Run) and o.status in ("waiting", "failed")]

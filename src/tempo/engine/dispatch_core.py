@@ -500,14 +500,14 @@ class DispatchCore:
         for owner, skip_ms in self.skipped.items():
             assert skip_ms <= self.loaded_until_ms, f"skip point of {owner} past the loaded window"
         for runs_key, (_, job) in self.queue_of.items():
-            skip_ms = self.skipped.get(job.owner)
-            if skip_ms is not None and runs_key in self.wheel:
-                assert _due_of(runs_key) <= skip_ms, f"a run of {job.owner} after its skip point"
+            skip_at_ms = self.skipped.get(job.owner)
+            if skip_at_ms is not None and runs_key in self.wheel:
+                assert _due_of(runs_key) <= skip_at_ms, f"a run of {job.owner} after its skip point"
         minutes = self.reader.open_minutes(0, keys.minute_of(self.loaded_until_ms - 1) + 1, 1 << 30)
         for minute in minutes:
             for runs_key, run, job in self.reader.scan_minute(minute, 0, self.loaded_until_ms):
-                skip_ms = self.skipped.get(job.owner)
-                if run.status == "waiting" and (skip_ms is None or run.due_ms < skip_ms):
+                skip_at_ms = self.skipped.get(job.owner)
+                if run.status == "waiting" and (skip_at_ms is None or run.due_ms < skip_at_ms):
                     assert runs_key in self.queue_of, f"a waiting run of {job.owner} not in memory"
 
     # -- the clock side --------------------------------------------------------
