@@ -847,10 +847,17 @@ class DispatchCore:
     # -- leases ------------------------------------------------------------------
 
     def _grant(self, owner: str, job_id: str, nominal_ms: int, attempt: int, deadline_s: float, lease_s: int) -> None:
-        key = (job_id, nominal_ms)
-        lease = Lease(attempt, deadline_s, lease_s, owner)
-        self._put_lease(key, lease)
-        self._enter_lease(key, lease)
+        # `_enter_lease`, inline: this runs once per run claimed. A new
+        # lease adds one to the leases and one entry to the heap, which
+        # keeps it within its bound; only one that replaces a lease (whose
+        # entry goes stale) may take it past.
+        self._lease_entries += 1
+        entry = self._lease_entries
+        lease = Lease(attempt, deadline_s, lease_s, owner, entry, deadline_s)
+        replaced = self._put_lease((job_id, nominal_ms), lease)
+        heapq.heappush(self._lease_heap, (deadline_s, entry, job_id, nominal_ms))
+        if replaced:
+            self._bound_lease_heap()
 
     def _enter_lease(self, key: tuple[str, int], lease: Lease) -> None:
         """Gives the lease a new entry in the heap, at its deadline; the
@@ -883,14 +890,16 @@ class DispatchCore:
         heapq.heapify(heap)
         self.counters["lease_heap_rebuilds"] += 1
 
-    def _put_lease(self, key: tuple[str, int], lease: Lease) -> None:
-        """Every lease is a run of its owner in flight."""
+    def _put_lease(self, key: tuple[str, int], lease: Lease) -> bool:
+        """Every lease is a run of its owner in flight. Answers whether it
+        replaced one."""
         old = self.leases.get(key)
         self.leases[key] = lease
         if old is None:
             self.in_flight[lease.owner] += 1
-        else:
-            assert old.owner == lease.owner, "a run's owner never changes"
+            return False
+        assert old.owner == lease.owner, "a run's owner never changes"
+        return True
 
     def _drop_lease(self, key: tuple[str, int]) -> None:
         """The run finished, expired or was deleted: its owner's room frees."""
@@ -904,7 +913,8 @@ class DispatchCore:
             del self.in_flight[owner]
         if owner in self.held:
             self._wake_owner(owner)
-        self._bound_lease_heap()
+        if len(self._lease_heap) > 2 * len(self.leases) + limits.lease_heap_slack_entries:
+            self._bound_lease_heap()
 
     def heartbeat(self, owner: str | None, run_id: str, attempt: int, now_ms: int, mono_s: float) -> int:
         """Extends a lease in memory to `lease_s` from now (monotonic); answers
