@@ -79,7 +79,7 @@ def test_a_finished_run_moves_to_the_bucket_of_the_day_it_finished(store):
     assert run.status == "done"
     assert store.history_days() == [D0 + 1]
     dump = store.dump()
-    assert [keys.parse_run_key(k)[3] for k, _ in dump["runs"]] == [later.id]
+    assert [keys.slot_of(k)[0] for k, _ in dump["runs"]] == [later.id]
     assert [keys.parse_by_job_key(k)[0] for k, _ in dump["runs_by_job"]] == [later.id]
     assert bucket_rows(store, D0 + 1, b"r") == [b"r" + keys.by_job_key(job.id, job.slot_ms)]
     assert len(bucket_rows(store, D0 + 1, b"e")) == 1  # job.completed
