@@ -3,7 +3,7 @@
 import msgspec
 
 from tempo import ids
-from tempo.engine.jobs import claimed_view, run_view
+from tempo.net.views import claimed_view, run_view
 from tempo.engine.records import Job, Run, Schedule
 
 T0_MS = 1_800_000_000_000
