@@ -26,7 +26,8 @@ from tempo.engine.jobs import Jobs
 from tempo.engine.retention import Retention, before_day
 from tempo.engine.store import Store, bucket_name
 from tempo.schema import JobCreate
-from test_store import Log as StoreLog
+
+from .test_store import Log as StoreLog
 
 OWNER = "default"
 DAY = limits.day_ms
@@ -43,7 +44,7 @@ def new_job(at_ms: int, **fields):
 
 
 class Log(StoreLog):
-    """tests/test_store.py's log of entries, and a finished run in one call."""
+    """tests/engine/test_store.py's log of entries, and a finished run in one call."""
 
     def finish(self, job_id: str, nominal_ms: int, at_ms: int, *, ok: bool = True):
         """Claims the run and reports its first attempt at `at_ms`."""
