@@ -426,6 +426,15 @@ dispatch_slice_runs = 1000
 
 assert dispatch_slice_runs >= 1
 
+# The lease heap (engine/dispatch.py): each lease has one entry in it, which
+# a heartbeat does not add to; the entries of leases that ended stay until
+# they come up, or until they outnumber the live leases by this many, when
+# the heap is rebuilt from the leases (O(1) per ended lease, amortised). So
+# the heap holds at most 2 * leases + this many entries.
+lease_heap_slack_entries = 1024
+
+assert lease_heap_slack_entries >= 1
+
 # Idempotent claims (docs/semantics.md "Idempotent claims"). A claim key is
 # 1-`claim_key_chars_max` characters of `CLAIM_KEY_PATTERN` (ASCII, so as
 # many bytes), scoped to the owner. Its record lives in the `claim_keys`
