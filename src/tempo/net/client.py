@@ -298,10 +298,11 @@ class Client:
             "worker": worker, "queues": list(queues), "max_runs": max_runs, "wait_s": wait_s,
             "claim_key": claim_key or new_claim_key(self._rng),
         }
-        return self.request(
+        runs: list[dict[str, Any]] = self.request(
             "POST", "/v1/claim", body, timeout_s=wait_s + request_timeout_s,
             failover_timeout_s=max(self.failover_timeout_s, limits.claim_retry_s_max),
         )["runs"]
+        return runs
 
     def preview(self, schedule: dict[str, Any], after: str | None = None, count: int | None = None) -> list[str]:
         body: dict[str, Any] = {"schedule": schedule}
