@@ -671,14 +671,14 @@ class Api:
         # One preview computes at a time: its slices leave the loop free
         # between them only if no other preview's slice is waiting to run.
         async with self.previews_computing:
-            times = await jobviews.preview_ms(body, self.jobs.now_ms())
+            found, timezone = await jobviews.preview_occurrences(body, self.jobs.now_ms())
             # Spelled out in slices too: 1,000 RFC 3339 strings are milliseconds.
-            out: list[str] = []
-            for start in range(0, len(times), limits.preview_slice_times):
+            occurrences = []
+            for start in range(0, len(found), limits.preview_slice_times):
                 if start:
                     await trio.lowlevel.checkpoint()
-                out += [clock.iso_from_ms(t) for t in times[start : start + limits.preview_slice_times]]
-        return encode(request, PreviewOut(out))
+                occurrences += jobviews.occurrence_views(found[start : start + limits.preview_slice_times], timezone)
+        return encode(request, PreviewOut([o.at for o in occurrences], occurrences))
 
     # -- operations ------------------------------------------------------------
 
