@@ -62,3 +62,11 @@ def test_an_every_schedule_ends_with_year_9999():
     sched = Schedule(every_s=86_400, start_at_ms=ms("9999-12-30T00:00:00Z"))
     assert jobs.slot_after_ms(sched, 0, ms("9999-12-30T00:00:00Z"), inclusive=False) == ms("9999-12-31T00:00:00Z")
     assert jobs.slot_after_ms(sched, 0, ms("9999-12-31T00:00:00Z"), inclusive=False) is None
+
+
+def test_a_stored_expression_the_dialect_no_longer_has_ends_its_schedule():
+    # `L` was accepted before tempo's cron became crontab's: such a stored job
+    # has no further slot rather than failing every claim.
+    sched = Schedule(cron="0 0 L * *", timezone="UTC")
+    assert jobs.slot_after_ms(sched, 0, ms("2027-01-01T00:00:00Z"), inclusive=False) is None
+    assert jobs.latest_slot_ms(sched, 0, ms("2027-01-01T00:00:00Z")) is None

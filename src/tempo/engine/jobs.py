@@ -164,10 +164,13 @@ def slot_after_ms(sched: Schedule, created_at_ms: int, after_ms: int, *, inclusi
         return sched.at_ms if ok else None
     if sched.cron is not None:
         assert sched.timezone is not None
-        return schedule.next_cron_ms(
-            sched.cron, sched.timezone, after_ms - (1 if inclusive else 0),
-            gap=sched.dst_gap, repeat=sched.dst_repeat,
-        )
+        try:
+            return schedule.next_cron_ms(
+                sched.cron, sched.timezone, after_ms - (1 if inclusive else 0),
+                gap=sched.dst_gap, repeat=sched.dst_repeat,
+            )
+        except schedule.ScheduleError:
+            return None  # stored before the dialect lost `L`, `W`, `#`: no further slot
     assert sched.every_s is not None
     anchor_ms = created_at_ms if sched.start_at_ms is None else sched.start_at_ms
     found_ms = schedule.next_every_ms(
@@ -202,9 +205,12 @@ def latest_slot_ms(sched: Schedule, created_at_ms: int, now_ms: int) -> int | No
         k_min = 0 if sched.start_at_ms is not None else 1
         return None if k < k_min else anchor_ms + k * period_ms
     assert sched.cron is not None and sched.timezone is not None
-    return schedule.latest_cron_ms(
-        sched.cron, sched.timezone, now_ms, created_at_ms, gap=sched.dst_gap, repeat=sched.dst_repeat
-    )
+    try:
+        return schedule.latest_cron_ms(
+            sched.cron, sched.timezone, now_ms, created_at_ms, gap=sched.dst_gap, repeat=sched.dst_repeat
+        )
+    except schedule.ScheduleError:
+        return None  # as in slot_after_ms
 
 
 def next_slot_after_claim(job: Job, nominal_ms: int, now_ms: int) -> tuple[int, int] | None:
