@@ -462,6 +462,13 @@ def _utcoffset_s(value: dt.datetime) -> int:
     return offset.days * 86_400 + offset.seconds
 
 
+def _naive_offset_s(zone: zoneinfo.ZoneInfo, naive: dt.datetime) -> int:
+    """The zone's UTC offset for a naive wall time, by its ``fold``."""
+    offset = zone.utcoffset(naive)
+    assert offset is not None  # a zone has an offset for every wall time
+    return offset.days * 86_400 + offset.seconds
+
+
 def _offset_s(zone: zoneinfo.ZoneInfo, utc_s: int) -> int:
     """The zone's UTC offset in seconds at the UTC instant ``utc_s``."""
     return _utcoffset_s((_EPOCH_UTC + dt.timedelta(seconds=utc_s)).astimezone(zone))
@@ -541,8 +548,10 @@ def _walk(
             return
         local_s = next_local_s
         naive = _EPOCH_NAIVE + dt.timedelta(seconds=local_s)
-        first_s = _utcoffset_s(naive.replace(tzinfo=zone))
-        second_s = _utcoffset_s(naive.replace(tzinfo=zone, fold=1))
+        # The zone's offsets for the wall time by its first and its second
+        # pass (PEP 495 fold), which differ only in a gap or an overlap.
+        first_s = _naive_offset_s(zone, naive)
+        second_s = _naive_offset_s(zone, naive.replace(fold=1))
         mark: DstMark | None = None
         if first_s == second_s:
             utc_s = local_s - first_s
