@@ -209,7 +209,7 @@ class RunsPage(msgspec.Struct):
     next_cursor: str | None
 
 
-class OccurrenceOut(msgspec.Struct):
+class OccurrenceOut(msgspec.Struct, gc=False):  # untracked: a preview holds 1,000, all strings
     """One time of a preview: the instant, the wall clock of the schedule's
     zone there and its UTC offset, and how a DST transition placed it."""
 
