@@ -199,3 +199,14 @@ def test_instants_outside_years_1_to_9999_are_400(http, body, loc):
 def test_the_first_instants_of_year_1_are_fine(http):
     times = preview(http, {"every_s": 60, "start_at": "0001-01-01T00:00:00Z"}, "0001-01-01T00:00:00Z", 2)["times"]
     assert times == ["0001-01-01T00:01:00.000Z", "0001-01-01T00:02:00.000Z"]
+
+
+@pytest.mark.parametrize("value", ["0001-01-01T00:00:00+01:00", "9999-12-31T23:30:00-01:00"])
+def test_a_runs_filter_outside_years_1_to_9999_is_400(http, value):
+    r = http.post("/v1/jobs", json=job_body())
+    assert r.status_code == 201, r.text
+    job_id = r.json()["id"]
+    for name in ("since", "until"):
+        r = http.get(f"/v1/jobs/{job_id}/runs", params={name: value})
+        assert f"query.{name}" in problem_locs(r)
+    assert http.get(f"/v1/jobs/{job_id}/runs", params={"since": "0001-01-01T00:00:00Z"}).status_code == 200

@@ -998,11 +998,14 @@ def _instant_param(request: Request, name: str) -> int | None:
     if raw is None:
         return None
     try:
-        # No run is before 1970: an earlier bound means the same as 1970, and
-        # keys hold unsigned milliseconds.
-        return max(0, clock.ms_from_datetime(_instant.decode(_json_enc.encode(raw))))
+        at_ms = clock.ms_from_datetime(_instant.decode(_json_enc.encode(raw)))
     except msgspec.MsgspecError:
         raise errors.Invalid.at(f"query.{name}", "an RFC 3339 time with an offset") from None
+    if not limits.instant_ms_min <= at_ms <= limits.instant_ms_max:
+        raise errors.Invalid.at(f"query.{name}", "outside years 0001 to 9999 in UTC")
+    # No run is before 1970: an earlier bound means the same as 1970, and
+    # keys hold unsigned milliseconds.
+    return max(0, at_ms)
 
 
 async def _lifespan(receive: Callable, send: Callable) -> None:
