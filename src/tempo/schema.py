@@ -51,7 +51,7 @@ DstGap = Literal["shift", "skip"]
 DstRepeat = Literal["first", "last", "both"]
 
 
-class DstIn(_Request, frozen=True):
+class DstIn(_Request):
     """What a cron schedule does with a local time that a daylight-saving
     transition removes (`gap`) or repeats (`repeat`): docs/semantics.md."""
 
