@@ -909,6 +909,9 @@ class Api:
             "# HELP tempo_runs_due_not_claimed Runs due but not claimed yet.",
             "# TYPE tempo_runs_due_not_claimed gauge",
             f"tempo_runs_due_not_claimed {d.ready_count()}",
+            "# HELP tempo_lease_heap_entries Entries in the lease heap (at most 2 per lease plus a slack).",
+            "# TYPE tempo_lease_heap_entries gauge",
+            f"tempo_lease_heap_entries {d.core.lease_heap_entries}",
             "# HELP tempo_claim_lateness_seconds Claim time minus due time.",
             "# TYPE tempo_claim_lateness_seconds histogram",
         ]
