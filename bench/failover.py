@@ -51,6 +51,7 @@ import httpx
 sys.path.insert(0, os.path.dirname(__file__))
 from _server import Cluster, Node, SpawnError, ready_timeout_s, stop_timeout_s, table  # noqa: E402
 from tempo import loadgen  # noqa: E402
+from tempo.loadgen.failover import create_once  # noqa: E402
 
 FAILOVER_TARGET_S = 3.0
 write_timeout_s = 1.0
@@ -74,14 +75,9 @@ def writer(urls: list[str], writes: Writes, index: int, gap_s: float) -> None:
     k = index
     with httpx.Client(timeout=write_timeout_s, follow_redirects=True) as http:
         while not writes.stop.is_set():
-            url = urls[k % len(urls)]
-            try:
-                answer = http.post(url + "/v1/jobs", json=body | {"request_key": f"w{index}-{uuid.uuid4().hex}"})
-            except httpx.HTTPError:
-                answer = None
-            if answer is not None and 200 <= answer.status_code < 300:
-                final = httpx.URL(str(answer.url))
-                writes.ok.append((time.time(), f"{final.scheme}://{final.host}:{final.port}"))
+            written = create_once(http, urls[k % len(urls)], body | {"request_key": f"w{index}-{uuid.uuid4().hex}"})
+            if written is not None:
+                writes.ok.append(written)
                 time.sleep(gap_s)
                 continue
             writes.failed += 1

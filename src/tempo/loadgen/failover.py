@@ -18,6 +18,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 import httpx
 
@@ -51,6 +52,20 @@ class Failover:
     done: threading.Event = field(default_factory=threading.Event)
 
 
+def create_once(http: httpx.Client, url: str, body: dict[str, Any]) -> tuple[float, str] | None:
+    """`POST /v1/jobs` of `body` at `url` (with a client that follows
+    redirects): the UNIX arrival time of a 2xx and the URL that answered it,
+    or None for any other answer or none."""
+    try:
+        answer = http.post(url + "/v1/jobs", json=body)
+    except httpx.HTTPError:
+        return None
+    if not 200 <= answer.status_code < 300:
+        return None
+    final = httpx.URL(str(answer.url))
+    return time.time(), f"{final.scheme}://{final.host}:{final.port}"
+
+
 def first_write(urls: list[str], queue_name: str, deadline_s: float) -> tuple[float, str] | None:
     """Sends small creates round-robin over `urls` (redirects followed) until
     one is answered 2xx; its UNIX arrival time and the URL that answered it,
@@ -61,13 +76,9 @@ def first_write(urls: list[str], queue_name: str, deadline_s: float) -> tuple[fl
         while time.monotonic() < deadline_s:
             url = urls[k % len(urls)]
             k += 1
-            try:
-                answer = http.post(url + "/v1/jobs", json=body | {"request_key": f"probe-{uuid.uuid4().hex}"})
-            except httpx.HTTPError:
-                answer = None
-            if answer is not None and 200 <= answer.status_code < 300:
-                final = httpx.URL(str(answer.url))
-                return time.time(), f"{final.scheme}://{final.host}:{final.port}"
+            written = create_once(http, url, body | {"request_key": f"probe-{uuid.uuid4().hex}"})
+            if written is not None:
+                return written
             time.sleep(probe_gap_s)
     return None
 

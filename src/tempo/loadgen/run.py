@@ -32,6 +32,7 @@ from tempo.loadgen.figures import (
     Claim,
     Figures,
     Message,
+    Pauses,
     Tally,
     failover_figures,
     figures,
@@ -156,18 +157,13 @@ def run_spike(opts: Options, queue_name: str, say: Say, cluster: Cluster | None)
         raise
     say(f"created {len(job_ids)} jobs in {create_s:.2f} s; due at {iso(due_s)}")
     tally = Tally(jitter_s=opts.jitter_s)
-    plan, plan_stop, killer = failover.start_failover(opts, cluster, due_s, queue_name)
     try:
-        collect(opts, out, job_ids, due_s, say, tally)
-        failover.end_failover(plan, plan_stop, killer)
+        plan = _beside_failover(opts, cluster, due_s, queue_name,
+                                lambda: collect(opts, out, job_ids, due_s, say, tally))
     finally:
-        plan_stop.set()
         stop_workers(procs, out, stop, tally)
     fig = figures(opts, job_ids, create_s, due_s, tally)
-    fig |= pause_figures(pauses_before, scrape_pauses(opts.urls, opts.ca_file))
-    if plan is not None:
-        fig["failover"] = failover_figures(plan, tally, due_s)
-    return fig
+    return _add_pauses_and_failover(fig, opts, pauses_before, plan, tally, due_s)
 
 
 def run_steady(opts: Options, queue_name: str, say: Say, cluster: Cluster | None) -> Figures:
@@ -179,12 +175,10 @@ def run_steady(opts: Options, queue_name: str, say: Say, cluster: Cluster | None
     creator = threading.Thread(target=create_stream, args=(opts, queue_name, first_due_s, stream), daemon=True)
     creator.start()
     tally = Tally(jitter_s=opts.jitter_s)
-    plan, plan_stop, killer = failover.start_failover(opts, cluster, first_due_s, queue_name)
     try:
-        collect_stream(opts, out, stream, first_due_s, say, tally)
-        failover.end_failover(plan, plan_stop, killer)
+        plan = _beside_failover(opts, cluster, first_due_s, queue_name,
+                                lambda: collect_stream(opts, out, stream, first_due_s, say, tally))
     finally:
-        plan_stop.set()
         stream.stop.set()
         creator.join(timeout=steady_stop_timeout_s)
         stop_workers(procs, out, stop, tally)
@@ -192,9 +186,27 @@ def run_steady(opts: Options, queue_name: str, say: Say, cluster: Cluster | None
         raise CannotRun(stream.error)
     last_due_s = steady_due_s(first_due_s, opts.rate, opts.steady_jobs() - 1)
     fig = figures(opts, list(stream.job_ids), stream.create_s, first_due_s, tally, last_due_s=last_due_s)
+    return _add_pauses_and_failover(fig, opts, pauses_before, plan, tally, first_due_s)
+
+
+def _beside_failover(opts: Options, cluster: Cluster | None, origin_s: float, queue_name: str,
+                     collect_all: Callable[[], None]) -> failover.Failover | None:
+    """Runs `collect_all` while the leader is killed and restarted, when
+    `--kill-leader-at-s` asks for it; what the failover did, or None."""
+    plan, plan_stop, killer = failover.start_failover(opts, cluster, origin_s, queue_name)
+    try:
+        collect_all()
+        failover.end_failover(plan, plan_stop, killer)
+    finally:
+        plan_stop.set()
+    return plan
+
+
+def _add_pauses_and_failover(fig: Figures, opts: Options, pauses_before: dict[str, Pauses],
+                             plan: failover.Failover | None, tally: Tally, origin_s: float) -> Figures:
     fig |= pause_figures(pauses_before, scrape_pauses(opts.urls, opts.ca_file))
     if plan is not None:
-        fig["failover"] = failover_figures(plan, tally, first_due_s)
+        fig["failover"] = failover_figures(plan, tally, origin_s)
     return fig
 
 

@@ -61,16 +61,19 @@ _probe_clients = threading.local()
 
 
 def _probe_client(local_address: str | None) -> httpx.Client:
-    """One keep-alive client per thread and source address: a fresh
-    `httpx.get` builds an SSL context each time, tens of ms on a busy
-    machine, which would delay a SIGKILL past the instant asked for."""
+    """One client per thread and source address: a fresh `httpx.get` builds
+    an SSL context each time, tens of ms on a busy machine, which would delay
+    a SIGKILL past the instant asked for. It keeps no idle connection, so a
+    probe holds none of a node's connection slots once answered."""
     clients: dict[str | None, httpx.Client] | None = getattr(_probe_clients, "by_address", None)
     if clients is None:
         clients = _probe_clients.by_address = {}
     client = clients.get(local_address)
     if client is None:
         client = clients[local_address] = httpx.Client(
-            transport=httpx.HTTPTransport(local_address=local_address, retries=0),
+            transport=httpx.HTTPTransport(
+                local_address=local_address, retries=0, limits=httpx.Limits(max_keepalive_connections=0),
+            ),
             timeout=httpx.Timeout(probe_timeout_s),
         )
     return client
