@@ -34,7 +34,7 @@ Say = Callable[..., None]
 
 
 def job_extras(opts: Options) -> dict[str, int]:
-    extras = {}
+    extras: dict[str, int] = {}
     if opts.jitter_s:
         extras["jitter_s"] = opts.jitter_s
     lease_s = opts.job_lease_s()
@@ -51,7 +51,7 @@ async def post_batch(transport: Transport, items: list[dict[str, Any]], first: i
     )
     if status != 200:
         raise CannotRun(f"POST /v1/jobs/batch answered {status}: {str(answer)[:300]}")
-    job_ids = []
+    job_ids: list[str] = []
     for offset, result in enumerate(answer["results"]):
         if result["status"] not in (200, 201):
             raise CannotRun(f"job {first + offset} was refused: {str(result)[:300]}")
@@ -139,7 +139,7 @@ def steady_due_s(first_due_s: float, rate: float, index: int) -> float:
 
 def steady_spans(jobs: int, rate: float) -> list[tuple[int, int]]:
     """Index ranges [lo, hi) of the creation spans, each `steady_span_s` of due times."""
-    spans = []
+    spans: list[tuple[int, int]] = []
     k = 0
     while (lo := min(jobs, round(k * steady_span_s * rate))) < jobs:
         spans.append((lo, min(jobs, round((k + 1) * steady_span_s * rate))))

@@ -297,7 +297,7 @@ def parse_pauses(text: str) -> Pauses:
 
 def scrape_pauses(urls: list[str], ca_file: str | None = None) -> dict[str, Pauses]:
     """Each answering node's pauses; a node that does not answer is left out."""
-    scraped = {}
+    scraped: dict[str, Pauses] = {}
     verify: ssl.SSLContext | bool = True if ca_file is None else client_context(ca_file)
     with httpx.Client(timeout=scrape_timeout_s, verify=verify) as client:
         for url in urls:
@@ -328,7 +328,10 @@ def _window(start: dict[float, float], end: dict[float, float], max_before_s: fl
 def pause_figures(before: dict[str, Pauses], after: dict[str, Pauses]) -> Figures:
     """Event-loop lag p99 and max and GC pauses between two scrapes, the
     worst over the nodes (docs/operations.md "Event-loop lag")."""
-    lag_p99s, lag_maxes, gc_maxes, gcs = [], [], [0.0], 0
+    lag_p99s: list[float] = []
+    lag_maxes: list[float] = []
+    gc_maxes = [0.0]
+    gcs = 0
     for url, end in after.items():
         start = before.get(url, Pauses())
         lag = _window(start.lag_buckets, end.lag_buckets, start.lag_max_s, end.lag_max_s)

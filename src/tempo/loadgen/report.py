@@ -127,7 +127,7 @@ def _nice_ticks(low: float, high: float) -> list[float]:
     magnitude = 10 ** math.floor(math.log10(raw_step))
     step = next(m * magnitude for m in (1, 2, 5, 10) if m * magnitude >= raw_step)
     first = math.floor(low / step) * step
-    ticks = []
+    ticks: list[float] = []
     k = 0
     while first + k * step <= high + step * 1e-9:
         ticks.append(round(first + k * step, 10))
@@ -213,7 +213,7 @@ def _charts(fig: Figures) -> tuple[str, str]:
     series, bin_s = fig.get("fine_series") or fig["series"], fig.get("fine_bin_s", 1.0)
     xs = [float(p["t_s"]) for p in series]
     origin = "the due instant" if fig.get("mode") == "spike" else "the first due time"
-    fail = fig.get("failover") or {}
+    fail: Figures = fig.get("failover") or {}
     marks = [(float(fail["kill_at_s"]), f"SIGKILL {fail['node']}")] if fail.get("kill_at_s") is not None else []
     claims_chart = svg_chart("runs claimed per second", f"seconds after {origin}", "runs claimed / s", xs,
                              [("claims", "#1f77b4", [p["claims"] / bin_s for p in series])], marks)

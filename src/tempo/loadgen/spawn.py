@@ -310,7 +310,7 @@ class Cluster:
             return self.nodes[0], 0
         deadline_s = time.monotonic() + timeout_s
         while True:
-            claims = []
+            claims: list[tuple[int, Node]] = []
             for node in self.nodes:
                 view = node.view() if node.running() else None
                 if view is not None and view.get("leader") == node.id:
