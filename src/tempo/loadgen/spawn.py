@@ -25,6 +25,8 @@ from typing import Any
 
 import httpx
 
+from tempo.net.tls import client_context
+
 ready_timeout_s = 30.0
 stop_timeout_s = 20.0
 # What the last resort after a SIGKILL waits for: the kernel reaps at once.
@@ -60,18 +62,19 @@ def tempo_command() -> list[str]:
 _probe_clients = threading.local()
 
 
-def _probe_client(local_address: str | None) -> httpx.Client:
-    """One client per thread and source address: a fresh `httpx.get` builds
+def _probe_client(local_address: str | None, ca_file: str | None) -> httpx.Client:
+    """One client per thread, source address and CA: a fresh `httpx.get` builds
     an SSL context each time, tens of ms on a busy machine, which would delay
     a SIGKILL past the instant asked for. It keeps no idle connection, so a
     probe holds none of a node's connection slots once answered."""
-    clients: dict[str | None, httpx.Client] | None = getattr(_probe_clients, "by_address", None)
+    clients: dict[tuple[str | None, str | None], httpx.Client] | None = getattr(_probe_clients, "by_key", None)
     if clients is None:
-        clients = _probe_clients.by_address = {}
-    client = clients.get(local_address)
+        clients = _probe_clients.by_key = {}
+    client = clients.get((local_address, ca_file))
     if client is None:
-        client = clients[local_address] = httpx.Client(
+        client = clients[local_address, ca_file] = httpx.Client(
             transport=httpx.HTTPTransport(
+                verify=True if ca_file is None else client_context(ca_file),
                 local_address=local_address, retries=0, limits=httpx.Limits(max_keepalive_connections=0),
             ),
             timeout=httpx.Timeout(probe_timeout_s),
@@ -87,8 +90,9 @@ class Node:
     `Cluster`) makes it a member of a cluster. `env` is added to the
     environment the process inherits (libfaketime's, say). Probes come from
     `probe_address` when it is given, so a test's partitions do not cut them
-    off. `start` after `kill` or `stop` keeps the data dir, port and
-    arguments, and appends to the log at `log_path` (beside the data dir).
+    off; over https they trust the CA in `ca_file`. `start` after `kill` or
+    `stop` keeps the data dir, port and arguments, and appends to the log at
+    `log_path` (beside the data dir).
     """
 
     def __init__(
@@ -102,6 +106,7 @@ class Node:
         extra_args: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
         probe_address: str | None = None,
+        ca_file: str | None = None,
     ) -> None:
         self.id = node_id
         self.host = host
@@ -113,6 +118,7 @@ class Node:
         self.extra_args = tuple(extra_args)
         self.env = None if env is None else dict(env)
         self.probe_address = probe_address
+        self.ca_file = ca_file
         self.proc: subprocess.Popen[bytes] | None = None
         self.paused = False
         self._stopping = False
@@ -224,14 +230,14 @@ class Node:
         """The JSON of this node's 200 answer to `GET path`, or None when it
         answers otherwise or not within `probe_timeout_s`."""
         try:
-            answer = _probe_client(self.probe_address).get(self.url + path)
+            answer = _probe_client(self.probe_address, self.ca_file).get(self.url + path)
         except httpx.HTTPError:
             return None
         return answer.json() if answer.status_code == 200 else None
 
     def ready(self) -> bool:
         try:
-            return _probe_client(self.probe_address).get(self.url + "/readyz").status_code == 200
+            return _probe_client(self.probe_address, self.ca_file).get(self.url + "/readyz").status_code == 200
         except httpx.HTTPError:
             return False
 
