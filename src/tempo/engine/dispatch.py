@@ -660,6 +660,10 @@ class Dispatcher:
         while True:
             if generation != self.generation:
                 raise errors.NotLeader("this node stopped leading; claim from the new leader")
+            # The runs that fell due since the last tick, into their ready
+            # queues first: a claim sees every run due by its own time, not
+            # only those the tick loop moved there (up to a tick ago).
+            self.tick(self.now_ms())
             if queues == [HTTP_QUEUE]:
                 taken, refill_ms = self._take_http(runs_max)
             else:
