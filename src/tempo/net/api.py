@@ -113,6 +113,16 @@ class _JobBatchTyped(msgspec.Struct, forbid_unknown_fields=True):
 
 
 _batch_typed = decoders(_JobBatchTyped)
+
+
+class _KeyOnly(msgspec.Struct):
+    """A batch item the decoder rejected, read again for its request key
+    alone (its other fields, known or not, are skipped)."""
+
+    request_key: str | None = None
+
+
+_key_only = decoders(_KeyOnly)
 _preview = decoders(PreviewIn)
 _node_in = decoders(NodeIn)
 _claim = decoders(ClaimIn)
@@ -460,10 +470,13 @@ class Api:
 
     async def create_batch(self, request: Request) -> Response:
         items = _decode_batch_at_once(request)
+        rejected_keys_of: dict[int, str] = {}
         if items is None:
-            items = self._decode_batch_items(request)
+            items, rejected_keys_of = self._decode_batch_items(request)
         self._check_creates(self.owner(request), len(items))
-        outcomes = await self.jobs.create(self.owner(request), items, from_msgpack=request.is_msgpack)
+        outcomes = await self.jobs.create(
+            self.owner(request), items, from_msgpack=request.is_msgpack, rejected_keys_of=rejected_keys_of
+        )
         shared: dict[Any, Any] = {}
         results = []
         for start in range(0, len(outcomes), limits.batch_slice_items):
@@ -472,19 +485,28 @@ class Api:
             results += [_batch_item(o, shared) for o in outcomes[start : start + limits.batch_slice_items]]
         return encode(request, JobBatchResult(results))
 
-    def _decode_batch_items(self, request: Request) -> list[Any]:
-        """Item by item, so each item's problem names paths inside that item."""
+    def _decode_batch_items(self, request: Request) -> tuple[list[Any], dict[int, str]]:
+        """Item by item, so each item's problem names paths inside that item;
+        and the request key of each item the decoder rejected, by its place,
+        so a later item with that key gets its answer (API.md "POST
+        /v1/jobs/batch")."""
         batch = decode(request, _batch)
-        decoder = _create[1 if request.is_msgpack else 0]
+        which = 1 if request.is_msgpack else 0
+        decoder = _create[which]
         items: list[Any] = []
-        for raw in batch.jobs:
+        rejected_keys_of: dict[int, str] = {}
+        for i, raw in enumerate(batch.jobs):
             try:
                 items.append(decoder.decode(raw))
+                continue
             except msgspec.MsgspecError as exc:
                 items.append(invalid_from_msgspec(exc))
             except RecursionError:
                 items.append(errors.Invalid.at("", "the item is nested too deeply"))
-        return items
+            key = _rejected_key(raw, which)
+            if key is not None:
+                rejected_keys_of[i] = key
+        return items, rejected_keys_of
 
     async def get_job(self, request: Request, job_id: str) -> Response:
         return encode(request, jobviews.job_view(self.store.get_job(self.owner(request), job_id)))
@@ -946,6 +968,16 @@ def _batch_item(outcome: Created | errors.TempoError, shared: dict[Any, Any]) ->
         problem = problem_of(outcome)
         return BatchItemResult(problem.status, problem=problem)
     return BatchItemResult(201 if outcome.new else 200, job=jobviews.job_view(outcome.job, shared))
+
+
+def _rejected_key(raw: msgspec.Raw, which: int) -> str | None:
+    """The request key of a batch item the decoder rejected, or None when it
+    has none that a valid item could have (absent, not a string, too long)."""
+    try:
+        key = _key_only[which].decode(raw).request_key
+    except (msgspec.MsgspecError, RecursionError):
+        return None
+    return key if key is not None and len(key) <= limits.request_key_chars_max else None
 
 
 def _entry_problem(data: bytes) -> str | None:
