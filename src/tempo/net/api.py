@@ -426,6 +426,26 @@ class Api:
     def owner(self, request: Request) -> str:
         return request.principal.owner  # `default` when auth is off
 
+    def _sees_all(self, request: Request) -> bool:
+        """An admin token does everything but claim (API.md "Who may do
+        what"): every owner's jobs and runs are its to list, read and act on."""
+        return self.auth.enabled and request.principal.role == "admin"
+
+    def _owner_of_job(self, request: Request, job_id: str) -> str:
+        """The owner a request about job `job_id` acts as: the token's own,
+        or for an admin the job's owner, whoever that is (its own when no
+        such job exists, which answers 404 as for anyone)."""
+        if not self._sees_all(request):
+            return self.owner(request)
+        job = self.store.get_job_any(job_id)
+        return self.owner(request) if job is None else job.owner
+
+    def _owner_of_run(self, request: Request, run_id: str) -> str:
+        if not self._sees_all(request):
+            return self.owner(request)
+        parsed = ids.parse_run_id(run_id)
+        return self.owner(request) if parsed is None else self._owner_of_job(request, parsed[0])
+
     def _may_touch(self, request: Request, run_id: str) -> bool:
         """A worker token touches only runs of its owner's listed queues."""
         queues = request.principal.queues
@@ -509,28 +529,31 @@ class Api:
         return items, rejected_keys_of
 
     async def get_job(self, request: Request, job_id: str) -> Response:
-        return encode(request, jobviews.job_view(self.store.get_job(self.owner(request), job_id)))
+        return encode(request, jobviews.job_view(self.store.get_job(self._owner_of_job(request, job_id), job_id)))
 
     async def list_jobs(self, request: Request) -> Response:
         limit = _limit(request)
         cursor = request.query.get("cursor") or None
         if cursor is not None and not ids.is_job_id(cursor):
             raise errors.Invalid.at("query.cursor", "not a cursor this server gave out")
-        found, next_cursor = self.store.list_jobs(self.owner(request), limit, cursor)
+        if self._sees_all(request):
+            found, next_cursor = self.store.list_all_jobs(limit, cursor)
+        else:
+            found, next_cursor = self.store.list_jobs(self.owner(request), limit, cursor)
         return encode(request, JobsPage([jobviews.job_view(j) for j in found], next_cursor))
 
     async def pause_job(self, request: Request, job_id: str) -> Response:
-        return encode(request, jobviews.job_view(await self.jobs.pause(self.owner(request), job_id)))
+        return encode(request, jobviews.job_view(await self.jobs.pause(self._owner_of_job(request, job_id), job_id)))
 
     async def resume_job(self, request: Request, job_id: str) -> Response:
-        return encode(request, jobviews.job_view(await self.jobs.resume(self.owner(request), job_id)))
+        return encode(request, jobviews.job_view(await self.jobs.resume(self._owner_of_job(request, job_id), job_id)))
 
     async def delete_job(self, request: Request, job_id: str) -> Response:
-        await self.jobs.delete(self.owner(request), job_id)
+        await self.jobs.delete(self._owner_of_job(request, job_id), job_id)
         return Response(204, b"", request_content_type(request))
 
     async def trigger_job(self, request: Request, job_id: str) -> Response:
-        run = await self.jobs.trigger(self.owner(request), job_id)
+        run = await self.jobs.trigger(self._owner_of_job(request, job_id), job_id)
         return encode(request, jobviews.run_view(run), 201)
 
     # -- runs ------------------------------------------------------------------
@@ -546,13 +569,13 @@ class Api:
                 raise errors.Invalid.at("query.cursor", "not a cursor this server gave out")
             cursor_ms = int(cursor)
         found, next_ms = self.store.list_runs(
-            self.owner(request), job_id, since_ms=since_ms, until_ms=until_ms, limit=limit, cursor_ms=cursor_ms
+            self._owner_of_job(request, job_id), job_id, since_ms=since_ms, until_ms=until_ms, limit=limit, cursor_ms=cursor_ms
         )
         next_cursor = None if next_ms is None else str(next_ms)
         return encode(request, RunsPage([self.run_view(r) for r in found], next_cursor))
 
     async def get_run(self, request: Request, run_id: str) -> Response:
-        run, _ = self.store.get_run(self.owner(request), run_id)
+        run, _ = self.store.get_run(self._owner_of_run(request, run_id), run_id)
         return encode(request, self.run_view(run))
 
     def run_view(self, run: Any) -> Any:
