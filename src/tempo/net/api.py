@@ -97,6 +97,14 @@ NEEDS = {
     "heartbeats": auth.WORKER,
     "results": auth.WORKER,
 }  # every other route: a client's or an admin's token
+# The query parameters each route and method takes (API.md); any other is
+# `400` at `query.<name>`. `stale` (a follower's read) is taken by every
+# route, and read before these are checked (`_elsewhere`).
+QUERY_PARAMS: dict[tuple[str, str], frozenset[str]] = {
+    ("jobs", "GET"): frozenset({"limit", "cursor"}),
+    ("job_runs", "GET"): frozenset({"since", "until", "limit", "cursor"}),
+    ("events", "GET"): frozenset({"after", "wait_s", "limit"}),
+}
 # Routes outside `requests_in_flight_max`: peer streams, so replication never
 # starves behind clients, and the probes, so an overloaded node still answers
 # its monitoring (each is answered at once, without waiting on anything).
@@ -277,6 +285,7 @@ class Api:
                 receive, limit, self.edge.body_read_timeout_s,
                 share=share, declared_bytes=declared_length(request.headers),
             )
+            _check_query(route, request)
             response = await handler(request)
         return response
 
@@ -1010,6 +1019,17 @@ def _entry_problem(data: bytes) -> str | None:
     except Corrupt as exc:
         return str(exc)
     return None
+
+
+def _check_query(route: str, request: Request) -> None:
+    """Refuses a query parameter the route does not take: a filter that
+    does not exist must not answer as if it had matched everything."""
+    takes = QUERY_PARAMS.get((route, request.method), frozenset())
+    for name in request.query:
+        if name not in takes:
+            if takes:
+                raise errors.Invalid.at(f"query.{name}", f"not a parameter of this path; it takes {', '.join(sorted(takes))}")
+            raise errors.Invalid.at(f"query.{name}", "not a parameter of this path; it takes none")
 
 
 def _decimal(text: str) -> bool:
