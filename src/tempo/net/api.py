@@ -847,7 +847,7 @@ class Api:
         lines += prom.head(
             "tempo_lmdb_commit_seconds", "histogram", "Seconds per write-transaction commit (pages written and fsynced)."
         )
-        lines += prom.lines("tempo_lmdb_commit_seconds", self.store.commit_seconds)
+        lines += prom.lines("tempo_lmdb_commit_seconds", self.store.txn_commit_seconds)
         storage = self.jobs.committer.storage
         lines += prom.head("tempo_lmdb_map_grown_total", "counter", "Times the full LMDB map grew into free disk.")
         lines.append(prom.sample("tempo_lmdb_map_grown_total", self.store.map_grown))
@@ -1019,7 +1019,7 @@ def _raft_metrics(replica: Any) -> list[str]:
     lines = [
         "# HELP tempo_raft_commit_seconds_total Seconds from proposal to applied, summed over this leader's entries.",
         "# TYPE tempo_raft_commit_seconds_total counter",
-        f"tempo_raft_commit_seconds_total {replica.commit_seconds_sum:.6f}",
+        f"tempo_raft_commit_seconds_total {replica.propose_to_apply_seconds_sum:.6f}",
         "# HELP tempo_raft_write_seconds_total Seconds the replica loop spent in its write transactions.",
         "# TYPE tempo_raft_write_seconds_total counter",
         f"tempo_raft_write_seconds_total {replica.write_seconds_sum:.6f}",
