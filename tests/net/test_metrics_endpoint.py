@@ -61,7 +61,7 @@ def test_raft_metrics_render_as_valid_families():
         entry_commands.observe(n)
     replica = SimpleNamespace(
         propose_to_apply_seconds_sum=1.5, write_seconds_sum=0.25, readies=10, term=7, applied_index=40, commit_index=41,
-        phase=Phase.LEADING, leader_changes=2, entry_commands=entry_commands, ready_entries=Histogram(COUNT_BUCKETS),
+        phase=Phase.LEADING, leader_changes=2, batch_commands=entry_commands, ready_entries=Histogram(COUNT_BUCKETS),
     )
     families = parse_exposition("\n".join(_raft_metrics(replica)) + "\n")
     assert samples_of(families, "tempo_raft_term") == [7]

@@ -20,6 +20,7 @@ from tempo import errors, limits
 from tempo.engine.commands import Command
 from tempo.engine.storage_guard import StorageGuard
 from tempo.engine.store import Changes, Outcome
+from tempo.metrics import Histogram
 
 # What a command's waiter is answered: the outcome of its command (a list
 # for a batch command), or the failure that kept it from committing.
@@ -54,6 +55,12 @@ class CommandLog(Protocol):
     @property
     def commands_committed(self) -> int:
         """Commands submitted here and written."""
+        ...
+
+    @property
+    def batch_commands(self) -> Histogram:
+        """Commands per batch: per group-commit batch alone, per log entry
+        this node proposed in a cluster."""
         ...
 
     async def submit(self, command: Command) -> Answer: ...

@@ -21,8 +21,8 @@ import trio
 from tempo import clock, errors, ids, limits
 from tempo.config import UNLIMITED, OwnerLimits
 from tempo.engine import keys
+from tempo.engine.commandlog import CommandLog
 from tempo.engine.commands import Claim, ClaimRuns, ExpireLeases, Expiry, ReportResults, Result
-from tempo.engine.commit import Committer
 from tempo.engine.jobs import next_slot_after_claim
 from tempo.engine.records import Job, Run
 from tempo.engine.store import Changes, Store
@@ -79,7 +79,7 @@ class Dispatcher:
     def __init__(
         self,
         store: Store,
-        committer: Committer,
+        committer: CommandLog,
         *,
         readahead_ms: int = limits.readahead_ms,
         now_ms: Callable[[], int] | None = None,

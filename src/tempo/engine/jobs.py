@@ -16,8 +16,8 @@ import msgspec
 import trio
 
 from tempo import clock, errors, ids, limits, schedule
+from tempo.engine.commandlog import CommandLog
 from tempo.engine.commands import CreateJobs, DeleteJob, NewJob, PauseJob, ResumeJob, TriggerJob
-from tempo.engine.commit import Committer
 from tempo.engine.records import Job, Run, Schedule
 from tempo.engine.store import Created, Store
 from tempo.schema import (
@@ -349,7 +349,7 @@ class _JobIds:
 
 
 class Jobs:
-    def __init__(self, store: Store, committer: Committer, *, now_ms: Callable[[], int] | None = None):
+    def __init__(self, store: Store, committer: CommandLog, *, now_ms: Callable[[], int] | None = None):
         self.store = store
         self.committer = committer
         # Scheduler time (clock.py): the node's clock, a test's mock, or

@@ -37,9 +37,9 @@ _TAIL_BYTES_MAX = 64 << 20
 _enc = msgspec.msgpack.Encoder()
 # Stored raft state that does not decode (or breaks the types' bounds) is
 # records.Corrupt: the node stops with a clear message.
-_entry_dec = records.Decoder(Entry)
-_hard_dec = records.Decoder(HardState)
-_meta_dec = records.Decoder(SnapshotMeta)
+_entry_dec: records.Decoder[Entry] = records.Decoder(Entry)
+_hard_dec: records.Decoder[HardState] = records.Decoder(HardState)
+_meta_dec: records.Decoder[SnapshotMeta] = records.Decoder(SnapshotMeta)
 
 # What applying one committed entry gave: its commands' outcomes, and its
 # changes for the dispatcher.

@@ -49,7 +49,9 @@ from tempo.net.auth import Authenticator
 from tempo.net.http import GATE, ConnectionGate
 from tempo.net.peer import FrameReader
 from tempo.node import ClusterMember, Standalone
-from tempo.node.replica import Phase
+from tempo.node.membership import Membership
+from tempo.node.replica import Phase, Replica
+from tempo.raft import Message
 from tempo.rate import TokenBucket
 from tempo.schema import (
     BatchAck,
@@ -135,9 +137,9 @@ class Api:
         *,
         node: Standalone | ClusterMember,
         auth: Authenticator | None = None,
-        on_peer_messages: Callable[[list[Any]], None] | None = None,
+        on_peer_messages: Callable[[list[Message]], None] | None = None,
         peer_token: str | None = None,
-        membership: Any = None,
+        membership: Membership | None = None,
         limits_of: Callable[[str], OwnerLimits] = lambda owner: UNLIMITED,
         http_limits: HttpLimits | None = None,
         gate: ConnectionGate = GATE,
@@ -726,7 +728,7 @@ class Api:
         await self._members().remove(node_id)
         return await self.cluster(request)
 
-    def _members(self) -> Any:
+    def _members(self) -> Membership:
         if self.membership is None:
             raise errors.Conflict("a single node has no members to change; start it as a cluster")
         return self.membership
@@ -774,8 +776,8 @@ class Api:
             "# TYPE tempo_commit_commands_total counter",
             f"tempo_commit_commands_total {committer.commands_committed}",
         ]
-        if self.node.clustered:
-            lines += _raft_metrics(committer)
+        if isinstance(self.node, ClusterMember):
+            lines += _raft_metrics(self.node.replica)
             lines += prom.head(
                 "tempo_peer_frames_dropped_total", "counter", "Corrupt raft frames from peers, dropped unread."
             )
@@ -1015,7 +1017,7 @@ async def _lifespan(receive: Callable, send: Callable) -> None:
             return
 
 
-def _raft_metrics(replica: Any) -> list[str]:
+def _raft_metrics(replica: Replica) -> list[str]:
     lines = [
         "# HELP tempo_raft_commit_seconds_total Seconds from proposal to applied, summed over this leader's entries.",
         "# TYPE tempo_raft_commit_seconds_total counter",
@@ -1040,7 +1042,7 @@ def _raft_metrics(replica: Any) -> list[str]:
     lines += prom.head("tempo_raft_leader_changes_total", "counter", "Times this node learned of a new leader.")
     lines.append(prom.sample("tempo_raft_leader_changes_total", replica.leader_changes))
     lines += prom.head("tempo_raft_entry_commands", "histogram", "Commands per log entry this node proposed.")
-    lines += prom.lines("tempo_raft_entry_commands", replica.entry_commands)
+    lines += prom.lines("tempo_raft_entry_commands", replica.batch_commands)
     lines += prom.head("tempo_raft_ready_entries", "histogram", "Log entries per Ready written to disk.")
     lines += prom.lines("tempo_raft_ready_entries", replica.ready_entries)
     return lines

@@ -3,12 +3,13 @@ feeds raft and applies to the engine, and what the API needs to know about
 the node's place in its cluster.
 
 `Standalone` is a node alone (the embedded default, group commit without
-raft); `ClusterNode` is a member of a raft cluster. Both answer the questions
-net/ asks: may this node serve a request itself, where is the leader, what is
-its view of the cluster.
+raft); `ClusterMember` is a member of a raft cluster. Both answer the
+questions net/ asks: may this node serve a request itself, where is the
+leader, what is its view of the cluster.
 """
 
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from tempo import limits
@@ -43,7 +44,7 @@ class Standalone:
     node_id = "n1"
     clustered = False
 
-    def __init__(self, applied_index) -> None:
+    def __init__(self, applied_index: Callable[[], int]) -> None:
         self._applied_index = applied_index
         self.url = ""
 

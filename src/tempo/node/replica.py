@@ -158,9 +158,10 @@ class Replica:
         self.propose_to_apply_seconds_sum = 0.0
         self.write_seconds_sum = 0.0
         self.readies = 0
-        # Commands per entry this node proposed, log entries per Ready
-        # written, and how often the known leader changed (for /metrics).
-        self.entry_commands = Histogram(COUNT_BUCKETS)
+        # Commands per entry this node proposed (its batch, as the
+        # committer's), log entries per Ready written, and how often the
+        # known leader changed (for /metrics).
+        self.batch_commands = Histogram(COUNT_BUCKETS)
         self.ready_entries = Histogram(COUNT_BUCKETS)
         self.leader_changes = 0
         # The commit index of the leader, as its messages of this term told
@@ -448,7 +449,7 @@ class Replica:
                 self._fail([w for _, w in batch], errors.Overloaded("too many writes in flight; retry shortly"))
                 continue
             self._proposed[index] = (self.node.term, [w for _, w in batch])
-            self.entry_commands.observe(len(batch))
+            self.batch_commands.observe(len(batch))
             self._proposed_at[index] = trio.current_time()
 
     def _answer(self, entry: Entry, outcomes: list[Outcome]) -> None:
