@@ -343,12 +343,12 @@ class Replica:
 
         The exception to the order: a leader sends its messages before its
         own write (Raft thesis §10.2.1). The core counts the leader's own
-        log in a quorum only once `advance` reports it persisted, so a
-        follower's acknowledgement cannot commit an entry the leader has
-        not written. Not when the Ready installs a snapshot, or changes the
-        term or the vote, which its messages may depend on: then the leader
-        too persists first. A follower always persists before it sends, so
-        it acknowledges nothing it could lose."""
+        log in a quorum only once `advance` reports it persisted, so an
+        entry still commits only once a majority has it on disk. Not when
+        the Ready installs a snapshot, or changes the term or the vote,
+        which its messages may depend on: then the leader too persists
+        first. A follower always persists before it sends, so it
+        acknowledges nothing it could lose."""
         early = rd.role == Role.LEADER and rd.snapshot is None and not self._changes_vote(rd)
         if early and rd.messages:
             self.send(rd.messages)
