@@ -702,7 +702,7 @@ class Api:
     async def cluster(self, request: Request) -> Response:
         """This node's own view (a single node leads a cluster of one, term 0)."""
         view = self.node.view()
-        nodes = [ClusterNode(member.id, member.url, role) for member, role in view.roles]  # type: ignore[arg-type]
+        nodes = [ClusterNode(member.id, member.url, role) for member, role in view.roles]
         out = ClusterOut(view.node, view.leader, view.term, view.commit_index, view.applied_index, nodes)
         return encode(request, out)
 
