@@ -141,21 +141,18 @@ async def test_a_follower_that_cannot_persist_sends_nothing_until_it_can(
     replica.step(AppendRequest(1, PEER, ME, 1, 0, [member_entry(1, 2, "n4")], 1))
     rd = next(replica.readies_due())
     steps = replica.steps(rd)
-    write = steps.send(None)
+    write = next(steps)
     assert isinstance(write, Write)
     monkeypatch.setattr(node.store, "write", full_disk)  # the disk fills
-    with pytest.raises(errors.StorageFault) as failed:
-        write.work()
-    assert not replica.write_failed(failed.value)  # not a map that can grow: refused
+    with pytest.raises(errors.StorageFault):
+        replica.write_now(write)  # not a map that can grow: refused
     assert replica.storage.refused is not None
     assert node.transport.take() == []  # no acknowledgement of what it could not write
     assert replica.raft_log.last_index() == 1
 
-    monkeypatch.undo()  # room again
-    result = write.work()
-    replica.write_succeeded()
-    with pytest.raises(StopIteration):
-        steps.send(result)
+    monkeypatch.undo()  # room again: the same write goes again
+    replica.write_now(write)
+    assert next(steps, None) is None
     assert replica.storage.refused is None
     [ack] = node.transport.take()
     assert isinstance(ack.message, AppendResponse) and ack.message.index == 2
@@ -247,17 +244,18 @@ async def test_steps_come_in_the_order_persist_send_apply_advance(node: Node) ->
     rd = next(replica.readies_due())
     assert rd.entries and rd.committed_entries and rd.messages
     steps = replica.steps(rd)
-    first = steps.send(None)
+    first = next(steps)
     assert isinstance(first, Write) and node.transport.sent == []
+    first.result = first.work()
     # New entries and older committed ones: acknowledged first, then applied
     # in a transaction of their own.
-    second = steps.send(first.work())
+    second = next(steps)
     assert isinstance(second, Write) and len(node.transport.sent) == 1
     assert node.store.applied_index() == 1
-    third = steps.send(second.work())
+    second.result = second.work()
+    third = next(steps)
     assert isinstance(third, Notify) and third.changes.members
     assert replica.applied_index == 2
     assert replica.node.log.applied == 1  # not advanced yet
-    with pytest.raises(StopIteration):
-        steps.send(None)
+    assert next(steps, None) is None
     assert replica.node.log.applied == 2

@@ -35,7 +35,7 @@ no more heartbeats, so the others elect a leader among themselves and go on
 import enum
 import logging
 import random
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
 
@@ -82,14 +82,15 @@ class Phase(enum.Enum):
     LEADING = "leader"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Write:
     """A step of a Ready: run `work` (one LMDB transaction and its fsync,
-    blocking) until it commits, and send back what it answers. While it
-    fails, the driver reports each fault to `Replica.write_failed` and
+    blocking) until it commits, and set `result` to what it answers. While
+    it fails, the driver reports each fault to `Replica.write_failed` and
     tries again; once it commits, to `Replica.write_succeeded`."""
 
     work: Callable[[], list[Applied]]
+    result: list[Applied] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,9 +103,6 @@ class Notify:
 
 
 Step = Write | Notify
-# The handling of one Ready (`Replica.steps`): a driver sends each Write's
-# result back in, and None for the rest.
-Steps = Generator[Step, list[Applied] | None, None]
 
 
 class Replica:
@@ -291,16 +289,9 @@ class Replica:
     async def _handle(self, rd: Ready) -> None:
         """`steps(rd)`, with each write on a worker thread (one at a time)
         and the listeners awaited; then a compaction if one is due."""
-        steps = self.steps(rd)
-        result: list[Applied] | None = None
-        while True:
-            try:
-                step = steps.send(result)
-            except StopIteration:
-                break
-            result = None
+        for step in self.steps(rd):
             if isinstance(step, Write):
-                result = await self._persist(step.work)
+                step.result = await self._persist(step.work)
             else:
                 for listener in self.listeners:
                     if (slices := listener(step.changes)) is not None:
@@ -334,12 +325,13 @@ class Replica:
             yield self.node.ready()
             self._propose_pending()
 
-    def steps(self, rd: Ready) -> Steps:
+    def steps(self, rd: Ready) -> Iterator[Step]:
         """The handling of one Ready, in the order of raft/types.py `Ready`:
         persist (a `Write`), send, apply (a `Notify` per entry, then its
         waiters answered), advance. A driver runs each step it is given
         (the trio one: `_handle`; tests and a simulator may run them on
-        their own thread) and sends back each Write's result.
+        their own thread), setting each Write's result, before it asks for
+        the next.
 
         The exception to the order: a leader sends its messages before its
         own write (Raft thesis §10.2.1). The core counts the leader's own
@@ -356,8 +348,9 @@ class Replica:
         # two transactions (fsync is cheap next to apply), a shorter commit.
         split = not early and bool(rd.entries) and bool(rd.committed_entries)
         started = trio.current_time()
-        results = yield Write(partial(write_ready, self.store, self.raft_log, rd, apply=not split))
-        assert results is not None
+        yield (write := Write(partial(write_ready, self.store, self.raft_log, rd, apply=not split)))
+        results = write.result
+        assert results is not None, "the driver did not run the write"
         self.write_seconds_sum += trio.current_time() - started
         self.readies += 1
         if rd.entries:
@@ -366,8 +359,9 @@ class Replica:
         if not early and rd.messages:
             self.send(rd.messages)
         if split:
-            results = yield Write(partial(apply_entries, self.store, rd.committed_entries))
-            assert results is not None
+            yield (write := Write(partial(apply_entries, self.store, rd.committed_entries)))
+            results = write.result
+            assert results is not None, "the driver did not run the write"
         if rd.snapshot is not None:
             self.applied_index = rd.snapshot.meta.index
             # Whatever this node proposed before is settled by the leader now.
@@ -385,27 +379,27 @@ class Replica:
         left unhandled; a driver that goes on after one runs `steps` itself.
         Every listener must answer None here (nothing is awaited), and no
         compaction is taken."""
-        steps = self.steps(rd)
-        result: list[Applied] | None = None
-        while True:
-            try:
-                step = steps.send(result)
-            except StopIteration:
-                return
-            result = None
-            while isinstance(step, Write):
-                try:
-                    result = step.work()
-                except errors.StorageFault as fault:
-                    if not self.write_failed(fault):
-                        raise
-                    continue  # the map grew: once more, at once
-                self.write_succeeded()
-                break
-            if isinstance(step, Notify):
+        for step in self.steps(rd):
+            if isinstance(step, Write):
+                self.write_now(step)
+            else:
                 for listener in self.listeners:
                     slices = listener(step.changes)
                     assert slices is None, "a listener that works in slices needs the trio driver"
+
+    def write_now(self, write: Write) -> None:
+        """Runs `write` on the calling thread; a storage fault is reported
+        (`write_failed`) and raised, unless the map grew and the write then
+        went through."""
+        while True:
+            try:
+                write.result = write.work()
+            except errors.StorageFault as fault:
+                if not self.write_failed(fault):
+                    raise
+                continue  # the map grew: once more, at once
+            self.write_succeeded()
+            return
 
     def run_now(self) -> None:
         """What one wake-up of `run` does, on the calling thread (`handle_now`)."""
