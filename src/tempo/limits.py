@@ -425,3 +425,12 @@ assert transfer_wait_s + shutdown_requests_s + shutdown_grace_s <= 2.0
 dispatch_slice_runs = 1000
 
 assert dispatch_slice_runs >= 1
+
+# The lease heap (engine/dispatch.py): each lease has one entry in it, which
+# a heartbeat does not add to; the entries of leases that ended stay until
+# they come up, or until they outnumber the live leases by this many, when
+# the heap is rebuilt from the leases (O(1) per ended lease, amortised). So
+# the heap holds at most 2 * leases + this many entries.
+lease_heap_slack_entries = 1024
+
+assert lease_heap_slack_entries >= 1
