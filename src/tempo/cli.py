@@ -93,7 +93,7 @@ def _show(args: argparse.Namespace, value: Any, columns: Sequence[str] | None = 
     elif value is None:
         print("deleted")
     elif isinstance(value, dict) and columns is not None and ("jobs" in value or "runs" in value):
-        rows = value.get("jobs", value.get("runs", []))
+        rows = value["jobs"] if "jobs" in value else value["runs"]
         print(table(rows, columns))
         if value.get("next_cursor"):
             print(f"next page: --cursor {value['next_cursor']}")
@@ -118,7 +118,7 @@ def _jobs(args: argparse.Namespace, client: Client) -> None:
     _show(args, value, RUN_COLUMNS if args.action == "runs" else JOB_COLUMNS)
 
 
-def _add_jobs_parser(sub: argparse._SubParsersAction) -> None:
+def _add_jobs_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     jobs = sub.add_parser("jobs", help="create and manage jobs")
     actions = jobs.add_subparsers(dest="action", required=True)
     create = actions.add_parser("create", help="create a job")
@@ -157,7 +157,7 @@ def _add_jobs_parser(sub: argparse._SubParsersAction) -> None:
 def cluster_views(client: Client, urls: Sequence[str]) -> tuple[list[tuple[str, dict[str, Any]]], dict[str, tuple[str, str]]]:
     """Asks every URL, and every node URL named in an answer, for its
     `/v1/cluster`: ([(url, answer)], {url: (role shown, why no answer)})."""
-    pending, asked = list(urls), set()
+    pending, asked = list(urls), set[str]()
     answers: list[tuple[str, dict[str, Any]]] = []
     failures: dict[str, tuple[str, str]] = {}
     while pending and len(asked) < cluster_urls_max:
@@ -267,7 +267,7 @@ def _cluster(args: argparse.Namespace, client: Client) -> int:
     return status
 
 
-def _add_cluster_parser(sub: argparse._SubParsersAction) -> None:
+def _add_cluster_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     cluster = sub.add_parser("cluster", help="look at the nodes of a cluster")
     actions = cluster.add_subparsers(dest="action", required=True)
     status = actions.add_parser(
@@ -285,7 +285,7 @@ def _add_cluster_parser(sub: argparse._SubParsersAction) -> None:
         parser.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print the answers as JSON")
 
 
-def _add_serve_parser(sub: argparse._SubParsersAction) -> None:
+def _add_serve_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     serve = sub.add_parser("serve", help="run a tempo node")
     serve.add_argument("--data-dir", default="tempo-data", help="where the node keeps its data (default ./tempo-data)")
     serve.add_argument("--listen", default=None, help="HOST:PORT to listen on (default 127.0.0.1:8700)")
@@ -334,7 +334,7 @@ def _serve(args: argparse.Namespace) -> int:
     return server.main(options)
 
 
-def _add_worker_parser(sub: argparse._SubParsersAction) -> None:
+def _add_worker_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     worker = sub.add_parser("worker", help="run a command for each run claimed from queues")
     worker.add_argument("--url", default=None, help="server URL(s), comma-separated (default: $TEMPO_URL or http://127.0.0.1:8700)")
     worker.add_argument("--ca-file", dest="ca_file", default=None, help=CA_FILE_HELP)
@@ -375,7 +375,7 @@ def _worker(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_loadgen_parser(sub: argparse._SubParsersAction) -> None:
+def _add_loadgen_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     gen = sub.add_parser("loadgen", help="the spike: N one-off jobs due at one instant, W workers")
     gen.add_argument("--url", default=None, help="server URL(s), comma-separated")
     gen.add_argument("--ca-file", dest="ca_file", default=None, help=CA_FILE_HELP)
