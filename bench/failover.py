@@ -49,8 +49,8 @@ from dataclasses import dataclass, field
 import httpx
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _server import Cluster, Server, table  # noqa: E402
-from tempo import loadgen  # noqa: E402
+from _server import Cluster, Server, table
+from tempo import loadgen
 
 FAILOVER_TARGET_S = 3.0
 write_timeout_s = 1.0

@@ -54,7 +54,7 @@ from tempo.net.auth import ANONYMOUS, Authenticator
 from tempo.node import Standalone
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _timing import timed, timed_async  # noqa: E402
+from _timing import timed, timed_async
 
 T0_MS = 1_800_000_000_000
 PHASES = ("decode", "build", "submit", "apply", "views", "encode")

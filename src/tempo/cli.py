@@ -60,6 +60,22 @@ def record(row: dict[str, Any]) -> str:
 
 
 def _create_body(args: argparse.Namespace) -> dict[str, Any]:
+    body: dict[str, Any] = {"target": args.target, "schedule": _schedule_body(args)}
+    if args.payload is not None:
+        try:
+            body["payload"] = json.loads(args.payload)
+        except ValueError as exc:
+            raise SystemExit(f"tempo jobs create: --payload is not JSON: {exc}") from None
+    retry = _retry_body(args)
+    if retry:
+        body["retry"] = retry
+    for name in ("name", "lease_s", "jitter_s", "request_key"):
+        if getattr(args, name) is not None:
+            body[name] = getattr(args, name)
+    return body
+
+
+def _schedule_body(args: argparse.Namespace) -> dict[str, Any]:
     kinds = [k for k in ("at", "cron", "every_s") if getattr(args, k) is not None]
     if len(kinds) != 1:
         raise SystemExit("tempo jobs create: give exactly one of --at, --cron, --every-s")
@@ -68,23 +84,16 @@ def _create_body(args: argparse.Namespace) -> dict[str, Any]:
         schedule["timezone"] = args.timezone
     if args.start_at is not None:
         schedule["start_at"] = args.start_at
-    body: dict[str, Any] = {"target": args.target, "schedule": schedule}
-    if args.payload is not None:
-        try:
-            body["payload"] = json.loads(args.payload)
-        except ValueError as exc:
-            raise SystemExit(f"tempo jobs create: --payload is not JSON: {exc}") from None
+    return schedule
+
+
+def _retry_body(args: argparse.Namespace) -> dict[str, Any]:
     retry: dict[str, Any] = {}
     if args.max_attempts is not None:
         retry["max_attempts"] = args.max_attempts
     if args.backoff_s is not None:
         retry["backoff_s"] = [int(x) for x in args.backoff_s.split(",") if x.strip()]
-    if retry:
-        body["retry"] = retry
-    for name in ("name", "lease_s", "jitter_s", "request_key"):
-        if getattr(args, name) is not None:
-            body[name] = getattr(args, name)
-    return body
+    return retry
 
 
 def _show(args: argparse.Namespace, value: Any, columns: Sequence[str] | None = None) -> None:
@@ -458,14 +467,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(argv: Sequence[str] | None) -> int:
     args = parser().parse_args(argv)
-    if args.command == "serve":
-        return _serve(args)
-    if args.command == "worker":
-        return _worker(args)
-    if args.command == "loadgen":
-        return _loadgen(args)
-    if args.command == "openapi":
-        return _openapi(args)
+    # The commands that are not a client of a running server.
+    local: dict[str, Callable[[argparse.Namespace], int]] = {
+        "serve": _serve, "worker": _worker, "loadgen": _loadgen, "openapi": _openapi,
+    }
+    if args.command in local:
+        return local[args.command](args)
     args.json = getattr(args, "json", False)
     try:
         client = Client(getattr(args, "url", None) or "", ca_file=ca_file_from(args))

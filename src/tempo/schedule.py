@@ -138,8 +138,20 @@ class _Cron:
     and if one such side can never match, neither can the expression.
     """
 
-    __slots__ = ("_day_types", "_dead", "_dom", "_dom_star", "_dow", "_dow_star", "_nearest", "_nth",
-                 "_months_sorted", "hours", "minutes", "months")
+    __slots__ = (
+        "_day_types",
+        "_dead",
+        "_dom",
+        "_dom_star",
+        "_dow",
+        "_dow_star",
+        "_months_sorted",
+        "_nearest",
+        "_nth",
+        "hours",
+        "minutes",
+        "months",
+    )
 
     def __init__(self, template: croniter):
         minutes, hours, dom, months, dow = template.expanded

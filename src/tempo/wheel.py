@@ -224,59 +224,10 @@ class TimingWheel:
                 return due
         taken: list[Hashable] = list(self._ready)
         self._ready.clear()
-        target_tick = now_ms // self._tick_ms
-        # Each round empties a level-0 slot, cascades a slot one level down,
-        # or re-examines the overflow, so rounds are bounded by those moves.
-        rounds_max = (len(entries) + 1) * (self._levels + 2) + 2
-        reached_ms = now_ms
         if len(taken) > budget:
-            rounds_max = 0  # time stands still: only ready items go out
-            reached_ms = self._now_ms
-        for _ in range(rounds_max):
-            event = self._next_event()
-            if event is None or event[0] > target_tick:
-                self._tick = target_tick
-                break
-            tick, level = event
-            self._tick = tick
-            if level == 0:
-                slot = tick & self._mask
-                bucket = self._slots[0][slot]
-                if (
-                    not taken
-                    and len(bucket) > budget
-                    and not self._unsorted0 >> slot & 1
-                    and (tick < target_tick or self._last0[slot][0] <= now_ms)
-                ):
-                    # Due whole and in order: it becomes the out queue as it
-                    # stands, with no work per item beyond those handed out.
-                    self._out = self._take_bucket(0, slot)
-                    self._forget0(slot)
-                    if tick < target_tick:
-                        reached_ms = (tick + 1) * self._tick_ms - 1
-                    break
-                if self._take_slot(tick, now_ms, taken):
-                    break
-                if len(taken) > budget:
-                    # The slot was taken whole: time stands at its end.
-                    reached_ms = (tick + 1) * self._tick_ms - 1
-                    break
-            elif level < self._levels:
-                bucket = self._slots[level][(tick >> (self._bits * level)) & self._mask]
-                if len(bucket) > budget - len(taken):
-                    self._cascading = self._take_bucket(level, (tick >> (self._bits * level)) & self._mask)
-                    self._now_ms = max(self._now_ms, tick * self._tick_ms - 1)
-                    budget -= self._cascade_some(budget - len(taken))
-                    if self._cascading:
-                        reached_ms = self._now_ms
-                        break
-                else:
-                    self._cascade(level, (tick >> (self._bits * level)) & self._mask)
-            else:
-                self._reexamine_overflow()
+            reached_ms = self._now_ms  # time stands still: only ready items go out
         else:
-            if rounds_max:
-                raise AssertionError("advance did not terminate")
+            reached_ms, budget = self._move_to(now_ms, taken, budget)
         self._now_ms = max(self._now_ms, reached_ms)
         # Sorting by the entries compares [due_ms, seq, ...] in C.
         taken.sort(key=entries.__getitem__)
@@ -290,6 +241,64 @@ class TimingWheel:
         if self._out and not taken:
             due.extend(self._hand_out(room))
         return due
+
+    def _move_to(self, now_ms: int, taken: list[Hashable], budget: int) -> tuple[int, int]:
+        """Moves the current tick to ``now_ms``'s, one non-empty slot at a
+        time, adding the items due to ``taken``; stops early where
+        ``budget`` runs out. Returns (the time reached, the budget left)."""
+        target_tick = now_ms // self._tick_ms
+        # Each round empties a level-0 slot, cascades a slot one level down,
+        # or re-examines the overflow, so rounds are bounded by those moves.
+        rounds_max = (len(self._entries) + 1) * (self._levels + 2) + 2
+        for _ in range(rounds_max):
+            event = self._next_event()
+            if event is None or event[0] > target_tick:
+                self._tick = target_tick
+                return now_ms, budget
+            tick, level = event
+            self._tick = tick
+            if level == 0:
+                reached_ms = self._take_level0(tick, target_tick, now_ms, taken, budget)
+                if reached_ms is not None:
+                    return reached_ms, budget
+            elif level < self._levels:
+                slot = (tick >> (self._bits * level)) & self._mask
+                if len(self._slots[level][slot]) > budget - len(taken):
+                    self._cascading = self._take_bucket(level, slot)
+                    self._now_ms = max(self._now_ms, tick * self._tick_ms - 1)
+                    budget -= self._cascade_some(budget - len(taken))
+                    if self._cascading:
+                        return self._now_ms, budget
+                else:
+                    self._cascade(level, slot)
+            else:
+                self._reexamine_overflow()
+        raise AssertionError("advance did not terminate")
+
+    def _take_level0(
+        self, tick: int, target_tick: int, now_ms: int, taken: list[Hashable], budget: int
+    ) -> int | None:
+        """Adds the due items of the level-0 slot at ``tick`` to ``taken``
+        (or makes the slot the out queue); the time reached when the advance
+        stops here, or None when it goes on."""
+        slot = tick & self._mask
+        if (
+            not taken
+            and len(self._slots[0][slot]) > budget
+            and not self._unsorted0 >> slot & 1
+            and (tick < target_tick or self._last0[slot][0] <= now_ms)
+        ):
+            # Due whole and in order: it becomes the out queue as it
+            # stands, with no work per item beyond those handed out.
+            self._out = self._take_bucket(0, slot)
+            self._forget0(slot)
+            return (tick + 1) * self._tick_ms - 1 if tick < target_tick else now_ms
+        if self._take_slot(tick, now_ms, taken):
+            return now_ms
+        if len(taken) > budget:
+            # The slot was taken whole: time stands at its end.
+            return (tick + 1) * self._tick_ms - 1
+        return None
 
     def _hand_out(self, items_max: int) -> list[Hashable]:
         """Up to ``items_max`` items of ``_out``, first in order first."""

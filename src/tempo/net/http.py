@@ -90,7 +90,7 @@ def check_bindable(host: str, port: int) -> None:
 class Ticket:
     """One open connection's place under the gate."""
 
-    __slots__ = ("address", "scope", "evicted")
+    __slots__ = ("address", "evicted", "scope")
 
     def __init__(self, address: str):
         self.address = address

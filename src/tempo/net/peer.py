@@ -112,7 +112,7 @@ def _normal_data(message: AppendRequest) -> Iterator[bytes]:
 
 
 class _Peer:
-    __slots__ = ("id", "url", "frames", "wake", "sent", "dropped", "failures", "failing_since_s", "logged_at_s", "scope")
+    __slots__ = ("dropped", "failing_since_s", "failures", "frames", "id", "logged_at_s", "scope", "sent", "url", "wake")
 
     def __init__(self, peer_id: int, url: str):
         self.scope = trio.CancelScope()
