@@ -200,7 +200,7 @@ async def serve(options: ServeOptions, *, task_status: trio.TaskStatus[str] = tr
     # The directory is taken before the store opens it (opening may write:
     # an identity record, an adopted directory); one that does not exist
     # yet is taken once the store has made it.
-    held_fd = _hold(options.data_dir) if os.path.isdir(options.data_dir) else None
+    held_fd = _hold(options.data_dir) if os.path.isdir(options.data_dir) else None  # noqa: ASYNC240 - at start-up, no task runs yet
     try:
         store = open_store(options, config)
     except BaseException:

@@ -162,9 +162,7 @@ def _type(schema: dict[str, Any]) -> str:
 def _bounds(schema: dict[str, Any]) -> str:
     """Every bound of a schema, of its non-null variants and of its items."""
     found = [template.format(schema[key]) for key, template in _BOUNDS if key in schema]
-    for variant in schema.get("anyOf", ()):
-        if variant.get("type") != "null":
-            found.append(_bounds(variant))
+    found.extend(_bounds(variant) for variant in schema.get("anyOf", ()) if variant.get("type") != "null")
     if "items" in schema and _bounds(schema["items"]):
         found.append(f"each item: {_bounds(schema['items'])}")
     if "oneOf" in schema and "$ref" in schema:
