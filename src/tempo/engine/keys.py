@@ -79,12 +79,14 @@ def parse_run_key(key: bytes) -> tuple[int, int, int, str, int]:
 
 def due_of(key: bytes) -> int:
     """The due ms of a runs key (`parse_run_key(key)[2]`), without the rest."""
-    return _DUE.unpack_from(key, DUE_AT)[0]
+    due_ms: int = _DUE.unpack_from(key, DUE_AT)[0]
+    return due_ms
 
 
 def nominal_of(key: bytes) -> int:
     """The nominal ms of a runs key, its last field."""
-    return _NOMINAL.unpack_from(key, _NOMINAL_AT)[0]
+    nominal_ms: int = _NOMINAL.unpack_from(key, _NOMINAL_AT)[0]
+    return nominal_ms
 
 
 def slot_of(key: bytes) -> tuple[str, int]:

@@ -9,6 +9,7 @@ its view of the cluster.
 """
 
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from tempo import limits
@@ -43,7 +44,7 @@ class Standalone:
     node_id = "n1"
     clustered = False
 
-    def __init__(self, applied_index) -> None:
+    def __init__(self, applied_index: Callable[[], int]) -> None:
         self._applied_index = applied_index
         self.url = ""
 
