@@ -332,5 +332,5 @@ class _ProblemH11Protocol(H11Protocol):
 def install() -> None:
     """Makes hypercorn's trio worker use the guarded connection task and
     answer its own rejections with problem+json."""
-    hypercorn.trio.run.TCPServer = _GuardedTCPServer  # type: ignore[attr-defined]  # not exported
-    hypercorn.protocol.H11Protocol = _ProblemH11Protocol  # type: ignore[attr-defined]  # not exported
+    hypercorn.trio.run.TCPServer = _GuardedTCPServer  # type: ignore[attr-defined]  # hypercorn does not export it
+    hypercorn.protocol.H11Protocol = _ProblemH11Protocol  # type: ignore[attr-defined]  # hypercorn does not export it
