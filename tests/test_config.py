@@ -74,7 +74,7 @@ def test_the_documented_example_parses_as_it_reads():
     import tempo.config
 
     example = tempo.config.__doc__.split("```toml\n", 1)[1].split("```", 1)[0]
-    # Placeholders filled in; [tls] names files that are not here (tests/test_tls.py).
+    # Placeholders filled in; [tls] names files that are not here (tests/net/test_tls.py).
     text = example.split("[tls]")[0] + "[http]" + example.split("[http]", 1)[1]
     text = text.replace('peer_token = "..."', 'peer_token = "' + "x" * 32 + '"')
     config = parse(text.replace("hex SHA-256 of the token", "ab" * 32))

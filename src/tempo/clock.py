@@ -4,7 +4,7 @@ RFC 3339 strings meet (docs/semantics.md "Clocks").
 Two clocks, two uses:
 
 - Durations (leases, timeouts, long-poll waits, token buckets, retry waits in
-  memory) run on the monotonic clock: `monotonic_s` and `monotonic_ms` here,
+  memory) run on the monotonic clock: `monotonic_ms` here,
   `trio.current_time()` in trio code (the same clock, or a test's mock). A
   wall-clock step does not lengthen or shorten any of them.
 - Instants are UNIX milliseconds, UTC (`*_at_ms`), the only kind of time
@@ -45,10 +45,6 @@ def now_ms() -> int:
     """The wall clock as it is, steps and all: for what is neither a stamp
     nor a due time (a log line's time). Stamps come from `Clock.now_ms`."""
     return time.time_ns() // _MS_NS
-
-
-def monotonic_s() -> float:
-    return time.monotonic()
 
 
 def monotonic_ms() -> int:

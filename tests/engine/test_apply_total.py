@@ -172,9 +172,11 @@ def check_consistent(store: Store) -> None:
     open_by_minute: Counter[int] = Counter()
     for key, raw in tables["runs"]:
         run = msgspec.msgpack.decode(raw, type=Run)
-        minute, shard, due_ms, job_id, nominal_ms = keys.parse_run_key(key)
+        job_id, nominal_ms = keys.slot_of(key)
+        due_ms = keys.due_of(key)
         assert (job_id, nominal_ms, due_ms) == (run.job_id, run.nominal_ms, run.due_ms)
-        assert shard == ids.shard_of(job_id) and minute == keys.minute_of(due_ms)
+        assert key == keys.run_key_of(keys.job_key(job_id), job_id, nominal_ms, due_ms), "minute and shard"
+        minute = keys.minute_of(due_ms)
         assert run.status in ("waiting", "claimed"), "only open runs are in the runs table"
         assert job_id in jobs, "a run of a missing job"
         open_by_minute[minute] += 1
@@ -183,7 +185,7 @@ def check_consistent(store: Store) -> None:
     by_job = dict(tables["runs_by_job"])
     assert sorted(by_job.values()) == sorted(k for k, _ in tables["runs"]), "runs by job index every open run"
     for key, runs_key in by_job.items():
-        _, _, _, job_id, nominal_ms = keys.parse_run_key(runs_key)
+        job_id, nominal_ms = keys.slot_of(runs_key)
         assert keys.parse_by_job_key(key) == (job_id, nominal_ms)
     by_owner = {k for k, _ in tables["jobs_by_owner"]}
     assert by_owner == {keys.owner_job_key(job.owner, job_id) for job_id, job in jobs.items()}

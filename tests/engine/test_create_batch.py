@@ -112,7 +112,7 @@ def test_a_batch_with_one_bad_payload_names_that_item_only():
 
 
 def test_a_batchs_items_commands_and_views_are_untracked_by_the_cycle_collector():
-    from tempo.engine.jobs import job_view
+    from tempo.net.views import job_view
 
     made = new_job(T0, payload={"i": 1})
     item = msgspec.json.decode(b'{"target":"queue:x","schedule":{"at":"2027-01-15T08:00:00Z"}}', type=JobCreate)

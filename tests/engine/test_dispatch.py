@@ -257,7 +257,7 @@ async def test_a_result_for_an_attempt_that_never_was_or_expired_is_stale(node, 
     await node.create(schedule=at(0), lease_s=5)
     await trio.sleep(0.5)
     [waiting_key] = list(node.dispatcher.queue_of)
-    _, _, _, job_id, nominal_ms = keys.parse_run_key(waiting_key)
+    job_id, nominal_ms = keys.slot_of(waiting_key)
     never = Result(job_id, nominal_ms, 0, False, None, "made up")
     assert isinstance((await node.dispatcher.report(OWNER, [never]))[0], errors.StaleAttempt)
     [claimed] = await node.claim(wait_s=1)

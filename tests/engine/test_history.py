@@ -26,7 +26,8 @@ from tempo.engine.jobs import Jobs
 from tempo.engine.retention import Retention, before_day
 from tempo.engine.store import Store, bucket_name
 from tempo.schema import JobCreate
-from test_store import Log as StoreLog
+
+from .test_store import Log as StoreLog
 
 OWNER = "default"
 DAY = limits.day_ms
@@ -43,7 +44,7 @@ def new_job(at_ms: int, **fields):
 
 
 class Log(StoreLog):
-    """tests/test_store.py's log of entries, and a finished run in one call."""
+    """tests/engine/test_store.py's log of entries, and a finished run in one call."""
 
     def finish(self, job_id: str, nominal_ms: int, at_ms: int, *, ok: bool = True):
         """Claims the run and reports its first attempt at `at_ms`."""
@@ -79,7 +80,7 @@ def test_a_finished_run_moves_to_the_bucket_of_the_day_it_finished(store):
     assert run.status == "done"
     assert store.history_days() == [D0 + 1]
     dump = store.dump()
-    assert [keys.parse_run_key(k)[3] for k, _ in dump["runs"]] == [later.id]
+    assert [keys.slot_of(k)[0] for k, _ in dump["runs"]] == [later.id]
     assert [keys.parse_by_job_key(k)[0] for k, _ in dump["runs_by_job"]] == [later.id]
     assert bucket_rows(store, D0 + 1, b"r") == [b"r" + keys.by_job_key(job.id, job.slot_ms)]
     assert len(bucket_rows(store, D0 + 1, b"e")) == 1  # job.completed

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 
+from sim.planted import PLANTED
 from tempo.raft import (
     Config,
     Entry,
@@ -70,9 +71,9 @@ class Cluster:
             election_ticks=ELECTION_TICKS,
             pre_vote=self.pre_vote,
             check_quorum=self.check_quorum,
-            test_bug=self.test_bug,
         )
-        self.nodes[i] = RawNode(config, self.storages[i], random.Random(self.rng.random()))
+        core = PLANTED[self.test_bug]
+        self.nodes[i] = core(config, self.storages[i], random.Random(self.rng.random()))
         self.applied[i] = []
 
     def crash(self, i: int) -> None:

@@ -8,6 +8,7 @@ import time
 
 from .cluster import Simulator
 from .invariants import SimFailure
+from .planted import PLANTED
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -15,7 +16,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, help="replay one seed and print its trace hash")
     parser.add_argument("--seeds", type=int, default=500, help="how many seeds to run")
     parser.add_argument("--start", type=int, default=0, help="first seed")
-    parser.add_argument("--bug", default="", help="plant a test bug (see tempo.raft.TEST_BUGS)")
+    parser.add_argument("--bug", default="", choices=sorted(PLANTED), help="plant a bug (tests/sim/planted.py)")
     parser.add_argument("-v", "--verbose", action="store_true", help="print every event")
     args = parser.parse_args(argv)
     seeds = [args.seed] if args.seed is not None else range(args.start, args.start + args.seeds)

@@ -34,6 +34,7 @@ from tempo.raft import (
 
 from .invariants import Invariants, SimFailure
 from .linearizability import Op
+from .planted import PLANTED
 from .storage import SimStorage
 
 TICK_US = 10  # simulated time units per raft tick
@@ -269,9 +270,9 @@ class Simulator:
             pre_vote=p.pre_vote,
             check_quorum=p.check_quorum,
             applied=node.applied,
-            test_bug=self.test_bug,
         )
-        node.core = RawNode(config, node.storage.view, random.Random(self.rng.getrandbits(64)))
+        core = PLANTED[self.test_bug]
+        node.core = core(config, node.storage.view, random.Random(self.rng.getrandbits(64)))
         self._record("start", node.id)
         self.inv.on_start(node)
 

@@ -1,8 +1,14 @@
 """The jobs service: checks a request beyond its shape, stamps it with the
-time and IDs, turns it into commands, and turns records into API views.
+time and IDs, turns it into commands, and answers with records (net/views.py
+turns those into the API's views).
 
 It runs on the node that accepted the request; the clock and the random source
 are read here, never in `apply`.
+
+The engine does not import the API's shapes (`tempo.schema`, an import
+contract in pyproject.toml): it names what it reads of a request in the
+protocols below (`JobSpec`, `ScheduleSpec`, `RetrySpec`, `PreviewSpec`),
+which the decoded request structs meet as they are, with no copy per item.
 """
 
 import functools
@@ -10,7 +16,8 @@ import hashlib
 import os
 import urllib.parse
 from collections.abc import Callable
-from typing import Any
+from datetime import datetime
+from typing import Any, Protocol
 
 import msgspec
 import trio
@@ -20,20 +27,73 @@ from tempo.engine.commands import CreateJobs, DeleteJob, NewJob, PauseJob, Resum
 from tempo.engine.commit import Committer
 from tempo.engine.records import Job, Run, Schedule
 from tempo.engine.store import Created, Store
-from tempo.schema import (
-    ClaimedRunOut,
-    JobCreate,
-    JobOut,
-    PreviewIn,
-    RetryOut,
-    RunOut,
-    ScheduleIn,
-    ScheduleOut,
-)
 
 _QUEUE_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
 _hash_encoder = msgspec.msgpack.Encoder(order="sorted")
 _json_encoder = msgspec.json.Encoder()
+
+
+# -- what the engine reads of a request ------------------------------------------
+#
+# Read-only properties, so that frozen structs (`schema.RetryIn`) meet them
+# too. The bounds of each field are the schema's (`Meta`), checked when the
+# request was decoded; the rules across fields are checked here.
+
+
+class ScheduleSpec(Protocol):
+    """A schedule as asked for (`schema.ScheduleIn`)."""
+
+    @property
+    def at(self) -> datetime | None: ...
+    @property
+    def cron(self) -> str | None: ...
+    @property
+    def timezone(self) -> str | None: ...
+    @property
+    def every_s(self) -> int | None: ...
+    @property
+    def start_at(self) -> datetime | None: ...
+
+
+class RetrySpec(Protocol):
+    """A retry policy as asked for (`schema.RetryIn`)."""
+
+    @property
+    def max_attempts(self) -> int: ...
+    @property
+    def backoff_s(self) -> tuple[int, ...]: ...
+
+
+class JobSpec(Protocol):
+    """A job as asked for (`schema.JobCreate`)."""
+
+    @property
+    def target(self) -> str: ...
+    @property
+    def schedule(self) -> ScheduleSpec: ...
+    @property
+    def name(self) -> str | None: ...
+    @property
+    def payload(self) -> Any: ...
+    @property
+    def retry(self) -> RetrySpec: ...
+    @property
+    def lease_s(self) -> int: ...
+    @property
+    def jitter_s(self) -> int: ...
+    @property
+    def request_key(self) -> str | None: ...
+
+
+class PreviewSpec(Protocol):
+    """A schedule preview as asked for (`schema.PreviewIn`)."""
+
+    @property
+    def schedule(self) -> ScheduleSpec: ...
+    @property
+    def after(self) -> datetime | None: ...
+    @property
+    def count(self) -> int: ...
 
 
 # -- checks beyond the shape -----------------------------------------------------
@@ -112,7 +172,7 @@ def payloads_pass(payloads: list[Any], *, from_msgpack: bool) -> bool:
     return True
 
 
-def schedule_record(value: ScheduleIn, loc: str = "schedule") -> Schedule:
+def schedule_record(value: ScheduleSpec, loc: str = "schedule") -> Schedule:
     """Checks the cross-field rules of a schedule and returns its record."""
     if (value.at is not None) + (value.cron is not None) + (value.every_s is not None) != 1:
         raise errors.Invalid.at(loc, "give exactly one of at, cron, every_s")
@@ -207,7 +267,7 @@ def due_ms(job: Job, slot_ms: int, now_ms: int) -> int:
     return max(slot_ms + ids.jitter_ms(ids.run_id(job.id, slot_ms), job.jitter_s), now_ms)
 
 
-async def preview_ms(body: PreviewIn, now_ms: int) -> list[int]:
+async def preview_ms(body: PreviewSpec, now_ms: int) -> list[int]:
     """The times of `POST /v1/schedules/preview`. Cron times come in slices
     of `limits.preview_slice_times` with a checkpoint between them, so a
     preview of 1,000 never holds the trio thread for more than one slice;
@@ -235,96 +295,6 @@ async def preview_ms(body: PreviewIn, now_ms: int) -> list[int]:
         return [after_ms + k * period_ms for k in range(1, body.count + 1)]
     first = schedule.next_every_ms(sched.every_s, sched.start_at_ms, after_ms, include_anchor=True)
     return [first + k * period_ms for k in range(body.count)]
-
-
-# -- views -------------------------------------------------------------------------
-
-
-def schedule_view(sched: Schedule) -> ScheduleOut:
-    return ScheduleOut(
-        at=clock.iso_or_none(sched.at_ms),
-        cron=sched.cron,
-        timezone=sched.timezone,
-        every_s=sched.every_s,
-        start_at=clock.iso_or_none(sched.start_at_ms),
-    )
-
-
-def job_view(job: Job, shared: dict[Any, Any] | None = None) -> JobOut:
-    """`shared` lets the views of one response share the parts their jobs
-    share (a batch's items mostly have one schedule and one retry policy)."""
-    if shared is None:
-        sched_out = schedule_view(job.schedule)
-        retry_out = RetryOut(job.max_attempts, list(job.backoff_s))
-    else:
-        sched_out = shared.get(job.schedule)
-        if sched_out is None:
-            sched_out = shared[job.schedule] = schedule_view(job.schedule)
-        retry_key = (job.max_attempts, job.backoff_s)
-        retry_out = shared.get(retry_key)
-        if retry_out is None:
-            retry_out = shared[retry_key] = RetryOut(job.max_attempts, list(job.backoff_s))
-    # Positional, in JobOut's field order: a batch reply makes 1,000.
-    return JobOut(
-        job.id,
-        job.name,
-        job.owner,
-        job.target,
-        job.payload,
-        sched_out,
-        retry_out,
-        job.lease_s,
-        job.jitter_s,
-        job.state,
-        clock.iso_from_ms(job.created_at_ms),
-        None if job.next_run_at_ms is None else clock.iso_from_ms(job.next_run_at_ms),
-    )
-
-
-def _run_fields(run: Run) -> tuple:
-    """A run's API fields, in `RunOut`'s order (`ClaimedRunOut` extends it)."""
-    return (
-        ids.run_id(run.job_id, run.nominal_ms),
-        run.job_id,
-        clock.iso_from_ms(run.nominal_ms),
-        clock.iso_from_ms(run.due_ms),
-        run.status,
-        run.attempt,
-        run.worker,
-        clock.iso_or_none(run.lease_expires_ms),
-        clock.iso_or_none(run.started_ms),
-        clock.iso_or_none(run.finished_ms),
-        run.output,
-        run.error,
-    )
-
-
-def run_view(run: Run) -> RunOut:
-    return RunOut(*_run_fields(run))
-
-
-def claimed_view(run: Run, job: Job) -> ClaimedRunOut:
-    """`run_view`'s fields and the job's target, payload and lease. A claim
-    answers with up to 1,000 of these, so the fields are spelled out here
-    rather than gathered through `_run_fields` and `iso_or_none`."""
-    iso = clock.iso_from_ms
-    return ClaimedRunOut(
-        ids.run_id(run.job_id, run.nominal_ms),
-        run.job_id,
-        iso(run.nominal_ms),
-        iso(run.due_ms),
-        run.status,
-        run.attempt,
-        run.worker,
-        None if run.lease_expires_ms is None else iso(run.lease_expires_ms),
-        None if run.started_ms is None else iso(run.started_ms),
-        None if run.finished_ms is None else iso(run.finished_ms),
-        run.output,
-        run.error,
-        job.target,
-        job.payload,
-        job.lease_s,
-    )
 
 
 # -- the service -------------------------------------------------------------------
@@ -361,7 +331,7 @@ class Jobs:
     def new_job(
         self,
         owner: str,
-        body: JobCreate,
+        body: JobSpec,
         at_ms: int,
         *,
         from_msgpack: bool,
@@ -418,7 +388,7 @@ class Jobs:
         return NewJob(job, job.next_run_at_ms, digest)
 
     async def create(
-        self, owner: str, items: list[JobCreate | errors.TempoError], *, from_msgpack: bool
+        self, owner: str, items: list[JobSpec | errors.TempoError], *, from_msgpack: bool
     ) -> list[Created | errors.TempoError]:
         """Creates the valid items in one command; answers one outcome per item.
 

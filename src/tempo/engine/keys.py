@@ -51,12 +51,9 @@ def minute_of(due_ms: int) -> int:
     return due_ms // limits.minute_ms
 
 
-def run_key(job_id: str, nominal_ms: int, due_ms: int) -> bytes:
-    return run_key_of(job_key(job_id), job_id, nominal_ms, due_ms)
-
-
 def run_key_of(job_key_bytes: bytes, job_id: str, nominal_ms: int, due_ms: int) -> bytes:
-    """`run_key` for a caller that has the job key (`job_key(job_id)`) at hand."""
+    """The runs key of a run of job `job_id`, whose key (`job_key(job_id)`)
+    the caller has at hand."""
     assert len(job_key_bytes) == JOB_KEY_BYTES
     return _RUN.pack(due_ms // limits.minute_ms, ids.shard_of(job_id), due_ms, job_key_bytes, nominal_ms)
 
@@ -71,14 +68,8 @@ def new_run_keys(job_key_bytes: bytes, job_id: str, nominal_ms: int, due_ms: int
     )
 
 
-def parse_run_key(key: bytes) -> tuple[int, int, int, str, int]:
-    """(minute, shard, due ms, job ID, nominal ms)."""
-    minute, shard, due_ms, job, nominal_ms = _RUN.unpack(key)
-    return minute, shard, due_ms, "j_" + job.decode(), nominal_ms
-
-
 def due_of(key: bytes) -> int:
-    """The due ms of a runs key (`parse_run_key(key)[2]`), without the rest."""
+    """The due ms of a runs key, without the rest."""
     due_ms: int = _DUE.unpack_from(key, DUE_AT)[0]
     return due_ms
 
@@ -94,11 +85,6 @@ def slot_of(key: bytes) -> tuple[str, int]:
     names a run's lease by these."""
     job, nominal_ms = _SLOT.unpack_from(key, _SLOT_AT)
     return "j_" + job.decode(), nominal_ms
-
-
-def partition_prefix(minute: int, shard: int) -> bytes:
-    """The first bytes of every runs key of one (minute, shard) partition."""
-    return struct.pack(">IB", minute, shard)
 
 
 def minute_prefix(minute: int) -> bytes:

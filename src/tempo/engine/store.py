@@ -7,7 +7,9 @@ clock and no random source: two stores fed the same entries hold byte-identical
 tables. It is called off the trio thread (the write transaction ends with an
 fsync); reads run on any thread against LMDB's snapshots and never wait for it.
 
-This is the only module that imports lmdb.
+It and the raft log beside it (raftlog.py, which writes inside the
+transactions this module opens) are the only modules that import lmdb: an
+import contract in pyproject.toml keeps it so.
 """
 
 import errno

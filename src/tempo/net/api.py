@@ -14,13 +14,13 @@ from tempo import clock, errors, ids, limits
 from tempo import metrics as prom
 from tempo.clock import Clock
 from tempo.config import UNLIMITED, HttpLimits, OwnerLimits
-from tempo.engine import jobs as jobviews
+from tempo.engine import jobs as engine_jobs
 from tempo.engine.commands import Result, decode_entry
 from tempo.engine.dispatch import LATENESS_BUCKETS_S, ClaimedRun, Dispatcher
 from tempo.engine.jobs import Jobs
 from tempo.engine.records import Corrupt
 from tempo.engine.store import Created, Store
-from tempo.net import auth, openapi
+from tempo.net import auth, openapi, views
 from tempo.net import auth as auth_module  # `auth` is also a parameter name below
 from tempo.net.asgi import (
     STATUS_OF,
@@ -456,7 +456,7 @@ class Api:
         [outcome] = await self.jobs.create(self.owner(request), [body], from_msgpack=request.is_msgpack)
         if isinstance(outcome, errors.TempoError):
             raise outcome
-        return encode(request, jobviews.job_view(outcome.job), 201 if outcome.new else 200)
+        return encode(request, views.job_view(outcome.job), 201 if outcome.new else 200)
 
     async def create_batch(self, request: Request) -> Response:
         items = _decode_batch_at_once(request)
@@ -487,7 +487,7 @@ class Api:
         return items
 
     async def get_job(self, request: Request, job_id: str) -> Response:
-        return encode(request, jobviews.job_view(self.store.get_job(self.owner(request), job_id)))
+        return encode(request, views.job_view(self.store.get_job(self.owner(request), job_id)))
 
     async def list_jobs(self, request: Request) -> Response:
         limit = _limit(request)
@@ -495,13 +495,13 @@ class Api:
         if cursor is not None and not ids.is_job_id(cursor):
             raise errors.Invalid.at("query.cursor", "not a cursor this server gave out")
         found, next_cursor = self.store.list_jobs(self.owner(request), limit, cursor)
-        return encode(request, JobsPage([jobviews.job_view(j) for j in found], next_cursor))
+        return encode(request, JobsPage([views.job_view(j) for j in found], next_cursor))
 
     async def pause_job(self, request: Request, job_id: str) -> Response:
-        return encode(request, jobviews.job_view(await self.jobs.pause(self.owner(request), job_id)))
+        return encode(request, views.job_view(await self.jobs.pause(self.owner(request), job_id)))
 
     async def resume_job(self, request: Request, job_id: str) -> Response:
-        return encode(request, jobviews.job_view(await self.jobs.resume(self.owner(request), job_id)))
+        return encode(request, views.job_view(await self.jobs.resume(self.owner(request), job_id)))
 
     async def delete_job(self, request: Request, job_id: str) -> Response:
         await self.jobs.delete(self.owner(request), job_id)
@@ -509,7 +509,7 @@ class Api:
 
     async def trigger_job(self, request: Request, job_id: str) -> Response:
         run = await self.jobs.trigger(self.owner(request), job_id)
-        return encode(request, jobviews.run_view(run), 201)
+        return encode(request, views.run_view(run), 201)
 
     # -- runs ------------------------------------------------------------------
 
@@ -535,7 +535,7 @@ class Api:
 
     def run_view(self, run: Any) -> Any:
         """The stored run, with the lease as heartbeats extended it in memory."""
-        view = jobviews.run_view(run)
+        view = views.run_view(run)
         if run.status == "claimed":
             lease_ms = self.dispatcher.lease_of(run.job_id, run.nominal_ms, run.attempt)
             if lease_ms is not None:
@@ -564,14 +564,16 @@ class Api:
                 # Lets a disconnect already queued be seen before runs are taken.
                 await trio.lowlevel.checkpoint()
                 claimed = await self.dispatcher.claim(queues, body.worker, body.max_runs, body.wait_s)
-            views = []
+            claimed_views = []
             for start in range(0, len(claimed), limits.batch_slice_items):
                 if start:
                     # The views in slices (docs/operations.md "Event-loop
                     # lag"); not a point of cancellation: the runs are claimed.
                     await trio.lowlevel.cancel_shielded_checkpoint()
-                views += [jobviews.claimed_view(c.run, c.job) for c in claimed[start : start + limits.batch_slice_items]]
-            response = encode(request, ClaimOut(views))
+                claimed_views += [
+                    views.claimed_view(c.run, c.job) for c in claimed[start : start + limits.batch_slice_items]
+                ]
+            response = encode(request, ClaimOut(claimed_views))
             if not claimed:
                 self._retry_hint(response)
             if not client.gone:
@@ -671,7 +673,7 @@ class Api:
         # One preview computes at a time: its slices leave the loop free
         # between them only if no other preview's slice is waiting to run.
         async with self.previews_computing:
-            times = await jobviews.preview_ms(body, self.jobs.now_ms())
+            times = await engine_jobs.preview_ms(body, self.jobs.now_ms())
             # Spelled out in slices too: 1,000 RFC 3339 strings are milliseconds.
             out: list[str] = []
             for start in range(0, len(times), limits.preview_slice_times):
@@ -945,7 +947,7 @@ def _batch_item(outcome: Created | errors.TempoError, shared: dict[Any, Any]) ->
     if isinstance(outcome, errors.TempoError):
         problem = problem_of(outcome)
         return BatchItemResult(problem.status, problem=problem)
-    return BatchItemResult(201 if outcome.new else 200, job=jobviews.job_view(outcome.job, shared))
+    return BatchItemResult(201 if outcome.new else 200, job=views.job_view(outcome.job, shared))
 
 
 def _entry_problem(data: bytes) -> str | None:

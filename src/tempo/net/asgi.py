@@ -7,7 +7,7 @@ microsecond of routing shows in the single-create rate.
 
 import re
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -77,7 +77,6 @@ class Request:
     query: dict[str, str]
     headers: dict[bytes, bytes]
     body: bytes = b""
-    params: dict[str, str] = field(default_factory=dict)
     principal: Any = None  # who asks (net/auth.py), set before the handler runs
     # The ASGI callables, for a handler that watches its client (`watching`)
     # and sends its answer itself.
@@ -202,9 +201,6 @@ def parse_query(raw: bytes) -> dict[str, str]:
         return dict(parse_qsl(raw.decode("latin-1"), keep_blank_values=True))
     except ValueError:
         raise errors.Invalid.at("query", "malformed query string") from None
-
-
-Handler = Callable[[Request], Awaitable[Response]]
 
 
 class BodyBudget:

@@ -5,7 +5,7 @@ ready() -> persist -> send -> apply -> advance(ready).
 """
 
 from . import limits
-from ._core import TEST_BUGS, Config, RawNode
+from ._core import Config, RawNode
 from ._progress import ProgressState
 from .errors import (
     ConfChangeRejected,
@@ -53,7 +53,6 @@ __all__ = [
     "MESSAGE_DECODER",
     "MESSAGE_ENCODER",
     "NONE",
-    "TEST_BUGS",
     "AppendRequest",
     "AppendResponse",
     "ConfChange",

@@ -60,9 +60,6 @@ from .types import (
     VoteResponse,
 )
 
-# Planted bugs the simulator must catch (tests only; see tests/sim).
-TEST_BUGS = ("", "vote_not_persisted", "commit_old_term", "read_without_quorum")
-
 
 @dataclasses.dataclass(frozen=True)
 class Config:
@@ -75,14 +72,11 @@ class Config:
     # through it, entries through it still stored or in the snapshot); at
     # least the storage snapshot's index is assumed.
     applied: int = 0
-    # Test only: one of TEST_BUGS makes the core deliberately unsafe.
-    test_bug: str = ""
 
     def __post_init__(self) -> None:
         assert self.node_id > 0, "node_id must be positive"
         assert self.heartbeat_ticks >= 1
         assert self.election_ticks > self.heartbeat_ticks
-        assert self.test_bug in TEST_BUGS, f"test_bug={self.test_bug!r}"
 
 
 class _ReadRequest:
@@ -152,11 +146,7 @@ class RawNode:
         return self._conf_history[-1][0]
 
     def hard_state(self) -> HardState:
-        vote = self.vote
-        if self.config.test_bug == "vote_not_persisted":
-            # Planted bug: a vote cast in the current term is never persisted.
-            vote = self._prev_hard_state.vote if self._prev_hard_state.term == self.term else NONE
-        return HardState(self.term, vote, self.log.committed)
+        return HardState(self.term, self.vote, self.log.committed)
 
     def tick(self) -> None:
         if self.role == Role.LEADER:
@@ -233,15 +223,17 @@ class RawNode:
         if context in self._reads_by_context:
             raise ReadIndexDropped("read context already pending")
         request = _ReadRequest(self.log.committed, context, {self.id}, origin)
-        single = self._quorum_size() == 1 and self.id in self.voters
-        if single or self.config.test_bug == "read_without_quorum":
-            # A single voter is its own quorum. (The planted bug answers
-            # without confirming leadership: a deposed leader reads stale.)
+        if self._leads_alone():
             self._release_read(request)
             return
         self._reads.append(request)
         self._reads_by_context[context] = request
         self._bcast_heartbeat(context)
+
+    def _leads_alone(self) -> bool:
+        """A single voter is its own quorum: its leadership needs no
+        confirmation from the others before it answers a read (§6.4)."""
+        return self._quorum_size() == 1 and self.id in self.voters
 
     def _release_read(self, request: _ReadRequest) -> None:
         if request.origin == self.id:
@@ -843,7 +835,7 @@ class RawNode:
         index = matches[len(matches) // 2]
         if index <= log.committed:
             return False
-        if log.term(index) != self.term and self.config.test_bug != "commit_old_term":
+        if not self._commits_through(index):
             return False
         log.commit_to(index)
         uncommitted = self._uncommitted
@@ -853,6 +845,12 @@ class RawNode:
             # Our removal committed: step down (dissertation §4.2.2).
             self._become_follower(self.term, NONE)
         return True
+
+    def _commits_through(self, index: int) -> bool:
+        """Whether a quorum's match at `index` commits it: only an entry of
+        the current term commits by counting replicas; older ones commit
+        with it (Raft §5.4.2, Figure 8)."""
+        return self.log.term(index) == self.term
 
     def _check_proposable(self) -> None:
         if self.role != Role.LEADER:

@@ -11,6 +11,7 @@ import msgspec
 import pytest
 
 from conftest import job_body, job_count, unique
+from problems import assert_problem
 
 TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 JOB_FIELDS = {
@@ -38,16 +39,6 @@ def create(http, **fields):
     return r.json()
 
 
-def assert_problem(r, status: int, type_: str, loc: str | None = None):
-    assert r.status_code == status, r.text
-    assert r.headers["content-type"].startswith("application/problem+json")
-    problem = r.json()
-    assert problem["type"] == type_ and problem["status"] == status
-    if loc is not None:
-        assert loc in [e["loc"] for e in problem["errors"]], problem
-    return problem
-
-
 # -- operations ----------------------------------------------------------------
 
 
@@ -69,7 +60,7 @@ def test_health_ready_metrics_openapi(http):
 
 
 def test_unknown_path_and_method(http):
-    assert_problem(http.get("/v1/nothing"), 404, "not_found")
+    assert_problem(http.get("/v1/nothing"), 404, type_="not_found")
     r = http.put("/v1/jobs")
     assert r.status_code == 405 and r.headers["content-type"].startswith("application/problem+json")
 
@@ -145,7 +136,7 @@ def test_same_request_key_and_same_body_answer_the_same_job(http):
         assert again.status_code == 200, (body, again.text)
         assert again.json() == first.json()
     other = http.post("/v1/jobs", json={"target": "queue:b", "schedule": {"at": "2030-01-01T00:00:00Z"}, "request_key": key})
-    assert_problem(other, 409, "request_key_reused")
+    assert_problem(other, 409, type_="request_key_reused")
 
 
 def test_cron_timezone_default_spelled_out_is_the_same_body(http):
@@ -231,8 +222,8 @@ def test_batch_of_1000_and_over(http):
     assert len(results) == 1000 and {x["status"] for x in results} == {201}
     assert [x["job"]["name"] for x in results] == [f"b{i}" for i in range(1000)]
     assert job_count(http) == before + 1000
-    assert_problem(http.post("/v1/jobs/batch", json={"jobs": items + items[:1]}), 400, "validation", "jobs")
-    assert_problem(http.post("/v1/jobs/batch", json={"jobs": []}), 400, "validation", "jobs")
+    assert_problem(http.post("/v1/jobs/batch", json={"jobs": items + items[:1]}), 400, type_="validation", loc="jobs")
+    assert_problem(http.post("/v1/jobs/batch", json={"jobs": []}), 400, type_="validation", loc="jobs")
     assert job_count(http) == before + 1000
 
 
@@ -351,7 +342,7 @@ def test_delete_then_everything_is_404(http):
         http.post(f"/v1/jobs/{job['id']}/resume"),
         http.post(f"/v1/jobs/{job['id']}/trigger"),
     ):
-        assert_problem(response, 404, "not_found")
+        assert_problem(response, 404, type_="not_found")
     assert job["id"] not in [j["id"] for j in http.get("/v1/jobs", params={"limit": 1000}).json()["jobs"]]
 
 
@@ -390,15 +381,15 @@ def test_msgpack_errors_are_problem_json(http):
         content=msgspec.msgpack.encode({"target": "queue:x", "schedule": {"every_s": 0}}),
         headers={"content-type": MSGPACK, "accept": MSGPACK},
     )
-    assert_problem(r, 400, "validation", "schedule.every_s")
-    assert_problem(http.get("/v1/jobs/j_nope", headers={"accept": MSGPACK}), 404, "not_found")
+    assert_problem(r, 400, type_="validation", loc="schedule.every_s")
+    assert_problem(http.get("/v1/jobs/j_nope", headers={"accept": MSGPACK}), 404, type_="not_found")
 
 
 @pytest.mark.parametrize("payload", [b"\x00\x01", {"k": b"bin"}, [1, msgspec.msgpack.Ext(1, b"x")]])
 def test_msgpack_binary_payload_is_rejected_at_payload(http, payload):
     before = job_count(http)
     r = http.post("/v1/jobs", content=msgspec.msgpack.encode(job_body(payload=payload)), headers={"content-type": MSGPACK})
-    assert_problem(r, 400, "validation", "payload")
+    assert_problem(r, 400, type_="validation", loc="payload")
     assert job_count(http) == before
 
 
@@ -441,8 +432,8 @@ def test_preview_kinds_and_defaults(http):
         "2030-01-01T00:00:30.000Z", "2030-01-01T00:01:30.000Z",
     ]
     assert len(times({"schedule": {"cron": "@hourly"}, "count": 1000})) == 1000
-    assert_problem(http.post("/v1/schedules/preview", json={"schedule": {"cron": "@hourly"}, "count": 1001}), 400, "validation", "count")
-    assert_problem(http.post("/v1/schedules/preview", json={"schedule": {"cron": "61 * * * *"}}), 400, "validation")
+    assert_problem(http.post("/v1/schedules/preview", json={"schedule": {"cron": "@hourly"}, "count": 1001}), 400, type_="validation", loc="count")
+    assert_problem(http.post("/v1/schedules/preview", json={"schedule": {"cron": "61 * * * *"}}), 400, type_="validation")
 
 
 def test_resumed_every_s_job_stays_on_its_grid(http):

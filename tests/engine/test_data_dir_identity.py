@@ -11,7 +11,8 @@ from conftest import Server, free_port, job_body, used_data_dir
 from tempo.engine.raftlog import RaftLog
 from tempo.engine.store import Store
 from tempo.node import raft_id_of
-from test_corrupt_data import assert_refused
+
+from .test_corrupt_data import assert_refused
 
 
 def member_args(node: str, port: int, *others: str) -> tuple[str, ...]:

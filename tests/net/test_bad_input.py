@@ -8,6 +8,7 @@ import msgspec
 import pytest
 
 from conftest import job_body, job_count
+from problems import assert_problem
 
 GOOD = {"target": "queue:bad-input", "schedule": {"at": "2030-01-01T00:00:00Z"}}
 
@@ -34,22 +35,6 @@ def nothing_changes(http):
     before = job_count(http)
     yield
     assert job_count(http) == before, "a rejected request created a job"
-
-
-def assert_problem(r, status, loc=None, type_=None):
-    assert r.status_code == status, r.text
-    assert r.headers["content-type"].startswith("application/problem+json")
-    problem = r.json()
-    assert problem["status"] == status
-    assert isinstance(problem["title"], str) and isinstance(problem["detail"], str)
-    assert isinstance(problem["errors"], list)
-    for item in problem["errors"]:
-        assert set(item) == {"loc", "msg"} and isinstance(item["msg"], str) and item["msg"]
-    if type_ is not None:
-        assert problem["type"] == type_
-    if loc is not None:
-        assert [e["loc"] for e in problem["errors"]] == [loc], problem
-    return problem
 
 
 BODIES = {
@@ -160,7 +145,7 @@ def post(http, path, body, **headers):
 @pytest.mark.parametrize("case", list(BODIES))
 def test_bad_create(http, case):
     body, loc = BODIES[case]
-    assert_problem(post(http, "/v1/jobs", body), 400, loc, "validation")
+    assert_problem(post(http, "/v1/jobs", body), 400, type_="validation", loc=loc)
 
 
 @pytest.mark.parametrize("case", [c for c in BODIES if not isinstance(BODIES[c][0], bytes)])
@@ -169,7 +154,7 @@ def test_bad_create_in_msgpack(http, case):
     if case == "payload int over 64 bits":
         pytest.skip("MessagePack cannot carry such an integer")
     r = http.post("/v1/jobs", content=msgspec.msgpack.encode(body), headers={"content-type": "application/msgpack"})
-    assert_problem(r, 400, loc, "validation")
+    assert_problem(r, 400, type_="validation", loc=loc)
 
 
 @pytest.mark.parametrize("case", [c for c in BODIES if not isinstance(BODIES[c][0], bytes) and isinstance(BODIES[c][0], dict)])
@@ -202,11 +187,11 @@ def test_bad_items_of_other_shapes_in_a_batch(http):
     ],
 )
 def test_bad_batch_as_a_whole(http, body, loc):
-    assert_problem(post(http, "/v1/jobs/batch", body), 400, loc, "validation")
+    assert_problem(post(http, "/v1/jobs/batch", body), 400, type_="validation", loc=loc)
 
 
 def test_payload_over_64_kib_is_too_large(http):
-    assert_problem(http.post("/v1/jobs", json=with_(payload="x" * (64 * 1024))), 413, "payload", "too_large")
+    assert_problem(http.post("/v1/jobs", json=with_(payload="x" * (64 * 1024))), 413, type_="too_large", loc="payload")
     # 64 KiB encoded as JSON, quotes included, is still fine.
     job = http.post("/v1/jobs", json=with_(payload="x" * (64 * 1024 - 2)))
     assert job.status_code == 201
@@ -216,13 +201,13 @@ def test_payload_over_64_kib_is_too_large(http):
 def test_body_over_1_mib_is_too_large(http):
     body = json.dumps(with_(name="n")).encode()
     padded = body[:-1] + b" " * (1 << 20) + b"}"
-    assert_problem(http.post("/v1/jobs", content=padded), 413, "", "too_large")
-    assert_problem(http.post("/v1/schedules/preview", content=padded), 413, None, "too_large")
+    assert_problem(http.post("/v1/jobs", content=padded), 413, type_="too_large", loc="")
+    assert_problem(http.post("/v1/schedules/preview", content=padded), 413, type_="too_large")
 
 
 def test_batch_body_over_32_mib_is_too_large(http):
     padded = b'{"jobs": [' + b" " * (32 << 20) + b"]}"
-    assert_problem(http.post("/v1/jobs/batch", content=padded), 413, "", "too_large")
+    assert_problem(http.post("/v1/jobs/batch", content=padded), 413, type_="too_large", loc="")
 
 
 QUERIES = [
@@ -250,7 +235,7 @@ def a_job(http):
 
 @pytest.mark.parametrize(("path", "loc"), QUERIES)
 def test_bad_query_parameters(http, a_job, path, loc):
-    assert_problem(http.get(path.format(job=a_job["id"])), 400, loc, "validation")
+    assert_problem(http.get(path.format(job=a_job["id"])), 400, type_="validation", loc=loc)
 
 
 UNKNOWN_JOB = "j_01JZZZZZZZZZZZZZZZZZZZZZZZ"
@@ -275,12 +260,12 @@ UNKNOWN_RUN = "r_01JZZZZZZZZZZZZZZZZZZZZZZZ0000000000"
     ],
 )
 def test_unknown_ids_are_404(http, method, path):
-    assert_problem(http.request(method, path), 404, None, "not_found")
+    assert_problem(http.request(method, path), 404, type_="not_found")
 
 
 def test_run_id_of_a_real_job_but_no_such_slot_is_404(http, a_job):
     run_id = "r_" + a_job["id"][2:] + "0000000000"
-    assert_problem(http.get(f"/v1/runs/{run_id}"), 404, None, "not_found")
+    assert_problem(http.get(f"/v1/runs/{run_id}"), 404, type_="not_found")
 
 
 @pytest.mark.parametrize(
@@ -298,12 +283,12 @@ def test_run_id_of_a_real_job_but_no_such_slot_is_404(http, a_job):
     ],
 )
 def test_bad_preview(http, body, loc):
-    assert_problem(http.post("/v1/schedules/preview", json=body), 400, loc, "validation")
+    assert_problem(http.post("/v1/schedules/preview", json=body), 400, type_="validation", loc=loc)
 
 
 def test_rejected_request_key_is_not_taken(http):
     body = with_(request_key="bad-input-key", lease_s=0)
-    assert_problem(http.post("/v1/jobs", json=body), 400, "lease_s")
+    assert_problem(http.post("/v1/jobs", json=body), 400, loc="lease_s")
     body["lease_s"] = 10
     created = http.post("/v1/jobs", json=body)
     assert created.status_code == 201
@@ -314,7 +299,7 @@ def test_conflicting_request_key_changes_nothing(http):
     body = with_(request_key="bad-input-conflict")
     first = http.post("/v1/jobs", json=body)
     assert first.status_code == 201
-    assert_problem(http.post("/v1/jobs", json=with_(request_key="bad-input-conflict", name="other")), 409, None, "request_key_reused")
+    assert_problem(http.post("/v1/jobs", json=with_(request_key="bad-input-conflict", name="other")), 409, type_="request_key_reused")
     assert http.get(f"/v1/jobs/{first.json()['id']}").json() == first.json()
     assert http.delete(f"/v1/jobs/{first.json()['id']}").status_code == 204
 
@@ -325,8 +310,8 @@ def test_a_refused_body_gets_its_answer_not_a_reset(http):
     reaches the client rather than a reset connection."""
     padded = b'{"jobs": [' + b" " * (34 << 20) + b"]}"
     for _ in range(5):
-        assert_problem(http.post("/v1/jobs/batch", content=padded), 413, "", "too_large")
-        assert_problem(http.post("/v1/jobs", content=padded[: 3 << 20]), 413, "", "too_large")
+        assert_problem(http.post("/v1/jobs/batch", content=padded), 413, type_="too_large", loc="")
+        assert_problem(http.post("/v1/jobs", content=padded[: 3 << 20]), 413, type_="too_large", loc="")
 
 
 @pytest.mark.parametrize(
@@ -339,4 +324,4 @@ def test_a_refused_body_gets_its_answer_not_a_reset(http):
 def test_a_node_id_or_url_ending_in_a_newline_is_400(http, body, loc):
     """A pattern's `$` matches before a final newline: such an ID would
     become a member that no process can start as."""
-    assert_problem(http.post("/v1/cluster/nodes", json=body), 400, loc, "validation")
+    assert_problem(http.post("/v1/cluster/nodes", json=body), 400, type_="validation", loc=loc)

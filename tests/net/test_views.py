@@ -3,8 +3,8 @@
 import msgspec
 
 from tempo import ids
-from tempo.engine.jobs import claimed_view, run_view
 from tempo.engine.records import Job, Run, Schedule
+from tempo.net.views import claimed_view, run_view
 
 T0_MS = 1_800_000_000_000
 

@@ -125,7 +125,7 @@ def test_create_stores_job_and_waiting_run(store):
     runs, cursor = store.list_runs(OWNER, job.id, since_ms=None, until_ms=None, limit=10, cursor_ms=None)
     assert cursor is None
     assert [(r.nominal_ms, r.due_ms, r.status) for r in runs] == [(T0 + 300_000, T0 + 300_000, "waiting")]
-    key = keys.run_key(job.id, T0 + 300_000, T0 + 300_000)
+    key = keys.run_key_of(keys.job_key(job.id), job.id, T0 + 300_000, T0 + 300_000)
     assert dict(store.dump()["runs"])[key]
     with pytest.raises(errors.NotFound):
         store.get_job("someone-else", job.id)

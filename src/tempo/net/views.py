@@ -1,0 +1,106 @@
+"""The API's views of the engine's records: what `tempo.schema`'s response
+structs hold, built from `engine/records.py`'s `Job` and `Run`. The engine
+answers with records; only net/ turns them into the shapes of API.md.
+"""
+
+from typing import Any
+
+from tempo import clock, ids
+from tempo.engine.records import Job, Run, RunStatus, Schedule
+from tempo.schema import ClaimedRunOut, JobOut, RetryOut, RunOut, ScheduleOut
+
+
+def schedule_view(sched: Schedule) -> ScheduleOut:
+    return ScheduleOut(
+        at=clock.iso_or_none(sched.at_ms),
+        cron=sched.cron,
+        timezone=sched.timezone,
+        every_s=sched.every_s,
+        start_at=clock.iso_or_none(sched.start_at_ms),
+    )
+
+
+def job_view(job: Job, shared: dict[Any, Any] | None = None) -> JobOut:
+    """`shared` lets the views of one response share the parts their jobs
+    share (a batch's items mostly have one schedule and one retry policy)."""
+    if shared is None:
+        sched_out = schedule_view(job.schedule)
+        retry_out = RetryOut(job.max_attempts, list(job.backoff_s))
+    else:
+        known_sched: ScheduleOut | None = shared.get(job.schedule)
+        if known_sched is None:
+            known_sched = shared[job.schedule] = schedule_view(job.schedule)
+        sched_out = known_sched
+        retry_key = (job.max_attempts, job.backoff_s)
+        known_retry: RetryOut | None = shared.get(retry_key)
+        if known_retry is None:
+            known_retry = shared[retry_key] = RetryOut(job.max_attempts, list(job.backoff_s))
+        retry_out = known_retry
+    # Positional, in JobOut's field order: a batch reply makes 1,000.
+    return JobOut(
+        job.id,
+        job.name,
+        job.owner,
+        job.target,
+        job.payload,
+        sched_out,
+        retry_out,
+        job.lease_s,
+        job.jitter_s,
+        job.state,
+        clock.iso_from_ms(job.created_at_ms),
+        None if job.next_run_at_ms is None else clock.iso_from_ms(job.next_run_at_ms),
+    )
+
+
+# RunOut's fields: run ID, job ID, nominal and due time, status, attempt,
+# worker, lease expiry, start, finish, output, error.
+_RunFields = tuple[
+    str, str, str, str, RunStatus, int, str | None, str | None, str | None, str | None, str | None, str | None
+]
+
+
+def _run_fields(run: Run) -> _RunFields:
+    """A run's API fields, in `RunOut`'s order (`ClaimedRunOut` extends it)."""
+    return (
+        ids.run_id(run.job_id, run.nominal_ms),
+        run.job_id,
+        clock.iso_from_ms(run.nominal_ms),
+        clock.iso_from_ms(run.due_ms),
+        run.status,
+        run.attempt,
+        run.worker,
+        clock.iso_or_none(run.lease_expires_ms),
+        clock.iso_or_none(run.started_ms),
+        clock.iso_or_none(run.finished_ms),
+        run.output,
+        run.error,
+    )
+
+
+def run_view(run: Run) -> RunOut:
+    return RunOut(*_run_fields(run))
+
+
+def claimed_view(run: Run, job: Job) -> ClaimedRunOut:
+    """`run_view`'s fields and the job's target, payload and lease. A claim
+    answers with up to 1,000 of these, so the fields are spelled out here
+    rather than gathered through `_run_fields` and `iso_or_none`."""
+    iso = clock.iso_from_ms
+    return ClaimedRunOut(
+        ids.run_id(run.job_id, run.nominal_ms),
+        run.job_id,
+        iso(run.nominal_ms),
+        iso(run.due_ms),
+        run.status,
+        run.attempt,
+        run.worker,
+        None if run.lease_expires_ms is None else iso(run.lease_expires_ms),
+        None if run.started_ms is None else iso(run.started_ms),
+        None if run.finished_ms is None else iso(run.finished_ms),
+        run.output,
+        run.error,
+        job.target,
+        job.payload,
+        job.lease_s,
+    )
