@@ -34,7 +34,7 @@ _SLOT_AT = 13
 _NOMINAL_AT = 39
 assert _SLOT_AT + _SLOT.size == RUN_KEY_BYTES and _NOMINAL_AT + _NOMINAL.size == RUN_KEY_BYTES
 JOB_KEY_BYTES = ids.ULID_CHARS
-assert JOB_KEY_BYTES == limits.job_key_bytes and _SEQ.size == limits.event_seq_bytes
+assert limits.job_key_bytes == JOB_KEY_BYTES and _SEQ.size == limits.event_seq_bytes
 
 
 def job_key(job_id: str) -> bytes:
@@ -116,7 +116,7 @@ def owner_fits(owner: str) -> bool:
 def request_key_fits(owner: str, key: str) -> bool:
     """Whether `request_key(owner, key)` fits LMDB; `owner_fits(owner)` holds."""
     size = len(owner.encode()) + limits.owner_separator_bytes + len(key.encode())
-    return 0 < len(key) and size <= limits.lmdb_key_bytes_max
+    return len(key) > 0 and size <= limits.lmdb_key_bytes_max
 
 
 @functools.lru_cache(maxsize=1024)

@@ -7,10 +7,10 @@ microsecond of routing shows in the single-create rate.
 
 import re
 import secrets
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import parse_qsl
 
 import msgspec
@@ -173,11 +173,14 @@ def invalid_from_msgspec(exc: msgspec.MsgspecError, prefix: str = "") -> errors.
     return errors.Invalid.at(loc, msg)
 
 
-def decoders(kind: type) -> tuple[msgspec.json.Decoder, msgspec.msgpack.Decoder]:
+T = TypeVar("T")
+
+
+def decoders(kind: type[T]) -> tuple[msgspec.json.Decoder[T], msgspec.msgpack.Decoder[T]]:
     return msgspec.json.Decoder(kind), msgspec.msgpack.Decoder(kind)
 
 
-def decode(request: Request, pair: tuple[msgspec.json.Decoder, msgspec.msgpack.Decoder]) -> Any:
+def decode(request: Request, pair: tuple[msgspec.json.Decoder[T], msgspec.msgpack.Decoder[T]]) -> T:
     try:
         return pair[1 if request.is_msgpack else 0].decode(request.body)
     except msgspec.MsgspecError as exc:
@@ -187,7 +190,7 @@ def decode(request: Request, pair: tuple[msgspec.json.Decoder, msgspec.msgpack.D
         raise errors.Invalid.at("", "the body is nested too deeply") from None
 
 
-def check_head(scope: dict) -> None:
+def check_head(scope: Mapping[str, Any]) -> None:
     """hypercorn refuses a head over `h11_max_incomplete_size` only when it
     arrives in more than one read; this makes the bound exact."""
     size = len(scope.get("raw_path", b"")) + len(scope.get("query_string", b""))
@@ -367,7 +370,7 @@ async def watching(receive: Callable) -> AsyncIterator[Client]:
         nursery.start_soon(client.watch, receive)
         try:
             yield client
-        except BaseException as exc:
+        except BaseException as exc:  # noqa: BLE001 - raised again below
             # Raised as it is, below: out of the nursery it would come
             # wrapped in an exception group, which the error table misses.
             failure = exc

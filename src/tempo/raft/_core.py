@@ -80,7 +80,7 @@ class Config:
 
 
 class _ReadRequest:
-    __slots__ = ("index", "context", "acks", "origin")
+    __slots__ = ("acks", "context", "index", "origin")
 
     def __init__(self, index: int, context: bytes, acks: set[int], origin: int) -> None:
         self.index = index
