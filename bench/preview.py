@@ -26,8 +26,8 @@ import msgspec
 import trio
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _server import Server, table
-from tempo.loadgen import pause_figures, pct, scrape_pauses
+from _server import Server, table  # noqa: E402
+from tempo.loadgen import pause_figures, pct, scrape_pauses  # noqa: E402
 
 SECONDS_MAX = 60.0
 HEALTH_EVERY_S = 0.01

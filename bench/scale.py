@@ -20,7 +20,7 @@ import msgspec
 import trio
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _server import Server, dir_mib, table
+from _server import Server, dir_mib, table  # noqa: E402
 
 READY_TARGET_S = 5.0
 RSS_TARGET_MIB = 300.0

@@ -138,20 +138,8 @@ class _Cron:
     and if one such side can never match, neither can the expression.
     """
 
-    __slots__ = (
-        "_day_types",
-        "_dead",
-        "_dom",
-        "_dom_star",
-        "_dow",
-        "_dow_star",
-        "_months_sorted",
-        "_nearest",
-        "_nth",
-        "hours",
-        "minutes",
-        "months",
-    )
+    __slots__ = ("_day_types", "_dead", "_dom", "_dom_star", "_dow", "_dow_star", "_nearest", "_nth",
+                 "_months_sorted", "hours", "minutes", "months")
 
     def __init__(self, template: croniter):
         minutes, hours, dom, months, dow = template.expanded
@@ -163,7 +151,7 @@ class _Cron:
         self._dow_star = dow == ["*"]
         self._dom = frozenset(dom) if not self._dom_star else frozenset()
         self._dow = frozenset(0 if d == 7 else d for d in dow) if not self._dow_star else frozenset()
-        nth: dict[int, set[int | str]] = {}  # a week number, or "l" for the last
+        nth: dict[int, set] = {}
         for wday, which in template.nth_weekday_of_month.items():
             for day in range(7) if wday == "*" else [0 if wday == 7 else wday]:
                 nth.setdefault(day, set()).update(which)
@@ -193,8 +181,7 @@ class _Cron:
             for wday, which in self._nth.items():
                 same = list(range(1 + (wday - first_wd) % 7, days + 1, 7))
                 for n in which:
-                    if isinstance(n, str):
-                        assert n == "l"
+                    if n == "l":
                         got.add(same[-1])
                     elif n <= len(same):
                         got.add(same[n - 1])
@@ -434,17 +421,10 @@ def validate_cron(expr: str, timezone: str) -> None:
         raise ScheduleError("cron", reason)
 
 
-def _utcoffset_s(when: dt.datetime) -> int:
-    """The UTC offset of an aware datetime, in seconds."""
-    offset = when.utcoffset()
-    assert offset is not None  # every datetime given here carries a ZoneInfo
-    return int(offset.total_seconds())
-
-
 def _offset_s(zone: zoneinfo.ZoneInfo, utc_s: int) -> int:
     """The zone's UTC offset in seconds at the UTC instant ``utc_s``."""
     local = (_EPOCH_UTC + dt.timedelta(seconds=utc_s)).astimezone(zone)
-    return _utcoffset_s(local)
+    return int(local.utcoffset().total_seconds())
 
 
 def _first_change_s(zone: zoneinfo.ZoneInfo, lo_s: int, hi_s: int) -> int:
@@ -469,14 +449,14 @@ def _first_change_s(zone: zoneinfo.ZoneInfo, lo_s: int, hi_s: int) -> int:
 def _local_to_utc_s(zone: zoneinfo.ZoneInfo, local_s: int) -> int:
     """Map a naive wall-clock second to UTC by the gap/overlap rules above."""
     naive = _EPOCH_NAIVE + dt.timedelta(seconds=local_s)
-    before_s = _utcoffset_s(naive.replace(tzinfo=zone))
+    before_s = int(naive.replace(tzinfo=zone).utcoffset().total_seconds())
     utc_s = local_s - before_s  # fold=0: the first occurrence when ambiguous.
     if _offset_s(zone, utc_s) == before_s:
         return utc_s
     # The wall time does not exist: it lies in a gap between the instant it
     # would have under the offset after the transition and the one under the
     # offset before it; the transition instant is the first one after the gap.
-    after_s = _utcoffset_s(naive.replace(tzinfo=zone, fold=1))
+    after_s = int(naive.replace(tzinfo=zone, fold=1).utcoffset().total_seconds())
     assert after_s != before_s
     return _first_change_s(zone, local_s - after_s, utc_s)
 
@@ -490,10 +470,10 @@ def _first_local_start_s(zone: zoneinfo.ZoneInfo, after_s: int) -> int:
     their first pass (before after_s), so start just before the overlap ends.
     """
     local = (_EPOCH_UTC + dt.timedelta(seconds=after_s)).astimezone(zone)
-    now_offset_s = _utcoffset_s(local)
+    now_offset_s = int(local.utcoffset().total_seconds())
     if not local.fold:
         return after_s + now_offset_s
-    first_offset_s = _utcoffset_s(local.replace(fold=0))
+    first_offset_s = int(local.replace(fold=0).utcoffset().total_seconds())
     overlap_s = first_offset_s - now_offset_s
     assert overlap_s > 0
     transition_s = _first_change_s(zone, after_s - overlap_s, after_s)
@@ -560,9 +540,15 @@ def cron_times_ms(expr: str, timezone: str, after_ms: int, count: int) -> list[i
     zone = _zone(timezone)
     times_ms: list[int] = []
     if timezone in _UTC_KEYS:
-        return _cron_times_utc_ms(cron, after_ms, count)
+        local_s: int | None = after_ms // 1000
+        for _ in range(count):
+            local_s = cron.next_s(local_s)
+            if local_s is None:
+                break
+            times_ms.append(local_s * 1000)
+        return times_ms
     at_s = after_ms // 1000
-    local_s: int | None = None
+    local_s = None
     try:
         for _ in range(count):
             found = None
@@ -581,19 +567,6 @@ def cron_times_ms(expr: str, timezone: str, after_ms: int, count: int) -> list[i
             times_ms.append(at_s * 1000)
     except OverflowError:
         pass  # wall-clock arithmetic past datetime's range, as in next_cron_ms
-    return times_ms
-
-
-def _cron_times_utc_ms(cron: _Cron, after_ms: int, count: int) -> list[int]:
-    """cron_times_ms in UTC, where local time is UTC."""
-    times_ms: list[int] = []
-    at_s = after_ms // 1000
-    for _ in range(count):
-        next_s = cron.next_s(at_s)
-        if next_s is None:
-            break
-        times_ms.append(next_s * 1000)
-        at_s = next_s
     return times_ms
 
 

@@ -6,7 +6,7 @@ answers with records; only net/ turns them into the shapes of API.md.
 from typing import Any
 
 from tempo import clock, ids
-from tempo.engine.records import Job, Run, RunStatus, Schedule
+from tempo.engine.records import Job, Run, Schedule
 from tempo.schema import ClaimedRunOut, JobOut, RetryOut, RunOut, ScheduleOut
 
 
@@ -53,14 +53,7 @@ def job_view(job: Job, shared: dict[Any, Any] | None = None) -> JobOut:
     )
 
 
-# RunOut's fields: run ID, job ID, nominal and due time, status, attempt,
-# worker, lease expiry, start, finish, output, error.
-_RunFields = tuple[
-    str, str, str, str, RunStatus, int, str | None, str | None, str | None, str | None, str | None, str | None
-]
-
-
-def _run_fields(run: Run) -> _RunFields:
+def _run_fields(run: Run) -> tuple:
     """A run's API fields, in `RunOut`'s order (`ClaimedRunOut` extends it)."""
     return (
         ids.run_id(run.job_id, run.nominal_ms),
