@@ -288,11 +288,9 @@ def test_plain_http_to_the_tls_port_fails_and_the_node_goes_on(tls_server: TlsSe
 def test_http2_is_not_offered(tls_server: TlsServer, pki: Pki) -> None:
     context = client_context(str(pki.ca_file))
     context.set_alpn_protocols(["h2", "http/1.1"])
-    with (
-        socket.create_connection(("127.0.0.1", tls_server.port), timeout=5.0) as raw,
-        context.wrap_socket(raw, server_hostname="127.0.0.1") as tls,
-    ):
-        assert tls.selected_alpn_protocol() == "http/1.1"
+    with socket.create_connection(("127.0.0.1", tls_server.port), timeout=5.0) as raw:
+        with context.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+            assert tls.selected_alpn_protocol() == "http/1.1"
 
 
 def test_cli_ca_file_flag_and_env(tls_server: TlsServer, pki: Pki) -> None:

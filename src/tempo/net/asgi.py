@@ -7,10 +7,10 @@ microsecond of routing shows in the single-create rate.
 
 import re
 import secrets
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 from urllib.parse import parse_qsl
 
 import msgspec
@@ -173,14 +173,11 @@ def invalid_from_msgspec(exc: msgspec.MsgspecError, prefix: str = "") -> errors.
     return errors.Invalid.at(loc, msg)
 
 
-T = TypeVar("T")
-
-
-def decoders(kind: type[T]) -> tuple[msgspec.json.Decoder[T], msgspec.msgpack.Decoder[T]]:
+def decoders(kind: type) -> tuple[msgspec.json.Decoder, msgspec.msgpack.Decoder]:
     return msgspec.json.Decoder(kind), msgspec.msgpack.Decoder(kind)
 
 
-def decode(request: Request, pair: tuple[msgspec.json.Decoder[T], msgspec.msgpack.Decoder[T]]) -> T:
+def decode(request: Request, pair: tuple[msgspec.json.Decoder, msgspec.msgpack.Decoder]) -> Any:
     try:
         return pair[1 if request.is_msgpack else 0].decode(request.body)
     except msgspec.MsgspecError as exc:
@@ -190,7 +187,7 @@ def decode(request: Request, pair: tuple[msgspec.json.Decoder[T], msgspec.msgpac
         raise errors.Invalid.at("", "the body is nested too deeply") from None
 
 
-def check_head(scope: Mapping[str, Any]) -> None:
+def check_head(scope: dict) -> None:
     """hypercorn refuses a head over `h11_max_incomplete_size` only when it
     arrives in more than one read; this makes the bound exact."""
     size = len(scope.get("raw_path", b"")) + len(scope.get("query_string", b""))

@@ -43,18 +43,19 @@ class HttpExecutor:
         # httpx's first imports) takes 40-120 ms, which would hold the event
         # loop at start-up (docs/operations.md "Event-loop lag").
         made = await trio.to_thread.run_sync(partial(httpx.AsyncClient, limits=limits_, follow_redirects=False))
-        async with made as client, trio.open_nursery() as nursery:
-            task_status.started()
-            while True:
-                free = self.concurrency - self.in_flight
-                if free <= 0:
-                    await self._slot_freed.wait()
-                    self._slot_freed = trio.Event()
-                    continue
-                runs_max = min(free, limits.http_executor_batch_runs)
-                for claimed in await self.dispatcher.claim([HTTP_QUEUE], WORKER_NAME, runs_max, _claim_wait_s):
-                    self.in_flight += 1
-                    nursery.start_soon(self._deliver, client, claimed)
+        async with made as client:
+            async with trio.open_nursery() as nursery:
+                task_status.started()
+                while True:
+                    free = self.concurrency - self.in_flight
+                    if free <= 0:
+                        await self._slot_freed.wait()
+                        self._slot_freed = trio.Event()
+                        continue
+                    runs_max = min(free, limits.http_executor_batch_runs)
+                    for claimed in await self.dispatcher.claim([HTTP_QUEUE], WORKER_NAME, runs_max, _claim_wait_s):
+                        self.in_flight += 1
+                        nursery.start_soon(self._deliver, client, claimed)
 
     async def _deliver(self, client: httpx.AsyncClient, claimed: ClaimedRun) -> None:
         run, job = claimed.run, claimed.job
