@@ -379,9 +379,7 @@ async def _serve_member(
     stopping.done()
 
 
-def _retention(
-    options: ServeOptions, config: Config, store: Store, committer: Committer | Replica, node_clock: clock.Clock
-) -> Retention:
+def _retention(options: ServeOptions, config: Config, store: Store, committer, node_clock: clock.Clock) -> Retention:
     skew_ms = options.retention_skew_days * limits.day_ms
     return Retention(
         store, committer, retention_days=config.retention_days, now_ms=lambda: node_clock.now_ms() + skew_ms

@@ -245,5 +245,7 @@ class RaftLog:
                 continue
             if keep_newer and (index > keep or name.endswith(".tmp")):
                 continue  # a compaction being written, or written and not yet recorded
-            with contextlib.suppress(FileNotFoundError):
+            try:
                 os.unlink(os.path.join(self.dir, name))
+            except FileNotFoundError:
+                pass
