@@ -38,7 +38,7 @@ SCHEDULES = [
     ("0 9 * * 1-5", "America/New_York", 200),
     ("30 2 * * *", "Australia/Lord_Howe", 200),
     ("0 0 29 2 *", "UTC", 200),
-    ("0 0 * 2 1#5", "Pacific/Chatham", 200),
+    ("0 0 */7 2 1", "Pacific/Chatham", 200),
     ("* * * * *", "UTC", 200),
     ("0 0 31 4,6,9,11 1-5", "UTC", 400),
 ]

@@ -196,5 +196,22 @@ def _iso_seconds(seconds: int) -> str:
     return f"{t.tm_year:04d}-{t.tm_mon:02d}-{t.tm_mday:02d}T{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d}"
 
 
+def local_iso_from_ms(wall_ms: int) -> str:
+    """`2027-10-31T02:30:00.000`: a wall-clock time (UNIX ms of the naive
+    local time) without an offset, as a preview's `local` spells it."""
+    seconds, millis = divmod(wall_ms, 1000)
+    return _iso_seconds(seconds) + f".{millis:03d}"
+
+
+def offset_text(offset_s: int) -> str:
+    """`+02:00`, `-03:30`, `+00:00`: a UTC offset as RFC 3339 writes one,
+    with `:SS` added only for the odd local mean time of a zone's early
+    history, which is not whole minutes."""
+    sign = "-" if offset_s < 0 else "+"
+    hours, rest = divmod(abs(offset_s), 3600)
+    minutes, seconds = divmod(rest, 60)
+    return f"{sign}{hours:02d}:{minutes:02d}" + (f":{seconds:02d}" if seconds else "")
+
+
 def iso_or_none(at_ms: int | None) -> str | None:
     return None if at_ms is None else iso_from_ms(at_ms)

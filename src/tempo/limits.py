@@ -425,3 +425,21 @@ assert transfer_wait_s + shutdown_requests_s + shutdown_grace_s <= 2.0
 dispatch_slice_runs = 1000
 
 assert dispatch_slice_runs >= 1
+
+# The lease heap (engine/dispatch.py): each lease has one entry in it, which
+# a heartbeat does not add to; the entries of leases that ended stay until
+# they come up, or until they outnumber the live leases by this many, when
+# the heap is rebuilt from the leases (O(1) per ended lease, amortised). So
+# the heap holds at most 2 * leases + this many entries.
+lease_heap_slack_entries = 1024
+
+assert lease_heap_slack_entries >= 1
+
+# Instants tempo accepts and answers (docs/api.md "Times"): RFC 3339
+# spells years 0001 to 9999 only, so every instant lies in UTC between the
+# first millisecond of year 1 and the last of year 9999. An input outside is
+# 400 naming the field; a schedule has no occurrence after the last.
+instant_ms_min = -62_135_596_800_000  # 0001-01-01T00:00:00.000Z
+instant_ms_max = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
+
+assert instant_ms_min < 0 < instant_ms_max <= time_ms_max

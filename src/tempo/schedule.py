@@ -2,31 +2,33 @@
 
 Two kinds of repeating schedule live here (one-off ``at`` needs no helper):
 
-- ``cron``: a 5-field expression (minute hour day-of-month month day-of-week,
-  as croniter parses them) or one macro, evaluated on the *wall clock* of
-  an IANA time zone. croniter only parses: its expanded fields are compiled
-  into a ``_Cron`` that steps month -> day -> hour -> minute, so the next
-  occurrence costs one pass over at most ``CRON_SEARCH_MONTHS_MAX`` months
-  rather than croniter's search of up to centuries, minute field by minute
-  field. Each local occurrence is then mapped to UTC:
+- ``cron``: a 5-field expression of crontab(5) as Vixie and Debian cron read
+  it (docs/semantics.md "The cron dialect"), or one macro, evaluated on the
+  *wall clock* of an IANA time zone. The fields are parsed here from plain
+  text and compiled into a ``_Cron`` that steps month -> day -> hour ->
+  minute, so the next wall-clock occurrence costs one pass over at most
+  ``CRON_SEARCH_MONTHS_MAX`` months. Each local occurrence is then mapped to
+  UTC by the schedule's DST policy (``gap``, ``repeat``):
 
   * a local time inside a spring-forward gap runs at the first instant after
-    the gap (the transition instant itself);
-  * a local time that occurs twice (fall-back) runs once, at its first
-    occurrence (``fold=0``);
+    the gap (the transition instant itself) with ``gap="shift"``, and not
+    at all with ``gap="skip"``;
+  * a local time that occurs twice (fall-back) runs at its first occurrence
+    (``repeat="first"``, ``fold=0``), at its second (``"last"``, ``fold=1``),
+    or at both (``"both"``);
   * several local times that map onto one UTC instant (``*/15`` inside a gap)
     produce that instant once.
 
-  The local-to-UTC map is monotone non-decreasing, so walking local
-  occurrences in order and dropping repeats yields strictly increasing UTC
-  times. The matcher works on naive wall-clock seconds, because croniter's
-  own DST handling is not what API.md specifies.
+  Each of the two maps (every local time by its first occurrence, or every
+  one by its last) is monotone non-decreasing, so walking local occurrences
+  in order and dropping repeats yields strictly increasing UTC times;
+  ``repeat="both"`` merges the two walks.
 
 - ``every_s``: the grid ``anchor + k * every_s``, integer arithmetic only.
 
-Nothing here reads the clock, touches files (beyond zoneinfo loading tz data)
-or uses global random; the croniter ``R`` (random) and ``H`` (hashed) forms
-are rejected because replicas must agree on every occurrence.
+Every instant answered lies in years 1 to 9999 (limits.instant_ms_max): a
+schedule has no occurrence after the end of 9999. Nothing here reads the
+clock, touches files (beyond zoneinfo loading tz data) or uses randomness.
 """
 
 from __future__ import annotations
@@ -35,19 +37,32 @@ import bisect
 import calendar
 import datetime as dt
 import functools
+import heapq
 import re
 import zoneinfo
+from collections.abc import Iterator
+from typing import Literal
 
-from croniter import CroniterError, croniter
+from tempo import limits
 
 __all__ = [
+    "DstGap",
+    "DstMark",
+    "DstRepeat",
     "ScheduleError",
+    "cron_occurrences_ms",
     "cron_times_ms",
     "latest_cron_ms",
     "next_cron_ms",
     "next_every_ms",
+    "utc_offset_s",
     "validate_cron",
 ]
+
+DstGap = Literal["shift", "skip"]
+DstRepeat = Literal["first", "last", "both"]
+# How an occurrence came about on its day of a transition; None on others.
+DstMark = Literal["gap_shifted", "repeat_first", "repeat_second"]
 
 CRON_EXPR_CHARS_MAX = 200
 TIMEZONE_CHARS_MAX = 64
@@ -60,8 +75,9 @@ CRON_TIMES_COUNT_MAX = 1000
 # at all matches within 481 months of any instant; the search never looks
 # further, and an expression that matches in no month type is rejected.
 CRON_SEARCH_MONTHS_MAX = 481
-# Each next_cron_ms call needs one matcher step in practice (see
-# _first_local_start_s); the bound only turns a logic error into None.
+# Matcher steps between two occurrences of one walk that give none: a start
+# inside an overlap, a gap jumped over, a shifted time met again at the end
+# of its gap. A few in practice; the bound only turns a logic error into None.
 CRON_STEPS_MAX = 8
 
 _MACROS = {
@@ -73,10 +89,28 @@ _MACROS = {
     "@yearly": "0 0 1 1 *",
     "@annually": "0 0 1 1 *",
 }
-_CRON_FIELDS = 5
-# "R" (random) and "H" (hashed) start a list element in croniter's extensions;
-# no month or weekday name starts with either letter.
-_NONDETERMINISTIC = re.compile(r"(?:^|,)[HhRr]")
+# (name, lowest, highest) of the five fields; day-of-week 7 is Sunday as 0 is.
+_FIELDS = (
+    ("minute", 0, 59),
+    ("hour", 0, 23),
+    ("day-of-month", 1, 31),
+    ("month", 1, 12),
+    ("day-of-week", 0, 7),
+)
+_DAY_OF_MONTH = 2
+_MONTH = 3
+_DAY_OF_WEEK = 4
+_NAMES: dict[int, dict[str, int]] = {
+    _MONTH: {name: i for i, name in enumerate(
+        ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"), start=1)},
+    _DAY_OF_WEEK: {name: i for i, name in enumerate(("sun", "mon", "tue", "wed", "thu", "fri", "sat"))},
+}
+# One list element: `*`, a value, or a range `a-b`, each with an optional
+# `/step`; a value or range end is digits or a name (checked afterwards).
+_ELEMENT = re.compile(r"(?:(\*)|([0-9]{1,4}|[A-Za-z]{3})(?:-([0-9]{1,4}|[A-Za-z]{3}))?)(?:/([0-9]{1,4}))?")
+# Extensions of other crons, named when they are met (tests/test_cron_dialect.py).
+_LAST = re.compile(r"L|LW|[0-9]+L|L[0-9]*|L-[0-9]+", re.IGNORECASE)
+_NEAREST = re.compile(r"[0-9]+W", re.IGNORECASE)
 _TIMEZONE_KEY = re.compile(r"[A-Za-z0-9_+\-]+(?:/[A-Za-z0-9_+\-]+)*")
 # Keys that resolve to the host's own configuration rather than a fixed zone,
 # so two nodes could disagree about them.
@@ -84,10 +118,10 @@ _HOST_SPECIFIC_KEYS = frozenset({"localtime", "posixrules"})
 _UTC_KEYS = frozenset({"UTC", "Etc/UTC"})
 _EPOCH_UTC = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _EPOCH_NAIVE = dt.datetime(1970, 1, 1)
-# Naive wall-clock seconds of 0001-01-01T00:00 and of the end of 9999, the
-# range of datetime; occurrences past it do not exist (None).
+# Naive wall-clock seconds of 0001-01-01T00:00, the start of datetime's range.
 _LOCAL_S_MIN = -62_135_596_800
-_LOCAL_S_END = 253_402_300_800
+# The last UTC second an occurrence may fall on (the end of year 9999).
+_UTC_S_LAST = limits.instant_ms_max // 1000
 _EPOCH_ORDINAL = 719_163  # dt.date(1970, 1, 1).toordinal()
 _MONTH_NAMES = tuple(calendar.month_name)
 # Latest-slot bisection halves an int64 range of seconds at most this often,
@@ -124,123 +158,164 @@ def _zone(timezone: str) -> zoneinfo.ZoneInfo:
         raise ScheduleError("timezone", f"unknown time zone {timezone!r}") from e
 
 
+# -- parsing ------------------------------------------------------------------------
+
+
+def _reject_extension(field: str, element: str) -> None:
+    """Name an extension of another cron met in ``element`` of ``field``."""
+    if "?" in element:
+        raise ScheduleError("cron", f"`?` in the {field} field is Quartz syntax, not crontab's: use `*`")
+    if "#" in element:
+        raise ScheduleError(
+            "cron", f"`#` (the n-th weekday of a month) in the {field} field is not crontab syntax"
+        )
+    if _LAST.fullmatch(element):
+        raise ScheduleError(
+            "cron", f"`L` (the last day or weekday of a month) in the {field} field is not crontab syntax"
+        )
+    if _NEAREST.fullmatch(element):
+        raise ScheduleError(
+            "cron", f"`W` (the weekday nearest a day) in the {field} field is not crontab syntax"
+        )
+    if element[:1] in ("H", "h", "R", "r"):
+        raise ScheduleError(
+            "cron",
+            f"{element!r} in the {field} field: the hashed (H) and random (R) forms are not "
+            "crontab syntax, and every node must agree on every time",
+        )
+
+
+def _value(index: int, text: str) -> int:
+    """One value of field ``index``: digits, or a name the field has."""
+    field, lo, hi = _FIELDS[index]
+    if text.isdigit():
+        value = int(text)
+        if not lo <= value <= hi:
+            raise ScheduleError("cron", f"{text} is outside the {field} field's {lo}-{hi}")
+        return value
+    names = _NAMES.get(index)
+    if names is None or text.lower() not in names:
+        where = f"one of {', '.join(names)}" if names else "numbers only"
+        raise ScheduleError("cron", f"{text!r} is not a name of the {field} field ({where})")
+    return names[text.lower()]
+
+
+def _parse_field(index: int, text: str) -> frozenset[int]:
+    """The values a field allows (day-of-week 7 given as 0).
+
+    ``*`` is the field's whole range, ``a-b`` a range (never backwards),
+    ``/s`` a step from the start of the range or ``*``, and a value with a
+    step ``a/s`` runs from a to the field's maximum. Lists join elements."""
+    field, lo, hi = _FIELDS[index]
+    values: set[int] = set()
+    for element in text.split(","):
+        _reject_extension(field, element)
+        match = _ELEMENT.fullmatch(element)
+        if match is None:
+            raise ScheduleError(
+                "cron", f"{element!r} in the {field} field is not a value, a range, `*` or a step of one"
+            )
+        star, start_text, end_text, step_text = match.groups()
+        step = 1
+        if step_text is not None:
+            step = int(step_text)
+            if not 1 <= step <= hi - lo + 1:
+                raise ScheduleError("cron", f"the step {step_text} of the {field} field is outside 1-{hi - lo + 1}")
+        if star is not None:
+            first, last = lo, hi
+        else:
+            first = _value(index, start_text)
+            if end_text is not None:
+                last = _value(index, end_text)
+                if last < first:
+                    raise ScheduleError("cron", f"the {field} range {element!r} runs backwards")
+            else:
+                last = hi if step_text is not None else first
+        values.update(range(first, last + 1, step))
+    if index == _DAY_OF_WEEK and 7 in values:
+        values.discard(7)
+        values.add(0)
+    return frozenset(values)
+
+
+@functools.lru_cache(maxsize=1024)
+def _compiled(expr: str) -> _Cron:
+    """The expression parsed and compiled for stepping."""
+    if not isinstance(expr, str):
+        raise ScheduleError("cron", "must be a string")
+    if len(expr) > CRON_EXPR_CHARS_MAX:
+        raise ScheduleError("cron", f"longer than {CRON_EXPR_CHARS_MAX} characters")
+    stripped = expr.strip()
+    if stripped == "@reboot":
+        raise ScheduleError("cron", "@reboot runs when a machine starts, which a schedule has no notion of")
+    if stripped.startswith("@"):
+        if stripped not in _MACROS:
+            raise ScheduleError("cron", f"unknown macro {stripped!r}; use one of {sorted(_MACROS)}")
+        stripped = _MACROS[stripped]
+    fields = stripped.split()
+    if len(fields) != len(_FIELDS):
+        raise ScheduleError(
+            "cron",
+            f"expected 5 fields (minute hour day-of-month month day-of-week), got {len(fields)}",
+        )
+    minutes, hours, doms, months, dows = (_parse_field(i, f) for i, f in enumerate(fields))
+    # Vixie cron's day rule: a field that starts with `*` (`*`, `*/2`) makes
+    # the two day fields AND together, otherwise either may match.
+    day_and = fields[_DAY_OF_MONTH].startswith("*") or fields[_DAY_OF_WEEK].startswith("*")
+    return _Cron(minutes, hours, doms, months, dows, day_and=day_and)
+
+
 class _Cron:
     """A cron expression compiled for stepping: sorted minutes and hours, a
     set of months, and the matching days of each month type, computed once
-    per type (at most 12 months x 2 lengths x 7 first weekdays).
+    per type (at most 12 months x 2 lengths x 7 first weekdays)."""
 
-    Days follow croniter's rules. Day-of-month holds numbers and ``L`` (the
-    last day), or one ``nW`` (the weekday nearest day n); day-of-week holds
-    weekdays (0 = Sunday), or ``d#n`` (the n-th weekday d) and ``dL``-style
-    last weekdays. When both day fields are restricted, a day matches if
-    either does (cron's OR rule); ``W`` and ``#`` are not fields of their own
-    in croniter, so each side of the OR keeps them as a further condition,
-    and if one such side can never match, neither can the expression.
-    """
+    __slots__ = ("_day_types", "_months_sorted", "day_and", "doms", "dows", "hours", "minutes", "months")
 
-    __slots__ = ("_day_types", "_dead", "_dom", "_dom_star", "_dow", "_dow_star", "_nearest", "_nth",
-                 "_months_sorted", "hours", "minutes", "months")
-
-    def __init__(self, template: croniter):
-        minutes, hours, dom, months, dow = template.expanded
-        self.minutes = tuple(range(60)) if minutes == ["*"] else tuple(sorted(minutes))
-        self.hours = tuple(range(24)) if hours == ["*"] else tuple(sorted(hours))
-        self.months = frozenset(range(1, 13)) if months == ["*"] else frozenset(months)
-        self._months_sorted = tuple(sorted(self.months))
-        self._dom_star = dom == ["*"]
-        self._dow_star = dow == ["*"]
-        self._dom = frozenset(dom) if not self._dom_star else frozenset()
-        self._dow = frozenset(0 if d == 7 else d for d in dow) if not self._dow_star else frozenset()
-        nth: dict[int, set] = {}
-        for wday, which in template.nth_weekday_of_month.items():
-            for day in range(7) if wday == "*" else [0 if wday == 7 else wday]:
-                nth.setdefault(day, set()).update(which)
-        self._nth = nth
-        self._nearest = frozenset(getattr(template, "nearest_weekday", ()) or ())
+    def __init__(
+        self,
+        minutes: frozenset[int],
+        hours: frozenset[int],
+        doms: frozenset[int],
+        months: frozenset[int],
+        dows: frozenset[int],
+        *,
+        day_and: bool,
+    ):
+        assert minutes and hours and doms and months and dows
+        self.minutes = tuple(sorted(minutes))
+        self.hours = tuple(sorted(hours))
+        self.doms = doms
+        self.months = months
+        self.dows = dows  # 0 = Sunday .. 6 = Saturday
+        self.day_and = day_and
+        self._months_sorted = tuple(sorted(months))
         self._day_types: dict[tuple[int, int, int], tuple[int, ...]] = {}
-        self._dead: bool | None = None
-
-    # -- days of one month type --------------------------------------------------
-
-    def _by_dom(self, days: int, first_wd: int) -> set[int]:
-        """Days the day-of-month side allows (``W`` included)."""
-        if self._nearest:
-            return {_nearest_weekday(w, days, first_wd) for w in self._nearest}
-        if self._dom_star:
-            return set(range(1, days + 1))
-        got = {d for d in self._dom if d != "l" and d <= days}
-        if "l" in self._dom:
-            got.add(days)
-        return got
-
-    def _by_dow(self, days: int, first_wd: int) -> set[int]:
-        """Days the day-of-week side allows (``#`` and last weekdays included).
-        ``first_wd`` is the cron weekday (0 = Sunday) of the 1st."""
-        if self._nth:
-            got = set()
-            for wday, which in self._nth.items():
-                same = list(range(1 + (wday - first_wd) % 7, days + 1, 7))
-                for n in which:
-                    if n == "l":
-                        got.add(same[-1])
-                    elif n <= len(same):
-                        got.add(same[n - 1])
-            return got
-        if self._dow_star:
-            return set(range(1, days + 1))
-        return {d for d in range(1, days + 1) if (first_wd + d - 1) % 7 in self._dow}
-
-    def _sides(self, days: int, first_wd: int) -> tuple[set[int], set[int]]:
-        """The two sides of cron's OR rule, when both day fields are restricted:
-        day-of-month with ``#`` still applied, and day-of-week with ``W``."""
-        all_days = set(range(1, days + 1))
-        nth_only = self._by_dow(days, first_wd) if self._nth else all_days
-        nearest_only = self._by_dom(days, first_wd) if self._nearest else all_days
-        dom_side = self._by_dom(days, first_wd) & nth_only
-        dow_side = nearest_only & self._by_dow(days, first_wd)
-        return dom_side, dow_side
-
-    @property
-    def day_or(self) -> bool:
-        return not self._dom_star and not self._dow_star
-
-    @property
-    def clean_or(self) -> bool:
-        """Each side of the OR is a plain field (no ``W``, no ``#``)."""
-        return not self._nth and not self._nearest
 
     def days(self, month: int, days: int, first_wd: int) -> tuple[int, ...]:
-        """The matching days, ascending, of a month of this type."""
+        """The matching days, ascending, of a month of this type; ``first_wd``
+        is the cron weekday (0 = Sunday) of its 1st."""
         key = (month, days, first_wd)
         found = self._day_types.get(key)
         if found is None:
-            if self.day_or:
-                dom_side, dow_side = self._sides(days, first_wd)
-                matched = dom_side | dow_side
-                if not self.clean_or and self._dead_side():
-                    matched = set()
-            else:
-                matched = self._by_dom(days, first_wd) & self._by_dow(days, first_wd)
+            by_dom = {d for d in self.doms if d <= days}
+            by_dow = {d for d in range(1, days + 1) if (first_wd + d - 1) % 7 in self.dows}
+            matched = by_dom & by_dow if self.day_and else by_dom | by_dow
             found = self._day_types[key] = tuple(sorted(matched))
         return found
+
+    def dom_occurs(self) -> bool:
+        """Whether the day-of-month field allows a day of some allowed month."""
+        return any(d <= max(_MONTH_LENGTHS[m]) for d in self.doms for m in self.months)
 
     def month_types(self) -> list[tuple[int, int, int]]:
         """Every (month, length, first weekday) the months field allows."""
         return [
             (month, days, first_wd)
-            for month in sorted(self.months)
+            for month in self._months_sorted
             for days in _MONTH_LENGTHS[month]
             for first_wd in range(7)
         ]
-
-    def _dead_side(self) -> bool:
-        """Some side of the OR matches in no month type (computed once)."""
-        if self._dead is None:
-            types = self.month_types()
-            self._dead = not any(self._sides(d, w)[0] for _, d, w in types) or not any(
-                self._sides(d, w)[1] for _, d, w in types
-            )
-        return self._dead
 
     # -- stepping -----------------------------------------------------------------
 
@@ -276,6 +351,10 @@ class _Cron:
             month += 1
             day, hour, minute = 1, 0, 0
         return None
+
+    def matches(self, local_s: int) -> bool:
+        """Whether the naive wall-clock second ``local_s`` is an occurrence."""
+        return self.next_s(local_s - 1) == local_s
 
     def _in_month(self, year: int, month: int, day: int, hour: int, minute: int) -> int | None:
         """The first match in this month at or after (day, hour, minute)."""
@@ -315,19 +394,6 @@ def _local_s(year: int, month: int, day: int, hour: int, minute: int) -> int:
     return (ordinal - _EPOCH_ORDINAL) * 86_400 + hour * 3600 + minute * 60
 
 
-def _nearest_weekday(day: int, days: int, first_wd: int) -> int:
-    """The weekday (Monday to Friday) nearest to ``day`` of a month of
-    ``days`` days whose 1st is cron weekday ``first_wd`` (0 = Sunday), never
-    leaving the month: croniter's ``nW``."""
-    day = min(day, days)
-    wd = (first_wd + day - 1) % 7
-    if wd == 6:  # Saturday: the Friday before, or the Monday after the 1st
-        return day - 1 if day > 1 else day + 2
-    if wd == 0:  # Sunday: the Monday after, or the Friday before the last day
-        return day + 1 if day < days else day - 2
-    return day
-
-
 def _never_reason(cron: _Cron) -> str | None:
     """Why the expression cannot match, or None when it can.
 
@@ -335,30 +401,24 @@ def _never_reason(cron: _Cron) -> str | None:
     is rejected even when the day-of-week field would still match (cron's OR
     rule): ``0 0 31 4,6,9,11 1-5`` would fire on every weekday of those
     months, surely not what was meant."""
-    types = cron.month_types()
     months = _month_list(sorted(cron.months))
-    if cron.day_or:
-        if not any(cron._sides(d, w)[0] for _, d, w in types):
-            if not cron.clean_or:
-                return f"never matches: no day satisfies the day-of-month field together with # or W in {months}"
+    if not cron.day_and:
+        if not cron.dom_occurs():
             return (
                 f"the day-of-month field never matches: {_dom_words(cron)} never occurs in {months}; "
                 "with both day fields restricted cron fires when either matches, so this would run "
                 "on the days of the week alone: fix the day of the month, or give it as * for that"
             )
-        if not any(cron._sides(d, w)[1] for _, d, w in types):
-            return f"never matches: the day-of-week field does not occur in {months}"
         return None
-    if not any(cron.days(*t) for t in types):
-        if not cron._dom_star and not cron._nearest and cron._dow_star and not cron._nth:
+    if not any(cron.days(*t) for t in cron.month_types()):
+        if len(cron.dows) == 7:
             return f"never matches: {_dom_words(cron)} never occurs in {months}"
         return f"never matches: no day satisfies both day fields in {months}"
     return None
 
 
 def _dom_words(cron: _Cron) -> str:
-    days = sorted(cron._dom, key=lambda d: 32 if d == "l" else d)
-    words = ["the last day" if d == "l" else str(d) for d in days]
+    words = [str(d) for d in sorted(cron.doms)]
     return ("day " if len(words) == 1 else "days ") + _or_list(words)
 
 
@@ -368,34 +428,6 @@ def _month_list(months: list[int]) -> str:
 
 def _or_list(words: list[str]) -> str:
     return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " or " + words[-1]
-
-
-@functools.lru_cache(maxsize=1024)
-def _compiled(expr: str) -> _Cron:
-    """The expression parsed by croniter and compiled for stepping."""
-    if not isinstance(expr, str):
-        raise ScheduleError("cron", "must be a string")
-    if len(expr) > CRON_EXPR_CHARS_MAX:
-        raise ScheduleError("cron", f"longer than {CRON_EXPR_CHARS_MAX} characters")
-    stripped = expr.strip()
-    if stripped.startswith("@"):
-        if stripped not in _MACROS:
-            raise ScheduleError("cron", f"unknown macro {stripped!r}; use one of {sorted(_MACROS)}")
-        stripped = _MACROS[stripped]
-    fields = stripped.split()
-    if len(fields) != _CRON_FIELDS:
-        raise ScheduleError(
-            "cron",
-            f"expected 5 fields (minute hour day-of-month month day-of-week), got {len(fields)}",
-        )
-    if any(_NONDETERMINISTIC.search(f) for f in fields):
-        raise ScheduleError("cron", "random (R) and hashed (H) fields are not supported")
-    try:
-        template = croniter(" ".join(fields), 0.0)
-    except (CroniterError, TypeError, ValueError, KeyError, IndexError) as e:
-        # croniter signals bad syntax with several exception types.
-        raise ScheduleError("cron", f"invalid cron expression: {e}") from e
-    return _Cron(template)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -421,10 +453,33 @@ def validate_cron(expr: str, timezone: str) -> None:
         raise ScheduleError("cron", reason)
 
 
+# -- wall clock to UTC -----------------------------------------------------------------
+
+
+def _utcoffset_s(value: dt.datetime) -> int:
+    offset = value.utcoffset()
+    assert offset is not None  # an aware datetime
+    return offset.days * 86_400 + offset.seconds
+
+
+def _naive_offset_s(zone: zoneinfo.ZoneInfo, naive: dt.datetime) -> int:
+    """The zone's UTC offset for a naive wall time, by its ``fold``."""
+    offset = zone.utcoffset(naive)
+    assert offset is not None  # a zone has an offset for every wall time
+    return offset.days * 86_400 + offset.seconds
+
+
 def _offset_s(zone: zoneinfo.ZoneInfo, utc_s: int) -> int:
     """The zone's UTC offset in seconds at the UTC instant ``utc_s``."""
-    local = (_EPOCH_UTC + dt.timedelta(seconds=utc_s)).astimezone(zone)
-    return int(local.utcoffset().total_seconds())
+    return _utcoffset_s((_EPOCH_UTC + dt.timedelta(seconds=utc_s)).astimezone(zone))
+
+
+def utc_offset_s(timezone: str, at_ms: int) -> int:
+    """The UTC offset of ``timezone`` at the instant ``at_ms``, in seconds:
+    the wall clock there is ``at_ms + 1000 * offset``."""
+    if timezone in _UTC_KEYS:
+        return 0
+    return _offset_s(_zone(timezone), at_ms // 1000)
 
 
 def _first_change_s(zone: zoneinfo.ZoneInfo, lo_s: int, hi_s: int) -> int:
@@ -446,131 +501,189 @@ def _first_change_s(zone: zoneinfo.ZoneInfo, lo_s: int, hi_s: int) -> int:
     raise AssertionError("bisection did not converge")
 
 
-def _local_to_utc_s(zone: zoneinfo.ZoneInfo, local_s: int) -> int:
-    """Map a naive wall-clock second to UTC by the gap/overlap rules above."""
-    naive = _EPOCH_NAIVE + dt.timedelta(seconds=local_s)
-    before_s = int(naive.replace(tzinfo=zone).utcoffset().total_seconds())
-    utc_s = local_s - before_s  # fold=0: the first occurrence when ambiguous.
-    if _offset_s(zone, utc_s) == before_s:
-        return utc_s
-    # The wall time does not exist: it lies in a gap between the instant it
-    # would have under the offset after the transition and the one under the
-    # offset before it; the transition instant is the first one after the gap.
-    after_s = int(naive.replace(tzinfo=zone, fold=1).utcoffset().total_seconds())
-    assert after_s != before_s
-    return _first_change_s(zone, local_s - after_s, utc_s)
+def _start_local_s(zone: zoneinfo.ZoneInfo, after_s: int, second_pass: bool) -> int:
+    """The naive wall-clock second to walk from for occurrences > after_s.
 
-
-def _first_local_start_s(zone: zoneinfo.ZoneInfo, after_s: int) -> int:
-    """A naive wall-clock second to start croniter from for occurrences > after_s.
-
-    Every local time <= the returned one maps to UTC <= after_s. Normally it
-    is the wall clock at after_s. When after_s lies in the second pass of a
-    fall-back overlap, the wall times up to the end of the overlap map to
-    their first pass (before after_s), so start just before the overlap ends.
+    Every local time <= the returned one maps to UTC <= after_s under the
+    walk's map (first or second pass), and every later one maps past it,
+    up to the gap and repeat rules. Normally it is the wall clock at after_s.
+    The first pass starting inside the second pass of an overlap starts
+    just before the overlap ends (the wall times up to there ran before
+    after_s); the second pass starting inside the first pass of an overlap
+    starts just before it begins (those wall times come again after after_s).
     """
     local = (_EPOCH_UTC + dt.timedelta(seconds=after_s)).astimezone(zone)
-    now_offset_s = int(local.utcoffset().total_seconds())
-    if not local.fold:
+    now_offset_s = _utcoffset_s(local)
+    if not second_pass:
+        if not local.fold:
+            return after_s + now_offset_s
+        first_offset_s = _utcoffset_s(local.replace(fold=0))
+        overlap_s = first_offset_s - now_offset_s
+        assert overlap_s > 0
+        transition_s = _first_change_s(zone, after_s - overlap_s, after_s)
+        return transition_s + first_offset_s - 1
+    if local.fold:
         return after_s + now_offset_s
-    first_offset_s = int(local.replace(fold=0).utcoffset().total_seconds())
-    overlap_s = first_offset_s - now_offset_s
+    second_offset_s = _utcoffset_s(local.replace(fold=1))
+    if second_offset_s == now_offset_s:
+        return after_s + now_offset_s
+    overlap_s = now_offset_s - second_offset_s
     assert overlap_s > 0
-    transition_s = _first_change_s(zone, after_s - overlap_s, after_s)
-    return transition_s + first_offset_s - 1
+    transition_s = _first_change_s(zone, after_s, after_s + overlap_s)
+    return transition_s + second_offset_s - 1
 
 
-def _next_local_s(cron: _Cron, start_local_s: int) -> int | None:
-    """The first naive wall-clock occurrence strictly after start_local_s."""
-    return cron.next_s(start_local_s)
+def _walk(
+    cron: _Cron, zone: zoneinfo.ZoneInfo, after_s: int, *, second_pass: bool, gap: DstGap
+) -> Iterator[tuple[int, DstMark | None]]:
+    """Occurrences after ``after_s`` as (UTC second, mark), strictly
+    increasing: each local occurrence by its first pass (or its second with
+    ``second_pass``), gaps by ``gap``. Ends at the end of year 9999."""
+    local_s = _start_local_s(zone, after_s, second_pass)
+    last_s = after_s
+    idle_steps = 0
+    while idle_steps <= CRON_STEPS_MAX:
+        next_local_s = cron.next_s(local_s)
+        if next_local_s is None:
+            return
+        local_s = next_local_s
+        naive = _EPOCH_NAIVE + dt.timedelta(seconds=local_s)
+        # The zone's offsets for the wall time by its first and its second
+        # pass (PEP 495 fold), which differ only in a gap or an overlap.
+        first_s = _naive_offset_s(zone, naive)
+        second_s = _naive_offset_s(zone, naive.replace(fold=1))
+        mark: DstMark | None = None
+        if first_s == second_s:
+            utc_s = local_s - first_s
+        elif _offset_s(zone, local_s - first_s) == first_s:
+            # Both passes exist: the wall time repeats (fall-back).
+            utc_s, mark = (local_s - second_s, "repeat_second") if second_pass else (local_s - first_s, "repeat_first")
+        else:
+            # The wall time does not exist: it lies in a gap between the
+            # instant it would have under the offset after the transition
+            # and the one under the offset before it. The transition is the
+            # first instant after the gap; the walk resumes at the wall time
+            # there, so one gap costs one step however many times it holds.
+            transition_s = _first_change_s(zone, local_s - second_s, local_s - first_s)
+            local_s = transition_s + second_s - 1
+            if gap == "skip":
+                idle_steps += 1
+                continue
+            utc_s = transition_s
+            # The wall time at the end of the gap may be an occurrence of its
+            # own: then the run there is that one, not a shifted one.
+            mark = None if cron.matches(local_s + 1) else "gap_shifted"
+        if utc_s > _UTC_S_LAST:
+            return
+        if utc_s > last_s:
+            yield utc_s, mark
+            last_s = utc_s
+            idle_steps = 0
+        else:
+            idle_steps += 1
 
 
-def next_cron_ms(expr: str, timezone: str, after_ms: int) -> int | None:
+def _occurrences(
+    cron: _Cron, timezone: str, after_s: int, gap: DstGap, repeat: DstRepeat
+) -> Iterator[tuple[int, DstMark | None]]:
+    """Occurrences after ``after_s`` under the DST policy, strictly increasing."""
+    assert gap in ("shift", "skip") and repeat in ("first", "last", "both")
+    if timezone in _UTC_KEYS:
+        at_s = after_s
+        while True:
+            found_s = cron.next_s(at_s)
+            if found_s is None or found_s > _UTC_S_LAST:
+                return
+            yield found_s, None
+            at_s = found_s
+    zone = _zone(timezone)
+    try:
+        if repeat != "both":
+            yield from _walk(cron, zone, after_s, second_pass=repeat == "last", gap=gap)
+            return
+        # Either walk yields the unambiguous times; merged, each comes twice.
+        last_s = after_s
+        for utc_s, mark in heapq.merge(
+            _walk(cron, zone, after_s, second_pass=False, gap=gap),
+            _walk(cron, zone, after_s, second_pass=True, gap=gap),
+            key=lambda found: found[0],
+        ):
+            if utc_s > last_s:
+                yield utc_s, mark
+                last_s = utc_s
+    except OverflowError:
+        return  # wall-clock arithmetic past datetime's range (years 1 and 9999)
+
+
+def cron_occurrences_ms(
+    expr: str,
+    timezone: str,
+    after_ms: int,
+    count: int,
+    *,
+    gap: DstGap = "shift",
+    repeat: DstRepeat = "first",
+) -> list[tuple[int, DstMark | None]]:
+    """Up to ``count`` occurrences strictly after ``after_ms`` as (UTC ms,
+    mark), strictly increasing: the mark says how DST placed the time
+    (``gap_shifted``, ``repeat_first``, ``repeat_second``), None on other days.
+
+    Shorter than ``count`` only when there are no more (None from
+    next_cron_ms). Raises ScheduleError for an invalid expression or zone.
+    Results are whole seconds (cron has minute granularity; transitions are
+    whole seconds).
+    """
+    assert isinstance(after_ms, int) and not isinstance(after_ms, bool)
+    assert 0 <= count <= CRON_TIMES_COUNT_MAX
+    cron = _compiled(expr)
+    _zone(timezone)
+    found: list[tuple[int, DstMark | None]] = []
+    if count == 0:
+        return found
+    # t_s * 1000 > after_ms  <=>  t_s > floor(after_ms / 1000)
+    for utc_s, mark in _occurrences(cron, timezone, after_ms // 1000, gap, repeat):
+        found.append((utc_s * 1000, mark))
+        if len(found) == count:
+            break
+    return found
+
+
+def cron_times_ms(
+    expr: str,
+    timezone: str,
+    after_ms: int,
+    count: int,
+    *,
+    gap: DstGap = "shift",
+    repeat: DstRepeat = "first",
+) -> list[int]:
+    """cron_occurrences_ms without the marks: the same times as ``count``
+    chained next_cron_ms calls."""
+    return [t for t, _ in cron_occurrences_ms(expr, timezone, after_ms, count, gap=gap, repeat=repeat)]
+
+
+def next_cron_ms(
+    expr: str, timezone: str, after_ms: int, *, gap: DstGap = "shift", repeat: DstRepeat = "first"
+) -> int | None:
     """The first occurrence strictly after ``after_ms``, in UTC ms, or None.
 
     None means no occurrence within CRON_SEARCH_MONTHS_MAX months (impossible
     for an expression that passed validate_cron, short of year 9999).
-    Raises ScheduleError for an invalid expression or zone. Results are whole
-    seconds (cron has minute granularity; transitions are whole seconds).
+    Raises ScheduleError for an invalid expression or zone.
     """
-    assert isinstance(after_ms, int) and not isinstance(after_ms, bool)
-    cron = _compiled(expr)
-    zone = _zone(timezone)
-    after_s = after_ms // 1000  # t_s * 1000 > after_ms  <=>  t_s > floor(after_ms / 1000)
-    if timezone in _UTC_KEYS:
-        local_s = _next_local_s(cron, after_s)
-        return None if local_s is None else local_s * 1000
-    try:
-        return _next_zoned_ms(cron, zone, after_s)
-    except OverflowError:
-        # Wall-clock arithmetic past datetime's range (years 1 and 9999).
-        return None
+    found = cron_occurrences_ms(expr, timezone, after_ms, 1, gap=gap, repeat=repeat)
+    return found[0][0] if found else None
 
 
-def _next_zoned_ms(cron: _Cron, zone: zoneinfo.ZoneInfo, after_s: int) -> int | None:
-    found = _next_zoned_s(cron, zone, after_s)
-    return None if found is None else found[0] * 1000
-
-
-def _next_zoned_s(cron: _Cron, zone: zoneinfo.ZoneInfo, after_s: int) -> tuple[int, int] | None:
-    """(UTC second, naive local second) of the first occurrence after after_s."""
-    local_s = _first_local_start_s(zone, after_s)
-    for _ in range(CRON_STEPS_MAX):
-        next_local_s = _next_local_s(cron, local_s)
-        if next_local_s is None:
-            return None
-        local_s = next_local_s
-        utc_s = _local_to_utc_s(zone, local_s)
-        if utc_s > after_s:
-            return utc_s, local_s
-    return None
-
-
-def cron_times_ms(expr: str, timezone: str, after_ms: int, count: int) -> list[int]:
-    """Up to ``count`` occurrences strictly after ``after_ms``, strictly increasing.
-
-    Shorter than ``count`` only when next_cron_ms runs out (None). The same
-    times as ``count`` chained next_cron_ms calls: the local-to-UTC map is
-    monotone, so the occurrence after one found at local time L is the next
-    local match after L, unless that maps onto the same instant (a gap); then
-    the search starts afresh from the instant, as next_cron_ms does.
-    """
-    assert 0 <= count <= CRON_TIMES_COUNT_MAX
-    cron = _compiled(expr)
-    zone = _zone(timezone)
-    times_ms: list[int] = []
-    if timezone in _UTC_KEYS:
-        local_s: int | None = after_ms // 1000
-        for _ in range(count):
-            local_s = cron.next_s(local_s)
-            if local_s is None:
-                break
-            times_ms.append(local_s * 1000)
-        return times_ms
-    at_s = after_ms // 1000
-    local_s = None
-    try:
-        for _ in range(count):
-            found = None
-            if local_s is not None:
-                next_local_s = cron.next_s(local_s)
-                if next_local_s is None:
-                    break
-                utc_s = _local_to_utc_s(zone, next_local_s)
-                if utc_s > at_s:
-                    found = utc_s, next_local_s
-            if found is None:
-                found = _next_zoned_s(cron, zone, at_s)
-                if found is None:
-                    break
-            at_s, local_s = found
-            times_ms.append(at_s * 1000)
-    except OverflowError:
-        pass  # wall-clock arithmetic past datetime's range, as in next_cron_ms
-    return times_ms
-
-
-def latest_cron_ms(expr: str, timezone: str, at_ms: int, since_ms: int) -> int | None:
+def latest_cron_ms(
+    expr: str,
+    timezone: str,
+    at_ms: int,
+    since_ms: int,
+    *,
+    gap: DstGap = "shift",
+    repeat: DstRepeat = "first",
+) -> int | None:
     """The last occurrence in ``(since_ms, at_ms]``, in UTC ms, or None.
 
     Exactly the largest value next_cron_ms can give that is <= at_ms, found
@@ -583,18 +696,22 @@ def latest_cron_ms(expr: str, timezone: str, at_ms: int, since_ms: int) -> int |
     whole life.
     """
     assert isinstance(at_ms, int) and isinstance(since_ms, int)
+
+    def after(t_ms: int) -> int | None:
+        return next_cron_ms(expr, timezone, t_ms, gap=gap, repeat=repeat)
+
     first_ms = None
     span_ms = 60_000
     for _ in range(_GALLOP_STEPS_MAX):
         if at_ms - span_ms <= since_ms:
             break
-        found = next_cron_ms(expr, timezone, at_ms - span_ms)
+        found = after(at_ms - span_ms)
         if found is not None and found <= at_ms:
             first_ms = found  # an occurrence in (at_ms - span_ms, at_ms]
             break
         span_ms *= 4
     if first_ms is None:
-        first_ms = next_cron_ms(expr, timezone, since_ms)
+        first_ms = after(since_ms)
         if first_ms is None or first_ms > at_ms:
             return None
     # Invariant: next(lo) <= at_ms < next(hi), where next(x) is the first
@@ -605,14 +722,14 @@ def latest_cron_ms(expr: str, timezone: str, at_ms: int, since_ms: int) -> int |
         if hi_s - lo_s <= 1:
             break
         mid_s = (lo_s + hi_s) // 2
-        found = next_cron_ms(expr, timezone, mid_s * 1000)
+        found = after(mid_s * 1000)
         if found is not None and found <= at_ms:
             lo_s = mid_s
         else:
             hi_s = mid_s
     else:
         raise AssertionError("bisection did not converge")
-    latest_ms = next_cron_ms(expr, timezone, lo_s * 1000)
+    latest_ms = after(lo_s * 1000)
     assert latest_ms is not None and since_ms < latest_ms <= at_ms
     return latest_ms
 
@@ -634,6 +751,7 @@ def next_every_ms(
     after a nominal time, or a preview "strictly after"); False allows
     == after_ms ("the earliest not in the past" when a job is created with
     ``start_at``: ``include_anchor=True, strictly_after=False, after_ms=now``).
+    The point may lie past limits.instant_ms_max: callers bound it.
     """
     assert isinstance(every_s, int) and not isinstance(every_s, bool)
     assert every_s >= 1

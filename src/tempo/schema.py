@@ -39,12 +39,24 @@ def _only(given: str, absent: tuple[str, ...]) -> dict[str, Any]:
 # exactly one of at, cron, every_s; timezone only with cron, start_at only
 # with every_s.
 _ONE_SCHEDULE = {"oneOf": [
-    _only("at", ("cron", "timezone", "every_s", "start_at")),
+    _only("at", ("cron", "timezone", "every_s", "start_at", "dst")),
     _only("cron", ("at", "every_s", "start_at")),
-    _only("every_s", ("at", "cron", "timezone")),
+    _only("every_s", ("at", "cron", "timezone", "dst")),
 ]}
 # `tempo.engine.jobs.check_target`'s rule, for the document only as well.
 _TARGET_PATTERN = r"^(queue:[A-Za-z0-9._-]{1,200}|https?://[!-.0-~][!-~]*)$"
+
+
+DstGap = Literal["shift", "skip"]
+DstRepeat = Literal["first", "last", "both"]
+
+
+class DstIn(_Request):
+    """What a cron schedule does with a local time that a daylight-saving
+    transition removes (`gap`) or repeats (`repeat`): docs/semantics.md."""
+
+    gap: DstGap = "shift"
+    repeat: DstRepeat = "first"
 
 
 class ScheduleIn(_Request):
@@ -53,6 +65,7 @@ class ScheduleIn(_Request):
     timezone: Annotated[str, Meta(min_length=1, max_length=200)] | None = None
     every_s: Annotated[int, Meta(ge=limits.every_s_min, le=limits.every_s_max)] | None = None
     start_at: Instant | None = None
+    dst: DstIn | None = None  # cron only; default {"gap": "shift", "repeat": "first"}
 
 
 # Frozen, with a tuple of gaps: one default instance serves every create that
@@ -105,12 +118,18 @@ class PreviewIn(_Request):
 # -- responses -----------------------------------------------------------------
 
 
+class DstOut(msgspec.Struct):
+    gap: DstGap
+    repeat: DstRepeat
+
+
 class ScheduleOut(msgspec.Struct, omit_defaults=True):
     at: str | None = None
     cron: str | None = None
     timezone: str | None = None
     every_s: int | None = None
     start_at: str | None = None
+    dst: DstOut | None = None  # a cron schedule's policy when not the default
 
 
 class RetryOut(msgspec.Struct):
@@ -190,8 +209,19 @@ class RunsPage(msgspec.Struct):
     next_cursor: str | None
 
 
+class OccurrenceOut(msgspec.Struct, gc=False):  # untracked: a preview holds 1,000, all strings
+    """One time of a preview: the instant, the wall clock of the schedule's
+    zone there and its UTC offset, and how a DST transition placed it."""
+
+    at: str
+    local: str
+    offset: str
+    dst: Literal["gap_shifted", "repeat_first", "repeat_second"] | None
+
+
 class PreviewOut(msgspec.Struct):
-    times: list[str]
+    times: list[str]  # the `at` of each occurrence, for clients older than `occurrences`
+    occurrences: list[OccurrenceOut]
 
 
 class Health(msgspec.Struct, omit_defaults=True):

@@ -7,7 +7,7 @@ are read here, never in `apply`.
 
 The engine does not import the API's shapes (`tempo.schema`, an import
 contract in pyproject.toml): it names what it reads of a request in the
-protocols below (`JobSpec`, `ScheduleSpec`, `RetrySpec`, `PreviewSpec`),
+protocols below (`JobSpec`, `ScheduleSpec`, `DstSpec`, `RetrySpec`, `PreviewSpec`),
 which the decoded request structs meet as they are, with no copy per item.
 """
 
@@ -40,6 +40,15 @@ _json_encoder = msgspec.json.Encoder()
 # request was decoded; the rules across fields are checked here.
 
 
+class DstSpec(Protocol):
+    """A cron schedule's DST policy as asked for (`schema.DstIn`)."""
+
+    @property
+    def gap(self) -> schedule.DstGap: ...
+    @property
+    def repeat(self) -> schedule.DstRepeat: ...
+
+
 class ScheduleSpec(Protocol):
     """A schedule as asked for (`schema.ScheduleIn`)."""
 
@@ -53,6 +62,8 @@ class ScheduleSpec(Protocol):
     def every_s(self) -> int | None: ...
     @property
     def start_at(self) -> datetime | None: ...
+    @property
+    def dst(self) -> DstSpec | None: ...
 
 
 class RetrySpec(Protocol):
@@ -172,16 +183,28 @@ def payloads_pass(payloads: list[Any], *, from_msgpack: bool) -> bool:
     return True
 
 
+def instant_ms(value: datetime, loc: str) -> int:
+    """A time from a request in UNIX ms, or 400 at `loc` when it lies outside
+    years 1 to 9999 in UTC, which RFC 3339 cannot spell
+    (`0001-01-01T00:00:00+01:00` is in year 0)."""
+    at_ms = clock.ms_from_datetime(value)
+    if not limits.instant_ms_min <= at_ms <= limits.instant_ms_max:
+        raise errors.Invalid.at(loc, "outside years 0001 to 9999 in UTC")
+    return at_ms
+
+
 def schedule_record(value: ScheduleSpec, loc: str = "schedule") -> Schedule:
     """Checks the cross-field rules of a schedule and returns its record."""
     if (value.at is not None) + (value.cron is not None) + (value.every_s is not None) != 1:
         raise errors.Invalid.at(loc, "give exactly one of at, cron, every_s")
     if value.timezone is not None and value.cron is None:
         raise errors.Invalid.at(f"{loc}.timezone", "timezone goes only with cron")
+    if value.dst is not None and value.cron is None:
+        raise errors.Invalid.at(f"{loc}.dst", "dst goes only with cron")
     if value.start_at is not None and value.every_s is None:
         raise errors.Invalid.at(f"{loc}.start_at", "start_at goes only with every_s")
     if value.at is not None:
-        at_ms = clock.ms_from_datetime(value.at)
+        at_ms = instant_ms(value.at, f"{loc}.at")
         if at_ms < 0:
             # Run IDs and keys hold unsigned milliseconds.
             raise errors.Invalid.at(f"{loc}.at", "a time before 1970-01-01T00:00:00Z")
@@ -192,8 +215,10 @@ def schedule_record(value: ScheduleSpec, loc: str = "schedule") -> Schedule:
             schedule.validate_cron(value.cron, timezone)
         except schedule.ScheduleError as exc:
             raise errors.Invalid.at(f"{loc}.{exc.loc}", exc.msg) from None
-        return Schedule(cron=value.cron, timezone=timezone)
-    start = None if value.start_at is None else clock.ms_from_datetime(value.start_at)
+        if value.dst is None:
+            return Schedule(cron=value.cron, timezone=timezone)
+        return Schedule(cron=value.cron, timezone=timezone, dst_gap=value.dst.gap, dst_repeat=value.dst.repeat)
+    start = None if value.start_at is None else instant_ms(value.start_at, f"{loc}.start_at")
     return Schedule(every_s=value.every_s, start_at_ms=start)
 
 
@@ -207,16 +232,23 @@ def slot_after_ms(sched: Schedule, created_at_ms: int, after_ms: int, *, inclusi
         return sched.at_ms if ok else None
     if sched.cron is not None:
         assert sched.timezone is not None
-        return schedule.next_cron_ms(sched.cron, sched.timezone, after_ms - (1 if inclusive else 0))
+        try:
+            return schedule.next_cron_ms(
+                sched.cron, sched.timezone, after_ms - (1 if inclusive else 0),
+                gap=sched.dst_gap, repeat=sched.dst_repeat,
+            )
+        except schedule.ScheduleError:
+            return None  # stored before the dialect lost `L`, `W`, `#`: no further slot
     assert sched.every_s is not None
     anchor_ms = created_at_ms if sched.start_at_ms is None else sched.start_at_ms
-    return schedule.next_every_ms(
+    found_ms = schedule.next_every_ms(
         sched.every_s,
         anchor_ms,
         after_ms,
         include_anchor=sched.start_at_ms is not None,
         strictly_after=not inclusive,
     )
+    return found_ms if found_ms <= limits.instant_ms_max else None  # no time after year 9999
 
 
 def first_slot_ms(sched: Schedule, created_at_ms: int) -> int | None:
@@ -241,7 +273,12 @@ def latest_slot_ms(sched: Schedule, created_at_ms: int, now_ms: int) -> int | No
         k_min = 0 if sched.start_at_ms is not None else 1
         return None if k < k_min else anchor_ms + k * period_ms
     assert sched.cron is not None and sched.timezone is not None
-    return schedule.latest_cron_ms(sched.cron, sched.timezone, now_ms, created_at_ms)
+    try:
+        return schedule.latest_cron_ms(
+            sched.cron, sched.timezone, now_ms, created_at_ms, gap=sched.dst_gap, repeat=sched.dst_repeat
+        )
+    except schedule.ScheduleError:
+        return None  # as in slot_after_ms
 
 
 def next_slot_after_claim(job: Job, nominal_ms: int, now_ms: int) -> tuple[int, int] | None:
@@ -267,34 +304,49 @@ def due_ms(job: Job, slot_ms: int, now_ms: int) -> int:
     return max(slot_ms + ids.jitter_ms(ids.run_id(job.id, slot_ms), job.jitter_s), now_ms)
 
 
-async def preview_ms(body: PreviewSpec, now_ms: int) -> list[int]:
-    """The times of `POST /v1/schedules/preview`. Cron times come in slices
-    of `limits.preview_slice_times` with a checkpoint between them, so a
+Occurrence = tuple[int, schedule.DstMark | None]
+
+
+async def preview_occurrences(body: PreviewSpec, now_ms: int) -> tuple[list[Occurrence], str]:
+    """The times of `POST /v1/schedules/preview`, each with how DST placed it,
+    and the time zone of their wall clock. Cron times come in slices of
+    `limits.preview_slice_times` with a checkpoint between them, so a
     preview of 1,000 never holds the trio thread for more than one slice;
     chained slices give the same times as one call, as each starts strictly
-    after the last time of the one before."""
+    after the last time of the one before. No time lies after year 9999."""
     sched = schedule_record(body.schedule)
-    after_ms = now_ms if body.after is None else clock.ms_from_datetime(body.after)
+    after_ms = now_ms if body.after is None else instant_ms(body.after, "after")
     if sched.at_ms is not None:
-        return [sched.at_ms] if sched.at_ms > after_ms else []
+        return ([(sched.at_ms, None)] if sched.at_ms > after_ms else []), "UTC"
     if sched.cron is not None:
         assert sched.timezone is not None
-        times_ms: list[int] = []
-        while len(times_ms) < body.count:
-            asked = min(limits.preview_slice_times, body.count - len(times_ms))
-            part = schedule.cron_times_ms(sched.cron, sched.timezone, after_ms, asked)
-            times_ms += part
+        found: list[Occurrence] = []
+        while len(found) < body.count:
+            asked = min(limits.preview_slice_times, body.count - len(found))
+            part = schedule.cron_occurrences_ms(
+                sched.cron, sched.timezone, after_ms, asked, gap=sched.dst_gap, repeat=sched.dst_repeat
+            )
+            found += part
             if len(part) < asked:
                 break
-            after_ms = part[-1]
+            after_ms = part[-1][0]
             await trio.lowlevel.checkpoint()
-        return times_ms
+        return found, sched.timezone
     assert sched.every_s is not None
     period_ms = sched.every_s * 1000
     if sched.start_at_ms is None:
-        return [after_ms + k * period_ms for k in range(1, body.count + 1)]
-    first = schedule.next_every_ms(sched.every_s, sched.start_at_ms, after_ms, include_anchor=True)
-    return [first + k * period_ms for k in range(body.count)]
+        first = after_ms + period_ms
+    else:
+        first = schedule.next_every_ms(sched.every_s, sched.start_at_ms, after_ms, include_anchor=True)
+    # The grid up to the end of year 9999, at most `count` of it.
+    count = max(0, min(body.count, (limits.instant_ms_max - first) // period_ms + 1))
+    return [(first + k * period_ms, None) for k in range(count)], "UTC"
+
+
+async def preview_ms(body: PreviewSpec, now_ms: int) -> list[int]:
+    """preview_occurrences' times alone."""
+    found, _ = await preview_occurrences(body, now_ms)
+    return [at_ms for at_ms, _ in found]
 
 
 # -- the service -------------------------------------------------------------------

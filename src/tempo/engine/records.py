@@ -41,6 +41,10 @@ class Schedule(msgspec.Struct, array_like=True, frozen=True, gc=False):
     timezone: str | None = None
     every_s: Annotated[int, Meta(ge=1)] | None = None
     start_at_ms: int | None = None
+    # A cron schedule's DST policy (schedule.py); older records have none,
+    # which is this default, the only behaviour there was.
+    dst_gap: Literal["shift", "skip"] = "shift"
+    dst_repeat: Literal["first", "last", "both"] = "first"
 
     @property
     def repeating(self) -> bool:

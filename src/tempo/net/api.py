@@ -673,14 +673,14 @@ class Api:
         # One preview computes at a time: its slices leave the loop free
         # between them only if no other preview's slice is waiting to run.
         async with self.previews_computing:
-            times = await engine_jobs.preview_ms(body, self.jobs.now_ms())
+            found, timezone = await engine_jobs.preview_occurrences(body, self.jobs.now_ms())
             # Spelled out in slices too: 1,000 RFC 3339 strings are milliseconds.
-            out: list[str] = []
-            for start in range(0, len(times), limits.preview_slice_times):
+            occurrences = []
+            for start in range(0, len(found), limits.preview_slice_times):
                 if start:
                     await trio.lowlevel.checkpoint()
-                out += [clock.iso_from_ms(t) for t in times[start : start + limits.preview_slice_times]]
-        return encode(request, PreviewOut(out))
+                occurrences += views.occurrence_views(found[start : start + limits.preview_slice_times], timezone)
+        return encode(request, PreviewOut([o.at for o in occurrences], occurrences))
 
     # -- operations ------------------------------------------------------------
 
@@ -909,6 +909,9 @@ class Api:
             "# HELP tempo_runs_due_not_claimed Runs due but not claimed yet.",
             "# TYPE tempo_runs_due_not_claimed gauge",
             f"tempo_runs_due_not_claimed {d.ready_count()}",
+            "# HELP tempo_lease_heap_entries Entries in the lease heap (at most 2 per lease plus a slack).",
+            "# TYPE tempo_lease_heap_entries gauge",
+            f"tempo_lease_heap_entries {d.core.lease_heap_entries}",
             "# HELP tempo_claim_lateness_seconds Claim time minus due time.",
             "# TYPE tempo_claim_lateness_seconds histogram",
         ]
@@ -1000,11 +1003,14 @@ def _instant_param(request: Request, name: str) -> int | None:
     if raw is None:
         return None
     try:
-        # No run is before 1970: an earlier bound means the same as 1970, and
-        # keys hold unsigned milliseconds.
-        return max(0, clock.ms_from_datetime(_instant.decode(_json_enc.encode(raw))))
+        at_ms = clock.ms_from_datetime(_instant.decode(_json_enc.encode(raw)))
     except msgspec.MsgspecError:
         raise errors.Invalid.at(f"query.{name}", "an RFC 3339 time with an offset") from None
+    if not limits.instant_ms_min <= at_ms <= limits.instant_ms_max:
+        raise errors.Invalid.at(f"query.{name}", "outside years 0001 to 9999 in UTC")
+    # No run is before 1970: an earlier bound means the same as 1970, and
+    # keys hold unsigned milliseconds.
+    return max(0, at_ms)
 
 
 async def _lifespan(receive: Callable, send: Callable) -> None:

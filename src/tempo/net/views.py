@@ -3,11 +3,13 @@ structs hold, built from `engine/records.py`'s `Job` and `Run`. The engine
 answers with records; only net/ turns them into the shapes of API.md.
 """
 
+import functools
 from typing import Any
 
-from tempo import clock, ids
+from tempo import clock, ids, schedule
+from tempo.engine.jobs import Occurrence
 from tempo.engine.records import Job, Run, Schedule
-from tempo.schema import ClaimedRunOut, JobOut, RetryOut, RunOut, ScheduleOut
+from tempo.schema import ClaimedRunOut, DstOut, JobOut, OccurrenceOut, RetryOut, RunOut, ScheduleOut
 
 
 def schedule_view(sched: Schedule) -> ScheduleOut:
@@ -17,7 +19,27 @@ def schedule_view(sched: Schedule) -> ScheduleOut:
         timezone=sched.timezone,
         every_s=sched.every_s,
         start_at=clock.iso_or_none(sched.start_at_ms),
+        # Only a policy other than the default is shown, so the schedules
+        # of clients that never name one read as they always did.
+        dst=None if (sched.dst_gap, sched.dst_repeat) == ("shift", "first") else _dst_view(sched.dst_gap, sched.dst_repeat),
     )
+
+
+@functools.lru_cache(maxsize=8)
+def _dst_view(gap: schedule.DstGap, repeat: schedule.DstRepeat) -> DstOut:
+    return DstOut(gap, repeat)
+
+
+def occurrence_views(found: list[Occurrence], timezone: str) -> list[OccurrenceOut]:
+    """Preview times with their wall clock in `timezone` (docs/api.md)."""
+    views = []
+    for at_ms, mark in found:
+        offset_s = schedule.utc_offset_s(timezone, at_ms)
+        views.append(OccurrenceOut(
+            clock.iso_from_ms(at_ms), clock.local_iso_from_ms(at_ms + offset_s * 1000),
+            clock.offset_text(offset_s), mark,
+        ))
+    return views
 
 
 def job_view(job: Job, shared: dict[Any, Any] | None = None) -> JobOut:
