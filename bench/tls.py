@@ -34,7 +34,7 @@ import httpx
 import trustme
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _server import free_port, table, tempo_command
+from _server import free_port, table, tempo_command  # noqa: E402
 
 ready_timeout_s = 60.0
 stop_timeout_s = 30.0
