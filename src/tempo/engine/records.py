@@ -116,7 +116,7 @@ class Decoder(Generic[T]):
         self.name = name or kind.__name__
         self._decoder = msgspec.msgpack.Decoder(kind)
 
-    def decode(self, raw: bytes) -> T:
+    def decode(self, raw: bytes | memoryview) -> T:
         try:
             return self._decoder.decode(raw)
         except (msgspec.MsgspecError, RecursionError) as exc:
