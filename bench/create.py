@@ -44,7 +44,7 @@ import trio
 
 sys.path.insert(0, os.path.dirname(__file__))
 from _plain import REFERENCE_PER_S  # noqa: E402
-from _server import Cluster, free_port, table  # noqa: E402
+from _server import Cluster, free_port, ready_timeout_s, rss_mib, stop_timeout_s, table  # noqa: E402
 from tempo.loadgen import pause_figures, scrape_pauses  # noqa: E402
 
 # (single, batched) jobs/s by cluster size; None: no target set.
@@ -204,7 +204,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="tempo-bench-") as tmp:
         cluster = Cluster(tmp, args.nodes)
         try:
-            cluster.start()
+            cluster.start(ready_timeout_s)
             leader, term = cluster.leader()
             run_single = single_raw if args.client == "raw" else single
             scraped = [scrape_pauses([leader.url])]
@@ -213,13 +213,13 @@ def main() -> int:
             n2, s2 = trio.run(batched, leader.url, args.batch_jobs, args.batch_size, args.batch_concurrency)
             scraped.append(scrape_pauses([leader.url]))
             still, _ = cluster.leader()
-            rss = {(s.node_id or "n1"): s.rss_mib() for s in cluster.servers}
+            rss = {node.id: rss_mib(node) for node in cluster.nodes}
             metrics = httpx.get(f"{leader.url}/metrics").text
-            stopped = cluster.stop()
+            stopped = cluster.stop(stop_timeout_s)
         finally:
-            cluster.kill()
+            cluster.cleanup()
     if still is not leader:
-        print(f"bench/create.py: leadership moved from {leader.node_id} to {still.node_id} during the run", file=sys.stderr)
+        print(f"bench/create.py: leadership moved from {leader.id} to {still.id} during the run", file=sys.stderr)
     single_target, batch_target = TARGETS_PER_S[args.nodes]
 
     def ratio(rate: float, target: int | None) -> tuple[str, str]:
@@ -239,7 +239,7 @@ def main() -> int:
         (f"batch of {args.batch_size}, {args.batch_concurrency} concurrent", n2, f"{s2:.2f}", f"{rate2:,.0f}",
          *ratio(rate2, batch_target), *lag(scraped[1], scraped[2])),
     ]
-    shape = "1 node" if args.nodes == 1 else f"{args.nodes} nodes (leader {leader.node_id}, term {term})"
+    shape = "1 node" if args.nodes == 1 else f"{args.nodes} nodes (leader {leader.id}, term {term})"
     print(f"tempo create throughput, {shape}, fsync on, {os.cpu_count()} CPUs (clients and nodes share them)")
     if reference is not None:
         print(f"plain hypercorn, the same single-create load: {reference:,.0f} requests/s "

@@ -38,7 +38,7 @@ import httpx
 from tempo import limits
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _server import Server, table  # noqa: E402
+from _server import Node, rss_mib, start, stop_timeout_s, table  # noqa: E402
 
 CONFIG = "[http]\nconnections_max = 256\nrequests_in_flight_max = 128\nlong_polls_max = 64\nbody_read_timeout_s = 2.0\n"
 PROBER_IP = "127.0.0.9"
@@ -132,7 +132,7 @@ class Prober(Background):
         return f"p50 {statistics.median(ordered) * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms, {self.failures} failed"
 
 
-def flood_connections(server: Server, count: int) -> tuple:
+def flood_connections(server: Node, count: int) -> tuple:
     started = time.perf_counter()
     sockets = [socket.create_connection(("127.0.0.1", server.port), timeout=5) for _ in range(count)]
     took_s = time.perf_counter() - started
@@ -152,7 +152,7 @@ def flood_connections(server: Server, count: int) -> tuple:
     return f"{count} idle connections", f"{refused} got 503, {closed} closed for newer ones, {held} held", took_s
 
 
-def slow_headers(server: Server, count: int, sources: list[str]) -> tuple:
+def slow_headers(server: Node, count: int, sources: list[str]) -> tuple:
     """`count` connections, spread over `sources`, that send part of a
     request head and then nothing, held past the header deadline."""
     started = time.perf_counter()
@@ -186,7 +186,7 @@ def slow_headers(server: Server, count: int, sources: list[str]) -> tuple:
     return f"{count} slow heads from {where}", got, took_s
 
 
-def oversized_bodies(server: Server, count: int) -> tuple:
+def oversized_bodies(server: Node, count: int) -> tuple:
     size = 8 << 20
     head = f"POST /v1/jobs HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {size}\r\n\r\n"
     pieces = [head.encode()] + [b"x" * (1 << 20)] * 8
@@ -202,7 +202,7 @@ class PeakRss(Background):
     every few milliseconds from /proc (VmRSS, and RssAnon: the heap, without
     LMDB's mapped pages)."""
 
-    def __init__(self, server: Server):
+    def __init__(self, server: Node):
         super().__init__()
         self.server = server
         self.rss_mib = self.anon_mib = 0.0
@@ -217,7 +217,7 @@ class PeakRss(Background):
             time.sleep(0.005)
 
 
-def batch_bodies(server: Server, count: int, stored: bool) -> tuple:
+def batch_bodies(server: Node, count: int, stored: bool) -> tuple:
     """`count` batch bodies of (almost) 32 MiB at once, each of 1000 items
     with a 32 KiB payload. Unless `stored`, their target is one no job may
     have: each batch is read and decoded whole and answered item by item
@@ -244,7 +244,7 @@ def batch_bodies(server: Server, count: int, stored: bool) -> tuple:
     )
 
 
-def stalled_bodies(server: Server, count: int) -> tuple:
+def stalled_bodies(server: Node, count: int) -> tuple:
     head = b"POST /v1/jobs HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{"
     started = time.perf_counter()
     sockets = []
@@ -265,7 +265,7 @@ def _long_polls(client: httpx.Client) -> int:
     return int(float(next(ln for ln in text.splitlines() if ln.startswith("tempo_http_long_polls_in_flight ")).split()[1]))
 
 
-def aborted_long_polls(server: Server, count: int) -> tuple:
+def aborted_long_polls(server: Node, count: int) -> tuple:
     body = b'{"worker": "gone", "queues": ["nothing-due"], "wait_s": 30}'
     request = b"POST /v1/claim HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (
         len(body), body)
@@ -292,7 +292,7 @@ def aborted_long_polls(server: Server, count: int) -> tuple:
     return f"{len(freed_s) * batch} long polls reset, {batch} at a time", got, took_s
 
 
-def scrape(server: Server, count: int) -> tuple:
+def scrape(server: Node, count: int) -> tuple:
     with httpx.Client(base_url=server.url, timeout=10.0) as client:
         client.post("/v1/jobs/batch", json={"jobs": [
             {"target": f"queue:q{i % 8}", "schedule": {"at": "2031-01-01T00:00:00Z"}} for i in range(1000)
@@ -306,14 +306,14 @@ def scrape(server: Server, count: int) -> tuple:
     return f"{count} scrapes of /metrics", f"{size} bytes, p50 {statistics.median(took) * 1000:.2f} ms", sum(took)
 
 
-def measure(server: Server, steps: list, rows: list) -> None:
+def measure(server: Node, steps: list, rows: list) -> None:
     for step in steps:
-        before = server.rss_mib()
+        before = rss_mib(server)
         with Prober(server.url) as prober:
             time.sleep(0.2)  # the prober's keep-alive connection is open before the abuse
             what, got, took_s = step()
             time.sleep(0.2)
-        rows.append((what, got, f"{took_s:.2f}", f"{before:.0f} -> {server.rss_mib():.0f}", prober.summary()))
+        rows.append((what, got, f"{took_s:.2f}", f"{before:.0f} -> {rss_mib(server):.0f}", prober.summary()))
     assert server.running(), "the server died"
 
 
@@ -332,9 +332,8 @@ def main() -> int:
         config = os.path.join(root, "tempo.toml")
         with open(config, "w") as f:
             f.write(CONFIG)
-        server = Server(os.path.join(root, "data"))
-        server.cluster_args = ["--config", config]  # spawn passes these on
-        server.start()
+        server = Node(os.path.join(root, "data"), extra_args=("--config", config))
+        start(server)
         try:
             measure(server, [
                 lambda: flood_connections(server, args.connections),
@@ -346,15 +345,15 @@ def main() -> int:
                 lambda: scrape(server, 200),
             ], rows)
         finally:
-            server.stop()
+            server.stop(timeout_s=stop_timeout_s)
         # Large bodies against a server of its own with the default limits
         # (the 2 s read timeout above would cut them short).
-        server = Server(os.path.join(root, "defaults"))
-        server.start()
+        server = Node(os.path.join(root, "defaults"))
+        start(server)
         try:
             measure(server, [lambda: batch_bodies(server, args.batch_bodies, args.stored)], rows)
         finally:
-            server.stop()
+            server.stop(timeout_s=stop_timeout_s)
     print(table(rows, ("abuse", "answers", "s", "RSS MiB", "/healthz meanwhile")))
     return 0
 

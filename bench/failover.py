@@ -49,8 +49,9 @@ from dataclasses import dataclass, field
 import httpx
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _server import Cluster, Server, table  # noqa: E402
+from _server import Cluster, Node, SpawnError, ready_timeout_s, stop_timeout_s, table  # noqa: E402
 from tempo import loadgen  # noqa: E402
+from tempo.loadgen.failover import create_once  # noqa: E402
 
 FAILOVER_TARGET_S = 3.0
 write_timeout_s = 1.0
@@ -74,14 +75,9 @@ def writer(urls: list[str], writes: Writes, index: int, gap_s: float) -> None:
     k = index
     with httpx.Client(timeout=write_timeout_s, follow_redirects=True) as http:
         while not writes.stop.is_set():
-            url = urls[k % len(urls)]
-            try:
-                answer = http.post(url + "/v1/jobs", json=body | {"request_key": f"w{index}-{uuid.uuid4().hex}"})
-            except httpx.HTTPError:
-                answer = None
-            if answer is not None and 200 <= answer.status_code < 300:
-                final = httpx.URL(str(answer.url))
-                writes.ok.append((time.time(), f"{final.scheme}://{final.host}:{final.port}"))
+            written = create_once(http, urls[k % len(urls)], body | {"request_key": f"w{index}-{uuid.uuid4().hex}"})
+            if written is not None:
+                writes.ok.append(written)
                 time.sleep(gap_s)
                 continue
             writes.failed += 1
@@ -89,7 +85,7 @@ def writer(urls: list[str], writes: Writes, index: int, gap_s: float) -> None:
             time.sleep(write_retry_gap_s)
 
 
-def create_window(leader: Server, queue_name: str, due_times_s: list[float], tag: str) -> list[str]:
+def create_window(leader: Node, queue_name: str, due_times_s: list[float], tag: str) -> list[str]:
     jobs = [
         {"target": f"queue:{queue_name}", "schedule": {"at": loadgen.iso(at_s)}, "lease_s": job_lease_s,
          "request_key": f"{tag}-{i}"}
@@ -165,14 +161,13 @@ def one_round(k: int, args: argparse.Namespace, cluster: Cluster, writes: Writes
     time.sleep(max(0.0, kill_at_s - time.time()))
     seen_writes = len(writes.ok)
     killed_at_s = leader.kill()
-    assert killed_at_s is not None
     restart_at_s = killed_at_s + args.restart_after_s
     window_end_s = due_times_s[-1]
     restarted_at_s = first_write = None
     while True:
         now_s = time.time()
         if restarted_at_s is None and now_s >= restart_at_s:
-            leader.spawn()
+            leader.start()
             restarted_at_s = time.time()
         if first_write is None:
             first_write = next(((t, u) for t, u in writes.ok[seen_writes:] if t > killed_at_s and u != leader.url), None)
@@ -182,21 +177,20 @@ def one_round(k: int, args: argparse.Namespace, cluster: Cluster, writes: Writes
             break
         time.sleep(0.02)
     if restarted_at_s is None:
-        leader.spawn()
+        leader.start()
         restarted_at_s = time.time()
     ready_at_s, views = wait_ready_watching(leader, killed_at_s)
-    for server in cluster.servers:
-        server.wait_ready()
+    cluster.wait_ready(cluster.nodes, ready_timeout_s)
     fig = round_figures(due_s_of, tally, killed_at_s)
-    by = next((s.node_id for s in cluster.servers if first_write and s.url == first_write[1]), None)
+    by = next((s.id for s in cluster.nodes if first_write and s.url == first_write[1]), None)
     return fig | {
-        "round": k, "killed": leader.node_id, "term": term,
+        "round": k, "killed": leader.id, "term": term,
         "failover_s": None if first_write is None else first_write[0] - killed_at_s, "by": by,
         "restart_s": restarted_at_s - killed_at_s, "ready_s": ready_at_s - killed_at_s, "views": views,
     }
 
 
-def wait_ready_watching(server: Server, killed_at_s: float) -> tuple[float, list[str]]:
+def wait_ready_watching(server: Node, killed_at_s: float) -> tuple[float, list[str]]:
     """Waits for the restarted node's /readyz 200; its `/v1/cluster` view
     whenever it changes meanwhile (seconds after the SIGKILL), to show why
     readiness took long if it did."""
@@ -209,13 +203,10 @@ def wait_ready_watching(server: Server, killed_at_s: float) -> tuple[float, list
         if shown != last and shown is not None:
             views.append(f"+{time.time() - killed_at_s:.1f} s {shown}")
             last = shown
-        try:
-            if httpx.get(f"{server.url}/readyz", timeout=1.0).status_code == 200:
-                return time.time(), views
-        except httpx.HTTPError:
-            pass
+        if server.ready():
+            return time.time(), views
         time.sleep(0.1)
-    raise RuntimeError(f"{server.node_id} not ready 120 s after its restart:\n{server.log_tail()}")
+    raise SpawnError(f"{server.id} not ready 120 s after its restart:\n{server.log_tail()}")
 
 
 def fmt(value: float | None) -> str:
@@ -246,10 +237,10 @@ def main() -> int:
         procs: list = []
         try:
             try:
-                cluster.start()
-            except RuntimeError as exc:
+                cluster.start(ready_timeout_s)
+            except SpawnError as exc:
                 print(f"bench/failover.py: {exc}", file=sys.stderr)
-                for server in cluster.servers:
+                for server in cluster.nodes:
                     print(f"--- {server.log_path}\n{server.log_tail()}", file=sys.stderr)
                 return 2
             queue_name = f"failover-{uuid.uuid4().hex[:8]}"
@@ -278,14 +269,14 @@ def main() -> int:
             collect_stop.set()
             loadgen.stop_workers(procs, out, stop, tally)
             writes.stop.set()
-            stopped = cluster.stop()
+            stopped = cluster.stop(stop_timeout_s)
         finally:
             writes.stop.set()
             collect_stop.set()
             for proc in procs:
                 if proc.is_alive():
                     proc.kill()
-            cluster.kill()
+            cluster.cleanup()
     print()
     print(table([(r["round"], r["killed"], r["by"], fmt(r["failover_s"]), fmt(r["first_claim_s"]),
                   f"{r['claimed']}/{r['runs']}", fmt(r["p50"]), fmt(r["p99"]), fmt(r["max"]), r["late_over_5s"],

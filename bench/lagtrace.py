@@ -28,7 +28,7 @@ import time
 import trio
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _server import Server, free_port, tempo_command  # noqa: E402
+from _server import Node, ready_timeout_s, stop_timeout_s, tempo_command  # noqa: E402
 from tempo import server as tempo_server  # noqa: E402
 
 # Plumbing of trio and hypercorn, left out of a task's name.
@@ -116,19 +116,19 @@ def main() -> int:
         return serve(int(port), data_dir, out_path, late_s)
     with tempfile.TemporaryDirectory(prefix="tempo-lagtrace-") as tmp:
         out_path = os.path.join(tmp, "trace.json")
-        server = Server(os.path.join(tmp, "n1"), free_port())
+        server = Node(os.path.join(tmp, "n1"))
         with open(server.log_path, "ab") as log:
             server.proc = subprocess.Popen(
                 [sys.executable, __file__, "--late-ms", str(args.late_ms), "--serve", str(server.port),
                  server.data_dir, out_path], stdout=log, stderr=subprocess.STDOUT,
             )
         try:
-            server.wait_ready()
+            server.wait_ready(ready_timeout_s)
             subprocess.run([*tempo_command(), "loadgen", "--url", server.url, "--jobs", str(args.jobs),
                             "--no-report", "--no-progress"], check=False, timeout=600)
-            server.stop()
+            server.stop(timeout_s=stop_timeout_s)
         finally:
-            server.kill()
+            server.cleanup()
         with open(out_path) as f:
             trace = json.load(f)
     late = trace["late"]

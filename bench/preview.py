@@ -26,7 +26,7 @@ import msgspec
 import trio
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _server import Server, table  # noqa: E402
+from _server import Node, start, stop_timeout_s, table  # noqa: E402
 from tempo.loadgen import pause_figures, pct, scrape_pauses  # noqa: E402
 
 SECONDS_MAX = 60.0
@@ -97,15 +97,15 @@ def main() -> int:
     if not 0 < args.seconds <= SECONDS_MAX or args.clients < 1 or args.requests_max < 1:
         parser.error(f"--seconds in (0, {SECONDS_MAX:g}], --clients and --requests-max ≥ 1")
     with tempfile.TemporaryDirectory(prefix="tempo-bench-") as tmp:
-        server = Server(os.path.join(tmp, "n1"))
+        server = Node(os.path.join(tmp, "n1"))
         try:
-            server.start()
+            start(server)
             before = scrape_pauses([server.url])
             got = trio.run(flood, server.url, args.clients, args.seconds, args.requests_max)
             after = scrape_pauses([server.url])
-            status = server.stop()
+            status = server.stop(timeout_s=stop_timeout_s)
         finally:
-            server.kill()
+            server.cleanup()
     lag = pause_figures(before, after)
     ms = lambda s: "-" if s is None else f"{s * 1000:.1f}"  # noqa: E731
     print(f"preview flood: {args.clients} clients, count 1000, {len(SCHEDULES)} schedules round robin, "

@@ -20,7 +20,7 @@ import msgspec
 import trio
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _server import Server, dir_mib, table  # noqa: E402
+from _server import Node, dir_mib, rss_mib, rss_split, start, stop_timeout_s, table  # noqa: E402
 
 READY_TARGET_S = 5.0
 RSS_TARGET_MIB = 300.0
@@ -81,26 +81,26 @@ def main() -> int:
     args = parser.parse_args()
     tmp = None if args.data_dir else tempfile.mkdtemp(prefix="tempo-scale-")
     data_dir = args.data_dir or os.path.join(tmp, "data")
-    server = Server(data_dir)
+    server = Node(data_dir)
     try:
-        server.start()
+        start(server)
         fill_s = trio.run(fill, server.url, args.jobs, args.days, args.start_in_s)
-        rss_before = server.rss_mib()
-        split_before = server.rss_split()
+        rss_before = rss_mib(server)
+        split_before = rss_split(server)
         stop_started = time.monotonic()
-        code = server.stop()
+        code = server.stop(timeout_s=stop_timeout_s)
         stop_s = time.monotonic() - stop_started
         assert code == 0, f"SIGTERM exit {code}"
-        ready_s = server.start()
+        ready_s = start(server)
         time.sleep(0.5)  # let start-up work that follows readiness settle
-        rss_after = server.rss_mib()
-        split_after = server.rss_split()
+        rss_after = rss_mib(server)
+        split_after = rss_split(server)
         some = httpx.get(f"{server.url}/v1/jobs", params={"limit": 1}).json()["jobs"]
         assert some, "no job after the restart"
-        assert server.stop() == 0
+        assert server.stop(timeout_s=stop_timeout_s) == 0
         size = dir_mib(data_dir)
     finally:
-        server.kill()
+        server.cleanup()
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
     print(

@@ -33,7 +33,7 @@ import uuid
 import httpx
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _server import Cluster, Server, table  # noqa: E402
+from _server import Cluster, Node, SpawnError, ready_timeout_s, stop_timeout_s, table  # noqa: E402
 from tempo import loadgen  # noqa: E402
 
 EXIT_TARGET_S = 2.0
@@ -58,7 +58,7 @@ def writer(urls: list[str], stop: threading.Event, gap_s: float, acked: list[int
             time.sleep(gap_s)
 
 
-def catch_up_s(cluster: Cluster, node: Server, started: float) -> float:
+def catch_up_s(cluster: Cluster, node: Node, started: float) -> float:
     leader, _ = cluster.leader()
     view = leader.view() or {}
     target = int(view.get("commit_index", 0))
@@ -84,8 +84,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="tempo-sigterm-") as root:
         cluster = Cluster(root, 3)
         try:
-            cluster.start()
-        except RuntimeError as exc:
+            cluster.start(ready_timeout_s)
+        except SpawnError as exc:
             print(exc)
             return 2
         procs, _, worker_stop = loadgen.start_workers(cluster.urls, "sigterm-bench", args.workers)
@@ -99,26 +99,24 @@ def main() -> int:
             time.sleep(1.0)
             for n in range(1, args.rounds + 1):
                 leader, _ = cluster.leader()
-                node = rng.choice(cluster.servers)
+                node = rng.choice(cluster.nodes)
                 role = "leader" if node is leader else "follower"
-                assert node.proc is not None
                 signalled = time.monotonic()
-                node.proc.send_signal(15)
-                code = node.proc.wait(timeout=30)
+                code = node.stop(timeout_s=30)
                 exit_s = time.monotonic() - signalled
                 started = time.monotonic()
-                node.spawn()
-                node.wait_ready(started)
+                node.start()
+                node.wait_ready(ready_timeout_s, since_s=started)
                 caught_s = catch_up_s(cluster, node, started)
                 missed |= code != 0 or exit_s > EXIT_TARGET_S or caught_s > CATCH_UP_TARGET_S
-                rows.append((n, node.node_id, role, code, f"{exit_s:.2f}", f"{caught_s:.2f}", acked[0]))
+                rows.append((n, node.id, role, code, f"{exit_s:.2f}", f"{caught_s:.2f}", acked[0]))
                 time.sleep(0.5)
         finally:
             stop.set()
             worker_stop.set()
             for proc in procs:
                 proc.join(timeout=10)
-            cluster.stop()
+            cluster.stop(stop_timeout_s)
         print(table(rows, ("round", "node", "was", "exit", "exit s", "catch-up s", "writes acked")))
         exits = sorted(float(r[4]) for r in rows)
         print(f"SIGTERM exit: max {exits[-1]:.2f} s, median {exits[len(exits) // 2]:.2f} s (target {EXIT_TARGET_S:g} s); "

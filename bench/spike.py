@@ -27,12 +27,9 @@ import sys
 import time
 from pathlib import Path
 
+from tempo.loadgen.spawn import tempo_command
+
 run_timeout_s = 900
-
-
-def tempo_command() -> list[str]:
-    script = Path(sys.executable).with_name("tempo")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "tempo.cli"]
 
 
 # docs/operations.md "Event-loop lag": no handler or commit step holds the

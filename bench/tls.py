@@ -21,9 +21,7 @@ absolute figures with other machines.
 import argparse
 import json
 import os
-import signal
 import ssl
-import subprocess
 import sys
 import tempfile
 import time
@@ -34,7 +32,7 @@ import httpx
 import trustme
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _server import free_port, table, tempo_command  # noqa: E402
+from _server import Cluster, Node, free_port, table  # noqa: E402
 
 ready_timeout_s = 60.0
 stop_timeout_s = 30.0
@@ -45,63 +43,42 @@ def body(i: int) -> dict:
     return {"target": f"queue:bench-tls-{i % 16}", "schedule": {"at": "2031-01-01T00:00:00Z"}, "payload": {"i": i}}
 
 
-class Nodes:
-    """`size` nodes on loopback, with `[tls]` when `ca` is given."""
+class Nodes(Cluster):
+    """`size` nodes on loopback (`tempo.loadgen.spawn`), with `[tls]` when
+    `ca` is given: https URLs, peer links included."""
 
     def __init__(self, root: Path, size: int, ca: trustme.CA | None):
+        self.ca = ca
         self.scheme = "https" if ca else "http"
         self.verify: ssl.SSLContext | bool = True
-        ports = [free_port() for _ in range(size)]
-        self.urls = [f"{self.scheme}://127.0.0.1:{port}" for port in ports]
-        peers = ",".join(f"n{k}={url}" for k, url in enumerate(self.urls, 1))
-        self.procs: list[subprocess.Popen] = []
-        self.argv: list[list[str]] = []
-        for k, port in enumerate(ports, 1):
-            argv = [*tempo_command(), "serve", "--data-dir", str(root / f"n{k}"), "--listen", f"127.0.0.1:{port}"]
-            if size > 1:
-                argv += ["--node", f"n{k}", "--peers", peers]
-            if ca is not None:
-                cert = ca.issue_cert("127.0.0.1")
-                cert.cert_chain_pems[0].write_to_path(str(root / f"n{k}.crt"))
-                cert.private_key_pem.write_to_path(str(root / f"n{k}.key"))
-                ca.cert_pem.write_to_path(str(root / "ca.pem"))
-                (root / f"n{k}.toml").write_text(f'[tls]\ncert_file = "n{k}.crt"\nkey_file = "n{k}.key"\nca_file = "ca.pem"\n')
-                argv += ["--config", str(root / f"n{k}.toml")]
-                self.verify = ssl.create_default_context(cafile=str(root / "ca.pem"))
-            self.argv.append(argv)
-        self.log_path = root / "nodes.log"
+        self.ca_file: str | None = None
+        if ca is not None:
+            self.ca_file = str(root / "ca.pem")
+            ca.cert_pem.write_to_path(self.ca_file)
+            self.verify = ssl.create_default_context(cafile=self.ca_file)
+        super().__init__(root, size)
+
+    def make_node(self, index: int, extra_args: tuple[str, ...]) -> Node:
+        node_id, port = f"n{index}", free_port()
+        if self.ca is not None:
+            cert = self.ca.issue_cert("127.0.0.1")
+            cert.cert_chain_pems[0].write_to_path(str(self.root / f"{node_id}.crt"))
+            cert.private_key_pem.write_to_path(str(self.root / f"{node_id}.key"))
+            config = self.root / f"{node_id}.toml"
+            config.write_text(f'[tls]\ncert_file = "{node_id}.crt"\nkey_file = "{node_id}.key"\nca_file = "ca.pem"\n')
+            extra_args = (*extra_args, "--config", str(config))
+        return Node(self.root / node_id, port=port, node_id=node_id, url=f"{self.scheme}://127.0.0.1:{port}",
+                    extra_args=extra_args, ca_file=self.ca_file)
 
     def __enter__(self) -> "Nodes":
-        with open(self.log_path, "ab") as log:
-            self.procs = [subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT) for argv in self.argv]
-        deadline_s = time.monotonic() + ready_timeout_s
-        with httpx.Client(verify=self.verify, timeout=1.0) as http:
-            for url in self.urls:
-                while True:
-                    assert all(p.poll() is None for p in self.procs), self.log_path.read_text()[-2000:]
-                    assert time.monotonic() < deadline_s, f"not ready: {self.log_path.read_text()[-2000:]}"
-                    try:
-                        if http.get(f"{url}/readyz").status_code == 200:
-                            break
-                    except httpx.HTTPError:
-                        pass
-                    time.sleep(0.05)
+        self.start(ready_timeout_s)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        for proc in self.procs:
-            proc.send_signal(signal.SIGTERM)
-        for proc in self.procs:
-            try:
-                proc.wait(timeout=stop_timeout_s)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        self.stop(stop_timeout_s)
 
-    def leader(self) -> str:
-        with httpx.Client(verify=self.verify, timeout=2.0) as http:
-            view = http.get(f"{self.urls[0]}/v1/cluster").json()
-        return next(n["url"] for n in view["nodes"] if n["id"] == view["leader"])
+    def leader_url(self) -> str:
+        return self.leader()[0].url
 
 
 def new_connections(nodes: Nodes, count: int) -> float:
@@ -116,7 +93,7 @@ def new_connections(nodes: Nodes, count: int) -> float:
 
 def creates(nodes: Nodes, count: int) -> tuple[float, float]:
     """p50 and p99 ms of sequential creates over one kept-alive connection."""
-    url = nodes.leader()
+    url = nodes.leader_url()
     latencies_ms = []
     with httpx.Client(verify=nodes.verify, timeout=request_timeout_s) as http:
         http.get(f"{url}/healthz")  # the connection (and handshake) outside the figures
@@ -130,7 +107,7 @@ def creates(nodes: Nodes, count: int) -> tuple[float, float]:
 
 def batches(nodes: Nodes, count: int, size: int) -> float:
     """Jobs/s of `count` batch creates of `size` jobs, two in flight."""
-    url = nodes.leader()
+    url = nodes.leader_url()
     payloads = [json.dumps({"jobs": [body(k * size + i) for i in range(size)]}).encode() for k in range(count)]
     headers = {"content-type": "application/json"}
 

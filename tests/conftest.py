@@ -5,12 +5,9 @@ Module-scoped servers are shared by tests that use their own request keys and
 names; crash tests take a function-scoped one, which they kill at will.
 """
 
-import os
 import re
 import signal
-import socket
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -22,103 +19,47 @@ import pytest
 
 from tempo.engine import keys
 from tempo.engine.store import Store
+from tempo.loadgen import spawn
+from tempo.loadgen.spawn import free_port as free_port
+from tempo.loadgen.spawn import tempo_command as tempo_command
 
 ready_timeout_s = 20.0
-stop_timeout_s = 20.0
+log_tail_chars = 4000
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def tempo_command() -> list[str]:
-    """The `tempo` script next to the interpreter, else `python -m tempo.cli`."""
-    script = Path(sys.executable).with_name("tempo")
-    if script.exists():
-        return [str(script)]
-    return [sys.executable, "-m", "tempo.cli"]
-
-
-class Server:
-    """One `tempo serve` process; `restart` keeps its data dir and port."""
+class Server(spawn.Node):
+    """One `tempo serve` process (`tempo.loadgen.spawn`): `start` waits until
+    it is ready, `stop` wants exit status 0, `restart` keeps its data dir and port."""
 
     def __init__(
         self, data_dir: Path, port: int | None = None, extra_args: tuple[str, ...] = (), env: dict[str, str] | None = None
     ):
-        self.extra_args = extra_args
-        # Added to the environment the process inherits (libfaketime's, say).
-        self.env = env
-        self.data_dir = data_dir
-        self.port = port or free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.proc: subprocess.Popen | None = None
-        self.log_path = data_dir.parent / f"{data_dir.name}.log"
-
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
+        super().__init__(data_dir, port=port, extra_args=extra_args, env=env)
 
     def start(self) -> "Server":
-        assert self.proc is None or self.proc.poll() is not None
-        log = open(self.log_path, "ab")  # noqa: SIM115 - closed with the process
-        self.proc = subprocess.Popen(
-            [*tempo_command(), "serve", "--data-dir", str(self.data_dir), "--listen", f"127.0.0.1:{self.port}",
-             *self.extra_args],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=None if self.env is None else {**os.environ, **self.env},
-        )
-        log.close()
+        super().start()
         self.wait_ready()
         return self
 
     def wait_ready(self, timeout_s: float = ready_timeout_s) -> float:
         """Seconds until /readyz answered 200; fails after `timeout_s`."""
-        started = time.monotonic()
-        deadline_s = started + timeout_s
-        while time.monotonic() < deadline_s:
-            assert self.proc is not None
-            if self.proc.poll() is not None:
-                raise AssertionError(f"tempo serve exited {self.proc.returncode}: {self.log()}")
-            try:
-                if httpx.get(f"{self.url}/readyz", timeout=1.0).status_code == 200:
-                    return time.monotonic() - started
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.02)
-        raise AssertionError(f"tempo serve not ready after {timeout_s}s: {self.log()}")
+        return super().wait_ready(timeout_s)
 
     def log(self) -> str:
         try:
-            return self.log_path.read_text(errors="replace")[-4000:]
+            return self.log_path.read_text(errors="replace")[-log_tail_chars:]
         except OSError:
             return ""
 
-    def kill(self) -> None:
-        """SIGKILL: no chance to finish anything."""
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(timeout=stop_timeout_s)
-
     def stop(self, sig: int = signal.SIGTERM) -> None:
         """A clean stop; the process must exit 0 (API.md "Command line")."""
-        assert self.proc is not None
-        self.proc.send_signal(sig)
-        code = self.proc.wait(timeout=stop_timeout_s)
+        code = super().stop(sig)
         assert code == 0, f"tempo serve exited {code} on signal {sig}: {self.log()}"
 
     def restart(self) -> "Server":
-        if self.proc is not None and self.proc.poll() is None:
+        if self.running():
             self.stop()
         return self.start()
-
-    def cleanup(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(timeout=stop_timeout_s)
 
 
 @contextmanager

@@ -27,7 +27,7 @@ from tempo.engine.jobs import Jobs
 from tempo.engine.raftlog import RaftLog
 from tempo.engine.retention import Retention
 from tempo.engine.store import Changes, Store
-from tempo.logs import JsonFormatter, NodeFilter
+from tempo.logs import JsonFormatter, NodeFilter, TextFormatter
 from tempo.metrics import Pauses
 from tempo.net import http as http_server
 from tempo.net.api import Api
@@ -503,7 +503,7 @@ def main(options: ServeOptions) -> int:
     if options.log_format == "json":
         handler.setFormatter(JsonFormatter())
     else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+        handler.setFormatter(TextFormatter())
     if options.cluster is not None:
         handler.addFilter(NodeFilter(options.cluster.me.id))
     root = logging.getLogger("tempo")

@@ -12,12 +12,8 @@ After each scenario `check` asserts (API.md "General"): every job that got a
 was handed out twice, and all nodes have equal digests at equal applied index.
 """
 
-import os
 import random
 import signal
-import socket
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -29,13 +25,14 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tempo.loadgen import spawn
+from tempo.loadgen.spawn import tempo_command as tempo_command
+
 from .proxy import Proxy
 
 NODE_COUNT = 3
 CLIENT_IP = "127.0.0.9"
 ready_timeout_s = 30.0
-stop_timeout_s = 20.0
-probe_timeout_s = 1.0
 write_timeout_s = 3.0
 # How long one create keeps trying the nodes before its outcome is "unknown".
 submit_timeout_s = 25.0
@@ -52,19 +49,6 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     return report
 
 
-def free_port(host: str) -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
-
-
-def tempo_command() -> list[str]:
-    script = Path(sys.executable).with_name("tempo")
-    if script.exists():
-        return [str(script)]
-    return [sys.executable, "-m", "tempo.cli"]
-
-
 def client(timeout_s: float = write_timeout_s, follow: bool = True) -> httpx.Client:
     """A test client, from CLIENT_IP so that no partition applies to it."""
     return httpx.Client(
@@ -78,104 +62,53 @@ def rfc3339_ms(at: datetime) -> str:
     return at.strftime("%Y-%m-%dT%H:%M:%S.") + f"{at.microsecond // 1000:03d}Z"
 
 
-class Node:
-    """One `tempo serve --node` process and the fault proxy in front of it."""
+class Node(spawn.Node):
+    """One `tempo serve --node` process (`tempo.loadgen.spawn`) and the fault
+    proxy in front of it; probes come from CLIENT_IP, as the test's clients do."""
 
     def __init__(self, index: int, root: Path, peers: str, extra_args: tuple[str, ...]):
+        host = f"127.0.0.{index}"
+        listen_port = spawn.free_port(host)
+        proxy_port = spawn.free_port(host)
+        super().__init__(root / f"n{index}", port=listen_port, host=host, node_id=f"n{index}",
+                         url=f"http://{host}:{proxy_port}", extra_args=extra_args, probe_address=CLIENT_IP)
         self.index = index
-        self.id = f"n{index}"
-        self.host = f"127.0.0.{index}"
-        self.listen_port = free_port(self.host)
-        self.proxy_port = free_port(self.host)
-        self.url = f"http://{self.host}:{self.proxy_port}"
-        self.data_dir = root / self.id
-        self.log_path = root / f"{self.id}.log"
+        self.listen_port = listen_port
+        self.proxy_port = proxy_port
         self.peers = peers
-        self.extra_args = extra_args
-        self.proxy = Proxy((self.host, self.proxy_port), (self.host, self.listen_port), name=self.id)
-        self.proc: subprocess.Popen | None = None
-        self.paused = False
+        self.proxy = Proxy((host, proxy_port), (host, listen_port), name=self.id)
         self.expected_down = False  # killed on purpose, not yet restarted
-        # Added to the environment the process inherits (libfaketime's, say).
-        self.env: dict[str, str] | None = None
-
-    def __repr__(self) -> str:
-        return self.id
 
     @property
     def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
+        return self.running()
 
     def start(self) -> None:
-        assert not self.alive, f"{self.id}: already running"
         with open(self.log_path, "ab") as log:
             log.write(f"--- start {datetime.now(UTC).isoformat()}\n".encode())
-            log.flush()
-            self.proc = subprocess.Popen(
-                [*tempo_command(), "serve", "--data-dir", str(self.data_dir),
-                 "--listen", f"{self.host}:{self.listen_port}", "--node", self.id, "--peers", self.peers,
-                 *self.extra_args],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=None if self.env is None else {**os.environ, **self.env},
-            )
-        self.paused = False
+        super().start()
         self.expected_down = False
 
     def signal(self, sig: int) -> None:
-        assert self.proc is not None
         if sig in (signal.SIGKILL, signal.SIGTERM):
             self.expected_down = True
-        self.proc.send_signal(sig)
-
-    def kill(self) -> None:
-        """SIGKILL: nothing gets finished."""
-        if self.paused:
-            self.resume()
-        self.signal(signal.SIGKILL)
-        self.proc.wait(timeout=stop_timeout_s)
-
-    def pause(self) -> None:
-        self.signal(signal.SIGSTOP)
-        self.paused = True
-
-    def resume(self) -> None:
-        self.signal(signal.SIGCONT)
-        self.paused = False
-
-    def exit_code(self) -> int | None:
-        return None if self.proc is None else self.proc.poll()
+        super().signal(sig)
 
     def log_tail(self, lines: int = log_tail_lines) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except OSError:
-            return ""
-        return "\n".join(text.splitlines()[-lines:])
+        return super().log_tail(lines)
 
     def cleanup(self) -> None:
-        if self.alive:
-            if self.paused:
-                self.resume()
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(timeout=stop_timeout_s)
+        super().cleanup()
         self.proxy.close()
 
 
-class Cluster:
+class Cluster(spawn.Cluster):
     def __init__(self, root: Path, extra_args: tuple[str, ...] = ()):
-        root.mkdir(parents=True, exist_ok=True)
-        self.root = root
-        # Each Node picks its ports; the peers list needs them all.
-        self.nodes = [Node(k, root, "", extra_args) for k in range(1, NODE_COUNT + 1)]
-        peers = ",".join(f"{node.id}={node.url}" for node in self.nodes)
-        for node in self.nodes:
-            node.peers = peers
+        super().__init__(root, NODE_COUNT, extra_args=extra_args)
         self.workloads: list[Workload] = []
-        self._http = client(probe_timeout_s, follow=False)
 
-    def node(self, node_id: str) -> Node:
-        return next(n for n in self.nodes if n.id == node_id)
+    def make_node(self, index: int, extra_args: tuple[str, ...]) -> Node:
+        return Node(index, self.root, "", extra_args)
 
     def others(self, node: Node) -> list[Node]:
         return [n for n in self.nodes if n is not node]
@@ -185,34 +118,13 @@ class Cluster:
     def start(self) -> "Cluster":
         for node in self.nodes:
             node.proxy.start()
-            node.start()
-        self.wait_ready(self.nodes)
+        super().start(ready_timeout_s)
         return self
-
-    def wait_ready(self, nodes: list[Node], timeout_s: float = ready_timeout_s) -> float:
-        """Seconds until every node in `nodes` answered /readyz 200."""
-        started = time.monotonic()
-        pending = list(nodes)
-        while pending:
-            for node in list(pending):
-                if node.exit_code() is not None:
-                    raise AssertionError(f"{node.id} exited {node.exit_code()}:\n{node.log_tail()}")
-                try:
-                    if self._http.get(f"{node.url}/readyz").status_code == 200:
-                        pending.remove(node)
-                except httpx.HTTPError:
-                    pass
-            if time.monotonic() - started > timeout_s:
-                raise AssertionError(f"not ready after {timeout_s} s: {pending}")
-            time.sleep(0.05)
-        return time.monotonic() - started
 
     def cleanup(self) -> None:
         for workload in self.workloads:
             workload.abort()
-        for node in self.nodes:
-            node.cleanup()
-        self._http.close()
+        super().cleanup()
 
     def logs(self) -> str:
         return "\n".join(f"===== {n.id} ({n.log_path}) =====\n{n.log_tail()}" for n in self.nodes)
@@ -229,11 +141,7 @@ class Cluster:
 
     def status(self, node: Node) -> dict | None:
         """The node's own GET /v1/cluster, or None when it does not answer."""
-        try:
-            r = self._http.get(f"{node.url}/v1/cluster")
-        except httpx.HTTPError:
-            return None
-        return r.json() if r.status_code == 200 else None
+        return node.view()
 
     def view(self, node: Node, patience_s: float = 5.0) -> dict:
         """The node's GET /v1/cluster, waiting up to `patience_s` for an answer."""
@@ -247,11 +155,7 @@ class Cluster:
             time.sleep(0.05)
 
     def digest(self, node: Node) -> dict | None:
-        try:
-            r = self._http.get(f"{node.url}/v1/cluster/digest")
-        except httpx.HTTPError:
-            return None
-        return r.json() if r.status_code == 200 else None
+        return node.probe("/v1/cluster/digest")
 
     def wait_leader(self, among: list[Node] | None = None, timeout_s: float = 10.0) -> Node:
         """The node that every node in `among` names leader and that says so

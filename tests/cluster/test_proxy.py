@@ -8,15 +8,11 @@ from collections.abc import Iterator
 
 import pytest
 
+from tempo.loadgen.spawn import free_port
+
 from .proxy import Proxy
 
 io_timeout_s = 3.0
-
-
-def free_port(host: str) -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture

@@ -242,6 +242,10 @@ class Dispatcher:
         while True:
             if generation != self.core.generation:
                 raise errors.NotLeader("this node stopped leading; claim from the new leader")
+            # The runs that fell due since the last tick, into their ready
+            # queues first: a claim sees every run due by its own time, not
+            # only those the tick loop moved there (up to a tick ago).
+            self.tick(self.now_ms())
             taken = self.core.take(queues, runs_max, trio.current_time())
             if taken.runs:
                 with trio.CancelScope(shield=True):

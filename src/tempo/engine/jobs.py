@@ -440,15 +440,26 @@ class Jobs:
         return NewJob(job, job.next_run_at_ms, digest)
 
     async def create(
-        self, owner: str, items: list[JobSpec | errors.TempoError], *, from_msgpack: bool
+        self,
+        owner: str,
+        items: list[JobSpec | errors.TempoError],
+        *,
+        from_msgpack: bool,
+        rejected_keys_of: dict[int, str] | None = None,
     ) -> list[Created | errors.TempoError]:
         """Creates the valid items in one command; answers one outcome per item.
 
         An item that repeats the request key of an earlier item that was
-        rejected gets that item's answer (API.md "POST /v1/jobs/batch")."""
+        rejected gets that item's answer (API.md "POST /v1/jobs/batch"):
+        "earlier" is the first item with that key. `rejected_keys_of` names
+        the request keys of items rejected before they got here (by the
+        decoder), by their place in `items`."""
         at_ms = self.now_ms()
         outcomes: list[Created | errors.TempoError | None] = [None] * len(items)
+        # The problem of each key whose first item was rejected; every key seen.
         rejected_keys: dict[str, errors.TempoError] = {}
+        seen_keys: set[str] = set()
+        rejected_keys_of = rejected_keys_of or {}
         new_jobs: list[NewJob] = []
         places: list[int] = []
         passed = payloads_pass(
@@ -462,11 +473,17 @@ class Jobs:
                 # serves others between them (docs/operations.md
                 # "Event-loop lag"); nothing is committed yet.
                 await trio.lowlevel.checkpoint()
+            key = rejected_keys_of.get(i) if isinstance(item, errors.TempoError) else item.request_key
+            if key is not None and key in rejected_keys:
+                outcomes[i] = rejected_keys[key]
+                continue
+            first_of_key = key is not None and key not in seen_keys
+            if key is not None:
+                seen_keys.add(key)
             if isinstance(item, errors.TempoError):
                 outcomes[i] = item
-                continue
-            if item.request_key is not None and item.request_key in rejected_keys:
-                outcomes[i] = rejected_keys[item.request_key]
+                if key is not None and first_of_key:
+                    rejected_keys[key] = item
                 continue
             try:
                 new_jobs.append(
@@ -476,8 +493,8 @@ class Jobs:
                 )
             except errors.TempoError as exc:
                 outcomes[i] = exc
-                if item.request_key is not None:
-                    rejected_keys[item.request_key] = exc
+                if key is not None and first_of_key:
+                    rejected_keys[key] = exc
                 continue
             places.append(i)
         if new_jobs:

@@ -495,6 +495,26 @@ class Store:
             return jobs[:limit], jobs[limit - 1].id
         return jobs, None
 
+    def list_all_jobs(self, limit: int, cursor: str | None) -> tuple[list[Job], str | None]:
+        """Every owner's jobs, newest first (an admin's listing): the jobs
+        table itself, whose keys are job IDs, which sort by creation time;
+        `cursor` is the last job ID seen."""
+        jobs: list[Job] = []
+        with self.env.begin() as txn:
+            tx = _Tx(txn, self.db, self.buckets)
+            table = txn.cursor(db=self.db["jobs"])
+            if cursor:
+                found = table.set_range(keys.job_key(cursor))
+                found = table.prev() if found else table.last()
+            else:
+                found = table.last()
+            while found and len(jobs) <= limit:
+                jobs.append(tx.fresh(_job_dec.decode(table.value())))
+                found = table.prev()
+        if len(jobs) > limit:
+            return jobs[:limit], jobs[limit - 1].id
+        return jobs, None
+
     def get_run(self, owner: str, run_id_text: str) -> tuple[Run, Job]:
         parsed = ids.parse_run_id(run_id_text)
         with self.env.begin() as txn:

@@ -97,6 +97,14 @@ NEEDS = {
     "heartbeats": auth.WORKER,
     "results": auth.WORKER,
 }  # every other route: a client's or an admin's token
+# The query parameters each route and method takes (API.md); any other is
+# `400` at `query.<name>`. `stale` (a follower's read) is taken by every
+# route, and read before these are checked (`_elsewhere`).
+QUERY_PARAMS: dict[tuple[str, str], frozenset[str]] = {
+    ("jobs", "GET"): frozenset({"limit", "cursor"}),
+    ("job_runs", "GET"): frozenset({"since", "until", "limit", "cursor"}),
+    ("events", "GET"): frozenset({"after", "wait_s", "limit"}),
+}
 # Routes outside `requests_in_flight_max`: peer streams, so replication never
 # starves behind clients, and the probes, so an overloaded node still answers
 # its monitoring (each is answered at once, without waiting on anything).
@@ -113,6 +121,16 @@ class _JobBatchTyped(msgspec.Struct, forbid_unknown_fields=True):
 
 
 _batch_typed = decoders(_JobBatchTyped)
+
+
+class _KeyOnly(msgspec.Struct):
+    """A batch item the decoder rejected, read again for its request key
+    alone (its other fields, known or not, are skipped)."""
+
+    request_key: str | None = None
+
+
+_key_only = decoders(_KeyOnly)
 _preview = decoders(PreviewIn)
 _node_in = decoders(NodeIn)
 _claim = decoders(ClaimIn)
@@ -267,6 +285,7 @@ class Api:
                 receive, limit, self.edge.body_read_timeout_s,
                 share=share, declared_bytes=declared_length(request.headers),
             )
+            _check_query(route, request)
             response = await handler(request)
         return response
 
@@ -416,6 +435,26 @@ class Api:
     def owner(self, request: Request) -> str:
         return request.principal.owner  # `default` when auth is off
 
+    def _sees_all(self, request: Request) -> bool:
+        """An admin token does everything but claim (API.md "Who may do
+        what"): every owner's jobs and runs are its to list, read and act on."""
+        return self.auth.enabled and request.principal.role == "admin"
+
+    def _owner_of_job(self, request: Request, job_id: str) -> str:
+        """The owner a request about job `job_id` acts as: the token's own,
+        or for an admin the job's owner, whoever that is (its own when no
+        such job exists, which answers 404 as for anyone)."""
+        if not self._sees_all(request):
+            return self.owner(request)
+        job = self.store.get_job_any(job_id)
+        return self.owner(request) if job is None else job.owner
+
+    def _owner_of_run(self, request: Request, run_id: str) -> str:
+        if not self._sees_all(request):
+            return self.owner(request)
+        parsed = ids.parse_run_id(run_id)
+        return self.owner(request) if parsed is None else self._owner_of_job(request, parsed[0])
+
     def _may_touch(self, request: Request, run_id: str) -> bool:
         """A worker token touches only runs of its owner's listed queues."""
         queues = request.principal.queues
@@ -460,10 +499,13 @@ class Api:
 
     async def create_batch(self, request: Request) -> Response:
         items = _decode_batch_at_once(request)
+        rejected_keys_of: dict[int, str] = {}
         if items is None:
-            items = self._decode_batch_items(request)
+            items, rejected_keys_of = self._decode_batch_items(request)
         self._check_creates(self.owner(request), len(items))
-        outcomes = await self.jobs.create(self.owner(request), items, from_msgpack=request.is_msgpack)
+        outcomes = await self.jobs.create(
+            self.owner(request), items, from_msgpack=request.is_msgpack, rejected_keys_of=rejected_keys_of
+        )
         shared: dict[Any, Any] = {}
         results = []
         for start in range(0, len(outcomes), limits.batch_slice_items):
@@ -472,43 +514,55 @@ class Api:
             results += [_batch_item(o, shared) for o in outcomes[start : start + limits.batch_slice_items]]
         return encode(request, JobBatchResult(results))
 
-    def _decode_batch_items(self, request: Request) -> list[Any]:
-        """Item by item, so each item's problem names paths inside that item."""
+    def _decode_batch_items(self, request: Request) -> tuple[list[Any], dict[int, str]]:
+        """Item by item, so each item's problem names paths inside that item;
+        and the request key of each item the decoder rejected, by its place,
+        so a later item with that key gets its answer (API.md "POST
+        /v1/jobs/batch")."""
         batch = decode(request, _batch)
-        decoder = _create[1 if request.is_msgpack else 0]
+        which = 1 if request.is_msgpack else 0
+        decoder = _create[which]
         items: list[Any] = []
-        for raw in batch.jobs:
+        rejected_keys_of: dict[int, str] = {}
+        for i, raw in enumerate(batch.jobs):
             try:
                 items.append(decoder.decode(raw))
+                continue
             except msgspec.MsgspecError as exc:
                 items.append(invalid_from_msgspec(exc))
             except RecursionError:
                 items.append(errors.Invalid.at("", "the item is nested too deeply"))
-        return items
+            key = _rejected_key(raw, which)
+            if key is not None:
+                rejected_keys_of[i] = key
+        return items, rejected_keys_of
 
     async def get_job(self, request: Request, job_id: str) -> Response:
-        return encode(request, views.job_view(self.store.get_job(self.owner(request), job_id)))
+        return encode(request, views.job_view(self.store.get_job(self._owner_of_job(request, job_id), job_id)))
 
     async def list_jobs(self, request: Request) -> Response:
         limit = _limit(request)
         cursor = request.query.get("cursor") or None
         if cursor is not None and not ids.is_job_id(cursor):
             raise errors.Invalid.at("query.cursor", "not a cursor this server gave out")
-        found, next_cursor = self.store.list_jobs(self.owner(request), limit, cursor)
+        if self._sees_all(request):
+            found, next_cursor = self.store.list_all_jobs(limit, cursor)
+        else:
+            found, next_cursor = self.store.list_jobs(self.owner(request), limit, cursor)
         return encode(request, JobsPage([views.job_view(j) for j in found], next_cursor))
 
     async def pause_job(self, request: Request, job_id: str) -> Response:
-        return encode(request, views.job_view(await self.jobs.pause(self.owner(request), job_id)))
+        return encode(request, views.job_view(await self.jobs.pause(self._owner_of_job(request, job_id), job_id)))
 
     async def resume_job(self, request: Request, job_id: str) -> Response:
-        return encode(request, views.job_view(await self.jobs.resume(self.owner(request), job_id)))
+        return encode(request, views.job_view(await self.jobs.resume(self._owner_of_job(request, job_id), job_id)))
 
     async def delete_job(self, request: Request, job_id: str) -> Response:
-        await self.jobs.delete(self.owner(request), job_id)
+        await self.jobs.delete(self._owner_of_job(request, job_id), job_id)
         return Response(204, b"", request_content_type(request))
 
     async def trigger_job(self, request: Request, job_id: str) -> Response:
-        run = await self.jobs.trigger(self.owner(request), job_id)
+        run = await self.jobs.trigger(self._owner_of_job(request, job_id), job_id)
         return encode(request, views.run_view(run), 201)
 
     # -- runs ------------------------------------------------------------------
@@ -524,13 +578,13 @@ class Api:
                 raise errors.Invalid.at("query.cursor", "not a cursor this server gave out")
             cursor_ms = int(cursor)
         found, next_ms = self.store.list_runs(
-            self.owner(request), job_id, since_ms=since_ms, until_ms=until_ms, limit=limit, cursor_ms=cursor_ms
+            self._owner_of_job(request, job_id), job_id, since_ms=since_ms, until_ms=until_ms, limit=limit, cursor_ms=cursor_ms
         )
         next_cursor = None if next_ms is None else str(next_ms)
         return encode(request, RunsPage([self.run_view(r) for r in found], next_cursor))
 
     async def get_run(self, request: Request, run_id: str) -> Response:
-        run, _ = self.store.get_run(self.owner(request), run_id)
+        run, _ = self.store.get_run(self._owner_of_run(request, run_id), run_id)
         return encode(request, self.run_view(run))
 
     def run_view(self, run: Any) -> Any:
@@ -953,6 +1007,16 @@ def _batch_item(outcome: Created | errors.TempoError, shared: dict[Any, Any]) ->
     return BatchItemResult(201 if outcome.new else 200, job=views.job_view(outcome.job, shared))
 
 
+def _rejected_key(raw: msgspec.Raw, which: int) -> str | None:
+    """The request key of a batch item the decoder rejected, or None when it
+    has none that a valid item could have (absent, not a string, too long)."""
+    try:
+        key = _key_only[which].decode(raw).request_key
+    except (msgspec.MsgspecError, RecursionError):
+        return None
+    return key if key is not None and len(key) <= limits.request_key_chars_max else None
+
+
 def _entry_problem(data: bytes) -> str | None:
     """Why a replicated entry's data would not apply, or None (peer frames)."""
     try:
@@ -960,6 +1024,17 @@ def _entry_problem(data: bytes) -> str | None:
     except Corrupt as exc:
         return str(exc)
     return None
+
+
+def _check_query(route: str, request: Request) -> None:
+    """Refuses a query parameter the route does not take: a filter that
+    does not exist must not answer as if it had matched everything."""
+    takes = QUERY_PARAMS.get((route, request.method), frozenset())
+    for name in request.query:
+        if name not in takes:
+            if takes:
+                raise errors.Invalid.at(f"query.{name}", f"not a parameter of this path; it takes {', '.join(sorted(takes))}")
+            raise errors.Invalid.at(f"query.{name}", "not a parameter of this path; it takes none")
 
 
 def _decimal(text: str) -> bool:

@@ -177,9 +177,32 @@ def decoders(kind: type) -> tuple[msgspec.json.Decoder, msgspec.msgpack.Decoder]
     return msgspec.json.Decoder(kind), msgspec.msgpack.Decoder(kind)
 
 
+_whole_json = msgspec.json.Decoder(msgspec.Raw)
+_whole_msgpack = msgspec.msgpack.Decoder(msgspec.Raw)
+
+
+def malformed(body: bytes, is_msgpack: bool) -> errors.Invalid | None:
+    """The problem of a body that is not one whole JSON (or MessagePack)
+    value, or None. msgspec validates as it parses: a body cut short, or
+    with bytes after its end, fails on the first unknown or mistyped field
+    met before the parser reaches the damage, so a ValidationError says
+    nothing of the body's syntax. Reading it as Raw checks the syntax only."""
+    try:
+        (_whole_msgpack if is_msgpack else _whole_json).decode(body)
+    except msgspec.DecodeError as exc:
+        return errors.Invalid.at("", f"malformed body: {exc}")
+    except RecursionError:
+        return errors.Invalid.at("", "the body is nested too deeply")
+    return None
+
+
 def decode(request: Request, pair: tuple[msgspec.json.Decoder, msgspec.msgpack.Decoder]) -> Any:
     try:
         return pair[1 if request.is_msgpack else 0].decode(request.body)
+    except msgspec.ValidationError as exc:
+        # A malformed body is malformed at `loc` "" whatever field the
+        # parser met first (API.md "General"); only a whole one has fields.
+        raise (malformed(request.body, request.is_msgpack) or invalid_from_msgspec(exc)) from None
     except msgspec.MsgspecError as exc:
         raise invalid_from_msgspec(exc) from None
     except RecursionError:

@@ -30,6 +30,7 @@ from typing import Any
 
 import httpx
 
+from tempo.net.agent import USER_AGENT
 from tempo.net.tls import certificate_refused, client_context
 
 DEFAULT_URL = "http://127.0.0.1:8700"
@@ -127,7 +128,9 @@ class Client:
         self._index = 0  # the URL asked first: the last one that answered
         self._rng = rng or random.Random()
         token = token or os.environ.get("TEMPO_TOKEN")
-        headers = {"authorization": f"Bearer {token}"} if token else {}
+        headers = {"user-agent": USER_AGENT}
+        if token:
+            headers["authorization"] = f"Bearer {token}"
         self._http = httpx.Client(
             timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, connect_timeout_s)),
             follow_redirects=False,  # followed in _attempt, keeping the token

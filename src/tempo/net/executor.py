@@ -22,6 +22,7 @@ import trio
 from tempo import errors, ids, limits
 from tempo.engine.commands import Result
 from tempo.engine.dispatch import HTTP_QUEUE, ClaimedRun, Dispatcher
+from tempo.net.agent import USER_AGENT
 
 WORKER_NAME = "tempo-http-executor"
 _claim_wait_s = 1.0
@@ -42,7 +43,9 @@ class HttpExecutor:
         # Made on a worker thread: loading the system's CA certificates (and
         # httpx's first imports) takes 40-120 ms, which would hold the event
         # loop at start-up (docs/operations.md "Event-loop lag").
-        made = await trio.to_thread.run_sync(partial(httpx.AsyncClient, limits=limits_, follow_redirects=False))
+        made = await trio.to_thread.run_sync(partial(
+            httpx.AsyncClient, limits=limits_, follow_redirects=False, headers={"user-agent": USER_AGENT}
+        ))
         async with made as client:
             async with trio.open_nursery() as nursery:
                 task_status.started()

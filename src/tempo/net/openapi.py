@@ -128,7 +128,7 @@ def _paths() -> dict[str, Any]:
             "post": _op("Create a job", {"201": job, "200": job, "409": _problem("request key reused"),
                                           "413": _problem("too large"),
                                           "429": _problem("over the owner's create rate")}, body=schema.JobCreate),
-            "get": _op("The owner's jobs, newest first", {"200": _json(schema.JobsPage, "a page")}, params=_PAGE),
+            "get": _op("The owner's jobs (an admin token's: every owner's), newest first", {"200": _json(schema.JobsPage, "a page")}, params=_PAGE),
         },
         "/v1/jobs/batch": {
             "post": _op("Create many jobs", {"200": _json(schema.JobBatchResult, "one result per item"),

@@ -1,0 +1,108 @@
+"""Worker processes (multiprocessing, `spawn` start method: nothing of the
+parent's trio state is inherited). Each runs a `tempo.worker.Worker` with a
+no-op handler, `max_runs=1000`, `wait_s=1`, reporting every claim answer (run
+ID, job ID, attempt, due time, arrival time) to the parent."""
+
+import multiprocessing as mp
+import os
+import queue as queue_mod
+import signal
+import time
+from multiprocessing.process import BaseProcess
+from multiprocessing.queues import Queue
+from multiprocessing.synchronize import Event
+from typing import Any
+
+from tempo.loadgen.figures import Message, Tally, take
+
+claim_max_runs = 1000
+claim_wait_s = 1
+worker_stop_timeout_s = 15.0
+worker_grace_s = 5.0
+stop_poll_gap_s = 0.05
+receive_wait_s = 0.1
+# Once a worker is killed, the kernel reaps it at once.
+reap_timeout_s = 5.0
+
+Workers = tuple[list[BaseProcess], "Queue[Message]", Event]
+
+
+def _worker_process(
+    urls: list[str], queue_name: str, index: int, out: "Queue[Message]", stop: Event, ca_file: str | None = None,
+) -> None:
+    import trio
+
+    from tempo.worker import Worker
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
+
+    async def noop(run: dict[str, Any]) -> None:
+        return None
+
+    def claimed(runs: list[dict[str, Any]], at_s: float) -> None:
+        out.put(("claims", [(r["id"], r["job_id"], r["attempt"], r["due_at"], r["nominal_at"], at_s) for r in runs]))
+
+    def reported(run_ids: list[str], at_s: float) -> None:
+        out.put(("results", run_ids, at_s))
+
+    async def main() -> None:
+        worker = Worker(
+            urls, f"loadgen-{os.getpid()}-{index}", {queue_name: noop},
+            max_runs=claim_max_runs, concurrency=4 * claim_max_runs, wait_s=claim_wait_s,
+            on_claimed=claimed, on_reported=reported, ca_file=ca_file,
+        )
+        async with trio.open_nursery() as nursery:
+            await nursery.start(worker.run)
+            while not stop.is_set():
+                await trio.sleep(stop_poll_gap_s)
+            await worker.stop(grace_s=worker_grace_s)
+        out.put(("done", worker.counts))
+
+    trio.run(main)
+
+
+def start_workers(urls: list[str], queue_name: str, count: int, ca_file: str | None = None) -> Workers:
+    """`count` worker processes claiming from `queue_name` over all `urls`:
+    (processes, the queue their messages come on — see `figures.take` —, the stop event)."""
+    ctx = mp.get_context("spawn")
+    out: Queue[Message] = ctx.Queue()
+    stop = ctx.Event()
+    procs: list[BaseProcess] = [
+        ctx.Process(target=_worker_process, args=(list(urls), queue_name, i, out, stop, ca_file), daemon=True)
+        for i in range(count)
+    ]
+    for proc in procs:
+        proc.start()
+    return procs, out, stop
+
+
+def receive(out: "Queue[Message]", tally: Tally) -> None:
+    """One worker message into the tally, if one comes within `receive_wait_s`."""
+    try:
+        message = out.get(timeout=receive_wait_s)
+    except queue_mod.Empty:
+        return
+    take(tally, message)
+
+
+def stop_workers(procs: list[BaseProcess], out: "Queue[Message]", stop: Event, tally: Tally) -> None:
+    """Stops the workers of `start_workers`, taking their last messages into the tally."""
+    stop.set()
+    # Drain the queue while waiting: a child blocked on a full pipe never exits.
+    deadline_s = time.monotonic() + worker_stop_timeout_s
+    while tally.workers_done < len(procs) and time.monotonic() < deadline_s:
+        try:
+            take(tally, out.get(timeout=receive_wait_s))
+        except queue_mod.Empty:
+            if not any(p.is_alive() for p in procs):
+                break
+    for proc in procs:
+        proc.join(timeout=max(0.1, deadline_s - time.monotonic()))
+        if proc.is_alive():
+            proc.kill()
+            proc.join(timeout=reap_timeout_s)
+
+
+def kill_workers(procs: list[BaseProcess]) -> None:
+    for proc in procs:
+        proc.kill()
