@@ -21,6 +21,7 @@ from tempo import clock, errors, limits
 from tempo.config import Config, ConfigError, Tls
 from tempo.config import load as load_config
 from tempo.engine import datadir, records
+from tempo.engine.commandlog import CommandLog
 from tempo.engine.commit import Committer
 from tempo.engine.dispatch import Dispatcher
 from tempo.engine.jobs import Jobs
@@ -379,7 +380,9 @@ async def _serve_member(
     stopping.done()
 
 
-def _retention(options: ServeOptions, config: Config, store: Store, committer, node_clock: clock.Clock) -> Retention:
+def _retention(
+    options: ServeOptions, config: Config, store: Store, committer: CommandLog, node_clock: clock.Clock
+) -> Retention:
     skew_ms = options.retention_skew_days * limits.day_ms
     return Retention(
         store, committer, retention_days=config.retention_days, now_ms=lambda: node_clock.now_ms() + skew_ms
