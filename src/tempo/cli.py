@@ -18,6 +18,7 @@ from tempo import limits
 from tempo.net.agent import USER_AGENT
 from tempo.net.client import (
     ApiError,
+    CertificateRefused,
     Client,
     OutcomeUnknown,
     Unavailable,
@@ -836,6 +837,9 @@ def _main(argv: Sequence[str] | None) -> int:
     except ApiError as exc:
         print(f"tempo: {explain(exc, getattr(args, 'flags', {}))}", file=sys.stderr)
         return EXIT_REFUSED
+    except CertificateRefused as exc:
+        print(f"tempo: cannot reach the server: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     except OutcomeUnknown as exc:
         print(f"tempo: {exc}", file=sys.stderr)
         return EXIT_UNREACHABLE
