@@ -443,3 +443,30 @@ instant_ms_min = -62_135_596_800_000  # 0001-01-01T00:00:00.000Z
 instant_ms_max = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
 
 assert instant_ms_min < 0 < instant_ms_max <= time_ms_max
+
+# Notifications (net/notify.py, docs/operations.md "Notifications"). The
+# notifier reads the replicated event feed after its cursor, at most
+# `notify_batch_events` events at a time, and delivers the ones a notify
+# setting asks for, at most `notify_concurrency` at once, on its own HTTP
+# client: runs never wait for it. Each delivery is tried at most
+# `notify_attempts_max` times, each try bounded by `notify_timeout_s`, with
+# back-off `notify_backoff_s[min(k-1, len-1)]` after try k; then it is given
+# up (dropped, counted and logged). So one batch takes at most
+# `notify_batch_s_max`, however the endpoints behave. The cursor is
+# committed (`NotifyCursor`) after each batch that moved it.
+notify_batch_events = 100
+notify_concurrency = 16
+notify_attempts_max = 5
+notify_timeout_s = 10.0
+notify_backoff_s = (1.0, 2.0, 4.0, 8.0)
+notify_idle_wait_s = 1.0  # the feed is looked at again at least this often
+notify_url_chars_max = 2048
+notify_events_max = 3  # run.failed, job.completed, job.recovered
+notify_secret_chars_min = 32
+notify_error_chars_max = 200
+notify_batch_s_max = notify_attempts_max * notify_timeout_s + sum(notify_backoff_s)
+
+assert 1 <= notify_concurrency <= notify_batch_events <= page_limit_max
+assert notify_attempts_max >= 1 and notify_timeout_s > 0 and all(b >= 0 for b in notify_backoff_s)
+assert len(notify_backoff_s) >= notify_attempts_max - 1
+assert notify_batch_s_max <= 120.0, "a stuck endpoint holds the feed back for at most 2 minutes"

@@ -33,6 +33,7 @@ from tempo.net import http as http_server
 from tempo.net.api import Api
 from tempo.net.auth import Authenticator
 from tempo.net.executor import HttpExecutor
+from tempo.net.notify import Notifier
 from tempo.net.peer import PeerTransport, local_address_of
 from tempo.net.tls import client_context
 from tempo.node import ClusterMember, Member, Standalone, raft_id_of
@@ -276,6 +277,7 @@ async def _serve_alone(options: ServeOptions, config: Config, store: Store, node
         store, jobs, dispatcher, node=node, auth=Authenticator(config.tokens), limits_of=config.limits_of,
         http_limits=config.http, clock=node_clock,
     )
+    notifier = _notifier(config, store, committer, dispatcher, node_clock, jobs, api)
     stop = trio.Event()
     stopping = _Stopping()
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
@@ -287,6 +289,8 @@ async def _serve_alone(options: ServeOptions, config: Config, store: Store, node
                 await services.start(dispatcher.run)
                 await services.start(HttpExecutor(dispatcher).run)
                 await services.start(retention.run)
+                if notifier is not None:
+                    await services.start(notifier.run)
                 async with trio.open_nursery() as http:
                     binds = await http.start(
                         partial(hypercorn.trio.serve, api, _hypercorn_config(options, config.tls), shutdown_trigger=stop.wait)
@@ -351,6 +355,7 @@ async def _serve_member(options: ServeOptions, config: Config, store: Store, nod
         http_limits=config.http,
         clock=node_clock,
     )
+    notifier = _notifier(config, store, replica, dispatcher, node_clock, jobs, api)
     stop = trio.Event()
     stopping = _Stopping()
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
@@ -358,7 +363,10 @@ async def _serve_member(options: ServeOptions, config: Config, store: Store, nod
             await nursery.start(_probe_lag, api.pauses, stop)
             await nursery.start(transport.run)
             await nursery.start(replica.run)
-            await nursery.start(_lead, replica, dispatcher, _retention(options, config, store, replica, node_clock))
+            await nursery.start(
+                partial(_lead, notifier=notifier), replica, dispatcher,
+                _retention(options, config, store, replica, node_clock),
+            )
             nursery.start_soon(_watch_signals, signals, stop, stopping, api, replica)
             async with trio.open_nursery() as http:
                 binds = await http.start(
@@ -380,10 +388,25 @@ def _retention(options: ServeOptions, config: Config, store: Store, committer, n
     )
 
 
+def _notifier(
+    config: Config, store: Store, committer, dispatcher: Dispatcher, node_clock: clock.Clock, jobs: Jobs, api: Api
+) -> Notifier | None:
+    """The notifier, when the config has a `[notify]` table (net/notify.py)."""
+    if config.notify is None:
+        return None
+    jobs.notify_enabled = True
+    notifier = Notifier(
+        store, committer, config.notify, now_ms=node_clock.now_ms, events_changed=lambda: dispatcher.events_changed
+    )
+    api.notify_counts = notifier.counts
+    return notifier
+
+
 async def _lead(
-    replica: Replica, dispatcher: Dispatcher, retention: Retention, *, task_status=trio.TASK_STATUS_IGNORED
+    replica: Replica, dispatcher: Dispatcher, retention: Retention, *, notifier: Notifier | None = None,
+    task_status=trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Runs the dispatcher, the HTTP executor and retention while this node
+    """Runs the dispatcher, the HTTP executor, retention and the notifier while this node
     leads (with an entry of its term applied), and stops them the moment it
     does not."""
     changed = trio.Event()
@@ -402,6 +425,8 @@ async def _lead(
                 await services.start(dispatcher.run)
                 await services.start(HttpExecutor(dispatcher).run)
                 await services.start(retention.run)
+                if notifier is not None:
+                    await services.start(notifier.run)
                 while replica.phase is Phase.LEADING:
                     await changed.wait()
                     changed = trio.Event()

@@ -1,0 +1,224 @@
+"""Notifications: signed POSTs to a job's (or its owner's) URL when a run
+fails for good, a one-off completes, or a job recovers (docs/semantics.md
+"Notifications", docs/operations.md "Notifications").
+
+They are derived from the replicated event feed, not kept apart: while this
+node leads, the notifier reads every owner's events after its cursor, a
+batch at a time, delivers those a notify setting asks for, and then commits
+the cursor past the batch (`NotifyCursor`, a replicated command). A new
+leader goes on from the committed cursor, so a failover loses no notice; it
+may send again the notices of the batch in flight when the old leader
+stopped. Delivery is thus at least once per event, up to the bounded
+retries: a notice whose endpoint fails every try is given up, logged and
+counted (`tempo_notifications_dropped_total`). Receivers deduplicate on
+the body's `id` (the event's cursor in `GET /v1/events`).
+
+The notifier has its own task, its own HTTP client and its own bound on
+deliveries in flight; runs never wait for it. A slow endpoint holds back
+only later notices, by at most `limits.notify_batch_s_max` a batch.
+
+Each POST carries `Tempo-Signature: t=<unix seconds>,v1=<hex>`, where hex is
+HMAC-SHA256 with the config's `[notify] secret` of `"<t>.<body>"`, signed
+anew for every try (as Stripe signs webhooks).
+"""
+
+import hashlib
+import hmac
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, Protocol
+
+import httpx
+import msgspec
+import trio
+
+from tempo import clock, errors, limits
+from tempo import metrics as prom
+from tempo.config import NOTIFY_EVENTS, NotifyConfig, NotifyTarget
+from tempo.engine.commands import Command, NotifyCursor
+from tempo.engine.records import Event
+from tempo.engine.store import Store
+from tempo.net.agent import USER_AGENT
+from tempo.net.tls import client_context
+
+log = logging.getLogger("tempo.notify")
+SIGNATURE_HEADER = "tempo-signature"
+
+
+class Committer(Protocol):
+    """The single node's committer or the cluster replica."""
+
+    async def submit(self, command: Command) -> Any: ...
+
+
+class Notice(msgspec.Struct):
+    """The body of a notification."""
+
+    id: str  # the event's cursor in GET /v1/events: the same on every try and every leader
+    type: str
+    at: str
+    owner: str
+    job_id: str
+    run_id: str | None
+    detail: dict[str, Any]
+
+
+_encoder = msgspec.json.Encoder()
+
+
+def signature(secret: str, t_s: int, body: bytes) -> str:
+    """The `Tempo-Signature` header's value for `body` signed at `t_s`."""
+    mac = hmac.new(secret.encode(), str(t_s).encode() + b"." + body, hashlib.sha256)
+    return f"t={t_s},v1={mac.hexdigest()}"
+
+
+@dataclass
+class NotifyCounts:
+    """Counters for /metrics; they outlive one term of leadership."""
+
+    sent: int = 0  # notices an endpoint took (2xx)
+    retries: int = 0  # tries after a failed one
+    dropped: int = 0  # notices given up after every try failed
+    cursor: int = 0  # the last event sequence handled
+    by_type: dict[str, int] = field(default_factory=dict)
+
+
+class Notifier:
+    def __init__(
+        self,
+        store: Store,
+        committer: Committer,
+        config: NotifyConfig,
+        *,
+        now_ms: Callable[[], int],
+        events_changed: Callable[[], trio.Event] | None = None,
+    ):
+        """`events_changed` gives the event that is set when events were
+        written (the dispatcher's); without it the feed is polled."""
+        self.store = store
+        self.committer = committer
+        self.config = config
+        self.now_ms = now_ms
+        self.events_changed = events_changed
+        self.counts = NotifyCounts()
+        self.backoff_s = limits.notify_backoff_s  # tests shorten it
+        self.timeout_s = limits.notify_timeout_s
+
+    def target_of(self, owner: str, event: Event) -> NotifyTarget | None:
+        """Where the notice of `event` goes: the job's own setting, else the
+        owner's default; None when neither asks for this event."""
+        job = self.store.get_job_any(event.job_id)
+        if job is not None and job.owner == owner and job.notify is not None:
+            target = NotifyTarget(job.notify.url, tuple(job.notify.events))
+        else:
+            target = self.config.owners.get(owner)
+        if target is None or event.type not in target.events:
+            return None
+        return target
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        verify = client_context(self.config.ca_file)
+        made = await trio.to_thread.run_sync(partial(
+            httpx.AsyncClient, verify=verify, follow_redirects=False, headers={"user-agent": USER_AGENT},
+            limits=httpx.Limits(max_connections=limits.notify_concurrency),
+        ))
+        async with made as client:
+            cursor = self.store.notify_cursor()
+            if cursor is None:
+                # The first leader with notifications on starts at the feed's
+                # end: events from before notifications existed send nothing.
+                cursor = self.store.event_seq()
+                await self._commit(cursor)
+            self.counts.cursor = cursor
+            task_status.started()
+            while True:
+                batch = self.store.events_of_all(cursor, limits.notify_batch_events)
+                if not batch:
+                    await self._wait()
+                    continue
+                await self._deliver_batch(client, batch)
+                cursor = batch[-1][1]
+                await self._commit(cursor)
+                self.counts.cursor = cursor
+
+    async def _wait(self) -> None:
+        with trio.move_on_after(limits.notify_idle_wait_s):
+            if self.events_changed is None:
+                await trio.sleep_forever()
+            await self.events_changed().wait()
+
+    async def _commit(self, cursor: int) -> None:
+        while True:
+            try:
+                await self.committer.submit(NotifyCursor(self.now_ms(), cursor))
+                return
+            except errors.Overloaded:
+                await trio.sleep(limits.notify_idle_wait_s)
+
+    async def _deliver_batch(self, client: httpx.AsyncClient, batch: list[tuple[str, int, Event]]) -> None:
+        slots = trio.CapacityLimiter(limits.notify_concurrency)
+        async with trio.open_nursery() as nursery:
+            for owner, seq, event in batch:
+                target = self.target_of(owner, event)
+                if target is not None:
+                    nursery.start_soon(self._deliver, client, slots, target, owner, seq, event)
+
+    async def _deliver(
+        self, client: httpx.AsyncClient, slots: trio.CapacityLimiter, target: NotifyTarget, owner: str, seq: int,
+        event: Event,
+    ) -> None:
+        body = _encoder.encode(Notice(
+            str(seq), event.type, clock.iso_from_ms(event.at_ms), owner, event.job_id, event.run_id, event.detail
+        ))
+        fields = {"job_id": event.job_id, "run_id": event.run_id, "event": event.type}
+        error = ""
+        async with slots:
+            for attempt in range(1, limits.notify_attempts_max + 1):
+                if attempt > 1:
+                    self.counts.retries += 1
+                    await trio.sleep(self.backoff_s[min(attempt - 2, len(self.backoff_s) - 1)])
+                error = await self._try(client, target.url, body)
+                if not error:
+                    self.counts.sent += 1
+                    self.counts.by_type[event.type] = self.counts.by_type.get(event.type, 0) + 1
+                    log.debug("notice %s (%s) of job %s sent", seq, event.type, event.job_id, extra=fields)
+                    return
+        self.counts.dropped += 1
+        # The URL stays out of the line: it may carry a secret.
+        log.warning("notice %s (%s) of job %s dropped after %d tries: %s", seq, event.type, event.job_id,
+                    limits.notify_attempts_max, error, extra=fields)
+
+    async def _try(self, client: httpx.AsyncClient, url: str, body: bytes) -> str:
+        """One POST; "" when the endpoint took it, else what went wrong."""
+        t_s = self.now_ms() // 1000
+        headers = {"content-type": "application/json", SIGNATURE_HEADER: signature(self.config.secret, t_s, body)}
+        try:
+            with trio.fail_after(self.timeout_s):
+                response = await client.post(url, content=body, headers=headers, timeout=self.timeout_s)
+        except trio.TooSlowError:
+            return f"no answer within {self.timeout_s:g} s"
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:
+            return f"{type(exc).__name__}: {str(exc)[:limits.notify_error_chars_max]}"
+        if 200 <= response.status_code < 300:
+            return ""
+        return f"HTTP {response.status_code}"
+
+
+def metric_lines(counts: NotifyCounts | None) -> list[str]:
+    """The notifier's lines of /metrics; none when notifications are off."""
+    if counts is None:
+        return []
+    lines = prom.head("tempo_notifications_sent_total", "counter", "Notices an endpoint answered 2xx, by event type.")
+    for kind in NOTIFY_EVENTS:
+        lines.append(prom.sample("tempo_notifications_sent_total", counts.by_type.get(kind, 0), {"type": kind}))
+    lines += prom.head("tempo_notification_retries_total", "counter", "Notice deliveries tried again after a failure.")
+    lines.append(prom.sample("tempo_notification_retries_total", counts.retries))
+    lines += prom.head(
+        "tempo_notifications_dropped_total", "counter", "Notices given up after every try failed (logged each)."
+    )
+    lines.append(prom.sample("tempo_notifications_dropped_total", counts.dropped))
+    lines += prom.head("tempo_notify_cursor", "gauge", "The last event sequence the notifier handled.")
+    lines.append(prom.sample("tempo_notify_cursor", counts.cursor))
+    return lines
