@@ -3,19 +3,22 @@ fails for good, a one-off completes, or a job recovers (docs/semantics.md
 "Notifications", docs/operations.md "Notifications").
 
 They are derived from the replicated event feed, not kept apart: while this
-node leads, the notifier reads every owner's events after its cursor, a
-batch at a time, delivers those a notify setting asks for, and then commits
-the cursor past the batch (`NotifyCursor`, a replicated command). A new
-leader goes on from the committed cursor, so a failover loses no notice; it
-may send again the notices of the batch in flight when the old leader
-stopped. Delivery is thus at least once per event, up to the bounded
-retries: a notice whose endpoint fails every try is given up, logged and
-counted (`tempo_notifications_dropped_total`). Receivers deduplicate on
-the body's `id` (the event's cursor in `GET /v1/events`).
+node leads, the notifier reads every owner's events after its cursor,
+delivers those a notify setting asks for, and commits the cursor past
+those that finished (`NotifyCursor`, a replicated command). A new
+leader goes on from the committed cursor, so a failover loses no notice;
+it may send again the notices that were in flight, or finished after the
+last commit of the cursor, when the old leader stopped. Delivery is thus at
+least once per event, up to the bounded retries: a notice whose endpoint
+fails every try is given up, logged and counted
+(`tempo_notifications_dropped_total`). Receivers deduplicate on the body's
+`id` (the event's cursor in `GET /v1/events`).
 
-The notifier has its own task, its own HTTP client and its own bound on
-deliveries in flight; runs never wait for it. A slow endpoint holds back
-only later notices, by at most `limits.notify_batch_s_max` a batch.
+The notifier has its own tasks, its own HTTP client and its own bounds
+(limits.py "Notifications"); runs never wait for it. The cursor moves past
+a notice once it was taken or given up, so it trails the oldest notice in
+flight; an endpoint that hangs holds its own host's share of the slots
+only, and each of its notices for at most `limits.notify_notice_s_max`.
 
 Each POST carries `Tempo-Signature: t=<unix seconds>,v1=<hex>`, where hex is
 HMAC-SHA256 with the config's `[notify] secret` of `"<t>.<body>"`, signed
@@ -29,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Protocol
+from urllib.parse import urlsplit
 
 import httpx
 import msgspec
@@ -124,30 +128,58 @@ class Notifier:
             httpx.AsyncClient, verify=verify, follow_redirects=False, headers={"user-agent": USER_AGENT},
             limits=httpx.Limits(max_connections=limits.notify_concurrency),
         ))
-        async with made as client:
-            cursor = self.store.notify_cursor()
-            if cursor is None:
+        async with made as client, trio.open_nursery() as nursery:
+            committed = self.store.notify_cursor()
+            if committed is None:
                 # The first leader with notifications on starts at the feed's
                 # end: events from before notifications existed send nothing.
-                cursor = self.store.event_seq()
-                await self._commit(cursor)
-            self.counts.cursor = cursor
+                committed = self.store.event_seq()
+                await self._commit(committed)
+            self.counts.cursor = committed
+            # Sequences of the notices read and not finished; every event up
+            # to `read_seq` was read. The cursor is below the lowest pending.
+            self._pending: set[int] = set()
+            self._read_seq = committed
+            self._finished = trio.Event()
+            self._slots = trio.CapacityLimiter(limits.notify_concurrency)
+            self._host_slots: dict[str, trio.CapacityLimiter] = {}
+            nursery.start_soon(self._commit_loop, committed)
             task_status.started()
             while True:
-                batch = self.store.events_of_all(cursor, limits.notify_batch_events)
+                room = min(limits.notify_batch_events, limits.notify_pending_events_max - len(self._pending))
+                if room <= 0:
+                    await self._finished.wait()
+                    self._finished = trio.Event()
+                    continue
+                batch = self.store.events_of_all(self._read_seq, room)
                 if not batch:
                     await self._wait()
                     continue
-                await self._deliver_batch(client, batch)
-                cursor = batch[-1][1]
-                await self._commit(cursor)
-                self.counts.cursor = cursor
+                for owner, seq, event in batch:
+                    assert seq > self._read_seq, "the feed is read in order"
+                    target = self.target_of(owner, event)
+                    if target is not None:
+                        self._pending.add(seq)
+                        nursery.start_soon(self._deliver, client, target, owner, seq, event)
+                    self._read_seq = seq
+
+    def cursor(self) -> int:
+        """The last sequence up to which every notice finished."""
+        return min(self._pending) - 1 if self._pending else self._read_seq
 
     async def _wait(self) -> None:
         with trio.move_on_after(limits.notify_idle_wait_s):
             if self.events_changed is None:
                 await trio.sleep_forever()
             await self.events_changed().wait()
+
+    async def _commit_loop(self, committed: int) -> None:
+        while True:
+            await trio.sleep(limits.notify_cursor_commit_s)
+            cursor = self.cursor()
+            if cursor > committed:
+                await self._commit(cursor)
+                committed = self.counts.cursor = cursor
 
     async def _commit(self, cursor: int) -> None:
         while True:
@@ -157,34 +189,38 @@ class Notifier:
             except errors.Overloaded:
                 await trio.sleep(limits.notify_idle_wait_s)
 
-    async def _deliver_batch(self, client: httpx.AsyncClient, batch: list[tuple[str, int, Event]]) -> None:
-        slots = trio.CapacityLimiter(limits.notify_concurrency)
-        async with trio.open_nursery() as nursery:
-            for owner, seq, event in batch:
-                target = self.target_of(owner, event)
-                if target is not None:
-                    nursery.start_soon(self._deliver, client, slots, target, owner, seq, event)
+    async def _deliver(self, client: httpx.AsyncClient, target: NotifyTarget, owner: str, seq: int, event: Event) -> None:
+        try:
+            host = urlsplit(target.url)[:2]
+            host_slots = self._host_slots.setdefault(str(host), trio.CapacityLimiter(limits.notify_host_concurrency))
+            try:
+                # The host's slot first: notices queued behind a stuck host
+                # hold none of the slots other hosts use.
+                async with host_slots, self._slots:
+                    await self._send(client, target, owner, seq, event)
+            finally:
+                if host_slots.borrowed_tokens == 0 and host_slots.statistics().tasks_waiting == 0:
+                    self._host_slots.pop(str(host), None)
+        finally:
+            self._pending.discard(seq)
+            self._finished.set()
 
-    async def _deliver(
-        self, client: httpx.AsyncClient, slots: trio.CapacityLimiter, target: NotifyTarget, owner: str, seq: int,
-        event: Event,
-    ) -> None:
+    async def _send(self, client: httpx.AsyncClient, target: NotifyTarget, owner: str, seq: int, event: Event) -> None:
         body = _encoder.encode(Notice(
             str(seq), event.type, clock.iso_from_ms(event.at_ms), owner, event.job_id, event.run_id, event.detail
         ))
         fields = {"job_id": event.job_id, "run_id": event.run_id, "event": event.type}
         error = ""
-        async with slots:
-            for attempt in range(1, limits.notify_attempts_max + 1):
-                if attempt > 1:
-                    self.counts.retries += 1
-                    await trio.sleep(self.backoff_s[min(attempt - 2, len(self.backoff_s) - 1)])
-                error = await self._try(client, target.url, body)
-                if not error:
-                    self.counts.sent += 1
-                    self.counts.by_type[event.type] = self.counts.by_type.get(event.type, 0) + 1
-                    log.debug("notice %s (%s) of job %s sent", seq, event.type, event.job_id, extra=fields)
-                    return
+        for attempt in range(1, limits.notify_attempts_max + 1):
+            if attempt > 1:
+                self.counts.retries += 1
+                await trio.sleep(self.backoff_s[attempt - 2])
+            error = await self._try(client, target.url, body)
+            if not error:
+                self.counts.sent += 1
+                self.counts.by_type[event.type] = self.counts.by_type.get(event.type, 0) + 1
+                log.debug("notice %s (%s) of job %s sent", seq, event.type, event.job_id, extra=fields)
+                return
         self.counts.dropped += 1
         # The URL stays out of the line: it may carry a secret.
         log.warning("notice %s (%s) of job %s dropped after %d tries: %s", seq, event.type, event.job_id,
