@@ -60,9 +60,9 @@ connections_per_address_max = 1024  # connections from one client address
 # when a run fails for good, a job completes or a job recovers. Without
 # this table no notification is sent, and a job with `notify` is refused.
 [notify]
-secret = "..."           # at least 32 characters: the HMAC-SHA256 key of
-                         # the Tempo-Signature header
-ca_file = "hooks-ca.crt" # optional: the CA that signed the endpoints'
+secret = "change-me-to-32-or-more-random-characters"  # the HMAC-SHA256 key
+                         # of the Tempo-Signature header (32 characters at least)
+# ca_file = "hooks-ca.crt"  # optional: the CA that signed the endpoints'
                          # certificates (default: the system trust store)
 
 # An owner's default, for its jobs that have no `notify` of their own.
