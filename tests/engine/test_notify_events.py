@@ -10,7 +10,15 @@ import msgspec
 import pytest
 
 from tempo import errors, limits
-from tempo.engine.commands import Claim, ClaimRuns, CreateJobs, NotifyCursor, ReportResults, Result, TriggerJob
+from tempo.engine.commands import (
+    Claim,
+    ClaimRuns,
+    CreateJobs,
+    NotifyCursor,
+    ReportResults,
+    Result,
+    TriggerJob,
+)
 from tempo.engine.jobs import Jobs
 from tempo.engine.records import Notify
 from tempo.engine.store import Store

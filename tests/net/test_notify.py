@@ -6,15 +6,9 @@ shows; each event type, the owner's default, retries after a 500, a notice
 that survives a crash of the node, and runs that do not wait for an
 endpoint that hangs."""
 
-import http.server
-import json
 import re
-import ssl
-import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -23,82 +17,10 @@ import trustme
 
 from conftest import Server, unique, wait_for
 
-SECRET = "s3cret-" + "x" * 40
+from .notify_endpoint import SECRET, Endpoint, https_endpoint, serving
+
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
 notice_timeout_s = 15.0
-hang_s = 60.0
-
-
-@dataclass
-class Received:
-    path: str
-    headers: dict[str, str]
-    body: bytes
-    status: int
-
-    @property
-    def notice(self) -> dict:
-        return json.loads(self.body)
-
-
-@dataclass
-class Endpoint:
-    """A local HTTP(S) server that records every request. `/flaky…` answers
-    500 to its first request, `/hang…` answers only when released, the rest 200."""
-
-    url: str
-    received: list[Received] = field(default_factory=list)
-    release: threading.Event = field(default_factory=threading.Event)
-    seen: set[str] = field(default_factory=set)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    arrived: list[tuple[str, float]] = field(default_factory=list)  # (path, monotonic s) as each request came
-
-    def arrived_at(self, path: str, after_s: float = 0.0) -> int:
-        with self.lock:
-            return sum(1 for p, t_s in self.arrived if p == path and t_s > after_s)
-
-    def at(self, path: str) -> list[Received]:
-        with self.lock:
-            return [r for r in self.received if r.path == path]
-
-    def ok_at(self, path: str) -> list[dict]:
-        return [r.notice for r in self.at(path) if r.status == 200]
-
-
-def _serve(endpoint_of: "list[Endpoint]", context: ssl.SSLContext | None) -> tuple[http.server.ThreadingHTTPServer, str]:
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 (the stdlib's name)
-            endpoint = endpoint_of[0]
-            body = self.rfile.read(int(self.headers.get("content-length", "0")))
-            status = 200
-            with endpoint.lock:
-                endpoint.arrived.append((self.path, time.monotonic()))
-            if self.path.startswith("/hang"):
-                endpoint.release.wait(hang_s)
-            with endpoint.lock:
-                if self.path.startswith("/flaky") and self.path not in endpoint.seen:
-                    endpoint.seen.add(self.path)
-                    status = 500
-                endpoint.received.append(Received(self.path, {k.lower(): v for k, v in self.headers.items()},
-                                                  body, status))
-            try:
-                self.send_response(status)
-                self.send_header("content-length", "0")
-                self.end_headers()
-            except OSError:
-                pass  # the caller gave up waiting
-
-        def log_message(self, format: str, *args: object) -> None:
-            pass
-
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    httpd.daemon_threads = True
-    scheme = "http"
-    if context is not None:
-        httpd.socket = context.wrap_socket(httpd.socket, server_side=True)
-        scheme = "https"
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    return httpd, f"{scheme}://127.0.0.1:{httpd.server_address[1]}"
 
 
 @pytest.fixture(scope="module")
@@ -109,44 +31,24 @@ def ca(tmp_path_factory: pytest.TempPathFactory) -> tuple[trustme.CA, Path]:
     return authority, root / "ca.pem"
 
 
-@contextmanager
-def _https_endpoint(ca: tuple[trustme.CA, Path]) -> Iterator[Endpoint]:
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    ca[0].issue_cert("127.0.0.1").configure_cert(context)
-    holder: list[Endpoint] = []
-    httpd, url = _serve(holder, context)
-    holder.append(Endpoint(url))
-    try:
-        yield holder[0]
-    finally:
-        holder[0].release.set()
-        httpd.shutdown()
-
-
 @pytest.fixture
 def endpoint(ca: tuple[trustme.CA, Path]) -> Iterator[Endpoint]:
-    with _https_endpoint(ca) as found:
+    with https_endpoint(ca[0]) as found:
         yield found
 
 
 @pytest.fixture
 def other_endpoint(ca: tuple[trustme.CA, Path]) -> Iterator[Endpoint]:
     """A second HTTPS endpoint, on another port: another host to the notifier."""
-    with _https_endpoint(ca) as found:
+    with https_endpoint(ca[0]) as found:
         yield found
 
 
 @pytest.fixture
 def plain_target() -> Iterator[Endpoint]:
     """A plain HTTP endpoint: the target of http jobs the executor delivers."""
-    holder: list[Endpoint] = []
-    httpd, url = _serve(holder, None)
-    holder.append(Endpoint(url))
-    try:
-        yield holder[0]
-    finally:
-        holder[0].release.set()
-        httpd.shutdown()
+    with serving(None) as found:
+        yield found
 
 
 def _config(tmp_path: Path, ca_file: Path, owner_url: str | None) -> Path:
