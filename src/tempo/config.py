@@ -426,7 +426,7 @@ def _notify(raw: object, base_dir: str) -> NotifyConfig:
         if unknown:
             raise ConfigError(f"{where}: unknown keys {sorted(unknown)}")
         name = item.get("name")
-        if not _owner_name_ok(name):
+        if not isinstance(name, str) or not _owner_name_ok(name):
             raise ConfigError(f"{where}.name: {_OWNER_RULE}")
         if name in owners:
             raise ConfigError(f"{where}.name: {name!r} is listed twice")

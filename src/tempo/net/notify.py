@@ -114,6 +114,7 @@ class Notifier:
         """Where the notice of `event` goes: the job's own setting, else the
         owner's default; None when neither asks for this event."""
         job = self.store.get_job_any(event.job_id)
+        target: NotifyTarget | None
         if job is not None and job.owner == owner and job.notify is not None:
             target = NotifyTarget(job.notify.url, tuple(job.notify.events))
         else:
