@@ -8,7 +8,7 @@ import re
 import resource
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from functools import partial
 from urllib.parse import urlsplit
@@ -21,6 +21,7 @@ from tempo import clock, errors, limits
 from tempo.config import Config, ConfigError, Tls
 from tempo.config import load as load_config
 from tempo.engine import datadir, records
+from tempo.engine.commandlog import CommandLog
 from tempo.engine.commit import Committer
 from tempo.engine.dispatch import Dispatcher
 from tempo.engine.jobs import Jobs
@@ -39,6 +40,7 @@ from tempo.net.tls import client_context
 from tempo.node import ClusterMember, Member, Standalone, raft_id_of
 from tempo.node.membership import Membership
 from tempo.node.replica import Phase, Replica
+from tempo.raft import Message
 
 _NODE_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 log = logging.getLogger("tempo.server")
@@ -266,7 +268,9 @@ def _observe_stamps(node_clock: clock.Clock) -> Callable[[Changes], None]:
     return observe
 
 
-async def _serve_alone(options: ServeOptions, config: Config, store: Store, node_clock: clock.Clock, task_status) -> None:
+async def _serve_alone(
+    options: ServeOptions, config: Config, store: Store, node_clock: clock.Clock, task_status: trio.TaskStatus[str]
+) -> None:
     committer = Committer(store)
     committer.listeners.append(_observe_stamps(node_clock))
     jobs = Jobs(store, committer, now_ms=node_clock.now_ms)
@@ -307,7 +311,9 @@ async def _serve_alone(options: ServeOptions, config: Config, store: Store, node
     stopping.done()
 
 
-async def _serve_member(options: ServeOptions, config: Config, store: Store, node_clock: clock.Clock, task_status) -> None:
+async def _serve_member(
+    options: ServeOptions, config: Config, store: Store, node_clock: clock.Clock, task_status: trio.TaskStatus[str]
+) -> None:
     cluster = options.cluster
     assert cluster is not None
     # A founder's first start founds the cluster with every --peers entry as
@@ -337,14 +343,14 @@ async def _serve_member(options: ServeOptions, config: Config, store: Store, nod
     node.refresh(store.members())
     transport.peers_at_start = node.peer_urls()
 
-    def on_changes(changes) -> None:
+    def on_changes(changes: Changes) -> None:
         if changes.members:
             node.refresh(store.members())
             transport.set_peers(node.peer_urls())
 
     replica.listeners.append(on_changes)
 
-    def on_peer_messages(messages: list) -> None:
+    def on_peer_messages(messages: list[Message]) -> None:
         for message in messages:
             replica.step(message)
 
@@ -381,7 +387,9 @@ async def _serve_member(options: ServeOptions, config: Config, store: Store, nod
     stopping.done()
 
 
-def _retention(options: ServeOptions, config: Config, store: Store, committer, node_clock: clock.Clock) -> Retention:
+def _retention(
+    options: ServeOptions, config: Config, store: Store, committer: CommandLog, node_clock: clock.Clock
+) -> Retention:
     skew_ms = options.retention_skew_days * limits.day_ms
     return Retention(
         store, committer, retention_days=config.retention_days, now_ms=lambda: node_clock.now_ms() + skew_ms
@@ -389,7 +397,8 @@ def _retention(options: ServeOptions, config: Config, store: Store, committer, n
 
 
 def _notifier(
-    config: Config, store: Store, committer, dispatcher: Dispatcher, node_clock: clock.Clock, jobs: Jobs, api: Api
+    config: Config, store: Store, committer: CommandLog, dispatcher: Dispatcher, node_clock: clock.Clock,
+    jobs: Jobs, api: Api,
 ) -> Notifier | None:
     """The notifier, when the config has a `[notify]` table (net/notify.py)."""
     if config.notify is None:
@@ -403,11 +412,15 @@ def _notifier(
 
 
 async def _lead(
-    replica: Replica, dispatcher: Dispatcher, retention: Retention, *, notifier: Notifier | None = None,
-    task_status=trio.TASK_STATUS_IGNORED,
+    replica: Replica,
+    dispatcher: Dispatcher,
+    retention: Retention,
+    *,
+    notifier: Notifier | None = None,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Runs the dispatcher, the HTTP executor, retention and the notifier while this node
-    leads (with an entry of its term applied), and stops them the moment it
+    """Runs the dispatcher, the HTTP executor, retention and the notifier
+    while this node leads (with an entry of its term applied), and stops them the moment it
     does not."""
     changed = trio.Event()
 
@@ -436,7 +449,9 @@ async def _lead(
         dispatcher.reset()
 
 
-async def _probe_lag(pauses: Pauses, stop: trio.Event, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+async def _probe_lag(
+    pauses: Pauses, stop: trio.Event, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+) -> None:
     """Sleeps `limits.event_loop_probe_s` at a time and records how late it
     wakes: how long something held the trio thread (docs/operations.md
     "Event-loop lag"). Garbage collections are timed beside it. It ends once
@@ -464,7 +479,7 @@ class _Stopping:
 
 
 async def _watch_signals(
-    signals, stop: trio.Event, stopping: _Stopping, api: Api, replica: Replica | None = None
+    signals: AsyncIterator[int], stop: trio.Event, stopping: _Stopping, api: Api, replica: Replica | None = None
 ) -> None:
     """On SIGTERM or SIGINT, stops the node in phases, one log line each
     (docs/operations.md "Stopping"), then sets `stop` for the HTTP server."""

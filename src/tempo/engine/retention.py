@@ -14,6 +14,7 @@ from collections.abc import Callable
 import trio
 
 from tempo import clock, errors, limits
+from tempo.engine.commandlog import CommandLog
 from tempo.engine.commands import DropHistory
 from tempo.engine.store import Store
 
@@ -32,13 +33,13 @@ class Retention:
     def __init__(
         self,
         store: Store,
-        committer,
+        committer: CommandLog,
         *,
         retention_days: int = limits.retention_days_default,
         now_ms: Callable[[], int] | None = None,
     ):
-        """`committer` has `submit(command)`: the single node's committer or
-        the cluster replica."""
+        """`committer`: the node's command log, the single node's committer
+        or the cluster replica."""
         assert limits.retention_days_min <= retention_days <= limits.retention_days_max
         self.store = store
         self.committer = committer

@@ -31,7 +31,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Protocol
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
@@ -41,7 +41,8 @@ import trio
 from tempo import clock, errors, limits
 from tempo import metrics as prom
 from tempo.config import NOTIFY_EVENTS, NotifyConfig, NotifyTarget
-from tempo.engine.commands import Command, NotifyCursor
+from tempo.engine.commandlog import CommandLog
+from tempo.engine.commands import NotifyCursor
 from tempo.engine.records import Event
 from tempo.engine.store import Store
 from tempo.net.agent import USER_AGENT
@@ -49,12 +50,6 @@ from tempo.net.tls import client_context
 
 log = logging.getLogger("tempo.notify")
 SIGNATURE_HEADER = "tempo-signature"
-
-
-class Committer(Protocol):
-    """The single node's committer or the cluster replica."""
-
-    async def submit(self, command: Command) -> Any: ...
 
 
 class Notice(msgspec.Struct):
@@ -93,7 +88,7 @@ class Notifier:
     def __init__(
         self,
         store: Store,
-        committer: Committer,
+        committer: CommandLog,
         config: NotifyConfig,
         *,
         now_ms: Callable[[], int],
@@ -187,7 +182,9 @@ class Notifier:
             try:
                 await self.committer.submit(NotifyCursor(self.now_ms(), cursor))
                 return
-            except errors.Overloaded:
+            except (errors.Overloaded, errors.StorageFault):
+                # Nothing written: the cursor stays behind (a notice may be
+                # sent again, never lost), and the next try comes later.
                 await trio.sleep(limits.notify_idle_wait_s)
 
     async def _deliver(self, client: httpx.AsyncClient, target: NotifyTarget, owner: str, seq: int, event: Event) -> None:
