@@ -140,6 +140,7 @@ class Notifier:
             self._slots = trio.CapacityLimiter(limits.notify_concurrency)
             self._host_slots: dict[str, trio.CapacityLimiter] = {}
             nursery.start_soon(self._commit_loop, committed)
+            log.info("notifier: sending notices of the events after %d", committed)
             task_status.started()
             while True:
                 room = min(limits.notify_batch_events, limits.notify_pending_events_max - len(self._pending))
