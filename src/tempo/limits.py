@@ -453,7 +453,9 @@ assert instant_ms_min < 0 < instant_ms_max <= time_ms_max
 # the feed holds the rest durably). Of those, at most `notify_concurrency`
 # are being sent at once, and at most `notify_host_concurrency` to one host
 # (scheme, host and port), so an endpoint that hangs holds only its own
-# share. Each notice is tried at most `notify_attempts_max` times, each try
+# share; and at most `notify_host_pending_max` wait for one host: a notice
+# past that is dropped at once (counted, and logged once per overflow), so
+# a stuck host cannot fill the queue that every host shares. Each notice is tried at most `notify_attempts_max` times, each try
 # bounded by `notify_timeout_s`, with back-off `notify_backoff_s[k-1]`
 # after try k; then it is given up (dropped, counted and logged): a notice
 # takes at most `notify_notice_s_max`. The cursor (the last sequence below
@@ -463,6 +465,7 @@ notify_batch_events = 100
 notify_pending_events_max = 1000
 notify_concurrency = 16
 notify_host_concurrency = 4
+notify_host_pending_max = 100
 notify_attempts_max = 5
 notify_timeout_s = 10.0
 notify_backoff_s = (1.0, 2.0, 4.0, 8.0)
@@ -475,6 +478,7 @@ notify_error_chars_max = 200
 notify_notice_s_max = notify_attempts_max * notify_timeout_s + sum(notify_backoff_s)
 
 assert 1 <= notify_host_concurrency <= notify_concurrency <= notify_pending_events_max
+assert notify_host_concurrency <= notify_host_pending_max < notify_pending_events_max
 assert 1 <= notify_batch_events <= min(notify_pending_events_max, page_limit_max)
 assert notify_attempts_max >= 1 and notify_timeout_s > 0 and all(b >= 0 for b in notify_backoff_s)
 assert len(notify_backoff_s) == notify_attempts_max - 1

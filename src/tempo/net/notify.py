@@ -93,17 +93,33 @@ class Notifier:
         *,
         now_ms: Callable[[], int],
         events_changed: Callable[[], trio.Event] | None = None,
-    ):
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
         """`events_changed` gives the event that is set when events were
-        written (the dispatcher's); without it the feed is polled."""
+        written (the dispatcher's); without it the feed is polled.
+        `transport`: tests' stand-in for the network."""
         self.store = store
         self.committer = committer
         self.config = config
         self.now_ms = now_ms
         self.events_changed = events_changed
         self.counts = NotifyCounts()
-        self.backoff_s = limits.notify_backoff_s  # tests shorten it
-        self.timeout_s = limits.notify_timeout_s
+        self.transport = transport
+        self._reset(0)
+
+    def _reset(self, committed: int) -> None:
+        """The state of one term of leadership, which starts at `committed`."""
+        # Sequences of the notices read and not finished; every event up to
+        # `read_seq` was read. The cursor is below the lowest pending.
+        self._pending: set[int] = set()
+        self._read_seq = committed
+        self._finished = trio.Event()
+        self._slots = trio.CapacityLimiter(limits.notify_concurrency)
+        self._host_slots: dict[str, trio.CapacityLimiter] = {}
+        # Per host: its notices pending, and those dropped since its queue
+        # last had room.
+        self._host_pending: dict[str, int] = {}
+        self._host_overflow: dict[str, int] = {}
 
     def target_of(self, owner: str, event: Event) -> NotifyTarget | None:
         """Where the notice of `event` goes: the job's own setting, else the
@@ -122,7 +138,7 @@ class Notifier:
         verify = client_context(self.config.ca_file)
         made = await trio.to_thread.run_sync(partial(
             httpx.AsyncClient, verify=verify, follow_redirects=False, headers={"user-agent": USER_AGENT},
-            limits=httpx.Limits(max_connections=limits.notify_concurrency),
+            limits=httpx.Limits(max_connections=limits.notify_concurrency), transport=self.transport,
         ))
         async with made as client, trio.open_nursery() as nursery:
             committed = self.store.notify_cursor()
@@ -132,13 +148,7 @@ class Notifier:
                 committed = self.store.event_seq()
                 await self._commit(committed)
             self.counts.cursor = committed
-            # Sequences of the notices read and not finished; every event up
-            # to `read_seq` was read. The cursor is below the lowest pending.
-            self._pending: set[int] = set()
-            self._read_seq = committed
-            self._finished = trio.Event()
-            self._slots = trio.CapacityLimiter(limits.notify_concurrency)
-            self._host_slots: dict[str, trio.CapacityLimiter] = {}
+            self._reset(committed)
             nursery.start_soon(self._commit_loop, committed)
             log.info("notifier: sending notices of the events after %d", committed)
             task_status.started()
@@ -155,10 +165,35 @@ class Notifier:
                 for owner, seq, event in batch:
                     assert seq > self._read_seq, "the feed is read in order"
                     target = self.target_of(owner, event)
-                    if target is not None:
+                    if target is not None and self._admit(target, seq, event):
                         self._pending.add(seq)
                         nursery.start_soon(self._deliver, client, target, owner, seq, event)
                     self._read_seq = seq
+
+    def _admit(self, target: NotifyTarget, seq: int, event: Event) -> bool:
+        """Whether the notice's host has room in its queue; a notice without
+        is dropped now, counted, and logged once per overflow."""
+        host = _host(target.url)
+        if self._host_pending.get(host, 0) < limits.notify_host_pending_max:
+            self._host_pending[host] = self._host_pending.get(host, 0) + 1
+            return True
+        self.counts.dropped += 1
+        dropped = self._host_overflow[host] = self._host_overflow.get(host, 0) + 1
+        if dropped == 1:
+            log.warning("notice %s (%s) of job %s dropped: %d notices wait for its endpoint's host already; "
+                        "more are dropped until they drain", seq, event.type, event.job_id,
+                        limits.notify_host_pending_max, extra={"job_id": event.job_id, "event": event.type})
+        return False
+
+    def _done(self, host: str) -> None:
+        left = self._host_pending[host] - 1
+        if left > 0:
+            self._host_pending[host] = left
+        else:
+            del self._host_pending[host]
+        dropped = self._host_overflow.pop(host, 0)
+        if dropped:
+            log.warning("%d notices to one endpoint's host were dropped while its queue was full", dropped)
 
     def cursor(self) -> int:
         """The last sequence up to which every notice finished."""
@@ -189,18 +224,17 @@ class Notifier:
                 await trio.sleep(limits.notify_idle_wait_s)
 
     async def _deliver(self, client: httpx.AsyncClient, target: NotifyTarget, owner: str, seq: int, event: Event) -> None:
+        host = _host(target.url)
+        host_slots = self._host_slots.setdefault(host, trio.CapacityLimiter(limits.notify_host_concurrency))
         try:
-            host = urlsplit(target.url)[:2]
-            host_slots = self._host_slots.setdefault(str(host), trio.CapacityLimiter(limits.notify_host_concurrency))
-            try:
-                # The host's slot first: notices queued behind a stuck host
-                # hold none of the slots other hosts use.
-                async with host_slots, self._slots:
-                    await self._send(client, target, owner, seq, event)
-            finally:
-                if host_slots.borrowed_tokens == 0 and host_slots.statistics().tasks_waiting == 0:
-                    self._host_slots.pop(str(host), None)
+            # The host's slot first: notices queued behind a stuck host hold
+            # none of the slots other hosts use.
+            async with host_slots, self._slots:
+                await self._send(client, target, owner, seq, event)
         finally:
+            if host_slots.borrowed_tokens == 0 and host_slots.statistics().tasks_waiting == 0:
+                self._host_slots.pop(host, None)
+            self._done(host)
             self._pending.discard(seq)
             self._finished.set()
 
@@ -213,7 +247,7 @@ class Notifier:
         for attempt in range(1, limits.notify_attempts_max + 1):
             if attempt > 1:
                 self.counts.retries += 1
-                await trio.sleep(self.backoff_s[attempt - 2])
+                await trio.sleep(limits.notify_backoff_s[attempt - 2])
             error = await self._try(client, target.url, body)
             if not error:
                 self.counts.sent += 1
@@ -230,15 +264,21 @@ class Notifier:
         t_s = self.now_ms() // 1000
         headers = {"content-type": "application/json", SIGNATURE_HEADER: signature(self.config.secret, t_s, body)}
         try:
-            with trio.fail_after(self.timeout_s):
-                response = await client.post(url, content=body, headers=headers, timeout=self.timeout_s)
+            with trio.fail_after(limits.notify_timeout_s):
+                response = await client.post(url, content=body, headers=headers, timeout=limits.notify_timeout_s)
         except trio.TooSlowError:
-            return f"no answer within {self.timeout_s:g} s"
+            return f"no answer within {limits.notify_timeout_s:g} s"
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
             return f"{type(exc).__name__}: {str(exc)[:limits.notify_error_chars_max]}"
         if 200 <= response.status_code < 300:
             return ""
         return f"HTTP {response.status_code}"
+
+
+def _host(url: str) -> str:
+    """The scheme, host and port of a URL: the unit of the per-host bounds."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"
 
 
 def metric_lines(counts: NotifyCounts | None) -> list[str]:
