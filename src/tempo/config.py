@@ -94,7 +94,8 @@ import os
 import re
 import ssl
 import tomllib
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
+from typing import TypeGuard
 
 from tempo import limits
 
@@ -204,7 +205,7 @@ _OWNER_RULE = (
 )
 
 
-def _owner_name_ok(name: object) -> bool:
+def _owner_name_ok(name: object) -> TypeGuard[str]:
     """An owner name fits the store's keys (limits.py "Storage bounds")."""
     return (
         isinstance(name, str)
@@ -266,20 +267,42 @@ def _limits(where: str, raw: object, base: OwnerLimits, *, override: bool) -> Ow
     unknown = set(raw) - allowed
     if unknown:
         raise ConfigError(f"{where}: unknown keys {sorted(unknown)}")
-    given = {k: _limit_value(where, k, raw[k], override=override) for k in _LIMIT_KEYS if k in raw}
+    given: dict[str, float | int | str | None] = {
+        k: _limit_value(where, k, raw[k], override=override) for k in _LIMIT_KEYS if k in raw
+    }
     merged = {f.name: getattr(base, f.name) for f in fields(OwnerLimits)}
     for rate, burst in (("claims_per_s", "claim_burst"), ("creates_per_s", "create_burst")):
         if burst in given and rate not in given and merged[rate] is None:
             raise ConfigError(f"{where}.{burst}: goes with {rate}")
-        if given.get(rate) == "unlimited":
+        rate_per_s = given.get(rate)
+        if rate_per_s == "unlimited":
             if burst in given:
                 raise ConfigError(f"{where}.{burst}: {rate} is unlimited")
             given[rate] = given[burst] = None
-        elif rate in given and burst not in given:
-            given[burst] = max(1, math.ceil(given[rate]))  # type: ignore[arg-type]
+        elif isinstance(rate_per_s, float) and burst not in given:
+            given[burst] = max(1, math.ceil(rate_per_s))
     if given.get("runs_in_flight_max") == "unlimited":
         given["runs_in_flight_max"] = None
-    return replace(base, **given)
+    merged.update(given)
+    return OwnerLimits(
+        runs_in_flight_max=_count_or_none(merged["runs_in_flight_max"]),
+        claims_per_s=_rate_or_none(merged["claims_per_s"]),
+        claim_burst=_count_or_none(merged["claim_burst"]),
+        creates_per_s=_rate_or_none(merged["creates_per_s"]),
+        create_burst=_count_or_none(merged["create_burst"]),
+    )
+
+
+def _count_or_none(value: object) -> int | None:
+    # _limit_value checked the type; "unlimited" is None by now.
+    assert value is None or (isinstance(value, int) and not isinstance(value, bool))
+    return value
+
+
+def _rate_or_none(value: object) -> float | None:
+    # _limit_value made every rate a float; "unlimited" is None by now.
+    assert value is None or isinstance(value, float)
+    return value
 
 
 def _owners(raw_owners: object, defaults: OwnerLimits) -> dict[str, OwnerLimits]:
@@ -299,7 +322,7 @@ def _owners(raw_owners: object, defaults: OwnerLimits) -> dict[str, OwnerLimits]
     return owners
 
 
-def _tls_path(key: str, raw: dict, base_dir: str) -> str | None:
+def _tls_path(key: str, raw: dict[str, object], base_dir: str) -> str | None:
     value = raw.get(key)
     if value is None:
         return None
@@ -402,16 +425,6 @@ def _notify(raw: object, base_dir: str) -> NotifyConfig:
     secret = raw.get("secret")
     if not isinstance(secret, str) or len(secret) < limits.notify_secret_chars_min:
         raise ConfigError(f"notify.secret: a string of at least {limits.notify_secret_chars_min} characters")
-    ca_file = None
-    if "ca_file" in raw:
-        value = raw["ca_file"]
-        if not isinstance(value, str) or not value or "\x00" in value:
-            raise ConfigError("notify.ca_file: a path to a PEM file")
-        ca_file = os.path.join(base_dir, os.path.expanduser(value))
-        try:
-            ssl.create_default_context(cafile=ca_file)
-        except (OSError, ssl.SSLError) as exc:
-            raise ConfigError(f"notify.ca_file: no PEM certificate readable in {ca_file} ({exc})") from None
     raw_owners = raw.get("owners", [])
     if not isinstance(raw_owners, list):
         raise ConfigError("notify.owners: an array of tables ([[notify.owners]])")
@@ -419,25 +432,43 @@ def _notify(raw: object, base_dir: str) -> NotifyConfig:
         raise ConfigError(f"notify.owners: at most {limits.config_owners_max}")
     owners: dict[str, NotifyTarget] = {}
     for i, item in enumerate(raw_owners):
-        where = f"notify.owners[{i}]"
-        if not isinstance(item, dict):
-            raise ConfigError(f"{where}: a table")
-        unknown = set(item) - {"name", "url", "events"}
-        if unknown:
-            raise ConfigError(f"{where}: unknown keys {sorted(unknown)}")
-        name = item.get("name")
-        if not isinstance(name, str) or not _owner_name_ok(name):
-            raise ConfigError(f"{where}.name: {_OWNER_RULE}")
+        name, target = _notify_owner(f"notify.owners[{i}]", item)
         if name in owners:
-            raise ConfigError(f"{where}.name: {name!r} is listed twice")
-        if not notify_url_ok(item.get("url")):
-            raise ConfigError(f"{where}.url: an http:// or https:// URL of printable ASCII, "
-                              f"at most {limits.notify_url_chars_max} characters")
-        events = item.get("events", list(NOTIFY_EVENTS))
-        if not isinstance(events, list) or not events or not all(e in NOTIFY_EVENTS for e in events):
-            raise ConfigError(f"{where}.events: a non-empty list of {', '.join(NOTIFY_EVENTS)}")
-        owners[name] = NotifyTarget(item["url"], tuple(dict.fromkeys(events)))
-    return NotifyConfig(secret, ca_file, owners)
+            raise ConfigError(f"notify.owners[{i}].name: {name!r} is listed twice")
+        owners[name] = target
+    return NotifyConfig(secret, _notify_ca_file(raw, base_dir), owners)
+
+
+def _notify_ca_file(raw: dict[str, object], base_dir: str) -> str | None:
+    if "ca_file" not in raw:
+        return None
+    value = raw["ca_file"]
+    if not isinstance(value, str) or not value or "\x00" in value:
+        raise ConfigError("notify.ca_file: a path to a PEM file")
+    ca_file = os.path.join(base_dir, os.path.expanduser(value))
+    try:
+        ssl.create_default_context(cafile=ca_file)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(f"notify.ca_file: no PEM certificate readable in {ca_file} ({exc})") from None
+    return ca_file
+
+
+def _notify_owner(where: str, item: object) -> tuple[str, NotifyTarget]:
+    if not isinstance(item, dict):
+        raise ConfigError(f"{where}: a table")
+    unknown = set(item) - {"name", "url", "events"}
+    if unknown:
+        raise ConfigError(f"{where}: unknown keys {sorted(unknown)}")
+    name, url = item.get("name"), item.get("url")
+    if not isinstance(name, str) or not _owner_name_ok(name):
+        raise ConfigError(f"{where}.name: {_OWNER_RULE}")
+    if not isinstance(url, str) or not notify_url_ok(url):
+        raise ConfigError(f"{where}.url: an http:// or https:// URL of printable ASCII, "
+                          f"at most {limits.notify_url_chars_max} characters")
+    events = item.get("events", list(NOTIFY_EVENTS))
+    if not isinstance(events, list) or not events or not all(e in NOTIFY_EVENTS for e in events):
+        raise ConfigError(f"{where}.events: a non-empty list of {', '.join(NOTIFY_EVENTS)}")
+    return name, NotifyTarget(url, tuple(dict.fromkeys(events)))
 
 
 def _storage(raw: object) -> Storage:

@@ -45,7 +45,7 @@ def test_a_notice_in_flight_when_the_leader_dies_is_sent_by_the_next(make_cluste
         endpoint.release.set()
         new = cluster.wait_leader(among=cluster.others(leader), timeout_s=10)
         _wait(lambda: endpoint.arrived_at("/hang", killed_s) >= 1, notice_timeout_s)
-        sent = [n for n in endpoint.ok_at("/hang")]
+        sent = list(endpoint.ok_at("/hang"))
         assert {n["run_id"] for n in sent} == {run["id"]} and len({n["id"] for n in sent}) == 1
         print(f"{leader.id} killed with its notice in flight; {new.id} sent it "
               f"{time.monotonic() - killed_s:.2f} s later")

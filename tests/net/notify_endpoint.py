@@ -54,7 +54,7 @@ class Endpoint:
 
 def serve(endpoint_of: "list[Endpoint]", context: ssl.SSLContext | None) -> tuple[http.server.ThreadingHTTPServer, str]:
     class Handler(http.server.BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 (the stdlib's name)
+        def do_POST(self) -> None:
             endpoint = endpoint_of[0]
             body = self.rfile.read(int(self.headers.get("content-length", "0")))
             status = 200

@@ -108,7 +108,7 @@ class Dispatcher:
         return self.core.leases
 
     @property
-    def wheel(self) -> TimingWheel:
+    def wheel(self) -> TimingWheel[bytes]:
         return self.core.wheel
 
     @property
