@@ -111,8 +111,10 @@ def _run_once(api: httpx.Client, job: dict, ok: bool, *, trigger: bool = False) 
 
 
 def _wait_notices(endpoint: Endpoint, path: str, count: int) -> list[dict]:
+    """The notices taken at `path`, in the feed's order: up to 16 are in
+    flight at once, so they may arrive in another."""
     wait_for(lambda: len(endpoint.ok_at(path)) >= count, notice_timeout_s)
-    return endpoint.ok_at(path)
+    return sorted(endpoint.ok_at(path), key=lambda notice: int(notice["id"]))
 
 
 def test_each_event_is_sent_signed(api: httpx.Client, endpoint: Endpoint) -> None:
