@@ -187,10 +187,9 @@ def test_a_hanging_endpoint_does_not_delay_runs(
     for _ in range(20):
         job = _job(api, {"url": endpoint.url + "/hang", "events": ["run.failed"]})
         _run_once(api, job, ok=False, trigger=True)
-    # The hanging host holds its share of the notifier's slots, no more.
+    # The hanging host holds its share of the notifier's slots (4; the
+    # bound itself is tested in test_notifier_bounds.py).
     wait_for(lambda: endpoint.arrived_at("/hang") >= 4, notice_timeout_s)
-    time.sleep(0.5)
-    assert endpoint.arrived_at("/hang") == 4
     started = time.monotonic()
     # A run the HTTP executor delivers, and one a worker claims.
     http_job = api.post("/v1/jobs", json={"target": plain_target.url + "/run", "schedule": {"at": "2020-01-01T00:00:00Z"}})
