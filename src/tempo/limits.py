@@ -453,9 +453,10 @@ assert instant_ms_min < 0 < instant_ms_max <= time_ms_max
 # the feed holds the rest durably). Of those, at most `notify_concurrency`
 # are being sent at once, and at most `notify_host_concurrency` to one host
 # (scheme, host and port), so an endpoint that hangs holds only its own
-# share; and at most `notify_host_pending_max` wait for one host: a notice
-# past that is dropped at once (counted, and logged once per overflow), so
-# a stuck host cannot fill the queue that every host shares. Each notice is tried at most `notify_attempts_max` times, each try
+# share; and at most `notify_host_pending_max` wait for one host: past
+# that, the reader waits for room while the host answers, and drops the
+# notice at once (counted, logged once per overflow) while the host's last
+# try failed, so a stuck host cannot fill the queue every host shares. Each notice is tried at most `notify_attempts_max` times, each try
 # bounded by `notify_timeout_s`, with back-off `notify_backoff_s[k-1]`
 # after try k; then it is given up (dropped, counted and logged): a notice
 # takes at most `notify_notice_s_max`. The cursor (the last sequence below

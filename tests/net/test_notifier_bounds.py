@@ -69,6 +69,7 @@ class Net:
     `fail_first` answers 500 to that many requests first."""
 
     stuck: set[str] = field(default_factory=set)
+    slow_s: float = 0.0  # how long every answer takes
     fail_first: int = 0
     unstuck: trio.Event = field(default_factory=trio.Event)
     requests: list[tuple[float, str, httpx.Request]] = field(default_factory=list)
@@ -81,6 +82,7 @@ class Net:
         self.in_flight[host] = self.in_flight.get(host, 0) + 1
         self.in_flight_max[host] = max(self.in_flight_max.get(host, 0), self.in_flight[host])
         try:
+            await trio.sleep(self.slow_s)
             if host in self.stuck:
                 await self.unstuck.wait()
             if self.fail_first > 0:
@@ -135,7 +137,9 @@ async def test_a_stuck_host_holds_its_own_share_only(autojump_clock: trio.abc.Cl
     sender = notifier(store, log, net)
     async with trio.open_nursery() as nursery:
         await nursery.start(sender.run)
-        await trio.sleep(5)
+        # The reader waits for room in the stuck host's queue until its
+        # first tries time out; from then on it drops what does not fit.
+        await trio.sleep(limits.notify_timeout_s + 5)
         # The other host's notice went out while the stuck host holds its share.
         assert [r.url.host for r in net.at("ok.example")] == ["ok.example"]
         assert net.in_flight_max["stuck.example"] == limits.notify_host_concurrency
@@ -162,4 +166,21 @@ async def test_the_owner_default_and_a_cursor_to_start_from(autojump_clock: trio
         store.add(JOB, "job.recovered", owner="other")  # no default for this owner
         await trio.sleep(5)
         assert [r.url.host for r in net.at("d.example")] == ["d.example"] and log.cursors[-1] == 4
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_slow_host_that_answers_loses_nothing(autojump_clock: trio.abc.Clock) -> None:
+    store, log, net = FakeStore(cursor=0), FakeLog(), Net(slow_s=0.5)
+    count = 3 * limits.notify_host_pending_max
+    for n in range(count):
+        store.jobs[job_id(n)] = job(job_id(n), "https://slow.example/hook")
+        store.add(job_id(n))
+    sender = notifier(store, log, net)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(sender.run)
+        await trio.sleep(count * 0.5 / limits.notify_host_concurrency + 5)
+        # Its queue filled and the reader waited for room: nothing dropped.
+        assert sender.counts.sent == count and sender.counts.dropped == 0
+        assert net.in_flight_max["slow.example"] == limits.notify_host_concurrency
+        assert log.cursors[-1] == count
         nursery.cancel_scope.cancel()

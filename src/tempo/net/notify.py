@@ -113,13 +113,16 @@ class Notifier:
         # `read_seq` was read. The cursor is below the lowest pending.
         self._pending: set[int] = set()
         self._read_seq = committed
-        self._finished = trio.Event()
+        # Set when a notice finished or a host's try failed: the reader
+        # waits on it for room in the queue.
+        self._changed = trio.Event()
         self._slots = trio.CapacityLimiter(limits.notify_concurrency)
         self._host_slots: dict[str, trio.CapacityLimiter] = {}
         # Per host: its notices pending, and those dropped since its queue
         # last had room.
         self._host_pending: dict[str, int] = {}
         self._host_overflow: dict[str, int] = {}
+        self._failing: set[str] = set()  # hosts whose last try failed
 
     def target_of(self, owner: str, event: Event) -> NotifyTarget | None:
         """Where the notice of `event` goes: the job's own setting, else the
@@ -155,8 +158,8 @@ class Notifier:
             while True:
                 room = min(limits.notify_batch_events, limits.notify_pending_events_max - len(self._pending))
                 if room <= 0:
-                    await self._finished.wait()
-                    self._finished = trio.Event()
+                    await self._changed.wait()
+                    self._changed = trio.Event()
                     continue
                 batch = self.store.events_of_all(self._read_seq, room)
                 if not batch:
@@ -165,15 +168,20 @@ class Notifier:
                 for owner, seq, event in batch:
                     assert seq > self._read_seq, "the feed is read in order"
                     target = self.target_of(owner, event)
-                    if target is not None and self._admit(target, seq, event):
+                    if target is not None and await self._admit(target, seq, event):
                         self._pending.add(seq)
                         nursery.start_soon(self._deliver, client, target, owner, seq, event)
                     self._read_seq = seq
 
-    def _admit(self, target: NotifyTarget, seq: int, event: Event) -> bool:
-        """Whether the notice's host has room in its queue; a notice without
-        is dropped now, counted, and logged once per overflow."""
+    async def _admit(self, target: NotifyTarget, seq: int, event: Event) -> bool:
+        """Whether to send the notice: when its host's queue is full, the
+        reader waits for room while the host answers, and drops the notice
+        (counted, logged once per overflow) while the host's last try failed,
+        so that a host that does not answer holds up no other host."""
         host = _host(target.url)
+        while self._host_pending.get(host, 0) >= limits.notify_host_pending_max and host not in self._failing:
+            await self._changed.wait()
+            self._changed = trio.Event()
         if self._host_pending.get(host, 0) < limits.notify_host_pending_max:
             self._host_pending[host] = self._host_pending.get(host, 0) + 1
             return True
@@ -236,7 +244,7 @@ class Notifier:
                 self._host_slots.pop(host, None)
             self._done(host)
             self._pending.discard(seq)
-            self._finished.set()
+            self._changed.set()
 
     async def _send(self, client: httpx.AsyncClient, target: NotifyTarget, owner: str, seq: int, event: Event) -> None:
         body = _encoder.encode(Notice(
@@ -249,7 +257,11 @@ class Notifier:
                 self.counts.retries += 1
                 await trio.sleep(limits.notify_backoff_s[attempt - 2])
             error = await self._try(client, target.url, body)
-            if not error:
+            if error:
+                self._failing.add(_host(target.url))
+                self._changed.set()  # a reader waiting for this host's room drops instead now
+            else:
+                self._failing.discard(_host(target.url))
                 self.counts.sent += 1
                 self.counts.by_type[event.type] = self.counts.by_type.get(event.type, 0) + 1
                 log.debug("notice %s (%s) of job %s sent", seq, event.type, event.job_id, extra=fields)
