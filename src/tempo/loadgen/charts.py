@@ -60,7 +60,7 @@ def _claims(ax: Axes, fig: Figures) -> None:
     counts = [int(p["claims"]) for p in bins]
     peak = max(counts)
     ax.stairs(counts, edges, fill=True, facecolor="#aec7e8", edgecolor=_CLAIMS_COLOUR, linewidth=1.0,
-              label=f"claims (re-deliveries too)\npeak {peak:,} per {width_text(bin_s)}\n= {peak / bin_s:,.0f} runs/s")
+              label=f"claims\n(re-deliveries too)\npeak {peak:,} per {width_text(bin_s)}\n= {peak / bin_s:,.0f} runs/s")
     origin = "the due instant" if fig.get("mode", "spike") == "spike" else "the first due time"
     per = f"runs claimed per {width_text(bin_s)}"
     ax.set_title(per, loc="left", fontsize=10)
@@ -109,7 +109,7 @@ def _cdf(ax: Axes, fig: Figures) -> None:
         ax.plot([], [], " ", label=f"max {fig['lateness_max_s']:.3f} s")
     if fig.get("lateness_max_s") is not None and fig["lateness_max_s"] > late_bound_s:
         ax.axvline(late_bound_s, color="#444", linestyle="--", linewidth=1.0,
-                   label=f"{fig.get('late_over_5s')} runs over {late_bound_s:g} s late")
+                   label=f"{fig.get('late_over_5s', 0):,} runs over {late_bound_s:g} s late")
     ax.set_title("lateness of each run's first claim (CDF)", loc="left", fontsize=10)
     ax.set_xlabel("lateness: first claim − planned time (s)")
     ax.set_ylabel("% of runs at most this late")

@@ -122,7 +122,8 @@ def caption(fig: Figures) -> str:
 
 def about_line(fig: Figures) -> str:
     """When, which tempo and on what: "2026-12-03 22:15:07 UTC · tempo 0.1.0 · 2 CPUs, load 3.1"."""
-    at = str(fig.get("started_at", "?")).replace("T", " ").replace(".000Z", "Z").replace("Z", " UTC")
+    started_at = fig.get("started_at")
+    at = "?" if started_at is None else f"{started_at[:10]} {started_at[11:19]} UTC"
     host = fig.get("host") or {}
     load = f", load {host['load_1m']:g} at start" if host.get("load_1m") is not None else ""
     cpus = f" · {host['cpus']} CPUs{load}" if host.get("cpus") else ""
