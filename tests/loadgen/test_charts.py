@@ -136,3 +136,21 @@ def test_without_the_report_extra_the_run_prints_its_figures_and_says_how_to_get
     page = (tmp_path / "plain.html").read_text()
     assert "tempo[report]" in page and "<svg" not in page
     assert not (tmp_path / "plain.svg").exists()
+
+
+@pytest.mark.parametrize("span_s", [0.04, 0.3, 0.95, 1.0, 3.4, 12.3, 60.0, 3600.0])
+def test_any_drain_from_40_ms_gets_40_to_100_round_bins(span_s: float) -> None:
+    from tempo.loadgen.figures import chart_bin_s
+
+    bin_s = chart_bin_s(span_s)
+    assert 40 <= span_s / bin_s * (1 + 1e-9) and span_s / bin_s <= 100
+    mantissa = float(f"{bin_s:e}".split("e")[0])
+    assert mantissa in (1.0, 2.0, 5.0), bin_s
+
+
+@pytest.mark.filterwarnings("error")
+def test_a_run_without_a_single_claim_still_gets_its_charts() -> None:
+    opts = Options(urls=["http://127.0.0.1:9"], jobs=3, spawn=1)
+    fig = figures(opts, ["j1", "j2", "j3"], 1.0, due_s, Tally()) | about_run(opts, due_s)
+    assert fig["lost"] == 3 and fig["bins"] == [] and fig["lateness_cdf"] == []
+    assert "lost 3" in charts.svg(fig) and "<svg" in html_page(fig)

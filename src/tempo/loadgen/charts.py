@@ -100,6 +100,8 @@ def _cdf(ax: Axes, fig: Figures) -> None:
         ys = [0.0] + [100.0 * float(f) for _, f in cdf]
         ax.plot(xs, ys, drawstyle="steps-post", color=_CLAIMS_COLOUR, linewidth=1.6,
                 label="runs at most this late")
+    else:
+        ax.plot([], [], " ", label="no run was claimed")
     for name, share in (("p50", 50), ("p90", 90), ("p99", 99)):
         late_s = fig.get(f"lateness_{name}_s")
         if late_s is not None:
