@@ -7,7 +7,10 @@
   are dashed lines;
 - the lateness CDF (`lateness_cdf`): the share of runs whose first claim
   came at most x after their planned time, with p50, p90 and p99 marked
-  each at its own height, so none hides another.
+  each at its own height, so none hides another;
+- in steady mode, the lateness of the runs first claimed in each bin: p50
+  as a line over a band up to p99 (in a spike that is only the claim time
+  again, which the histogram shows).
 
 Legends stand right of the data, never on it. Above both, the headline
 figures, the date, the tempo version, the CPUs and load, and the command
@@ -99,7 +102,7 @@ def _cdf(ax: Axes, fig: Figures) -> None:
         xs = [float(cdf[0][0])] + [float(s) for s, _ in cdf]
         ys = [0.0] + [100.0 * float(f) for _, f in cdf]
         ax.plot(xs, ys, drawstyle="steps-post", color=_CLAIMS_COLOUR, linewidth=1.6,
-                label="runs at most this late")
+                label="runs at most\nthis late")
     else:
         ax.plot([], [], " ", label="no run was claimed")
     for name, share in (("p50", 50), ("p90", 90), ("p99", 99)):
@@ -121,15 +124,47 @@ def _cdf(ax: Axes, fig: Figures) -> None:
     _legend_outside(ax)
 
 
+def _lateness_by_time(ax: Axes, fig: Figures) -> None:
+    """Steady mode: the lateness of the runs first claimed in each bin, p50
+    as a line over a band that reaches up to p99, so p50 shows even where
+    the two meet; a bin without a first claim is a gap."""
+    bin_s = float(fig["bin_s"])
+    bins = fig["bins"]
+    if not bins:
+        ax.plot([], [], " ", label="no run was claimed")
+    else:
+        edges = [float(p["t_s"]) for p in bins] + [float(bins[-1]["t_s"]) + bin_s]
+        nan = float("nan")
+        p50 = [nan if p["lateness_p50_s"] is None else float(p["lateness_p50_s"]) for p in bins]
+        p99 = [nan if p["lateness_p99_s"] is None else float(p["lateness_p99_s"]) for p in bins]
+        ax.stairs(p99, edges, baseline=p50, fill=True, facecolor="#f4b6b6", edgecolor="none",
+                  label="p50 to p99 of the bin", zorder=2)
+        ax.stairs(p99, edges, baseline=None, color=_MARK_COLOURS["p99"], linewidth=0.8, label="p99", zorder=3)
+        ax.stairs(p50, edges, baseline=None, color=_MARK_COLOURS["p50"], linewidth=1.8, label="p50", zorder=4)
+        marks_s = _failover_marks(ax, fig.get("failover"))
+        ax.set_xlim(min([0.0, edges[0], *marks_s]), max([edges[-1], *marks_s]))
+    ax.set_title(f"lateness of the runs first claimed in each {width_text(bin_s)}", loc="left", fontsize=10)
+    ax.set_xlabel("seconds after the first due time")
+    ax.set_ylabel("lateness (s)")
+    ax.set_ylim(bottom=0)
+    ax.grid(color="#eee")
+    _legend_outside(ax)
+
+
 def draw(fig: Figures) -> Figure:
-    """The two charts under the run's caption, as one matplotlib Figure (no
-    pyplot: no global state, no display)."""
+    """The charts under the run's caption, as one matplotlib Figure (no
+    pyplot: no global state, no display); steady mode adds lateness by
+    claim time."""
+    steady = fig.get("mode") == "steady"
     with _style():
-        out = Figure(figsize=figure_size_in, layout="constrained")
+        width_in, height_in = figure_size_in
+        out = Figure(figsize=(width_in, height_in * 1.45 if steady else height_in), layout="constrained")
         out.suptitle(f"{caption(fig)}\n{about_line(fig)}\n{fig.get('command', '')}", fontsize=9)
-        claims_ax, cdf_ax = out.subplots(2, 1)
-        _claims(claims_ax, fig)
-        _cdf(cdf_ax, fig)
+        axes = out.subplots(3 if steady else 2, 1)
+        _claims(axes[0], fig)
+        _cdf(axes[1], fig)
+        if steady:
+            _lateness_by_time(axes[2], fig)
     return out
 
 
