@@ -116,8 +116,9 @@ def caption(fig: Figures) -> str:
     """The headline figures, one line: above the charts and in their alt text."""
     return (f"tempo loadgen, {fig.get('mode', 'spike')}: {fig.get('jobs'):,} jobs, {fig.get('nodes', 1)} node(s), "
             f"{fig.get('workers')} workers; lateness p50 {_show(fig.get('lateness_p50_s'))}, "
-            f"p99 {_show(fig.get('lateness_p99_s'))}, {fig.get('late_over_5s')} runs over {late_bound_s:g} s late; "
-            f"lost {fig.get('lost')}, duplicated {fig.get('duplicated')}")
+            f"p99 {_show(fig.get('lateness_p99_s'))}, {fig.get('late_over_5s', 0):,} runs over {late_bound_s:g} s late; "
+            f"lost {fig.get('lost')}, duplicated {fig.get('duplicated')}"
+            + (f", redelivered {fig['redelivered']:,}" if fig.get("redelivered") else ""))
 
 
 def about_line(fig: Figures) -> str:
