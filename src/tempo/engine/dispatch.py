@@ -26,8 +26,8 @@ import trio
 
 from tempo import clock, errors, ids, limits
 from tempo.config import UNLIMITED, OwnerLimits
+from tempo.engine.commandlog import CommandLog
 from tempo.engine.commands import ReportResults, Result
-from tempo.engine.commit import Committer
 from tempo.engine.dispatch_core import (
     HTTP_QUEUE,
     LATENESS_BUCKETS_S,
@@ -54,7 +54,7 @@ class Dispatcher:
     def __init__(
         self,
         store: Store,
-        committer: Committer,
+        committer: CommandLog,
         *,
         readahead_ms: int = limits.readahead_ms,
         now_ms: Callable[[], int] | None = None,
@@ -108,7 +108,7 @@ class Dispatcher:
         return self.core.leases
 
     @property
-    def wheel(self) -> TimingWheel:
+    def wheel(self) -> TimingWheel[bytes]:
         return self.core.wheel
 
     @property

@@ -34,7 +34,7 @@ _SLOT_AT = 13
 _NOMINAL_AT = 39
 assert _SLOT_AT + _SLOT.size == RUN_KEY_BYTES and _NOMINAL_AT + _NOMINAL.size == RUN_KEY_BYTES
 JOB_KEY_BYTES = ids.ULID_CHARS
-assert JOB_KEY_BYTES == limits.job_key_bytes and _SEQ.size == limits.event_seq_bytes
+assert limits.job_key_bytes == JOB_KEY_BYTES and _SEQ.size == limits.event_seq_bytes
 
 
 def job_key(job_id: str) -> bytes:
@@ -70,12 +70,14 @@ def new_run_keys(job_key_bytes: bytes, job_id: str, nominal_ms: int, due_ms: int
 
 def due_of(key: bytes) -> int:
     """The due ms of a runs key, without the rest."""
-    return _DUE.unpack_from(key, DUE_AT)[0]
+    due_ms: int = _DUE.unpack_from(key, DUE_AT)[0]
+    return due_ms
 
 
 def nominal_of(key: bytes) -> int:
     """The nominal ms of a runs key, its last field."""
-    return _NOMINAL.unpack_from(key, _NOMINAL_AT)[0]
+    nominal_ms: int = _NOMINAL.unpack_from(key, _NOMINAL_AT)[0]
+    return nominal_ms
 
 
 def slot_of(key: bytes) -> tuple[str, int]:
@@ -114,7 +116,7 @@ def owner_fits(owner: str) -> bool:
 def request_key_fits(owner: str, key: str) -> bool:
     """Whether `request_key(owner, key)` fits LMDB; `owner_fits(owner)` holds."""
     size = len(owner.encode()) + limits.owner_separator_bytes + len(key.encode())
-    return 0 < len(key) and size <= limits.lmdb_key_bytes_max
+    return len(key) > 0 and size <= limits.lmdb_key_bytes_max
 
 
 @functools.lru_cache(maxsize=1024)

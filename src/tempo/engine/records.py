@@ -112,11 +112,11 @@ class Decoder(Generic[T]):
     """A MessagePack decoder of one record type that raises `Corrupt`, and
     nothing else, for bytes that are not a valid record."""
 
-    def __init__(self, kind: Any, name: str | None = None):
+    def __init__(self, kind: type[T], name: str | None = None):
         self.name = name or kind.__name__
         self._decoder = msgspec.msgpack.Decoder(kind)
 
-    def decode(self, raw: bytes) -> T:
+    def decode(self, raw: bytes | memoryview) -> T:
         try:
             return self._decoder.decode(raw)
         except (msgspec.MsgspecError, RecursionError) as exc:

@@ -167,7 +167,7 @@ class Store:
         self.map_grows = map_bytes is None if map_grows is None else map_grows
         # Seconds each write transaction's commit took: LMDB writes the dirty
         # pages and fsyncs there (`sync=True`), so this is the fsync latency.
-        self.commit_seconds = Histogram()
+        self.txn_commit_seconds = Histogram()
         self.map_grown = 0  # times `grow_map` grew the map
         # Held by reads off the trio thread (`snapshot_data`, `digest`) while
         # their transaction is open, and by `grow_map`: a remap invalidates
@@ -381,7 +381,7 @@ class Store:
             if fault is None:
                 raise
             raise fault from exc
-        self.commit_seconds.observe(time.perf_counter() - started)
+        self.txn_commit_seconds.observe(time.perf_counter() - started)
         return result
 
     def apply_commands(self, index: int, commands: list[Command]) -> tuple[list[Outcome], Changes]:

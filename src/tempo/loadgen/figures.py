@@ -98,7 +98,7 @@ def pct(values: list[float], p: float) -> float | None:
     ordered = sorted(values)
     if not ordered:
         return None
-    return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
 def rounded(value: float | None) -> float | None:

@@ -49,7 +49,9 @@ from tempo.net.auth import Authenticator
 from tempo.net.http import GATE, ConnectionGate
 from tempo.net.peer import FrameReader
 from tempo.node import ClusterMember, Standalone
-from tempo.node.replica import Phase
+from tempo.node.membership import Membership
+from tempo.node.replica import Phase, Replica
+from tempo.raft import Message
 from tempo.rate import TokenBucket
 from tempo.schema import (
     BatchAck,
@@ -153,9 +155,9 @@ class Api:
         *,
         node: Standalone | ClusterMember,
         auth: Authenticator | None = None,
-        on_peer_messages: Callable[[list[Any]], None] | None = None,
+        on_peer_messages: Callable[[list[Message]], None] | None = None,
         peer_token: str | None = None,
-        membership: Any = None,
+        membership: Membership | None = None,
         limits_of: Callable[[str], OwnerLimits] = lambda owner: UNLIMITED,
         http_limits: HttpLimits | None = None,
         gate: ConnectionGate = GATE,
@@ -756,7 +758,7 @@ class Api:
     async def cluster(self, request: Request) -> Response:
         """This node's own view (a single node leads a cluster of one, term 0)."""
         view = self.node.view()
-        nodes = [ClusterNode(member.id, member.url, role) for member, role in view.roles]  # type: ignore[arg-type]
+        nodes = [ClusterNode(member.id, member.url, role) for member, role in view.roles]
         out = ClusterOut(view.node, view.leader, view.term, view.commit_index, view.applied_index, nodes)
         return encode(request, out)
 
@@ -782,7 +784,7 @@ class Api:
         await self._members().remove(node_id)
         return await self.cluster(request)
 
-    def _members(self) -> Any:
+    def _members(self) -> Membership:
         if self.membership is None:
             raise errors.Conflict("a single node has no members to change; start it as a cluster")
         return self.membership
@@ -830,8 +832,8 @@ class Api:
             "# TYPE tempo_commit_commands_total counter",
             f"tempo_commit_commands_total {committer.commands_committed}",
         ]
-        if self.node.clustered:
-            lines += _raft_metrics(committer)
+        if isinstance(self.node, ClusterMember):
+            lines += _raft_metrics(self.node.replica)
             lines += prom.head(
                 "tempo_peer_frames_dropped_total", "counter", "Corrupt raft frames from peers, dropped unread."
             )
@@ -903,7 +905,7 @@ class Api:
         lines += prom.head(
             "tempo_lmdb_commit_seconds", "histogram", "Seconds per write-transaction commit (pages written and fsynced)."
         )
-        lines += prom.lines("tempo_lmdb_commit_seconds", self.store.commit_seconds)
+        lines += prom.lines("tempo_lmdb_commit_seconds", self.store.txn_commit_seconds)
         storage = self.jobs.committer.storage
         lines += prom.head("tempo_lmdb_map_grown_total", "counter", "Times the full LMDB map grew into free disk.")
         lines.append(prom.sample("tempo_lmdb_map_grown_total", self.store.map_grown))
@@ -1098,11 +1100,11 @@ async def _lifespan(receive: Callable, send: Callable) -> None:
             return
 
 
-def _raft_metrics(replica: Any) -> list[str]:
+def _raft_metrics(replica: Replica) -> list[str]:
     lines = [
         "# HELP tempo_raft_commit_seconds_total Seconds from proposal to applied, summed over this leader's entries.",
         "# TYPE tempo_raft_commit_seconds_total counter",
-        f"tempo_raft_commit_seconds_total {replica.commit_seconds_sum:.6f}",
+        f"tempo_raft_commit_seconds_total {replica.propose_to_apply_seconds_sum:.6f}",
         "# HELP tempo_raft_write_seconds_total Seconds the replica loop spent in its write transactions.",
         "# TYPE tempo_raft_write_seconds_total counter",
         f"tempo_raft_write_seconds_total {replica.write_seconds_sum:.6f}",
@@ -1123,7 +1125,7 @@ def _raft_metrics(replica: Any) -> list[str]:
     lines += prom.head("tempo_raft_leader_changes_total", "counter", "Times this node learned of a new leader.")
     lines.append(prom.sample("tempo_raft_leader_changes_total", replica.leader_changes))
     lines += prom.head("tempo_raft_entry_commands", "histogram", "Commands per log entry this node proposed.")
-    lines += prom.lines("tempo_raft_entry_commands", replica.entry_commands)
+    lines += prom.lines("tempo_raft_entry_commands", replica.batch_commands)
     lines += prom.head("tempo_raft_ready_entries", "histogram", "Log entries per Ready written to disk.")
     lines += prom.lines("tempo_raft_ready_entries", replica.ready_entries)
     return lines

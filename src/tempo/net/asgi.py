@@ -390,7 +390,7 @@ async def watching(receive: Callable) -> AsyncIterator[Client]:
         nursery.start_soon(client.watch, receive)
         try:
             yield client
-        except BaseException as exc:
+        except BaseException as exc:  # noqa: BLE001 - raised again below
             # Raised as it is, below: out of the nursery it would come
             # wrapped in an exception group, which the error table misses.
             failure = exc
