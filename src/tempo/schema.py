@@ -292,6 +292,18 @@ class ClaimIn(_Request):
     queues: Annotated[list[QueueName], Meta(min_length=1, max_length=limits.queues_per_claim_max)]
     max_runs: Annotated[int, Meta(ge=1, le=limits.claim_runs_max)] = 1
     wait_s: Annotated[float, Meta(ge=0, le=limits.claim_wait_s_max)] = 0
+    # ASCII, so bytes and characters are one bound (limits.py "Idempotent
+    # claims"); a final newline, which the pattern's `$` lets through, is
+    # refused by the claim route.
+    claim_key: Annotated[
+        str,
+        Meta(
+            min_length=1,
+            max_length=limits.claim_key_chars_max,
+            pattern=limits.CLAIM_KEY_PATTERN,
+            description="client-chosen, scoped to the owner: the same claim sent again with it takes no new runs",
+        ),
+    ] | None = None
 
 
 class ClaimedRunOut(RunOut):

@@ -114,6 +114,24 @@ class RequestKeyEntry(msgspec.Struct, array_like=True):
     body_hash: bytes
 
 
+class Taken(msgspec.Struct, array_like=True, gc=False):
+    """One run a keyed claim took, with the attempt it took it at."""
+
+    job_id: JobId
+    nominal_ms: Nominal
+    attempt: Count
+
+
+class ClaimKeyEntry(msgspec.Struct, array_like=True, gc=False):
+    """What a claim key took (docs/semantics.md "Idempotent claims"): kept
+    until `expires_ms` (UNIX ms), when apply drops it."""
+
+    worker: str
+    queues_hash: bytes
+    expires_ms: Ms
+    runs: list[Taken]
+
+
 class Corrupt(Exception):
     """Stored or replicated bytes that do not decode to a valid value: the
     data dir (or a log entry) is damaged. Not an operating error to answer

@@ -29,6 +29,7 @@ STATUS_OF: dict[type[errors.TempoError], int] = {
     errors.Invalid: 400,
     errors.NotFound: 404,
     errors.RequestKeyReused: 409,
+    errors.ClaimKeyReused: 409,
     errors.StaleAttempt: 409,
     errors.Conflict: 409,
     errors.TooLarge: 413,

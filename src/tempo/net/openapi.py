@@ -190,8 +190,10 @@ def _worker_paths() -> dict[str, Any]:
     ack = _json(schema.BatchAck, "accepted and rejected runs")
     stale = _problem("stale_attempt: the attempt is no longer current")
     return {
-        "/v1/claim": {"post": _op("Take due runs", {"200": _json(schema.ClaimOut, "the claimed runs")},
-                                  body=schema.ClaimIn)},
+        "/v1/claim": {"post": _op("Take due runs", {
+            "200": _json(schema.ClaimOut, "the claimed runs"),
+            "409": _problem("claim_key_reused: the claim key was used by another worker or for other queues"),
+        }, body=schema.ClaimIn)},
         "/v1/runs/{run_id}/heartbeat": {"post": _op(
             "Extend a lease", {"200": _json(schema.HeartbeatOut, "the new lease"), "409": stale},
             body=schema.HeartbeatIn, params=[run_id])},
