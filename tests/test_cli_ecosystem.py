@@ -3,6 +3,7 @@ usage errors naming the flag, documented exit statuses, help with examples,
 `events`, `preview`, `jobs create --file`, and local times beside UTC."""
 
 import argparse
+import io
 import json
 import os
 import subprocess
@@ -265,6 +266,19 @@ def test_create_from_a_file_with_a_bad_line_sends_nothing(
     assert all(j["name"] != name for j in listed)
     code, _, err = tempo(capsys, "jobs", "create", "--file", str(path), "--target", "queue:x", "--url", server.url)
     assert code == 2 and "--target" in err
+
+
+def test_create_from_stdin(
+    server: Server, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    name = unique("stdin")
+    line = json.dumps({"target": "queue:file", "schedule": {"every_s": 60}, "name": name, "request_key": name})
+    monkeypatch.setattr("sys.stdin", io.StringIO(line + "\n" + line + "\n"))
+    code, out, err = tempo(capsys, "--json", "jobs", "create", "--file", "-", "--url", server.url)
+    assert code == 0, err
+    first, second = (json.loads(line) for line in out.splitlines())
+    assert (first["line"], first["status"], second["line"], second["status"]) == (1, 201, 2, 200)
+    assert first["job"]["id"] == second["job"]["id"]
 
 
 # -- local times -------------------------------------------------------------------

@@ -762,7 +762,10 @@ def _loadgen(args: argparse.Namespace) -> int:
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(
         prog="tempo", description="tempo, a job scheduler", formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="flags --url, --ca-file and --json go before or after the command.\n\n" + EXIT_STATUSES,
+        epilog=_examples("tempo serve", "tempo jobs create --target queue:reports --cron '0 3 * * *' --timezone Europe/Berlin",
+                         "tempo --json jobs list", "tempo worker --queue reports -- ./make-report.sh",
+                         "tempo jobs create --help")
+        + "\n\nflags --url, --ca-file and --json go before or after the command.\n\n" + EXIT_STATUSES,
     )
     top.add_argument("--version", action="version", version=_version(), help="print tempo's version")
     _global_flags(top)
