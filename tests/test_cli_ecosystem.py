@@ -77,6 +77,16 @@ def test_a_bad_flag_value_is_a_usage_error_naming_it(capsys: pytest.CaptureFixtu
     assert flag in err and "Traceback" not in err and "usage:" in err
 
 
+@pytest.mark.parametrize(("args", "flag"), [
+    (("--concurrency", "0"), "--concurrency"), (("--grace-s", "-1"), "--grace-s"),
+    (("--worker-id", "w" * 201), "--worker-id"),
+    (tuple(arg for i in range(101) for arg in ("--queue", f"q{i}")), "--queue"),
+])
+def test_bad_worker_flags_are_usage_errors(capsys: pytest.CaptureFixture[str], args: tuple[str, ...], flag: str) -> None:
+    code, _, err = tempo(capsys, "worker", "--url", "http://127.0.0.1:1", "--queue", "q", *args, "--", "true")
+    assert code == 2 and flag in err and "Traceback" not in err, err
+
+
 def test_create_needs_exactly_one_schedule(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = tempo(capsys, "jobs", "create", "--target", "queue:x")
     assert code == 2 and all(f in err for f in ("--at", "--cron", "--every-s"))

@@ -98,6 +98,35 @@ def _gaps_s(text: str) -> list[int]:
     return [int(part) for part in parts]
 
 
+def _int_from(lo: int) -> Callable[[str], int]:
+    """A flag's whole number, at least `lo`."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"a whole number, not {text!r}") from None
+        if value < lo:
+            raise argparse.ArgumentTypeError(f"at least {lo} (got {value})")
+        return value
+    return parse
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a number of seconds, not {text!r}") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"a number of seconds, 0 or more (got {text})")
+    return value
+
+
+def _worker_id(text: str) -> str:
+    if not 1 <= len(text) <= limits.worker_chars_max:
+        raise argparse.ArgumentTypeError(f"1 to {limits.worker_chars_max} characters (got {len(text)})")
+    return text
+
+
 def _json_value(text: str) -> Any:
     try:
         return json.loads(text)
@@ -674,11 +703,12 @@ def _add_worker_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]
                         "tempo worker --queue mail --queue sms --concurrency 8 --log-format json -- python send.py")
     _connection_flags(worker)
     worker.add_argument("--queue", action="append", required=True, help="a queue to claim from (repeatable)")
-    worker.add_argument("--concurrency", type=int, default=1, help="runs at a time (default 1)")
-    worker.add_argument("--worker-id", dest="worker_id", default=None, help="its name in runs and logs (default: HOST-PID)")
+    worker.add_argument("--concurrency", type=_int_from(1), default=1, metavar="N", help="runs at a time (default 1)")
+    worker.add_argument("--worker-id", dest="worker_id", type=_worker_id, default=None,
+                        help="its name in runs and logs (default: HOST-PID)")
     worker.add_argument("--log-format", choices=("text", "json"), default="text",
                         help="log lines as text (default) or as one JSON object per line")
-    worker.add_argument("--grace-s", dest="grace_s", type=float, default=30.0, help="on SIGTERM/SIGINT, how long running commands may finish")
+    worker.add_argument("--grace-s", dest="grace_s", type=_seconds, default=30.0, metavar="S", help="on SIGTERM/SIGINT, how long running commands may finish")
     worker.add_argument("argv", nargs=argparse.REMAINDER, help="-- COMMAND...: gets the payload as JSON on stdin")
 
 
@@ -694,6 +724,9 @@ def _worker(args: argparse.Namespace) -> int:
     argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
     if not argv:
         print("tempo worker: give the command after --", file=sys.stderr)
+        return 2
+    if len(set(args.queue)) > limits.queues_per_claim_max:
+        print(f"tempo worker: --queue: at most {limits.queues_per_claim_max} queues", file=sys.stderr)
         return 2
     # tempo's own log lines on stderr, as `tempo serve` writes them; not the
     # libraries' (httpx logs every request at INFO).
