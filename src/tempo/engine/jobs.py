@@ -17,7 +17,7 @@ import os
 import urllib.parse
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeGuard, TypeVar
 
 import msgspec
 import trio
@@ -463,11 +463,33 @@ class Jobs:
         the request keys of items rejected before they got here (by the
         decoder), by their place in `items`."""
         at_ms = self.now_ms()
+        outcomes, new_jobs, places = await self._new_jobs(
+            owner, items, at_ms, from_msgpack=from_msgpack, rejected_keys_of=rejected_keys_of or {}
+        )
+        if new_jobs:
+            applied = await self.committer.submit(CreateJobs(at_ms, new_jobs))
+            assert _created_each(applied) and len(applied) == len(places)
+            for i, outcome in zip(places, applied, strict=True):
+                outcomes[i] = outcome
+        created = [outcome for outcome in outcomes if outcome is not None]
+        assert len(created) == len(outcomes), "every item has its outcome"
+        return created
+
+    async def _new_jobs(
+        self,
+        owner: str,
+        items: list[JobSpec | errors.TempoError],
+        at_ms: int,
+        *,
+        from_msgpack: bool,
+        rejected_keys_of: dict[int, str],
+    ) -> tuple[list[Created | errors.TempoError | None], list[NewJob], list[int]]:
+        """`create`'s checks: the outcome of each item rejected (None for the
+        others), the new jobs of the valid items, and their places in `items`."""
         outcomes: list[Created | errors.TempoError | None] = [None] * len(items)
         # The problem of each key whose first item was rejected; every key seen.
         rejected_keys: dict[str, errors.TempoError] = {}
         seen_keys: set[str] = set()
-        rejected_keys_of = rejected_keys_of or {}
         new_jobs: list[NewJob] = []
         places: list[int] = []
         passed = payloads_pass(
@@ -505,13 +527,7 @@ class Jobs:
                     rejected_keys[key] = exc
                 continue
             places.append(i)
-        if new_jobs:
-            applied = await self.committer.submit(CreateJobs(at_ms, new_jobs))
-            assert isinstance(applied, list) and len(applied) == len(places)
-            for i, outcome in zip(places, applied, strict=True):
-                outcomes[i] = outcome
-        assert all(outcome is not None for outcome in outcomes)
-        return outcomes  # type: ignore[return-value]
+        return outcomes, new_jobs, places
 
     async def pause(self, owner: str, job_id: str) -> Job:
         return _ok(await self.committer.submit(PauseJob(self.now_ms(), owner, job_id)), Job)
@@ -532,6 +548,12 @@ class Jobs:
 
     async def trigger(self, owner: str, job_id: str) -> Run:
         return _ok(await self.committer.submit(TriggerJob(self.now_ms(), owner, job_id)), Run)
+
+
+def _created_each(answer: Answer) -> TypeGuard[list[Created | errors.TempoError]]:
+    """Whether `answer` is what apply answers a `CreateJobs`: a job created or
+    its fault, one per new job."""
+    return isinstance(answer, list) and all(isinstance(o, Created | errors.TempoError) for o in answer)
 
 
 def _ok(outcome: Answer, kind: type[T]) -> T:

@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TypeVar, overload
 
 import lmdb
 import msgspec
@@ -146,7 +146,10 @@ class Changes:
 # What apply answers for one command: a value, or the operating error the
 # request gets. Errors are returned, not raised, so one bad command in a batch
 # leaves the others (and the transaction) alone.
-Outcome = Created | Job | Run | None | errors.TempoError | list | ClaimKeyEntry
+Outcome = (
+    Created | Job | Run | None | errors.TempoError | ClaimKeyEntry
+    | list[Created | errors.TempoError] | list[Run | None] | list[Run | errors.TempoError]
+)
 
 
 class Store:
@@ -308,7 +311,7 @@ class Store:
         if map_bytes - used_bytes < min(limits.storage_probe_bytes, map_bytes // 16):
             return errors.StorageFault(f"the data file is full: its map of {map_bytes >> 20} MiB", map_full=True)
 
-        def work(txn: lmdb.Transaction) -> None:
+        def work(txn: "lmdb.Transaction[bytes]") -> None:
             txn.put(_PROBE, b"", db=self.db["meta"])
             txn.delete(_PROBE, db=self.db["meta"])
 
@@ -358,7 +361,7 @@ class Store:
         index was applied before (a replay after a crash) and changes nothing."""
         return self.write(lambda txn: self.apply_in(txn, index, data))
 
-    def write(self, work: Callable[[lmdb.Transaction], T]) -> T:
+    def write(self, work: Callable[["lmdb.Transaction[bytes]"], T]) -> T:
         """Runs `work` in one write transaction (one fsync at its end): the
         replica persists raft state and applies entries together this way.
 
@@ -399,13 +402,13 @@ class Store:
         what their encoding holds."""
         return self.write(lambda txn: self.apply_decoded(txn, index, commands))
 
-    def apply_in(self, txn: lmdb.Transaction, index: int, data: bytes) -> tuple[list[Outcome], Changes]:
+    def apply_in(self, txn: "lmdb.Transaction[bytes]", index: int, data: bytes) -> tuple[list[Outcome], Changes]:
         """`apply_entry` inside the caller's write transaction. Empty `data`
         (a raft no-op or configuration entry) only records the index."""
         return self.apply_decoded(txn, index, decode_entry(data) if data else [])
 
     def apply_decoded(
-        self, txn: lmdb.Transaction, index: int, commands: list[Command]
+        self, txn: "lmdb.Transaction[bytes]", index: int, commands: list[Command]
     ) -> tuple[list[Outcome], Changes]:
         raw = txn.get(_APPLIED_INDEX, db=self.db["meta"])
         applied = 0 if raw is None else _U64.unpack(raw)[0]
@@ -441,7 +444,7 @@ class Store:
             tables = [[name, list(txn.cursor(db=db))] for name, db in self.db.items()]
         return index, _enc.encode(tables)
 
-    def restore_in(self, txn: lmdb.Transaction, index: int, data: bytes) -> None:
+    def restore_in(self, txn: "lmdb.Transaction[bytes]", index: int, data: bytes) -> None:
         """Replaces every table with a snapshot's copy, inside the caller's
         transaction: a crash leaves the old state or the new, never a mix."""
         tables = _snapshot_dec.decode(data) if data else []
@@ -494,7 +497,7 @@ class Store:
                 key = by_owner.key()
                 if not key.startswith(prefix):
                     break
-                jobs.append(tx.fresh(_job_dec.decode(txn.get(key[len(prefix) :], db=jobs_db))))
+                jobs.append(tx.fresh(_job_dec.decode(_present(txn.get(key[len(prefix) :], db=jobs_db)))))
                 found = by_owner.prev()
         if len(jobs) > limit:
             return jobs[:limit], jobs[limit - 1].id
@@ -614,7 +617,7 @@ class Store:
                     continue
                 job = jobs.get(run.job_id)
                 if job is None:
-                    job = jobs[run.job_id] = _job_dec.decode(txn.get(keys.job_key(run.job_id), db=jobs_db))
+                    job = jobs[run.job_id] = _job_dec.decode(_present(txn.get(keys.job_key(run.job_id), db=jobs_db)))
                 out.append((key, run, job))
         return out
 
@@ -662,7 +665,7 @@ class _NewRows:
     """Rows of new jobs, their runs and index entries, put per table in one
     call: py-lmdb's `putmulti` costs half what one `put` a row does."""
 
-    __slots__ = ("jobs", "runs", "by_job", "by_owner")
+    __slots__ = ("by_job", "by_owner", "jobs", "runs")
 
     def __init__(self) -> None:
         self.jobs: list[tuple[bytes, bytes]] = []
@@ -688,12 +691,12 @@ class _Tx:
     """One transaction's view of the tables, with the apply functions."""
 
     __slots__ = (
-        "txn", "jobs", "by_owner", "runs", "by_job", "reqkeys", "events", "meta", "open", "changes",
-        "open_deltas", "event_seq", "members", "hist_days", "buckets", "_history", "_bucket_of_day",
-        "claim_keys",
+        "_bucket_of_day", "_history", "buckets", "by_job", "by_owner", "changes", "claim_keys",
+        "event_seq", "events", "hist_days", "jobs", "members", "meta", "open", "open_deltas",
+        "reqkeys", "runs", "txn",
     )
 
-    def __init__(self, txn: lmdb.Transaction, db: dict[str, lmdb._Database], buckets: list[lmdb._Database]):
+    def __init__(self, txn: "lmdb.Transaction[bytes]", db: dict[str, lmdb._Database], buckets: list[lmdb._Database]):
         self.txn = txn
         self.jobs = db["jobs"]
         self.by_owner = db["jobs_by_owner"]
@@ -719,6 +722,10 @@ class _Tx:
 
     # -- reads inside the transaction ----------------------------------------
 
+    @overload
+    def fresh(self, job: Job) -> Job: ...
+    @overload
+    def fresh(self, job: None) -> None: ...
     def fresh(self, job: Job | None) -> Job | None:
         """The job as the API shows it: a one-off's `next_run_at` only while
         its run is waiting (a claim does not rewrite the job)."""
@@ -743,7 +750,7 @@ class _Tx:
 
     def run_at_slot(self, job_id: str, slot_ms: int) -> Run | None:
         runs_key = self.run_key_at_slot(job_id, slot_ms)
-        return None if runs_key is None else _run_dec.decode(self.txn.get(runs_key, db=self.runs))
+        return None if runs_key is None else _run_dec.decode(_present(self.txn.get(runs_key, db=self.runs)))
 
     def slots_desc(self, job_id: str, lower_ms: int, upper_ms: int) -> Iterator[tuple[int, bytes]]:
         """(nominal ms, runs key) of the job's open runs in [lower, upper), newest first."""
@@ -751,7 +758,7 @@ class _Tx:
 
     def runs_desc(self, job_id: str, lower_ms: int, upper_ms: int) -> Iterator[Run]:
         """The job's runs in [lower, upper), open and finished, newest first."""
-        live = ((nominal_ms, self.txn.get(key, db=self.runs)) for nominal_ms, key in self.slots_desc(
+        live = ((nominal_ms, _present(self.txn.get(key, db=self.runs))) for nominal_ms, key in self.slots_desc(
             job_id, lower_ms, upper_ms
         ))
         sources = [live] + [
@@ -853,12 +860,12 @@ class _Tx:
             self.txn.put(keys.by_job_key_of(job_key, run.nominal_ms), key, db=self.by_job)
         self._count_open(old_key if old_status in _OPEN else None, key if run.status in _OPEN else None)
         moved = old_key != key
-        if old_status == "waiting" and (run.status != "waiting" or moved):
-            self.changes.left.append(old_key)  # type: ignore[arg-type]
+        if old_key is not None and old_status == "waiting" and (run.status != "waiting" or moved):
+            self.changes.left.append(old_key)
         if run.status == "waiting" and (old_status != "waiting" or moved):
             self.changes.woken.append((key, run, job))
-        if old_status == "claimed" and run.status != "claimed":
-            self.changes.gone.append(old_key)  # type: ignore[arg-type]
+        if old_key is not None and old_status == "claimed" and run.status != "claimed":
+            self.changes.gone.append(old_key)
         return key
 
     def put_run_in_place(self, run: Run, runs_key: bytes, old_status: str) -> None:
@@ -944,6 +951,21 @@ class _Tx:
 
     def apply(self, command: Command) -> Outcome:
         match command:
+            case CreateJobs() | PauseJob() | ResumeJob() | DeleteJob() | TriggerJob():
+                return self.apply_to_jobs(command)
+            case ClaimRuns() | ReportResults() | ExpireLeases():
+                return self.apply_to_runs(command)
+            case SetMember():
+                self.txn.put(command.node_id.encode(), command.url.encode(), db=self.members)
+                self.changes.members = True
+                return None
+            case DropHistory():
+                self.drop_history(command)
+                return None
+        raise AssertionError(f"unknown command {type(command).__name__}")
+
+    def apply_to_jobs(self, command: CreateJobs | PauseJob | ResumeJob | DeleteJob | TriggerJob) -> Outcome:
+        match command:
             case CreateJobs():
                 return self.create_jobs(command.jobs)
             case PauseJob():
@@ -954,6 +976,10 @@ class _Tx:
                 return self.delete_job(command)
             case TriggerJob():
                 return self.trigger_job(command)
+        raise AssertionError(f"unknown job command {type(command).__name__}")
+
+    def apply_to_runs(self, command: ClaimRuns | ReportResults | ExpireLeases) -> Outcome:
+        match command:
             case ClaimRuns():
                 if command.key is not None:
                     return self.claim_keyed(command, command.key)
@@ -962,14 +988,7 @@ class _Tx:
                 return [self.report_result(command, result) for result in command.results]
             case ExpireLeases():
                 return [self.expire_lease(command.at_ms, expiry) for expiry in command.expiries]
-            case SetMember():
-                self.txn.put(command.node_id.encode(), command.url.encode(), db=self.members)
-                self.changes.members = True
-                return None
-            case DropHistory():
-                self.drop_history(command)
-                return None
-        raise AssertionError(f"unknown command {type(command).__name__}")
+        raise AssertionError(f"unknown run command {type(command).__name__}")
 
     def drop_history(self, cmd: DropHistory) -> None:
         """Drops whole buckets: LMDB frees a database's pages walking its
@@ -983,7 +1002,7 @@ class _Tx:
         self._bucket_of_day.clear()
 
     def _fresh_outcome(self, outcome: Job | errors.TempoError) -> Job | errors.TempoError:
-        return self.fresh(outcome) if isinstance(outcome, Job) else outcome  # type: ignore[return-value]
+        return self.fresh(outcome) if isinstance(outcome, Job) else outcome
 
     def create_jobs(self, items: list[NewJob]) -> list[Created | errors.TempoError]:
         """One command's new jobs. Their rows, their runs' rows and the two
@@ -1041,7 +1060,7 @@ class _Tx:
         # not run already (a trigger after the pause still runs).
         waiting: list[tuple[bytes, Run]] = []
         for _, runs_key in self.slots_desc(job.id, 0, 1 << 63):
-            run = _run_dec.decode(self.txn.get(runs_key, db=self.runs))
+            run = _run_dec.decode(_present(self.txn.get(runs_key, db=self.runs)))
             if run.status == "waiting":
                 waiting.append((runs_key, run))
         for runs_key, run in waiting:
@@ -1087,7 +1106,7 @@ class _Tx:
             due_ms = max(slot_ms, at_ms) if due_ms is None else due_ms
             self.put_run(Run(job.id, slot_ms, due_ms, "waiting"), job=job)
             return due_ms
-        run = _run_dec.decode(self.txn.get(runs_key, db=self.runs))
+        run = _run_dec.decode(_present(self.txn.get(runs_key, db=self.runs)))
         if run.status != "cancelled":
             return run.due_ms if run.status == "waiting" else None
         run.status = "waiting"
@@ -1106,7 +1125,7 @@ class _Tx:
         self.put_run(run, job=job)
         return run.due_ms
 
-    def delete_job(self, cmd: DeleteJob) -> None | errors.TempoError:
+    def delete_job(self, cmd: DeleteJob) -> errors.TempoError | None:
         job = self.job(cmd.owner, cmd.job_id)
         if job is None:
             return errors.NotFound(f"no job {cmd.job_id}")
@@ -1115,7 +1134,7 @@ class _Tx:
         found = by_job.set_range(prefix)
         while found and by_job.key().startswith(prefix):
             runs_key = by_job.value()
-            self.drop_run(runs_key, _run_dec.decode(self.txn.get(runs_key, db=self.runs)))
+            self.drop_run(runs_key, _run_dec.decode(_present(self.txn.get(runs_key, db=self.runs))))
             found = by_job.delete()
         head = _HIST_RUN + prefix
         for _, db in self.history():
@@ -1152,7 +1171,7 @@ class _Tx:
         runs_key = self.txn.get(by_job_key, db=self.by_job)
         if runs_key is None:
             return None
-        return runs_key, _run_dec.decode(self.txn.get(runs_key, db=self.runs))
+        return runs_key, _run_dec.decode(_present(self.txn.get(runs_key, db=self.runs)))
 
     def _job_any(self, job_id: str, job_key: bytes | None = None) -> Job:
         raw = self.txn.get(keys.job_key(job_id) if job_key is None else job_key, db=self.jobs)
@@ -1343,16 +1362,23 @@ def _key_fault(job: Job) -> errors.TempoError | None:
     return None
 
 
-def _first(row: tuple) -> int:
+def _present(raw: bytes | None) -> bytes:
+    """A row an index entry or a record points at: the transaction that
+    wrote the pointer wrote the row, so a missing one is a bug."""
+    assert raw is not None, "an index entry points at a missing row"
+    return raw
+
+
+def _first(row: tuple[int, object]) -> int:
     return row[0]
 
 
-def _after_shard(row: tuple) -> bytes:
+def _after_shard(row: tuple[bytes, bytes]) -> bytes:
     """A row's runs key from its due time on: (due ms, job ID, nominal ms)."""
     return row[0][keys.DUE_AT :]
 
 
-def _by_job_desc(cur: lmdb.Cursor, head: bytes, job_id: str, lower_ms: int, upper_ms: int) -> Iterator[tuple[int, bytes]]:
+def _by_job_desc(cur: "lmdb.Cursor[bytes]", head: bytes, job_id: str, lower_ms: int, upper_ms: int) -> Iterator[tuple[int, bytes]]:
     """(nominal ms, value) of rows keyed `head` + runs-by-job key of one job
     with nominal time in [lower, upper), newest first."""
     prefix = head + keys.job_key(job_id)
@@ -1369,7 +1395,7 @@ def _by_job_desc(cur: lmdb.Cursor, head: bytes, job_id: str, lower_ms: int, uppe
         found = cur.prev()
 
 
-def _events_from(cur: lmdb.Cursor, head: bytes, owner: str, after_seq: int) -> Iterator[tuple[int, bytes]]:
+def _events_from(cur: "lmdb.Cursor[bytes]", head: bytes, owner: str, after_seq: int) -> Iterator[tuple[int, bytes]]:
     """(sequence, value) of rows keyed `head` + events key of one owner after
     `after_seq`, oldest first."""
     prefix = head + keys.owner_prefix(owner)
