@@ -15,7 +15,7 @@ import functools
 import hashlib
 import os
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, Protocol, TypeGuard, TypeVar
 
@@ -450,7 +450,7 @@ class Jobs:
     async def create(
         self,
         owner: str,
-        items: list[JobSpec | errors.TempoError],
+        items: Sequence[JobSpec | errors.TempoError],
         *,
         from_msgpack: bool,
         rejected_keys_of: dict[int, str] | None = None,
@@ -478,7 +478,7 @@ class Jobs:
     async def _new_jobs(
         self,
         owner: str,
-        items: list[JobSpec | errors.TempoError],
+        items: Sequence[JobSpec | errors.TempoError],
         at_ms: int,
         *,
         from_msgpack: bool,
