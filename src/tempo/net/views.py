@@ -9,7 +9,16 @@ from typing import Any
 from tempo import clock, ids, schedule
 from tempo.engine.jobs import Occurrence
 from tempo.engine.records import Job, Run, RunStatus, Schedule
-from tempo.schema import ClaimedRunOut, DstOut, JobOut, OccurrenceOut, RetryOut, RunOut, ScheduleOut
+from tempo.schema import (
+    ClaimedRunOut,
+    DstOut,
+    JobOut,
+    NotifyOut,
+    OccurrenceOut,
+    RetryOut,
+    RunOut,
+    ScheduleOut,
+)
 
 
 def schedule_view(sched: Schedule) -> ScheduleOut:
@@ -72,6 +81,7 @@ def job_view(job: Job, shared: dict[Any, Any] | None = None) -> JobOut:
         job.state,
         clock.iso_from_ms(job.created_at_ms),
         None if job.next_run_at_ms is None else clock.iso_from_ms(job.next_run_at_ms),
+        None if job.notify is None else NotifyOut(job.notify.url, list(job.notify.events)),
     )
 
 
