@@ -26,7 +26,7 @@ from tempo import clock, errors, ids, limits, schedule
 from tempo.config import notify_url_ok
 from tempo.engine.commandlog import Answer, CommandLog
 from tempo.engine.commands import CreateJobs, DeleteJob, NewJob, PauseJob, ResumeJob, TriggerJob
-from tempo.engine.records import Job, Notify, Run, Schedule
+from tempo.engine.records import Job, Notify, NotifyEvent, Run, Schedule
 from tempo.engine.store import Created, Store
 
 _QUEUE_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
@@ -84,7 +84,7 @@ class NotifySpec(Protocol):
     @property
     def url(self) -> str: ...
     @property
-    def events(self) -> tuple[str, ...]: ...
+    def events(self) -> tuple[NotifyEvent, ...]: ...
 
 
 class JobSpec(Protocol):
@@ -473,7 +473,7 @@ class Jobs:
             raise errors.Invalid.at(
                 "notify.url", "an http:// or https:// URL of printable ASCII without spaces"
             )
-        return Notify(body.url, tuple(dict.fromkeys(body.events)))  # type: ignore[arg-type]  # checked by the schema
+        return Notify(body.url, tuple(dict.fromkeys(body.events)))
 
     async def create(
         self,
