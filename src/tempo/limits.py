@@ -443,3 +443,20 @@ instant_ms_min = -62_135_596_800_000  # 0001-01-01T00:00:00.000Z
 instant_ms_max = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
 
 assert instant_ms_min < 0 < instant_ms_max <= time_ms_max
+
+# Outcomes and filters (docs/api.md "Outcomes", "Listing runs"). A run keeps
+# each attempt's claim, end, worker and texts (each text at most
+# `output_bytes_max`, as the run's own); it keeps at most as many attempts as
+# a retry policy may allow, the newest when an older entry allowed more. A
+# filtered page of jobs reads at most `jobs_filter_rows_max` jobs and then
+# answers with what it found and a cursor, so a filter that matches nothing
+# costs a bounded time per page. The runs index key is
+# b"s" | owner | 0x00 | status u8 | ms u64 | job ID | nominal ms u64.
+run_attempts_kept_max = attempts_max
+jobs_filter_rows_max = 10_000
+status_key_bytes_max = 1 + owner_bytes_max + owner_separator_bytes + 1 + 8 + job_key_bytes + 8
+run_record_bytes_max = record_bytes_max + run_attempts_kept_max * (2 * output_bytes_max + 4 * worker_chars_max + 64)
+
+assert 1 <= run_attempts_kept_max and jobs_filter_rows_max >= page_limit_max
+assert status_key_bytes_max <= lmdb_key_bytes_max
+assert run_record_bytes_max <= lmdb_value_bytes_max

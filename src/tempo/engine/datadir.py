@@ -333,12 +333,15 @@ def _check_writable(path: str, shown: str) -> None:
 # -- the tables, once open ----------------------------------------------------------
 
 
-def check_tables(path: str, names: set[bytes], meta: Meta | None, tables: tuple[str, ...]) -> bool:
+def check_tables(
+    path: str, names: set[bytes], meta: Meta | None, tables: tuple[str, ...], added: tuple[str, ...] = ()
+) -> bool:
     """Given the names in the environment's main database, before tempo
     creates anything: True when they are tempo's tables (an existing store),
     False for an environment that never held any (a fresh start).
-    DataDirError for anything else."""
-    own = {name.encode() for name in tables} | {RAFT_META_DB, b"raft_log", IDENTITY_DB}
+    DataDirError for anything else. `added` are tables a later version
+    added, which an existing store may lack (the store builds them)."""
+    own = {name.encode() for name in tables + added} | {RAFT_META_DB, b"raft_log", IDENTITY_DB}
     foreign = sorted(name.decode(errors="replace") for name in names if name not in own and not _HIST.fullmatch(name))
     if foreign:
         shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
