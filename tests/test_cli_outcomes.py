@@ -5,7 +5,6 @@ jobs (docs/api.md "Outcomes")."""
 import json
 
 from conftest import unique
-
 from net.test_outcomes_filters import claim_one, failed_one_off, now_iso
 from test_cli import tempo
 
