@@ -650,11 +650,13 @@ class Store:
         return runs, None
 
     def forget_run_index_for_tests(self) -> None:
-        """Leaves the store as a version without the runs index left it."""
+        """Leaves the store as a version without the runs index left it:
+        without its tables, rows and mark. Close the store next (the
+        tables' handles are gone)."""
 
         def work(txn: lmdb.Transaction) -> None:
-            txn.drop(self.db["runs_by_status"], delete=False)
-            txn.drop(self.db["job_outcomes"], delete=False)
+            for name in _ADDED_TABLES:
+                txn.drop(self.db[name], delete=True)
             for bucket in self.buckets:
                 cur = txn.cursor(db=bucket)
                 while cur.set_range(_HIST_STATUS) and cur.key().startswith(_HIST_STATUS):
