@@ -339,9 +339,9 @@ def check_tables(
     """Given the names in the environment's main database, before tempo
     creates anything: True when they are tempo's tables (an existing store),
     False for an environment that never held any (a fresh start).
-    DataDirError for anything else. `added` are tables a later version
-    added, which an existing store may lack (the store builds them)."""
-    own = {name.encode() for name in tables + added} | {RAFT_META_DB, b"raft_log", IDENTITY_DB}
+    DataDirError for anything else. `added`: tables of `tables` that a later
+    version added, which a store made before lacks (they are created)."""
+    own = {name.encode() for name in tables} | {RAFT_META_DB, b"raft_log", IDENTITY_DB}
     foreign = sorted(name.decode(errors="replace") for name in names if name not in own and not _HIST.fullmatch(name))
     if foreign:
         shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
@@ -356,7 +356,7 @@ def check_tables(
             f"{path} holds an LMDB environment with no tables, so it is not tempo's: give --data-dir a "
             "directory of tempo's own"
         )
-    missing = sorted(name for name in tables if name.encode() not in names)
+    missing = sorted(name for name in tables if name.encode() not in names and name not in added)
     if missing:
         raise DataDirError(f"{path} lacks tempo's tables {', '.join(missing)}: the data is damaged; {_RESTORE}")
     return True

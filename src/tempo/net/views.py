@@ -10,7 +10,7 @@ import msgspec
 
 from tempo import clock, ids, schedule
 from tempo.engine.jobs import Occurrence
-from tempo.engine.records import Job, JobOutcome, Run, Schedule
+from tempo.engine.records import Job, JobOutcome, Run, RunStatus, Schedule
 from tempo.schema import (
     AttemptOut,
     ClaimedRunOut,
@@ -121,7 +121,14 @@ def run_detail_view(run: Run, view: RunOut) -> RunDetailOut:
     return RunDetailOut(*fields, attempts)
 
 
-def _run_fields(run: Run) -> tuple:
+# RunOut's fields: run ID, job ID, nominal and due time, status, attempt,
+# worker, lease expiry, start, finish, output, error.
+_RunFields = tuple[
+    str, str, str, str, RunStatus, int, str | None, str | None, str | None, str | None, str | None, str | None
+]
+
+
+def _run_fields(run: Run) -> _RunFields:
     """A run's API fields, in `RunOut`'s order (`ClaimedRunOut` extends it)."""
     return (
         ids.run_id(run.job_id, run.nominal_ms),
