@@ -28,14 +28,22 @@ from collections.abc import Callable
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
 
-import msgspec  # noqa: E402
+import msgspec
 
-from tempo import ids  # noqa: E402
-from tempo.engine.commands import Claim, ClaimRuns, CreateJobs, NewJob, PauseJob, ReportResults, Result  # noqa: E402
-from tempo.engine.jobs import Jobs  # noqa: E402
-from tempo.engine.store import Store  # noqa: E402
-from tempo.net import views  # noqa: E402
-from tempo.schema import JobCreate, JobsPage, RunsPage  # noqa: E402
+from tempo import ids
+from tempo.engine.commands import (
+    Claim,
+    ClaimRuns,
+    CreateJobs,
+    NewJob,
+    PauseJob,
+    ReportResults,
+    Result,
+)
+from tempo.engine.jobs import Jobs
+from tempo.engine.store import Store
+from tempo.net import views
+from tempo.schema import JobCreate, JobsPage, RunsPage
 
 T0 = 1_800_000_000_000  # 2027-01-15T08:00:00Z
 BATCH = 1000
@@ -177,6 +185,12 @@ def main() -> None:
         walk("GET /v1/runs?status=failed&since=&until= (a window)",
              runs_page(store, owner, "failed", since_ms=T0, until_ms=mid_ms), args.pages)
         walk("GET /v1/runs?status=failed (admin: every owner)", runs_page(store, None, "failed"), args.pages)
+        # A store of a version without the index builds it when first opened.
+        store.forget_run_index_for_tests()
+        store.close()
+        started = time.perf_counter()
+        store = Store(os.path.join(root, "data"), map_bytes=16 << 30)
+        print(f"building the index at first open (an upgraded store of this size): {time.perf_counter() - started:.1f} s")
     finally:
         store.close()
         shutil.rmtree(root, ignore_errors=True)

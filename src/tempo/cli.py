@@ -116,7 +116,7 @@ def _show(args: argparse.Namespace, value: Any, columns: Sequence[str] | None = 
     elif value is None:
         print("deleted")
     elif isinstance(value, dict) and columns is not None and "next_cursor" in value:  # a page (a job has `runs` too)
-        rows = value.get("jobs", value.get("runs", []))
+        rows = value["jobs"] if "jobs" in value else value["runs"]
         print(table(rows, columns))
         if value.get("next_cursor"):
             print(f"next page: --cursor {value['next_cursor']}")
@@ -198,7 +198,7 @@ def _runs(args: argparse.Namespace, client: Client) -> None:
     print(table(run.get("attempts", []), ATTEMPT_COLUMNS))
 
 
-def _add_runs_parser(sub: argparse._SubParsersAction) -> None:
+def _add_runs_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     runs = sub.add_parser("runs", help="look at runs across jobs")
     actions = runs.add_subparsers(dest="action", required=True)
     get = actions.add_parser("get", help="one run and each of its attempts")

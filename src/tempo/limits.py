@@ -485,6 +485,6 @@ jobs_filter_rows_max = 10_000
 status_key_bytes_max = 1 + owner_bytes_max + owner_separator_bytes + 1 + 8 + job_key_bytes + 8
 run_record_bytes_max = record_bytes_max + run_attempts_kept_max * (2 * output_bytes_max + 4 * worker_chars_max + 64)
 
-assert 1 <= run_attempts_kept_max and jobs_filter_rows_max >= page_limit_max
+assert run_attempts_kept_max >= 1 and jobs_filter_rows_max >= page_limit_max
 assert status_key_bytes_max <= lmdb_key_bytes_max
 assert run_record_bytes_max <= lmdb_value_bytes_max

@@ -60,7 +60,7 @@ def test_a_new_job_has_no_last_run(http):
 
 
 def test_a_run_shows_every_attempt(http):
-    job, queue = failed_one_off(http)
+    job, _ = failed_one_off(http)
     run_id = http.get(f"/v1/jobs/{job['id']}").json()["last_run"]["id"]
     run = http.get(f"/v1/runs/{run_id}").json()
     assert run["status"] == "failed"

@@ -48,7 +48,16 @@ from tempo.engine.commands import (
     TriggerJob,
     decode_entry,
 )
-from tempo.engine.records import Attempt, ClaimKeyEntry, Event, Job, JobOutcome, RequestKeyEntry, Run, Taken
+from tempo.engine.records import (
+    Attempt,
+    ClaimKeyEntry,
+    Event,
+    Job,
+    JobOutcome,
+    RequestKeyEntry,
+    Run,
+    Taken,
+)
 from tempo.metrics import Histogram
 
 _TABLES = (
@@ -1634,15 +1643,13 @@ def _page_of_jobs(
     """A page of the jobs of `rows` (newest first) that `match` holds for,
     and the next cursor; a filter reads at most `jobs_filter_rows_max` rows."""
     jobs: list[Job] = []
-    read = 0
     last_id = None
-    for raw in rows:
+    for read, raw in enumerate(rows):
         job = _job_dec.decode(raw)
         if len(jobs) == limit:
             return jobs, jobs[-1].id if match is None else last_id
         if match is not None and read == limits.jobs_filter_rows_max:
             return jobs, last_id
-        read += 1
         last_id = job.id
         if match is None or match(job):
             fresh = tx.fresh(job)

@@ -6,8 +6,6 @@ answers with records; only net/ turns them into the shapes of API.md.
 import functools
 from typing import Any
 
-import msgspec
-
 from tempo import clock, ids, schedule
 from tempo.engine.jobs import Occurrence
 from tempo.engine.records import Job, JobOutcome, Run, RunStatus, Schedule
@@ -117,8 +115,9 @@ def run_detail_view(run: Run, view: RunOut) -> RunDetailOut:
     ]
     if run.status == "claimed":
         attempts.append(AttemptOut(run.attempt, clock.iso_or_none(run.started_ms), run.worker, None, None, None, None))
-    fields = msgspec.structs.astuple(view)
-    return RunDetailOut(*fields, attempts)
+    detail = RunDetailOut(*_run_fields(run), attempts=attempts)
+    detail.lease_expires_at = view.lease_expires_at  # as heartbeats extended it
+    return detail
 
 
 # RunOut's fields: run ID, job ID, nominal and due time, status, attempt,
