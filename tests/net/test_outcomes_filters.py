@@ -184,3 +184,16 @@ def test_runs_listing_is_the_owners_and_an_admins_is_everyones(secured):
     with as_(secured, "ops-admin") as admin:
         got = [r["job_id"] for r in admin.get("/v1/runs", params={"status": "failed"}).json()["runs"]]
         assert got == [made["globex"]["id"], made["acme"]["id"]]
+
+
+def test_a_repeated_request_key_answers_the_job_with_its_outcome(http):
+    key = unique("rk")
+    queue = unique("q")
+    body = job_body(target=f"queue:{queue}", schedule={"at": now_iso(-1)},
+                    retry={"max_attempts": 1, "backoff_s": [0]}, request_key=key)
+    job = http.post("/v1/jobs", json=body).json()
+    run = claim_one(http, queue)
+    http.post(f"/v1/runs/{run['id']}/result", json={"attempt": 1, "ok": False, "error": "no"})
+    again = http.post("/v1/jobs", json=body)
+    assert again.status_code == 200 and again.json()["id"] == job["id"]
+    assert again.json()["last_run"]["status"] == "failed" and again.json()["runs"]["failed"] == 1

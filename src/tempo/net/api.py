@@ -501,7 +501,9 @@ class Api:
         [outcome] = await self.jobs.create(self.owner(request), [body], from_msgpack=request.is_msgpack)
         if isinstance(outcome, errors.TempoError):
             raise outcome
-        return encode(request, views.job_view(outcome.job), 201 if outcome.new else 200)
+        if outcome.new:
+            return encode(request, views.job_view(outcome.job), 201)
+        return encode(request, self.job_view(outcome.job), 200)  # an existing job: with its outcome
 
     async def create_batch(self, request: Request) -> Response:
         items = _decode_batch_at_once(request)
