@@ -242,3 +242,25 @@ def test_a_snapshot_of_a_version_without_the_index_gets_it_built(two_stores):
     two.write(lambda txn: two.restore_in(txn, index, msgspec.msgpack.encode(older)))
     assert two.digest() == one.digest()
     assert page_all(two, OWNER, "waiting") == page_all(one, OWNER, "waiting") != []
+
+
+def test_a_filtered_page_reads_a_bounded_number_of_jobs(store, monkeypatch):
+    log = Log(store)
+    made = [new_job(T0 + k, name="match" if k == 0 else f"other-{k}") for k in range(12)]
+    for item in made:
+        log.apply(CreateJobs(item.job.created_at_ms, [item]))
+    monkeypatch.setattr(limits, "jobs_filter_rows_max", 5)
+
+    def match(job) -> bool:
+        return job.name == "match"
+
+    pages, cursor = [], None
+    while True:
+        found, cursor = store.list_jobs(OWNER, 100, cursor, match)
+        pages.append([j.id for j in found])
+        if cursor is None:
+            break
+    assert pages == [[], [], [made[0].job.id]]  # 5 read, 5 read, the last 2
+    assert store.list_all_jobs(100, None, match)[0] == []  # the admin's listing is bounded alike
+    unfiltered, next_cursor = store.list_jobs(OWNER, 100, None)
+    assert len(unfiltered) == 12 and next_cursor is None
