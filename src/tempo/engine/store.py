@@ -630,7 +630,7 @@ class Store:
             assert len(cursor) == keys.ORDER_TAIL_BYTES
             upper = min(upper, cursor)
         lower_ms = 0 if since_ms is None else since_ms
-        codes = list(range(len(keys.STATUSES))) if status is None else [keys.STATUS_CODE[status]]
+        codes = [*range(len(keys.STATUSES)), keys.OTHER_STATUS_CODE] if status is None else [keys.STATUS_CODE[status]]
         runs: list[Run] = []
         tails: list[bytes] = []
         with self.env.begin() as txn:
@@ -642,13 +642,14 @@ class Store:
                     continue
                 for code in codes:
                     head = keys.status_prefix(name, code)
-                    if keys.STATUSES[code] in _OPEN:
+                    kind = keys.STATUSES[code] if code < len(keys.STATUSES) else None
+                    if kind in _OPEN:
                         sources.append(_status_desc(txn.cursor(db=tx.by_status), b"", head, upper, lower_ms, None))
                         continue
                     for day, bucket in tx.history():
                         # A done or failed run is in the bucket of the day it
                         # ended or a later one (bucket_for).
-                        if keys.STATUSES[code] != "cancelled" and (day + 1) * limits.day_ms <= lower_ms:
+                        if kind in ("done", "failed") and (day + 1) * limits.day_ms <= lower_ms:
                             continue
                         sources.append(_status_desc(txn.cursor(db=bucket), _HIST_STATUS, head, upper, lower_ms, bucket))
             last = None
@@ -1534,7 +1535,7 @@ def _index_ms(run: Run) -> int:
 
 
 def _status_key_of(owner: str, run: Run) -> bytes:
-    return keys.status_key(owner, keys.STATUS_CODE[run.status], _index_ms(run), run.job_id, run.nominal_ms)
+    return keys.status_key(owner, keys.status_code(run.status), _index_ms(run), run.job_id, run.nominal_ms)
 
 
 def _count_outcome(txn: lmdb.Transaction, db: lmdb._Database, job_key: bytes, run: Run) -> None:
@@ -1547,7 +1548,7 @@ def _count_outcome(txn: lmdb.Transaction, db: lmdb._Database, job_key: bytes, ru
         outcome.done += 1
     elif run.status == "failed":
         outcome.failed += 1
-    else:
+    elif run.status == "cancelled":
         outcome.cancelled += 1
     if run.status in ("done", "failed") and run.finished_ms is not None and (
         outcome.last_finished_ms is None
