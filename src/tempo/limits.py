@@ -478,8 +478,9 @@ assert claim_keys_dropped_per_claim >= 2
 # a retry policy may allow, the newest when an older entry allowed more. A
 # filtered page of jobs reads at most `jobs_filter_rows_max` jobs and then
 # answers with what it found and a cursor, so a filter that matches nothing
-# costs a bounded time per page. The runs index key is
-# b"s" | owner | 0x00 | status u8 | ms u64 | job ID | nominal ms u64.
+# costs a bounded time per page. A runs index key is
+# owner | 0x00 | status u8 | ms u64 | job ID | nominal ms u64, with b"s"
+# before it in a history bucket (`status_key_bytes_max` counts that byte).
 run_attempts_kept_max = attempts_max
 jobs_filter_rows_max = 10_000
 status_key_bytes_max = 1 + owner_bytes_max + owner_separator_bytes + 1 + 8 + job_key_bytes + 8
