@@ -23,9 +23,10 @@ import msgspec
 import trio
 
 from tempo import clock, errors, ids, limits, schedule
+from tempo.config import notify_url_ok
 from tempo.engine.commandlog import Answer, CommandLog
 from tempo.engine.commands import CreateJobs, DeleteJob, NewJob, PauseJob, ResumeJob, TriggerJob
-from tempo.engine.records import Job, Run, Schedule
+from tempo.engine.records import Job, Notify, Run, Schedule
 from tempo.engine.store import Created, Store
 
 _QUEUE_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
@@ -77,6 +78,15 @@ class RetrySpec(Protocol):
     def backoff_s(self) -> tuple[int, ...]: ...
 
 
+class NotifySpec(Protocol):
+    """A job's notification setting as asked for (`schema.NotifyIn`)."""
+
+    @property
+    def url(self) -> str: ...
+    @property
+    def events(self) -> tuple[str, ...]: ...
+
+
 class JobSpec(Protocol):
     """A job as asked for (`schema.JobCreate`)."""
 
@@ -96,6 +106,8 @@ class JobSpec(Protocol):
     def jitter_s(self) -> int: ...
     @property
     def request_key(self) -> str | None: ...
+    @property
+    def notify(self) -> NotifySpec | None: ...
 
 
 class PreviewSpec(Protocol):
@@ -387,6 +399,9 @@ class Jobs:
         # newest first stays true after the wall clock steps back.
         self.now_ms = now_ms or clock.Clock().now_ms
         self._ids = _JobIds()
+        # Whether the server sends notifications (a `[notify]` config table):
+        # without, a job that asks for them is refused at `notify`.
+        self.notify_enabled = False
 
     def new_job(
         self,
@@ -411,6 +426,7 @@ class Jobs:
                 raise errors.TooLarge.at("payload", f"more than {limits.payload_bytes_max} bytes as JSON")
         sched = schedule_record(body.schedule)
         backoff_s = body.retry.backoff_s
+        notify = None if body.notify is None else self.notify_record(body.notify)
         try:
             if body.request_key is None:
                 # Only a request key is compared with the body hash: without
@@ -422,6 +438,9 @@ class Jobs:
                 hashed = _hash_encoder.encode(
                     (body.name, body.target, body.payload, sched, body.retry.max_attempts,
                      backoff_s, body.lease_s, body.jitter_s)
+                    # Appended only when given, so the hash of a job without
+                    # it is what it was before `notify` existed.
+                    + (() if notify is None else (notify,))
                 )
                 digest = hashlib.blake2b(hashed, digest_size=16).digest()
         except OverflowError:
@@ -434,7 +453,7 @@ class Jobs:
         job = Job(
             self._ids.take(at_ms, 1)[0] if job_id is None else job_id,
             owner, body.name, body.target, body.payload, sched, body.retry.max_attempts, backoff_s,
-            body.lease_s, body.jitter_s, "active", at_ms, body.request_key, None, None,
+            body.lease_s, body.jitter_s, "active", at_ms, body.request_key, None, None, notify,
         )
         if sched.at_ms is not None and body.jitter_s == 0:
             # `first_slot_ms` and `due_ms` of a one-off without jitter, inline.
@@ -446,6 +465,15 @@ class Jobs:
                 raise errors.Invalid.at("schedule", "the schedule has no occurrence left")
             job.next_run_at_ms = due_ms(job, job.slot_ms, at_ms)
         return NewJob(job, job.next_run_at_ms, digest)
+
+    def notify_record(self, body: NotifySpec) -> Notify:
+        if not self.notify_enabled:
+            raise errors.Invalid.at("notify", "this server sends no notifications: its config has no [notify] table")
+        if not notify_url_ok(body.url):
+            raise errors.Invalid.at(
+                "notify.url", "an http:// or https:// URL of printable ASCII without spaces"
+            )
+        return Notify(body.url, tuple(dict.fromkeys(body.events)))  # type: ignore[arg-type]  # checked by the schema
 
     async def create(
         self,

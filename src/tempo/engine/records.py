@@ -51,6 +51,16 @@ class Schedule(msgspec.Struct, array_like=True, frozen=True, gc=False):
         return self.at_ms is None
 
 
+NotifyEvent = Literal["run.failed", "job.completed", "job.recovered"]
+
+
+class Notify(msgspec.Struct, array_like=True, frozen=True, gc=False):
+    """Where a job's notifications go and which events send one."""
+
+    url: str
+    events: tuple[NotifyEvent, ...]
+
+
 class Job(msgspec.Struct, array_like=True, gc=False):
     id: JobId
     owner: str
@@ -69,6 +79,11 @@ class Job(msgspec.Struct, array_like=True, gc=False):
     # the waiting run's due time; None when the schedule has nothing waiting.
     slot_ms: Ms | None
     next_run_at_ms: Ms | None
+    # Its own notification setting; None: the owner's default (config).
+    notify: Notify | None = None
+    # Runs of the job that failed for good since the last one that ended
+    # done: a `job.recovered` event is written when one ends done after them.
+    failed_runs: Count = 0
 
 
 class Attempt(msgspec.Struct, array_like=True, gc=False):

@@ -40,6 +40,7 @@ from tempo.engine.commands import (
     ExpireLeases,
     Expiry,
     NewJob,
+    NotifyCursor,
     PauseJob,
     ReportResults,
     Result,
@@ -112,6 +113,8 @@ _MISUSE = (
 _FATAL = (lmdb.PanicError,)
 _APPLIED_INDEX = b"applied_index"
 _EVENT_SEQ = b"event_seq"
+# The last event sequence the notifier handled (`NotifyCursor`).
+_NOTIFY_CURSOR = b"notify_cursor"
 # Written and deleted in one transaction by `Store.probe`: never in the tables.
 _PROBE = b"\x00probe"
 # What a file system answers when the disk is full or failing (a snapshot
@@ -778,6 +781,34 @@ class Store:
                 out.append((seq, _event_dec.decode(raw)))
         return out
 
+    def event_seq(self) -> int:
+        """The sequence of the last event written (0: none yet)."""
+        with self.env.begin() as txn:
+            raw = txn.get(_EVENT_SEQ, db=self.db["meta"])
+        return 0 if raw is None else _U64.unpack(raw)[0]
+
+    def notify_cursor(self) -> int | None:
+        """The notifier's committed cursor (`NotifyCursor`); None before the first."""
+        with self.env.begin() as txn:
+            raw = txn.get(_NOTIFY_CURSOR, db=self.db["meta"])
+        return None if raw is None else _U64.unpack(raw)[0]
+
+    def events_of_all(self, after_seq: int, limit: int) -> list[tuple[str, int, Event]]:
+        """(owner, sequence, event) of every owner's events after `after_seq`,
+        oldest first, at most `limit`: for the notifier, which serves all
+        owners. Each owner's first `limit` are read and merged, so the cost
+        grows with the owners that have events, not with the events kept."""
+        found: list[tuple[str, int, bytes]] = []
+        with self.env.begin() as txn:
+            tx = _Tx(txn, self.db, self.buckets)
+            for owner in tx.event_owners():
+                for n, (seq, raw) in enumerate(tx.events_after(owner, after_seq)):
+                    if n >= limit:
+                        break
+                    found.append((owner, seq, raw))
+            found.sort(key=_second)
+            return [(owner, seq, _event_dec.decode(raw)) for owner, seq, raw in found[:limit]]
+
     def history_days(self) -> list[int]:
         """The days (since the epoch, UTC) of the history buckets in use, oldest first."""
         with self.env.begin() as txn:
@@ -930,6 +961,20 @@ class _Tx:
             _events_from(self.txn.cursor(db=db), _HIST_EVENT, owner, after_seq) for _, db in self.history()
         ]
         return heapq.merge(*sources, key=_first)
+
+    def event_owners(self) -> set[str]:
+        """The owners with an event kept: one seek per owner and source."""
+        owners: set[str] = set()
+        sources = [(self.events, b"")] + [(db, _HIST_EVENT) for _, db in self.history()]
+        for db, head in sources:
+            cur = self.txn.cursor(db=db)
+            found = cur.set_range(head)
+            while found and cur.key().startswith(head):
+                owner, _ = keys.parse_event_key(cur.key()[len(head) :])
+                owners.add(owner)
+                # The next owner's first key: past every key of this one.
+                found = cur.set_range(head + owner.encode() + b"\x01")
+        return owners
 
     def bucket_for(self, at_ms: int) -> lmdb._Database:
         """The history bucket of the day of `at_ms`, taken into use if new."""
@@ -1142,6 +1187,11 @@ class _Tx:
                 return None
             case DropHistory():
                 self.drop_history(command)
+                return None
+            case NotifyCursor():
+                raw = self.txn.get(_NOTIFY_CURSOR, db=self.meta)
+                if raw is None or _U64.unpack(raw)[0] < command.seq:
+                    self.txn.put(_NOTIFY_CURSOR, _U64.pack(command.seq), db=self.meta)
                 return None
         raise AssertionError(f"unknown command {type(command).__name__}")
 
@@ -1465,6 +1515,8 @@ class _Tx:
             run.status = "done"
             run.finished_ms = cmd.at_ms
             self.finish_run(run, runs_key, "claimed", cmd.at_ms, by_job_key, job)
+            if job.failed_runs > 0:
+                self._recovered(job, run, cmd.at_ms, job_key)
             self._settle(job, run, cmd.at_ms, job_key)
             return run
         gap_s = job.backoff_s[min(run.attempt - 1, len(job.backoff_s) - 1)]
@@ -1498,7 +1550,17 @@ class _Tx:
         self.finish_run(run, runs_key, "claimed", at_ms, job=job)
         detail = {"attempt": run.attempt, "error": run.error}
         self.append_event(job.owner, Event("run.failed", at_ms, job.id, ids.run_id(job.id, run.nominal_ms), detail))
+        job.failed_runs += 1
+        self.put_job(job)
         self._settle(job, run, at_ms)
+
+    def _recovered(self, job: Job, run: Run, at_ms: int, job_key: bytes) -> None:
+        """A run ended done after `job.failed_runs` runs that failed for good."""
+        assert run.status == "done" and job.failed_runs > 0
+        detail = {"failed_runs": job.failed_runs}
+        job.failed_runs = 0
+        self.put_job(job, job_key)
+        self.append_event(job.owner, Event("job.recovered", at_ms, job.id, ids.run_id(job.id, run.nominal_ms), detail))
 
     def _settle(self, job: Job, run: Run, at_ms: int, job_key: bytes | None = None) -> None:
         """A one-off whose scheduled run ended is completed."""
@@ -1614,6 +1676,10 @@ def _build_run_index(txn: lmdb.Transaction, db: dict[str, lmdb._Database], bucke
 
 def _first(row: tuple) -> int:
     return row[0]
+
+
+def _second(row: tuple) -> int:
+    return row[1]
 
 
 def _after_shard(row: tuple) -> bytes:

@@ -48,6 +48,8 @@ from tempo.net.asgi import (
 )
 from tempo.net.auth import Authenticator
 from tempo.net.http import GATE, ConnectionGate
+from tempo.net.notify import NotifyCounts
+from tempo.net.notify import metric_lines as notify_metric_lines
 from tempo.net.peer import FrameReader
 from tempo.node import ClusterMember, Standalone
 from tempo.node.membership import Membership
@@ -189,6 +191,7 @@ class Api:
         self.in_flight = 0
         self.long_polls = 0
         self.internal_errors = 0  # 500s: errors no handler expected
+        self.notify_counts: NotifyCounts | None = None  # set when the config has [notify]
         self.bodies = BodyBudget(self.edge.body_bytes_in_flight_max)
         # Seconds from the request's arrival to its answer sent, by route.
         self.durations: dict[str, prom.Histogram] = {}
@@ -890,6 +893,7 @@ class Api:
         lines += self._dispatch_metrics()
         lines += self._fairness_metrics()
         lines += self._clock_metrics()
+        lines += notify_metric_lines(self.notify_counts)
         lines += self.pauses.lines()
         body = ("\n".join(lines) + "\n").encode()
         return Response(200, body, b"text/plain; version=0.0.4")
