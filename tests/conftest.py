@@ -291,7 +291,8 @@ class _EndpointHandler(BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("content-length", str(len(answer)))
         self.end_headers()
-        self.wfile.write(answer)
+        if answer:
+            self.wfile.write(answer)
 
     def log_message(self, *args: object) -> None:
         pass
