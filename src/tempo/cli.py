@@ -27,8 +27,14 @@ from tempo.net.client import (
 )
 from tempo.net.tls import TlsError
 
-JOB_COLUMNS = ("id", "name", "state", "target", "schedule", "next_run_at")
-RUN_COLUMNS = ("id", "status", "attempt", "nominal_at", "due_at", "worker", "finished_at")
+# `outcome`: the status of the job's last run that ended (docs/api.md
+# "Outcomes"), so a one-off that failed does not read like one that succeeded.
+JOB_COLUMNS = ("id", "name", "state", "outcome", "target", "schedule", "next_run_at")
+RUN_COLUMNS = ("id", "status", "attempt", "nominal_at", "due_at", "worker", "finished_at", "error")
+ALL_RUN_COLUMNS = ("id", "job_id", "status", "attempt", "due_at", "finished_at", "error")
+ATTEMPT_COLUMNS = ("attempt", "claimed_at", "worker", "ended_at", "ok", "error", "output")
+# A table cell shows at most this many characters of a text (an error, an output).
+cell_chars_max = 60
 CLUSTER_COLUMNS = ("node", "url", "role", "term", "leader", "commit", "applied")
 EVENT_COLUMNS = ("cursor", "at", "type", "job_id", "run_id", "detail")
 PREVIEW_COLUMNS = ("at", "local", "offset", "dst")
@@ -145,7 +151,11 @@ CREATE_FLAGS = SCHEDULE_FLAGS | {
     "retry.max_attempts": "--max-attempts", "retry.backoff_s": "--backoff-s", "lease_s": "--lease-s",
     "jitter_s": "--jitter-s", "request_key": "--request-key",
 }
-PAGE_FLAGS = {"query.limit": "--limit", "query.cursor": "--cursor", "query.since": "--since", "query.until": "--until"}
+PAGE_FLAGS = {
+    "query.limit": "--limit", "query.cursor": "--cursor", "query.since": "--since", "query.until": "--until",
+    "query.state": "--state", "query.target": "--target", "query.name_prefix": "--name-prefix",
+    "query.status": "--status",
+}
 EVENT_FLAGS = {"query.after": "--after", "query.limit": "--limit"}
 PREVIEW_FLAGS = SCHEDULE_FLAGS | {"after": "--after", "count": "--count"}
 
@@ -206,6 +216,14 @@ def _cell(row: dict[str, Any], column: str) -> str:
     value = row.get(column)
     if column == "schedule" and isinstance(value, dict):
         return _schedule_text(value)
+    if column == "outcome":
+        last = row.get("last_run")
+        value = last.get("status") if isinstance(last, dict) else None
+    if column in ("error", "output") and isinstance(value, str):
+        # One line a row: a text's newlines would break the table.
+        value = value.replace("\n", " ").replace("\r", " ")
+        if len(value) > cell_chars_max:
+            value = value[: cell_chars_max - 1] + "…"
     zone = zone_of(row)
     if column.endswith("_at") and isinstance(value, str) and zone is not None:
         local = local_time(value, zone)
@@ -290,7 +308,7 @@ def _show(args: argparse.Namespace, value: Any, columns: Sequence[str] | None = 
         print(json.dumps(value, indent=2))
     elif value is None:
         print("deleted")
-    elif isinstance(value, dict) and columns is not None and ("jobs" in value or "runs" in value):
+    elif isinstance(value, dict) and columns is not None and "next_cursor" in value:  # a page (a job has `runs` too)
         rows = value["jobs"] if "jobs" in value else value["runs"]
         print(table(rows, columns))
         if value.get("next_cursor"):
@@ -305,7 +323,9 @@ def _jobs(args: argparse.Namespace, client: Client) -> int:
     action: dict[str, Callable[[], Any]] = {
         "create": lambda: client.create_job(_create_body(args)),
         "get": lambda: client.get_job(args.id),
-        "list": lambda: client.list_jobs(args.limit, args.cursor),
+        "list": lambda: client.list_jobs(
+            args.limit, args.cursor, state=args.state, target=args.target, name_prefix=args.name_prefix
+        ),
         "pause": lambda: client.pause_job(args.id),
         "resume": lambda: client.resume_job(args.id),
         "delete": lambda: client.delete_job(args.id),
@@ -435,7 +455,10 @@ def _add_jobs_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]")
     for name, help in one.items():
         _subparser(actions, name, help, f"tempo jobs {name} j_01J...").add_argument("id", help="the job's ID")
     listing = _subparser(actions, "list", "the jobs, newest first", "tempo jobs list --limit 20",
-                         "tempo --json jobs list")
+                         "tempo jobs list --state paused --name-prefix nightly-", "tempo --json jobs list")
+    listing.add_argument("--state", help="only jobs in this state: active, paused or completed")
+    listing.add_argument("--target", help="only jobs with exactly this target")
+    listing.add_argument("--name-prefix", dest="name_prefix", help="only jobs whose name starts with this")
     runs = _subparser(actions, "runs", "a job's runs, newest first",
                       "tempo jobs runs j_01J... --since 2030-01-01T00:00:00Z")
     runs.add_argument("id", help="the job's ID")
@@ -509,6 +532,43 @@ def _add_preview_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser
                          help=f"how many times (default {limits.preview_count_default}, at most {limits.preview_count_max})")
     preview.set_defaults(flags=PREVIEW_FLAGS)
     _global_flags(preview)
+
+
+# -- runs commands -------------------------------------------------------------
+
+
+def _runs(args: argparse.Namespace, client: Client) -> int:
+    if args.action == "list":
+        value = client.list_all_runs(
+            status=args.status, since=args.since, until=args.until, limit=args.limit, cursor=args.cursor
+        )
+        _show(args, value, ALL_RUN_COLUMNS)
+        return EXIT_OK
+    run = client.get_run(args.id)
+    if args.json:
+        print(json.dumps(run, indent=2))
+        return EXIT_OK
+    print(record({k: v for k, v in run.items() if k != "attempts"}))
+    print()
+    print(table(run.get("attempts", []), ATTEMPT_COLUMNS))
+    return EXIT_OK
+
+
+def _add_runs_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    runs = _subparser(sub, "runs", "look at runs across jobs", "tempo runs list --status failed", "tempo runs get r_01J...")
+    actions = runs.add_subparsers(dest="action", required=True, metavar="ACTION")
+    get = _subparser(actions, "get", "one run and each of its attempts", "tempo runs get r_01J...")
+    get.add_argument("id", help="the run ID (r_...)")
+    listing = _subparser(actions, "list", "runs of every job, newest first", "tempo runs list --status failed",
+                         "tempo runs list --since 2030-01-01T00:00:00Z --limit 20")
+    listing.add_argument("--status", help="only runs in this status: waiting, claimed, done, failed or cancelled")
+    listing.add_argument("--since", help="listed at or after this RFC 3339 time (a finished run: its end)")
+    listing.add_argument("--until", help="listed before this RFC 3339 time")
+    listing.add_argument("--limit", type=int, help="runs a page (1-1000, default 100)")
+    listing.add_argument("--cursor", help="next page: the cursor the previous page printed")
+    listing.set_defaults(flags=PAGE_FLAGS)
+    for parser in (runs, get, listing):
+        _global_flags(parser)
 
 
 # -- cluster commands ----------------------------------------------------------
@@ -805,6 +865,7 @@ def parser() -> argparse.ArgumentParser:
     sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_serve_parser(sub)
     _add_jobs_parser(sub)
+    _add_runs_parser(sub)
     _add_events_parser(sub)
     _add_preview_parser(sub)
     _add_cluster_parser(sub)
@@ -861,7 +922,7 @@ def _main(argv: Sequence[str] | None) -> int:
         print(f"tempo: --url: {exc}", file=sys.stderr)
         return EXIT_USAGE
     commands: dict[str, Callable[[argparse.Namespace, Client], int]] = {
-        "cluster": _cluster, "jobs": _jobs, "events": _events, "preview": _preview,
+        "cluster": _cluster, "jobs": _jobs, "runs": _runs, "events": _events, "preview": _preview,
     }
     try:
         with client:

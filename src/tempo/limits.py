@@ -513,3 +513,21 @@ assert 1 <= notify_batch_events <= min(notify_pending_events_max, page_limit_max
 assert notify_attempts_max >= 1 and notify_timeout_s > 0 and all(b >= 0 for b in notify_backoff_s)
 assert len(notify_backoff_s) == notify_attempts_max - 1
 assert notify_notice_s_max <= 120.0, "a stuck endpoint holds a notice for at most 2 minutes"
+
+# Outcomes and filters (docs/api.md "Outcomes", "Listing runs"). A run keeps
+# each attempt's claim, end, worker and texts (each text at most
+# `output_bytes_max`, as the run's own); it keeps at most as many attempts as
+# a retry policy may allow, the newest when an older entry allowed more. A
+# filtered page of jobs reads at most `jobs_filter_rows_max` jobs and then
+# answers with what it found and a cursor, so a filter that matches nothing
+# costs a bounded time per page. A runs index key is
+# owner | 0x00 | status u8 | ms u64 | job ID | nominal ms u64, with b"s"
+# before it in a history bucket (`status_key_bytes_max` counts that byte).
+run_attempts_kept_max = attempts_max
+jobs_filter_rows_max = 10_000
+status_key_bytes_max = 1 + owner_bytes_max + owner_separator_bytes + 1 + 8 + job_key_bytes + 8
+run_record_bytes_max = record_bytes_max + run_attempts_kept_max * (2 * output_bytes_max + 4 * worker_chars_max + 64)
+
+assert run_attempts_kept_max >= 1 and jobs_filter_rows_max >= page_limit_max
+assert status_key_bytes_max <= lmdb_key_bytes_max
+assert run_record_bytes_max <= lmdb_value_bytes_max

@@ -160,6 +160,24 @@ class NotifyOut(msgspec.Struct):
     events: list[NotifyEvent]
 
 
+class LastRunOut(msgspec.Struct):
+    """The job's last run that ended `done` or `failed` (docs/api.md "Outcomes")."""
+
+    id: str
+    status: Literal["done", "failed"]
+    attempt: int
+    finished_at: str | None
+    error: str | None
+
+
+class RunCountsOut(msgspec.Struct):
+    """How many of the job's runs ended in each status since it was created."""
+
+    done: int = 0
+    failed: int = 0
+    cancelled: int = 0
+
+
 class JobOut(msgspec.Struct, gc=False):  # untracked, as _Request: a batch reply holds 1,000
     id: str
     name: str | None
@@ -174,6 +192,8 @@ class JobOut(msgspec.Struct, gc=False):  # untracked, as _Request: a batch reply
     created_at: str
     next_run_at: str | None
     notify: NotifyOut | None = None  # the job's own setting; null: the owner's default
+    last_run: LastRunOut | None = None
+    runs: RunCountsOut = msgspec.field(default_factory=RunCountsOut)
 
 
 class RunOut(msgspec.Struct):
@@ -189,6 +209,24 @@ class RunOut(msgspec.Struct):
     finished_at: str | None
     output: str | None
     error: str | None
+
+
+class AttemptOut(msgspec.Struct):
+    """One attempt of a run: `ended_at` and `ok` are null while it runs."""
+
+    attempt: int
+    claimed_at: str | None
+    worker: str | None
+    ended_at: str | None
+    ok: bool | None
+    output: str | None
+    error: str | None
+
+
+class RunDetailOut(RunOut):
+    """`GET /v1/runs/{run_id}`: the run and each of its attempts, oldest first."""
+
+    attempts: list[AttemptOut] = []
 
 
 class ProblemItem(msgspec.Struct):

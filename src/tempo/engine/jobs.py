@@ -15,9 +15,9 @@ import functools
 import hashlib
 import os
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeGuard, TypeVar
 
 import msgspec
 import trio
@@ -26,7 +26,7 @@ from tempo import clock, errors, ids, limits, schedule
 from tempo.config import notify_url_ok
 from tempo.engine.commandlog import Answer, CommandLog
 from tempo.engine.commands import CreateJobs, DeleteJob, NewJob, PauseJob, ResumeJob, TriggerJob
-from tempo.engine.records import Job, Notify, Run, Schedule
+from tempo.engine.records import Job, Notify, NotifyEvent, Run, Schedule
 from tempo.engine.store import Created, Store
 
 _QUEUE_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
@@ -84,7 +84,7 @@ class NotifySpec(Protocol):
     @property
     def url(self) -> str: ...
     @property
-    def events(self) -> tuple[str, ...]: ...
+    def events(self) -> tuple[NotifyEvent, ...]: ...
 
 
 class JobSpec(Protocol):
@@ -97,7 +97,7 @@ class JobSpec(Protocol):
     @property
     def name(self) -> str | None: ...
     @property
-    def payload(self) -> Any: ...
+    def payload(self) -> object: ...
     @property
     def retry(self) -> RetrySpec: ...
     @property
@@ -473,12 +473,12 @@ class Jobs:
             raise errors.Invalid.at(
                 "notify.url", "an http:// or https:// URL of printable ASCII without spaces"
             )
-        return Notify(body.url, tuple(dict.fromkeys(body.events)))  # type: ignore[arg-type]  # checked by the schema
+        return Notify(body.url, tuple(dict.fromkeys(body.events)))
 
     async def create(
         self,
         owner: str,
-        items: list[JobSpec | errors.TempoError],
+        items: Sequence[JobSpec | errors.TempoError],
         *,
         from_msgpack: bool,
         rejected_keys_of: dict[int, str] | None = None,
@@ -491,11 +491,33 @@ class Jobs:
         the request keys of items rejected before they got here (by the
         decoder), by their place in `items`."""
         at_ms = self.now_ms()
+        outcomes, new_jobs, places = await self._new_jobs(
+            owner, items, at_ms, from_msgpack=from_msgpack, rejected_keys_of=rejected_keys_of or {}
+        )
+        if new_jobs:
+            applied = await self.committer.submit(CreateJobs(at_ms, new_jobs))
+            assert _created_each(applied) and len(applied) == len(places)
+            for i, outcome in zip(places, applied, strict=True):
+                outcomes[i] = outcome
+        created = [outcome for outcome in outcomes if outcome is not None]
+        assert len(created) == len(outcomes), "every item has its outcome"
+        return created
+
+    async def _new_jobs(
+        self,
+        owner: str,
+        items: Sequence[JobSpec | errors.TempoError],
+        at_ms: int,
+        *,
+        from_msgpack: bool,
+        rejected_keys_of: dict[int, str],
+    ) -> tuple[list[Created | errors.TempoError | None], list[NewJob], list[int]]:
+        """`create`'s checks: the outcome of each item rejected (None for the
+        others), the new jobs of the valid items, and their places in `items`."""
         outcomes: list[Created | errors.TempoError | None] = [None] * len(items)
         # The problem of each key whose first item was rejected; every key seen.
         rejected_keys: dict[str, errors.TempoError] = {}
         seen_keys: set[str] = set()
-        rejected_keys_of = rejected_keys_of or {}
         new_jobs: list[NewJob] = []
         places: list[int] = []
         passed = payloads_pass(
@@ -533,13 +555,7 @@ class Jobs:
                     rejected_keys[key] = exc
                 continue
             places.append(i)
-        if new_jobs:
-            applied = await self.committer.submit(CreateJobs(at_ms, new_jobs))
-            assert isinstance(applied, list) and len(applied) == len(places)
-            for i, outcome in zip(places, applied, strict=True):
-                outcomes[i] = outcome
-        assert all(outcome is not None for outcome in outcomes)
-        return outcomes  # type: ignore[return-value]
+        return outcomes, new_jobs, places
 
     async def pause(self, owner: str, job_id: str) -> Job:
         return _ok(await self.committer.submit(PauseJob(self.now_ms(), owner, job_id)), Job)
@@ -560,6 +576,12 @@ class Jobs:
 
     async def trigger(self, owner: str, job_id: str) -> Run:
         return _ok(await self.committer.submit(TriggerJob(self.now_ms(), owner, job_id)), Run)
+
+
+def _created_each(answer: Answer) -> TypeGuard[list[Created | errors.TempoError]]:
+    """Whether `answer` is what apply answers a `CreateJobs`: a job created or
+    its fault, one per new job."""
+    return isinstance(answer, list) and all(isinstance(o, Created | errors.TempoError) for o in answer)
 
 
 def _ok(outcome: Answer, kind: type[T]) -> T:

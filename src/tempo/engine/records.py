@@ -86,6 +86,19 @@ class Job(msgspec.Struct, array_like=True, gc=False):
     failed_runs: Count = 0
 
 
+class Attempt(msgspec.Struct, array_like=True, gc=False):
+    """One ended attempt of a run: when it was claimed and by whom, when it
+    ended, and how (a result's `ok` and texts; an expired lease is not ok,
+    with the error "lease expired")."""
+
+    claimed_ms: Ms | None
+    worker: str | None
+    ended_ms: Ms
+    ok: bool
+    output: str | None = None
+    error: str | None = None
+
+
 class Run(msgspec.Struct, array_like=True, gc=False):
     job_id: JobId
     nominal_ms: Ms
@@ -99,6 +112,24 @@ class Run(msgspec.Struct, array_like=True, gc=False):
     output: str | None = None
     error: str | None = None
     triggered: bool = False
+    # Every ended attempt, oldest first, at most `limits.run_attempts_kept_max`.
+    attempts: list[Attempt] = []
+
+
+class JobOutcome(msgspec.Struct, array_like=True, gc=False):
+    """What a job's runs came to (the `job_outcomes` table, keyed by job
+    key): how many ended in each finished status since the job was created
+    (retention does not lower them), and the last run that ended `done` or
+    `failed`, in the order apply finished them."""
+
+    done: Count = 0
+    failed: Count = 0
+    cancelled: Count = 0
+    last_nominal_ms: Ms | None = None
+    last_status: Literal["done", "failed"] | None = None
+    last_attempt: Count = 0
+    last_finished_ms: Ms | None = None
+    last_error: str | None = None
 
 
 class Event(msgspec.Struct, array_like=True):
