@@ -439,7 +439,7 @@ def _add_jobs_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]")
     create.add_argument("--name", help="a name to recognise the job by (not unique)")
     create.add_argument("--payload", type=_json_value, help="a JSON value given to each run, e.g. '{\"n\": 3}'")
     create.add_argument("--max-attempts", dest="max_attempts", type=int, metavar="N",
-                        help="attempts of each run before it fails (default 1)")
+                        help="attempts of each run before it fails (default 4)")
     create.add_argument("--backoff-s", dest="backoff_s", type=_gaps_s, metavar="S,S,...",
                         help="seconds to wait before each retry, comma-separated, e.g. 10,60,600")
     create.add_argument("--lease-s", dest="lease_s", type=int, metavar="S",
