@@ -35,6 +35,7 @@ ALL_RUN_COLUMNS = ("id", "job_id", "status", "attempt", "due_at", "finished_at",
 ATTEMPT_COLUMNS = ("attempt", "claimed_at", "worker", "ended_at", "ok", "error", "output")
 # A table cell shows at most this many characters of a text (an error, an output).
 cell_chars_max = 60
+detail_chars_max = 120  # an event's detail in the events table (a target's error page can be long)
 CLUSTER_COLUMNS = ("node", "url", "role", "term", "leader", "commit", "applied")
 EVENT_COLUMNS = ("cursor", "at", "type", "job_id", "run_id", "detail")
 PREVIEW_COLUMNS = ("at", "local", "offset", "dst")
@@ -229,7 +230,10 @@ def _cell(row: dict[str, Any], column: str) -> str:
         local = local_time(value, zone)
         return value if local is None else f"{value} ({local})"
     if isinstance(value, dict | list):
-        return json.dumps(value, separators=(",", ":"))
+        text = json.dumps(value, separators=(",", ":"))
+        if column == "detail" and len(text) > detail_chars_max:
+            text = text[: detail_chars_max - 1] + "…"
+        return text
     return "-" if value is None else str(value)
 
 
