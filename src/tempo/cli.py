@@ -110,6 +110,7 @@ def _jobs(args: argparse.Namespace, client: Client) -> None:
         "resume": lambda: client.resume_job(args.id),
         "delete": lambda: client.delete_job(args.id),
         "trigger": lambda: client.trigger_job(args.id),
+        "backfill": lambda: client.backfill_job(args.id, args.since, args.until, args.overlap),
         "runs": lambda: client.list_runs(
             args.id, since=args.since, until=args.until, limit=args.limit, cursor=args.cursor
         ),
@@ -137,6 +138,11 @@ def _add_jobs_parser(sub: argparse._SubParsersAction) -> None:
     create.add_argument("--request-key", dest="request_key")
     for name in ("get", "pause", "resume", "delete", "trigger"):
         actions.add_parser(name, help=f"{name} a job").add_argument("id")
+    backfill = actions.add_parser("backfill", help="runs for a job's past slots in [--from, --until), due at once")
+    backfill.add_argument("id")
+    backfill.add_argument("--from", dest="since", required=True, help="an RFC 3339 time with an offset")
+    backfill.add_argument("--until", required=True, help="the end of the range, excluded; not in the future")
+    backfill.add_argument("--overlap", help='"allow" (the only policy so far)')
     listing = actions.add_parser("list", help="the jobs, newest first")
     runs = actions.add_parser("runs", help="a job's runs, newest first")
     runs.add_argument("id")
@@ -145,7 +151,7 @@ def _add_jobs_parser(sub: argparse._SubParsersAction) -> None:
     for parser in (listing, runs):
         parser.add_argument("--limit", type=int)
         parser.add_argument("--cursor")
-    for parser in (jobs, create, listing, runs, *[actions.choices[n] for n in ("get", "pause", "resume", "delete", "trigger")]):
+    for parser in (jobs, create, listing, runs, backfill, *[actions.choices[n] for n in ("get", "pause", "resume", "delete", "trigger")]):
         parser.add_argument("--url", default=argparse.SUPPRESS, help=URL_HELP)
         parser.add_argument("--ca-file", dest="ca_file", default=argparse.SUPPRESS, help=CA_FILE_HELP)
         parser.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON")

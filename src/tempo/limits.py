@@ -443,3 +443,20 @@ instant_ms_min = -62_135_596_800_000  # 0001-01-01T00:00:00.000Z
 instant_ms_max = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
 
 assert instant_ms_min < 0 < instant_ms_max <= time_ms_max
+
+# Catch-up and backfill (docs/semantics.md "Catch-up after missed slots",
+# "Backfill"). A job's catch-up window is at most a year; the `all` policy
+# runs at most `catchup_runs_max` slots of one outage. A missed range is
+# counted from the cron fields day by day, walking only the days at its ends
+# and around a UTC offset change, so its cost grows with the days it spans,
+# at most `catchup_count_days_max` (some 270 years; a longer range, from a
+# clock stepped that far, is recorded with no count). A backfill creates at
+# most `backfill_runs_max` runs per request.
+catchup_window_s_max = 31_536_000
+catchup_runs_max = 1000
+catchup_runs_default = 1000
+catchup_count_days_max = 100_000
+backfill_runs_max = 10_000
+
+assert 1 <= catchup_runs_default <= catchup_runs_max
+assert catchup_count_days_max * 86_400 >= catchup_window_s_max

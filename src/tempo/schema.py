@@ -78,6 +78,15 @@ class RetryIn(_Request, frozen=True):
     ] = tuple(limits.backoff_s_default)
 
 
+class CatchupIn(_Request, frozen=True):
+    """What a repeating job does with slots it missed (docs/semantics.md
+    "Catch-up after missed slots"). `window_s` null or left out: no window."""
+
+    window_s: Annotated[int, Meta(ge=0, le=limits.catchup_window_s_max)] | None = None
+    policy: Literal["latest", "all", "none"] = "latest"
+    max_runs: Annotated[int, Meta(ge=1, le=limits.catchup_runs_max)] = limits.catchup_runs_default
+
+
 class JobCreate(_Request):
     target: Annotated[
         str,
@@ -101,12 +110,28 @@ class JobCreate(_Request):
             description=f"at most {limits.request_key_bytes_max} bytes as UTF-8; scoped to the owner",
         ),
     ] | None = None
+    catchup: CatchupIn | None = None  # repeating schedules only; default {"policy": "latest"}
 
 
 class JobBatchCreate(_Request):
     # Items stay raw here and are decoded one by one, so each item's problem
     # names paths inside that item (API.md "POST /v1/jobs/batch").
     jobs: Annotated[list[msgspec.Raw], Meta(min_length=1, max_length=limits.batch_jobs_max)]
+
+
+class BackfillIn(_Request):
+    """`POST /v1/jobs/{id}/backfill`: a run for each slot in [from, until)."""
+
+    from_: Annotated[Instant, Meta(description="the first instant of the range")] = msgspec.field(name="from")
+    until: Annotated[Instant, Meta(description="the end of the range, excluded; not in the future")]
+    # Jobs have no overlap policy yet: `allow` (runs of a job may overlap)
+    # is the only one; another value is 400 saying so (engine/jobs.py).
+    overlap: Annotated[str, Meta(max_length=50, description='only "allow" for now')] | None = None
+
+
+class BackfillOut(msgspec.Struct):
+    created: int  # runs made
+    existing: int  # slots of the range that had a run already
 
 
 class PreviewIn(_Request):
@@ -137,7 +162,15 @@ class RetryOut(msgspec.Struct):
     backoff_s: list[int]
 
 
-class JobOut(msgspec.Struct, gc=False):  # untracked, as _Request: a batch reply holds 1,000
+class CatchupOut(msgspec.Struct):
+    window_s: int | None
+    policy: Literal["latest", "all", "none"]
+    max_runs: int
+
+
+# omit_defaults: `catchup` is shown only when it is not the default, so the
+# jobs of clients that never name one read as they always did.
+class JobOut(msgspec.Struct, gc=False, omit_defaults=True):  # untracked, as _Request: a batch reply holds 1,000
     id: str
     name: str | None
     owner: str
@@ -150,9 +183,10 @@ class JobOut(msgspec.Struct, gc=False):  # untracked, as _Request: a batch reply
     state: Literal["active", "paused", "completed"]
     created_at: str
     next_run_at: str | None
+    catchup: CatchupOut | None = None  # a repeating job's policy when not the default
 
 
-class RunOut(msgspec.Struct):
+class RunOut(msgspec.Struct, omit_defaults=True):  # `backfill` only when true
     id: str
     job_id: str
     nominal_at: str
@@ -165,6 +199,7 @@ class RunOut(msgspec.Struct):
     finished_at: str | None
     output: str | None
     error: str | None
+    backfill: bool = False  # made by a backfill
 
 
 class ProblemItem(msgspec.Struct):
@@ -270,7 +305,7 @@ class ClaimIn(_Request):
     wait_s: Annotated[float, Meta(ge=0, le=limits.claim_wait_s_max)] = 0
 
 
-class ClaimedRunOut(RunOut):
+class ClaimedRunOut(RunOut, kw_only=True):
     target: str
     payload: Any
     lease_s: int

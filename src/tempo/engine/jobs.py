@@ -17,15 +17,23 @@ import os
 import urllib.parse
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import msgspec
 import trio
 
 from tempo import clock, errors, ids, limits, schedule
-from tempo.engine.commands import CreateJobs, DeleteJob, NewJob, PauseJob, ResumeJob, TriggerJob
+from tempo.engine.commands import (
+    BackfillJob,
+    CreateJobs,
+    DeleteJob,
+    NewJob,
+    PauseJob,
+    ResumeJob,
+    TriggerJob,
+)
 from tempo.engine.commit import Committer
-from tempo.engine.records import Job, Run, Schedule
+from tempo.engine.records import Catchup, CatchupPolicy, Job, Missed, Run, Schedule
 from tempo.engine.store import Created, Store
 
 _QUEUE_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
@@ -75,6 +83,28 @@ class RetrySpec(Protocol):
     def backoff_s(self) -> tuple[int, ...]: ...
 
 
+class CatchupSpec(Protocol):
+    """A catch-up policy as asked for (`schema.CatchupIn`)."""
+
+    @property
+    def window_s(self) -> int | None: ...
+    @property
+    def policy(self) -> CatchupPolicy: ...
+    @property
+    def max_runs(self) -> int: ...
+
+
+class BackfillSpec(Protocol):
+    """A backfill as asked for (`schema.BackfillIn`)."""
+
+    @property
+    def from_(self) -> datetime: ...
+    @property
+    def until(self) -> datetime: ...
+    @property
+    def overlap(self) -> str | None: ...
+
+
 class JobSpec(Protocol):
     """A job as asked for (`schema.JobCreate`)."""
 
@@ -94,6 +124,8 @@ class JobSpec(Protocol):
     def jitter_s(self) -> int: ...
     @property
     def request_key(self) -> str | None: ...
+    @property
+    def catchup(self) -> CatchupSpec | None: ...
 
 
 class PreviewSpec(Protocol):
@@ -222,6 +254,16 @@ def schedule_record(value: ScheduleSpec, loc: str = "schedule") -> Schedule:
     return Schedule(every_s=value.every_s, start_at_ms=start)
 
 
+def catchup_record(value: CatchupSpec | None, sched: Schedule) -> Catchup | None:
+    """A job's catch-up policy; None for the default (`latest`, no window)."""
+    if value is None:
+        return None
+    if not sched.repeating:
+        raise errors.Invalid.at("catchup", "catchup goes only with a repeating schedule (cron or every_s)")
+    found = Catchup(value.window_s, value.policy, value.max_runs)
+    return None if found == _DEFAULT_CATCHUP else found
+
+
 # -- schedule arithmetic -----------------------------------------------------------
 
 
@@ -282,19 +324,134 @@ def latest_slot_ms(sched: Schedule, created_at_ms: int, now_ms: int) -> int | No
 
 
 def next_slot_after_claim(job: Job, nominal_ms: int, now_ms: int) -> tuple[int, int] | None:
-    """(slot, due) of the run a claim of slot `nominal_ms` creates.
+    """(slot, due) of the run a claim of slot `nominal_ms` creates
+    (`catch_up`'s decision, without its records)."""
+    found = catch_up(job, nominal_ms, now_ms)
+    return None if found is None else (found.slot_ms, found.due_ms)
 
-    If occurrences were missed (the node was down), they are coalesced into one
-    run at the latest of them, due at once (API.md "Runs")."""
-    sched = job.schedule
-    nxt = slot_after_ms(sched, job.created_at_ms, nominal_ms, inclusive=False)
+
+class CatchUp(NamedTuple):
+    """What the claim of a job's slot run at `now_ms` decides: the slot of
+    the next run and its due time, the ranges of slots it leaves without a
+    run, and the last slot an `all` catch-up runs (None: none under way)."""
+
+    slot_ms: int
+    due_ms: int
+    missed: list[Missed]
+    until_ms: int | None
+
+
+_DEFAULT_CATCHUP = Catchup()
+
+
+def count_slots(sched: Schedule, created_at_ms: int, first_ms: int, last_ms: int) -> int | None:
+    """How many slots lie in [first_ms, last_ms], two slots of the schedule:
+    arithmetic for `every_s`, counted from the fields for cron
+    (`schedule.count_cron_ms`), never one slot at a time. None: too many
+    days to count (limits.catchup_count_days_max)."""
+    if last_ms < first_ms:
+        return 0
+    if sched.every_s is not None:
+        return (last_ms - first_ms) // (sched.every_s * 1000) + 1
+    assert sched.cron is not None and sched.timezone is not None
+    return schedule.count_cron_ms(
+        sched.cron, sched.timezone, first_ms - 1, last_ms, gap=sched.dst_gap, repeat=sched.dst_repeat
+    )
+
+
+def missed_range(sched: Schedule, created_at_ms: int, reason: Any, first_ms: int, last_ms: int) -> Missed:
+    assert first_ms <= last_ms
+    return Missed(reason, first_ms, last_ms, count_slots(sched, created_at_ms, first_ms, last_ms))
+
+
+def _slot_before_ms(sched: Schedule, created_at_ms: int, at_ms: int) -> int:
+    found = latest_slot_ms(sched, created_at_ms, at_ms - 1)
+    assert found is not None, "a slot of a range has a slot before it"
+    return found
+
+
+def _nth_slot_ms(sched: Schedule, created_at_ms: int, first_ms: int, n: int) -> int:
+    """The n-th slot from `first_ms` (a slot; the 1st is itself); n is at
+    most limits.catchup_runs_max, so a cron walk of it is bounded."""
+    assert 1 <= n <= limits.catchup_runs_max
+    if sched.every_s is not None:
+        return first_ms + (n - 1) * sched.every_s * 1000
+    assert sched.cron is not None and sched.timezone is not None
+    if n == 1:
+        return first_ms
+    found = schedule.cron_times_ms(
+        sched.cron, sched.timezone, first_ms, n - 1, gap=sched.dst_gap, repeat=sched.dst_repeat
+    )
+    return found[-1]
+
+
+def catch_up(job: Job, nominal_ms: int, now_ms: int) -> CatchUp | None:
+    """The catch-up decision a claim of the job's slot run `nominal_ms`
+    takes at `now_ms` (docs/semantics.md "Catch-up after missed slots").
+
+    When the next slot is still ahead, it is the next run. When it is past
+    already (the node was down, the clock stepped, no worker claimed), the
+    missed slots from it up to the latest at or before `now_ms` are split:
+    those older than the job's window are `outside_window`; of the rest the
+    policy runs the latest (`latest`), the first `max_runs` in order
+    (`all`, one after another: each claim makes the next, up to `until_ms`),
+    or none (`none`: the next run is the first slot ahead), and the slots it
+    does not run are `policy`. Bounded: a few bisections and counts, never
+    a walk over the missed slots. None: the schedule has no slot left."""
+    sched, created_ms = job.schedule, job.created_at_ms
+    nxt = slot_after_ms(sched, created_ms, nominal_ms, inclusive=False)
     if nxt is None:
         return None
-    if nxt <= now_ms:
-        latest = latest_slot_ms(sched, job.created_at_ms, now_ms)
-        if latest is not None and latest > nxt:
-            nxt = latest
-    return nxt, due_ms(job, nxt, now_ms)
+    if job.catchup_until_ms is not None and nxt <= job.catchup_until_ms:
+        return CatchUp(nxt, due_ms(job, nxt, now_ms), [], job.catchup_until_ms)  # an `all` catch-up goes on
+    if nxt > now_ms:
+        return CatchUp(nxt, due_ms(job, nxt, now_ms), [], None)
+    policy = job.catchup or _DEFAULT_CATCHUP
+    latest = latest_slot_ms(sched, created_ms, now_ms)
+    assert latest is not None and latest >= nxt
+    missed: list[Missed] = []
+    first_in: int | None = nxt
+    if policy.window_s is not None and nxt < now_ms - policy.window_s * 1000:
+        first_in = slot_after_ms(sched, created_ms, now_ms - policy.window_s * 1000, inclusive=True)
+        if first_in is None or first_in > latest:
+            missed.append(missed_range(sched, created_ms, "outside_window", nxt, latest))
+            first_in = None
+        else:
+            missed.append(missed_range(sched, created_ms, "outside_window", nxt, _slot_before_ms(sched, created_ms, first_in)))
+    kind: CatchupPolicy = policy.policy
+    if first_in is None or kind == "none":
+        if first_in is not None:
+            missed.append(missed_range(sched, created_ms, "policy", first_in, latest))
+        ahead = slot_after_ms(sched, created_ms, now_ms, inclusive=False)
+        return None if ahead is None else CatchUp(ahead, due_ms(job, ahead, now_ms), missed, None)
+    if kind == "latest":
+        if first_in < latest:
+            missed.append(missed_range(sched, created_ms, "policy", first_in, _slot_before_ms(sched, created_ms, latest)))
+        return CatchUp(latest, due_ms(job, latest, now_ms), missed, None)
+    assert kind == "all"
+    in_window = count_slots(sched, created_ms, first_in, latest)
+    until = latest
+    if in_window is None or in_window > policy.max_runs:
+        until = _nth_slot_ms(sched, created_ms, first_in, policy.max_runs)
+        skipped = slot_after_ms(sched, created_ms, until, inclusive=False)
+        assert skipped is not None and skipped <= latest
+        missed.append(missed_range(sched, created_ms, "policy", skipped, latest))
+    return CatchUp(first_in, due_ms(job, first_in, now_ms), missed, until if until > first_in else None)
+
+
+def paused_range(job: Job, now_ms: int) -> Missed | None:
+    """The slots a paused job let pass, resumed at `now_ms`: from the one
+    after the slot whose run the pause cancelled up to the latest at or
+    before `now_ms` (that cancelled run is in the job's history already)."""
+    if not job.schedule.repeating or job.slot_ms is None or job.slot_ms >= now_ms:
+        return None
+    sched, created_ms = job.schedule, job.created_at_ms
+    first = slot_after_ms(sched, created_ms, job.slot_ms, inclusive=False)
+    if first is None or first > now_ms:
+        return None
+    latest = latest_slot_ms(sched, created_ms, now_ms)
+    assert latest is not None and latest >= first
+    return missed_range(sched, created_ms, "paused", first, latest)
 
 
 def due_ms(job: Job, slot_ms: int, now_ms: int) -> int:
@@ -347,6 +504,52 @@ async def preview_ms(body: PreviewSpec, now_ms: int) -> list[int]:
     """preview_occurrences' times alone."""
     found, _ = await preview_occurrences(body, now_ms)
     return [at_ms for at_ms, _ in found]
+
+
+async def backfill_slots(job: Job, body: BackfillSpec, now_ms: int) -> list[int]:
+    """The slots of `job` in [from, until), ascending, checked: at most
+    limits.backfill_runs_max of them, none in the future nor at or after
+    the job's scheduled slot (that run and the ones after it are the
+    schedule's). Cron slots come in slices with a checkpoint between."""
+    if body.overlap not in (None, "allow"):
+        raise errors.Invalid.at(
+            "overlap", 'jobs have no overlap policy yet: only "allow" (runs of a job may overlap) is accepted'
+        )
+    sched = job.schedule
+    if not sched.repeating:
+        raise errors.Invalid.at("", "a one-off job has one slot: trigger it instead")
+    from_ms, until_ms = instant_ms(body.from_, "from"), instant_ms(body.until, "until")
+    if until_ms <= from_ms:
+        raise errors.Invalid.at("until", "must be after from")
+    if until_ms > now_ms:
+        raise errors.Invalid.at("until", "a backfill is of past slots: until is in the future")
+    if job.slot_ms is not None and until_ms > job.slot_ms:
+        raise errors.Invalid.at(
+            "until", f"the job's scheduled slot is {clock.iso_from_ms(job.slot_ms)}: backfill slots before it"
+        )
+    cap = limits.backfill_runs_max
+    slots: list[int] = []
+    if sched.every_s is not None:
+        first = slot_after_ms(sched, job.created_at_ms, from_ms, inclusive=True)
+        period_ms = sched.every_s * 1000
+        count = 0 if first is None or first >= until_ms else (until_ms - 1 - first) // period_ms + 1
+        if count > cap:
+            raise errors.Invalid.at("until", f"the range holds {count} slots, more than {cap}: split it")
+        return [] if first is None else [first + k * period_ms for k in range(count)]
+    assert sched.cron is not None and sched.timezone is not None
+    after_ms = from_ms - 1
+    while True:
+        part = schedule.cron_times_ms(
+            sched.cron, sched.timezone, after_ms, limits.preview_slice_times,
+            gap=sched.dst_gap, repeat=sched.dst_repeat,
+        )
+        slots += [at_ms for at_ms in part if at_ms < until_ms]
+        if len(slots) > cap:
+            raise errors.Invalid.at("until", f"the range holds more than {cap} slots: split it")
+        if len(part) < limits.preview_slice_times or part[-1] >= until_ms:
+            return slots
+        after_ms = part[-1]
+        await trio.lowlevel.checkpoint()
 
 
 # -- the service -------------------------------------------------------------------
@@ -402,6 +605,7 @@ class Jobs:
             if len(_json_encoder.encode(body.payload)) > limits.payload_bytes_max:
                 raise errors.TooLarge.at("payload", f"more than {limits.payload_bytes_max} bytes as JSON")
         sched = schedule_record(body.schedule)
+        catchup = catchup_record(body.catchup, sched)
         backoff_s = body.retry.backoff_s
         try:
             if body.request_key is None:
@@ -411,10 +615,13 @@ class Jobs:
                     _hash_encoder.encode(body.payload)
                 digest = b""
             else:
-                hashed = _hash_encoder.encode(
-                    (body.name, body.target, body.payload, sched, body.retry.max_attempts,
-                     backoff_s, body.lease_s, body.jitter_s)
+                fields: tuple[Any, ...] = (
+                    body.name, body.target, body.payload, sched, body.retry.max_attempts,
+                    backoff_s, body.lease_s, body.jitter_s,
                 )
+                if catchup is not None:
+                    fields += (catchup,)  # the default adds nothing: older hashes stay as they were
+                hashed = _hash_encoder.encode(fields)
                 digest = hashlib.blake2b(hashed, digest_size=16).digest()
         except OverflowError:
             # JSON allows any integer; records are MessagePack, which holds
@@ -428,6 +635,8 @@ class Jobs:
             owner, body.name, body.target, body.payload, sched, body.retry.max_attempts, backoff_s,
             body.lease_s, body.jitter_s, "active", at_ms, body.request_key, None, None,
         )
+        if catchup is not None:
+            job.catchup = catchup
         if sched.at_ms is not None and body.jitter_s == 0:
             # `first_slot_ms` and `due_ms` of a one-off without jitter, inline.
             job.slot_ms = sched.at_ms
@@ -517,7 +726,16 @@ class Jobs:
         else:
             slot_ms = job.slot_ms  # its one run, made anew if retention dropped the cancelled one
         next_due_ms = None if slot_ms is None else due_ms(job, slot_ms, at_ms)
-        return _ok(await self.committer.submit(ResumeJob(at_ms, owner, job_id, slot_ms, next_due_ms)))
+        missed = paused_range(job, at_ms) if job.state == "paused" else None
+        return _ok(await self.committer.submit(ResumeJob(at_ms, owner, job_id, slot_ms, next_due_ms, missed)))
+
+    async def backfill(self, owner: str, job_id: str, body: BackfillSpec) -> tuple[int, int]:
+        """`POST /v1/jobs/{id}/backfill`: (runs made, slots that had one)."""
+        job = self.store.get_job(owner, job_id)
+        at_ms = self.now_ms()
+        slots = await backfill_slots(job, body, at_ms)
+        made = _ok(await self.committer.submit(BackfillJob(at_ms, owner, job_id, slots)))
+        return len(made), len(slots) - len(made)
 
     async def delete(self, owner: str, job_id: str) -> None:
         _ok(await self.committer.submit(DeleteJob(self.now_ms(), owner, job_id)))

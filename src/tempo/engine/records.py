@@ -51,6 +51,20 @@ class Schedule(msgspec.Struct, array_like=True, frozen=True, gc=False):
         return self.at_ms is None
 
 
+CatchupPolicy = Literal["latest", "all", "none"]
+MissedReason = Literal["outside_window", "policy", "paused"]
+
+
+class Catchup(msgspec.Struct, array_like=True, frozen=True, gc=False):
+    """What a job does with slots it missed (docs/semantics.md "Catch-up
+    after missed slots"); a job without one has the default: `latest`,
+    with no window."""
+
+    window_s: Count | None = None  # None: no window, every missed slot is in it
+    policy: CatchupPolicy = "latest"
+    max_runs: Annotated[int, Meta(ge=1)] = limits.catchup_runs_default
+
+
 class Job(msgspec.Struct, array_like=True, gc=False):
     id: JobId
     owner: str
@@ -69,6 +83,11 @@ class Job(msgspec.Struct, array_like=True, gc=False):
     # the waiting run's due time; None when the schedule has nothing waiting.
     slot_ms: Ms | None
     next_run_at_ms: Ms | None
+    # None: the default policy (`Catchup()`), as in records from before it.
+    catchup: Catchup | None = None
+    # The last slot an `all` catch-up decided to run: up to it, a claim of
+    # the slot run makes the next slot's run even when it is past.
+    catchup_until_ms: Ms | None = None
 
 
 class Run(msgspec.Struct, array_like=True, gc=False):
@@ -84,6 +103,7 @@ class Run(msgspec.Struct, array_like=True, gc=False):
     output: str | None = None
     error: str | None = None
     triggered: bool = False
+    backfill: bool = False  # made by `POST /v1/jobs/{id}/backfill`
 
 
 class Event(msgspec.Struct, array_like=True):
@@ -92,6 +112,17 @@ class Event(msgspec.Struct, array_like=True):
     job_id: JobId
     run_id: str | None
     detail: dict[str, Any]
+
+
+class Missed(msgspec.Struct, array_like=True, frozen=True):
+    """A contiguous range of a job's slots that got no run: `count` slots
+    from `from_ms` to `until_ms`, both slots of the range (None: a range too
+    long to count, docs/semantics.md)."""
+
+    reason: MissedReason
+    from_ms: int
+    until_ms: int
+    count: Count | None
 
 
 class RequestKeyEntry(msgspec.Struct, array_like=True):

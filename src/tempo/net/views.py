@@ -8,8 +8,17 @@ from typing import Any
 
 from tempo import clock, ids, schedule
 from tempo.engine.jobs import Occurrence
-from tempo.engine.records import Job, Run, Schedule
-from tempo.schema import ClaimedRunOut, DstOut, JobOut, OccurrenceOut, RetryOut, RunOut, ScheduleOut
+from tempo.engine.records import Catchup, Job, Run, Schedule
+from tempo.schema import (
+    CatchupOut,
+    ClaimedRunOut,
+    DstOut,
+    JobOut,
+    OccurrenceOut,
+    RetryOut,
+    RunOut,
+    ScheduleOut,
+)
 
 
 def schedule_view(sched: Schedule) -> ScheduleOut:
@@ -72,7 +81,13 @@ def job_view(job: Job, shared: dict[Any, Any] | None = None) -> JobOut:
         job.state,
         clock.iso_from_ms(job.created_at_ms),
         None if job.next_run_at_ms is None else clock.iso_from_ms(job.next_run_at_ms),
+        None if job.catchup is None else _catchup_view(job.catchup),
     )
+
+
+@functools.lru_cache(maxsize=64)
+def _catchup_view(catchup: Catchup) -> CatchupOut:
+    return CatchupOut(catchup.window_s, catchup.policy, catchup.max_runs)
 
 
 def _run_fields(run: Run) -> tuple:
@@ -90,6 +105,7 @@ def _run_fields(run: Run) -> tuple:
         clock.iso_or_none(run.finished_ms),
         run.output,
         run.error,
+        run.backfill,
     )
 
 
@@ -115,7 +131,8 @@ def claimed_view(run: Run, job: Job) -> ClaimedRunOut:
         None if run.finished_ms is None else iso(run.finished_ms),
         run.output,
         run.error,
-        job.target,
-        job.payload,
-        job.lease_s,
+        run.backfill,
+        target=job.target,
+        payload=job.payload,
+        lease_s=job.lease_s,
     )
