@@ -860,7 +860,8 @@ def count_cron_ms(
             continue
         change_s = _first_change_s(zone, probe_s, step_s)
         margin_s = abs(step_offset_s - probe_offset_s) + 3600
-        walk_from_s = max(at_s, change_s - margin_s)
+        # The change may lie past the end (the probe looks a day ahead).
+        walk_from_s = min(max(at_s, change_s - margin_s), until_s)
         total += _local_count(cron, at_s + probe_offset_s, walk_from_s + probe_offset_s)
         walk_until_s = min(until_s, change_s + margin_s)
         total += _walk_count(cron, timezone, walk_from_s, walk_until_s, gap, repeat)

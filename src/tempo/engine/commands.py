@@ -77,9 +77,11 @@ class Claim(msgspec.Struct, array_like=True):
     # The catch-up decision (engine/jobs.py `catch_up`), taken by the leader
     # that proposed the claim from the job as replicated and `at_ms`, and
     # kept by the next as apply writes it: the ranges of slots that get no
-    # run (at most two), and the last slot of an `all` catch-up under way.
+    # run (at most two), and the last slot of an `all` catch-up under way
+    # and the latest slot it decided on (records.Job).
     missed: list[Missed] = msgspec.field(default_factory=list)
     catchup_until_ms: Ms | None = None
+    catchup_decided_ms: Ms | None = None
 
 
 class ClaimRuns(msgspec.Struct, tag="claim_runs", array_like=True):

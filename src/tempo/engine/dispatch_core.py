@@ -770,7 +770,7 @@ class DispatchCore:
                 nxt = catch_up(job, nominal_ms, now_ms)
                 if nxt is not None:
                     claim.next_slot_ms, claim.next_due_ms = nxt.slot_ms, nxt.due_ms
-                    claim.missed, claim.catchup_until_ms = nxt.missed, nxt.until_ms
+                    claim.missed, claim.catchup_until_ms, claim.catchup_decided_ms = nxt.missed, nxt.until_ms, nxt.decided_ms
                     job.slot_ms = nxt.slot_ms  # a later run of this batch is not the slot run
             claims.append(claim)
         command = ClaimRuns(now_ms, worker, claims) if claims else None

@@ -333,12 +333,15 @@ def next_slot_after_claim(job: Job, nominal_ms: int, now_ms: int) -> tuple[int, 
 class CatchUp(NamedTuple):
     """What the claim of a job's slot run at `now_ms` decides: the slot of
     the next run and its due time, the ranges of slots it leaves without a
-    run, and the last slot an `all` catch-up runs (None: none under way)."""
+    run, and the last slot an `all` catch-up runs and the latest it decided
+    on (None: none under way); after the one, the schedule goes on after the
+    other, as the slots between are recorded already."""
 
     slot_ms: int
     due_ms: int
     missed: list[Missed]
     until_ms: int | None
+    decided_ms: int | None = None  # the latest slot the `all` catch-up decided on
 
 
 _DEFAULT_CATCHUP = Catchup()
@@ -402,8 +405,15 @@ def catch_up(job: Job, nominal_ms: int, now_ms: int) -> CatchUp | None:
     nxt = slot_after_ms(sched, created_ms, nominal_ms, inclusive=False)
     if nxt is None:
         return None
-    if job.catchup_until_ms is not None and nxt <= job.catchup_until_ms:
-        return CatchUp(nxt, due_ms(job, nxt, now_ms), [], job.catchup_until_ms)  # an `all` catch-up goes on
+    if job.catchup_until_ms is not None:
+        if nxt <= job.catchup_until_ms:  # an `all` catch-up goes on
+            return CatchUp(nxt, due_ms(job, nxt, now_ms), [], job.catchup_until_ms, job.catchup_decided_ms)
+        if job.catchup_decided_ms is not None and nxt <= job.catchup_decided_ms:
+            # Its last run is made: the slots after it up to the latest it
+            # decided on are recorded missed already.
+            nxt = slot_after_ms(sched, created_ms, job.catchup_decided_ms, inclusive=False)
+            if nxt is None:
+                return None
     if nxt > now_ms:
         return CatchUp(nxt, due_ms(job, nxt, now_ms), [], None)
     policy = job.catchup or _DEFAULT_CATCHUP
@@ -436,7 +446,7 @@ def catch_up(job: Job, nominal_ms: int, now_ms: int) -> CatchUp | None:
         skipped = slot_after_ms(sched, created_ms, until, inclusive=False)
         assert skipped is not None and skipped <= latest
         missed.append(missed_range(sched, created_ms, "policy", skipped, latest))
-    return CatchUp(first_in, due_ms(job, first_in, now_ms), missed, until if until > first_in else None)
+    return CatchUp(first_in, due_ms(job, first_in, now_ms), missed, until, latest)
 
 
 def paused_range(job: Job, now_ms: int) -> Missed | None:

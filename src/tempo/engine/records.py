@@ -86,8 +86,11 @@ class Job(msgspec.Struct, array_like=True, gc=False):
     # None: the default policy (`Catchup()`), as in records from before it.
     catchup: Catchup | None = None
     # The last slot an `all` catch-up decided to run: up to it, a claim of
-    # the slot run makes the next slot's run even when it is past.
+    # the slot run makes the next slot's run even when it is past; after
+    # it, the schedule goes on after `catchup_decided_ms`, the latest slot
+    # that catch-up decided on (the ones between are recorded missed).
     catchup_until_ms: Ms | None = None
+    catchup_decided_ms: Ms | None = None
 
 
 class Run(msgspec.Struct, array_like=True, gc=False):

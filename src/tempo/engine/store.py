@@ -1209,6 +1209,7 @@ class _Tx:
             for missed in claim.missed:
                 self.record_missed(job, missed, cmd.at_ms)
             job.catchup_until_ms = claim.catchup_until_ms
+            job.catchup_decided_ms = claim.catchup_decided_ms
         else:
             job.next_run_at_ms = None
         self.put_job(job)
