@@ -52,6 +52,7 @@ __all__ = [
     "ScheduleError",
     "cron_occurrences_ms",
     "count_cron_ms",
+    "nth_cron_ms",
     "cron_times_ms",
     "latest_cron_ms",
     "next_cron_ms",
@@ -870,3 +871,78 @@ def count_cron_ms(
     else:
         raise AssertionError("the count did not reach the end of its range")
     return total
+
+
+def _local_nth(cron: _Cron, lo_s: int, n: int) -> int | None:
+    """The n-th matching naive wall-clock minute after ``lo_s`` (n >= 1), in
+    seconds, from the fields: per day its count, then per hour a bisection;
+    None when it lies past limits.catchup_count_days_max days (or year 9999)."""
+    minutes = cron.minutes
+    day = max(lo_s // 86_400, 1 - _EPOCH_ORDINAL)
+    last_day = min(day + limits.catchup_count_days_max, _ORDINAL_MAX - _EPOCH_ORDINAL)
+    while day <= last_day:
+        date = dt.date.fromordinal(day + _EPOCH_ORDINAL)
+        if date.month in cron.months:
+            first_wd_py, days = calendar.monthrange(date.year, date.month)
+            if date.day in cron.days(date.month, days, (first_wd_py + 1) % 7):
+                lo = lo_s - day * 86_400  # after lo within the day
+                for hour in cron.hours:
+                    base = hour * 3600
+                    skip = bisect.bisect_right(minutes, (lo - base) // 60)
+                    here = len(minutes) - skip
+                    if here >= n:
+                        return day * 86_400 + base + minutes[skip + n - 1] * 60
+                    n -= here
+        day += 1
+    return None
+
+
+def _nth_where_offset_holds(cron: _Cron, zone: zoneinfo.ZoneInfo, after_s: int, n: int) -> int | None:
+    """`_local_nth` mapped to UTC by the offset at ``after_s``, when that
+    offset holds (checked once a day) up to a day past the answer; else None."""
+    try:
+        offset_s = _offset_s(zone, after_s)
+        found_s = _local_nth(cron, after_s + offset_s, n)
+        if found_s is None:
+            return None
+        utc_s = found_s - offset_s
+        probe_s = after_s
+        while probe_s < utc_s + 86_400:
+            if _offset_s(zone, probe_s) != offset_s:
+                return None
+            probe_s += 86_400
+        if _offset_s(zone, utc_s + 86_400) != offset_s or utc_s > _UTC_S_LAST:
+            return None
+        return utc_s
+    except OverflowError:
+        return None  # past datetime's range
+
+
+def nth_cron_ms(
+    expr: str,
+    timezone: str,
+    after_ms: int,
+    n: int,
+    *,
+    gap: DstGap = "shift",
+    repeat: DstRepeat = "first",
+) -> int | None:
+    """The n-th occurrence strictly after ``after_ms`` (n from 1 to
+    CRON_TIMES_COUNT_MAX), as cron_times_ms(...)[n - 1] gives it, or None.
+
+    Found from the fields where the UTC offset holds from ``after_ms`` to a
+    day past the answer (checked once a day, as count_cron_ms does); across
+    an offset change it is walked, at most ``n`` occurrences."""
+    assert isinstance(after_ms, int) and 1 <= n <= CRON_TIMES_COUNT_MAX
+    cron = _compiled(expr)
+    after_s = after_ms // 1000
+    if timezone in _UTC_KEYS:
+        found_s = _local_nth(cron, after_s, n)
+        if found_s is not None:
+            return None if found_s > _UTC_S_LAST else found_s * 1000
+    else:
+        found_s = _nth_where_offset_holds(cron, _zone(timezone), after_s, n)
+        if found_s is not None:
+            return found_s * 1000
+    found = cron_times_ms(expr, timezone, after_ms, n, gap=gap, repeat=repeat)
+    return found[-1] if len(found) == n else None

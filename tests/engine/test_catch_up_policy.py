@@ -48,7 +48,8 @@ def test_latest_runs_the_latest_slot_and_records_the_rest(sched):
     found = catch_up(j, s0, now)
     latest = s0 + DAY_MS
     assert (found.slot_ms, found.due_ms, found.until_ms) == (latest, now, None)
-    assert found.missed == [Missed("policy", s0 + MIN_MS, latest - MIN_MS, 1439)]
+    # [from, until): until is the first slot after the range, here the one that runs.
+    assert found.missed == [Missed("policy", s0 + MIN_MS, latest, 1439)]
 
 
 @pytest.mark.parametrize("sched", [MINUTELY, EVERY_MINUTE], ids=["cron", "every_s"])
@@ -60,8 +61,8 @@ def test_a_window_splits_the_missed_slots(sched):
     assert found.slot_ms == now
     # Slots older than ten minutes, then the window's but the latest.
     assert found.missed == [
-        Missed("outside_window", s0 + MIN_MS, now - 11 * MIN_MS, 1429),
-        Missed("policy", now - 10 * MIN_MS, now - MIN_MS, 10),
+        Missed("outside_window", s0 + MIN_MS, now - 10 * MIN_MS, 1429),
+        Missed("policy", now - 10 * MIN_MS, now, 10),
     ]
 
 
@@ -71,7 +72,7 @@ def test_no_slot_in_the_window_runs_nothing():
     now = s0 + 5 * MIN_MS + 1
     found = catch_up(j, s0, now)
     assert found.slot_ms == s0 + 6 * MIN_MS and found.due_ms == s0 + 6 * MIN_MS
-    assert found.missed == [Missed("outside_window", s0 + MIN_MS, s0 + 5 * MIN_MS, 5)]
+    assert found.missed == [Missed("outside_window", s0 + MIN_MS, s0 + 6 * MIN_MS, 5)]
 
 
 @pytest.mark.parametrize("sched", [MINUTELY, EVERY_MINUTE], ids=["cron", "every_s"])
@@ -81,7 +82,7 @@ def test_none_runs_no_missed_slot(sched):
     now = s0 + 90 * MIN_MS + 1
     found = catch_up(j, s0, now)
     assert (found.slot_ms, found.due_ms) == (s0 + 91 * MIN_MS, s0 + 91 * MIN_MS)
-    assert found.missed == [Missed("policy", s0 + MIN_MS, s0 + 90 * MIN_MS, 90)]
+    assert found.missed == [Missed("policy", s0 + MIN_MS, s0 + 91 * MIN_MS, 90)]
 
 
 @pytest.mark.parametrize("sched", [MINUTELY, EVERY_MINUTE], ids=["cron", "every_s"])
@@ -91,7 +92,7 @@ def test_all_runs_the_first_max_runs_in_order(sched):
     now = s0 + 10 * MIN_MS
     found = catch_up(j, s0, now)
     assert (found.slot_ms, found.due_ms, found.until_ms, found.decided_ms) == (s0 + MIN_MS, now, s0 + 3 * MIN_MS, now)
-    assert found.missed == [Missed("policy", s0 + 4 * MIN_MS, now, 7)]
+    assert found.missed == [Missed("policy", s0 + 4 * MIN_MS, now + MIN_MS, 7)]
     # Each claim of the slot run makes the next, due at once, up to the last.
     j.catchup_until_ms, j.catchup_decided_ms = found.until_ms, found.decided_ms
     later = now + 1000
@@ -105,7 +106,7 @@ def test_all_runs_the_first_max_runs_in_order(sched):
     # Had more slots passed meanwhile, they are a new catch-up of their own.
     much_later = now + 5 * MIN_MS
     again = catch_up(j, s0 + 3 * MIN_MS, much_later)
-    assert again.missed == [Missed("policy", now + 4 * MIN_MS, much_later, 2)]
+    assert again.missed == [Missed("policy", now + 4 * MIN_MS, much_later + MIN_MS, 2)]
     assert (again.slot_ms, again.until_ms, again.decided_ms) == (now + MIN_MS, now + 3 * MIN_MS, much_later)
 
 
@@ -135,7 +136,8 @@ def test_a_year_of_minutely_slots_is_one_record_counted_without_a_walk(monkeypat
     # (run at its first pass only); s0 itself was the claimed run.
     [missed] = found.missed
     assert missed.reason == "policy" and missed.from_ms == s0 + MIN_MS
-    assert missed.count == (missed.until_ms - missed.from_ms) // MIN_MS + 1 - 60
+    assert missed.until_ms == ms("2028-01-01T00:00:00Z")
+    assert missed.count == (missed.until_ms - missed.from_ms) // MIN_MS - 60
     assert walked < 20_000, walked  # the edges and the two DST changes, not 525,600
 
 
@@ -163,7 +165,8 @@ def test_count_cron_matches_a_walk(seed):
 
 
 def test_count_of_every_s_is_arithmetic():
-    assert count_slots(Schedule(every_s=7), 0, 7000, 7000 + 7000 * 999_999) == 1_000_000
+    assert count_slots(Schedule(every_s=7), 0, 7000, 7000 + 7000 * 1_000_000) == 1_000_000
+    assert count_slots(Schedule(every_s=7), 0, 7000, 7000 + 7000 * 1_000_000 + 1) == 1_000_001
 
 
 def test_a_range_too_long_to_count_has_no_count(monkeypatch):
@@ -176,7 +179,23 @@ def test_paused_slots_are_one_range():
     j = job(EVERY_MINUTE, "2027-01-01T00:00:00Z")
     j.slot_ms = ms("2027-01-01T00:05:00Z")  # the slot whose run the pause cancelled
     j.state = "paused"
-    assert paused_range(j, ms("2027-01-01T02:00:30Z")) == Missed(
-        "paused", ms("2027-01-01T00:06:00Z"), ms("2027-01-01T02:00:00Z"), 115
+    assert paused_range(j, ms("2027-01-01T02:00:30Z"), ms("2027-01-01T02:01:00Z")) == Missed(
+        "paused", ms("2027-01-01T00:06:00Z"), ms("2027-01-01T02:01:00Z"), 115
     )
-    assert paused_range(j, ms("2027-01-01T00:05:30Z")) is None  # only the cancelled slot passed
+    # Only the cancelled slot passed.
+    assert paused_range(j, ms("2027-01-01T00:05:30Z"), ms("2027-01-01T00:06:00Z")) is None
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_nth_cron_matches_a_walk(seed):
+    rng = random.Random(seed)
+    exprs = ["* * * * *", "*/7 2-3 * * *", "30 2 * * *", "15 1 1-10 * 1-5", "*/15 * * 3,10 *", "0 0 29 2 *"]
+    zones = ["UTC", "Europe/Berlin", "Australia/Lord_Howe", "America/Santiago", "Europe/Dublin", "Pacific/Chatham"]
+    for _ in range(40):
+        expr, zone = rng.choice(exprs), rng.choice(zones)
+        gap, repeat = rng.choice(["shift", "skip"]), rng.choice(["first", "last", "both"])
+        after = rng.randrange(ms("2024-01-01T00:00:00Z"), ms("2029-01-01T00:00:00Z"))
+        n = rng.randrange(1, 1001)
+        walked = schedule.cron_times_ms(expr, zone, after, n, gap=gap, repeat=repeat)
+        got = schedule.nth_cron_ms(expr, zone, after, n, gap=gap, repeat=repeat)
+        assert got == (walked[-1] if len(walked) == n else None), (expr, zone, gap, repeat, after, n)

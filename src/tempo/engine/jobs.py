@@ -347,45 +347,43 @@ class CatchUp(NamedTuple):
 _DEFAULT_CATCHUP = Catchup()
 
 
-def count_slots(sched: Schedule, created_at_ms: int, first_ms: int, last_ms: int) -> int | None:
-    """How many slots lie in [first_ms, last_ms], two slots of the schedule:
-    arithmetic for `every_s`, counted from the fields for cron
+def count_slots(sched: Schedule, created_at_ms: int, first_ms: int, end_ms: int) -> int | None:
+    """How many slots lie in [first_ms, end_ms), `first_ms` a slot of the
+    schedule: arithmetic for `every_s`, counted from the fields for cron
     (`schedule.count_cron_ms`), never one slot at a time. None: too many
     days to count (limits.catchup_count_days_max)."""
-    if last_ms < first_ms:
+    if end_ms <= first_ms:
         return 0
     if sched.every_s is not None:
-        return (last_ms - first_ms) // (sched.every_s * 1000) + 1
+        return (end_ms - 1 - first_ms) // (sched.every_s * 1000) + 1
     assert sched.cron is not None and sched.timezone is not None
     return schedule.count_cron_ms(
-        sched.cron, sched.timezone, first_ms - 1, last_ms, gap=sched.dst_gap, repeat=sched.dst_repeat
+        sched.cron, sched.timezone, first_ms - 1, end_ms - 1, gap=sched.dst_gap, repeat=sched.dst_repeat
     )
 
 
-def missed_range(sched: Schedule, created_at_ms: int, reason: Any, first_ms: int, last_ms: int) -> Missed:
-    assert first_ms <= last_ms
-    return Missed(reason, first_ms, last_ms, count_slots(sched, created_at_ms, first_ms, last_ms))
-
-
-def _slot_before_ms(sched: Schedule, created_at_ms: int, at_ms: int) -> int:
-    found = latest_slot_ms(sched, created_at_ms, at_ms - 1)
-    assert found is not None, "a slot of a range has a slot before it"
-    return found
+def missed_range(sched: Schedule, created_at_ms: int, reason: Any, first_ms: int, end_ms: int) -> Missed:
+    """The slots in [first_ms, end_ms): both ends are slots (the end the
+    first one after the range), so neither needs a search backwards."""
+    assert first_ms < end_ms
+    return Missed(reason, first_ms, end_ms, count_slots(sched, created_at_ms, first_ms, end_ms))
 
 
 def _nth_slot_ms(sched: Schedule, created_at_ms: int, first_ms: int, n: int) -> int:
     """The n-th slot from `first_ms` (a slot; the 1st is itself); n is at
-    most limits.catchup_runs_max, so a cron walk of it is bounded."""
+    most limits.catchup_runs_max, so where a cron one is walked (across a
+    UTC offset change) the walk is bounded."""
     assert 1 <= n <= limits.catchup_runs_max
     if sched.every_s is not None:
         return first_ms + (n - 1) * sched.every_s * 1000
     assert sched.cron is not None and sched.timezone is not None
     if n == 1:
         return first_ms
-    found = schedule.cron_times_ms(
+    found = schedule.nth_cron_ms(
         sched.cron, sched.timezone, first_ms, n - 1, gap=sched.dst_gap, repeat=sched.dst_repeat
     )
-    return found[-1]
+    assert found is not None, "the caller counted more slots than n"
+    return found
 
 
 def catch_up(job: Job, nominal_ms: int, now_ms: int) -> CatchUp | None:
@@ -420,48 +418,49 @@ def catch_up(job: Job, nominal_ms: int, now_ms: int) -> CatchUp | None:
     latest = latest_slot_ms(sched, created_ms, now_ms)
     assert latest is not None and latest >= nxt
     missed: list[Missed] = []
+    ahead = slot_after_ms(sched, created_ms, now_ms, inclusive=False)  # the first slot not missed
+    # The end of a range that reaches the latest slot: the slot after it
+    # (None: the schedule ends, and the instant after the latest serves).
+    end_ms = latest + 1 if ahead is None else ahead
     first_in: int | None = nxt
     if policy.window_s is not None and nxt < now_ms - policy.window_s * 1000:
         first_in = slot_after_ms(sched, created_ms, now_ms - policy.window_s * 1000, inclusive=True)
         if first_in is None or first_in > latest:
-            missed.append(missed_range(sched, created_ms, "outside_window", nxt, latest))
+            missed.append(missed_range(sched, created_ms, "outside_window", nxt, end_ms))
             first_in = None
         else:
-            missed.append(missed_range(sched, created_ms, "outside_window", nxt, _slot_before_ms(sched, created_ms, first_in)))
+            missed.append(missed_range(sched, created_ms, "outside_window", nxt, first_in))
     kind: CatchupPolicy = policy.policy
     if first_in is None or kind == "none":
         if first_in is not None:
-            missed.append(missed_range(sched, created_ms, "policy", first_in, latest))
-        ahead = slot_after_ms(sched, created_ms, now_ms, inclusive=False)
+            missed.append(missed_range(sched, created_ms, "policy", first_in, end_ms))
         return None if ahead is None else CatchUp(ahead, due_ms(job, ahead, now_ms), missed, None)
     if kind == "latest":
         if first_in < latest:
-            missed.append(missed_range(sched, created_ms, "policy", first_in, _slot_before_ms(sched, created_ms, latest)))
+            missed.append(missed_range(sched, created_ms, "policy", first_in, latest))
         return CatchUp(latest, due_ms(job, latest, now_ms), missed, None)
     assert kind == "all"
-    in_window = count_slots(sched, created_ms, first_in, latest)
+    in_window = count_slots(sched, created_ms, first_in, end_ms)
     until = latest
     if in_window is None or in_window > policy.max_runs:
         until = _nth_slot_ms(sched, created_ms, first_in, policy.max_runs)
         skipped = slot_after_ms(sched, created_ms, until, inclusive=False)
         assert skipped is not None and skipped <= latest
-        missed.append(missed_range(sched, created_ms, "policy", skipped, latest))
+        missed.append(missed_range(sched, created_ms, "policy", skipped, end_ms))
     return CatchUp(first_in, due_ms(job, first_in, now_ms), missed, until, latest)
 
 
-def paused_range(job: Job, now_ms: int) -> Missed | None:
-    """The slots a paused job let pass, resumed at `now_ms`: from the one
-    after the slot whose run the pause cancelled up to the latest at or
-    before `now_ms` (that cancelled run is in the job's history already)."""
+def paused_range(job: Job, now_ms: int, next_slot_ms: int | None) -> Missed | None:
+    """The slots a paused job let pass, resumed at `now_ms` with its next
+    run at `next_slot_ms`: from the one after the slot whose run the pause
+    cancelled (that run is in the job's history already) up to the next."""
     if not job.schedule.repeating or job.slot_ms is None or job.slot_ms >= now_ms:
         return None
     sched, created_ms = job.schedule, job.created_at_ms
     first = slot_after_ms(sched, created_ms, job.slot_ms, inclusive=False)
     if first is None or first > now_ms:
         return None
-    latest = latest_slot_ms(sched, created_ms, now_ms)
-    assert latest is not None and latest >= first
-    return missed_range(sched, created_ms, "paused", first, latest)
+    return missed_range(sched, created_ms, "paused", first, now_ms + 1 if next_slot_ms is None else next_slot_ms)
 
 
 def due_ms(job: Job, slot_ms: int, now_ms: int) -> int:
@@ -736,7 +735,7 @@ class Jobs:
         else:
             slot_ms = job.slot_ms  # its one run, made anew if retention dropped the cancelled one
         next_due_ms = None if slot_ms is None else due_ms(job, slot_ms, at_ms)
-        missed = paused_range(job, at_ms) if job.state == "paused" else None
+        missed = paused_range(job, at_ms, slot_ms) if job.state == "paused" and job.schedule.repeating else None
         return _ok(await self.committer.submit(ResumeJob(at_ms, owner, job_id, slot_ms, next_due_ms, missed)))
 
     async def backfill(self, owner: str, job_id: str, body: BackfillSpec) -> tuple[int, int]:

@@ -118,9 +118,9 @@ class Event(msgspec.Struct, array_like=True):
 
 
 class Missed(msgspec.Struct, array_like=True, frozen=True):
-    """A contiguous range of a job's slots that got no run: `count` slots
-    from `from_ms` to `until_ms`, both slots of the range (None: a range too
-    long to count, docs/semantics.md)."""
+    """A contiguous range of a job's slots that got no run: the `count`
+    slots in [from_ms, until_ms), from the first of them to the first slot
+    after them (None: a range too long to count, docs/semantics.md)."""
 
     reason: MissedReason
     from_ms: int

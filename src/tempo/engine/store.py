@@ -1130,7 +1130,7 @@ class _Tx:
         """A range of the job's slots that got no run, as a `run.missed`
         event of its owner: in the history of the day it was decided, kept
         and dropped with it (docs/semantics.md "Catch-up after missed slots")."""
-        assert missed.from_ms <= missed.until_ms
+        assert missed.from_ms < missed.until_ms
         detail = {
             "reason": missed.reason,
             "missed_from": clock.iso_from_ms(missed.from_ms),
