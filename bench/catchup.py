@@ -34,13 +34,13 @@ from pathlib import Path
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
 sys.path.insert(0, os.path.dirname(__file__))
 
-import httpx  # noqa: E402
+import httpx
 
-from _server import Node, table  # noqa: E402
-from tempo.engine.commands import Claim, ClaimRuns, CreateJobs, encode_entry  # noqa: E402
-from tempo.engine.jobs import Jobs, catch_up  # noqa: E402
-from tempo.engine.store import Store  # noqa: E402
-from tempo.schema import CatchupIn, JobCreate, ScheduleIn  # noqa: E402
+from _server import Node, table
+from tempo.engine.commands import Claim, ClaimRuns, CreateJobs, encode_entry
+from tempo.engine.jobs import Jobs, catch_up
+from tempo.engine.store import Store
+from tempo.schema import CatchupIn, JobCreate, ScheduleIn
 
 OWNER = "bench"
 DAY_MS = 86_400_000
@@ -82,7 +82,7 @@ def engine_round(root: str, jobs_n: int, policy: str, timezone: str) -> tuple[fl
         made = 0
         for i in range(0, jobs_n, BATCH):
             index += 1
-            outcomes, changes = store.apply_entry(index, encode_entry([ClaimRuns(now_ms, "w", claims[i : i + BATCH])]))
+            _, changes = store.apply_entry(index, encode_entry([ClaimRuns(now_ms, "w", claims[i : i + BATCH])]))
             made += sum(1 for _, run, _ in changes.woken if run.nominal_ms > T_MS + 60_000)
         applied_s = time.perf_counter() - started
         return decided_s, applied_s, made, records

@@ -8,7 +8,7 @@ import re
 import resource
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from functools import partial
 from urllib.parse import urlsplit
@@ -21,6 +21,7 @@ from tempo import clock, errors, limits
 from tempo.config import Config, ConfigError, Tls
 from tempo.config import load as load_config
 from tempo.engine import datadir, records
+from tempo.engine.commandlog import CommandLog
 from tempo.engine.commit import Committer
 from tempo.engine.dispatch import Dispatcher
 from tempo.engine.jobs import Jobs
@@ -38,6 +39,7 @@ from tempo.net.tls import client_context
 from tempo.node import ClusterMember, Member, Standalone, raft_id_of
 from tempo.node.membership import Membership
 from tempo.node.replica import Phase, Replica
+from tempo.raft import Message
 
 _NODE_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 log = logging.getLogger("tempo.server")
@@ -155,7 +157,7 @@ def _hypercorn_config(options: ServeOptions, tls: Tls | None = None) -> hypercor
     config.graceful_timeout = limits.shutdown_grace_s
     # limits.py "The edge": what hypercorn bounds itself.
     config.keep_alive_timeout = limits.keep_alive_timeout_s
-    config.read_timeout = limits.read_timeout_s
+    config.read_timeout = limits.read_timeout_s  # type: ignore[assignment]  # hypercorn annotates int; it takes any seconds
     config.h11_max_incomplete_size = limits.header_bytes_max
     config.backlog = limits.listen_backlog
     return config
@@ -199,7 +201,7 @@ async def serve(options: ServeOptions, *, task_status: trio.TaskStatus[str] = tr
     # The directory is taken before the store opens it (opening may write:
     # an identity record, an adopted directory); one that does not exist
     # yet is taken once the store has made it.
-    held_fd = _hold(options.data_dir) if os.path.isdir(options.data_dir) else None
+    held_fd = _hold(options.data_dir) if os.path.isdir(options.data_dir) else None  # noqa: ASYNC240 - at start-up, no task runs yet
     try:
         store = open_store(options, config)
     except BaseException:
@@ -251,6 +253,7 @@ def open_store(options: ServeOptions, config: Config) -> Store:
     except datadir.DataDirError as exc:
         raise ServeError(str(exc)) from None
     if store.adopted:
+        assert store.identity is not None  # an adopted directory is given this node's identity
         log.info("%s: written by an earlier version; recorded as %s", options.data_dir, store.identity.describe())
     return store
 
@@ -265,7 +268,9 @@ def _observe_stamps(node_clock: clock.Clock) -> Callable[[Changes], None]:
     return observe
 
 
-async def _serve_alone(options: ServeOptions, config: Config, store: Store, node_clock: clock.Clock, task_status) -> None:
+async def _serve_alone(
+    options: ServeOptions, config: Config, store: Store, node_clock: clock.Clock, task_status: trio.TaskStatus[str]
+) -> None:
     committer = Committer(store)
     committer.listeners.append(_observe_stamps(node_clock))
     jobs = Jobs(store, committer, now_ms=node_clock.now_ms)
@@ -303,7 +308,9 @@ async def _serve_alone(options: ServeOptions, config: Config, store: Store, node
     stopping.done()
 
 
-async def _serve_member(options: ServeOptions, config: Config, store: Store, node_clock: clock.Clock, task_status) -> None:
+async def _serve_member(
+    options: ServeOptions, config: Config, store: Store, node_clock: clock.Clock, task_status: trio.TaskStatus[str]
+) -> None:
     cluster = options.cluster
     assert cluster is not None
     # A founder's first start founds the cluster with every --peers entry as
@@ -333,14 +340,14 @@ async def _serve_member(options: ServeOptions, config: Config, store: Store, nod
     node.refresh(store.members())
     transport.peers_at_start = node.peer_urls()
 
-    def on_changes(changes) -> None:
+    def on_changes(changes: Changes) -> None:
         if changes.members:
             node.refresh(store.members())
             transport.set_peers(node.peer_urls())
 
     replica.listeners.append(on_changes)
 
-    def on_peer_messages(messages: list) -> None:
+    def on_peer_messages(messages: list[Message]) -> None:
         for message in messages:
             replica.step(message)
 
@@ -373,7 +380,9 @@ async def _serve_member(options: ServeOptions, config: Config, store: Store, nod
     stopping.done()
 
 
-def _retention(options: ServeOptions, config: Config, store: Store, committer, node_clock: clock.Clock) -> Retention:
+def _retention(
+    options: ServeOptions, config: Config, store: Store, committer: CommandLog, node_clock: clock.Clock
+) -> Retention:
     skew_ms = options.retention_skew_days * limits.day_ms
     return Retention(
         store, committer, retention_days=config.retention_days, now_ms=lambda: node_clock.now_ms() + skew_ms
@@ -381,7 +390,11 @@ def _retention(options: ServeOptions, config: Config, store: Store, committer, n
 
 
 async def _lead(
-    replica: Replica, dispatcher: Dispatcher, retention: Retention, *, task_status=trio.TASK_STATUS_IGNORED
+    replica: Replica,
+    dispatcher: Dispatcher,
+    retention: Retention,
+    *,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Runs the dispatcher, the HTTP executor and retention while this node
     leads (with an entry of its term applied), and stops them the moment it
@@ -411,7 +424,9 @@ async def _lead(
         dispatcher.reset()
 
 
-async def _probe_lag(pauses: Pauses, stop: trio.Event, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+async def _probe_lag(
+    pauses: Pauses, stop: trio.Event, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+) -> None:
     """Sleeps `limits.event_loop_probe_s` at a time and records how late it
     wakes: how long something held the trio thread (docs/operations.md
     "Event-loop lag"). Garbage collections are timed beside it. It ends once
@@ -439,7 +454,7 @@ class _Stopping:
 
 
 async def _watch_signals(
-    signals, stop: trio.Event, stopping: _Stopping, api: Api, replica: Replica | None = None
+    signals: AsyncIterator[int], stop: trio.Event, stopping: _Stopping, api: Api, replica: Replica | None = None
 ) -> None:
     """On SIGTERM or SIGINT, stops the node in phases, one log line each
     (docs/operations.md "Stopping"), then sets `stop` for the HTTP server."""

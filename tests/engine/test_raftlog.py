@@ -2,9 +2,9 @@
 
 import pytest
 
-from tempo.engine.raftlog import RaftLog
+from tempo.engine.raftlog import RaftLog, write_ready
 from tempo.engine.store import Store
-from tempo.raft import ConfState, Entry, HardState, Snapshot, SnapshotMeta
+from tempo.raft import ConfState, Entry, HardState, Ready, Role, Snapshot, SnapshotMeta
 
 VOTERS = (1, 2, 3)
 
@@ -14,22 +14,17 @@ def entries(lo: int, hi: int, term: int) -> list[Entry]:
 
 
 def write(store: Store, log: RaftLog, *, ents=(), hard_state=None, compaction=None, snapshot=None) -> None:
-    def work(txn):
-        if snapshot is not None:
-            log.install_in(txn, snapshot)
-            store.restore_in(txn, snapshot.meta.index, snapshot.data)
-        if compaction is not None:
-            log.compact_in(txn, compaction)
-        if ents:
-            log.append_in(txn, list(ents))
-        if hard_state is not None:
-            log.set_hard_state_in(txn, hard_state)
-
-    for snap in (snapshot, compaction):
-        if snap is not None:
-            log.write_snapshot_file(snap.meta.index, snap.data)
-    store.write(work)
-    log.committed(hard_state, list(ents), snapshot, compaction)
+    """What the replica loop does with a Ready of these (node/replica.py
+    `Replica.steps`): `write_ready`, then `committed` once it is durable."""
+    if compaction is not None:
+        # A compaction's file is written before the core is told of it.
+        log.write_snapshot_file(compaction.meta.index, compaction.data)
+    rd = Ready(
+        hard_state=hard_state, entries=list(ents), must_sync=True, messages=[], committed_entries=[],
+        snapshot=snapshot, compaction=compaction, read_states=[], leader_id=0, role=Role.FOLLOWER,
+    )
+    assert write_ready(store, log, rd, apply=True) == []
+    log.committed(rd.hard_state, rd.entries, rd.snapshot, rd.compaction)
 
 
 @pytest.fixture
@@ -98,7 +93,7 @@ def test_installing_a_snapshot_replaces_log_and_state_at_once(tmp_path):
     follower = Store(str(tmp_path / "d"), map_bytes=1 << 26)
     try:
         RaftLog(leader, VOTERS)
-        index, data = leader.snapshot_data()
+        _index, data = leader.snapshot_data()
         log = RaftLog(follower, VOTERS)
         write(follower, log, ents=entries(2, 5, 1))
         snap = Snapshot(SnapshotMeta(40, 3, ConfState(VOTERS)), data)

@@ -10,6 +10,7 @@ import pytest
 
 from conftest import Server, unique
 from tempo import config, limits
+from tempo.loadgen.spawn import SpawnError
 
 vanish_timeout_s = 20.0
 
@@ -106,5 +107,5 @@ def test_serve_refuses_a_bad_retention_period(tmp_path: Path):
     conf = tmp_path / "tempo.toml"
     conf.write_text("retention_days = 0\n")
     server = Server(tmp_path / "data", extra_args=("--config", str(conf)))
-    with pytest.raises(AssertionError, match="retention_days"):
+    with pytest.raises(SpawnError, match="retention_days"):
         server.start()

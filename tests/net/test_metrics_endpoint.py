@@ -60,8 +60,8 @@ def test_raft_metrics_render_as_valid_families():
     for n in (1, 3, 700):
         entry_commands.observe(n)
     replica = SimpleNamespace(
-        commit_seconds_sum=1.5, write_seconds_sum=0.25, readies=10, term=7, applied_index=40, commit_index=41,
-        phase=Phase.LEADING, leader_changes=2, entry_commands=entry_commands, ready_entries=Histogram(COUNT_BUCKETS),
+        propose_to_apply_seconds_sum=1.5, write_seconds_sum=0.25, readies=10, term=7, applied_index=40, commit_index=41,
+        phase=Phase.LEADING, leader_changes=2, batch_commands=entry_commands, ready_entries=Histogram(COUNT_BUCKETS),
     )
     families = parse_exposition("\n".join(_raft_metrics(replica)) + "\n")
     assert samples_of(families, "tempo_raft_term") == [7]

@@ -14,63 +14,38 @@ are refused until a later batch, or a probe when none comes, commits
 and the batch is tried again at once.
 """
 
-from collections.abc import Awaitable, Callable
-
 import trio
 
 from tempo import errors, limits
+from tempo.engine.commandlog import Answer, Intake, Listener, Waiter
 from tempo.engine.commands import Command
 from tempo.engine.storage_guard import StorageGuard
 from tempo.engine.store import Changes, Outcome, Store
 from tempo.metrics import COUNT_BUCKETS, Histogram
 
 
-class Waiter:
-    __slots__ = ("done", "outcome")
-
-    def __init__(self) -> None:
-        self.done = trio.Event()
-        self.outcome: Outcome | list[Outcome] | BaseException | None = None
-
-    def finish(self, outcome: Outcome | list[Outcome] | BaseException | None) -> None:
-        self.outcome = outcome
-        self.done.set()
-
-
 class Committer:
+    """The `CommandLog` of a node alone (engine/commandlog.py)."""
+
     def __init__(self, store: Store):
         self.store = store
-        self._pending: list[tuple[Command, Waiter]] = []
         self._wake = trio.Event()
-        self._closing = False
-        # Called on the trio thread with each entry's `Changes`, in log order;
-        # one that answers an awaitable (it works in slices) is awaited.
-        self.listeners: list[Callable[[Changes], Awaitable[None] | None]] = []
+        self.listeners: list[Listener] = []
         self.batches_committed = 0
         self.commands_committed = 0
         self.batch_commands = Histogram(COUNT_BUCKETS)
         self.storage = StorageGuard()
+        self._intake = Intake(self.storage, self._wake_up)
 
-    async def submit(self, command: Command) -> Outcome | list[Outcome]:
-        if self._closing:
-            raise errors.ShuttingDown("the node is shutting down")
-        self.storage.check()
-        if len(self._pending) >= limits.commit_pending_max:
-            raise errors.Overloaded("too many writes waiting; retry shortly")
-        waiter = Waiter()
-        self._pending.append((command, waiter))
+    def _wake_up(self) -> None:
         self._wake.set()
-        # The batch commits even if this request is cancelled meanwhile: a
-        # shield would add nothing, since the write is not undone either way.
-        await waiter.done.wait()
-        if isinstance(waiter.outcome, BaseException):
-            raise waiter.outcome.with_traceback(None)
-        return waiter.outcome
+
+    async def submit(self, command: Command) -> Answer:
+        return await self._intake.submit(command)
 
     def close(self) -> None:
         """Refuses new commands; `run` returns once the pending ones commit."""
-        self._closing = True
-        self._wake.set()
+        self._intake.close()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         index = self.store.applied_index()
@@ -85,14 +60,14 @@ class Committer:
             if waiting.cancelled_caught:
                 await self._probe()
                 continue
-            if not self._pending:
-                if self._closing:
+            intake = self._intake
+            if not intake.pending:
+                if intake.closing:
                     return
                 self._wake = trio.Event()
                 continue
-            batch = self._pending[: limits.commit_batch_commands_max]
-            del self._pending[: len(batch)]
-            if not self._pending and not self._closing:
+            batch = intake.take(limits.commit_batch_commands_max)
+            if not intake.pending and not intake.closing:
                 self._wake = trio.Event()
             if self.storage.refused is not None and not self.storage.retry_due:
                 # Queued while the batch before failed: no new try this soon.
@@ -129,8 +104,7 @@ class Committer:
             if (slices := listener(changes)) is not None:
                 await slices
         for (_, waiter), outcome in zip(batch, outcomes, strict=True):
-            waiter.outcome = outcome
-            waiter.done.set()
+            waiter.finish(outcome)
         self.batches_committed += 1
         self.commands_committed += len(batch)
         self.batch_commands.observe(len(batch))

@@ -17,12 +17,13 @@ import os
 import urllib.parse
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 import msgspec
 import trio
 
 from tempo import clock, errors, ids, limits, schedule
+from tempo.engine.commandlog import Answer, CommandLog
 from tempo.engine.commands import (
     BackfillJob,
     CreateJobs,
@@ -32,13 +33,14 @@ from tempo.engine.commands import (
     ResumeJob,
     TriggerJob,
 )
-from tempo.engine.commit import Committer
 from tempo.engine.records import Catchup, CatchupPolicy, Job, Missed, Run, Schedule
 from tempo.engine.store import Created, Store
 
 _QUEUE_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
 _hash_encoder = msgspec.msgpack.Encoder(order="sorted")
 _json_encoder = msgspec.json.Encoder()
+
+T = TypeVar("T")
 
 
 # -- what the engine reads of a request ------------------------------------------
@@ -515,6 +517,12 @@ async def preview_ms(body: PreviewSpec, now_ms: int) -> list[int]:
     return [at_ms for at_ms, _ in found]
 
 
+def queues_hash(queues: list[str]) -> bytes:
+    """The set of queues a claim names, as a claim key's record keeps it:
+    order and repeats do not matter."""
+    return hashlib.blake2b("\n".join(sorted(set(queues))).encode(), digest_size=16).digest()
+
+
 async def backfill_slots(job: Job, body: BackfillSpec, now_ms: int) -> list[int]:
     """The slots of `job` in [from, until), ascending, checked: at most
     limits.backfill_runs_max of them, none in the future nor at or after
@@ -583,7 +591,7 @@ class _JobIds:
 
 
 class Jobs:
-    def __init__(self, store: Store, committer: Committer, *, now_ms: Callable[[], int] | None = None):
+    def __init__(self, store: Store, committer: CommandLog, *, now_ms: Callable[[], int] | None = None):
         self.store = store
         self.committer = committer
         # Scheduler time (clock.py): the node's clock, a test's mock, or
@@ -724,7 +732,7 @@ class Jobs:
         return outcomes  # type: ignore[return-value]
 
     async def pause(self, owner: str, job_id: str) -> Job:
-        return _ok(await self.committer.submit(PauseJob(self.now_ms(), owner, job_id)))
+        return _ok(await self.committer.submit(PauseJob(self.now_ms(), owner, job_id)), Job)
 
     async def resume(self, owner: str, job_id: str) -> Job:
         job = self.store.get_job(owner, job_id)
@@ -736,24 +744,26 @@ class Jobs:
             slot_ms = job.slot_ms  # its one run, made anew if retention dropped the cancelled one
         next_due_ms = None if slot_ms is None else due_ms(job, slot_ms, at_ms)
         missed = paused_range(job, at_ms, slot_ms) if job.state == "paused" and job.schedule.repeating else None
-        return _ok(await self.committer.submit(ResumeJob(at_ms, owner, job_id, slot_ms, next_due_ms, missed)))
+        return _ok(await self.committer.submit(ResumeJob(at_ms, owner, job_id, slot_ms, next_due_ms, missed)), Job)
 
     async def backfill(self, owner: str, job_id: str, body: BackfillSpec) -> tuple[int, int]:
         """`POST /v1/jobs/{id}/backfill`: (runs made, slots that had one)."""
         job = self.store.get_job(owner, job_id)
         at_ms = self.now_ms()
         slots = await backfill_slots(job, body, at_ms)
-        made = _ok(await self.committer.submit(BackfillJob(at_ms, owner, job_id, slots)))
+        made = _ok(await self.committer.submit(BackfillJob(at_ms, owner, job_id, slots)), list)
         return len(made), len(slots) - len(made)
 
     async def delete(self, owner: str, job_id: str) -> None:
-        _ok(await self.committer.submit(DeleteJob(self.now_ms(), owner, job_id)))
+        _ok(await self.committer.submit(DeleteJob(self.now_ms(), owner, job_id)), type(None))
 
     async def trigger(self, owner: str, job_id: str) -> Run:
-        return _ok(await self.committer.submit(TriggerJob(self.now_ms(), owner, job_id)))
+        return _ok(await self.committer.submit(TriggerJob(self.now_ms(), owner, job_id)), Run)
 
 
-def _ok(outcome: Any) -> Any:
+def _ok(outcome: Answer, kind: type[T]) -> T:
+    """A single command's outcome, a `kind`; its fault raised."""
     if isinstance(outcome, errors.TempoError):
         raise outcome
+    assert isinstance(outcome, kind), f"{type(outcome).__name__} answered where {kind.__name__} was due"
     return outcome

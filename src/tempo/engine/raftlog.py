@@ -23,8 +23,8 @@ import lmdb
 import msgspec
 
 from tempo.engine import datadir, records
-from tempo.engine.store import Store
-from tempo.raft import ConfState, Entry, HardState, Snapshot, SnapshotMeta
+from tempo.engine.store import Changes, Outcome, Store
+from tempo.raft import ConfState, Entry, EntryKind, HardState, Ready, Snapshot, SnapshotMeta
 
 _U64 = struct.Struct(">Q")
 _HARD_STATE = b"hard_state"
@@ -37,9 +37,13 @@ _TAIL_BYTES_MAX = 64 << 20
 _enc = msgspec.msgpack.Encoder()
 # Stored raft state that does not decode (or breaks the types' bounds) is
 # records.Corrupt: the node stops with a clear message.
-_entry_dec = records.Decoder(Entry)
-_hard_dec = records.Decoder(HardState)
-_meta_dec = records.Decoder(SnapshotMeta)
+_entry_dec: records.Decoder[Entry] = records.Decoder(Entry)
+_hard_dec: records.Decoder[HardState] = records.Decoder(HardState)
+_meta_dec: records.Decoder[SnapshotMeta] = records.Decoder(SnapshotMeta)
+
+# What applying one committed entry gave: its commands' outcomes, and its
+# changes for the dispatcher.
+Applied = tuple[list[Outcome], Changes]
 
 
 class RaftLog:
@@ -245,7 +249,50 @@ class RaftLog:
                 continue
             if keep_newer and (index > keep or name.endswith(".tmp")):
                 continue  # a compaction being written, or written and not yet recorded
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 os.unlink(os.path.join(self.dir, name))
-            except FileNotFoundError:
-                pass
+
+
+# -- one Ready, written (a worker thread) -------------------------------------------
+
+
+def write_ready(store: Store, log: RaftLog, rd: Ready, *, apply: bool) -> list[Applied]:
+    """Step 1 of a Ready (raft/types.py): the snapshot it installs (its file
+    first), the compaction it records, its new entries and its hard state,
+    in one transaction and one fsync; with its committed entries applied in
+    that same transaction if `apply`. A write that does not fit raises
+    `errors.StorageFault`, with nothing of it written. `log.committed` is
+    the caller's, on the trio thread, once this returned."""
+    if rd.snapshot is not None:
+        try:
+            log.write_snapshot_file(rd.snapshot.meta.index, rd.snapshot.data)
+        except OSError as exc:
+            fault = store.fault_of(exc)
+            if fault is None:
+                raise
+            raise fault from None
+
+    def work(txn: lmdb.Transaction) -> list[Applied]:
+        if rd.snapshot is not None:
+            log.install_in(txn, rd.snapshot)
+            store.restore_in(txn, rd.snapshot.meta.index, rd.snapshot.data)
+        if rd.compaction is not None:
+            log.compact_in(txn, rd.compaction)
+        if rd.entries:
+            log.append_in(txn, rd.entries)
+        if rd.hard_state is not None:
+            log.set_hard_state_in(txn, rd.hard_state)
+        return _apply_in(store, txn, rd.committed_entries) if apply else []
+
+    return store.write(work)
+
+
+def apply_entries(store: Store, entries: list[Entry]) -> list[Applied]:
+    """Committed entries applied in one transaction of their own."""
+    return store.write(lambda txn: _apply_in(store, txn, entries))
+
+
+def _apply_in(store: Store, txn: lmdb.Transaction, entries: list[Entry]) -> list[Applied]:
+    # A configuration entry's data is the core's; to the tables it is empty
+    # (`Store.apply_in` records the index only).
+    return [store.apply_in(txn, e.index, e.data if e.kind == EntryKind.NORMAL else b"") for e in entries]

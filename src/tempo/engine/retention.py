@@ -8,12 +8,14 @@ replica applies the same drop. Nothing is proposed while nothing is due, so a
 quiet cluster's log does not grow by one entry a minute.
 """
 
+import contextlib
 import logging
 from collections.abc import Callable
 
 import trio
 
 from tempo import clock, errors, limits
+from tempo.engine.commandlog import CommandLog
 from tempo.engine.commands import DropHistory
 from tempo.engine.store import Store
 
@@ -32,13 +34,13 @@ class Retention:
     def __init__(
         self,
         store: Store,
-        committer,
+        committer: CommandLog,
         *,
         retention_days: int = limits.retention_days_default,
         now_ms: Callable[[], int] | None = None,
     ):
-        """`committer` has `submit(command)`: the single node's committer or
-        the cluster replica."""
+        """`committer`: the node's command log, the single node's committer
+        or the cluster replica."""
         assert limits.retention_days_min <= retention_days <= limits.retention_days_max
         self.store = store
         self.committer = committer
@@ -63,8 +65,6 @@ class Retention:
         every `limits.retention_check_s`."""
         task_status.started()
         while True:
-            try:
+            with contextlib.suppress(errors.Overloaded):  # nothing written; the next round tries again
                 await self.drop_due()
-            except errors.Overloaded:
-                pass  # nothing written; the next round tries again
             await trio.sleep(limits.retention_check_s)

@@ -15,7 +15,7 @@ from tempo import metrics as prom
 from tempo.clock import Clock
 from tempo.config import UNLIMITED, HttpLimits, OwnerLimits
 from tempo.engine import jobs as engine_jobs
-from tempo.engine.commands import Result, decode_entry
+from tempo.engine.commands import ClaimKey, Result, decode_entry
 from tempo.engine.dispatch import LATENESS_BUCKETS_S, ClaimedRun, Dispatcher
 from tempo.engine.jobs import Jobs
 from tempo.engine.records import Corrupt
@@ -49,7 +49,9 @@ from tempo.net.auth import Authenticator
 from tempo.net.http import GATE, ConnectionGate
 from tempo.net.peer import FrameReader
 from tempo.node import ClusterMember, Standalone
-from tempo.node.replica import Phase
+from tempo.node.membership import Membership
+from tempo.node.replica import Phase, Replica
+from tempo.raft import Message
 from tempo.rate import TokenBucket
 from tempo.schema import (
     BackfillIn,
@@ -156,9 +158,9 @@ class Api:
         *,
         node: Standalone | ClusterMember,
         auth: Authenticator | None = None,
-        on_peer_messages: Callable[[list[Any]], None] | None = None,
+        on_peer_messages: Callable[[list[Message]], None] | None = None,
         peer_token: str | None = None,
-        membership: Any = None,
+        membership: Membership | None = None,
         limits_of: Callable[[str], OwnerLimits] = lambda owner: UNLIMITED,
         http_limits: HttpLimits | None = None,
         gate: ConnectionGate = GATE,
@@ -618,6 +620,12 @@ class Api:
             raise errors.Forbidden(f"this token may claim only from {sorted(allowed)}")
         # A queue named twice counts once (the dispatcher takes distinct queues).
         queues = self._queues(request, list(dict.fromkeys(body.queues)))
+        key = None
+        if body.claim_key is not None:
+            # A pattern's `$` also matches before a final newline.
+            if body.claim_key.endswith("\n"):
+                raise errors.Invalid.at("claim_key", "must not end with a newline")
+            key = ClaimKey(self.owner(request), body.claim_key, engine_jobs.queues_hash(body.queues))
         claimed: list[ClaimedRun] = []
         # A claim follows its client (docs/api.md "Claims and disconnects"):
         # one that leaves while the claim waits ends the wait and takes
@@ -627,7 +635,7 @@ class Api:
             with self._long_poll(body.wait_s), client.scope:
                 # Lets a disconnect already queued be seen before runs are taken.
                 await trio.lowlevel.checkpoint()
-                claimed = await self.dispatcher.claim(queues, body.worker, body.max_runs, body.wait_s)
+                claimed = await self.dispatcher.claim(queues, body.worker, body.max_runs, body.wait_s, key)
             claimed_views = []
             for start in range(0, len(claimed), limits.batch_slice_items):
                 if start:
@@ -766,7 +774,7 @@ class Api:
     async def cluster(self, request: Request) -> Response:
         """This node's own view (a single node leads a cluster of one, term 0)."""
         view = self.node.view()
-        nodes = [ClusterNode(member.id, member.url, role) for member, role in view.roles]  # type: ignore[arg-type]
+        nodes = [ClusterNode(member.id, member.url, role) for member, role in view.roles]
         out = ClusterOut(view.node, view.leader, view.term, view.commit_index, view.applied_index, nodes)
         return encode(request, out)
 
@@ -792,7 +800,7 @@ class Api:
         await self._members().remove(node_id)
         return await self.cluster(request)
 
-    def _members(self) -> Any:
+    def _members(self) -> Membership:
         if self.membership is None:
             raise errors.Conflict("a single node has no members to change; start it as a cluster")
         return self.membership
@@ -840,8 +848,8 @@ class Api:
             "# TYPE tempo_commit_commands_total counter",
             f"tempo_commit_commands_total {committer.commands_committed}",
         ]
-        if self.node.clustered:
-            lines += _raft_metrics(committer)
+        if isinstance(self.node, ClusterMember):
+            lines += _raft_metrics(self.node.replica)
             lines += prom.head(
                 "tempo_peer_frames_dropped_total", "counter", "Corrupt raft frames from peers, dropped unread."
             )
@@ -913,7 +921,7 @@ class Api:
         lines += prom.head(
             "tempo_lmdb_commit_seconds", "histogram", "Seconds per write-transaction commit (pages written and fsynced)."
         )
-        lines += prom.lines("tempo_lmdb_commit_seconds", self.store.commit_seconds)
+        lines += prom.lines("tempo_lmdb_commit_seconds", self.store.txn_commit_seconds)
         storage = self.jobs.committer.storage
         lines += prom.head("tempo_lmdb_map_grown_total", "counter", "Times the full LMDB map grew into free disk.")
         lines.append(prom.sample("tempo_lmdb_map_grown_total", self.store.map_grown))
@@ -970,6 +978,9 @@ class Api:
                 f"tempo_runs_{metric}_total {d.counters[name]}",
             ]
         lines += [
+            "# HELP tempo_claim_key_repeats_total Claims answered from their claim key's record.",
+            "# TYPE tempo_claim_key_repeats_total counter",
+            f"tempo_claim_key_repeats_total {d.counters['claim_key_repeats']}",
             "# HELP tempo_runs_due_not_claimed Runs due but not claimed yet.",
             "# TYPE tempo_runs_due_not_claimed gauge",
             f"tempo_runs_due_not_claimed {d.ready_count()}",
@@ -1108,11 +1119,11 @@ async def _lifespan(receive: Callable, send: Callable) -> None:
             return
 
 
-def _raft_metrics(replica: Any) -> list[str]:
+def _raft_metrics(replica: Replica) -> list[str]:
     lines = [
         "# HELP tempo_raft_commit_seconds_total Seconds from proposal to applied, summed over this leader's entries.",
         "# TYPE tempo_raft_commit_seconds_total counter",
-        f"tempo_raft_commit_seconds_total {replica.commit_seconds_sum:.6f}",
+        f"tempo_raft_commit_seconds_total {replica.propose_to_apply_seconds_sum:.6f}",
         "# HELP tempo_raft_write_seconds_total Seconds the replica loop spent in its write transactions.",
         "# TYPE tempo_raft_write_seconds_total counter",
         f"tempo_raft_write_seconds_total {replica.write_seconds_sum:.6f}",
@@ -1133,7 +1144,7 @@ def _raft_metrics(replica: Any) -> list[str]:
     lines += prom.head("tempo_raft_leader_changes_total", "counter", "Times this node learned of a new leader.")
     lines.append(prom.sample("tempo_raft_leader_changes_total", replica.leader_changes))
     lines += prom.head("tempo_raft_entry_commands", "histogram", "Commands per log entry this node proposed.")
-    lines += prom.lines("tempo_raft_entry_commands", replica.entry_commands)
+    lines += prom.lines("tempo_raft_entry_commands", replica.batch_commands)
     lines += prom.head("tempo_raft_ready_entries", "histogram", "Log entries per Ready written to disk.")
     lines += prom.lines("tempo_raft_ready_entries", replica.ready_entries)
     return lines

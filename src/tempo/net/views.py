@@ -8,7 +8,7 @@ from typing import Any
 
 from tempo import clock, ids, schedule
 from tempo.engine.jobs import Occurrence
-from tempo.engine.records import Catchup, Job, Run, Schedule
+from tempo.engine.records import Catchup, Job, Run, RunStatus, Schedule
 from tempo.schema import (
     CatchupOut,
     ClaimedRunOut,
@@ -90,7 +90,15 @@ def _catchup_view(catchup: Catchup) -> CatchupOut:
     return CatchupOut(catchup.window_s, catchup.policy, catchup.max_runs)
 
 
-def _run_fields(run: Run) -> tuple:
+# RunOut's fields: run ID, job ID, nominal and due time, status, attempt,
+# worker, lease expiry, start, finish, output, error, backfill.
+_RunFields = tuple[
+    str, str, str, str, RunStatus, int, str | None, str | None, str | None, str | None, str | None, str | None,
+    bool,
+]
+
+
+def _run_fields(run: Run) -> _RunFields:
     """A run's API fields, in `RunOut`'s order (`ClaimedRunOut` extends it)."""
     return (
         ids.run_id(run.job_id, run.nominal_ms),

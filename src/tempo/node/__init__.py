@@ -3,13 +3,15 @@ feeds raft and applies to the engine, and what the API needs to know about
 the node's place in its cluster.
 
 `Standalone` is a node alone (the embedded default, group commit without
-raft); `ClusterNode` is a member of a raft cluster. Both answer the questions
-net/ asks: may this node serve a request itself, where is the leader, what is
-its view of the cluster.
+raft); `ClusterMember` is a member of a raft cluster. Both answer the
+questions net/ asks: may this node serve a request itself, where is the
+leader, what is its view of the cluster.
 """
 
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 from tempo import limits
 from tempo.node.replica import Phase, Replica
@@ -20,6 +22,13 @@ class Member:
     id: str  # as on the command line: n1
     url: str  # as given in --peers: where the others and clients reach it
     raft_id: int
+
+
+# A member's role as this node sees it (schema.py `ClusterNode.role`).
+MemberRole = Literal["leader", "follower", "candidate", "unknown"]
+_ROLE_OF_PHASE: dict[Phase, MemberRole] = {
+    Phase.LEADING: "leader", Phase.ELECTED: "leader", Phase.CANDIDATE: "candidate", Phase.FOLLOWER: "follower"
+}
 
 
 def raft_id_of(node_id: str) -> int:
@@ -34,7 +43,7 @@ class View:
     term: int
     commit_index: int
     applied_index: int
-    roles: list[tuple[Member, str]]
+    roles: list[tuple[Member, MemberRole]]
 
 
 class Standalone:
@@ -43,7 +52,7 @@ class Standalone:
     node_id = "n1"
     clustered = False
 
-    def __init__(self, applied_index) -> None:
+    def __init__(self, applied_index: Callable[[], int]) -> None:
         self._applied_index = applied_index
         self.url = ""
 
@@ -135,15 +144,14 @@ class ClusterMember:
 
     def view(self) -> View:
         leader = self.leader()
-        roles = []
+        roles: list[tuple[Member, MemberRole]] = []
         voters = set(self.replica.voters)
         for member in self.members:
+            role: MemberRole
             if member.raft_id not in voters and voters:
                 role = "unknown"  # added by URL, not (or no longer) a voter
             elif member is self.me:
-                role = {Phase.LEADING: "leader", Phase.ELECTED: "leader", Phase.CANDIDATE: "candidate"}.get(
-                    self.replica.phase, "follower"
-                )
+                role = _ROLE_OF_PHASE[self.replica.phase]
             else:
                 # Another voter: the leader if this node knows it as such;
                 # otherwise a follower, as far as this node can tell.

@@ -1,15 +1,24 @@
 """The replica loop: group commit through Raft (DESIGN.md "Flow of one write").
 
-`Replica` has the face of the single node's `Committer` (`submit`,
-`listeners`, `close`, `run`), so the job service and the dispatcher do not know
-which one they talk to. Commands that arrive while a Ready is being written
-become one proposal, hence one log entry. Each Ready is handled in one LMDB
-write transaction on a worker thread: the snapshot it installs, the compaction
-it records, its new log entries, its hard state, and the committed entries it
-applies (with the applied index), then one fsync. Only then are its messages
-sent and the requests whose entries it applied answered: a `2xx` means the
-entry was on a majority's disk and is applied here. Applying committed entries
-before sending is safe: they are durable on a majority already.
+`Replica` is a `CommandLog` (engine/commandlog.py), as the single node's
+`Committer` is, so the job service, the dispatcher, retention and the API do
+not know which one they talk to. Commands that arrive while a Ready is being
+written become one proposal, hence one log entry. Each Ready is handled in
+one LMDB write transaction on a worker thread: the snapshot it installs, the
+compaction it records, its new log entries, its hard state, and the
+committed entries it applies (with the applied index), then one fsync
+(engine/raftlog.py `write_ready`). A follower sends its messages only then;
+a leader sends its own before its write (Raft thesis §10.2.1: see `steps`).
+The requests whose entries it applied are answered after the write: a `2xx`
+means the entry was on a majority's disk and is applied here. Applying
+committed entries before sending is safe: they are durable on a majority
+already.
+
+The handling of one Ready is written once, as steps (`steps`: persist, send,
+apply, advance), apart from the trio driver that runs them (`run`, `_handle`:
+writes on a worker thread, listeners awaited, compaction in the background),
+so that a test or a simulator can run them on its own thread
+(`handle_now`, `run_now`) or step by step.
 
 The loop never reads the clock for the state machine: commands carry the
 leader's time. Ticks come from a timer task; raft counts them.
@@ -26,16 +35,16 @@ no more heartbeats, so the others elect a leader among themselves and go on
 import enum
 import logging
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from functools import partial
-from typing import TypeVar
 
 import trio
 
 from tempo import errors, limits
+from tempo.engine.commandlog import Answer, Intake, Listener, Waiter
 from tempo.engine.commands import Command, encode_entry
-from tempo.engine.commit import Waiter
-from tempo.engine.raftlog import RaftLog
+from tempo.engine.raftlog import Applied, RaftLog, apply_entries, write_ready
 from tempo.engine.storage_guard import StorageGuard
 from tempo.engine.store import STORAGE_ERRNOS, Changes, Outcome, Store
 from tempo.metrics import COUNT_BUCKETS, Histogram
@@ -60,7 +69,6 @@ from tempo.raft import (
 )
 
 log = logging.getLogger("tempo.replica")
-T = TypeVar("T")
 
 
 class Phase(enum.Enum):
@@ -74,7 +82,32 @@ class Phase(enum.Enum):
     LEADING = "leader"
 
 
+@dataclass(slots=True)
+class Write:
+    """A step of a Ready: run `work` (one LMDB transaction and its fsync,
+    blocking) until it commits, and set `result` to what it answers. While
+    it fails, the driver reports each fault to `Replica.write_failed` and
+    tries again; once it commits, to `Replica.write_succeeded`."""
+
+    work: Callable[[], list[Applied]]
+    result: list[Applied] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Notify:
+    """A step of a Ready: give the listeners one applied entry's changes
+    (awaiting any that answers an awaitable) before its requests are
+    answered, so a claim never sees a run the dispatcher has not heard of."""
+
+    changes: Changes
+
+
+Step = Write | Notify
+
+
 class Replica:
+    """The `CommandLog` of a cluster member (engine/commandlog.py)."""
+
     def __init__(
         self,
         store: Store,
@@ -98,16 +131,14 @@ class Replica:
             applied=store.applied_index(),
         )
         self.node = RawNode(config, raft_log, rng or random.Random())
-        self.listeners: list[Callable[[Changes], Awaitable[None] | None]] = []
+        self.listeners: list[Listener] = []
         # Called on the trio thread whenever `phase` or the leader changes.
         self.on_phase: list[Callable[[], None]] = []
         self.phase = Phase.FOLLOWER
         self.leader_id = 0
         self.applied_index = store.applied_index()
-        self._pending: list[tuple[Command, Waiter]] = []
         self._proposed: dict[int, tuple[int, list[Waiter]]] = {}
         self._wake = trio.Event()
-        self._closing = False
         self._limiter = trio.CapacityLimiter(1)
         self._snapshotting = False
         # Snapshot transfers to followers, as this leader saw them: when a
@@ -119,46 +150,38 @@ class Replica:
         self.batches_committed = 0
         self.commands_committed = 0
         # Seconds from proposal to applied, of the entries this node proposed;
-        # and seconds the loop spent writing (both for /metrics).
+        # and seconds the loop spent writing, retries included (both for
+        # /metrics). Not `Store.txn_commit_seconds`: one LMDB commit each.
         self._proposed_at: dict[int, float] = {}
-        self.commit_seconds_sum = 0.0
+        self.propose_to_apply_seconds_sum = 0.0
         self.write_seconds_sum = 0.0
         self.readies = 0
-        # Commands per entry this node proposed, log entries per Ready
-        # written, and how often the known leader changed (for /metrics).
-        self.entry_commands = Histogram(COUNT_BUCKETS)
+        # Commands per entry this node proposed (its batch, as the
+        # committer's), log entries per Ready written, and how often the
+        # known leader changed (for /metrics).
+        self.batch_commands = Histogram(COUNT_BUCKETS)
         self.ready_entries = Histogram(COUNT_BUCKETS)
         self.leader_changes = 0
         # The commit index of the leader, as its messages of this term told
         # it: ((term, leader), index). A follower that lags knows how far.
         self._leader_commit: tuple[tuple[int, int], int] = ((0, 0), 0)
         self.storage = StorageGuard()
+        self._intake = Intake(self.storage, self._wake_up)
         # A compaction that did not fit on the disk is not tried again before this (trio time).
         self._snapshot_after = 0.0
 
-    # -- the Committer face ----------------------------------------------------------
+    # -- the CommandLog face ----------------------------------------------------------
 
-    async def submit(self, command: Command) -> Outcome | list[Outcome]:
-        if self._closing:
-            raise errors.ShuttingDown("the node is shutting down")
-        if self.phase is not Phase.LEADING:
+    async def submit(self, command: Command) -> Answer:
+        if not self._intake.closing and self.phase is not Phase.LEADING:
             raise errors.NotLeader("this node is not the leader")
-        self.storage.check()
-        if len(self._pending) >= limits.commit_pending_max:
-            raise errors.Overloaded("too many writes waiting; retry shortly")
-        waiter = Waiter()
-        self._pending.append((command, waiter))
-        self._wake.set()
-        await waiter.done.wait()
-        if isinstance(waiter.outcome, BaseException):
-            # One failure object is shared by a batch's waiters: raise it
-            # without the traceback another waiter's raise left on it.
-            raise waiter.outcome.with_traceback(None)
-        return waiter.outcome
+        return await self._intake.submit(command)
 
     def close(self) -> None:
         """Refuses new commands; what is pending still goes out."""
-        self._closing = True
+        self._intake.close()
+
+    def _wake_up(self) -> None:
         self._wake.set()
 
     # -- inputs from the transport and the operator ------------------------------------
@@ -226,9 +249,7 @@ class Replica:
         waiter = Waiter()
         self._proposed[index] = (self.node.term, [waiter])
         self._wake.set()
-        await waiter.done.wait()
-        if isinstance(waiter.outcome, BaseException):
-            raise waiter.outcome.with_traceback(None)
+        await waiter.answer()
 
     @property
     def voters(self) -> tuple[int, ...]:
@@ -242,7 +263,7 @@ class Replica:
     def commit_index(self) -> int:
         return self.node.hard_state().commit
 
-    # -- the loop --------------------------------------------------------------------
+    # -- the loop: a thin trio driver ------------------------------------------------
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
@@ -252,12 +273,8 @@ class Replica:
             while True:
                 await self._wake.wait()
                 self._wake = trio.Event()
-                # A role change alone (CheckQuorum stepping down) makes no Ready.
-                self._update_phase()
-                self._propose_pending()
-                while self.node.has_ready():
-                    await self._handle(self.node.ready())
-                    self._propose_pending()
+                for rd in self.readies_due():
+                    await self._handle(rd)
 
     async def _ticker(self) -> None:
         while True:
@@ -269,16 +286,154 @@ class Replica:
                 # follows the core meanwhile (a new leader elsewhere).
                 self._update_phase()
 
+    async def _handle(self, rd: Ready) -> None:
+        """`steps(rd)`, with each write on a worker thread (one at a time)
+        and the listeners awaited; then a compaction if one is due."""
+        for step in self.steps(rd):
+            if isinstance(step, Write):
+                step.result = await self._persist(step.work)
+            else:
+                for listener in self.listeners:
+                    if (slices := listener(step.changes)) is not None:
+                        await slices
+        self._maybe_snapshot()
+
+    async def _persist(self, work: Callable[[], list[Applied]]) -> list[Applied]:
+        """`work` on a worker thread, until it commits; between tries, the
+        backoff of `storage` (`write_failed`)."""
+        while True:
+            try:
+                result = await trio.to_thread.run_sync(work, limiter=self._limiter)
+            except errors.StorageFault as fault:
+                if not self.write_failed(fault):
+                    await trio.sleep_until(self.storage.retry_at)
+                continue
+            self.write_succeeded()
+            return result
+
+    # -- the loop: what it does, for any driver --------------------------------------
+
+    def readies_due(self) -> Iterator[Ready]:
+        """What one wake-up of the loop handles: the commands waiting are
+        proposed, and each Ready the core has is handed out in turn (to be
+        handled before the next is asked for), the commands that came
+        meanwhile proposed after each."""
+        # A role change alone (CheckQuorum stepping down) makes no Ready.
+        self._update_phase()
+        self._propose_pending()
+        while self.node.has_ready():
+            yield self.node.ready()
+            self._propose_pending()
+
+    def steps(self, rd: Ready) -> Iterator[Step]:
+        """The handling of one Ready, in the order of raft/types.py `Ready`:
+        persist (a `Write`), send, apply (a `Notify` per entry, then its
+        waiters answered), advance. A driver runs each step it is given
+        (the trio one: `_handle`; tests and a simulator may run them on
+        their own thread), setting each Write's result, before it asks for
+        the next.
+
+        The exception to the order: a leader sends its messages before its
+        own write (Raft thesis §10.2.1). The core counts the leader's own
+        log in a quorum only once `advance` reports it persisted, so an
+        entry still commits only once a majority has it on disk. Not when
+        the Ready installs a snapshot, or changes the term or the vote,
+        which its messages may depend on: then the leader too persists
+        first. A follower always persists before it sends, so it
+        acknowledges nothing it could lose."""
+        early = rd.role == Role.LEADER and rd.snapshot is None and not self._changes_vote(rd)
+        if early and rd.messages:
+            self.send(rd.messages)
+        # A follower acknowledges new entries before it applies older ones:
+        # two transactions (fsync is cheap next to apply), a shorter commit.
+        split = not early and bool(rd.entries) and bool(rd.committed_entries)
+        started = trio.current_time()
+        yield (write := Write(partial(write_ready, self.store, self.raft_log, rd, apply=not split)))
+        results = write.result
+        assert results is not None, "the driver did not run the write"
+        self.write_seconds_sum += trio.current_time() - started
+        self.readies += 1
+        if rd.entries:
+            self.ready_entries.observe(len(rd.entries))
+        self.raft_log.committed(rd.hard_state, rd.entries, rd.snapshot, rd.compaction)
+        if not early and rd.messages:
+            self.send(rd.messages)
+        if split:
+            yield (write := Write(partial(apply_entries, self.store, rd.committed_entries)))
+            results = write.result
+            assert results is not None, "the driver did not run the write"
+        if rd.snapshot is not None:
+            self.applied_index = rd.snapshot.meta.index
+            # Whatever this node proposed before is settled by the leader now.
+            self._fail_proposed(errors.NotLeader("this node is no longer the leader"))
+        for entry, (outcomes, changes) in zip(rd.committed_entries, results, strict=True):
+            self.applied_index = entry.index
+            yield Notify(changes)
+            self._answer(entry, outcomes)
+        self.node.advance(rd)
+        self._update_phase()
+
+    def handle_now(self, rd: Ready) -> None:
+        """`steps(rd)` run on the calling thread, each write at once. A
+        storage fault is reported (`write_failed`) and raised, the Ready
+        left unhandled; a driver that goes on after one runs `steps` itself.
+        Every listener must answer None here (nothing is awaited), and no
+        compaction is taken."""
+        for step in self.steps(rd):
+            if isinstance(step, Write):
+                self.write_now(step)
+            else:
+                for listener in self.listeners:
+                    slices = listener(step.changes)
+                    assert slices is None, "a listener that works in slices needs the trio driver"
+
+    def write_now(self, write: Write) -> None:
+        """Runs `write` on the calling thread; a storage fault is reported
+        (`write_failed`) and raised, unless the map grew and the write then
+        went through."""
+        while True:
+            try:
+                write.result = write.work()
+            except errors.StorageFault as fault:
+                if not self.write_failed(fault):
+                    raise
+                continue  # the map grew: once more, at once
+            self.write_succeeded()
+            return
+
+    def run_now(self) -> None:
+        """What one wake-up of `run` does, on the calling thread (`handle_now`)."""
+        for rd in self.readies_due():
+            self.handle_now(rd)
+
+    def write_failed(self, fault: errors.StorageFault) -> bool:
+        """A `Write` failed, with nothing of it written and no transaction
+        open. True if it may go again at once (the map was full and grew);
+        otherwise writes here are refused (`_refuse`), and it goes again at
+        `storage.retry_at`. Nothing of the Ready is sent (a follower's),
+        applied or advanced meanwhile."""
+        if fault.map_full and self.store.grow_map():
+            return True
+        self.storage.failed(fault)
+        self._refuse(fault)
+        return False
+
+    def write_succeeded(self) -> None:
+        """A `Write` committed: refused writes, if they were, are taken again."""
+        if self.storage.refused is not None:
+            self.storage.succeeded()
+            self._update_phase()
+
     def _propose_pending(self) -> None:
-        while self._pending:
-            batch: list[tuple[Command, Waiter]] = []
-            size_bytes = 0
-            for command, waiter in self._pending[: limits.commit_batch_commands_max]:
-                batch.append((command, waiter))
+        intake = self._intake
+        while intake.pending:
+            count = size_bytes = 0
+            for command, _ in intake.pending[: limits.commit_batch_commands_max]:
+                count += 1
                 size_bytes += _size_hint(command)
                 if size_bytes >= limits.raft_entry_bytes_target:
                     break
-            del self._pending[: len(batch)]
+            batch = intake.take(count)
             try:
                 index = self.node.propose(encode_entry([command for command, _ in batch]))
             except (NotLeader, TransferInProgress):
@@ -288,87 +443,34 @@ class Replica:
                 self._fail([w for _, w in batch], errors.Overloaded("too many writes in flight; retry shortly"))
                 continue
             self._proposed[index] = (self.node.term, [w for _, w in batch])
-            self.entry_commands.observe(len(batch))
+            self.batch_commands.observe(len(batch))
             self._proposed_at[index] = trio.current_time()
 
-    async def _handle(self, rd: Ready) -> None:
-        # A leader may send its appends while it writes them (Raft thesis
-        # §10.2.1): the core counts its own log in a quorum only once
-        # `advance` reports it persisted. Not when this Ready changes the term
-        # or the vote, which its messages may depend on.
-        early = rd.role == Role.LEADER and rd.snapshot is None and not self._changes_vote(rd)
-        if early and rd.messages:
-            self.send(rd.messages)
-        # A follower acknowledges new entries before it applies older ones:
-        # two transactions (fsync is cheap next to apply), a shorter commit.
-        split = not early and bool(rd.entries) and bool(rd.committed_entries)
-        started = trio.current_time()
-        results = await self._persist(partial(self._write, rd, not split))
-        self.write_seconds_sum += trio.current_time() - started
-        self.readies += 1
-        if rd.entries:
-            self.ready_entries.observe(len(rd.entries))
-        self.raft_log.committed(rd.hard_state, rd.entries, rd.snapshot, rd.compaction)
-        if not early and rd.messages:
-            self.send(rd.messages)
-        if split:
-            results = await self._persist(partial(self._apply, rd.committed_entries))
-        if rd.snapshot is not None:
-            self.applied_index = rd.snapshot.meta.index
-            # Whatever this node proposed before is settled by the leader now.
-            self._fail_proposed(errors.NotLeader("this node is no longer the leader"))
-        for entry, (outcomes, changes) in zip(rd.committed_entries, results, strict=True):
-            self.applied_index = entry.index
-            for listener in self.listeners:
-                if (slices := listener(changes)) is not None:
-                    await slices
-            proposed = self._proposed.pop(entry.index, None)
-            if proposed is not None:
-                term, waiters = proposed
-                if term != entry.term:
-                    self._fail(waiters, errors.NotLeader("the entry was replaced by a new leader's"))
-                elif entry.kind != EntryKind.NORMAL:
-                    self._fail(waiters, None)  # a configuration change: nothing to answer
-                else:
-                    for waiter, outcome in zip(waiters, outcomes, strict=True):
-                        waiter.finish(outcome)
-                    proposed_at = self._proposed_at.pop(entry.index, None)
-                    if proposed_at is not None:
-                        self.commit_seconds_sum += trio.current_time() - proposed_at
-                    self.batches_committed += 1
-                    self.commands_committed += len(waiters)
-        self.node.advance(rd)
-        self._update_phase()
-        self._maybe_snapshot()
-
-    async def _persist(self, write: Callable[[], T]) -> T:
-        """`write` on a worker thread, until it commits. While it does not
-        (storage is full or failing), nothing of the Ready is sent, applied
-        or advanced, and writes here are refused (`_refuse`)."""
-        while True:
-            try:
-                result = await trio.to_thread.run_sync(write, limiter=self._limiter)
-            except errors.StorageFault as fault:
-                # Nothing was written, and no transaction is open: the map
-                # may grow now, and then the write goes again at once.
-                if fault.map_full and self.store.grow_map():
-                    continue
-                self.storage.failed(fault)
-                self._refuse(fault)
-                await trio.sleep_until(self.storage.retry_at)
-                continue
-            if self.storage.refused is not None:
-                self.storage.succeeded()
-                self._update_phase()
-            return result
+    def _answer(self, entry: Entry, outcomes: list[Outcome]) -> None:
+        """The waiters of an entry this node proposed, once it is applied."""
+        proposed = self._proposed.pop(entry.index, None)
+        if proposed is None:
+            return
+        term, waiters = proposed
+        if term != entry.term:
+            self._fail(waiters, errors.NotLeader("the entry was replaced by a new leader's"))
+        elif entry.kind != EntryKind.NORMAL:
+            self._fail(waiters, None)  # a configuration change: nothing to answer
+        else:
+            for waiter, outcome in zip(waiters, outcomes, strict=True):
+                waiter.finish(outcome)
+            proposed_at = self._proposed_at.pop(entry.index, None)
+            if proposed_at is not None:
+                self.propose_to_apply_seconds_sum += trio.current_time() - proposed_at
+            self.batches_committed += 1
+            self.commands_committed += len(waiters)
 
     def _refuse(self, fault: errors.StorageFault) -> None:
         """This node cannot persist: the writes it holds get `fault`, and
         a leader stops leading (`_update_phase`). What it proposed may still
         commit through the others: as with any 5xx, a client retries with
         its request key."""
-        self._fail([w for _, w in self._pending], fault)
-        self._pending.clear()
+        self._intake.fail(fault)
         self._fail_proposed(fault)
         self._update_phase()
 
@@ -376,42 +478,6 @@ class Replica:
         before = self.raft_log.hard_state()
         after = rd.hard_state
         return after is not None and (after.term != before.term or after.vote != before.vote)
-
-    def _write(self, rd: Ready, apply: bool) -> list[tuple[list[Outcome], Changes]]:
-        """Worker thread: the Ready in one transaction, one fsync (without its
-        committed entries unless `apply`)."""
-        if rd.snapshot is not None:
-            try:
-                self.raft_log.write_snapshot_file(rd.snapshot.meta.index, rd.snapshot.data)
-            except OSError as exc:
-                fault = self.store.fault_of(exc)
-                if fault is None:
-                    raise
-                raise fault from None
-
-        def work(txn) -> list[tuple[list[Outcome], Changes]]:
-            if rd.snapshot is not None:
-                self.raft_log.install_in(txn, rd.snapshot)
-                self.store.restore_in(txn, rd.snapshot.meta.index, rd.snapshot.data)
-            if rd.compaction is not None:
-                self.raft_log.compact_in(txn, rd.compaction)
-            if rd.entries:
-                self.raft_log.append_in(txn, rd.entries)
-            if rd.hard_state is not None:
-                self.raft_log.set_hard_state_in(txn, rd.hard_state)
-            return self._apply_in(txn, rd.committed_entries) if apply else []
-
-        return self.store.write(work)
-
-    def _apply(self, entries: list[Entry]) -> list[tuple[list[Outcome], Changes]]:
-        return self.store.write(lambda txn: self._apply_in(txn, entries))
-
-    def _apply_in(self, txn, entries: list[Entry]) -> list[tuple[list[Outcome], Changes]]:
-        out = []
-        for entry in entries:
-            data = entry.data if entry.kind == EntryKind.NORMAL else b""
-            out.append(self.store.apply_in(txn, entry.index, data))
-        return out
 
     def _update_phase(self) -> None:
         role = self.node.role
@@ -427,8 +493,7 @@ class Replica:
         if phase is self.phase and leader_id == self.leader_id:
             return
         if self.phase in (Phase.LEADING, Phase.ELECTED) and phase not in (Phase.LEADING, Phase.ELECTED):
-            self._fail([w for _, w in self._pending], errors.NotLeader("this node is no longer the leader"))
-            self._pending.clear()
+            self._intake.fail(errors.NotLeader("this node is no longer the leader"))
             self._fail_proposed(errors.NotLeader("this node is no longer the leader"))
         log.info(
             "%s: %s in term %d (leader: %s)",
@@ -467,6 +532,7 @@ class Replica:
         if self._sending_snapshot() and behind < self.snapshot_entries + limits.snapshot_defer_entries_max:
             return
         self._snapshotting = True
+        assert self._nursery is not None, "compaction is the trio driver's (`run`)"
         self._nursery.start_soon(self._snapshot)
 
     def _sending_snapshot(self) -> bool:

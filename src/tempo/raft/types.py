@@ -258,6 +258,18 @@ class Ready(msgspec.Struct):
     3. apply `committed_entries` (after restoring the state machine from
        `snapshot` if set) and serve `read_states`;
     4. call `advance(ready)`.
+
+    One exception to the order is allowed: when `role` is LEADER, `snapshot`
+    is None and `hard_state` changes neither the term nor the vote, the
+    messages may be sent before step 1, while the leader writes its own
+    entries (Raft thesis §10.2.1). That is sound because the leader counts
+    its own log in a quorum only up to what `advance` reported persisted:
+    an entry commits once a majority has it on disk, never on the strength
+    of the leader's write not yet done. Everything
+    else, and always a follower's or a candidate's messages (an
+    acknowledgement, a granted vote, its own vote request), goes out only
+    after the state of the same Ready is durable. tempo's replica loop
+    (node/replica.py `Replica.steps`) takes the exception.
     """
 
     hard_state: HardState | None
