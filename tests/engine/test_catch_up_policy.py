@@ -9,7 +9,7 @@ import pytest
 
 from tempo import schedule
 from tempo.engine import jobs as jobs_module
-from tempo.engine.jobs import catch_up, count_slots, paused_range
+from tempo.engine.jobs import catch_up, count_slots, paused_ranges
 from tempo.engine.records import Catchup, Job, Missed, Schedule
 
 MIN_MS = 60_000
@@ -179,11 +179,24 @@ def test_paused_slots_are_one_range():
     j = job(EVERY_MINUTE, "2027-01-01T00:00:00Z")
     j.slot_ms = ms("2027-01-01T00:05:00Z")  # the slot whose run the pause cancelled
     j.state = "paused"
-    assert paused_range(j, ms("2027-01-01T02:00:30Z"), ms("2027-01-01T02:01:00Z")) == Missed(
+    assert paused_ranges(j, ms("2027-01-01T02:00:30Z"), ms("2027-01-01T02:01:00Z")) == [Missed(
         "paused", ms("2027-01-01T00:06:00Z"), ms("2027-01-01T02:01:00Z"), 115
-    )
+    )]
     # Only the cancelled slot passed.
-    assert paused_range(j, ms("2027-01-01T00:05:30Z"), ms("2027-01-01T00:06:00Z")) is None
+    assert paused_ranges(j, ms("2027-01-01T00:05:30Z"), ms("2027-01-01T00:06:00Z")) == []
+
+
+def test_a_pause_in_an_all_catch_up_records_around_its_own_range():
+    # Paused at the run of 00:05 of a catch-up that runs up to 00:07 and
+    # recorded 00:08 to 00:10 as `policy`.
+    j = job(EVERY_MINUTE, "2027-01-01T00:00:00Z", Catchup(policy="all", max_runs=3),
+            until_ms=ms("2027-01-01T00:07:00Z"))
+    j.catchup_decided_ms = ms("2027-01-01T00:10:00Z")
+    j.slot_ms, j.state = ms("2027-01-01T00:05:00Z"), "paused"
+    assert paused_ranges(j, ms("2027-01-01T00:20:30Z"), ms("2027-01-01T00:21:00Z")) == [
+        Missed("paused", ms("2027-01-01T00:06:00Z"), ms("2027-01-01T00:08:00Z"), 2),
+        Missed("paused", ms("2027-01-01T00:11:00Z"), ms("2027-01-01T00:21:00Z"), 10),
+    ]
 
 
 @pytest.mark.parametrize("seed", range(2))

@@ -46,8 +46,9 @@ class ResumeJob(msgspec.Struct, tag="resume_job", array_like=True):
     # been dropped with its history bucket); None in entries written before.
     slot_ms: Ms | None
     due_ms: Ms | None
-    # The slots the pause let pass, recorded as missed (`paused`).
-    missed: Missed | None = None
+    # The slots the pause let pass, recorded as missed (`paused`): one
+    # range, or two around an `all` catch-up's own record.
+    missed: list[Missed] = msgspec.field(default_factory=list)
 
 
 class DeleteJob(msgspec.Struct, tag="delete_job", array_like=True):

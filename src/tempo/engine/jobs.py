@@ -452,17 +452,30 @@ def catch_up(job: Job, nominal_ms: int, now_ms: int) -> CatchUp | None:
     return CatchUp(first_in, due_ms(job, first_in, now_ms), missed, until, latest)
 
 
-def paused_range(job: Job, now_ms: int, next_slot_ms: int | None) -> Missed | None:
+def paused_ranges(job: Job, now_ms: int, next_slot_ms: int | None) -> list[Missed]:
     """The slots a paused job let pass, resumed at `now_ms` with its next
     run at `next_slot_ms`: from the one after the slot whose run the pause
-    cancelled (that run is in the job's history already) up to the next."""
+    cancelled (that run is in the job's history already) up to the next.
+    One range, or two around the slots an `all` catch-up under way at the
+    pause had recorded already (its `policy` range)."""
     if not job.schedule.repeating or job.slot_ms is None or job.slot_ms >= now_ms:
-        return None
+        return []
     sched, created_ms = job.schedule, job.created_at_ms
     first = slot_after_ms(sched, created_ms, job.slot_ms, inclusive=False)
     if first is None or first > now_ms:
-        return None
-    return missed_range(sched, created_ms, "paused", first, now_ms + 1 if next_slot_ms is None else next_slot_ms)
+        return []
+    end_ms = now_ms + 1 if next_slot_ms is None else next_slot_ms
+    until, decided = job.catchup_until_ms, job.catchup_decided_ms
+    if until is None or decided is None or first > decided or until == decided:
+        return [missed_range(sched, created_ms, "paused", first, end_ms)]
+    found = []
+    after_until = slot_after_ms(sched, created_ms, until, inclusive=False)
+    if first <= until and after_until is not None:
+        found.append(missed_range(sched, created_ms, "paused", first, after_until))
+    after_decided = slot_after_ms(sched, created_ms, decided, inclusive=False)
+    if after_decided is not None and after_decided < end_ms:
+        found.append(missed_range(sched, created_ms, "paused", after_decided, end_ms))
+    return found
 
 
 def due_ms(job: Job, slot_ms: int, now_ms: int) -> int:
@@ -743,7 +756,7 @@ class Jobs:
         else:
             slot_ms = job.slot_ms  # its one run, made anew if retention dropped the cancelled one
         next_due_ms = None if slot_ms is None else due_ms(job, slot_ms, at_ms)
-        missed = paused_range(job, at_ms, slot_ms) if job.state == "paused" and job.schedule.repeating else None
+        missed = paused_ranges(job, at_ms, slot_ms) if job.state == "paused" else []
         return _ok(await self.committer.submit(ResumeJob(at_ms, owner, job_id, slot_ms, next_due_ms, missed)), Job)
 
     async def backfill(self, owner: str, job_id: str, body: BackfillSpec) -> tuple[int, int]:

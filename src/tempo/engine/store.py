@@ -1063,8 +1063,11 @@ class _Tx:
             return job
         job.state = "active"
         job.next_run_at_ms = None
-        if cmd.missed is not None:
-            self.record_missed(job, cmd.missed, cmd.at_ms)
+        for missed in cmd.missed:
+            self.record_missed(job, missed, cmd.at_ms)
+        # An `all` catch-up under way at the pause ends with it: the slots it
+        # did not run yet passed while paused.
+        job.catchup_until_ms = job.catchup_decided_ms = None
         if job.schedule.repeating:
             slot_ms, due_ms = cmd.slot_ms, cmd.due_ms
         else:
