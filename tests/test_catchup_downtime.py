@@ -24,7 +24,7 @@ def create(http: httpx.Client, catchup: dict | None) -> tuple[str, str, int]:
     r = http.post("/v1/jobs", json=body)
     assert r.status_code == 201, r.text
     job = r.json()
-    assert job.get("catchup") == (None if catchup in (None, {"policy": "latest"}) else {
+    assert job["catchup"] == (None if catchup in (None, {"policy": "latest"}) else {
         "window_s": None, "policy": "latest", "max_runs": 1000} | catchup)
     return job["id"], queue, ms(job["created_at"]) + 1000  # the first slot
 

@@ -47,9 +47,9 @@ def test_backfill_makes_one_run_per_slot_due_at_once(http):
         assert run["backfill"] is True and run["status"] == "waiting"
         assert ms(run["due_at"]) >= before_ms  # due at once, not at its slot
         assert http.get(f"/v1/runs/{run['id']}").json()["backfill"] is True
-    # The job's scheduled run is no backfill: the field is left out.
+    # The job's scheduled run is no backfill.
     [scheduled] = http.get(f"/v1/jobs/{job_id}/runs", params={"since": iso(start + timedelta(minutes=60))}).json()["runs"]
-    assert "backfill" not in scheduled
+    assert scheduled["backfill"] is False
 
 
 def test_backfill_is_idempotent_by_slot(http):

@@ -23,6 +23,7 @@ import msgspec
 import trio
 
 from tempo import clock, errors, ids, limits, schedule
+from tempo.config import notify_url_ok
 from tempo.engine.commandlog import Answer, CommandLog
 from tempo.engine.commands import (
     BackfillJob,
@@ -33,7 +34,7 @@ from tempo.engine.commands import (
     ResumeJob,
     TriggerJob,
 )
-from tempo.engine.records import Catchup, CatchupPolicy, Job, Missed, Run, Schedule
+from tempo.engine.records import Catchup, CatchupPolicy, Job, Missed, Notify, Run, Schedule
 from tempo.engine.store import Created, Store
 
 _QUEUE_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
@@ -107,6 +108,15 @@ class BackfillSpec(Protocol):
     def overlap(self) -> str | None: ...
 
 
+class NotifySpec(Protocol):
+    """A job's notification setting as asked for (`schema.NotifyIn`)."""
+
+    @property
+    def url(self) -> str: ...
+    @property
+    def events(self) -> tuple[str, ...]: ...
+
+
 class JobSpec(Protocol):
     """A job as asked for (`schema.JobCreate`)."""
 
@@ -126,6 +136,8 @@ class JobSpec(Protocol):
     def jitter_s(self) -> int: ...
     @property
     def request_key(self) -> str | None: ...
+    @property
+    def notify(self) -> NotifySpec | None: ...
     @property
     def catchup(self) -> CatchupSpec | None: ...
 
@@ -612,6 +624,9 @@ class Jobs:
         # newest first stays true after the wall clock steps back.
         self.now_ms = now_ms or clock.Clock().now_ms
         self._ids = _JobIds()
+        # Whether the server sends notifications (a `[notify]` config table):
+        # without, a job that asks for them is refused at `notify`.
+        self.notify_enabled = False
 
     def new_job(
         self,
@@ -637,6 +652,7 @@ class Jobs:
         sched = schedule_record(body.schedule)
         catchup = catchup_record(body.catchup, sched)
         backoff_s = body.retry.backoff_s
+        notify = None if body.notify is None else self.notify_record(body.notify)
         try:
             if body.request_key is None:
                 # Only a request key is compared with the body hash: without
@@ -649,8 +665,12 @@ class Jobs:
                     body.name, body.target, body.payload, sched, body.retry.max_attempts,
                     backoff_s, body.lease_s, body.jitter_s,
                 )
+                # Each appended only when given, so the hash of a job without
+                # it is what it was before the field existed.
+                if notify is not None:
+                    fields += (notify,)
                 if catchup is not None:
-                    fields += (catchup,)  # the default adds nothing: older hashes stay as they were
+                    fields += (catchup,)
                 hashed = _hash_encoder.encode(fields)
                 digest = hashlib.blake2b(hashed, digest_size=16).digest()
         except OverflowError:
@@ -663,7 +683,7 @@ class Jobs:
         job = Job(
             self._ids.take(at_ms, 1)[0] if job_id is None else job_id,
             owner, body.name, body.target, body.payload, sched, body.retry.max_attempts, backoff_s,
-            body.lease_s, body.jitter_s, "active", at_ms, body.request_key, None, None,
+            body.lease_s, body.jitter_s, "active", at_ms, body.request_key, None, None, notify,
         )
         if catchup is not None:
             job.catchup = catchup
@@ -677,6 +697,15 @@ class Jobs:
                 raise errors.Invalid.at("schedule", "the schedule has no occurrence left")
             job.next_run_at_ms = due_ms(job, job.slot_ms, at_ms)
         return NewJob(job, job.next_run_at_ms, digest)
+
+    def notify_record(self, body: NotifySpec) -> Notify:
+        if not self.notify_enabled:
+            raise errors.Invalid.at("notify", "this server sends no notifications: its config has no [notify] table")
+        if not notify_url_ok(body.url):
+            raise errors.Invalid.at(
+                "notify.url", "an http:// or https:// URL of printable ASCII without spaces"
+            )
+        return Notify(body.url, tuple(dict.fromkeys(body.events)))  # type: ignore[arg-type]  # checked by the schema
 
     async def create(
         self,

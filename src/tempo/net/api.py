@@ -15,6 +15,7 @@ from tempo import metrics as prom
 from tempo.clock import Clock
 from tempo.config import UNLIMITED, HttpLimits, OwnerLimits
 from tempo.engine import jobs as engine_jobs
+from tempo.engine import keys
 from tempo.engine.commands import ClaimKey, Result, decode_entry
 from tempo.engine.dispatch import LATENESS_BUCKETS_S, ClaimedRun, Dispatcher
 from tempo.engine.jobs import Jobs
@@ -47,6 +48,8 @@ from tempo.net.asgi import (
 )
 from tempo.net.auth import Authenticator
 from tempo.net.http import GATE, ConnectionGate
+from tempo.net.notify import NotifyCounts
+from tempo.net.notify import metric_lines as notify_metric_lines
 from tempo.net.peer import FrameReader
 from tempo.node import ClusterMember, Standalone
 from tempo.node.membership import Membership
@@ -105,7 +108,8 @@ NEEDS = {
 # `400` at `query.<name>`. `stale` (a follower's read) is taken by every
 # route, and read before these are checked (`_elsewhere`).
 QUERY_PARAMS: dict[tuple[str, str], frozenset[str]] = {
-    ("jobs", "GET"): frozenset({"limit", "cursor"}),
+    ("jobs", "GET"): frozenset({"limit", "cursor", "state", "target", "name_prefix", "label"}),
+    ("runs", "GET"): frozenset({"status", "since", "until", "limit", "cursor"}),
     ("job_runs", "GET"): frozenset({"since", "until", "limit", "cursor"}),
     ("events", "GET"): frozenset({"after", "wait_s", "limit"}),
 }
@@ -190,6 +194,7 @@ class Api:
         self.in_flight = 0
         self.long_polls = 0
         self.internal_errors = 0  # 500s: errors no handler expected
+        self.notify_counts: NotifyCounts | None = None  # set when the config has [notify]
         self.bodies = BodyBudget(self.edge.body_bytes_in_flight_max)
         # Seconds from the request's arrival to its answer sent, by route.
         self.durations: dict[str, prom.Histogram] = {}
@@ -419,6 +424,8 @@ class Api:
                 return "job_backfill", {"POST": _bind(self.backfill_job, job_id)}
             case ["v1", "jobs", job_id, "runs"]:
                 return "job_runs", {"GET": _bind(self.list_runs, job_id)}
+            case ["v1", "runs"]:
+                return "runs", {"GET": self.list_all_runs}
             case ["v1", "runs", run_id]:
                 return "run", {"GET": _bind(self.get_run, run_id)}
             case ["v1", "runs", run_id, "heartbeat"]:
@@ -502,7 +509,9 @@ class Api:
         [outcome] = await self.jobs.create(self.owner(request), [body], from_msgpack=request.is_msgpack)
         if isinstance(outcome, errors.TempoError):
             raise outcome
-        return encode(request, views.job_view(outcome.job), 201 if outcome.new else 200)
+        if outcome.new:
+            return encode(request, views.job_view(outcome.job), 201)
+        return encode(request, self.job_view(outcome.job), 200)  # an existing job: with its outcome
 
     async def create_batch(self, request: Request) -> Response:
         items = _decode_batch_at_once(request)
@@ -544,25 +553,33 @@ class Api:
                 rejected_keys_of[i] = key
         return items, rejected_keys_of
 
+    def job_view(self, job: Any) -> Any:
+        """The job with what its runs came to (docs/api.md "Outcomes")."""
+        return views.job_view(job, outcome=self.store.job_outcome(job.id))
+
     async def get_job(self, request: Request, job_id: str) -> Response:
-        return encode(request, views.job_view(self.store.get_job(self._owner_of_job(request, job_id), job_id)))
+        return encode(request, self.job_view(self.store.get_job(self._owner_of_job(request, job_id), job_id)))
 
     async def list_jobs(self, request: Request) -> Response:
         limit = _limit(request)
         cursor = request.query.get("cursor") or None
         if cursor is not None and not ids.is_job_id(cursor):
             raise errors.Invalid.at("query.cursor", "not a cursor this server gave out")
+        match = _job_filter(request)
         if self._sees_all(request):
-            found, next_cursor = self.store.list_all_jobs(limit, cursor)
+            found, next_cursor = self.store.list_all_jobs(limit, cursor, match)
         else:
-            found, next_cursor = self.store.list_jobs(self.owner(request), limit, cursor)
-        return encode(request, JobsPage([views.job_view(j) for j in found], next_cursor))
+            found, next_cursor = self.store.list_jobs(self.owner(request), limit, cursor, match)
+        outcomes = self.store.job_outcomes([j.id for j in found])
+        shared: dict[Any, Any] = {}
+        page = [views.job_view(j, shared, outcomes.get(j.id)) for j in found]
+        return encode(request, JobsPage(page, next_cursor))
 
     async def pause_job(self, request: Request, job_id: str) -> Response:
-        return encode(request, views.job_view(await self.jobs.pause(self._owner_of_job(request, job_id), job_id)))
+        return encode(request, self.job_view(await self.jobs.pause(self._owner_of_job(request, job_id), job_id)))
 
     async def resume_job(self, request: Request, job_id: str) -> Response:
-        return encode(request, views.job_view(await self.jobs.resume(self._owner_of_job(request, job_id), job_id)))
+        return encode(request, self.job_view(await self.jobs.resume(self._owner_of_job(request, job_id), job_id)))
 
     async def delete_job(self, request: Request, job_id: str) -> Response:
         await self.jobs.delete(self._owner_of_job(request, job_id), job_id)
@@ -597,7 +614,32 @@ class Api:
 
     async def get_run(self, request: Request, run_id: str) -> Response:
         run, _ = self.store.get_run(self._owner_of_run(request, run_id), run_id)
-        return encode(request, self.run_view(run))
+        return encode(request, views.run_detail_view(run, self.run_view(run)))
+
+    async def list_all_runs(self, request: Request) -> Response:
+        """Runs across the owner's jobs (an admin's: every owner's), from
+        the runs-by-status index (docs/api.md "Listing runs")."""
+        limit = _limit(request)
+        status = request.query.get("status")
+        if status is not None and status not in keys.STATUS_CODE:
+            raise errors.Invalid.at("query.status", f"one of {', '.join(keys.STATUSES)}")
+        since_ms = _instant_param(request, "since")
+        until_ms = _instant_param(request, "until")
+        raw_cursor = request.query.get("cursor") or None
+        cursor = None
+        if raw_cursor is not None:
+            try:
+                cursor = bytes.fromhex(raw_cursor)
+            except ValueError:
+                cursor = None
+            if cursor is None or len(cursor) != keys.ORDER_TAIL_BYTES:
+                raise errors.Invalid.at("query.cursor", "not a cursor this server gave out")
+        owner = None if self._sees_all(request) else self.owner(request)
+        found, next_tail = self.store.list_owner_runs(
+            owner, status=status, limit=limit, cursor=cursor, since_ms=since_ms, until_ms=until_ms
+        )
+        next_cursor = None if next_tail is None else next_tail.hex()
+        return encode(request, RunsPage([self.run_view(r) for r in found], next_cursor))
 
     def run_view(self, run: Any) -> Any:
         """The stored run, with the lease as heartbeats extended it in memory."""
@@ -861,6 +903,7 @@ class Api:
         lines += self._dispatch_metrics()
         lines += self._fairness_metrics()
         lines += self._clock_metrics()
+        lines += notify_metric_lines(self.notify_counts)
         lines += self.pauses.lines()
         body = ("\n".join(lines) + "\n").encode()
         return Response(200, body, b"text/plain; version=0.0.4")
@@ -1056,6 +1099,35 @@ def _check_query(route: str, request: Request) -> None:
             if takes:
                 raise errors.Invalid.at(f"query.{name}", f"not a parameter of this path; it takes {', '.join(sorted(takes))}")
             raise errors.Invalid.at(f"query.{name}", "not a parameter of this path; it takes none")
+
+
+_JOB_STATES = ("active", "paused", "completed")
+
+
+def _job_filter(request: Request) -> Callable[[Any], bool] | None:
+    """The filter of `GET /v1/jobs` (docs/api.md "Listing jobs"), or None."""
+    if "label" in request.query:
+        raise errors.Invalid.at("query.label", "labels are not supported yet")
+    state = request.query.get("state")
+    if state is not None and state not in _JOB_STATES:
+        raise errors.Invalid.at("query.state", f"one of {', '.join(_JOB_STATES)}")
+    target = request.query.get("target")
+    if target is not None and not 1 <= len(target) <= limits.target_chars_max:
+        raise errors.Invalid.at("query.target", f"1 to {limits.target_chars_max} characters")
+    name_prefix = request.query.get("name_prefix")
+    if name_prefix is not None and not 1 <= len(name_prefix) <= limits.name_chars_max:
+        raise errors.Invalid.at("query.name_prefix", f"1 to {limits.name_chars_max} characters")
+    if state is None and target is None and name_prefix is None:
+        return None
+
+    def match(job: Any) -> bool:
+        return (
+            (state is None or job.state == state)
+            and (target is None or job.target == target)
+            and (name_prefix is None or (job.name is not None and job.name.startswith(name_prefix)))
+        )
+
+    return match
 
 
 def _decimal(text: str) -> bool:

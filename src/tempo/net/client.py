@@ -265,8 +265,9 @@ class Client:
     def get_job(self, job_id: str) -> dict[str, Any]:
         return self.request("GET", f"/v1/jobs/{job_id}")
 
-    def list_jobs(self, limit: int | None = None, cursor: str | None = None) -> dict[str, Any]:
-        return self.request("GET", "/v1/jobs", params={"limit": limit, "cursor": cursor})
+    def list_jobs(self, limit: int | None = None, cursor: str | None = None, **filters: Any) -> dict[str, Any]:
+        """`filters`: `state`, `target`, `name_prefix` (docs/api.md "Listing jobs")."""
+        return self.request("GET", "/v1/jobs", params={"limit": limit, "cursor": cursor, **filters})
 
     def pause_job(self, job_id: str) -> dict[str, Any]:
         return self.request("POST", f"/v1/jobs/{job_id}/pause")
@@ -312,6 +313,10 @@ class Client:
             failover_timeout_s=max(self.failover_timeout_s, limits.claim_retry_s_max),
         )["runs"]
         return runs
+
+    def list_all_runs(self, **params: Any) -> dict[str, Any]:
+        """Runs across jobs: `status`, `since`, `until`, `limit`, `cursor`."""
+        return self.request("GET", "/v1/runs", params=params)
 
     def preview(self, schedule: dict[str, Any], after: str | None = None, count: int | None = None) -> list[str]:
         body: dict[str, Any] = {"schedule": schedule}
