@@ -78,7 +78,7 @@ class RetryIn(_Request, frozen=True):  # type: ignore[misc]  # msgspec freezes a
     ] = tuple(limits.backoff_s_default)
 
 
-class CatchupIn(_Request, frozen=True):
+class CatchupIn(_Request, frozen=True):  # type: ignore[misc]  # msgspec freezes a subclass of a mutable Struct
     """What a repeating job does with slots it missed (docs/semantics.md
     "Catch-up after missed slots"). `window_s` null or left out: no window."""
 

@@ -15,9 +15,9 @@ import functools
 import hashlib
 import os
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any, NamedTuple, Protocol, TypeVar
+from typing import Any, NamedTuple, Protocol, TypeGuard, TypeVar
 
 import msgspec
 import trio
@@ -34,7 +34,16 @@ from tempo.engine.commands import (
     ResumeJob,
     TriggerJob,
 )
-from tempo.engine.records import Catchup, CatchupPolicy, Job, Missed, Notify, Run, Schedule
+from tempo.engine.records import (
+    Catchup,
+    CatchupPolicy,
+    Job,
+    Missed,
+    Notify,
+    NotifyEvent,
+    Run,
+    Schedule,
+)
 from tempo.engine.store import Created, Store
 
 _QUEUE_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
@@ -114,7 +123,7 @@ class NotifySpec(Protocol):
     @property
     def url(self) -> str: ...
     @property
-    def events(self) -> tuple[str, ...]: ...
+    def events(self) -> tuple[NotifyEvent, ...]: ...
 
 
 class JobSpec(Protocol):
@@ -127,7 +136,7 @@ class JobSpec(Protocol):
     @property
     def name(self) -> str | None: ...
     @property
-    def payload(self) -> Any: ...
+    def payload(self) -> object: ...
     @property
     def retry(self) -> RetrySpec: ...
     @property
@@ -413,47 +422,65 @@ def catch_up(job: Job, nominal_ms: int, now_ms: int) -> CatchUp | None:
     or none (`none`: the next run is the first slot ahead), and the slots it
     does not run are `policy`. Bounded: a few bisections and counts, never
     a walk over the missed slots. None: the schedule has no slot left."""
-    sched, created_ms = job.schedule, job.created_at_ms
-    nxt = slot_after_ms(sched, created_ms, nominal_ms, inclusive=False)
+    nxt = _slot_after_claim_ms(job, nominal_ms)
     if nxt is None:
         return None
-    if job.catchup_until_ms is not None:
-        if nxt <= job.catchup_until_ms:  # an `all` catch-up goes on
-            return CatchUp(nxt, due_ms(job, nxt, now_ms), [], job.catchup_until_ms, job.catchup_decided_ms)
-        if job.catchup_decided_ms is not None and nxt <= job.catchup_decided_ms:
-            # Its last run is made: the slots after it up to the latest it
-            # decided on are recorded missed already.
-            nxt = slot_after_ms(sched, created_ms, job.catchup_decided_ms, inclusive=False)
-            if nxt is None:
-                return None
+    if job.catchup_until_ms is not None and nxt <= job.catchup_until_ms:  # an `all` catch-up goes on
+        return CatchUp(nxt, due_ms(job, nxt, now_ms), [], job.catchup_until_ms, job.catchup_decided_ms)
     if nxt > now_ms:
         return CatchUp(nxt, due_ms(job, nxt, now_ms), [], None)
+    return _decide(job, nxt, now_ms)
+
+
+def _slot_after_claim_ms(job: Job, nominal_ms: int) -> int | None:
+    """The slot after `nominal_ms`; after the last run of an `all` catch-up,
+    the slot after the latest it decided on (the slots between are
+    recorded missed already)."""
+    sched, created_ms = job.schedule, job.created_at_ms
+    nxt = slot_after_ms(sched, created_ms, nominal_ms, inclusive=False)
+    decided = job.catchup_decided_ms
+    if nxt is None or job.catchup_until_ms is None or decided is None:
+        return nxt
+    if job.catchup_until_ms < nxt <= decided:
+        return slot_after_ms(sched, created_ms, decided, inclusive=False)
+    return nxt
+
+
+def _decide(job: Job, nxt: int, now_ms: int) -> CatchUp | None:
+    """`catch_up` of a next slot `nxt` that is past already."""
+    sched, created_ms = job.schedule, job.created_at_ms
     policy = job.catchup or _DEFAULT_CATCHUP
     latest = latest_slot_ms(sched, created_ms, now_ms)
     assert latest is not None and latest >= nxt
-    missed: list[Missed] = []
     ahead = slot_after_ms(sched, created_ms, now_ms, inclusive=False)  # the first slot not missed
     # The end of a range that reaches the latest slot: the slot after it
     # (None: the schedule ends, and the instant after the latest serves).
     end_ms = latest + 1 if ahead is None else ahead
+    missed: list[Missed] = []
     first_in: int | None = nxt
     if policy.window_s is not None and nxt < now_ms - policy.window_s * 1000:
         first_in = slot_after_ms(sched, created_ms, now_ms - policy.window_s * 1000, inclusive=True)
-        if first_in is None or first_in > latest:
-            missed.append(missed_range(sched, created_ms, "outside_window", nxt, end_ms))
-            first_in = None
-        else:
-            missed.append(missed_range(sched, created_ms, "outside_window", nxt, first_in))
-    kind: CatchupPolicy = policy.policy
-    if first_in is None or kind == "none":
+        if first_in is not None and first_in > latest:
+            first_in = None  # no missed slot in the window
+        missed.append(missed_range(sched, created_ms, "outside_window", nxt, end_ms if first_in is None else first_in))
+    if first_in is None or policy.policy == "none":
         if first_in is not None:
             missed.append(missed_range(sched, created_ms, "policy", first_in, end_ms))
         return None if ahead is None else CatchUp(ahead, due_ms(job, ahead, now_ms), missed, None)
-    if kind == "latest":
+    if policy.policy == "latest":
         if first_in < latest:
             missed.append(missed_range(sched, created_ms, "policy", first_in, latest))
         return CatchUp(latest, due_ms(job, latest, now_ms), missed, None)
-    assert kind == "all"
+    return _all_of(job, policy, first_in, latest, end_ms, missed, now_ms)
+
+
+def _all_of(
+    job: Job, policy: Catchup, first_in: int, latest: int, end_ms: int, missed: list[Missed], now_ms: int
+) -> CatchUp:
+    """The `all` policy's decision: the first `max_runs` slots of the
+    window from `first_in`, the rest up to `latest` recorded."""
+    assert policy.policy == "all"
+    sched, created_ms = job.schedule, job.created_at_ms
     in_window = count_slots(sched, created_ms, first_in, end_ms)
     until = latest
     if in_window is None or in_window > policy.max_runs:
@@ -548,17 +575,13 @@ def queues_hash(queues: list[str]) -> bytes:
     return hashlib.blake2b("\n".join(sorted(set(queues))).encode(), digest_size=16).digest()
 
 
-async def backfill_slots(job: Job, body: BackfillSpec, now_ms: int) -> list[int]:
-    """The slots of `job` in [from, until), ascending, checked: at most
-    limits.backfill_runs_max of them, none in the future nor at or after
-    the job's scheduled slot (that run and the ones after it are the
-    schedule's). Cron slots come in slices with a checkpoint between."""
+def _backfill_range_ms(job: Job, body: BackfillSpec, now_ms: int) -> tuple[int, int]:
+    """A backfill's [from, until) in ms, checked against the job and now."""
     if body.overlap not in (None, "allow"):
         raise errors.Invalid.at(
             "overlap", 'jobs have no overlap policy yet: only "allow" (runs of a job may overlap) is accepted'
         )
-    sched = job.schedule
-    if not sched.repeating:
+    if not job.schedule.repeating:
         raise errors.Invalid.at("", "a one-off job has one slot: trigger it instead")
     from_ms, until_ms = instant_ms(body.from_, "from"), instant_ms(body.until, "until")
     if until_ms <= from_ms:
@@ -569,6 +592,16 @@ async def backfill_slots(job: Job, body: BackfillSpec, now_ms: int) -> list[int]
         raise errors.Invalid.at(
             "until", f"the job's scheduled slot is {clock.iso_from_ms(job.slot_ms)}: backfill slots before it"
         )
+    return from_ms, until_ms
+
+
+async def backfill_slots(job: Job, body: BackfillSpec, now_ms: int) -> list[int]:
+    """The slots of `job` in [from, until), ascending, checked: at most
+    limits.backfill_runs_max of them, none in the future nor at or after
+    the job's scheduled slot (that run and the ones after it are the
+    schedule's). Cron slots come in slices with a checkpoint between."""
+    from_ms, until_ms = _backfill_range_ms(job, body, now_ms)
+    sched = job.schedule
     cap = limits.backfill_runs_max
     slots: list[int] = []
     if sched.every_s is not None:
@@ -592,6 +625,32 @@ async def backfill_slots(job: Job, body: BackfillSpec, now_ms: int) -> list[int]
             return slots
         after_ms = part[-1]
         await trio.lowlevel.checkpoint()
+
+
+def _body_digest(
+    body: JobSpec, sched: Schedule, notify: Notify | None, catchup: Catchup | None, *, payload_passed: bool
+) -> bytes:
+    """The hash of a create body after parsing and defaults, which a request
+    key compares; empty without a request key."""
+    try:
+        if body.request_key is None:
+            # Only a request key is compared with the body hash: without
+            # one, encoding the payload is the whole check.
+            if not payload_passed:
+                _hash_encoder.encode(body.payload)
+            return b""
+        fields: tuple[Any, ...] = (
+            body.name, body.target, body.payload, sched, body.retry.max_attempts,
+            body.retry.backoff_s, body.lease_s, body.jitter_s,
+        )
+        # Each appended only when given, so the hash of a job without it is
+        # what it was before the field existed.
+        fields += (() if notify is None else (notify,)) + (() if catchup is None else (catchup,))
+        return hashlib.blake2b(_hash_encoder.encode(fields), digest_size=16).digest()
+    except OverflowError:
+        # JSON allows any integer; records are MessagePack, which holds
+        # 64 bits. Only the payload is unbounded, the rest has Meta bounds.
+        raise errors.Invalid.at("payload", "an integer outside [-2**63, 2**64)") from None
 
 
 # -- the service -------------------------------------------------------------------
@@ -653,30 +712,7 @@ class Jobs:
         catchup = catchup_record(body.catchup, sched)
         backoff_s = body.retry.backoff_s
         notify = None if body.notify is None else self.notify_record(body.notify)
-        try:
-            if body.request_key is None:
-                # Only a request key is compared with the body hash: without
-                # one, encoding the payload is the whole check.
-                if not payload_passed:
-                    _hash_encoder.encode(body.payload)
-                digest = b""
-            else:
-                fields: tuple[Any, ...] = (
-                    body.name, body.target, body.payload, sched, body.retry.max_attempts,
-                    backoff_s, body.lease_s, body.jitter_s,
-                )
-                # Each appended only when given, so the hash of a job without
-                # it is what it was before the field existed.
-                if notify is not None:
-                    fields += (notify,)
-                if catchup is not None:
-                    fields += (catchup,)
-                hashed = _hash_encoder.encode(fields)
-                digest = hashlib.blake2b(hashed, digest_size=16).digest()
-        except OverflowError:
-            # JSON allows any integer; records are MessagePack, which holds
-            # 64 bits. Only the payload is unbounded, the rest has Meta bounds.
-            raise errors.Invalid.at("payload", "an integer outside [-2**63, 2**64)") from None
+        digest = _body_digest(body, sched, notify, catchup, payload_passed=payload_passed)
         # Positional, in Job's field order (a batch makes 1,000): id, owner,
         # name, target, payload, schedule, max_attempts, backoff_s, lease_s,
         # jitter_s, state, created_at_ms, request_key, slot_ms, next_run_at_ms.
@@ -705,12 +741,12 @@ class Jobs:
             raise errors.Invalid.at(
                 "notify.url", "an http:// or https:// URL of printable ASCII without spaces"
             )
-        return Notify(body.url, tuple(dict.fromkeys(body.events)))  # type: ignore[arg-type]  # checked by the schema
+        return Notify(body.url, tuple(dict.fromkeys(body.events)))
 
     async def create(
         self,
         owner: str,
-        items: list[JobSpec | errors.TempoError],
+        items: Sequence[JobSpec | errors.TempoError],
         *,
         from_msgpack: bool,
         rejected_keys_of: dict[int, str] | None = None,
@@ -723,11 +759,33 @@ class Jobs:
         the request keys of items rejected before they got here (by the
         decoder), by their place in `items`."""
         at_ms = self.now_ms()
+        outcomes, new_jobs, places = await self._new_jobs(
+            owner, items, at_ms, from_msgpack=from_msgpack, rejected_keys_of=rejected_keys_of or {}
+        )
+        if new_jobs:
+            applied = await self.committer.submit(CreateJobs(at_ms, new_jobs))
+            assert _created_each(applied) and len(applied) == len(places)
+            for i, outcome in zip(places, applied, strict=True):
+                outcomes[i] = outcome
+        created = [outcome for outcome in outcomes if outcome is not None]
+        assert len(created) == len(outcomes), "every item has its outcome"
+        return created
+
+    async def _new_jobs(
+        self,
+        owner: str,
+        items: Sequence[JobSpec | errors.TempoError],
+        at_ms: int,
+        *,
+        from_msgpack: bool,
+        rejected_keys_of: dict[int, str],
+    ) -> tuple[list[Created | errors.TempoError | None], list[NewJob], list[int]]:
+        """`create`'s checks: the outcome of each item rejected (None for the
+        others), the new jobs of the valid items, and their places in `items`."""
         outcomes: list[Created | errors.TempoError | None] = [None] * len(items)
         # The problem of each key whose first item was rejected; every key seen.
         rejected_keys: dict[str, errors.TempoError] = {}
         seen_keys: set[str] = set()
-        rejected_keys_of = rejected_keys_of or {}
         new_jobs: list[NewJob] = []
         places: list[int] = []
         passed = payloads_pass(
@@ -765,13 +823,7 @@ class Jobs:
                     rejected_keys[key] = exc
                 continue
             places.append(i)
-        if new_jobs:
-            applied = await self.committer.submit(CreateJobs(at_ms, new_jobs))
-            assert isinstance(applied, list) and len(applied) == len(places)
-            for i, outcome in zip(places, applied, strict=True):
-                outcomes[i] = outcome
-        assert all(outcome is not None for outcome in outcomes)
-        return outcomes  # type: ignore[return-value]
+        return outcomes, new_jobs, places
 
     async def pause(self, owner: str, job_id: str) -> Job:
         return _ok(await self.committer.submit(PauseJob(self.now_ms(), owner, job_id)), Job)
@@ -801,6 +853,12 @@ class Jobs:
 
     async def trigger(self, owner: str, job_id: str) -> Run:
         return _ok(await self.committer.submit(TriggerJob(self.now_ms(), owner, job_id)), Run)
+
+
+def _created_each(answer: Answer) -> TypeGuard[list[Created | errors.TempoError]]:
+    """Whether `answer` is what apply answers a `CreateJobs`: a job created or
+    its fault, one per new job."""
+    return isinstance(answer, list) and all(isinstance(o, Created | errors.TempoError) for o in answer)
 
 
 def _ok(outcome: Answer, kind: type[T]) -> T:

@@ -216,7 +216,7 @@ def claim_key_fits(owner: str, key: str) -> bool:
         limits.claim_key_head_bytes + limits.claim_key_expiry_bytes + len(owner.encode())
         + limits.owner_separator_bytes + len(key.encode())
     )
-    return 0 < len(key) and size <= limits.lmdb_key_bytes_max
+    return len(key) > 0 and size <= limits.lmdb_key_bytes_max
 
 
 def claim_key(owner: str, key: str) -> bytes:

@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TypeVar, overload
 
 import lmdb
 import msgspec
@@ -172,7 +172,10 @@ class Changes:
 # What apply answers for one command: a value, or the operating error the
 # request gets. Errors are returned, not raised, so one bad command in a batch
 # leaves the others (and the transaction) alone.
-Outcome = Created | Job | Run | None | errors.TempoError | list | ClaimKeyEntry
+Outcome = (
+    Created | Job | Run | None | errors.TempoError | ClaimKeyEntry
+    | list[Created | errors.TempoError] | list[Run | None] | list[Run | errors.TempoError] | list[Run]
+)
 
 
 class Store:
@@ -336,7 +339,7 @@ class Store:
         if map_bytes - used_bytes < min(limits.storage_probe_bytes, map_bytes // 16):
             return errors.StorageFault(f"the data file is full: its map of {map_bytes >> 20} MiB", map_full=True)
 
-        def work(txn: lmdb.Transaction) -> None:
+        def work(txn: "lmdb.Transaction[bytes]") -> None:
             txn.put(_PROBE, b"", db=self.db["meta"])
             txn.delete(_PROBE, db=self.db["meta"])
 
@@ -386,7 +389,7 @@ class Store:
         index was applied before (a replay after a crash) and changes nothing."""
         return self.write(lambda txn: self.apply_in(txn, index, data))
 
-    def write(self, work: Callable[[lmdb.Transaction], T]) -> T:
+    def write(self, work: Callable[["lmdb.Transaction[bytes]"], T]) -> T:
         """Runs `work` in one write transaction (one fsync at its end): the
         replica persists raft state and applies entries together this way.
 
@@ -427,13 +430,13 @@ class Store:
         what their encoding holds."""
         return self.write(lambda txn: self.apply_decoded(txn, index, commands))
 
-    def apply_in(self, txn: lmdb.Transaction, index: int, data: bytes) -> tuple[list[Outcome], Changes]:
+    def apply_in(self, txn: "lmdb.Transaction[bytes]", index: int, data: bytes) -> tuple[list[Outcome], Changes]:
         """`apply_entry` inside the caller's write transaction. Empty `data`
         (a raft no-op or configuration entry) only records the index."""
         return self.apply_decoded(txn, index, decode_entry(data) if data else [])
 
     def apply_decoded(
-        self, txn: lmdb.Transaction, index: int, commands: list[Command]
+        self, txn: "lmdb.Transaction[bytes]", index: int, commands: list[Command]
     ) -> tuple[list[Outcome], Changes]:
         raw = txn.get(_APPLIED_INDEX, db=self.db["meta"])
         applied = 0 if raw is None else _U64.unpack(raw)[0]
@@ -469,7 +472,7 @@ class Store:
             tables = [[name, list(txn.cursor(db=db))] for name, db in self.db.items()]
         return index, _enc.encode(tables)
 
-    def restore_in(self, txn: lmdb.Transaction, index: int, data: bytes) -> None:
+    def restore_in(self, txn: "lmdb.Transaction[bytes]", index: int, data: bytes) -> None:
         """Replaces every table with a snapshot's copy, inside the caller's
         transaction: a crash leaves the old state or the new, never a mix."""
         tables = _snapshot_dec.decode(data) if data else []
@@ -531,7 +534,7 @@ class Store:
                     key = by_owner.key()
                     if not key.startswith(prefix):
                         return
-                    yield txn.get(key[len(prefix) :], db=jobs_db)
+                    yield _present(txn.get(key[len(prefix) :], db=jobs_db))
                     found = by_owner.prev()
 
             return _page_of_jobs(tx, rows(), limit, match)
@@ -641,31 +644,16 @@ class Store:
         with self.env.begin() as txn:
             tx = _Tx(txn, self.db, self.buckets)
             owners = [owner] if owner is not None else _owners_of_jobs(txn, self.db["jobs_by_owner"])
-            sources = []
-            for name in owners:
-                if not keys.owner_fits(name):
-                    continue
-                for code in codes:
-                    head = keys.status_prefix(name, code)
-                    kind = keys.STATUSES[code] if code < len(keys.STATUSES) else None
-                    if kind in _OPEN:
-                        sources.append(_status_desc(txn.cursor(db=tx.by_status), b"", head, upper, lower_ms, None))
-                        continue
-                    for day, bucket in tx.history():
-                        # A done or failed run is in the bucket of the day it
-                        # ended or a later one (bucket_for).
-                        if kind in ("done", "failed") and (day + 1) * limits.day_ms <= lower_ms:
-                            continue
-                        sources.append(_status_desc(txn.cursor(db=bucket), _HIST_STATUS, head, upper, lower_ms, bucket))
+            sources = _status_sources(tx, owners, codes, upper, lower_ms)
             last = None
-            for tail, bucket in heapq.merge(*sources, key=_first, reverse=True):
+            for tail, held_in in heapq.merge(*sources, key=_first, reverse=True):
                 if tail == last:
                     continue  # one row per run, even if two places held one
                 last = tail
                 if len(runs) == limit:
                     return runs, tails[-1]
                 job_id, nominal_ms = _slot_of_tail(tail)
-                raw = None if bucket is None else txn.get(_HIST_RUN + keys.by_job_key(job_id, nominal_ms), db=bucket)
+                raw = None if held_in is None else txn.get(_HIST_RUN + keys.by_job_key(job_id, nominal_ms), db=held_in)
                 run = _run_dec.decode(raw) if raw is not None else tx.run_anywhere(job_id, nominal_ms)
                 assert run is not None, "a runs-by-status row without its run"
                 runs.append(run)
@@ -677,7 +665,7 @@ class Store:
         without its tables, rows and mark. Close the store next (the
         tables' handles are gone)."""
 
-        def work(txn: lmdb.Transaction) -> None:
+        def work(txn: "lmdb.Transaction[bytes]") -> None:
             for name in _RUN_INDEX_TABLES:
                 txn.drop(self.db[name], delete=True)
             for bucket in self.buckets:
@@ -745,7 +733,7 @@ class Store:
                     continue
                 job = jobs.get(run.job_id)
                 if job is None:
-                    job = jobs[run.job_id] = _job_dec.decode(txn.get(keys.job_key(run.job_id), db=jobs_db))
+                    job = jobs[run.job_id] = _job_dec.decode(_present(txn.get(keys.job_key(run.job_id), db=jobs_db)))
                 out.append((key, run, job))
         return out
 
@@ -821,7 +809,7 @@ class _NewRows:
     """Rows of new jobs, their runs and index entries, put per table in one
     call: py-lmdb's `putmulti` costs half what one `put` a row does."""
 
-    __slots__ = ("jobs", "runs", "by_job", "by_owner", "by_status")
+    __slots__ = ("by_job", "by_owner", "by_status", "jobs", "runs")
 
     def __init__(self) -> None:
         self.jobs: list[tuple[bytes, bytes]] = []
@@ -849,12 +837,12 @@ class _Tx:
     """One transaction's view of the tables, with the apply functions."""
 
     __slots__ = (
-        "txn", "jobs", "by_owner", "runs", "by_job", "reqkeys", "events", "meta", "open", "changes",
-        "open_deltas", "event_seq", "members", "hist_days", "buckets", "_history", "_bucket_of_day",
-        "claim_keys", "by_status", "outcomes", "_owners",
+        "_bucket_of_day", "_history", "_owners", "buckets", "by_job", "by_owner", "by_status",
+        "changes", "claim_keys", "event_seq", "events", "hist_days", "jobs", "members", "meta",
+        "open", "open_deltas", "outcomes", "reqkeys", "runs", "txn",
     )
 
-    def __init__(self, txn: lmdb.Transaction, db: dict[str, lmdb._Database], buckets: list[lmdb._Database]):
+    def __init__(self, txn: "lmdb.Transaction[bytes]", db: dict[str, lmdb._Database], buckets: list[lmdb._Database]):
         self.txn = txn
         self.jobs = db["jobs"]
         self.by_owner = db["jobs_by_owner"]
@@ -883,6 +871,10 @@ class _Tx:
 
     # -- reads inside the transaction ----------------------------------------
 
+    @overload
+    def fresh(self, job: Job) -> Job: ...
+    @overload
+    def fresh(self, job: None) -> None: ...
     def fresh(self, job: Job | None) -> Job | None:
         """The job as the API shows it: a one-off's `next_run_at` only while
         its run is waiting (a claim does not rewrite the job)."""
@@ -907,7 +899,7 @@ class _Tx:
 
     def run_at_slot(self, job_id: str, slot_ms: int) -> Run | None:
         runs_key = self.run_key_at_slot(job_id, slot_ms)
-        return None if runs_key is None else _run_dec.decode(self.txn.get(runs_key, db=self.runs))
+        return None if runs_key is None else _run_dec.decode(_present(self.txn.get(runs_key, db=self.runs)))
 
     def slots_desc(self, job_id: str, lower_ms: int, upper_ms: int) -> Iterator[tuple[int, bytes]]:
         """(nominal ms, runs key) of the job's open runs in [lower, upper), newest first."""
@@ -915,7 +907,7 @@ class _Tx:
 
     def runs_desc(self, job_id: str, lower_ms: int, upper_ms: int) -> Iterator[Run]:
         """The job's runs in [lower, upper), open and finished, newest first."""
-        live = ((nominal_ms, self.txn.get(key, db=self.runs)) for nominal_ms, key in self.slots_desc(
+        live = ((nominal_ms, _present(self.txn.get(key, db=self.runs))) for nominal_ms, key in self.slots_desc(
             job_id, lower_ms, upper_ms
         ))
         sources = [live] + [
@@ -1035,12 +1027,12 @@ class _Tx:
         if old_row != new_row:
             self._move_open_row(run, old_row, new_row, job)
         moved = old_key != key
-        if old_status == "waiting" and (run.status != "waiting" or moved):
-            self.changes.left.append(old_key)  # type: ignore[arg-type]
+        if old_key is not None and old_status == "waiting" and (run.status != "waiting" or moved):
+            self.changes.left.append(old_key)
         if run.status == "waiting" and (old_status != "waiting" or moved):
             self.changes.woken.append((key, run, job))
-        if old_status == "claimed" and run.status != "claimed":
-            self.changes.gone.append(old_key)  # type: ignore[arg-type]
+        if old_key is not None and old_status == "claimed" and run.status != "claimed":
+            self.changes.gone.append(old_key)
         return key
 
     def put_run_in_place(self, run: Run, runs_key: bytes, old_status: str, job: Job | None = None) -> None:
@@ -1165,24 +1157,10 @@ class _Tx:
 
     def apply(self, command: Command) -> Outcome:
         match command:
-            case CreateJobs():
-                return self.create_jobs(command.jobs)
-            case PauseJob():
-                return self._fresh_outcome(self.pause_job(command))
-            case ResumeJob():
-                return self._fresh_outcome(self.resume_job(command))
-            case DeleteJob():
-                return self.delete_job(command)
-            case TriggerJob():
-                return self.trigger_job(command)
-            case ClaimRuns():
-                if command.key is not None:
-                    return self.claim_keyed(command, command.key)
-                return [self.claim_run(command, claim) for claim in command.claims]
-            case ReportResults():
-                return [self.report_result(command, result) for result in command.results]
-            case ExpireLeases():
-                return [self.expire_lease(command.at_ms, expiry) for expiry in command.expiries]
+            case CreateJobs() | PauseJob() | ResumeJob() | DeleteJob() | TriggerJob():
+                return self.apply_to_jobs(command)
+            case ClaimRuns() | ReportResults() | ExpireLeases():
+                return self.apply_to_runs(command)
             case SetMember():
                 self.txn.put(command.node_id.encode(), command.url.encode(), db=self.members)
                 self.changes.members = True
@@ -1199,6 +1177,32 @@ class _Tx:
                 return self.backfill_job(command)
         raise AssertionError(f"unknown command {type(command).__name__}")
 
+    def apply_to_jobs(self, command: CreateJobs | PauseJob | ResumeJob | DeleteJob | TriggerJob) -> Outcome:
+        match command:
+            case CreateJobs():
+                return self.create_jobs(command.jobs)
+            case PauseJob():
+                return self._fresh_outcome(self.pause_job(command))
+            case ResumeJob():
+                return self._fresh_outcome(self.resume_job(command))
+            case DeleteJob():
+                return self.delete_job(command)
+            case TriggerJob():
+                return self.trigger_job(command)
+        raise AssertionError(f"unknown job command {type(command).__name__}")
+
+    def apply_to_runs(self, command: ClaimRuns | ReportResults | ExpireLeases) -> Outcome:
+        match command:
+            case ClaimRuns():
+                if command.key is not None:
+                    return self.claim_keyed(command, command.key)
+                return [self.claim_run(command, claim) for claim in command.claims]
+            case ReportResults():
+                return [self.report_result(command, result) for result in command.results]
+            case ExpireLeases():
+                return [self.expire_lease(command.at_ms, expiry) for expiry in command.expiries]
+        raise AssertionError(f"unknown run command {type(command).__name__}")
+
     def drop_history(self, cmd: DropHistory) -> None:
         """Drops whole buckets: LMDB frees a database's pages walking its
         branch pages only (leaf pages too where values overflowed a page), so
@@ -1211,7 +1215,7 @@ class _Tx:
         self._bucket_of_day.clear()
 
     def _fresh_outcome(self, outcome: Job | errors.TempoError) -> Job | errors.TempoError:
-        return self.fresh(outcome) if isinstance(outcome, Job) else outcome  # type: ignore[return-value]
+        return self.fresh(outcome) if isinstance(outcome, Job) else outcome
 
     def create_jobs(self, items: list[NewJob]) -> list[Created | errors.TempoError]:
         """One command's new jobs. Their rows, their runs' rows and the two
@@ -1270,7 +1274,7 @@ class _Tx:
         # not run already (a trigger after the pause still runs).
         waiting: list[tuple[bytes, Run]] = []
         for _, runs_key in self.slots_desc(job.id, 0, 1 << 63):
-            run = _run_dec.decode(self.txn.get(runs_key, db=self.runs))
+            run = _run_dec.decode(_present(self.txn.get(runs_key, db=self.runs)))
             if run.status == "waiting":
                 waiting.append((runs_key, run))
         for runs_key, run in waiting:
@@ -1321,7 +1325,7 @@ class _Tx:
             due_ms = max(slot_ms, at_ms) if due_ms is None else due_ms
             self.put_run(Run(job.id, slot_ms, due_ms, "waiting"), job=job)
             return due_ms
-        run = _run_dec.decode(self.txn.get(runs_key, db=self.runs))
+        run = _run_dec.decode(_present(self.txn.get(runs_key, db=self.runs)))
         if run.status != "cancelled":
             return run.due_ms if run.status == "waiting" else None
         run.status = "waiting"
@@ -1341,7 +1345,7 @@ class _Tx:
         self.put_run(run, job=job)
         return run.due_ms
 
-    def delete_job(self, cmd: DeleteJob) -> None | errors.TempoError:
+    def delete_job(self, cmd: DeleteJob) -> errors.TempoError | None:
         job = self.job(cmd.owner, cmd.job_id)
         if job is None:
             return errors.NotFound(f"no job {cmd.job_id}")
@@ -1350,7 +1354,7 @@ class _Tx:
         found = by_job.set_range(prefix)
         while found and by_job.key().startswith(prefix):
             runs_key = by_job.value()
-            self.drop_run(runs_key, _run_dec.decode(self.txn.get(runs_key, db=self.runs)), job)
+            self.drop_run(runs_key, _run_dec.decode(_present(self.txn.get(runs_key, db=self.runs))), job)
             found = by_job.delete()
         head = _HIST_RUN + prefix
         for _, db in self.history():
@@ -1423,7 +1427,7 @@ class _Tx:
         runs_key = self.txn.get(by_job_key, db=self.by_job)
         if runs_key is None:
             return None
-        return runs_key, _run_dec.decode(self.txn.get(runs_key, db=self.runs))
+        return runs_key, _run_dec.decode(_present(self.txn.get(runs_key, db=self.runs)))
 
     def _job_any(self, job_id: str, job_key: bytes | None = None) -> Job:
         raw = self.txn.get(keys.job_key(job_id) if job_key is None else job_key, db=self.jobs)
@@ -1633,6 +1637,13 @@ def _key_fault(job: Job) -> errors.TempoError | None:
     return None
 
 
+def _present(raw: bytes | None) -> bytes:
+    """A row an index entry or a record points at: the transaction that
+    wrote the pointer wrote the row, so a missing one is a bug."""
+    assert raw is not None, "an index entry points at a missing row"
+    return raw
+
+
 def _index_ms(run: Run) -> int:
     """The time a run is listed at (docs/api.md "Listing runs"): its end
     for `done` and `failed`, else its due time. Read from the run alone, so
@@ -1646,7 +1657,7 @@ def _status_key_of(owner: str, run: Run) -> bytes:
     return keys.status_key(owner, keys.status_code(run.status), _index_ms(run), run.job_id, run.nominal_ms)
 
 
-def _count_outcome(txn: lmdb.Transaction, db: lmdb._Database, job_key: bytes, run: Run) -> None:
+def _count_outcome(txn: "lmdb.Transaction[bytes]", db: lmdb._Database, job_key: bytes, run: Run) -> None:
     """Counts a run that just finished into its job's outcome. The last run
     is the one with the latest (end, nominal time), whatever order the runs
     are counted in, so `_build_run_index` comes to the same bytes."""
@@ -1663,7 +1674,7 @@ def _count_outcome(txn: lmdb.Transaction, db: lmdb._Database, job_key: bytes, ru
         or (run.finished_ms, run.nominal_ms) >= (outcome.last_finished_ms, outcome.last_nominal_ms or 0)
     ):
         outcome.last_nominal_ms = run.nominal_ms
-        outcome.last_status = run.status  # type: ignore[assignment]  # narrowed by the test above
+        outcome.last_status = run.status
         outcome.last_attempt = run.attempt
         outcome.last_finished_ms = run.finished_ms
         outcome.last_error = run.error
@@ -1679,7 +1690,7 @@ def _keep_attempt(run: Run, at_ms: int, ok: bool, output: str | None, error: str
         del run.attempts[: len(run.attempts) - limits.run_attempts_kept_max]
 
 
-def _build_run_index(txn: lmdb.Transaction, db: dict[str, lmdb._Database], buckets: list[lmdb._Database]) -> None:
+def _build_run_index(txn: "lmdb.Transaction[bytes]", db: dict[str, lmdb._Database], buckets: list[lmdb._Database]) -> None:
     """Builds the runs-by-status index and the job outcomes from the runs
     and history tables, as apply would have kept them, and marks them
     built: a store of a version without them, or a snapshot of one. An
@@ -1720,20 +1731,20 @@ def _build_run_index(txn: lmdb.Transaction, db: dict[str, lmdb._Database], bucke
     txn.put(_RUN_INDEX, b"1", db=db["meta"])
 
 
-def _first(row: tuple) -> int:
+def _first(row: tuple[T, object]) -> T:
     return row[0]
 
 
-def _second(row: tuple) -> int:
+def _second(row: tuple[object, int, object]) -> int:
     return row[1]
 
 
-def _after_shard(row: tuple) -> bytes:
+def _after_shard(row: tuple[bytes, bytes]) -> bytes:
     """A row's runs key from its due time on: (due ms, job ID, nominal ms)."""
     return row[0][keys.DUE_AT :]
 
 
-def _by_job_desc(cur: lmdb.Cursor, head: bytes, job_id: str, lower_ms: int, upper_ms: int) -> Iterator[tuple[int, bytes]]:
+def _by_job_desc(cur: "lmdb.Cursor[bytes]", head: bytes, job_id: str, lower_ms: int, upper_ms: int) -> Iterator[tuple[int, bytes]]:
     """(nominal ms, value) of rows keyed `head` + runs-by-job key of one job
     with nominal time in [lower, upper), newest first."""
     prefix = head + keys.job_key(job_id)
@@ -1771,7 +1782,7 @@ def _page_of_jobs(
     return jobs, None
 
 
-def _owners_of_jobs(txn: lmdb.Transaction, db: lmdb._Database) -> list[str]:
+def _owners_of_jobs(txn: "lmdb.Transaction[bytes]", db: lmdb._Database) -> list[str]:
     """Every owner with a job, one seek each (an admin's listing)."""
     owners: list[str] = []
     cur = txn.cursor(db=db)
@@ -1784,7 +1795,7 @@ def _owners_of_jobs(txn: lmdb.Transaction, db: lmdb._Database) -> list[str]:
 
 
 def _status_desc(
-    cur: lmdb.Cursor, head: bytes, prefix: bytes, upper: bytes, lower_ms: int, bucket: lmdb._Database | None
+    cur: "lmdb.Cursor[bytes]", head: bytes, prefix: bytes, upper: bytes, lower_ms: int, bucket: lmdb._Database | None
 ) -> Iterator[tuple[bytes, lmdb._Database | None]]:
     """(order tail, `bucket`) of the index rows keyed `head` + `prefix` +
     order tail with tail below `upper` and time at least `lower_ms`, newest first."""
@@ -1802,12 +1813,37 @@ def _status_desc(
         found = cur.prev()
 
 
+def _status_sources(
+    tx: _Tx, owners: list[str], codes: list[int], upper: bytes, lower_ms: int
+) -> list[Iterator[tuple[bytes, lmdb._Database | None]]]:
+    """`Store.list_owner_runs`'s index rows, one source per owner, status
+    and place (the open table, each history bucket), each newest first."""
+    txn = tx.txn
+    sources = []
+    for name in owners:
+        if not keys.owner_fits(name):
+            continue
+        for code in codes:
+            head = keys.status_prefix(name, code)
+            kind = keys.STATUSES[code] if code < len(keys.STATUSES) else None
+            if kind in _OPEN:
+                sources.append(_status_desc(txn.cursor(db=tx.by_status), b"", head, upper, lower_ms, None))
+                continue
+            for day, bucket in tx.history():
+                # A done or failed run is in the bucket of the day it
+                # ended or a later one (bucket_for).
+                if kind in ("done", "failed") and (day + 1) * limits.day_ms <= lower_ms:
+                    continue
+                sources.append(_status_desc(txn.cursor(db=bucket), _HIST_STATUS, head, upper, lower_ms, bucket))
+    return sources
+
+
 def _slot_of_tail(tail: bytes) -> tuple[str, int]:
     """(job ID, nominal ms) of an order tail."""
     return keys.job_id_of(tail[8 : 8 + keys.JOB_KEY_BYTES]), _U64.unpack_from(tail, 8 + keys.JOB_KEY_BYTES)[0]
 
 
-def _events_from(cur: lmdb.Cursor, head: bytes, owner: str, after_seq: int) -> Iterator[tuple[int, bytes]]:
+def _events_from(cur: "lmdb.Cursor[bytes]", head: bytes, owner: str, after_seq: int) -> Iterator[tuple[int, bytes]]:
     """(sequence, value) of rows keyed `head` + events key of one owner after
     `after_seq`, oldest first."""
     prefix = head + keys.owner_prefix(owner)

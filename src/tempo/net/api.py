@@ -2,12 +2,13 @@
 
 import logging
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Annotated, Any
 
 import msgspec
 import trio
+from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, HTTPScope, Scope
 from msgspec import Meta
 
 from tempo import clock, errors, ids, limits
@@ -19,7 +20,7 @@ from tempo.engine import keys
 from tempo.engine.commands import ClaimKey, Result, decode_entry
 from tempo.engine.dispatch import LATENESS_BUCKETS_S, ClaimedRun, Dispatcher
 from tempo.engine.jobs import Jobs
-from tempo.engine.records import Corrupt
+from tempo.engine.records import Corrupt, Event, Run
 from tempo.engine.store import Created, Store
 from tempo.net import auth, openapi, views
 from tempo.net import auth as auth_module  # `auth` is also a parameter name below
@@ -83,10 +84,14 @@ from tempo.schema import (
     Rejected,
     ResultIn,
     ResultsIn,
+    RunOut,
     RunsPage,
 )
 
 log = logging.getLogger("tempo.http")
+# What answers one route and method; a route's name and its handlers by method.
+Handler = Callable[[Request], Awaitable[Response]]
+Routes = tuple[str, dict[str, Handler]]
 # Routes every node answers itself, never redirected (API.md "General").
 LOCAL = frozenset({"healthz", "readyz", "metrics", "openapi", "cluster", "cluster_digest", "unknown"})
 NEEDS = {
@@ -215,7 +220,7 @@ class Api:
         self._requests_begun = 0
         self._requests_open: set[int] = set()
 
-    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+    async def __call__(self, scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable) -> None:
         if scope["type"] == "lifespan":
             await _lifespan(receive, send)
             return
@@ -280,7 +285,8 @@ class Api:
         return internal_response(error_id)
 
     async def _handle(
-        self, route: str, handler: Callable, request: Request, scope: dict, receive: Callable, share: BodyShare
+        self, route: str, handler: Handler, request: Request, scope: HTTPScope, receive: ASGIReceiveCallable,
+        share: BodyShare,
     ) -> Response:
         if route == "raft":
             # A peer's stream is outside the body budget, as it is outside
@@ -358,7 +364,7 @@ class Api:
             response.headers.append((b"retry-after", str(limits.shutdown_retry_after_s).encode()))
         return response
 
-    def _elsewhere(self, route: str, request: Request, scope: dict) -> Response | None:
+    def _elsewhere(self, route: str, request: Request, scope: HTTPScope) -> Response | None:
         """The answer of a node that may not serve `route` itself: a redirect
         to the leader, or 503 while none is known (API.md "General")."""
         stale = request.query.pop("stale", None)
@@ -376,7 +382,7 @@ class Api:
         problem = errors.NotLeader(f"this node is not the leader; ask {leader_url}")
         return problem_response(problem, [(b"location", location.encode())], status=307)
 
-    def route(self, request: Request) -> tuple[str, Callable]:
+    def route(self, request: Request) -> tuple[str, Handler]:
         parts = request.path.strip("/").split("/")
         method = request.method
         table = self._routes(parts)
@@ -388,59 +394,87 @@ class Api:
             raise errors.MethodNotAllowed(f"{method} is not allowed on {request.path}")
         return name, handler
 
-    def _routes(self, parts: list[str]) -> tuple[str, dict[str, Callable]] | None:
+    def _routes(self, parts: list[str]) -> Routes | None:
         match parts:
             case ["healthz"]:
                 return "healthz", {"GET": self.healthz}
             case ["readyz"]:
                 return "readyz", {"GET": self.readyz}
-            case ["v1", "cluster"]:
-                return "cluster", {"GET": self.cluster}
-            case ["v1", "cluster", "digest"]:
-                return "cluster_digest", {"GET": self.cluster_digest}
-            case ["v1", "cluster", "nodes"]:
-                return "cluster_nodes", {"POST": self.add_node}
-            case ["v1", "cluster", "nodes", node_id]:
-                return "cluster_node", {"DELETE": _bind(self.remove_node, node_id)}
-            case ["v1", "raft"]:
-                return "raft", {"POST": self.raft}
             case ["metrics"]:
                 return "metrics", {"GET": self.metrics}
-            case ["v1", "openapi.json"]:
-                return "openapi", {"GET": self.openapi}
-            case ["v1", "jobs"]:
+            case ["v1", "cluster", *rest]:
+                return self._cluster_routes(rest)
+            case ["v1", "jobs", *rest]:
+                return self._job_routes(rest)
+            case ["v1", "runs", *rest]:
+                return self._run_routes(rest)
+            case ["v1", *rest]:
+                return self._v1_routes(rest)
+        return None
+
+    def _cluster_routes(self, parts: list[str]) -> Routes | None:
+        """/v1/cluster/..."""
+        match parts:
+            case []:
+                return "cluster", {"GET": self.cluster}
+            case ["digest"]:
+                return "cluster_digest", {"GET": self.cluster_digest}
+            case ["nodes"]:
+                return "cluster_nodes", {"POST": self.add_node}
+            case ["nodes", node_id]:
+                return "cluster_node", {"DELETE": _bind(self.remove_node, node_id)}
+        return None
+
+    def _job_routes(self, parts: list[str]) -> Routes | None:
+        """/v1/jobs/..."""
+        match parts:
+            case []:
                 return "jobs", {"POST": self.create_job, "GET": self.list_jobs}
-            case ["v1", "jobs", "batch"]:
+            case ["batch"]:
                 return "jobs_batch", {"POST": self.create_batch}
-            case ["v1", "jobs", job_id]:
+            case [job_id]:
                 return "job", {"GET": _bind(self.get_job, job_id), "DELETE": _bind(self.delete_job, job_id)}
-            case ["v1", "jobs", job_id, "pause"]:
+            case [job_id, "pause"]:
                 return "job_pause", {"POST": _bind(self.pause_job, job_id)}
-            case ["v1", "jobs", job_id, "resume"]:
+            case [job_id, "resume"]:
                 return "job_resume", {"POST": _bind(self.resume_job, job_id)}
-            case ["v1", "jobs", job_id, "trigger"]:
+            case [job_id, "trigger"]:
                 return "job_trigger", {"POST": _bind(self.trigger_job, job_id)}
-            case ["v1", "jobs", job_id, "backfill"]:
+            case [job_id, "backfill"]:
                 return "job_backfill", {"POST": _bind(self.backfill_job, job_id)}
-            case ["v1", "jobs", job_id, "runs"]:
+            case [job_id, "runs"]:
                 return "job_runs", {"GET": _bind(self.list_runs, job_id)}
-            case ["v1", "runs"]:
+        return None
+
+    def _run_routes(self, parts: list[str]) -> Routes | None:
+        """/v1/runs/..."""
+        match parts:
+            case []:
                 return "runs", {"GET": self.list_all_runs}
-            case ["v1", "runs", run_id]:
+            case [run_id]:
                 return "run", {"GET": _bind(self.get_run, run_id)}
-            case ["v1", "runs", run_id, "heartbeat"]:
+            case [run_id, "heartbeat"]:
                 return "run_heartbeat", {"POST": _bind(self.heartbeat, run_id)}
-            case ["v1", "runs", run_id, "result"]:
+            case [run_id, "result"]:
                 return "run_result", {"POST": _bind(self.result, run_id)}
-            case ["v1", "claim"]:
+        return None
+
+    def _v1_routes(self, parts: list[str]) -> Routes | None:
+        """/v1/... but for the cluster, jobs and runs."""
+        match parts:
+            case ["raft"]:
+                return "raft", {"POST": self.raft}
+            case ["openapi.json"]:
+                return "openapi", {"GET": self.openapi}
+            case ["claim"]:
                 return "claim", {"POST": self.claim}
-            case ["v1", "heartbeats"]:
+            case ["heartbeats"]:
                 return "heartbeats", {"POST": self.heartbeats}
-            case ["v1", "results"]:
+            case ["results"]:
                 return "results", {"POST": self.results}
-            case ["v1", "events"]:
+            case ["events"]:
                 return "events", {"GET": self.events}
-            case ["v1", "schedules", "preview"]:
+            case ["schedules", "preview"]:
                 return "preview", {"POST": self.preview}
         return None
 
@@ -514,7 +548,7 @@ class Api:
         return encode(request, self.job_view(outcome.job), 200)  # an existing job: with its outcome
 
     async def create_batch(self, request: Request) -> Response:
-        items = _decode_batch_at_once(request)
+        items: Sequence[JobCreate | errors.TempoError] | None = _decode_batch_at_once(request)
         rejected_keys_of: dict[int, str] = {}
         if items is None:
             items, rejected_keys_of = self._decode_batch_items(request)
@@ -530,7 +564,7 @@ class Api:
             results += [_batch_item(o, shared) for o in outcomes[start : start + limits.batch_slice_items]]
         return encode(request, JobBatchResult(results))
 
-    def _decode_batch_items(self, request: Request) -> tuple[list[Any], dict[int, str]]:
+    def _decode_batch_items(self, request: Request) -> tuple[list[JobCreate | errors.TempoError], dict[int, str]]:
         """Item by item, so each item's problem names paths inside that item;
         and the request key of each item the decoder rejected, by its place,
         so a later item with that key gets its answer (API.md "POST
@@ -538,7 +572,7 @@ class Api:
         batch = decode(request, _batch)
         which = 1 if request.is_msgpack else 0
         decoder = _create[which]
-        items: list[Any] = []
+        items: list[JobCreate | errors.TempoError] = []
         rejected_keys_of: dict[int, str] = {}
         for i, raw in enumerate(batch.jobs):
             try:
@@ -641,7 +675,7 @@ class Api:
         next_cursor = None if next_tail is None else next_tail.hex()
         return encode(request, RunsPage([self.run_view(r) for r in found], next_cursor))
 
-    def run_view(self, run: Any) -> Any:
+    def run_view(self, run: Run) -> RunOut:
         """The stored run, with the lease as heartbeats extended it in memory."""
         view = views.run_view(run)
         if run.status == "claimed":
@@ -766,7 +800,7 @@ class Api:
         wait_s = _wait_param(request)
         after = int(after_raw)
         owner = self.owner(request)
-        found: list = []
+        found: list[tuple[int, Event]] = []
         if wait_s > 0:
             # A long poll ends when its client leaves, and frees its slot.
             async with watching(request.receive) as client:
@@ -803,6 +837,7 @@ class Api:
 
     async def readyz(self, request: Request) -> Response:
         refused = self.jobs.committer.storage.refused
+        reason: str | None
         if not self.started:
             reason = "starting"
         elif refused is not None:
@@ -847,7 +882,7 @@ class Api:
             raise errors.Conflict("a single node has no members to change; start it as a cluster")
         return self.membership
 
-    async def raft(self, request: Request, receive: Callable | None = None) -> Response:
+    async def raft(self, request: Request, receive: ASGIReceiveCallable | None = None) -> Response:
         """Raft messages from a peer (net/peer.py); answered once stepped."""
         if self.on_peer_messages is None:
             raise errors.NotFound("this node is not a cluster member")
@@ -865,6 +900,7 @@ class Api:
                     message = await receive()
                     if message["type"] == "http.disconnect":
                         raise errors.Invalid.at("", "the peer went away")
+                    assert message["type"] == "http.request", "an HTTP request receives its body or a disconnect"
                     messages = reader.feed(message.get("body", b""))
                     if messages:
                         self.on_peer_messages(messages)
@@ -1044,7 +1080,7 @@ class Api:
         return lines
 
 
-def _bind(handler: Callable, arg: str) -> Callable:
+def _bind(handler: Callable[[Request, str], Awaitable[Response]], arg: str) -> Handler:
     async def bound(request: Request) -> Response:
         return await handler(request, arg)
 
@@ -1055,7 +1091,7 @@ def request_content_type(request: Request) -> bytes:
     return b"application/msgpack" if request.wants_msgpack else b"application/json"
 
 
-def _decode_batch_at_once(request: Request) -> list[Any] | None:
+def _decode_batch_at_once(request: Request) -> list[JobCreate] | None:
     """All items in one decode, or None when any item (or the batch) is bad:
     then the items are decoded one by one for their problems."""
     try:
@@ -1148,9 +1184,13 @@ def _limit(request: Request) -> int:
 
 def _check_texts(output: str | None, error: str | None, prefix: str) -> None:
     for name, text in (("output", output), ("error", error)):
-        if text is not None and len(text) * 4 > limits.output_bytes_max:
-            if len(text.encode()) > limits.output_bytes_max:
-                raise errors.TooLarge.at(f"{prefix}{name}", f"more than {limits.output_bytes_max} bytes")
+        # Encoded only when it may be over: a character is at most 4 bytes.
+        if (
+            text is not None
+            and len(text) * 4 > limits.output_bytes_max
+            and len(text.encode()) > limits.output_bytes_max
+        ):
+            raise errors.TooLarge.at(f"{prefix}{name}", f"more than {limits.output_bytes_max} bytes")
 
 
 def _wait_param(request: Request) -> float:
@@ -1181,7 +1221,7 @@ def _instant_param(request: Request, name: str) -> int | None:
     return max(0, at_ms)
 
 
-async def _lifespan(receive: Callable, send: Callable) -> None:
+async def _lifespan(receive: ASGIReceiveCallable, send: ASGISendCallable) -> None:
     while True:
         message = await receive()
         if message["type"] == "lifespan.startup":
