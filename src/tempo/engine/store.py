@@ -1401,7 +1401,9 @@ class _Tx:
         # runs-by-status row, so retention drops both with the event. A slot
         # that holds a run already (a triggered run that took that very
         # millisecond) keeps it; the event still tells of the range.
-        if self.slot_taken(job.id, missed.from_ms):
+        # A range whose first slot is past the bounds of a stored time (an
+        # entry no leader makes) has its event only.
+        if not 0 <= missed.from_ms <= limits.time_ms_max or self.slot_taken(job.id, missed.from_ms):
             return
         row = Run(
             job.id, missed.from_ms, missed.from_ms, "missed", finished_ms=at_ms,
