@@ -20,7 +20,7 @@ def test_a_downtime_leaves_missed_rows_in_the_runs_of_the_job(fresh_server):
     with httpx.Client(base_url=fresh_server.url, timeout=10) as http:
         none_id, none_queue, s0 = create(http, {"policy": "none"})
         window_id, window_queue, w0 = create(http, {"policy": "all", "window_s": 2})
-        [other] = [r for r in http.get(f"/v1/jobs/{none_id}/runs").json()["runs"]]
+        [other] = http.get(f"/v1/jobs/{none_id}/runs").json()["runs"]
         assert (other["reason"], other["missed_from"], other["missed_until"], other["count"]) == (None,) * 4
     fresh_server.stop()
     time.sleep(DOWNTIME_S)
@@ -47,7 +47,7 @@ def test_a_downtime_leaves_missed_rows_in_the_runs_of_the_job(fresh_server):
 
 def test_status_missed_lists_only_missed_rows(fresh_server):
     with httpx.Client(base_url=fresh_server.url, timeout=10) as http:
-        job_id, queue, s0 = create(http, {"policy": "none"})
+        job_id, queue, _ = create(http, {"policy": "none"})
     fresh_server.stop()
     time.sleep(4.0)
     fresh_server.start()

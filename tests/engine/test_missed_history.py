@@ -4,11 +4,19 @@ apply with its `run.missed` event, listed with the job's runs and under
 runs index (docs/semantics.md "Catch-up after missed slots")."""
 
 from tempo import limits
-from tempo.engine.commands import BackfillJob, Claim, ClaimRuns, CreateJobs, DropHistory, PauseJob, ResumeJob
+from tempo.engine.commands import (
+    BackfillJob,
+    Claim,
+    ClaimRuns,
+    CreateJobs,
+    DropHistory,
+    PauseJob,
+    ResumeJob,
+)
 from tempo.engine.records import Missed
 from tempo.engine.store import Store
 
-from .test_history import D0, OWNER, T0, Log, new_job
+from .test_history import OWNER, T0, Log, new_job
 
 MIN_MS = 60_000
 
@@ -79,7 +87,7 @@ def test_retention_drops_the_row_with_its_bucket(store):
 
 def test_the_runs_index_rebuilt_at_open_holds_the_row(store, tmp_path):
     log = Log(store)
-    jid, s0, _ = claim_with_catch_up(log, store)
+    _, s0, _ = claim_with_catch_up(log, store)
     store.forget_run_index_for_tests()
     store.close()
     again = Store(str(tmp_path / "s"), map_bytes=64 << 20)
