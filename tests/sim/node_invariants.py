@@ -1,0 +1,223 @@
+"""End-to-end invariants of the whole-node simulator, checked after every
+step (node_cluster.py). Each violation raises `NodeSimFailure` naming the
+seed, the invariant and the command that replays it:
+
+1. every acknowledged job is kept, and its due runs are claimed: in the
+   healed phase, no run of an active job waits due longer than
+   `CLAIM_BOUND_S`;
+2. no attempt is held by two workers at once: a worker given a run while
+   another worker holds another attempt of it by its own reckoning (its
+   last claim or heartbeat sent, plus the lease, less `HOLD_MARGIN_S`);
+3. each slot is run at most once per attempt: no attempt of a slot is
+   handed out twice, no older attempt after a newer one, nothing after
+   the slot was done;
+4. after a failover, no run waits longer than its lease plus a bound: a
+   claimed run that no worker holds (its answer was lost, its worker
+   vanished or gave it up) is claimed again within its lease plus
+   `ORPHAN_BOUND_S` of when it was left, or of the last takeover;
+5. replicas' digests agree: every node that applied the same index has
+   byte-identical tables (`Store.digest`).
+
+Besides, the dispatcher core's own invariants (`check_leases`, and
+`check_memory` now and then) hold on the leader between steps.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from tempo.engine.records import Job, Run
+
+from .invariants import SimFailure
+
+if TYPE_CHECKING:
+    from tempo.engine.dispatch_core import ClaimedRun
+
+    from .node_cluster import Hold, NodeSimulator, SimNode, SimWorker
+
+# A leader that lost its quorum may answer heartbeats until it steps down
+# (an election timeout, 1-2 s): a worker's own reckoning of its lease may
+# run past the new leader's by that much.
+HOLD_MARGIN_S = 2.5
+# How long a due run may wait in the healed phase (claims poll every
+# 0.1-0.5 s; a backlog after the faults drains at the workers' pace).
+CLAIM_BOUND_S = 6.0
+# How long past its lease a claimed run that no worker holds may wait (the
+# lease check, the expiry's commit, then a claim).
+ORPHAN_BOUND_S = 3.0
+# The healed phase settles (an election, the backlog) before bounds count.
+SETTLE_S = 6.0
+CHECK_EVERY_S = 0.5
+
+Slot = tuple[str, int]
+
+
+class NodeSimFailure(SimFailure):
+    def __init__(self, seed: int, what: str, bug: str = "") -> None:
+        replay = f"python -m tests.sim.node --seed {seed}" + (f" --bug {bug}" if bug else "")
+        Exception.__init__(self, f"seed {seed}: {what}\n  replay: {replay}")
+        self.seed = seed
+        self.what = what
+
+
+class NodeInvariants:
+    def __init__(self, sim: NodeSimulator) -> None:
+        self.sim = sim
+        self.jobs: dict[str, Job] = {}  # acknowledged creates
+        self.executed: dict[tuple[str, int, int], str] = {}  # (job, nominal, attempt) -> worker
+        self.last_attempt: dict[Slot, int] = {}
+        self.done: set[Slot] = set()
+        self.digests: dict[int, tuple[int, str]] = {}  # applied index -> (node, digest)
+        self.digested: dict[int, int] = {}  # node -> the applied index last digested
+        self.takeover_s = 0.0
+        self.due_since: dict[bytes, float] = {}
+        self.orphan_since: dict[tuple[str, int, int], float] = {}
+        self.checked_s = 0.0
+        self.memory_checks = 0
+
+    # -- events ------------------------------------------------------------------
+
+    def acknowledged(self, job: Job) -> None:
+        self.jobs[job.id] = job
+        self.sim.log(f"created {job.id}")
+
+    def delivered(self, worker: SimWorker, run: Run, sent_s: float) -> None:
+        sim = self.sim
+        slot = (run.job_id, run.nominal_ms)
+        sim.log(f"{worker.name} gets {run.job_id}@{run.nominal_ms} attempt {run.attempt}")
+        key = (run.job_id, run.nominal_ms, run.attempt)
+        if key in self.executed:
+            raise sim.fail(f"invariant 3, a slot was run twice: attempt {run.attempt} of run {slot} went to "
+                           f"{self.executed[key]} and to {worker.name}")
+        if run.attempt <= self.last_attempt.get(slot, 0):
+            raise sim.fail(f"invariant 3, a slot was run twice: attempt {run.attempt} of run {slot} after attempt "
+                           f"{self.last_attempt[slot]}")
+        if slot in self.done:
+            raise sim.fail(f"invariant 3, a slot was run twice: run {slot} handed out again after it was done")
+        self.executed[key] = worker.name
+        self.last_attempt[slot] = run.attempt
+        for other in sim.workers:
+            if other is worker or not other.alive:
+                continue
+            hold = other.holds.get(slot)
+            if hold is not None and sim.now_s < hold.held_until_s - HOLD_MARGIN_S:
+                raise sim.fail(f"invariant 2, an attempt held by two workers: {worker.name} got attempt "
+                               f"{run.attempt} of run {slot} while {other.name} held attempt {hold.attempt} until "
+                               f"{hold.held_until_s:.1f} s (now {sim.now_s:.1f} s)")
+
+    def reported(self, hold: Hold, run: Run) -> None:
+        if run.status == "done":
+            self.done.add((run.job_id, run.nominal_ms))
+
+    def finished(self, worker: SimWorker, hold: Hold) -> None:
+        self.sim.log(f"{worker.name} finished {hold.run.job_id}@{hold.run.nominal_ms}")
+
+    def dropped(self, worker: SimWorker, hold: Hold) -> None:
+        self.sim.log(f"{worker.name} gives up {hold.run.job_id}@{hold.run.nominal_ms} attempt {hold.attempt}")
+
+    def worker_gone(self, worker: SimWorker) -> None:
+        pass
+
+    def answer_lost(self, claimed: list[ClaimedRun]) -> None:
+        for one in claimed:
+            # Handed to nobody: it counts as run (a worker may have got it).
+            self.executed[(one.run.job_id, one.run.nominal_ms, one.run.attempt)] = "(lost)"
+            slot = (one.run.job_id, one.run.nominal_ms)
+            self.last_attempt[slot] = max(self.last_attempt.get(slot, 0), one.run.attempt)
+
+    def node_crashed(self, node: SimNode) -> None:
+        self.digested.pop(node.id, None)
+
+    def took_over(self, node: SimNode) -> None:
+        self.takeover_s = self.sim.now_s
+        self.sim.log(f"n{node.id} leads")
+
+    # -- checks ------------------------------------------------------------------
+
+    def applied(self, node: SimNode) -> None:
+        """Invariant 5, at the index a node applied by now (every
+        `CHECK_EVERY_S`: a digest reads every table)."""
+        store = node.store
+        assert store is not None
+        if self.digested.get(node.id) == store.applied_index():
+            return
+        index, digest = store.digest()
+        self.digested[node.id] = index
+        seen = self.digests.setdefault(index, (node.id, digest))
+        if seen[1] != digest:
+            raise self.sim.fail(f"invariant 5, replicas' digests differ at applied index {index}: n{seen[0]} and "
+                                f"n{node.id}")
+
+    def check_core(self, node: SimNode) -> None:
+        core = node.core
+        assert core is not None
+        try:
+            core.check_leases()
+            self.memory_checks += 1
+            if self.memory_checks % 20 == 0 and not node.claims:
+                # Between commits only: a claim in flight took its runs out of memory.
+                core.check_memory()
+        except AssertionError as exc:
+            raise self.sim.fail(f"the dispatcher core's invariant broke on n{node.id}: {exc}") from None
+
+    def check(self) -> None:
+        sim = self.sim
+        if sim.now_s - self.checked_s < CHECK_EVERY_S:
+            return
+        self.checked_s = sim.now_s
+        for node in sim.nodes.values():
+            if node.alive:
+                self.applied(node)
+        leaders = [n for n in sim.nodes.values() if n.leading()]
+        healed_s = sim.params.fault_s + SETTLE_S
+        if sim.now_s < sim.params.fault_s:
+            return
+        if not leaders:
+            if sim.now_s >= healed_s:
+                raise sim.fail("no leader in the healed phase")
+            return
+        leader = max(leaders, key=lambda n: n.replica.term if n.replica is not None else 0)
+        self._check_runs(leader, counting=sim.now_s >= healed_s, since_s=healed_s)
+
+    def _check_runs(self, leader: SimNode, *, counting: bool, since_s: float) -> None:
+        """Invariants 1 and 4 against the leader's tables."""
+        sim = self.sim
+        store = leader.store
+        assert store is not None
+        now_ms = leader.now_ms()
+        due_since: dict[bytes, float] = {}
+        orphan_since: dict[tuple[str, int, int], float] = {}
+        held = {
+            (h.run.job_id, h.run.nominal_ms, h.attempt)
+            for w in sim.workers if w.alive
+            for h in [*(h for h in w.holds.values() if sim.now_s < h.held_until_s), *w.reporting.values()]
+        }
+        for minute in store.open_minutes(0, 1 << 40, 1 << 30):
+            for runs_key, run, job in store.scan_minute(minute, 0, 1 << 62):
+                if run.status == "waiting" and job.state == "active" and run.due_ms <= now_ms:
+                    first_s = due_since[runs_key] = self.due_since.get(runs_key, sim.now_s)
+                    if counting and sim.now_s - max(first_s, since_s) > CLAIM_BOUND_S:
+                        raise sim.fail(f"invariant 1, due runs are claimed: run {run.job_id}@{run.nominal_ms} "
+                                       f"(attempt {run.attempt}) waits, due {now_ms - run.due_ms} ms ago, for "
+                                       f"{sim.now_s - first_s:.1f} s")
+                elif run.status == "claimed":
+                    key = (run.job_id, run.nominal_ms, run.attempt)
+                    if key in held:
+                        continue
+                    first_s = orphan_since[key] = self.orphan_since.get(key, sim.now_s)
+                    waited_s = sim.now_s - max(first_s, since_s, self.takeover_s)
+                    if counting and waited_s > job.lease_s + ORPHAN_BOUND_S:
+                        raise sim.fail(f"invariant 4, a run waited longer than its lease ({job.lease_s} s) plus "
+                                       f"{ORPHAN_BOUND_S} s: attempt {run.attempt} of {run.job_id}@{run.nominal_ms} "
+                                       f"held by no worker for {sim.now_s - first_s:.1f} s, "
+                                       f"{waited_s:.1f} s since the last takeover")
+        self.due_since = due_since
+        self.orphan_since = orphan_since
+        if counting:
+            for job_id in self.jobs:
+                if store.get_job_any(job_id) is None:
+                    raise sim.fail(f"invariant 1, an acknowledged job is lost: {job_id} is not on the leader")
+
+    def at_end(self) -> None:
+        self.checked_s = -1.0
+        self.check()

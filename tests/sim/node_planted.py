@@ -1,0 +1,121 @@
+"""Planted bugs of the whole-node simulator: a dispatcher core or a replica
+loop that each break one rule, to show that the simulator's end-to-end
+invariants (node_invariants.py) catch them.
+
+Each is a test-only subclass of the real `DispatchCore` or `Replica` that
+overrides the one method where its rule is kept, so production code carries
+no test branch. Named by the `--bug` option of `python -m tests.sim.node`;
+`PLANTED` gives each its classes and the invariant that must catch it.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Iterator
+
+import msgspec
+
+from tempo.engine.dispatch_core import ClaimedRun, ClaimProposal, DispatchCore, Fed, feed_size
+from tempo.engine.records import Job, Run
+from tempo.node.replica import Replica, Step
+from tempo.raft import Entry, Ready, Role
+
+
+class ForgetsExpiredLease(DispatchCore):
+    """A run whose lease expired (or whose attempt failed) comes back waiting,
+    but the change feed does not take it into memory again: it waits in the
+    table until the next leader loads it. (Invariant 1: due runs are claimed.)"""
+
+    def feed(self, changes: Fed, start: int, stop: int) -> None:
+        # The simulator feeds an entry whole (start 0, stop its size).
+        kept = copy.copy(changes)
+        kept.woken = [item for item in changes.woken if item[1].attempt == 0]
+        if start == 0:
+            super().feed(kept, 0, feed_size(kept))
+
+
+class ShortLeaseAfterTakeover(DispatchCore):
+    """A new leader gives the runs claimed under the old one a lease of one
+    second instead of a full one: a healthy worker's run goes to another
+    worker while the first still holds it. (Invariant 2: no attempt is held
+    by two workers at once.)"""
+
+    def _remember(self, runs_key: bytes, run: Run, job: Job, mono_s: float) -> None:
+        if run.status == "claimed" and (run.job_id, run.nominal_ms) not in self.leases:
+            self._grant(job.owner, run.job_id, run.nominal_ms, run.attempt, mono_s + 1, job.lease_s)
+            return
+        super()._remember(runs_key, run, job, mono_s)
+
+
+class HandsOutTwice(DispatchCore):
+    """A run that the claim command found claimed already (another claim
+    took it meanwhile) is handed out anyway, as the store has it: the same
+    attempt twice. (Invariant 3: each slot runs at most once per attempt.)"""
+
+    def claimed(self, proposal: ClaimProposal, outcomes: list[Run | None]) -> list[ClaimedRun]:
+        found = super().claimed(proposal, outcomes)
+        command = proposal.command
+        assert command is not None
+        for claim, run in zip(command.claims, outcomes, strict=True):
+            if run is None:
+                again = self.reader.get_run_any(claim.job_id, claim.nominal_ms)
+                if again is not None and again.status == "claimed":
+                    found.append(ClaimedRun(again, proposal.jobs[claim.job_id]))
+        return found
+
+
+class LongLeaseAfterTakeover(DispatchCore):
+    """A new leader gives the runs claimed under the old one four leases
+    instead of one: a run whose worker is gone waits four times too long.
+    (Invariant 4: after a failover, no run waits longer than its lease plus
+    a bound.)"""
+
+    def _remember(self, runs_key: bytes, run: Run, job: Job, mono_s: float) -> None:
+        if run.status == "claimed" and (run.job_id, run.nominal_ms) not in self.leases:
+            self._grant(job.owner, run.job_id, run.nominal_ms, run.attempt, mono_s + 4 * job.lease_s, job.lease_s)
+            return
+        super()._remember(runs_key, run, job, mono_s)
+
+
+class SkipsAnEntry(Replica):
+    """A follower applies every fifth committed entry as an empty one (its
+    index recorded, its commands not): its tables drift from the leader's.
+    (Invariant 5: replicas' digests agree.)"""
+
+    def steps(self, rd: Ready) -> Iterator[Step]:
+        if rd.role != Role.LEADER and rd.committed_entries:
+            entries = [Entry(e.term, e.index, e.kind, b"") if e.index % 5 == 0 else e for e in rd.committed_entries]
+            rd = msgspec.structs.replace(rd, committed_entries=entries)
+        return super().steps(rd)
+
+
+class AcksBeforePersisting(Replica):
+    """A follower sends its acknowledgements before its write is durable:
+    a crash between the two loses entries the leader counted as stored, so
+    a committed entry can be lost. (Invariant 5, and 1 for the jobs it
+    acknowledged.)"""
+
+    def steps(self, rd: Ready) -> Iterator[Step]:
+        if rd.role != Role.LEADER and rd.messages:
+            self.send(rd.messages)
+            rd = msgspec.structs.replace(rd, messages=[])
+        return super().steps(rd)
+
+
+@dataclasses.dataclass(frozen=True)
+class Planted:
+    core: type[DispatchCore] = DispatchCore
+    replica: type[Replica] = Replica
+    caught_by: str = ""  # the invariant that must catch it (node_invariants.py)
+
+
+PLANTED: dict[str, Planted] = {
+    "": Planted(),
+    "forgets_expired_lease": Planted(core=ForgetsExpiredLease, caught_by="due runs are claimed"),
+    "short_lease_after_takeover": Planted(core=ShortLeaseAfterTakeover, caught_by="held by two workers"),
+    "hands_out_twice": Planted(core=HandsOutTwice, caught_by="run twice"),
+    "long_lease_after_takeover": Planted(core=LongLeaseAfterTakeover, caught_by="waited longer than its lease"),
+    "skips_an_entry": Planted(replica=SkipsAnEntry, caught_by="digests differ"),
+    "acks_before_persisting": Planted(replica=AcksBeforePersisting, caught_by=""),
+}
