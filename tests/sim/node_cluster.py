@@ -67,6 +67,8 @@ WALL_START_MS = 1_800_000_000_000
 OWNER = "o1"
 QUEUE = f"{OWNER}\x00q"
 STORE_MAP_BYTES = 1 << 24
+# Repeating jobs per run at most: more would outrun the workers.
+REPEATING_MAX = 4
 
 
 @dataclass
@@ -82,6 +84,9 @@ class Params:
     partition_rate: float  # per step
     crash_rate: float  # per node and step
     crash_mid_ready_rate: float  # per step of a Ready
+    transfer_rate: float  # per step: the leader hands leadership over
+    leader_crash_rate: float  # per step: the leader crashes (a failover)
+    snapshot_entries: int  # entries between a node's compactions
     wall_step_rate: float  # per step
     answer_loss_rate: float  # a claim's answer that never reaches its worker
     create_rate: float  # per step
@@ -99,7 +104,7 @@ class Params:
 
         return cls(
             node_count=3,
-            fault_s=rng.choice((3.0, 5.0, 8.0)),
+            fault_s=rng.choice((4.0, 7.0, 10.0)),
             heal_s=16.0,
             drop_rate=maybe(0.6, 0.2),
             duplicate_rate=maybe(0.4, 0.1),
@@ -107,15 +112,18 @@ class Params:
             partition_rate=maybe(0.5, 0.05),
             crash_rate=maybe(0.7, 0.02),
             crash_mid_ready_rate=maybe(0.4, 0.02),
+            transfer_rate=maybe(0.5, 0.05),
+            leader_crash_rate=maybe(0.6, 0.03),
+            snapshot_entries=rng.choice((8, 20, 1_000_000)),
             wall_step_rate=maybe(0.4, 0.03),
             answer_loss_rate=maybe(0.5, 0.2),
             create_rate=rng.uniform(0.02, 0.15),
             repeating_share=rng.uniform(0.0, 0.5),
             pause_rate=maybe(0.3, 0.02),
-            workers=rng.choice((1, 2, 3)),
+            workers=rng.choice((2, 3)),
             worker_pause_rate=maybe(0.4, 0.02),
             worker_vanish_rate=maybe(0.4, 0.01),
-            lease_s=rng.choice((4, 6)),
+            lease_s=rng.choice((5, 6)),
         )
 
 
@@ -189,7 +197,7 @@ class SimNode:
         incarnation = self.incarnation
         self.replica = sim.planted.replica(
             self.store, raft_log, self.id, lambda messages: sim.send(self.id, incarnation, messages),
-            rng=random.Random(sim.rng.getrandbits(64)),
+            rng=random.Random(sim.rng.getrandbits(64)), snapshot_entries=sim.params.snapshot_entries,
         )
         self.clock = clock.Clock(floor_ms=self.store.stamp_ms(), wall_ns=self.wall_ns, monotonic_ns=self.mono_ns)
         self.core = sim.planted.core(self.store, self.clock.now_ms())
@@ -239,6 +247,22 @@ class SimNode:
                 else:
                     for listener in replica.listeners:
                         assert listener(step.changes) is None
+        self.compact()
+
+    def compact(self) -> None:
+        """The replica's compaction (`Replica._maybe_snapshot`, `_snapshot`),
+        at once: a copy of the tables at the applied index becomes the
+        snapshot, and the log before it goes."""
+        replica, store = self.replica, self.store
+        assert replica is not None and store is not None
+        raft_log = replica.raft_log
+        if replica.applied_index - raft_log.snapshot().meta.index < replica.snapshot_entries:
+            return
+        index, data = store.snapshot_data()
+        if raft_log.snapshot().meta.index < index <= replica.node.log.applied:
+            raft_log.write_snapshot_file(index, data)
+            replica.node.compact(index, data)
+            self.sim.log(f"n{self.id} compacts at {index}")
 
     def answers(self) -> None:
         """Hands out the answers of the commands that were answered."""
@@ -380,7 +404,10 @@ class Hold:
     held_until_s: float
     done_at_s: float
     heartbeat_at_s: float
-    reported: bool = False
+    # How much sooner than `held_until_s` the lease may end elsewhere: a
+    # node that a newer leader deposed may answer until it steps down
+    # (node_invariants.py `HOLD_MARGIN_S`); none from the newest leader.
+    margin_s: float = 0.0
 
 
 @dataclass
@@ -410,8 +437,8 @@ class SimWorker:
             self.sim.invariants.delivered(self, run, sent_s)
             hold = Hold(
                 run, run.attempt, one.job.lease_s, sent_s + one.job.lease_s,
-                self.sim.now_s + (rng.uniform(0.1, 1.0) if rng.random() < 0.8 else rng.uniform(1.0, 1.5 * one.job.lease_s)),
-                self.sim.now_s + one.job.lease_s / 3,
+                self.sim.now_s + (rng.uniform(0.1, 1.0) if rng.random() < 0.7 else rng.uniform(1.0, 2.0 * one.job.lease_s)),
+                self.sim.now_s + one.job.lease_s / 3, self.sim.invariants.margin_of(node),
             )
             self.holds[(run.job_id, run.nominal_ms)] = hold
 
@@ -457,7 +484,9 @@ class SimWorker:
         sent_s = self.sim.now_s
         answer = errors.NotLeader("down") if node is None else node.heartbeat(hold.run, hold.attempt)
         if isinstance(answer, int):
+            assert node is not None
             hold.held_until_s = sent_s + hold.lease_s
+            hold.margin_s = self.sim.invariants.margin_of(node)
             hold.heartbeat_at_s = sent_s + hold.lease_s / 3
         elif isinstance(answer, errors.NotLeader):
             self.next_node()
@@ -490,8 +519,11 @@ class SimWorker:
 
 
 class NodeSimulator:
-    def __init__(self, seed: int, bug: str = "", verbose: bool = False) -> None:
+    def __init__(self, seed: int, bug: str = "", verbose: bool = False, *, core_checks: bool = True) -> None:
         self.seed = seed
+        # The dispatcher core's own invariants too (`check_leases`,
+        # `check_memory`); off, only the end-to-end ones judge.
+        self.core_checks = core_checks
         self.bug = bug
         self.verbose = verbose
         self.rng = random.Random(seed)
@@ -510,6 +542,7 @@ class NodeSimulator:
         self.workers: list[SimWorker] = []
         self.invariants = NodeInvariants(self)
         self.creates = 0
+        self.repeating = 0  # repeating jobs asked for
 
     # -- the world --------------------------------------------------------------------
 
@@ -573,9 +606,15 @@ class NodeSimulator:
             self.partition_until_s = self.now_s + rng.uniform(0.5, 4.0)
             self.log(f"partition {sorted(side)}")
         for node in self.nodes.values():
-            if node.alive and rng.random() < p.crash_rate:
+            if node.alive and rng.random() < (p.leader_crash_rate if node.leading() else 0.0) + p.crash_rate:
                 node.crash()
                 node.down_until_s = self.now_s + rng.uniform(0.1, 3.0)
+        if p.transfer_rate and rng.random() < p.transfer_rate:
+            for node in self.nodes.values():
+                if node.leading():
+                    assert node.replica is not None
+                    if node.replica.transfer_leadership():
+                        self.log(f"n{node.id} hands leadership over")
         if rng.random() < p.wall_step_rate:
             step_ms = rng.choice((-1, 1)) * rng.randint(1_000, 120_000)
             self.wall_offset_ms += step_ms
@@ -601,9 +640,10 @@ class NodeSimulator:
         if node is None:
             return
         at_ms = node.now_ms()
-        repeating = self.rng.random() < self.params.repeating_share
+        repeating = self.rng.random() < self.params.repeating_share and self.repeating < REPEATING_MAX
         if repeating:
-            sched = Schedule(every_s=self.rng.choice((2, 3, 5)))
+            self.repeating += 1
+            sched = Schedule(every_s=self.rng.choice((3, 5)))
         else:
             sched = Schedule(at_ms=at_ms + self.rng.randint(-2_000, 6_000))
         job_id = ids.job_ids_from_int(at_ms, self.rng.getrandbits(79), 1)[0]
@@ -635,6 +675,10 @@ class NodeSimulator:
         """Runs the seed; answers its trace's hash. Raises NodeSimFailure."""
         try:
             return trio.run(self._main, clock=trio.testing.MockClock())
+        except AssertionError as exc:
+            # An assertion of tempo's own (raft, the store, the dispatcher core).
+            raise self.fail(f"an assertion broke at {self.now_s:.1f} s: {exc or type(exc).__name__} "
+                            f"({_where(exc)})") from exc
         finally:
             for node in self.nodes.values():
                 if node.store is not None:
@@ -689,6 +733,13 @@ class NodeSimulator:
                 node.down_until_s = self.now_s + self.rng.uniform(0.1, 2.0)
                 continue
             node.answers()
+
+
+def _where(exc: BaseException) -> str:
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return "?" if tb is None else f"{tb.tb_frame.f_code.co_filename.rsplit('/src/', 1)[-1]}:{tb.tb_lineno}"
 
 
 def _tmp_root() -> str | None:

@@ -70,6 +70,7 @@ class NodeInvariants:
         self.digests: dict[int, tuple[int, str]] = {}  # applied index -> (node, digest)
         self.digested: dict[int, int] = {}  # node -> the applied index last digested
         self.takeover_s = 0.0
+        self.term_max = 0  # the highest term any node was seen in
         self.due_since: dict[bytes, float] = {}
         self.orphan_since: dict[tuple[str, int, int], float] = {}
         self.checked_s = 0.0
@@ -97,13 +98,22 @@ class NodeInvariants:
         self.executed[key] = worker.name
         self.last_attempt[slot] = run.attempt
         for other in sim.workers:
-            if other is worker or not other.alive:
+            if not other.alive:
                 continue
             hold = other.holds.get(slot)
-            if hold is not None and sim.now_s < hold.held_until_s - HOLD_MARGIN_S:
+            if hold is not None and sim.now_s < hold.held_until_s - hold.margin_s:
                 raise sim.fail(f"invariant 2, an attempt held by two workers: {worker.name} got attempt "
                                f"{run.attempt} of run {slot} while {other.name} held attempt {hold.attempt} until "
                                f"{hold.held_until_s:.1f} s (now {sim.now_s:.1f} s)")
+
+    def margin_of(self, node: SimNode) -> float:
+        """The margin of a lease that `node` answered now: none if no node
+        is in a later term (no newer leader can have taken over)."""
+        replica = node.replica
+        assert replica is not None
+        terms = [n.replica.term for n in self.sim.nodes.values() if n.replica is not None]
+        self.term_max = max(self.term_max, *terms)
+        return 0.0 if replica.term >= self.term_max else HOLD_MARGIN_S
 
     def reported(self, hold: Hold, run: Run) -> None:
         if run.status == "done":
@@ -151,6 +161,8 @@ class NodeInvariants:
     def check_core(self, node: SimNode) -> None:
         core = node.core
         assert core is not None
+        if not self.sim.core_checks:
+            return
         try:
             core.check_leases()
             self.memory_checks += 1

@@ -35,34 +35,39 @@ class ForgetsExpiredLease(DispatchCore):
             super().feed(kept, 0, feed_size(kept))
 
 
-class ShortLeaseAfterTakeover(DispatchCore):
-    """A new leader gives the runs claimed under the old one a lease of one
-    second instead of a full one: a healthy worker's run goes to another
-    worker while the first still holds it. (Invariant 2: no attempt is held
-    by two workers at once.)"""
+class LeaseFromStoredExpiry(DispatchCore):
+    """A new leader gives each run claimed under the old one the lease the
+    table shows (`lease_expires_ms`, stamped by the claim) instead of a full
+    one: the heartbeats that the old leader took in memory are forgotten,
+    and a healthy worker's run goes to another worker while the first still
+    holds it. (Invariant 2: no attempt is held by two workers at once.)"""
+
+    loading_ms = 0
+
+    def load(self, now_ms: int, mono_s: float) -> None:
+        self.loading_ms = now_ms
+        super().load(now_ms, mono_s)
 
     def _remember(self, runs_key: bytes, run: Run, job: Job, mono_s: float) -> None:
         if run.status == "claimed" and (run.job_id, run.nominal_ms) not in self.leases:
-            self._grant(job.owner, run.job_id, run.nominal_ms, run.attempt, mono_s + 1, job.lease_s)
+            assert run.lease_expires_ms is not None
+            left_s = max(0.0, (run.lease_expires_ms - self.loading_ms) / 1000)
+            self._grant(job.owner, run.job_id, run.nominal_ms, run.attempt, mono_s + left_s, job.lease_s)
             return
         super()._remember(runs_key, run, job, mono_s)
 
 
 class HandsOutTwice(DispatchCore):
-    """A run that the claim command found claimed already (another claim
-    took it meanwhile) is handed out anyway, as the store has it: the same
-    attempt twice. (Invariant 3: each slot runs at most once per attempt.)"""
+    """The runs of a claim are handed out again with the next claim's, to
+    whichever worker asks (a cache of answers that forgets whose they
+    were): the same attempt twice. (Invariant 3: each slot runs at most
+    once per attempt.)"""
 
     def claimed(self, proposal: ClaimProposal, outcomes: list[Run | None]) -> list[ClaimedRun]:
         found = super().claimed(proposal, outcomes)
-        command = proposal.command
-        assert command is not None
-        for claim, run in zip(command.claims, outcomes, strict=True):
-            if run is None:
-                again = self.reader.get_run_any(claim.job_id, claim.nominal_ms)
-                if again is not None and again.status == "claimed":
-                    found.append(ClaimedRun(again, proposal.jobs[claim.job_id]))
-        return found
+        again: list[ClaimedRun] = getattr(self, "_again", [])
+        self._again = found
+        return found + again
 
 
 class LongLeaseAfterTakeover(DispatchCore):
@@ -113,9 +118,9 @@ class Planted:
 PLANTED: dict[str, Planted] = {
     "": Planted(),
     "forgets_expired_lease": Planted(core=ForgetsExpiredLease, caught_by="due runs are claimed"),
-    "short_lease_after_takeover": Planted(core=ShortLeaseAfterTakeover, caught_by="held by two workers"),
+    "lease_from_stored_expiry": Planted(core=LeaseFromStoredExpiry, caught_by="held by two workers"),
     "hands_out_twice": Planted(core=HandsOutTwice, caught_by="run twice"),
     "long_lease_after_takeover": Planted(core=LongLeaseAfterTakeover, caught_by="waited longer than its lease"),
     "skips_an_entry": Planted(replica=SkipsAnEntry, caught_by="digests differ"),
-    "acks_before_persisting": Planted(replica=AcksBeforePersisting, caught_by=""),
+    "acks_before_persisting": Planted(replica=AcksBeforePersisting, caught_by="digests differ"),
 }
