@@ -105,15 +105,15 @@ class Params:
         return cls(
             node_count=3,
             fault_s=rng.choice((4.0, 7.0, 10.0)),
-            heal_s=16.0,
+            heal_s=15.0,
             drop_rate=maybe(0.6, 0.2),
             duplicate_rate=maybe(0.4, 0.1),
             delay_s_max=rng.choice((0.05, 0.1, 0.3)),
             partition_rate=maybe(0.5, 0.05),
             crash_rate=maybe(0.7, 0.02),
             crash_mid_ready_rate=maybe(0.4, 0.02),
-            transfer_rate=maybe(0.5, 0.05),
-            leader_crash_rate=maybe(0.6, 0.03),
+            transfer_rate=maybe(0.5, 0.08),
+            leader_crash_rate=maybe(0.7, 0.05),
             snapshot_entries=rng.choice((8, 20, 1_000_000)),
             wall_step_rate=maybe(0.4, 0.03),
             answer_loss_rate=maybe(0.5, 0.2),
@@ -355,6 +355,7 @@ class SimNode:
             core.settle(proposal)
             return True
         except errors.TempoError:
+            core.give_back(proposal)
             core.settle(proposal)
             return False
         worker.claiming = True
@@ -368,7 +369,7 @@ class SimNode:
         claim.worker.claiming = False
         claimed: list[ClaimedRun] = []
         try:
-            if isinstance(outcome, errors.Overloaded):
+            if isinstance(outcome, errors.Overloaded | errors.NotLeader):
                 core.give_back(claim.proposal)
             elif isinstance(outcome, list):
                 claimed = core.claimed(claim.proposal, outcome)
@@ -437,7 +438,7 @@ class SimWorker:
             self.sim.invariants.delivered(self, run, sent_s)
             hold = Hold(
                 run, run.attempt, one.job.lease_s, sent_s + one.job.lease_s,
-                self.sim.now_s + (rng.uniform(0.1, 1.0) if rng.random() < 0.7 else rng.uniform(1.0, 2.0 * one.job.lease_s)),
+                self.sim.now_s + (rng.uniform(0.1, 1.0) if rng.random() < 0.5 else rng.uniform(1.0, 2.5 * one.job.lease_s)),
                 self.sim.now_s + one.job.lease_s / 3, self.sim.invariants.margin_of(node),
             )
             self.holds[(run.job_id, run.nominal_ms)] = hold

@@ -16,7 +16,8 @@ seed, the invariant and the command that replays it:
    vanished or gave it up) is claimed again within its lease plus
    `ORPHAN_BOUND_S` of when it was left, or of the last takeover;
 5. replicas' digests agree: every node that applied the same index has
-   byte-identical tables (`Store.digest`).
+   byte-identical tables (`Store.digest`); and none is left behind: by
+   the end each has applied what the leader had `CATCH_UP_S` before.
 
 Besides, the dispatcher core's own invariants (`check_leases`, and
 `check_memory` now and then) hold on the leader between steps.
@@ -46,8 +47,12 @@ CLAIM_BOUND_S = 6.0
 # lease check, the expiry's commit, then a claim).
 ORPHAN_BOUND_S = 3.0
 # The healed phase settles (an election, the backlog) before bounds count.
-SETTLE_S = 6.0
+SETTLE_S = 5.0
+# How far behind the leader a node may be at the end (a restart's catch-up,
+# a snapshot's transfer).
+CATCH_UP_S = 4.0
 CHECK_EVERY_S = 0.5
+DIGEST_EVERY_S = 1.0
 
 Slot = tuple[str, int]
 
@@ -74,6 +79,8 @@ class NodeInvariants:
         self.due_since: dict[bytes, float] = {}
         self.orphan_since: dict[tuple[str, int, int], float] = {}
         self.checked_s = 0.0
+        self.digested_s = 0.0
+        self.leader_applied: list[tuple[float, int]] = []  # (when, the leader's applied index)
         self.memory_checks = 0
 
     # -- events ------------------------------------------------------------------
@@ -146,7 +153,7 @@ class NodeInvariants:
 
     def applied(self, node: SimNode) -> None:
         """Invariant 5, at the index a node applied by now (every
-        `CHECK_EVERY_S`: a digest reads every table)."""
+        `DIGEST_EVERY_S`: a digest reads every table)."""
         store = node.store
         assert store is not None
         if self.digested.get(node.id) == store.applied_index():
@@ -177,9 +184,11 @@ class NodeInvariants:
         if sim.now_s - self.checked_s < CHECK_EVERY_S:
             return
         self.checked_s = sim.now_s
-        for node in sim.nodes.values():
-            if node.alive:
-                self.applied(node)
+        if sim.now_s - self.digested_s >= DIGEST_EVERY_S:
+            self.digested_s = sim.now_s
+            for node in sim.nodes.values():
+                if node.alive:
+                    self.applied(node)
         leaders = [n for n in sim.nodes.values() if n.leading()]
         healed_s = sim.params.fault_s + SETTLE_S
         if sim.now_s < sim.params.fault_s:
@@ -189,6 +198,8 @@ class NodeInvariants:
                 raise sim.fail("no leader in the healed phase")
             return
         leader = max(leaders, key=lambda n: n.replica.term if n.replica is not None else 0)
+        assert leader.replica is not None
+        self.leader_applied.append((sim.now_s, leader.replica.applied_index))
         self._check_runs(leader, counting=sim.now_s >= healed_s, since_s=healed_s)
 
     def _check_runs(self, leader: SimNode, *, counting: bool, since_s: float) -> None:
@@ -231,5 +242,15 @@ class NodeInvariants:
                     raise sim.fail(f"invariant 1, an acknowledged job is lost: {job_id} is not on the leader")
 
     def at_end(self) -> None:
-        self.checked_s = -1.0
+        self.checked_s = self.digested_s = -1.0
         self.check()
+        # No node is left behind: each applied, by the end, what the leader
+        # had applied `CATCH_UP_S` before.
+        sim = self.sim
+        behind = [index for at_s, index in self.leader_applied if at_s <= sim.now_s - CATCH_UP_S]
+        target = behind[-1] if behind else 0
+        for node in sim.nodes.values():
+            if node.replica is None or node.replica.applied_index < target:
+                applied = None if node.replica is None else node.replica.applied_index
+                raise sim.fail(f"invariant 5, replicas agree: n{node.id} is stuck at applied index {applied}, "
+                               f"the leader applied {target} {CATCH_UP_S} s before the end")

@@ -282,9 +282,13 @@ class Dispatcher:
                 return []
             outcomes = await self.committer.submit(proposal.command)
             return self.core.claimed(proposal, outcomes)  # type: ignore[arg-type]
-        except errors.Overloaded:
-            # Not written (a full disk, too many writes): the runs are still
-            # waiting in the tables, and go back to the head of their queues.
+        except (errors.Overloaded, errors.NotLeader):
+            # Not written (a full disk, too many writes), or refused as
+            # leadership goes: the runs are still waiting in the tables, and
+            # go back to the head of their queues. A node that stops leading
+            # is reset, which forgets them again; one whose leadership
+            # transfer gives up leads on with them (a claim whose entry may
+            # yet commit elsewhere fails only once the node stopped leading).
             self.core.give_back(proposal)
             raise
         finally:
