@@ -43,9 +43,9 @@ import msgspec
 import trio
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _plain import REFERENCE_PER_S  # noqa: E402
-from _server import Cluster, free_port, ready_timeout_s, rss_mib, stop_timeout_s, table  # noqa: E402
-from tempo.loadgen import pause_figures, scrape_pauses  # noqa: E402
+from _plain import REFERENCE_PER_S
+from _server import Cluster, free_port, ready_timeout_s, rss_mib, stop_timeout_s, table
+from tempo.loadgen import pause_figures, scrape_pauses
 
 # (single, batched) jobs/s by cluster size; None: no target set.
 TARGETS_PER_S: dict[int, tuple[int | None, int | None]] = {1: (1_500, 60_000), 3: (None, 20_000)}

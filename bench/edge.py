@@ -38,7 +38,7 @@ import httpx
 from tempo import limits
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _server import Node, rss_mib, start, stop_timeout_s, table  # noqa: E402
+from _server import Node, rss_mib, start, stop_timeout_s, table
 
 CONFIG = "[http]\nconnections_max = 256\nrequests_in_flight_max = 128\nlong_polls_max = 64\nbody_read_timeout_s = 2.0\n"
 PROBER_IP = "127.0.0.9"

@@ -49,9 +49,9 @@ from dataclasses import dataclass, field
 import httpx
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _server import Cluster, Node, SpawnError, ready_timeout_s, stop_timeout_s, table  # noqa: E402
-from tempo import loadgen  # noqa: E402
-from tempo.loadgen.failover import create_once  # noqa: E402
+from _server import Cluster, Node, SpawnError, ready_timeout_s, stop_timeout_s, table
+from tempo import loadgen
+from tempo.loadgen.failover import create_once
 
 FAILOVER_TARGET_S = 3.0
 write_timeout_s = 1.0
@@ -213,7 +213,7 @@ def fmt(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
 
 
-def main() -> int:
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--workers", type=int, default=2)
@@ -227,6 +227,45 @@ def main() -> int:
     args = ap.parse_args()
     if args.rounds < 1 or args.every_ms < 10 or args.before_s < 0 or args.after_s <= 0:
         ap.error("need --rounds ≥ 1, --every-ms ≥ 10, --before-s ≥ 0, --after-s > 0")
+    return args
+
+
+def report(rows: list[dict], all_lateness: list[float], writes: Writes, stopped: dict[str, int | None]) -> int:
+    """Prints the table and the summary; the exit status."""
+    print()
+    print(table([(r["round"], r["killed"], r["by"], fmt(r["failover_s"]), fmt(r["first_claim_s"]),
+                  f"{r['claimed']}/{r['runs']}", fmt(r["p50"]), fmt(r["p99"]), fmt(r["max"]), r["late_over_5s"],
+                  r["lost"], r["duplicated"], r["redelivered"]) for r in rows],
+                ("round", "killed", "new", "failover_s", "1st_claim_s", "claimed", "late_p50", "late_p99",
+                 "late_max", "late_5s", "lost", "dup", "redeliv")))
+    times = [r["failover_s"] for r in rows if r["failover_s"] is not None]
+    median_s = statistics.median(times) if len(times) == len(rows) else None
+    lost, dup = sum(r["lost"] for r in rows), sum(r["duplicated"] for r in rows)
+    ok = median_s is not None and median_s <= FAILOVER_TARGET_S
+    print(f"failover median {fmt(median_s)} s (target ≤ {FAILOVER_TARGET_S:g} s: {'ok' if ok else 'MISSED'}); "
+          f"min {fmt(min(times, default=None))}, max {fmt(max(times, default=None))} s over {len(rows)} rounds")
+    print(f"window runs, all rounds: lateness p50 {fmt(loadgen.pct(all_lateness, 50))} "
+          f"p99 {fmt(loadgen.pct(all_lateness, 99))} max {fmt(max(all_lateness, default=None))} s, "
+          f"late > {loadgen.late_bound_s:g} s {sum(1 for x in all_lateness if x > loadgen.late_bound_s)}; "
+          f"lost {lost}, duplicated {dup}; writes acknowledged {len(writes.ok)}, refused or failed {writes.failed}")
+    if any(code != 0 for code in stopped.values()):
+        print(f"bench/failover.py: exit status on SIGTERM: {stopped} (API.md: 0)", file=sys.stderr)
+    for r in rows:
+        if r["ready_s"] - r["restart_s"] > 5:
+            print(f"round {r['round']}: {r['killed']} took {r['ready_s'] - r['restart_s']:.1f} s from restart to "
+                  f"ready; its /v1/cluster meanwhile: " + "; ".join(r["views"][:12]))
+        if r["redelivered_runs"]:
+            print(f"round {r['round']} redelivered (run, attempt, s after SIGKILL): {r['redelivered_runs']}")
+    if sum(r["redelivered_after_result"] for r in rows):
+        print("bench/failover.py: a run was handed out again after its result was accepted", file=sys.stderr)
+    if lost or dup:
+        return 1
+    return 0 if ok else 3
+
+
+
+def main() -> int:
+    args = parse_args()
     rows = []
     all_lateness: list[float] = []
     with tempfile.TemporaryDirectory(prefix="tempo-failover-") as tmp:
@@ -277,35 +316,7 @@ def main() -> int:
                 if proc.is_alive():
                     proc.kill()
             cluster.cleanup()
-    print()
-    print(table([(r["round"], r["killed"], r["by"], fmt(r["failover_s"]), fmt(r["first_claim_s"]),
-                  f"{r['claimed']}/{r['runs']}", fmt(r["p50"]), fmt(r["p99"]), fmt(r["max"]), r["late_over_5s"],
-                  r["lost"], r["duplicated"], r["redelivered"]) for r in rows],
-                ("round", "killed", "new", "failover_s", "1st_claim_s", "claimed", "late_p50", "late_p99",
-                 "late_max", "late_5s", "lost", "dup", "redeliv")))
-    times = [r["failover_s"] for r in rows if r["failover_s"] is not None]
-    median_s = statistics.median(times) if len(times) == len(rows) else None
-    lost, dup = sum(r["lost"] for r in rows), sum(r["duplicated"] for r in rows)
-    ok = median_s is not None and median_s <= FAILOVER_TARGET_S
-    print(f"failover median {fmt(median_s)} s (target ≤ {FAILOVER_TARGET_S:g} s: {'ok' if ok else 'MISSED'}); "
-          f"min {fmt(min(times, default=None))}, max {fmt(max(times, default=None))} s over {len(rows)} rounds")
-    print(f"window runs, all rounds: lateness p50 {fmt(loadgen.pct(all_lateness, 50))} "
-          f"p99 {fmt(loadgen.pct(all_lateness, 99))} max {fmt(max(all_lateness, default=None))} s, "
-          f"late > {loadgen.late_bound_s:g} s {sum(1 for x in all_lateness if x > loadgen.late_bound_s)}; "
-          f"lost {lost}, duplicated {dup}; writes acknowledged {len(writes.ok)}, refused or failed {writes.failed}")
-    if any(code != 0 for code in stopped.values()):
-        print(f"bench/failover.py: exit status on SIGTERM: {stopped} (API.md: 0)", file=sys.stderr)
-    for r in rows:
-        if r["ready_s"] - r["restart_s"] > 5:
-            print(f"round {r['round']}: {r['killed']} took {r['ready_s'] - r['restart_s']:.1f} s from restart to "
-                  f"ready; its /v1/cluster meanwhile: " + "; ".join(r["views"][:12]))
-        if r["redelivered_runs"]:
-            print(f"round {r['round']} redelivered (run, attempt, s after SIGKILL): {r['redelivered_runs']}")
-    if sum(r["redelivered_after_result"] for r in rows):
-        print("bench/failover.py: a run was handed out again after its result was accepted", file=sys.stderr)
-    if lost or dup:
-        return 1
-    return 0 if ok else 3
+    return report(rows, all_lateness, writes, stopped)
 
 
 if __name__ == "__main__":

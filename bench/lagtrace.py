@@ -28,8 +28,8 @@ import time
 import trio
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _server import Node, ready_timeout_s, stop_timeout_s, tempo_command  # noqa: E402
-from tempo import server as tempo_server  # noqa: E402
+from _server import Node, ready_timeout_s, stop_timeout_s, tempo_command
+from tempo import server as tempo_server
 
 # Plumbing of trio and hypercorn, left out of a task's name.
 SKIPPED_FRAMES = ("wait_task_rescheduled", "cancel_shielded_checkpoint", "checkpoint", "ASGIWrapper", "_handle:",

@@ -38,6 +38,7 @@ import tempfile
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable
 
 import msgspec
 import trio
@@ -54,7 +55,7 @@ from tempo.net.auth import ANONYMOUS, Authenticator
 from tempo.node import Standalone
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _timing import timed, timed_async  # noqa: E402
+from _timing import timed, timed_async
 
 T0_MS = 1_800_000_000_000
 PHASES = ("decode", "build", "submit", "apply", "views", "encode")
@@ -103,6 +104,19 @@ def _fixed_urandom(n: int) -> bytes:
     return b"\x5a" * n
 
 
+def gc_timer(meter: Meter) -> Callable[[str, dict[str, int]], None]:
+    """A `gc.callbacks` entry that adds each collection's thread time to `meter`'s "gc"."""
+    started_s: dict[int, float] = {}
+
+    def gc_callback(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            started_s[info["generation"]] = time.thread_time()
+        elif info["generation"] in started_s:
+            meter.add("gc", time.thread_time() - started_s.pop(info["generation"]))
+
+    return gc_callback
+
+
 async def one_round(fmt: str, requests: list[bytes], profile, apply_profile, digest: bool) -> dict[str, float]:
     meter = Meter()
     CURRENT.meter = meter
@@ -130,14 +144,7 @@ async def one_round(fmt: str, requests: list[bytes], profile, apply_profile, dig
         store.apply_commands = timed_apply  # type: ignore[method-assign]
         committer.submit = timed_async(meter, "submit", committer.submit)  # type: ignore[method-assign]
         jobs.create = timed_async(meter, "build", jobs.create)  # type: ignore[method-assign]
-        started_s: dict[int, float] = {}
-
-        def gc_callback(phase: str, info: dict) -> None:
-            if phase == "start":
-                started_s[info["generation"]] = time.thread_time()
-            elif info["generation"] in started_s:
-                meter.add("gc", time.thread_time() - started_s.pop(info["generation"]))
-
+        gc_callback = gc_timer(meter)
         gc.callbacks.append(gc_callback)
         headers = {b"content-type": TYPES[fmt], b"accept": TYPES[fmt]}
         jobs_done = 0

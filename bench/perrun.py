@@ -58,7 +58,7 @@ from tempo.net.auth import ANONYMOUS_WORKER, Authenticator
 from tempo.node import Standalone
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _timing import timed, timed_async  # noqa: E402
+from _timing import timed, timed_async
 from tempo.schema import JobCreate, ScheduleIn
 
 T0_MS = 1_800_000_000_000  # the due instant: 2027-01-15T08:00:00Z

@@ -26,8 +26,8 @@ import msgspec
 import trio
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _server import Node, start, stop_timeout_s, table  # noqa: E402
-from tempo.loadgen import pause_figures, pct, scrape_pauses  # noqa: E402
+from _server import Node, start, stop_timeout_s, table
+from tempo.loadgen import pause_figures, pct, scrape_pauses
 
 SECONDS_MAX = 60.0
 HEALTH_EVERY_S = 0.01

@@ -31,7 +31,7 @@ class Bench:
             i: RawNode(Config(i), self.storages[i], random.Random(i)) for i in ids
         }
         self.queue: list = []
-        self.applied = {i: 0 for i in ids}
+        self.applied = dict.fromkeys(ids, 0)
 
     def process(self, i: int) -> None:
         node, storage = self.nodes[i], self.storages[i]

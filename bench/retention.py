@@ -24,13 +24,13 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
 
-import msgspec  # noqa: E402
+import msgspec
 
-from tempo import ids, limits  # noqa: E402
-from tempo.engine import keys  # noqa: E402
-from tempo.engine.commands import DropHistory, encode_entry  # noqa: E402
-from tempo.engine.records import Run  # noqa: E402
-from tempo.engine.store import Store, _Tx  # noqa: E402
+from tempo import ids, limits
+from tempo.engine import keys
+from tempo.engine.commands import DropHistory, encode_entry
+from tempo.engine.records import Run
+from tempo.engine.store import Store, _Tx
 
 DAY = 20_833  # 2027-01-15
 AT_MS = DAY * limits.day_ms + 12 * 3_600_000

@@ -20,7 +20,7 @@ import msgspec
 import trio
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _server import Node, dir_mib, rss_mib, rss_split, start, stop_timeout_s, table  # noqa: E402
+from _server import Node, dir_mib, rss_mib, rss_split, start, stop_timeout_s, table
 
 READY_TARGET_S = 5.0
 RSS_TARGET_MIB = 300.0

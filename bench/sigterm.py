@@ -33,8 +33,8 @@ import uuid
 import httpx
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _server import Cluster, Node, SpawnError, ready_timeout_s, stop_timeout_s, table  # noqa: E402
-from tempo import loadgen  # noqa: E402
+from _server import Cluster, Node, SpawnError, ready_timeout_s, stop_timeout_s, table
+from tempo import loadgen
 
 EXIT_TARGET_S = 2.0
 CATCH_UP_TARGET_S = 10.0

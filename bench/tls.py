@@ -32,7 +32,7 @@ import httpx
 import trustme
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _server import Cluster, Node, free_port, table  # noqa: E402
+from _server import Cluster, Node, free_port, table
 
 ready_timeout_s = 60.0
 stop_timeout_s = 30.0

@@ -242,7 +242,7 @@ def test_a_redirect_to_a_leader_not_in_the_list_is_remembered():
             return httpx.Response(307, headers={"location": f"{C}/v1/jobs/j_1"})
         return httpx.Response(200, json={"id": "j_1"})
 
-    client, seen = fake_client(answer, urls=(A,))
+    client, _seen = fake_client(answer, urls=(A,))
     assert client.get_job("j_1") == {"id": "j_1"}
     assert client.leader_url == C and client.urls == [A, C]
 
@@ -347,7 +347,7 @@ def cluster_answer(node: str, leader: str | None, term: int = 3, down: tuple[str
 
 
 def test_cluster_status_finds_every_node_and_needs_a_majority():
-    client, seen = fake_client(cluster_answer("n1", "n2", down=("n3",)), urls=(A,), token="t")
+    client, _seen = fake_client(cluster_answer("n1", "n2", down=("n3",)), urls=(A,), token="t")
     answers, failures = cluster_views(client, [A])
     assert [a["node"] for _, a in answers] == ["n1", "n2"] and list(failures) == [C]
     assert agreed_leader(answers) == "n2"  # two of three

@@ -35,7 +35,7 @@ def test_http_keys_are_read():
 def test_the_body_budget_takes_at_least_one_largest_body():
     least = limits.batch_body_bytes_max
     assert parse(f"[http]\nbody_bytes_in_flight_max = {least}\n").http.body_bytes_in_flight_max == least
-    with pytest.raises(ConfigError, match="http.body_bytes_in_flight_max"):
+    with pytest.raises(ConfigError, match=r"http\.body_bytes_in_flight_max"):
         parse(f"[http]\nbody_bytes_in_flight_max = {least - 1}\n")
 
 

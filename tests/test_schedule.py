@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import calendar
 import datetime as dt
+import itertools
 import zoneinfo
 
 import pytest
@@ -485,7 +486,7 @@ def test_search_bound_covers_the_longest_gap_of_a_month_type():
         for month in range(1, 13):
             first, days = calendar.monthrange(year, month)
             seen.setdefault((month, days, first), []).append(year * 12 + month)
-    gap_max = max(b - a for months in seen.values() for a, b in zip(months, months[1:], strict=False))
+    gap_max = max(b - a for months in seen.values() for a, b in itertools.pairwise(months))
     assert gap_max + 1 == CRON_SEARCH_MONTHS_MAX
 
 

@@ -60,25 +60,13 @@ def record(row: dict[str, Any]) -> str:
 
 
 def _create_body(args: argparse.Namespace) -> dict[str, Any]:
-    kinds = [k for k in ("at", "cron", "every_s") if getattr(args, k) is not None]
-    if len(kinds) != 1:
-        raise SystemExit("tempo jobs create: give exactly one of --at, --cron, --every-s")
-    schedule: dict[str, Any] = {kinds[0]: getattr(args, kinds[0])}
-    if args.timezone is not None:
-        schedule["timezone"] = args.timezone
-    if args.start_at is not None:
-        schedule["start_at"] = args.start_at
-    body: dict[str, Any] = {"target": args.target, "schedule": schedule}
+    body: dict[str, Any] = {"target": args.target, "schedule": _schedule_body(args)}
     if args.payload is not None:
         try:
             body["payload"] = json.loads(args.payload)
         except ValueError as exc:
             raise SystemExit(f"tempo jobs create: --payload is not JSON: {exc}") from None
-    retry: dict[str, Any] = {}
-    if args.max_attempts is not None:
-        retry["max_attempts"] = args.max_attempts
-    if args.backoff_s is not None:
-        retry["backoff_s"] = [int(x) for x in args.backoff_s.split(",") if x.strip()]
+    retry = _retry_body(args)
     if retry:
         body["retry"] = retry
     for name in ("name", "lease_s", "jitter_s", "request_key"):
@@ -87,13 +75,34 @@ def _create_body(args: argparse.Namespace) -> dict[str, Any]:
     return body
 
 
+def _schedule_body(args: argparse.Namespace) -> dict[str, Any]:
+    kinds = [k for k in ("at", "cron", "every_s") if getattr(args, k) is not None]
+    if len(kinds) != 1:
+        raise SystemExit("tempo jobs create: give exactly one of --at, --cron, --every-s")
+    schedule: dict[str, Any] = {kinds[0]: getattr(args, kinds[0])}
+    if args.timezone is not None:
+        schedule["timezone"] = args.timezone
+    if args.start_at is not None:
+        schedule["start_at"] = args.start_at
+    return schedule
+
+
+def _retry_body(args: argparse.Namespace) -> dict[str, Any]:
+    retry: dict[str, Any] = {}
+    if args.max_attempts is not None:
+        retry["max_attempts"] = args.max_attempts
+    if args.backoff_s is not None:
+        retry["backoff_s"] = [int(x) for x in args.backoff_s.split(",") if x.strip()]
+    return retry
+
+
 def _show(args: argparse.Namespace, value: Any, columns: Sequence[str] | None = None) -> None:
     if args.json:
         print(json.dumps(value, indent=2))
     elif value is None:
         print("deleted")
     elif isinstance(value, dict) and columns is not None and ("jobs" in value or "runs" in value):
-        rows = value.get("jobs", value.get("runs", []))
+        rows = value["jobs"] if "jobs" in value else value["runs"]
         print(table(rows, columns))
         if value.get("next_cursor"):
             print(f"next page: --cursor {value['next_cursor']}")
@@ -118,7 +127,7 @@ def _jobs(args: argparse.Namespace, client: Client) -> None:
     _show(args, value, RUN_COLUMNS if args.action == "runs" else JOB_COLUMNS)
 
 
-def _add_jobs_parser(sub: argparse._SubParsersAction) -> None:
+def _add_jobs_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     jobs = sub.add_parser("jobs", help="create and manage jobs")
     actions = jobs.add_subparsers(dest="action", required=True)
     create = actions.add_parser("create", help="create a job")
@@ -157,7 +166,7 @@ def _add_jobs_parser(sub: argparse._SubParsersAction) -> None:
 def cluster_views(client: Client, urls: Sequence[str]) -> tuple[list[tuple[str, dict[str, Any]]], dict[str, tuple[str, str]]]:
     """Asks every URL, and every node URL named in an answer, for its
     `/v1/cluster`: ([(url, answer)], {url: (role shown, why no answer)})."""
-    pending, asked = list(urls), set()
+    pending, asked = list(urls), set[str]()
     answers: list[tuple[str, dict[str, Any]]] = []
     failures: dict[str, tuple[str, str]] = {}
     while pending and len(asked) < cluster_urls_max:
@@ -267,7 +276,7 @@ def _cluster(args: argparse.Namespace, client: Client) -> int:
     return status
 
 
-def _add_cluster_parser(sub: argparse._SubParsersAction) -> None:
+def _add_cluster_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     cluster = sub.add_parser("cluster", help="look at the nodes of a cluster")
     actions = cluster.add_subparsers(dest="action", required=True)
     status = actions.add_parser(
@@ -285,7 +294,7 @@ def _add_cluster_parser(sub: argparse._SubParsersAction) -> None:
         parser.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print the answers as JSON")
 
 
-def _add_serve_parser(sub: argparse._SubParsersAction) -> None:
+def _add_serve_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     serve = sub.add_parser("serve", help="run a tempo node")
     serve.add_argument("--data-dir", default="tempo-data", help="where the node keeps its data (default ./tempo-data)")
     serve.add_argument("--listen", default=None, help="HOST:PORT to listen on (default 127.0.0.1:8700)")
@@ -334,7 +343,7 @@ def _serve(args: argparse.Namespace) -> int:
     return server.main(options)
 
 
-def _add_worker_parser(sub: argparse._SubParsersAction) -> None:
+def _add_worker_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     worker = sub.add_parser("worker", help="run a command for each run claimed from queues")
     worker.add_argument("--url", default=None, help="server URL(s), comma-separated (default: $TEMPO_URL or http://127.0.0.1:8700)")
     worker.add_argument("--ca-file", dest="ca_file", default=None, help=CA_FILE_HELP)
@@ -375,7 +384,7 @@ def _worker(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_loadgen_parser(sub: argparse._SubParsersAction) -> None:
+def _add_loadgen_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     gen = sub.add_parser("loadgen", help="the spike: N one-off jobs due at one instant, W workers")
     gen.add_argument("--url", default=None, help="server URL(s), comma-separated")
     gen.add_argument("--ca-file", dest="ca_file", default=None, help=CA_FILE_HELP)
@@ -458,14 +467,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(argv: Sequence[str] | None) -> int:
     args = parser().parse_args(argv)
-    if args.command == "serve":
-        return _serve(args)
-    if args.command == "worker":
-        return _worker(args)
-    if args.command == "loadgen":
-        return _loadgen(args)
-    if args.command == "openapi":
-        return _openapi(args)
+    # The commands that are not a client of a running server.
+    local: dict[str, Callable[[argparse.Namespace], int]] = {
+        "serve": _serve, "worker": _worker, "loadgen": _loadgen, "openapi": _openapi,
+    }
+    if args.command in local:
+        return local[args.command](args)
     args.json = getattr(args, "json", False)
     try:
         client = Client(getattr(args, "url", None) or "", ca_file=ca_file_from(args))

@@ -79,7 +79,8 @@ import os
 import re
 import ssl
 import tomllib
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
+from typing import TypeGuard
 
 from tempo import limits
 
@@ -169,7 +170,7 @@ _OWNER_RULE = (
 )
 
 
-def _owner_name_ok(name: object) -> bool:
+def _owner_name_ok(name: object) -> TypeGuard[str]:
     """An owner name fits the store's keys (limits.py "Storage bounds")."""
     return (
         isinstance(name, str)
@@ -231,20 +232,42 @@ def _limits(where: str, raw: object, base: OwnerLimits, *, override: bool) -> Ow
     unknown = set(raw) - allowed
     if unknown:
         raise ConfigError(f"{where}: unknown keys {sorted(unknown)}")
-    given = {k: _limit_value(where, k, raw[k], override=override) for k in _LIMIT_KEYS if k in raw}
+    given: dict[str, float | int | str | None] = {
+        k: _limit_value(where, k, raw[k], override=override) for k in _LIMIT_KEYS if k in raw
+    }
     merged = {f.name: getattr(base, f.name) for f in fields(OwnerLimits)}
     for rate, burst in (("claims_per_s", "claim_burst"), ("creates_per_s", "create_burst")):
         if burst in given and rate not in given and merged[rate] is None:
             raise ConfigError(f"{where}.{burst}: goes with {rate}")
-        if given.get(rate) == "unlimited":
+        rate_per_s = given.get(rate)
+        if rate_per_s == "unlimited":
             if burst in given:
                 raise ConfigError(f"{where}.{burst}: {rate} is unlimited")
             given[rate] = given[burst] = None
-        elif rate in given and burst not in given:
-            given[burst] = max(1, math.ceil(given[rate]))  # type: ignore[arg-type]
+        elif isinstance(rate_per_s, float) and burst not in given:
+            given[burst] = max(1, math.ceil(rate_per_s))
     if given.get("runs_in_flight_max") == "unlimited":
         given["runs_in_flight_max"] = None
-    return replace(base, **given)
+    merged.update(given)
+    return OwnerLimits(
+        runs_in_flight_max=_count_or_none(merged["runs_in_flight_max"]),
+        claims_per_s=_rate_or_none(merged["claims_per_s"]),
+        claim_burst=_count_or_none(merged["claim_burst"]),
+        creates_per_s=_rate_or_none(merged["creates_per_s"]),
+        create_burst=_count_or_none(merged["create_burst"]),
+    )
+
+
+def _count_or_none(value: object) -> int | None:
+    # _limit_value checked the type; "unlimited" is None by now.
+    assert value is None or (isinstance(value, int) and not isinstance(value, bool))
+    return value
+
+
+def _rate_or_none(value: object) -> float | None:
+    # _limit_value made every rate a float; "unlimited" is None by now.
+    assert value is None or isinstance(value, float)
+    return value
 
 
 def _owners(raw_owners: object, defaults: OwnerLimits) -> dict[str, OwnerLimits]:
@@ -264,7 +287,7 @@ def _owners(raw_owners: object, defaults: OwnerLimits) -> dict[str, OwnerLimits]
     return owners
 
 
-def _tls_path(key: str, raw: dict, base_dir: str) -> str | None:
+def _tls_path(key: str, raw: dict[str, object], base_dir: str) -> str | None:
     value = raw.get(key)
     if value is None:
         return None

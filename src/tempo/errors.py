@@ -50,6 +50,12 @@ class RequestKeyReused(TempoError):
     type = "request_key_reused"
 
 
+class ClaimKeyReused(TempoError):
+    """A claim key recorded for another worker or another set of queues."""
+
+    type = "claim_key_reused"
+
+
 class StaleAttempt(TempoError):
     type = "stale_attempt"
 

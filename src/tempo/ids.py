@@ -62,7 +62,7 @@ def job_ids_from_int(at_ms: int, first_random_80: int, count: int) -> list[str]:
     last two digits only, so the first 14 digits of the random part are
     spelled once per 1,024 IDs rather than once per ID."""
     assert 0 <= at_ms < 1 << 48 and count >= 0
-    assert 0 <= first_random_80 and first_random_80 + count <= 1 << 80
+    assert first_random_80 >= 0 and first_random_80 + count <= 1 << 80
     prefix = _time_prefix(at_ms)
     pairs = _PAIRS
     out: list[str] = []

@@ -443,3 +443,31 @@ instant_ms_min = -62_135_596_800_000  # 0001-01-01T00:00:00.000Z
 instant_ms_max = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
 
 assert instant_ms_min < 0 < instant_ms_max <= time_ms_max
+
+# Idempotent claims (docs/semantics.md "Idempotent claims"). A claim key is
+# 1-`claim_key_chars_max` characters of `CLAIM_KEY_PATTERN` (ASCII, so as
+# many bytes), scoped to the owner. Its record lives in the `claim_keys`
+# table under  b"k" | owner | 0x00 | claim key, and in an expiry index under
+# b"x" | expires u64 | owner | 0x00 | claim key. A record is kept
+# `claim_key_kept_ms` after the claim's stamp: far longer than a client
+# keeps retrying one claim (`claim_retry_s_max`), plus an election or two.
+# Each claim command with a key drops at most `claim_keys_dropped_per_claim`
+# expired records: a command adds at most one, so the table holds about the
+# records of the last `claim_key_kept_ms`, and apply's work stays bounded.
+claim_key_chars_max = 128
+CLAIM_KEY_PATTERN = f"^[A-Za-z0-9._:-]{{1,{claim_key_chars_max}}}$"
+claim_key_bytes_max = claim_key_chars_max
+claim_key_head_bytes = 1
+claim_key_expiry_bytes = 8
+claim_key_kept_ms = 10 * 60 * 1000
+claim_keys_dropped_per_claim = 8
+# The clients (worker.py, net/client.py): how long one claim whose outcome
+# is unknown is retried with its key before the client gives up on it.
+claim_retry_s_max = 60.0
+
+assert (
+    claim_key_head_bytes + claim_key_expiry_bytes + owner_bytes_max + owner_separator_bytes + claim_key_bytes_max
+    <= lmdb_key_bytes_max
+)
+assert claim_retry_s_max * 1000 * 2 <= claim_key_kept_ms
+assert claim_keys_dropped_per_claim >= 2

@@ -71,9 +71,9 @@ def lines(name: str, histogram: Histogram, labels: dict[str, str] | None = None)
     out = []
     total = 0
     counts = list(histogram.counts)  # one copy, so the samples agree
-    for bound, count in zip((*histogram.bounds, "+Inf"), counts, strict=True):
+    les = [*map(_number, histogram.bounds), "+Inf"]
+    for le, count in zip(les, counts, strict=True):
         total += count
-        le = bound if isinstance(bound, str) else _number(bound)
         out.append(sample(f"{name}_bucket", total, {**(labels or {}), "le": le}))
     out.append(sample(f"{name}_sum", histogram.sum, labels))
     out.append(sample(f"{name}_count", total, labels))
@@ -105,7 +105,7 @@ class Pauses:
         self.lag_seconds.observe(lag_s)
         self.lag_max_s = max(self.lag_max_s, lag_s)
 
-    def on_gc(self, phase: str, info: dict) -> None:
+    def on_gc(self, phase: str, info: dict[str, int]) -> None:
         # A collection holds the GIL from start to stop, so the two calls of
         # one collection are never interleaved with another's.
         if phase == "start":

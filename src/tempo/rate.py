@@ -16,7 +16,7 @@ class TokenBucket:
     full. A take may drive it below zero (a batch larger than what it holds):
     the debt is paid off by refills before the next take fits."""
 
-    __slots__ = ("rate_per_s", "burst", "tokens", "at_ms")
+    __slots__ = ("at_ms", "burst", "rate_per_s", "tokens")
 
     def __init__(self, rate_per_s: float, burst: int, now_ms: int):
         assert rate_per_s > 0, "rate_per_s"

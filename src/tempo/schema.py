@@ -28,7 +28,7 @@ class _Request(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, g
     items and their schedules set off no collection."""
 
 
-def _only(given: str, absent: tuple[str, ...]) -> dict:
+def _only(given: str, absent: tuple[str, ...]) -> dict[str, Any]:
     """JSON Schema of a schedule that gives `given` and none of `absent`."""
     return {"required": [given], "properties": {given: {"not": {"type": "null"}}}
             | {name: {"type": "null"} for name in absent}}
@@ -70,7 +70,7 @@ class ScheduleIn(_Request):
 
 # Frozen, with a tuple of gaps: one default instance serves every create that
 # leaves `retry` out (a factory ran for each item of a batch).
-class RetryIn(_Request, frozen=True):
+class RetryIn(_Request, frozen=True):  # type: ignore[misc]  # msgspec freezes a subclass of a mutable Struct
     max_attempts: Annotated[int, Meta(ge=1, le=limits.attempts_max)] = limits.attempts_default
     backoff_s: Annotated[
         tuple[Annotated[int, Meta(ge=0, le=limits.backoff_gap_s_max)], ...],
@@ -268,6 +268,18 @@ class ClaimIn(_Request):
     queues: Annotated[list[QueueName], Meta(min_length=1, max_length=limits.queues_per_claim_max)]
     max_runs: Annotated[int, Meta(ge=1, le=limits.claim_runs_max)] = 1
     wait_s: Annotated[float, Meta(ge=0, le=limits.claim_wait_s_max)] = 0
+    # ASCII, so bytes and characters are one bound (limits.py "Idempotent
+    # claims"); a final newline, which the pattern's `$` lets through, is
+    # refused by the claim route.
+    claim_key: Annotated[
+        str,
+        Meta(
+            min_length=1,
+            max_length=limits.claim_key_chars_max,
+            pattern=limits.CLAIM_KEY_PATTERN,
+            description="client-chosen, scoped to the owner: the same claim sent again with it takes no new runs",
+        ),
+    ] | None = None
 
 
 class ClaimedRunOut(RunOut):

@@ -157,7 +157,7 @@ def _hypercorn_config(options: ServeOptions, tls: Tls | None = None) -> hypercor
     config.graceful_timeout = limits.shutdown_grace_s
     # limits.py "The edge": what hypercorn bounds itself.
     config.keep_alive_timeout = limits.keep_alive_timeout_s
-    config.read_timeout = limits.read_timeout_s
+    config.read_timeout = limits.read_timeout_s  # type: ignore[assignment]  # hypercorn annotates int; it takes any seconds
     config.h11_max_incomplete_size = limits.header_bytes_max
     config.backlog = limits.listen_backlog
     return config
@@ -201,7 +201,7 @@ async def serve(options: ServeOptions, *, task_status: trio.TaskStatus[str] = tr
     # The directory is taken before the store opens it (opening may write:
     # an identity record, an adopted directory); one that does not exist
     # yet is taken once the store has made it.
-    held_fd = _hold(options.data_dir) if os.path.isdir(options.data_dir) else None
+    held_fd = _hold(options.data_dir) if os.path.isdir(options.data_dir) else None  # noqa: ASYNC240 - at start-up, no task runs yet
     try:
         store = open_store(options, config)
     except BaseException:
@@ -253,6 +253,7 @@ def open_store(options: ServeOptions, config: Config) -> Store:
     except datadir.DataDirError as exc:
         raise ServeError(str(exc)) from None
     if store.adopted:
+        assert store.identity is not None  # an adopted directory is given this node's identity
         log.info("%s: written by an earlier version; recorded as %s", options.data_dir, store.identity.describe())
     return store
 

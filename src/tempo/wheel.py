@@ -33,13 +33,17 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Hashable
+from typing import Generic, TypeVar
 
 __all__ = ["TimingWheel"]
 
 _READY = -1  # Pseudo-level of items added already due.
 
+# What the wheel holds; `advance` hands back the items it was given.
+K = TypeVar("K", bound=Hashable)
 
-class TimingWheel:
+
+class TimingWheel(Generic[K]):
     def __init__(self, now_ms: int, *, tick_ms: int = 10, slots: int = 256, levels: int = 4):
         assert isinstance(now_ms, int) and now_ms >= 0
         assert isinstance(tick_ms, int) and tick_ms >= 1
@@ -54,14 +58,14 @@ class TimingWheel:
         self._seq = 0
         # item -> [due_ms, seq, level, slot]; level is _READY, 0..levels-1, or
         # levels for the overflow.
-        self._entries: dict[Hashable, list[int]] = {}
-        self._slots: list[list[dict[Hashable, None]]] = [
+        self._entries: dict[K, list[int]] = {}
+        self._slots: list[list[dict[K, None]]] = [
             [{} for _ in range(slots)] for _ in range(levels)
         ]
         # Bit s of _bitmaps[i] is set iff _slots[i][s] is non-empty.
         self._bitmaps = [0] * levels
-        self._ready: dict[Hashable, None] = {}
-        self._overflow: dict[Hashable, None] = {}
+        self._ready: dict[K, None] = {}
+        self._overflow: dict[K, None] = {}
         # A lower bound of the overflow's earliest due tick (exact after each
         # re-examination; cancellation may leave it low, which is harmless).
         self._overflow_tick_min: int | None = None
@@ -70,8 +74,8 @@ class TimingWheel:
         # `_now_ms` not yet returned, in (due_ms, seq) order. An item in one
         # of them keeps the level and slot it had, whose bucket no longer
         # holds it; `_unplace` looks here first.
-        self._cascading: dict[Hashable, None] = {}
-        self._out: dict[Hashable, None] = {}
+        self._cascading: dict[K, None] = {}
+        self._out: dict[K, None] = {}
         # Per level-0 slot, the largest (due_ms, seq) placed in it since it was
         # last taken, and (a bit per slot) whether one was placed after a
         # larger one: a slot whose bit is clear is in order as it stands, and
@@ -93,7 +97,7 @@ class TimingWheel:
     def __contains__(self, item: object) -> bool:
         return item in self._entries
 
-    def add(self, item: Hashable, due_ms: int) -> None:
+    def add(self, item: K, due_ms: int) -> None:
         """Schedule ``item`` at ``due_ms``, replacing an earlier due time of it."""
         assert isinstance(due_ms, int) and not isinstance(due_ms, bool)
         if item in self._entries:
@@ -103,7 +107,7 @@ class TimingWheel:
         self._entries[item] = entry
         self._place(item, entry)
 
-    def cancel(self, item: Hashable) -> bool:
+    def cancel(self, item: K) -> bool:
         """Remove ``item``; True if it was scheduled."""
         entry = self._entries.pop(item, None)
         if entry is None:
@@ -111,7 +115,7 @@ class TimingWheel:
         self._unplace(item, entry)
         return True
 
-    def _place(self, item: Hashable, entry: list[int]) -> None:
+    def _place(self, item: K, entry: list[int]) -> None:
         due_ms = entry[0]
         if due_ms <= self._now_ms:
             entry[2] = _READY
@@ -139,7 +143,7 @@ class TimingWheel:
         self._slots[level][slot][item] = None
         self._bitmaps[level] |= 1 << slot
 
-    def _unplace(self, item: Hashable, entry: list[int]) -> None:
+    def _unplace(self, item: K, entry: list[int]) -> None:
         if item in self._out:
             del self._out[item]
             return
@@ -200,7 +204,7 @@ class TimingWheel:
             return min(self._entries[item][0] for item in self._slots[0][tick & self._mask])
         return tick * self._tick_ms
 
-    def advance(self, now_ms: int, items_max: int | None = None) -> list[Hashable]:
+    def advance(self, now_ms: int, items_max: int | None = None) -> list[K]:
         """Remove and return every item with due_ms <= now_ms, by (due_ms, seq).
 
         With ``items_max``, at most that many, and at most about that many
@@ -212,7 +216,7 @@ class TimingWheel:
         assert items_max is None or items_max >= 1
         budget = len(self._entries) + 1 if items_max is None else items_max
         entries = self._entries
-        due: list[Hashable] = []
+        due: list[K] = []
         if self._out:
             due = self._hand_out(budget)
             if self._out:
@@ -222,61 +226,12 @@ class TimingWheel:
             budget -= self._cascade_some(budget)
             if self._cascading:
                 return due
-        taken: list[Hashable] = list(self._ready)
+        taken: list[K] = list(self._ready)
         self._ready.clear()
-        target_tick = now_ms // self._tick_ms
-        # Each round empties a level-0 slot, cascades a slot one level down,
-        # or re-examines the overflow, so rounds are bounded by those moves.
-        rounds_max = (len(entries) + 1) * (self._levels + 2) + 2
-        reached_ms = now_ms
         if len(taken) > budget:
-            rounds_max = 0  # time stands still: only ready items go out
-            reached_ms = self._now_ms
-        for _ in range(rounds_max):
-            event = self._next_event()
-            if event is None or event[0] > target_tick:
-                self._tick = target_tick
-                break
-            tick, level = event
-            self._tick = tick
-            if level == 0:
-                slot = tick & self._mask
-                bucket = self._slots[0][slot]
-                if (
-                    not taken
-                    and len(bucket) > budget
-                    and not self._unsorted0 >> slot & 1
-                    and (tick < target_tick or self._last0[slot][0] <= now_ms)
-                ):
-                    # Due whole and in order: it becomes the out queue as it
-                    # stands, with no work per item beyond those handed out.
-                    self._out = self._take_bucket(0, slot)
-                    self._forget0(slot)
-                    if tick < target_tick:
-                        reached_ms = (tick + 1) * self._tick_ms - 1
-                    break
-                if self._take_slot(tick, now_ms, taken):
-                    break
-                if len(taken) > budget:
-                    # The slot was taken whole: time stands at its end.
-                    reached_ms = (tick + 1) * self._tick_ms - 1
-                    break
-            elif level < self._levels:
-                bucket = self._slots[level][(tick >> (self._bits * level)) & self._mask]
-                if len(bucket) > budget - len(taken):
-                    self._cascading = self._take_bucket(level, (tick >> (self._bits * level)) & self._mask)
-                    self._now_ms = max(self._now_ms, tick * self._tick_ms - 1)
-                    budget -= self._cascade_some(budget - len(taken))
-                    if self._cascading:
-                        reached_ms = self._now_ms
-                        break
-                else:
-                    self._cascade(level, (tick >> (self._bits * level)) & self._mask)
-            else:
-                self._reexamine_overflow()
+            reached_ms = self._now_ms  # time stands still: only ready items go out
         else:
-            if rounds_max:
-                raise AssertionError("advance did not terminate")
+            reached_ms, budget = self._move_to(now_ms, taken, budget)
         self._now_ms = max(self._now_ms, reached_ms)
         # Sorting by the entries compares [due_ms, seq, ...] in C.
         taken.sort(key=entries.__getitem__)
@@ -291,7 +246,65 @@ class TimingWheel:
             due.extend(self._hand_out(room))
         return due
 
-    def _hand_out(self, items_max: int) -> list[Hashable]:
+    def _move_to(self, now_ms: int, taken: list[K], budget: int) -> tuple[int, int]:
+        """Moves the current tick to ``now_ms``'s, one non-empty slot at a
+        time, adding the items due to ``taken``; stops early where
+        ``budget`` runs out. Returns (the time reached, the budget left)."""
+        target_tick = now_ms // self._tick_ms
+        # Each round empties a level-0 slot, cascades a slot one level down,
+        # or re-examines the overflow, so rounds are bounded by those moves.
+        rounds_max = (len(self._entries) + 1) * (self._levels + 2) + 2
+        for _ in range(rounds_max):
+            event = self._next_event()
+            if event is None or event[0] > target_tick:
+                self._tick = target_tick
+                return now_ms, budget
+            tick, level = event
+            self._tick = tick
+            if level == 0:
+                reached_ms = self._take_level0(tick, target_tick, now_ms, taken, budget)
+                if reached_ms is not None:
+                    return reached_ms, budget
+            elif level < self._levels:
+                slot = (tick >> (self._bits * level)) & self._mask
+                if len(self._slots[level][slot]) > budget - len(taken):
+                    self._cascading = self._take_bucket(level, slot)
+                    self._now_ms = max(self._now_ms, tick * self._tick_ms - 1)
+                    budget -= self._cascade_some(budget - len(taken))
+                    if self._cascading:
+                        return self._now_ms, budget
+                else:
+                    self._cascade(level, slot)
+            else:
+                self._reexamine_overflow()
+        raise AssertionError("advance did not terminate")
+
+    def _take_level0(
+        self, tick: int, target_tick: int, now_ms: int, taken: list[K], budget: int
+    ) -> int | None:
+        """Adds the due items of the level-0 slot at ``tick`` to ``taken``
+        (or makes the slot the out queue); the time reached when the advance
+        stops here, or None when it goes on."""
+        slot = tick & self._mask
+        if (
+            not taken
+            and len(self._slots[0][slot]) > budget
+            and not self._unsorted0 >> slot & 1
+            and (tick < target_tick or self._last0[slot][0] <= now_ms)
+        ):
+            # Due whole and in order: it becomes the out queue as it
+            # stands, with no work per item beyond those handed out.
+            self._out = self._take_bucket(0, slot)
+            self._forget0(slot)
+            return (tick + 1) * self._tick_ms - 1 if tick < target_tick else now_ms
+        if self._take_slot(tick, now_ms, taken):
+            return now_ms
+        if len(taken) > budget:
+            # The slot was taken whole: time stands at its end.
+            return (tick + 1) * self._tick_ms - 1
+        return None
+
+    def _hand_out(self, items_max: int) -> list[K]:
         """Up to ``items_max`` items of ``_out``, first in order first."""
         out = self._out
         entries = self._entries
@@ -306,7 +319,7 @@ class TimingWheel:
             del entries[item]
         return items
 
-    def _take_bucket(self, level: int, slot: int) -> dict[Hashable, None]:
+    def _take_bucket(self, level: int, slot: int) -> dict[K, None]:
         """Empties a slot at once (its items keep their entries)."""
         bucket = self._slots[level][slot]
         self._slots[level][slot] = {}
@@ -325,7 +338,7 @@ class TimingWheel:
             self._place(item, entry)
         return count
 
-    def _take_slot(self, tick: int, now_ms: int, due: list[Hashable]) -> bool:
+    def _take_slot(self, tick: int, now_ms: int, due: list[K]) -> bool:
         """Move the items due by now_ms out of level-0 slot ``tick``.
 
         True when the slot is the target tick's, which ends the advance.

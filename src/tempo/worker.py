@@ -16,7 +16,13 @@ What it does, in the terms of API.md:
   asking for at most `min(max_runs, free slots)` runs, so a claimed run always
   has a slot to run in at once (its lease does not tick away in a queue).
   Handlers run concurrently, at most `concurrency` at a time (a
-  `trio.CapacityLimiter`).
+  `trio.CapacityLimiter`). Each claim carries a new `claim_key`; a claim
+  whose outcome is unknown (a connection error, a timeout, a `5xx`, a leader
+  change) is sent again with the same key, to any URL, for at most
+  `limits.claim_retry_s_max`, and answers the runs the first one took
+  (docs/semantics.md "Idempotent claims"). An empty answer with
+  `Retry-After` (a node that is stopping) is followed by a pause that long,
+  at most `retry_after_s_max`, before the next claim.
 - Heartbeats: every claimed run is heartbeated at a third of its `lease_s`,
   all due ones in one `POST /v1/heartbeats`. A run the server rejects
   (`stale_attempt`, `not_found`), or whose lease passes without a heartbeat
@@ -59,6 +65,7 @@ import msgspec
 import trio
 
 from tempo import limits
+from tempo.net.client import Unavailable, new_claim_key
 from tempo.net.tls import client_context
 
 log = logging.getLogger("tempo.worker")
@@ -72,6 +79,8 @@ redirects_max = 5
 heartbeat_tick_s = 0.25
 flush_timeout_s = 10.0
 claim_wait_s_default = 20
+# The longest `Retry-After` of an empty claim answer the worker waits out.
+retry_after_s_max = 5.0
 
 Handler = Callable[[dict[str, Any]], Awaitable[str | None]]
 # Called with each non-empty claim answer and the UNIX time it arrived at.
@@ -87,8 +96,13 @@ class WorkerError(Exception):
     """An answer no retry can fix (400, 401, 403): a configuration error."""
 
 
-class Unavailable(Exception):
-    """No server answered before the request's deadline."""
+def _check_int(name: str, value: object, lo: int, hi: int | None = None) -> None:
+    """A public argument's bounds, checked with exceptions that `python -O`
+    keeps (an `assert` would vanish)."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{name}: an int, not {type(value).__name__}")
+    if value < lo or (hi is not None and value > hi):
+        raise ValueError(f"{name}: {lo}-{hi} (got {value})" if hi is not None else f"{name}: at least {lo} (got {value})")
 
 
 def _first_leaf(group: BaseExceptionGroup) -> BaseException:
@@ -117,7 +131,8 @@ class Transport:
         self, urls: Sequence[str], *, token: str | None = None, rng: random.Random | None = None,
         ca_file: str | None = None,
     ):
-        assert urls, "urls: give at least one server URL"
+        if not urls:
+            raise ValueError("urls: give at least one server URL")
         self.urls = [u.rstrip("/") for u in urls]
         self._index = 0
         self._rng = rng or random.Random()
@@ -155,6 +170,14 @@ class Transport:
 
         Retries until `deadline_s` (trio clock), then raises `Unavailable`.
         """
+        status, answer, _ = await self.post_answer(path, body, timeout_s=timeout_s, deadline_s=deadline_s)
+        return status, answer
+
+    async def post_answer(
+        self, path: str, body: Any, *, timeout_s: float, deadline_s: float = math.inf
+    ) -> tuple[int, Any, httpx.Headers]:
+        """`post`, with the answer's headers. Every attempt sends the same
+        bytes: a claim retried carries its `claim_key` again."""
         content = _enc.encode(body)
         delay_s = backoff_s_min
         while True:
@@ -176,12 +199,23 @@ class Transport:
                 if leader is not None:
                     self._index = leader
                     continue
-                return response.status_code, _decode(response)
+                return response.status_code, _decode(response), response.headers
             if trio.current_time() + delay_s > deadline_s:
                 raise Unavailable(f"no server answered POST {path}")
             # Full jitter keeps a fleet of workers from coming back in step.
             await trio.sleep(self._rng.uniform(delay_s / 2, delay_s))
             delay_s = min(backoff_s_max, delay_s * 2)
+
+
+def _retry_after_s(headers: httpx.Headers) -> float:
+    """The `Retry-After` of an answer in seconds (0 when absent or a date),
+    at most `retry_after_s_max`."""
+    raw = headers.get("retry-after", "")
+    try:
+        seconds = float(raw)
+    except ValueError:
+        return 0.0
+    return min(max(seconds, 0.0), retry_after_s_max) if math.isfinite(seconds) else 0.0
 
 
 def _decode(response: httpx.Response) -> Any:
@@ -227,17 +261,24 @@ class Worker:
     ):
         if isinstance(urls, str):
             urls = [u.strip() for u in urls.split(",") if u.strip()]
-        assert 1 <= len(worker_id) <= limits.worker_chars_max, "worker_id: 1-200 characters"
-        assert 1 <= len(handlers) <= limits.queues_per_claim_max, "handlers: 1-100 queues"
-        assert 1 <= max_runs <= limits.claim_runs_max, "max_runs: 1-1000"
-        assert concurrency >= 1, "concurrency: at least 1"
-        assert 0 <= wait_s <= limits.claim_wait_s_max, "wait_s: 0-60"
+        if not isinstance(worker_id, str):
+            raise TypeError(f"worker_id: a str, not {type(worker_id).__name__}")
+        if not 1 <= len(worker_id) <= limits.worker_chars_max:
+            raise ValueError(f"worker_id: 1-{limits.worker_chars_max} characters (got {len(worker_id)})")
+        if not isinstance(handlers, dict):
+            raise TypeError(f"handlers: a dict of queue name to handler, not {type(handlers).__name__}")
+        if not 1 <= len(handlers) <= limits.queues_per_claim_max:
+            raise ValueError(f"handlers: 1-{limits.queues_per_claim_max} queues (got {len(handlers)})")
+        _check_int("max_runs", max_runs, 1, limits.claim_runs_max)
+        _check_int("concurrency", concurrency, 1)
+        _check_int("wait_s", wait_s, 0, limits.claim_wait_s_max)
         self.worker_id = worker_id
         self.handlers = dict(handlers)
         self.max_runs = max_runs
         self.concurrency = concurrency
         self.wait_s = wait_s
-        self.transport = Transport(urls, token=token, rng=rng, ca_file=ca_file)
+        self._rng = rng or random.Random()
+        self.transport = Transport(urls, token=token, rng=self._rng, ca_file=ca_file)
         self._on_claimed = on_claimed
         self._on_reported = on_reported
         # One token per handler not yet finished, borrowed when its run is
@@ -302,14 +343,27 @@ class Worker:
             if free <= 0:
                 await self._wait_slot()
                 continue
-            body = {"worker": self.worker_id, "queues": queues, "max_runs": min(self.max_runs, free), "wait_s": self.wait_s}
-            status, answer = await self.transport.post(
-                "/v1/claim", body, timeout_s=self.wait_s + request_timeout_s
-            )
+            body = {
+                "worker": self.worker_id, "queues": queues, "max_runs": min(self.max_runs, free),
+                "wait_s": self.wait_s, "claim_key": new_claim_key(self._rng),
+            }
+            try:
+                status, answer, headers = await self.transport.post_answer(
+                    "/v1/claim", body, timeout_s=self.wait_s + request_timeout_s,
+                    deadline_s=trio.current_time() + limits.claim_retry_s_max,
+                )
+            except Unavailable:
+                # Whatever that claim took comes back when its leases run out.
+                log.warning("no server answered claim %s within %g s; claiming anew", body["claim_key"],
+                            limits.claim_retry_s_max)
+                continue
             if status != 200:
                 raise WorkerError(f"POST /v1/claim answered {status}: {answer}")
             runs = answer["runs"]
             if not runs:
+                pause_s = _retry_after_s(headers)
+                if pause_s > 0:
+                    await trio.sleep(pause_s)
                 continue
             if self._on_claimed is not None:
                 self._on_claimed(runs, time.time())
@@ -504,7 +558,8 @@ def command_handler(argv: Sequence[str], base_env: dict[str, str] | None = None)
     import os
     import subprocess
 
-    assert argv, "argv: give a command"
+    if not argv:
+        raise ValueError("argv: give a command")
     argv = list(argv)
     if len(argv) == 1 and any(c.isspace() for c in argv[0]):
         argv = ["sh", "-c", argv[0]]

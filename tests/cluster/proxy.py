@@ -11,6 +11,7 @@ Plain threads, no dependency: each connection has two pump threads; the
 accept loop polls a closed flag every `accept_poll_s`.
 """
 
+import contextlib
 import socket
 import struct
 import threading
@@ -25,14 +26,10 @@ backlog_max = 128
 
 def _reset(sock: socket.socket) -> None:
     """Closes with RST (SO_LINGER 0): the peer sees the connection break at once."""
-    try:
+    with contextlib.suppress(OSError):
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-    except OSError:
-        pass
-    try:
+    with contextlib.suppress(OSError):
         sock.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass
     sock.close()
 
 
@@ -190,10 +187,8 @@ class Proxy:
                 chunk = src.recv(chunk_bytes_max)
                 if not chunk:
                     # Half-close: the other direction may still carry an answer.
-                    try:
+                    with contextlib.suppress(OSError):
                         dst.shutdown(socket.SHUT_WR)
-                    except OSError:
-                        pass
                     break
                 delay_s = self.delay_s
                 if delay_s > 0:

@@ -24,6 +24,7 @@ from tempo import errors, ids, limits
 from tempo.engine import keys
 from tempo.engine.commands import (
     Claim,
+    ClaimKey,
     ClaimRuns,
     Command,
     CreateJobs,
@@ -40,7 +41,7 @@ from tempo.engine.commands import (
     encode_entry,
 )
 from tempo.engine.jobs import Jobs, slot_after_ms
-from tempo.engine.records import Job, RequestKeyEntry, Run
+from tempo.engine.records import ClaimKeyEntry, Job, RequestKeyEntry, Run
 from tempo.engine.store import Created, Store
 from tempo.schema import JobCreate
 
@@ -147,6 +148,13 @@ class World:
 def check_outcome(command: Command, outcome) -> None:
     """Every command answers with what its kind answers, one item an item."""
     allowed = (Created, Job, Run, errors.TempoError, type(None))
+    if isinstance(command, ClaimRuns) and command.key is not None:
+        key = command.key
+        if not (keys.owner_fits(key.owner) and keys.claim_key_fits(key.owner, key.key)):
+            assert isinstance(outcome, errors.Invalid), outcome
+            return
+        if isinstance(outcome, ClaimKeyEntry | errors.ClaimKeyReused):
+            return  # a key recorded: nothing taken
     if isinstance(command, CreateJobs | ClaimRuns | ReportResults | ExpireLeases):
         items = {CreateJobs: "jobs", ClaimRuns: "claims", ReportResults: "results", ExpireLeases: "expiries"}
         assert isinstance(outcome, list) and len(outcome) == len(getattr(command, items[type(command)]))
@@ -196,6 +204,11 @@ def check_consistent(store: Store) -> None:
         assert keys.request_key(job.owner, job.request_key) == key
     keyed = {keys.request_key(job.owner, job.request_key) for job in jobs.values() if job.request_key is not None}
     assert keyed == {k for k, _ in tables["request_keys"]}, "every job's request key is indexed"
+    records = {k: msgspec.msgpack.decode(v, type=ClaimKeyEntry) for k, v in tables["claim_keys"]
+               if k.startswith(keys.CLAIM_KEY_HEAD)}
+    expiring = {k for k, _ in tables["claim_keys"] if k.startswith(keys.CLAIM_KEY_EXPIRY_HEAD)}
+    assert expiring == {keys.claim_key_expiry_of(e.expires_ms, k) for k, e in records.items()}, "claim key expiries"
+    assert all(entry.runs for entry in records.values()), "a claim key that took nothing is not recorded"
     for table in tables.values():
         assert all(0 < len(k) <= limits.lmdb_key_bytes_max for k, _ in table)
 
@@ -262,7 +275,17 @@ def run_command(draw: st.DrawFn, world: World, at_ms: int) -> Command:
     if kind == "claim":
         worker = draw(st.sampled_from(["w", CLEF * limits.worker_chars_max, CLEF * (limits.worker_chars_max * 5)]))
         claims = [Claim(r.job_id, r.nominal_ms, min(at_ms + 60_000, limits.time_ms_max)) for r in picked]
-        return ClaimRuns(at_ms, worker, claims)
+        key = None
+        if draw(st.booleans()):
+            # A few keys, reused by other workers and queue sets; owners
+            # whose key would not fit; records that expire at once or later.
+            key = ClaimKey(
+                draw(st.sampled_from(["default", "default"]) | owners),
+                draw(st.sampled_from(["k1", "k2", "K" * limits.claim_key_chars_max])),
+                draw(st.sampled_from([b"q" * 16, b"r" * 16])),
+                min(at_ms + draw(st.sampled_from([0, 1, limits.claim_key_kept_ms])), limits.time_ms_max),
+            )
+        return ClaimRuns(at_ms, worker, claims, key)
     claimed = [r for r in runs if r.status == "claimed"]
     if kind != "claim" and claimed and draw(st.booleans()):
         picked = draw(st.lists(st.sampled_from(claimed), min_size=1, max_size=4))

@@ -116,7 +116,7 @@ async def test_a_restart_with_the_wall_clock_an_hour_back_continues_from_the_sta
         assert trio.current_time() - restarted_s <= 5 + 3
         newer = await second.create(schedule=at(60))
         listed, _ = second.store.list_jobs(OWNER, 10, None)
-        assert [j.id for j in listed][0] == newer and older in [j.id for j in listed]
+        assert listed[0].id == newer and older in [j.id for j in listed]
 
 
 def _result(claimed, ok: bool) -> Result:

@@ -104,7 +104,7 @@ def test_a_file_that_cuts_off_a_root_is_truncated(used: Path):
 @pytest.mark.parametrize("size_pages", [0.5, 1, 1.5])
 def test_a_file_shorter_than_two_pages_is_refused(used: Path, size_pages: float):
     os.truncate(used / "data.mdb", int(4096 * size_pages))
-    with pytest.raises(DataDirError, match="truncated|cut short"):
+    with pytest.raises(DataDirError, match=r"truncated|cut short"):
         datadir.check_files(str(used))
 
 
@@ -162,7 +162,7 @@ def test_a_plain_key_in_the_main_database_is_foreign(tmp_path: Path):
     with env.begin(write=True) as txn:
         txn.put(b"config", b"{}")
     env.close()
-    with pytest.raises(DataDirError, match="not tempo's .*config"):
+    with pytest.raises(DataDirError, match=r"not tempo's .*config"):
         open_store(tmp_path / "d", SINGLE)
 
 
@@ -182,9 +182,9 @@ def test_the_identity_is_written_at_first_start_and_checked_after(tmp_path: Path
     open_store(tmp_path / "d", N1).close()
     # A later --peers (membership changed since the founding) is the same member.
     open_store(tmp_path / "d", datadir.member_identity("n1", [("n1", "http://a:1"), ("n4", "http://d:1")])).close()
-    with pytest.raises(DataDirError, match="cluster member n1 .*--node n2.*--node n1"):
+    with pytest.raises(DataDirError, match=r"cluster member n1 .*--node n2.*--node n1"):
         open_store(tmp_path / "d", N2)
-    with pytest.raises(DataDirError, match="cluster member n1.*no --node and --peers"):
+    with pytest.raises(DataDirError, match=r"cluster member n1.*no --node and --peers"):
         open_store(tmp_path / "d", SINGLE)
     # Tools and tests open it without an identity: nothing checked or written.
     open_store(tmp_path / "d").close()
@@ -220,7 +220,7 @@ def earlier_member_dir(path: Path) -> None:
 
 def test_an_earlier_members_dir_is_adopted_by_a_member_and_refused_to_a_single_node(tmp_path: Path):
     earlier_member_dir(tmp_path / "d")
-    with pytest.raises(DataDirError, match="a cluster member's data directory.*its --node --peers"):
+    with pytest.raises(DataDirError, match=r"a cluster member's data directory.*its --node --peers"):
         open_store(tmp_path / "d", SINGLE)
     store = open_store(tmp_path / "d", N1)
     assert (store.identity, store.adopted) == (N1, True)

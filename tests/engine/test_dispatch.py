@@ -6,6 +6,7 @@ would stall here: the commit thread's wake-up is not a deadline it can jump
 to.) A commit's few real milliseconds are a fraction of a virtual second, so
 the margins below are wide."""
 
+import itertools
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
@@ -171,7 +172,7 @@ async def test_a_repeating_job_keeps_its_schedule_while_a_run_is_slow(node, fast
 async def test_missed_occurrences_coalesce_into_one_run_due_at_once(node, fast_clock):
     job_id = await node.create(schedule=ScheduleIn(every_s=10), lease_s=600)
     created_ms = node.store.get_job(OWNER, job_id).created_at_ms
-    [c1] = await node.claim(wait_s=11)
+    [_c1] = await node.claim(wait_s=11)
     # Nobody claims for 65 s: the run due at +20 waits, +30..+70 are missed.
     await trio.sleep(65)
     [c2] = await node.claim()
@@ -383,7 +384,7 @@ async def test_a_batch_larger_than_a_slice_enters_memory_over_several_steps(tmp_
         # Trio runs the watcher once per scheduling batch, before or after the
         # listener: it sees at most two slices between two looks.
         assert len({n for n in seen if 0 < n < 250}) >= 3
-        assert all(b - a <= 2 * 40 for a, b in zip(seen, seen[1:], strict=False))
+        assert all(b - a <= 2 * 40 for a, b in itertools.pairwise(seen))
         dispatcher.check_memory()
         nursery.cancel_scope.cancel()
     made.store.close()

@@ -141,7 +141,7 @@ def test_a_run_is_ready_when_due_and_not_before(rig):
 def test_a_lease_runs_out_on_the_monotonic_clock_whatever_the_wall_clock_does(rig):
     rig.create(lease_s=30)
     rig.tick()
-    [claimed] = rig.claim()
+    [_claimed] = rig.claim()
     rig.advance(0, wall_ms=3600_000)  # the wall clock steps an hour forward
     assert rig.expire() == []
     rig.advance(29.9)
@@ -275,7 +275,7 @@ def test_a_reset_while_a_claim_commits_leaves_its_runs_claimed_and_counts_nothin
 def test_an_expiry_not_written_comes_back_at_the_next_check(rig):
     rig.create(lease_s=5)
     rig.tick()
-    [claimed] = rig.claim()
+    [_claimed] = rig.claim()
     rig.advance(5)
     command = rig.core.expire(rig.now_ms, rig.mono_s)
     assert command is not None and rig.core.leases == {}

@@ -253,6 +253,46 @@ async def test_an_owner_below_its_share_loads_a_whole_minute_as_before(node, fas
     assert QUEUE.startswith(OWNER)
 
 
+async def _mixed_step(node, rng, owner: str, action: float, open_jobs: dict[str, list[str]],
+                      paused: dict[str, list[str]], held: dict[str, list]) -> None:
+    """One step of the mixed work below, picked by `action` (in [0, 1))."""
+    d = node.dispatcher
+    now_s = (fake_now_ms() - T0_MS) / 1000
+    if action < 0.25:
+        offsets = [now_s + rng.choice((0, 0, 5, 50, 130)) + rng.random() for _ in range(rng.randint(1, 30))]
+        bodies = [JobCreate(target="queue:work", schedule=at(o), lease_s=3600, retry=RetryIn(max_attempts=3, backoff_s=[5])) for o in offsets]
+        outcomes = await node.jobs.create(owner, bodies, from_msgpack=False)
+        open_jobs[owner] += [o.job.id for o in outcomes]
+    elif action < 0.55:
+        got = await d.claim([f"{owner}\x00work"], "w", 5, 0)
+        held[owner] += got
+    elif action < 0.8 and held[owner]:
+        claimed = held[owner].pop(rng.randrange(len(held[owner])))
+        run = claimed.run
+        ok = rng.random() < 0.8
+        result = Result(run.job_id, run.nominal_ms, run.attempt, ok, None, None if ok else "boom")
+        [outcome] = await d.report(owner, [result])
+        if outcome.status in ("done", "failed"):
+            open_jobs[owner].remove(run.job_id)
+    elif action < 0.87 and open_jobs[owner]:
+        job_id = rng.choice(open_jobs[owner])
+        if not any(c.run.job_id == job_id for c in held[owner]):
+            await node.jobs.pause(owner, job_id)
+            open_jobs[owner].remove(job_id)
+            paused[owner].append(job_id)
+    elif action < 0.93 and paused[owner]:
+        job_id = paused[owner].pop()
+        await node.jobs.resume(owner, job_id)
+        open_jobs[owner].append(job_id)
+    elif action < 0.97 and open_jobs[owner]:
+        job_id = rng.choice(open_jobs[owner])
+        await node.jobs.delete(owner, job_id)
+        open_jobs[owner].remove(job_id)
+        held[owner] = [c for c in held[owner] if c.run.job_id != job_id]
+    else:
+        await trio.sleep(rng.choice((1, 10, 40)))
+
+
 @pytest.mark.parametrize("seed", [1, 2, 3])
 async def test_mixed_work_of_two_owners_keeps_the_invariant(node, fast_clock, seed):
     """Creates (some due later, some at once), claims, results (some failed:
@@ -272,40 +312,7 @@ async def test_mixed_work_of_two_owners_keeps_the_invariant(node, fast_clock, se
     for _step in range(120):
         owner = rng.choice(owners)
         action = rng.random()
-        now_s = (fake_now_ms() - T0_MS) / 1000
-        if action < 0.25:
-            offsets = [now_s + rng.choice((0, 0, 5, 50, 130)) + rng.random() for _ in range(rng.randint(1, 30))]
-            bodies = [JobCreate(target="queue:work", schedule=at(o), lease_s=3600, retry=RetryIn(max_attempts=3, backoff_s=[5])) for o in offsets]
-            outcomes = await node.jobs.create(owner, bodies, from_msgpack=False)
-            open_jobs[owner] += [o.job.id for o in outcomes]
-        elif action < 0.55:
-            got = await d.claim([f"{owner}\x00work"], "w", 5, 0)
-            held[owner] += got
-        elif action < 0.8 and held[owner]:
-            claimed = held[owner].pop(rng.randrange(len(held[owner])))
-            run = claimed.run
-            ok = rng.random() < 0.8
-            result = Result(run.job_id, run.nominal_ms, run.attempt, ok, None, None if ok else "boom")
-            [outcome] = await d.report(owner, [result])
-            if outcome.status in ("done", "failed"):
-                open_jobs[owner].remove(run.job_id)
-        elif action < 0.87 and open_jobs[owner]:
-            job_id = rng.choice(open_jobs[owner])
-            if not any(c.run.job_id == job_id for c in held[owner]):
-                await node.jobs.pause(owner, job_id)
-                open_jobs[owner].remove(job_id)
-                paused[owner].append(job_id)
-        elif action < 0.93 and paused[owner]:
-            job_id = paused[owner].pop()
-            await node.jobs.resume(owner, job_id)
-            open_jobs[owner].append(job_id)
-        elif action < 0.97 and open_jobs[owner]:
-            job_id = rng.choice(open_jobs[owner])
-            await node.jobs.delete(owner, job_id)
-            open_jobs[owner].remove(job_id)
-            held[owner] = [c for c in held[owner] if c.run.job_id != job_id]
-        else:
-            await trio.sleep(rng.choice((1, 10, 40)))
+        await _mixed_step(node, rng, owner, action, open_jobs, paused, held)
         check(node)
         ever_skipped |= bool(d.skipped)
     assert ever_skipped and d.counters["feed_skips"] > 0  # the paths under test were taken

@@ -27,7 +27,7 @@ async def test_a_preview_of_the_largest_count_yields_between_slices():
     )
     async with trio.open_nursery() as nursery:
         nursery.start_soon(ticker)
-        await trio.sleep(0)
+        await trio.lowlevel.checkpoint()
         before = ticks
         times = await preview_ms(body, 0)
         during = ticks - before

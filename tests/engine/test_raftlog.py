@@ -93,7 +93,7 @@ def test_installing_a_snapshot_replaces_log_and_state_at_once(tmp_path):
     follower = Store(str(tmp_path / "d"), map_bytes=1 << 26)
     try:
         RaftLog(leader, VOTERS)
-        index, data = leader.snapshot_data()
+        _index, data = leader.snapshot_data()
         log = RaftLog(follower, VOTERS)
         write(follower, log, ents=entries(2, 5, 1))
         snap = Snapshot(SnapshotMeta(40, 3, ConfState(VOTERS)), data)

@@ -19,10 +19,10 @@ class RefusingServer(BaseHTTPRequestHandler):
     """Ready, and answers every batch create 400 with a problem whose detail
     happens to say "overran"."""
 
-    def do_GET(self) -> None:  # noqa: N802 - the name http.server calls
+    def do_GET(self) -> None:  # the name http.server calls
         self._answer(200 if self.path == "/readyz" else 404, {"status": "ok"}, "application/json")
 
-    def do_POST(self) -> None:  # noqa: N802 - the name http.server calls
+    def do_POST(self) -> None:  # the name http.server calls
         self.rfile.read(int(self.headers.get("content-length", 0)))
         if self.path == "/v1/jobs/batch":
             problem = {"type": "about:blank", "title": "bad request", "status": 400,

@@ -2,6 +2,7 @@
 (docs/operations.md "Limits"): each over-limit request gets its documented
 answer, and the server keeps serving everyone else afterwards."""
 
+import contextlib
 import json
 import socket
 import threading
@@ -45,10 +46,9 @@ def raw(port: int, data: bytes, *, read_s: float = 10.0) -> tuple[int, dict, byt
     """Sends `data` on a fresh connection and reads one answer: (status,
     headers, body)."""
     with socket.create_connection(("127.0.0.1", port), timeout=read_s) as sock:
-        try:
+        # The server may answer and close while this is sending.
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
             sock.sendall(data)
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # the server answered and closed while this was sending
         return read_answer(sock)
 
 

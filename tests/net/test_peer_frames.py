@@ -2,6 +2,7 @@
 a broken framing (an oversized length, a stream cut inside a frame) ends
 the stream, with a 4xx error."""
 
+import contextlib
 import struct
 
 import msgspec
@@ -111,10 +112,8 @@ def test_well_formed_messages_round_trip_and_pass(message):
 @settings(max_examples=examples_max, derandomize=True)
 @given(frame=mutated(valid_frames))
 def test_the_message_decoder_raises_only_its_decode_error(frame):
-    try:
+    with contextlib.suppress(msgspec.DecodeError):  # ValidationError is one too
         MESSAGE_DECODER.decode(frame)
-    except msgspec.DecodeError:  # ValidationError is one too
-        pass
 
 
 def _frame(message) -> bytes:

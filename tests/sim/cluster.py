@@ -8,6 +8,7 @@ in which the cluster must converge. Invariants are checked after every event
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import heapq
@@ -206,10 +207,8 @@ class Simulator:
             if leader is not None:
                 target = rng.choice(leader.core.voters)
                 self._record("transfer", leader.id, target)
-                try:
+                with contextlib.suppress(ProposalDropped):
                     leader.core.transfer_leader(target)
-                except ProposalDropped:
-                    pass
                 self._drain(leader)
 
     def _partition(self) -> None:
@@ -298,9 +297,8 @@ class Simulator:
 
     def _send(self, m: Message) -> None:
         rng, p = self.rng, self.params
-        if not self.healed:
-            if (m.src, m.dst) in self.blocked or rng.random() < p.drop_rate:
-                return
+        if not self.healed and ((m.src, m.dst) in self.blocked or rng.random() < p.drop_rate):
+            return
         copies = 2 if not self.healed and rng.random() < p.duplicate_rate else 1
         if p.codec:
             m = MESSAGE_DECODER.decode(MESSAGE_ENCODER.encode(m))

@@ -74,10 +74,25 @@ class Claim(msgspec.Struct, array_like=True):
     one_off: bool = False
 
 
+class ClaimKey(msgspec.Struct, array_like=True):
+    """A claim's client-chosen key (docs/semantics.md "Idempotent claims"):
+    scoped to `owner`; `queues_hash` names the set of queues claimed from;
+    the record is kept until `expires_ms`, stamped by the node that made
+    the command."""
+
+    owner: str
+    key: str
+    queues_hash: bytes
+    expires_ms: Ms = 0
+
+
 class ClaimRuns(msgspec.Struct, tag="claim_runs", array_like=True):
     at_ms: Ms
     worker: str
     claims: list[Claim]
+    # The claim's key, if it carried one: apply records what it took, and a
+    # claim whose key is recorded takes nothing and answers the record.
+    key: ClaimKey | None = None
 
 
 class Result(msgspec.Struct, array_like=True):

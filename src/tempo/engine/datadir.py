@@ -333,11 +333,14 @@ def _check_writable(path: str, shown: str) -> None:
 # -- the tables, once open ----------------------------------------------------------
 
 
-def check_tables(path: str, names: set[bytes], meta: Meta | None, tables: tuple[str, ...]) -> bool:
+def check_tables(
+    path: str, names: set[bytes], meta: Meta | None, tables: tuple[str, ...], added: tuple[str, ...] = ()
+) -> bool:
     """Given the names in the environment's main database, before tempo
     creates anything: True when they are tempo's tables (an existing store),
     False for an environment that never held any (a fresh start).
-    DataDirError for anything else."""
+    DataDirError for anything else. `added`: tables of `tables` that a later
+    version added, which a store made before lacks (they are created)."""
     own = {name.encode() for name in tables} | {RAFT_META_DB, b"raft_log", IDENTITY_DB}
     foreign = sorted(name.decode(errors="replace") for name in names if name not in own and not _HIST.fullmatch(name))
     if foreign:
@@ -353,7 +356,7 @@ def check_tables(path: str, names: set[bytes], meta: Meta | None, tables: tuple[
             f"{path} holds an LMDB environment with no tables, so it is not tempo's: give --data-dir a "
             "directory of tempo's own"
         )
-    missing = sorted(name for name in tables if name.encode() not in names)
+    missing = sorted(name for name in tables if name.encode() not in names and name not in added)
     if missing:
         raise DataDirError(f"{path} lacks tempo's tables {', '.join(missing)}: the data is damaged; {_RESTORE}")
     return True

@@ -27,7 +27,7 @@ import trio
 from tempo import clock, errors, ids, limits
 from tempo.config import UNLIMITED, OwnerLimits
 from tempo.engine.commandlog import CommandLog
-from tempo.engine.commands import ReportResults, Result
+from tempo.engine.commands import ClaimKey, ReportResults, Result
 from tempo.engine.dispatch_core import (
     HTTP_QUEUE,
     LATENESS_BUCKETS_S,
@@ -39,7 +39,7 @@ from tempo.engine.dispatch_core import (
     owner_of,
     queue_key,
 )
-from tempo.engine.records import Job, Run
+from tempo.engine.records import ClaimKeyEntry, Job, Run
 from tempo.engine.store import Changes, Store
 from tempo.wheel import TimingWheel
 
@@ -108,7 +108,7 @@ class Dispatcher:
         return self.core.leases
 
     @property
-    def wheel(self) -> TimingWheel:
+    def wheel(self) -> TimingWheel[bytes]:
         return self.core.wheel
 
     @property
@@ -226,11 +226,16 @@ class Dispatcher:
             log_failed_attempts(outcomes)  # type: ignore[arg-type]
 
     async def claim(
-        self, queues: list[str], worker: str, runs_max: int, wait_s: float
+        self, queues: list[str], worker: str, runs_max: int, wait_s: float, key: ClaimKey | None = None
     ) -> list[ClaimedRun]:
         """Claims up to `runs_max` due runs of `queues` (`[HTTP_QUEUE]`: every
         owner's http queue), waiting up to `wait_s` for one: for a run to fall
         due, or for room under its owner's limits.
+
+        With a `key` already recorded (docs/semantics.md "Idempotent
+        claims"), it takes nothing and answers the runs the key took that
+        are still held at their attempt; the recorded state decides, here or
+        in apply when the first claim with the key is still being committed.
 
         Cancelling it is safe: cancelled while it waits, it has taken
         nothing; once it has taken runs, their commit finishes (shielded: a
@@ -239,6 +244,10 @@ class Dispatcher:
         client has gone meanwhile hands them to `release`."""
         deadline_s = trio.current_time() + wait_s
         generation = self.core.generation
+        if key is not None:
+            entry = self.store.claim_key_entry(key.owner, key.key, self.now_ms())
+            if entry is not None:
+                return self._answer_key(entry, worker, key)
         while True:
             if generation != self.core.generation:
                 raise errors.NotLeader("this node stopped leading; claim from the new leader")
@@ -249,7 +258,10 @@ class Dispatcher:
             taken = self.core.take(queues, runs_max, trio.current_time())
             if taken.runs:
                 with trio.CancelScope(shield=True):
-                    claimed = await self._commit_claims(worker, taken.runs)
+                    claimed = await self._commit_claims(worker, taken.runs, key)
+                if isinstance(claimed, ClaimKeyEntry):
+                    assert key is not None
+                    return self._answer_key(claimed, worker, key)
                 if claimed:
                     return claimed
                 continue
@@ -274,26 +286,62 @@ class Dispatcher:
             await event.wait()
             nursery.cancel_scope.cancel()
 
-    async def _commit_claims(self, worker: str, taken: list[tuple[bytes, Job]]) -> list[ClaimedRun]:
+    async def _commit_claims(
+        self, worker: str, taken: list[tuple[bytes, Job]], key: ClaimKey | None = None
+    ) -> list[ClaimedRun] | ClaimKeyEntry:
         # Leases count from the claim's stamp, on the monotonic clock.
         proposal = self.core.propose_claims(worker, taken, self.now_ms(), trio.current_time())
         try:
             if proposal.command is None:
                 return []
+            if key is not None:
+                # The record is kept from the claim's stamp (limits.py
+                # "Idempotent claims"); apply drops it then.
+                expires_ms = proposal.command.at_ms + limits.claim_key_kept_ms
+                proposal.command.key = ClaimKey(key.owner, key.key, key.queues_hash, expires_ms)
             outcomes = await self.committer.submit(proposal.command)
+            if isinstance(outcomes, ClaimKeyEntry):
+                # The key was recorded first (a retry raced its claim): this
+                # command took nothing, and its runs are still waiting.
+                self.core.give_back(proposal)
+                return outcomes
             return self.core.claimed(proposal, outcomes)  # type: ignore[arg-type]
-        except (errors.Overloaded, errors.NotLeader):
-            # Not written (a full disk, too many writes), or refused as
-            # leadership goes: the runs are still waiting in the tables, and
-            # go back to the head of their queues. A node that stops leading
-            # is reset, which forgets them again; one whose leadership
-            # transfer gives up leads on with them (a claim whose entry may
-            # yet commit elsewhere fails only once the node stopped leading).
+        except (errors.Overloaded, errors.ClaimKeyReused, errors.NotLeader):
+            # Not written (a full disk, too many writes), a key that took
+            # nothing, or refused as leadership goes: the runs are still
+            # waiting in the tables, and go back to the head of their
+            # queues. A node that stops leading is reset, which forgets them
+            # again; one whose leadership transfer gives up leads on with
+            # them (a claim whose entry may yet commit elsewhere fails only
+            # once the node stopped leading).
             self.core.give_back(proposal)
             raise
         finally:
             self.core.settle(proposal)
             self._signal()
+
+    def _answer_key(self, entry: ClaimKeyEntry, worker: str, key: ClaimKey) -> list[ClaimedRun]:
+        """The runs a recorded claim key took that are still claimed at the
+        attempt it took them at: a run whose lease ran out, or that finished
+        or was deleted since, is not this claim's any more (fencing by
+        attempt). Each answered run's lease is renewed as by a heartbeat,
+        and the answer shows it. Another worker or other queues with the key
+        is `ClaimKeyReused`."""
+        if entry.worker != worker or entry.queues_hash != key.queues_hash:
+            raise errors.ClaimKeyReused(f"claim key {key.key!r} was used by another worker or for other queues")
+        self.core.counters["claim_key_repeats"] += 1
+        answered: list[ClaimedRun] = []
+        for taken in entry.runs:
+            run = self.store.get_run_any(taken.job_id, taken.nominal_ms)
+            job = self.store.get_job_any(taken.job_id)
+            if run is None or job is None or run.status != "claimed" or run.attempt != taken.attempt:
+                continue
+            try:
+                run.lease_expires_ms = self.heartbeat(None, ids.run_id(run.job_id, run.nominal_ms), run.attempt)
+            except (errors.StaleAttempt, errors.NotFound):
+                continue
+            answered.append(ClaimedRun(run, job))
+        return answered
 
     def heartbeat(self, owner: str | None, run_id: str, attempt: int) -> int:
         """Extends a lease in memory to `lease_s` from now (monotonic); answers

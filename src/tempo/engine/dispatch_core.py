@@ -216,7 +216,7 @@ class DispatchCore:
         """Forgets all soft state (a leader that stopped leading); `load`
         reads it again from the tables. A claim proposed before is stale."""
         self.generation += 1
-        self.wheel = TimingWheel(now_ms, tick_ms=limits.dispatch_tick_ms)
+        self.wheel: TimingWheel[bytes] = TimingWheel(now_ms, tick_ms=limits.dispatch_tick_ms)
         # Runs keys in the wheel or a ready queue, with their queue and job. A
         # key in a deque but not here (or here under another queue) is a
         # tombstone. The job is as it was when the run was loaded: enough for

@@ -351,6 +351,12 @@ async def preview_ms(body: PreviewSpec, now_ms: int) -> list[int]:
     return [at_ms for at_ms, _ in found]
 
 
+def queues_hash(queues: list[str]) -> bytes:
+    """The set of queues a claim names, as a claim key's record keeps it:
+    order and repeats do not matter."""
+    return hashlib.blake2b("\n".join(sorted(set(queues))).encode(), digest_size=16).digest()
+
+
 # -- the service -------------------------------------------------------------------
 
 

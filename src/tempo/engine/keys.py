@@ -5,6 +5,8 @@ runs by job: job ID (26 bytes) | nominal ms u64
 jobs by owner: owner | 0x00 | job ID (26 bytes)
 request keys:  owner | 0x00 | request key
 events:        owner | 0x00 | sequence u64
+claim keys:    b"k" | owner | 0x00 | claim key
+  expiring at: b"x" | expires ms u64 | owner | 0x00 | claim key
 
 Every key fits LMDB's bound (limits.py "Storage bounds"): the edge bounds
 owners and request keys in bytes, and apply checks `owner_fits` and
@@ -34,7 +36,7 @@ _SLOT_AT = 13
 _NOMINAL_AT = 39
 assert _SLOT_AT + _SLOT.size == RUN_KEY_BYTES and _NOMINAL_AT + _NOMINAL.size == RUN_KEY_BYTES
 JOB_KEY_BYTES = ids.ULID_CHARS
-assert JOB_KEY_BYTES == limits.job_key_bytes and _SEQ.size == limits.event_seq_bytes
+assert limits.job_key_bytes == JOB_KEY_BYTES and _SEQ.size == limits.event_seq_bytes
 
 
 def job_key(job_id: str) -> bytes:
@@ -70,12 +72,14 @@ def new_run_keys(job_key_bytes: bytes, job_id: str, nominal_ms: int, due_ms: int
 
 def due_of(key: bytes) -> int:
     """The due ms of a runs key, without the rest."""
-    return _DUE.unpack_from(key, DUE_AT)[0]
+    due_ms: int = _DUE.unpack_from(key, DUE_AT)[0]
+    return due_ms
 
 
 def nominal_of(key: bytes) -> int:
     """The nominal ms of a runs key, its last field."""
-    return _NOMINAL.unpack_from(key, _NOMINAL_AT)[0]
+    nominal_ms: int = _NOMINAL.unpack_from(key, _NOMINAL_AT)[0]
+    return nominal_ms
 
 
 def slot_of(key: bytes) -> tuple[str, int]:
@@ -114,7 +118,7 @@ def owner_fits(owner: str) -> bool:
 def request_key_fits(owner: str, key: str) -> bool:
     """Whether `request_key(owner, key)` fits LMDB; `owner_fits(owner)` holds."""
     size = len(owner.encode()) + limits.owner_separator_bytes + len(key.encode())
-    return 0 < len(key) and size <= limits.lmdb_key_bytes_max
+    return len(key) > 0 and size <= limits.lmdb_key_bytes_max
 
 
 @functools.lru_cache(maxsize=1024)
@@ -140,3 +144,44 @@ def event_key(owner: str, seq: int) -> bytes:
 def parse_event_key(key: bytes) -> tuple[str, int]:
     owner, _, seq = key.partition(b"\x00")
     return owner.decode(), _SEQ.unpack(seq)[0]
+
+
+# -- claim keys (limits.py "Idempotent claims") ------------------------------------
+
+CLAIM_KEY_HEAD = b"k"
+CLAIM_KEY_EXPIRY_HEAD = b"x"
+_EXPIRES = struct.Struct(">Q")
+assert len(CLAIM_KEY_HEAD) == len(CLAIM_KEY_EXPIRY_HEAD) == limits.claim_key_head_bytes
+assert _EXPIRES.size == limits.claim_key_expiry_bytes
+
+
+def claim_key_fits(owner: str, key: str) -> bool:
+    """Whether both keys of a claim key's record fit LMDB; `owner_fits(owner)` holds."""
+    size = (
+        limits.claim_key_head_bytes + limits.claim_key_expiry_bytes + len(owner.encode())
+        + limits.owner_separator_bytes + len(key.encode())
+    )
+    return 0 < len(key) and size <= limits.lmdb_key_bytes_max
+
+
+def claim_key(owner: str, key: str) -> bytes:
+    assert claim_key_fits(owner, key), "a claim key past LMDB's key bound reached a key"
+    return CLAIM_KEY_HEAD + owner_prefix(owner) + key.encode()
+
+
+def claim_key_expiry(expires_ms: int, owner: str, key: str) -> bytes:
+    return claim_key_expiry_of(expires_ms, claim_key(owner, key))
+
+
+def claim_key_expiry_of(expires_ms: int, record_key: bytes) -> bytes:
+    """The expiry index key of the record at `record_key` (a `claim_key`)."""
+    assert record_key.startswith(CLAIM_KEY_HEAD)
+    return CLAIM_KEY_EXPIRY_HEAD + _EXPIRES.pack(expires_ms) + record_key[limits.claim_key_head_bytes :]
+
+
+def parse_claim_key_expiry(key: bytes) -> tuple[int, bytes]:
+    """(expires ms, the record's key) of an expiry index key."""
+    assert key.startswith(CLAIM_KEY_EXPIRY_HEAD)
+    head = limits.claim_key_head_bytes
+    expires_ms = _EXPIRES.unpack_from(key, head)[0]
+    return expires_ms, CLAIM_KEY_HEAD + key[head + _EXPIRES.size :]

@@ -255,10 +255,8 @@ class RaftLog:
                 continue
             if keep_newer and (index > keep or name.endswith(".tmp")):
                 continue  # a compaction being written, or written and not yet recorded
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 os.unlink(os.path.join(self.dir, name))
-            except FileNotFoundError:
-                pass
 
 
 # -- one Ready, written (a worker thread) -------------------------------------------

@@ -99,6 +99,24 @@ class RequestKeyEntry(msgspec.Struct, array_like=True):
     body_hash: bytes
 
 
+class Taken(msgspec.Struct, array_like=True, gc=False):
+    """One run a keyed claim took, with the attempt it took it at."""
+
+    job_id: JobId
+    nominal_ms: Nominal
+    attempt: Count
+
+
+class ClaimKeyEntry(msgspec.Struct, array_like=True, gc=False):
+    """What a claim key took (docs/semantics.md "Idempotent claims"): kept
+    until `expires_ms` (UNIX ms), when apply drops it."""
+
+    worker: str
+    queues_hash: bytes
+    expires_ms: Ms
+    runs: list[Taken]
+
+
 class Corrupt(Exception):
     """Stored or replicated bytes that do not decode to a valid value: the
     data dir (or a log entry) is damaged. Not an operating error to answer
@@ -112,11 +130,11 @@ class Decoder(Generic[T]):
     """A MessagePack decoder of one record type that raises `Corrupt`, and
     nothing else, for bytes that are not a valid record."""
 
-    def __init__(self, kind: Any, name: str | None = None):
+    def __init__(self, kind: type[T], name: str | None = None):
         self.name = name or kind.__name__
         self._decoder = msgspec.msgpack.Decoder(kind)
 
-    def decode(self, raw: bytes) -> T:
+    def decode(self, raw: bytes | memoryview) -> T:
         try:
             return self._decoder.decode(raw)
         except (msgspec.MsgspecError, RecursionError) as exc:

@@ -8,6 +8,7 @@ replica applies the same drop. Nothing is proposed while nothing is due, so a
 quiet cluster's log does not grow by one entry a minute.
 """
 
+import contextlib
 import logging
 from collections.abc import Callable
 
@@ -64,8 +65,6 @@ class Retention:
         every `limits.retention_check_s`."""
         task_status.started()
         while True:
-            try:
+            with contextlib.suppress(errors.Overloaded):  # nothing written; the next round tries again
                 await self.drop_due()
-            except errors.Overloaded:
-                pass  # nothing written; the next round tries again
             await trio.sleep(limits.retention_check_s)

@@ -31,6 +31,7 @@ from tempo import errors, ids, limits
 from tempo.engine import datadir, keys, records
 from tempo.engine.commands import (
     Claim,
+    ClaimKey,
     ClaimRuns,
     Command,
     CreateJobs,
@@ -47,7 +48,7 @@ from tempo.engine.commands import (
     TriggerJob,
     decode_entry,
 )
-from tempo.engine.records import Event, Job, RequestKeyEntry, Run
+from tempo.engine.records import ClaimKeyEntry, Event, Job, RequestKeyEntry, Run, Taken
 from tempo.metrics import Histogram
 
 _TABLES = (
@@ -61,7 +62,10 @@ _TABLES = (
     "open_minutes",
     "members",
     "history_days",
+    "claim_keys",
 )
+# Tables a later version added: created in an existing store that lacks them.
+_ADDED_TABLES = ("claim_keys",)
 _OPEN = ("waiting", "claimed")
 _FINISHED = ("done", "failed", "cancelled")
 _U64 = struct.Struct(">Q")
@@ -104,6 +108,7 @@ _enc = msgspec.msgpack.Encoder()
 _job_dec = records.Decoder(Job)
 _run_dec = records.Decoder(Run)
 _reqkey_dec = records.Decoder(RequestKeyEntry)
+_claimkey_dec: records.Decoder[ClaimKeyEntry] = records.Decoder(ClaimKeyEntry)
 _event_dec = records.Decoder(Event)
 _snapshot_dec = records.Decoder(list[tuple[str, list[tuple[bytes, bytes]]]], "snapshot")
 
@@ -141,7 +146,7 @@ class Changes:
 # What apply answers for one command: a value, or the operating error the
 # request gets. Errors are returned, not raised, so one bad command in a batch
 # leaves the others (and the transaction) alone.
-Outcome = Created | Job | Run | None | errors.TempoError | list
+Outcome = Created | Job | Run | None | errors.TempoError | list | ClaimKeyEntry
 
 
 class Store:
@@ -209,7 +214,7 @@ class Store:
         from an earlier version now)."""
         with self.env.begin(write=True) as txn:
             names = {name for name, _ in txn.cursor()}
-            existing = datadir.check_tables(self.path, names, meta, _TABLES)
+            existing = datadir.check_tables(self.path, names, meta, _TABLES, _ADDED_TABLES)
             self.db = {name: self.env.open_db(name.encode(), txn=txn) for name in _TABLES}
             self.buckets = [
                 self.env.open_db(bucket_name(slot).encode(), txn=txn) for slot in range(limits.history_buckets)
@@ -623,6 +628,18 @@ class Store:
         with self.env.begin() as txn:
             return _Tx(txn, self.db, self.buckets).run_anywhere(job_id, nominal_ms)
 
+    def claim_key_entry(self, owner: str, key: str, now_ms: int) -> ClaimKeyEntry | None:
+        """What the claim key took, if it is recorded and not expired by
+        `now_ms` (UNIX ms); None otherwise."""
+        if not keys.owner_fits(owner) or not keys.claim_key_fits(owner, key):
+            return None
+        with self.env.begin() as txn:
+            raw = txn.get(keys.claim_key(owner, key), db=self.db["claim_keys"])
+        if raw is None:
+            return None
+        entry = _claimkey_dec.decode(raw)
+        return entry if entry.expires_ms > now_ms else None
+
     def list_events(self, owner: str, after_seq: int, limit: int) -> list[tuple[int, Event]]:
         """The owner's events after `after_seq`, oldest first: merged by
         sequence from the history buckets (and the `events` table, which
@@ -673,6 +690,7 @@ class _Tx:
     __slots__ = (
         "txn", "jobs", "by_owner", "runs", "by_job", "reqkeys", "events", "meta", "open", "changes",
         "open_deltas", "event_seq", "members", "hist_days", "buckets", "_history", "_bucket_of_day",
+        "claim_keys",
     )
 
     def __init__(self, txn: lmdb.Transaction, db: dict[str, lmdb._Database], buckets: list[lmdb._Database]):
@@ -687,6 +705,7 @@ class _Tx:
         self.open = db["open_minutes"]
         self.members = db["members"]
         self.hist_days = db["history_days"]
+        self.claim_keys = db["claim_keys"]
         self.buckets = buckets
         # Within one transaction: the buckets in use, and the bucket of each
         # day a run finished in, looked up once.
@@ -936,6 +955,8 @@ class _Tx:
             case TriggerJob():
                 return self.trigger_job(command)
             case ClaimRuns():
+                if command.key is not None:
+                    return self.claim_keyed(command, command.key)
                 return [self.claim_run(command, claim) for claim in command.claims]
             case ReportResults():
                 return [self.report_result(command, result) for result in command.results]
@@ -1172,6 +1193,67 @@ class _Tx:
             job.next_run_at_ms = None
         self.put_job(job)
         return run
+
+    def claim_keyed(self, cmd: ClaimRuns, key: ClaimKey) -> list[Run | None] | ClaimKeyEntry | errors.TempoError:
+        """A claim that carries a key (docs/semantics.md "Idempotent claims").
+        A key recorded and not expired at the command's stamp takes nothing
+        and answers its record (the retry of a claim, or a claim that raced
+        its own retry to the log); one recorded for another worker or other
+        queues is `ClaimKeyReused`. Otherwise the runs are claimed as
+        without a key, and what they took is recorded, if anything. Expired
+        records go first, a bounded number a command."""
+        if not keys.owner_fits(key.owner) or not keys.claim_key_fits(key.owner, key.key):
+            return errors.Invalid.at("claim_key", f"at most {limits.claim_key_bytes_max} bytes")
+        self.drop_claim_keys(cmd.at_ms)
+        record_key = keys.claim_key(key.owner, key.key)
+        raw = self.txn.get(record_key, db=self.claim_keys)
+        if raw is not None:
+            entry = _claimkey_dec.decode(bytes(raw))
+            if entry.expires_ms > cmd.at_ms:
+                if entry.worker != cmd.worker or entry.queues_hash != key.queues_hash:
+                    return errors.ClaimKeyReused(
+                        f"claim key {key.key!r} was used by another worker or for other queues"
+                    )
+                return entry
+            # Expired, not yet dropped: a new claim may use the key again.
+            self._drop_claim_key(record_key, entry.expires_ms)
+        outcomes = [self.claim_run(cmd, claim) for claim in cmd.claims]
+        taken = [Taken(run.job_id, run.nominal_ms, run.attempt) for run in outcomes if run is not None]
+        # A record that would expire by its own stamp would never answer.
+        if taken and key.expires_ms > cmd.at_ms:
+            entry = ClaimKeyEntry(cmd.worker, key.queues_hash, key.expires_ms, taken)
+            self.txn.put(record_key, _enc.encode(entry), db=self.claim_keys)
+            self.txn.put(keys.claim_key_expiry(key.expires_ms, key.owner, key.key), b"", db=self.claim_keys)
+        return outcomes
+
+    def drop_claim_keys(self, at_ms: int) -> None:
+        """Drops up to `limits.claim_keys_dropped_per_claim` records that
+        expired by `at_ms`, soonest first: from the command's stamp alone,
+        so every replica drops the same ones."""
+        cur = self.txn.cursor(db=self.claim_keys)
+        found = cur.set_range(keys.CLAIM_KEY_EXPIRY_HEAD)
+        expired: list[tuple[bytes, int]] = []
+        while found and len(expired) < limits.claim_keys_dropped_per_claim:
+            index_key = bytes(cur.key())
+            if not index_key.startswith(keys.CLAIM_KEY_EXPIRY_HEAD):
+                break
+            expires_ms, record_key = keys.parse_claim_key_expiry(index_key)
+            if expires_ms > at_ms:
+                break
+            expired.append((record_key, expires_ms))
+            found = cur.next()
+        for record_key, expires_ms in expired:
+            self._drop_claim_key(record_key, expires_ms)
+
+    def _drop_claim_key(self, record_key: bytes, expires_ms: int) -> None:
+        """A record and its expiry index entry."""
+        index_key = keys.claim_key_expiry_of(expires_ms, record_key)
+        assert self.txn.delete(index_key, db=self.claim_keys), "a claim key's record has its expiry entry"
+        raw = self.txn.get(record_key, db=self.claim_keys)
+        # The record under that key may be a later one (the key used again
+        # after it expired): only the one that expires then goes.
+        if raw is not None and _claimkey_dec.decode(bytes(raw)).expires_ms == expires_ms:
+            self.txn.delete(record_key, db=self.claim_keys)
 
     def report_result(self, cmd: ReportResults, result: Result) -> Run | errors.TempoError:
         job_key = keys.job_key(result.job_id)

@@ -14,6 +14,8 @@ The modules, in the order a run uses them:
 - `run`: the phases, from the options to the exit status.
 - `figures`: the numbers (lateness, drain, lost, duplicated, pauses).
 - `report`: the summary table, and the JSON, HTML and SVG report files.
+- `charts`: the pictures, drawn with matplotlib (the optional extra
+  `tempo[report]`); without it the run reports all the same, minus pictures.
 
 It reaches the servers only as a client does (`tempo.net` client code,
 `tempo.worker`); nothing of the engine, node or raft (an import contract in
@@ -23,6 +25,7 @@ pyproject.toml).
 from tempo.loadgen.figures import (
     Claim,
     Tally,
+    about_run,
     figures,
     iso,
     late_bound_s,
@@ -45,6 +48,7 @@ __all__ = [
     "Node",
     "Options",
     "Tally",
+    "about_run",
     "chart_svg",
     "figures",
     "html_page",

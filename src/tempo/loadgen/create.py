@@ -64,6 +64,30 @@ def create_spike(opts: Options, queue_name: str, due_s: float, say: Say) -> tupl
     body = {"target": f"queue:{queue_name}", "schedule": {"at": iso(due_s)}} | job_extras(opts)
     job_ids: list[str | None] = [None] * opts.jobs
     done = [0]
+    try:
+        create_s = trio.run(_create_batches, opts, queue_name, body, due_s, job_ids, done, say)
+    except Exception as raised:  # noqa: BLE001 - any transport failure means the spike cannot run
+        raise _creation_failure(raised, opts, done[0]) from None
+    if time.time() > due_s:
+        raise CreationOverran(
+            f"creation overran the due instant: {opts.jobs} jobs took {create_s:.2f} s, "
+            f"more than --due-in-s {opts.due_in_s:g}; give a larger --due-in-s"
+        )
+    assert all(j is not None for j in job_ids)
+    return [j for j in job_ids if j is not None], create_s
+
+
+async def _create_batches(
+    opts: Options,
+    queue_name: str,
+    body: dict[str, Any],
+    due_s: float,
+    job_ids: list[str | None],
+    done: list[int],
+    say: Say,
+) -> float:
+    """Creates the spike's jobs in batches, `create_requests_in_flight` at a
+    time, into `job_ids` (counting them in `done[0]`); the seconds it took."""
 
     async def one_batch(transport: Transport, start: int) -> None:
         items = [body | {"request_key": f"{queue_name}-{i}"} for i in range(start, min(start + opts.batch, opts.jobs))]
@@ -77,44 +101,36 @@ def create_spike(opts: Options, queue_name: str, due_s: float, say: Say) -> tupl
                 raise CreationOverran("creation overran")
             await one_batch(transport, todo.pop(0))
 
-    async def main() -> float:
-        transport = Transport(opts.urls, ca_file=opts.ca_file)
-        started_s = time.time()
-        todo = list(range(0, opts.jobs, opts.batch))
-        try:
-            with trio.fail_after(max(1.0, due_s - time.time())):
-                async with trio.open_nursery() as nursery:
-                    for _ in range(create_requests_in_flight):
-                        nursery.start_soon(feeder, transport, todo)
-                    while todo or done[0] < opts.jobs:
-                        say(f"creating: {done[0]}/{opts.jobs} jobs", live=True)
-                        await trio.sleep(progress_gap_s)
-        except trio.TooSlowError:
-            raise CreationOverran("creation overran") from None
-        finally:
-            await transport.aclose()
-        return time.time() - started_s
-
+    transport = Transport(opts.urls, ca_file=opts.ca_file)
+    started_s = time.time()
+    todo = list(range(0, opts.jobs, opts.batch))
     try:
-        create_s = trio.run(main)
-    except Exception as raised:  # noqa: BLE001 - any transport failure means the spike cannot run
-        # The feeders raise inside a nursery, which hands on a group of them.
-        failure = first_failure(raised)
-        if isinstance(failure, CreationOverran):
-            raise CreationOverran(
-                f"creation overran the due instant: {done[0]}/{opts.jobs} jobs created in "
-                f"{opts.due_in_s:g} s; give a larger --due-in-s"
-            ) from None
-        if isinstance(failure, CannotRun):
-            raise failure from None
-        raise CannotRun(f"creation failed: {failure!r}") from None
-    if time.time() > due_s:
-        raise CreationOverran(
-            f"creation overran the due instant: {opts.jobs} jobs took {create_s:.2f} s, "
-            f"more than --due-in-s {opts.due_in_s:g}; give a larger --due-in-s"
+        with trio.fail_after(max(1.0, due_s - time.time())):
+            async with trio.open_nursery() as nursery:
+                for _ in range(create_requests_in_flight):
+                    nursery.start_soon(feeder, transport, todo)
+                while todo or done[0] < opts.jobs:
+                    say(f"creating: {done[0]}/{opts.jobs} jobs", live=True)
+                    await trio.sleep(progress_gap_s)
+    except trio.TooSlowError:
+        raise CreationOverran("creation overran") from None
+    finally:
+        await transport.aclose()
+    return time.time() - started_s
+
+
+def _creation_failure(raised: Exception, opts: Options, created: int) -> CannotRun:
+    """What a failed creation raises: its first failure, said plainly. The
+    feeders raise inside a nursery, which hands on a group of them."""
+    failure = first_failure(raised)
+    if isinstance(failure, CreationOverran):
+        return CreationOverran(
+            f"creation overran the due instant: {created}/{opts.jobs} jobs created in "
+            f"{opts.due_in_s:g} s; give a larger --due-in-s"
         )
-    assert all(j is not None for j in job_ids)
-    return [j for j in job_ids if j is not None], create_s
+    if isinstance(failure, CannotRun):
+        return failure
+    return CannotRun(f"creation failed: {failure!r}")
 
 
 # -- steady mode: a stream of one-off jobs -------------------------------------

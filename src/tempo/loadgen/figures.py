@@ -21,9 +21,11 @@ from the first due time.
 """
 
 import math
+import os
 import ssl
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from importlib import metadata
 from typing import Any
 
 import httpx
@@ -47,9 +49,14 @@ late_bound_s = 5.0
 # starts an election within its 1 s election timeout), so they do not count
 # as the first claim or result after it.
 dying_answer_window_s = 0.1
-# A spike drained within `fine_span_s_max` is charted in bins of `fine_bin_s`.
-fine_bin_s = 0.1
-fine_span_s_max = 5.0
+# The charts' histogram of claims: the span from the first claim to the last
+# gets at least `chart_bins_min` bins of a round width (1, 2 or 5 × 10^k s),
+# no narrower than `chart_bin_s_min` (a claim's arrival is timed to the
+# millisecond or so); so 40 to 100 bins, whether the drain took 0.3 s or 60.
+chart_bins_min = 40
+chart_bin_s_min = 0.001
+# The lateness CDF keeps at most this many points of the sorted sample.
+cdf_points_max = 1000
 scrape_timeout_s = 5.0
 
 
@@ -91,7 +98,7 @@ def pct(values: list[float], p: float) -> float | None:
     ordered = sorted(values)
     if not ordered:
         return None
-    return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
 def rounded(value: float | None) -> float | None:
@@ -127,6 +134,52 @@ def take(tally: Tally, message: Message) -> None:
 
 
 # -- the run's figures -----------------------------------------------------------
+
+
+def tempo_version() -> str:
+    try:
+        return metadata.version("tempo")
+    except metadata.PackageNotFoundError:  # run from a source tree not installed
+        return "0+unknown"
+
+
+def command_line(opts: Options) -> str:
+    """The `tempo loadgen` command that repeats this run, defaults spelled out."""
+    words = ["tempo", "loadgen", *(["--spawn", str(opts.spawn)] if opts.spawn else ["--url", ",".join(opts.urls)])]
+    if opts.steady():
+        words += ["--rate", f"{opts.rate:g}", "--duration-s", f"{opts.duration_s:g}"]
+    else:
+        words += ["--jobs", str(opts.jobs), "--due-in-s", f"{opts.due_in_s:g}"]
+    words += ["--workers", str(opts.workers), "--batch", str(opts.batch), "--timeout-s", f"{opts.timeout_s:g}"]
+    if opts.jitter_s:
+        words += ["--jitter-s", str(opts.jitter_s)]
+    if opts.kill_leader_at_s is not None:
+        words += ["--kill-leader-at-s", f"{opts.kill_leader_at_s:g}", "--restart-after-s", f"{opts.restart_after_s:g}"]
+    if opts.lease_s is not None:
+        words += ["--lease-s", str(opts.lease_s)]
+    return " ".join(words)
+
+
+def about_run(opts: Options, started_s: float) -> Figures:
+    """What a reader of the report needs to weigh its figures: when it ran,
+    which tempo, with which parameters, on how many CPUs how busy."""
+    try:
+        load_1m: float | None = round(os.getloadavg()[0], 2)
+    except OSError:  # no load average on this OS
+        load_1m = None
+    return {
+        "started_at": iso(started_s),
+        "tempo_version": tempo_version(),
+        "command": command_line(opts),
+        "parameters": {
+            "spawn": opts.spawn, "jobs": opts.jobs, "rate": opts.rate, "duration_s": opts.duration_s,
+            "due_in_s": opts.due_in_s, "workers": opts.workers, "batch": opts.batch, "jitter_s": opts.jitter_s,
+            "timeout_s": opts.timeout_s, "lease_s": opts.job_lease_s(), "kill_leader_at_s": opts.kill_leader_at_s,
+            "restart_after_s": opts.restart_after_s,
+        },
+        "host": {"cpus": os.cpu_count(), "load_1m": load_1m},
+    }
+
 
 
 def figures(opts: Options, job_ids: list[str], create_s: float, due_s: float, tally: Tally,
@@ -181,10 +234,10 @@ def figures(opts: Options, job_ids: list[str], create_s: float, due_s: float, ta
         "due_in_s": steady_lead_s if steady else opts.due_in_s,
         "jitter_s": opts.jitter_s,
         "lease_s": opts.job_lease_s(),
-        "series": per_second(tally.claims, due_s),
+        "series": per_bin(tally.claims, due_s),
+        "lateness_cdf": lateness_cdf(lateness),
     }
-    if not steady:
-        fig |= fine_series(tally.claims, due_s)
+    fig |= chart_bins(tally.claims, due_s)
     if steady:
         fig |= {"rate": opts.rate, "duration_s": opts.duration_s}
     return fig
@@ -200,13 +253,13 @@ def first_claims(claims: list[Claim]) -> list[Claim]:
     return list(first.values())
 
 
-def per_second(claims: list[Claim], origin_s: float, bin_s: float = 1.0) -> list[dict[str, Any]]:
+def per_bin(claims: list[Claim], origin_s: float, bin_s: float = 1.0) -> list[dict[str, Any]]:
     """Claims per `bin_s` of claim time after `origin_s` (whole seconds by
     default), every hand-out counted, and the lateness of the runs whose
     first claim fell in that bin; `t_s` is the start of each bin."""
 
     def bin_of(c: Claim) -> int:
-        return int((c.claimed_at_s - origin_s) // bin_s)
+        return math.floor((c.claimed_at_s - origin_s) / bin_s)
 
     counts: dict[int, int] = {}
     for c in claims:
@@ -217,7 +270,7 @@ def per_second(claims: list[Claim], origin_s: float, bin_s: float = 1.0) -> list
     # Bins without claims between the first and the last are there with 0
     # claims and no lateness, so a chart shows a stall as a stall.
     return [
-        {"t_s": round(k * bin_s, 3) if bin_s != 1.0 else k, "claims": counts.get(k, 0),
+        {"t_s": round(k * bin_s, 6) if bin_s != 1.0 else k, "claims": counts.get(k, 0),
          "lateness_p50_s": rounded(pct(xs, 50)), "lateness_p90_s": rounded(pct(xs, 90)),
          "lateness_p99_s": rounded(pct(xs, 99)), "lateness_max_s": rounded(max(xs, default=None))}
         for k in range(min(counts, default=0), max(counts, default=-1) + 1)
@@ -225,13 +278,39 @@ def per_second(claims: list[Claim], origin_s: float, bin_s: float = 1.0) -> list
     ]
 
 
-def fine_series(claims: list[Claim], origin_s: float) -> Figures:
-    """A spike that drains in a few seconds is two or three points per second;
-    the charts draw it from bins of `fine_bin_s` instead."""
-    span_s = max((c.claimed_at_s for c in claims), default=origin_s) - origin_s
-    if span_s > fine_span_s_max:
-        return {}
-    return {"fine_bin_s": fine_bin_s, "fine_series": per_second(claims, origin_s, fine_bin_s)}
+def chart_bin_s(span_s: float) -> float:
+    """The widest round bin (1, 2 or 5 × 10^k s) that cuts `span_s` into at
+    least `chart_bins_min` bins, and no narrower than `chart_bin_s_min`."""
+    wanted_s = span_s / chart_bins_min
+    if wanted_s <= chart_bin_s_min:
+        return chart_bin_s_min
+    magnitude_s = 10.0 ** math.floor(math.log10(wanted_s))
+    width_s = max(m * magnitude_s for m in (1, 2, 5) if m * magnitude_s <= wanted_s * (1 + 1e-9))
+    assert span_s / width_s >= chart_bins_min * (1 - 1e-9)
+    return float(f"{width_s:.6g}")
+
+
+def chart_bins(claims: list[Claim], origin_s: float) -> Figures:
+    """The charts' histogram: `bins` of `bin_s` each (`chart_bin_s` of the
+    span from the first claim to the last), counted from `origin_s`."""
+    times_s = [c.claimed_at_s for c in claims]
+    bin_s = chart_bin_s(max(times_s, default=0.0) - min(times_s, default=0.0))
+    return {"bin_s": bin_s, "bins": per_bin(claims, origin_s, bin_s)}
+
+
+def lateness_cdf(lateness: list[float]) -> list[list[float]]:
+    """The empirical CDF of the runs' lateness, as [lateness_s, share of runs
+    at most that late] pairs: every point of a sample of up to
+    `cdf_points_max` runs, evenly spaced ranks of a larger one, the largest
+    always last (share 1.0)."""
+    ordered = sorted(lateness)
+    n = len(ordered)
+    points = min(n, cdf_points_max)
+    cdf: list[list[float]] = []
+    for k in range(1, points + 1):
+        rank = math.ceil(k * n / points)  # 1-based: the share of runs at most this late is rank / n
+        cdf.append([round(ordered[rank - 1], 4), round(rank / n, 6)])
+    return cdf
 
 
 def failover_figures(plan: Failover, tally: Tally, origin_s: float) -> Figures:

@@ -68,6 +68,11 @@ class Options:
 
 def check(opts: Options) -> str | None:
     """Why these options cannot run, or None."""
+    return _check_cluster(opts) or _check_load(opts) or _check_ca_file(opts)
+
+
+def _check_cluster(opts: Options) -> str | None:
+    """The servers: spawned, killed, and how long their leases run."""
     if opts.spawn and opts.spawn not in spawn_nodes_allowed:
         return f"--spawn: one of {', '.join(map(str, spawn_nodes_allowed))} nodes"
     if opts.kill_leader_at_s is not None:
@@ -79,6 +84,11 @@ def check(opts: Options) -> str | None:
         return f"--lease-s: 1..{limits.lease_s_max}"
     if opts.work_dir is not None and not opts.spawn:
         return "--work-dir goes with --spawn"
+    return None
+
+
+def _check_load(opts: Options) -> str | None:
+    """The load: a spike or a steady stream, in batches, to workers."""
     if opts.steady() and opts.jobs:
         return "give either --jobs N (the spike) or --rate R --duration-s D (steady), not both"
     if opts.steady() and not (opts.rate > 0 and opts.duration_s > 0 and 1 <= opts.steady_jobs() <= steady_jobs_max):
@@ -87,6 +97,10 @@ def check(opts: Options) -> str | None:
         return "need --jobs ≥ 1 (the spike), or --rate R --duration-s D (steady)"
     if not 1 <= opts.batch <= limits.batch_jobs_max or opts.workers < 1:
         return f"need --workers ≥ 1 and --batch in 1..{limits.batch_jobs_max}"
+    return None
+
+
+def _check_ca_file(opts: Options) -> str | None:
     if opts.ca_file is not None:
         try:
             client_context(opts.ca_file)

@@ -3,27 +3,26 @@ page), and the report files.
 
 `--report FILE` (default `tempo-loadgen-YYYYMMDD-HHMMSS.json` in the current
 directory) gets the figures as JSON, and FILE's stem + `.html` a
-self-contained page: the summary table and two inline SVG charts (claims per
-second; lateness p50/p99 per second) drawn here from the JSON's series. The
-same two charts, under a caption with the headline figures, go to FILE's stem
-+ `.svg`, an image that stands alone (a README shows it).
+self-contained page: when and with which tempo and parameters it ran, the
+summary table, and the charts (`charts.py`: the claims histogram and the
+lateness CDF) inline as SVG. The same charts, under a caption with the
+headline figures, the date, the version and the command, go to FILE's stem +
+`.svg`, an image that stands alone (a README shows it). The charts need
+matplotlib, the optional extra `tempo[report]`; without it the JSON and the
+page are written all the same, and the page says how to get them.
 """
 
 import html
 import json
-import math
 import os
-from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from tempo.loadgen.figures import Figures, late_bound_s, rounded
+from tempo.loadgen.figures import Figures, late_bound_s
 from tempo.loadgen.options import CannotRun
 
-chart_width_px = 720
-chart_height_px = 260
-chart_margin_px = {"left": 64, "right": 16, "top": 28, "bottom": 44}
-chart_ticks_max = 8
+# What `tempo loadgen` says where the charts cannot be drawn.
+charts_hint = "Install the report extra for them: pip install 'tempo[report]'"
 
 
 def _show(v: Any) -> str:
@@ -109,152 +108,76 @@ def chart_path(html_path: str) -> str:
     return os.path.splitext(html_path)[0] + ".svg"
 
 
-def write_reports(fig: Figures, json_path: str, html_path: str) -> None:
-    os.makedirs(os.path.dirname(json_path) or ".", exist_ok=True)
-    with open(json_path, "w") as f:
-        json.dump(fig, f, indent=2)
-    with open(html_path, "w") as f:
-        f.write(html_page(fig))
-    with open(chart_path(html_path), "w") as f:
-        f.write(chart_svg(fig))
-
-
-def _nice_ticks(low: float, high: float) -> list[float]:
-    """At most `chart_ticks_max` round ticks (1, 2, 5 × 10^k apart) covering low..high."""
-    if high <= low:
-        high = low + 1.0
-    raw_step = (high - low) / (chart_ticks_max - 1)
-    magnitude = 10 ** math.floor(math.log10(raw_step))
-    step = next(m * magnitude for m in (1, 2, 5, 10) if m * magnitude >= raw_step)
-    first = math.floor(low / step) * step
-    ticks: list[float] = []
-    k = 0
-    while first + k * step <= high + step * 1e-9:
-        ticks.append(round(first + k * step, 10))
-        k += 1
-    if ticks[-1] < high:
-        ticks.append(round(first + k * step, 10))
-    assert 2 <= len(ticks) <= chart_ticks_max + 2
-    return ticks
-
-
-def _fmt_tick(value: float) -> str:
-    return f"{value:g}" if abs(value) >= 1e-3 or value == 0 else f"{value:.1e}"
-
-
-def svg_chart(title: str, x_label: str, y_label: str, xs: list[float],
-              lines: list[tuple[str, str, list[float | None]]],
-              marks: Sequence[tuple[float, str]] = ()) -> str:
-    """A line chart as inline SVG: one polyline per (label, colour, ys), with
-    axes, round ticks, axis labels and a legend. None in ys breaks no line; the
-    point is skipped. Each (x, label) of `marks` inside the x range is a dashed
-    vertical line (the leader's SIGKILL)."""
-    w, h, m = chart_width_px, chart_height_px, chart_margin_px
-    plot_w, plot_h = w - m["left"] - m["right"], h - m["top"] - m["bottom"]
-    ys_all = [y for _, _, ys in lines for y in ys if y is not None]
-    x_ticks = _nice_ticks(min(xs, default=0.0), max(xs, default=1.0))
-    y_ticks = _nice_ticks(min(0.0, min(ys_all, default=0.0)), max(ys_all, default=1.0))
-    x0, x1, y0, y1 = x_ticks[0], x_ticks[-1], y_ticks[0], y_ticks[-1]
-
-    def px(x: float) -> float:
-        return m["left"] + (x - x0) / (x1 - x0) * plot_w
-
-    def py(y: float) -> float:
-        return m["top"] + plot_h - (y - y0) / (y1 - y0) * plot_h
-
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" '
-           f'role="img" aria-label="{_esc(title)}">',
-           f'<text x="{w / 2:.0f}" y="16" text-anchor="middle" class="title">{_esc(title)}</text>']
-    for t in x_ticks:
-        out.append(f'<line x1="{px(t):.1f}" y1="{m["top"]}" x2="{px(t):.1f}" y2="{m["top"] + plot_h}" class="grid"/>')
-        out.append(f'<text x="{px(t):.1f}" y="{m["top"] + plot_h + 16}" text-anchor="middle">{_fmt_tick(t)}</text>')
-    for t in y_ticks:
-        out.append(f'<line x1="{m["left"]}" y1="{py(t):.1f}" x2="{m["left"] + plot_w}" y2="{py(t):.1f}" class="grid"/>')
-        out.append(f'<text x="{m["left"] - 6}" y="{py(t) + 4:.1f}" text-anchor="end">{_fmt_tick(t)}</text>')
-    out.append(f'<line x1="{m["left"]}" y1="{m["top"] + plot_h}" x2="{m["left"] + plot_w}" y2="{m["top"] + plot_h}" class="axis"/>')
-    out.append(f'<line x1="{m["left"]}" y1="{m["top"]}" x2="{m["left"]}" y2="{m["top"] + plot_h}" class="axis"/>')
-    out.append(f'<text x="{m["left"] + plot_w / 2:.0f}" y="{h - 6}" text-anchor="middle">{_esc(x_label)}</text>')
-    out.append(f'<text x="14" y="{m["top"] + plot_h / 2:.0f}" text-anchor="middle" '
-               f'transform="rotate(-90 14 {m["top"] + plot_h / 2:.0f})">{_esc(y_label)}</text>')
-    for x, label in marks:
-        if x0 <= x <= x1:
-            out.append(f'<line x1="{px(x):.1f}" y1="{m["top"]}" x2="{px(x):.1f}" y2="{m["top"] + plot_h}" '
-                       f'stroke="#444" stroke-dasharray="4 3" class="mark"/>')
-            out.append(f'<text x="{px(x) + 4:.1f}" y="{m["top"] + 12}">{_esc(label)}</text>')
-    for k, (label, colour, ys) in enumerate(lines):
-        points = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in zip(xs, ys, strict=True) if y is not None)
-        out.append(f'<polyline points="{points}" fill="none" stroke="{colour}" stroke-width="1.8"/>')
-        for x, y in zip(xs, ys, strict=True):
-            if y is not None:
-                out.append(f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="2.2" fill="{colour}"/>')
-        lx = m["left"] + plot_w - 110
-        ly = m["top"] + 10 + 16 * k
-        out.append(f'<line x1="{lx}" y1="{ly}" x2="{lx + 18}" y2="{ly}" stroke="{colour}" stroke-width="2"/>')
-        out.append(f'<text x="{lx + 24}" y="{ly + 4}">{_esc(label)}</text>')
-    out.append("</svg>")
-    return "\n".join(out)
-
-
 def _esc(text: object) -> str:
     return html.escape(str(text), quote=True)
 
 
-# How chart text and lines look; the same rules style the HTML page and the
-# standalone chart file (an SVG shown as an image carries its own style).
-_CHART_CSS = """svg { font: 11px system-ui, sans-serif; }
-svg .title { font-size: 13px; font-weight: 600; }
-svg .grid { stroke: #eee; }
-svg .axis { stroke: #444; }"""
+def caption(fig: Figures) -> str:
+    """The headline figures, one line: above the charts and in their alt text."""
+    return (f"tempo loadgen, {fig.get('mode', 'spike')}: {fig.get('jobs'):,} jobs, {fig.get('nodes', 1)} node(s), "
+            f"{fig.get('workers')} workers; lateness p50 {_show(fig.get('lateness_p50_s'))}, "
+            f"p99 {_show(fig.get('lateness_p99_s'))}, {fig.get('late_over_5s', 0):,} runs over {late_bound_s:g} s late; "
+            f"lost {fig.get('lost')}, duplicated {fig.get('duplicated')}"
+            + (f", redelivered {fig['redelivered']:,}" if fig.get("redelivered") else ""))
 
 
-def _charts(fig: Figures) -> tuple[str, str]:
-    """The two charts drawn from `fig["series"]`: runs claimed per second, and
-    lateness p50/p99 per second, with the leader's SIGKILL marked on both."""
-    series, bin_s = fig.get("fine_series") or fig["series"], fig.get("fine_bin_s", 1.0)
-    xs = [float(p["t_s"]) for p in series]
-    origin = "the due instant" if fig.get("mode") == "spike" else "the first due time"
-    fail: Figures = fig.get("failover") or {}
-    marks = [(float(fail["kill_at_s"]), f"SIGKILL {fail['node']}")] if fail.get("kill_at_s") is not None else []
-    claims_chart = svg_chart("runs claimed per second", f"seconds after {origin}", "runs claimed / s", xs,
-                             [("claims", "#1f77b4", [p["claims"] / bin_s for p in series])], marks)
-    per = "per second" if bin_s == 1.0 else f"per {bin_s:g} s"
-    lateness_chart = svg_chart(f"lateness {per} (first claim − planned time)", f"seconds after {origin}", "lateness (s)", xs,
-                               [("p50", "#2ca02c", [p.get("lateness_p50_s") for p in series]),
-                                ("p99", "#d62728", [p.get("lateness_p99_s") for p in series])], marks)
-    return claims_chart, lateness_chart
+def about_line(fig: Figures) -> str:
+    """When, which tempo and on what: "2026-12-03 22:15:07 UTC · tempo 0.1.0 · 2 CPUs, load 3.1"."""
+    started_at = fig.get("started_at")
+    at = "?" if started_at is None else f"{started_at[:10]} {started_at[11:19]} UTC"
+    host = fig.get("host") or {}
+    load = f", load {host['load_1m']:g} at start" if host.get("load_1m") is not None else ""
+    cpus = f" · {host['cpus']} CPUs{load}" if host.get("cpus") else ""
+    return f"{at} · tempo {fig.get('tempo_version', '?')}{cpus}"
 
 
-def _caption(fig: Figures) -> str:
-    return (f"tempo loadgen, {fig.get('mode', 'spike')}: {fig.get('jobs')} jobs, {fig.get('nodes', 1)} node(s), "
-            f"{fig.get('workers')} workers; lateness p50 {rounded(fig.get('lateness_p50_s'))} s, "
-            f"p99 {rounded(fig.get('lateness_p99_s'))} s, late over {late_bound_s:g} s {fig.get('late_over_5s')}; "
-            f"lost {fig.get('lost')}, duplicated {fig.get('duplicated')}")
+def _chart(fig: Figures) -> str | None:
+    """The charts as one SVG, or None where matplotlib is missing (the
+    optional extra `tempo[report]` is not installed)."""
+    try:
+        from tempo.loadgen import charts
+    except ImportError:
+        return None
+    return charts.svg(fig)
 
 
 def chart_svg(fig: Figures) -> str:
-    """Both charts stacked in one self-contained SVG file under a caption with
-    the headline figures, for a README or a ticket."""
-    caption_px = 24
-    w, h = chart_width_px, caption_px + 2 * chart_height_px
-    claims_chart, lateness_chart = _charts(fig)
-    return "\n".join([
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" role="img" '
-        f'aria-label="{_esc(_caption(fig))}">',
-        f"<style>{_CHART_CSS}</style>",
-        f'<rect width="{w}" height="{h}" fill="#fff"/>',
-        f'<text x="{w / 2:.0f}" y="16" text-anchor="middle">{_esc(_caption(fig))}</text>',
-        f'<g transform="translate(0 {caption_px})">{claims_chart}</g>',
-        f'<g transform="translate(0 {caption_px + chart_height_px})">{lateness_chart}</g>',
-        "</svg>",
-    ])
+    """The charts as one standalone SVG image (raises ImportError without
+    the `report` extra)."""
+    from tempo.loadgen import charts
+
+    return charts.svg(fig)
+
+
+def write_reports(fig: Figures, json_path: str, html_path: str) -> list[str]:
+    """Writes the JSON, the HTML page and, with the `report` extra, the
+    standalone chart; the paths written."""
+    os.makedirs(os.path.dirname(json_path) or ".", exist_ok=True)
+    with open(json_path, "w") as f:
+        json.dump(fig, f, indent=2)
+    chart = _chart(fig)
+    with open(html_path, "w") as f:
+        f.write(_page(fig, chart))
+    if chart is None:
+        return [json_path, html_path]
+    with open(chart_path(html_path), "w") as f:
+        f.write(chart)
+    return [json_path, html_path, chart_path(html_path)]
 
 
 def html_page(fig: Figures) -> str:
-    """A self-contained page: the summary table and two inline SVG charts drawn
-    from `fig["series"]` (no scripts, no network)."""
-    claims_chart, lateness_chart = _charts(fig)
-    rows = "\n".join(f"<tr><th>{_esc(k)}</th><td>{_esc(v)}</td></tr>"
-                     for k, v in summary_rows(fig))
+    return _page(fig, _chart(fig))
+
+
+def _page(fig: Figures, chart: str | None) -> str:
+    """A self-contained page (no scripts, no network): what ran, the summary
+    table, the parameters and the charts, inline."""
+    rows = "\n".join(f"<tr><th>{_esc(k)}</th><td>{_esc(v)}</td></tr>" for k, v in summary_rows(fig))
+    params = "\n".join(f"<tr><th>{_esc(k)}</th><td>{_esc('-' if v is None else v)}</td></tr>"
+                       for k, v in (fig.get("parameters") or {}).items())
+    # An SVG inline in HTML starts at its <svg> element: no XML declaration or DOCTYPE.
+    pictures = (chart[chart.index("<svg"):] if chart is not None else
+                f"<p>No charts: they need matplotlib. {_esc(charts_hint)}</p>")
     title = f"tempo loadgen — {fig.get('mode', 'spike')}"
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{_esc(title)}</title>
@@ -263,17 +186,20 @@ body {{ font: 14px system-ui, sans-serif; margin: 2em; color: #222; }}
 table {{ border-collapse: collapse; margin-bottom: 1.5em; }}
 th, td {{ padding: 3px 12px; border-bottom: 1px solid #ddd; text-align: left; }}
 td {{ font-variant-numeric: tabular-nums; }}
-svg {{ display: block; margin: 1em 0; }}
-{_CHART_CSS}
+code {{ font-size: 13px; }}
+svg {{ display: block; margin: 1em 0; max-width: 100%; height: auto; }}
 </style></head><body>
 <h1>{_esc(title)}</h1>
+<p>{_esc(about_line(fig))}</p>
+<p><code>{_esc(fig.get("command", ""))}</code></p>
 <p>{_esc(fig.get("nodes", 1))} node(s) at {_esc(", ".join(fig.get("urls", [])))}, {_esc(fig.get("workers"))} workers.</p>
 <table>
 {rows}
 </table>
-{claims_chart}
-{lateness_chart}
+{pictures}
+<h2>Parameters</h2>
+<table>
+{params}
+</table>
 </body></html>
 """
-
-

@@ -34,6 +34,7 @@ from tempo.loadgen.figures import (
     Message,
     Pauses,
     Tally,
+    about_run,
     failover_figures,
     figures,
     iso,
@@ -41,7 +42,7 @@ from tempo.loadgen.figures import (
     scrape_pauses,
 )
 from tempo.loadgen.options import CannotRun, Options, check, steady_lead_s
-from tempo.loadgen.report import chart_path, report_paths, summary, write_reports
+from tempo.loadgen.report import chart_path, charts_hint, report_paths, summary, write_reports
 from tempo.loadgen.spawn import Cluster, SpawnError
 from tempo.loadgen.workers import kill_workers, receive, start_workers, stop_workers
 from tempo.net.tls import certificate_refused, client_context
@@ -213,6 +214,7 @@ def _add_pauses_and_failover(fig: Figures, opts: Options, pauses_before: dict[st
 def run(opts: Options) -> int:
     """The spike or the steady stream; returns the exit status (0, 1 lost/duplicated, 2 cannot run)."""
     say = Say(opts.progress and sys.stdout.isatty())
+    started_s = time.time()
     problem = check(opts)
     try:
         if problem is not None:
@@ -246,10 +248,13 @@ def run(opts: Options) -> int:
     if cluster is not None:
         fig["nodes"] = len(cluster.nodes)
         fig["node_exit_status"] = stopped
+    fig |= about_run(opts, started_s)
     print(summary(fig))
     if json_path is not None:
-        write_reports(fig, json_path, html_path)
-        print(f"report: {json_path}, {html_path}, {chart_path(html_path)}")
+        written = write_reports(fig, json_path, html_path)
+        print(f"report: {', '.join(written)}")
+        if chart_path(html_path) not in written:
+            print(f"charts: not drawn, matplotlib is missing. {charts_hint}")
     if fig["lost"] or fig["duplicated"]:
         return 1
     return 2 if fig.get("failover", {}).get("error") else 0

@@ -15,7 +15,7 @@ from tempo import metrics as prom
 from tempo.clock import Clock
 from tempo.config import UNLIMITED, HttpLimits, OwnerLimits
 from tempo.engine import jobs as engine_jobs
-from tempo.engine.commands import Result, decode_entry
+from tempo.engine.commands import ClaimKey, Result, decode_entry
 from tempo.engine.dispatch import LATENESS_BUCKETS_S, ClaimedRun, Dispatcher
 from tempo.engine.jobs import Jobs
 from tempo.engine.records import Corrupt
@@ -610,6 +610,12 @@ class Api:
             raise errors.Forbidden(f"this token may claim only from {sorted(allowed)}")
         # A queue named twice counts once (the dispatcher takes distinct queues).
         queues = self._queues(request, list(dict.fromkeys(body.queues)))
+        key = None
+        if body.claim_key is not None:
+            # A pattern's `$` also matches before a final newline.
+            if body.claim_key.endswith("\n"):
+                raise errors.Invalid.at("claim_key", "must not end with a newline")
+            key = ClaimKey(self.owner(request), body.claim_key, engine_jobs.queues_hash(body.queues))
         claimed: list[ClaimedRun] = []
         # A claim follows its client (docs/api.md "Claims and disconnects"):
         # one that leaves while the claim waits ends the wait and takes
@@ -619,7 +625,7 @@ class Api:
             with self._long_poll(body.wait_s), client.scope:
                 # Lets a disconnect already queued be seen before runs are taken.
                 await trio.lowlevel.checkpoint()
-                claimed = await self.dispatcher.claim(queues, body.worker, body.max_runs, body.wait_s)
+                claimed = await self.dispatcher.claim(queues, body.worker, body.max_runs, body.wait_s, key)
             claimed_views = []
             for start in range(0, len(claimed), limits.batch_slice_items):
                 if start:
@@ -962,6 +968,9 @@ class Api:
                 f"tempo_runs_{metric}_total {d.counters[name]}",
             ]
         lines += [
+            "# HELP tempo_claim_key_repeats_total Claims answered from their claim key's record.",
+            "# TYPE tempo_claim_key_repeats_total counter",
+            f"tempo_claim_key_repeats_total {d.counters['claim_key_repeats']}",
             "# HELP tempo_runs_due_not_claimed Runs due but not claimed yet.",
             "# TYPE tempo_runs_due_not_claimed gauge",
             f"tempo_runs_due_not_claimed {d.ready_count()}",

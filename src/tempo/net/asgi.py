@@ -29,6 +29,7 @@ STATUS_OF: dict[type[errors.TempoError], int] = {
     errors.Invalid: 400,
     errors.NotFound: 404,
     errors.RequestKeyReused: 409,
+    errors.ClaimKeyReused: 409,
     errors.StaleAttempt: 409,
     errors.Conflict: 409,
     errors.TooLarge: 413,
@@ -390,7 +391,7 @@ async def watching(receive: Callable) -> AsyncIterator[Client]:
         nursery.start_soon(client.watch, receive)
         try:
             yield client
-        except BaseException as exc:
+        except BaseException as exc:  # noqa: BLE001 - raised again below
             # Raised as it is, below: out of the nursery it would come
             # wrapped in an exception group, which the error table misses.
             failure = exc

@@ -33,7 +33,7 @@ class Authenticator:
         return bool(self.tokens)
 
     def identify(self, authorization: bytes | None) -> Token | None:
-        if not authorization or not authorization[:7].lower() == b"bearer ":
+        if not authorization or authorization[:7].lower() != b"bearer ":
             return None
         digest = hashlib.sha256(authorization[7:].strip()).digest()
         found = None
@@ -71,7 +71,7 @@ class PeerAuth:
     def check(self, authorization: bytes | None) -> None:
         if self.digest is None:
             return
-        if not authorization or not authorization[:7].lower() == b"bearer ":
+        if not authorization or authorization[:7].lower() != b"bearer ":
             raise errors.Unauthorized("a peer request needs the cluster's peer token")
         if not hmac.compare_digest(hashlib.sha256(authorization[7:].strip()).digest(), self.digest):
             raise errors.Unauthorized("a peer request needs the cluster's peer token")

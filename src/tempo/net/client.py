@@ -18,18 +18,24 @@ the leader (API.md "General"):
 - A request that may have reached a server (the connection broke, or timed
   out, after the request was sent) is retried only when repeating it is
   harmless: a `GET`, a schedule preview, a create carrying a `request_key` (a batch: every item
-  carrying one), a pause or a resume. Any other write raises `OutcomeUnknown`,
-  since the change may or may not have been made.
+  carrying one), a claim carrying a `claim_key`, a pause or a resume. Any
+  other write raises `OutcomeUnknown`, since the change may or may not have
+  been made. A claim with a key is also sent again after any `5xx`.
+- `claim` chooses a new `claim_key` for each claim unless given one, so a
+  claim whose outcome is unknown is sent again with its key and answers the
+  runs it took (docs/semantics.md "Idempotent claims").
 """
 
 import json
 import os
 import random
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import httpx
 
+from tempo import limits
 from tempo.net.agent import USER_AGENT
 from tempo.net.tls import certificate_refused, client_context
 
@@ -62,7 +68,9 @@ class ApiError(Exception):
 
 
 class Unavailable(Exception):
-    """No server answered (connection errors, `503`) within `failover_timeout_s`."""
+    """No server answered (connection errors, timeouts, `503`) before the
+    request's deadline: this client's `failover_timeout_s`, or the worker
+    library's (tempo.worker)."""
 
 
 class _Untrusted(str):
@@ -72,6 +80,11 @@ class _Untrusted(str):
 class OutcomeUnknown(Unavailable):
     """A write that is not safe to repeat lost its connection after it was sent:
     the server may or may not have made the change."""
+
+
+def new_claim_key(rng: random.Random) -> str:
+    """A claim key no other claim of the owner uses: 128 random bits."""
+    return f"{rng.getrandbits(128):032x}"
 
 
 def urls_from(text: str | None) -> list[str]:
@@ -96,6 +109,8 @@ def safe_to_repeat(method: str, path: str, body: Any) -> bool:
         return True  # a computation; it changes nothing
     if path == "/v1/jobs":
         return isinstance(body, dict) and body.get("request_key") is not None
+    if path == "/v1/claim":
+        return isinstance(body, dict) and body.get("claim_key") is not None
     if path == "/v1/jobs/batch":
         items = body.get("jobs") if isinstance(body, dict) else None
         return bool(items) and all(isinstance(i, dict) and i.get("request_key") is not None for i in items)
@@ -123,7 +138,8 @@ class Client:
         for url in self.urls:
             if not url.startswith(("http://", "https://")):
                 raise ValueError(f"urls: {url!r} is not an http:// or https:// URL")
-        assert failover_timeout_s >= 0, "failover_timeout_s: not negative"
+        if failover_timeout_s < 0:
+            raise ValueError(f"failover_timeout_s: not negative (got {failover_timeout_s})")
         self.failover_timeout_s = failover_timeout_s
         self._index = 0  # the URL asked first: the last one that answered
         self._rng = rng or random.Random()
@@ -153,11 +169,20 @@ class Client:
         """The URL the next request goes to first."""
         return self.urls[self._index]
 
-    def request(self, method: str, path: str, body: Any = None, params: dict | None = None) -> Any:
+    def request(
+        self, method: str, path: str, body: Any = None, params: dict | None = None, *,
+        timeout_s: float | None = None, failover_timeout_s: float | None = None,
+    ) -> Any:
+        """`timeout_s`: of each attempt (a long poll's is longer than the
+        client's); `failover_timeout_s`: of the whole, this once."""
         params = {k: v for k, v in (params or {}).items() if v is not None}
         content = None if body is None else json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
         repeatable = safe_to_repeat(method, path, body)
-        deadline_s = time.monotonic() + self.failover_timeout_s
+        # A claim with a key is answered alike however often it is sent: a
+        # 5xx of any kind is sent again too (docs/semantics.md).
+        retry_5xx = repeatable and path == "/v1/claim"
+        patience_s = self.failover_timeout_s if failover_timeout_s is None else failover_timeout_s
+        deadline_s = time.monotonic() + patience_s
         delay_s = backoff_s_min
         failures: dict[str, str] = {}
         while True:
@@ -165,7 +190,7 @@ class Client:
             for k in range(count):
                 base = self.urls[(start + k) % count]
                 url = httpx.URL(base + path, params=params)
-                outcome = self._attempt(method, url, content, repeatable)
+                outcome = self._attempt(method, url, content, repeatable, timeout_s, retry_5xx)
                 if isinstance(outcome, httpx.Response):
                     answered = origin_of(outcome.url)
                     self._prefer(base if answered == origin_of(base) else answered)
@@ -174,19 +199,25 @@ class Client:
             untrusted = all(isinstance(why, _Untrusted) for why in failures.values())
             if untrusted or time.monotonic() + delay_s > deadline_s:
                 said = "; ".join(f"{u}: {why}" for u, why in failures.items())
-                within = "" if untrusted else f" within {self.failover_timeout_s:g} s"
+                within = "" if untrusted else f" within {patience_s:g} s"
                 raise Unavailable(f"no server answered {method} {path}{within} ({said})")
             # Full jitter keeps many clients from coming back in step.
             time.sleep(self._rng.uniform(delay_s / 2, delay_s))
             delay_s = min(backoff_s_max, delay_s * 2)
 
-    def _attempt(self, method: str, url: httpx.URL, content: bytes | None, repeatable: bool) -> httpx.Response | str:
+    def _attempt(
+        self, method: str, url: httpx.URL, content: bytes | None, repeatable: bool,
+        timeout_s: float | None = None, retry_5xx: bool = False,
+    ) -> httpx.Response | str:
         """The answer of `url`, redirects followed; or why there was none worth
         returning (then the caller tries the next URL)."""
         headers = {"content-type": "application/json"} if content is not None else {}
+        extra: dict[str, Any] = {}
+        if timeout_s is not None:
+            extra["timeout"] = httpx.Timeout(timeout_s, connect=min(timeout_s, connect_timeout_s))
         for _ in range(redirects_max + 1):
             try:
-                response = self._http.request(method, url, content=content, headers=headers)
+                response = self._http.request(method, url, content=content, headers=headers, **extra)
             except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
                 # Nothing was sent: safe to send elsewhere, whatever the request.
                 if certificate_refused(exc):
@@ -203,8 +234,8 @@ class Client:
             if response.status_code in REDIRECTS and "location" in response.headers:
                 url = response.url.join(response.headers["location"])
                 continue
-            if response.status_code == 503:
-                return f"503 {_problem(response).get('type', 'unavailable')}"
+            if response.status_code == 503 or (retry_5xx and response.status_code >= 500):
+                return f"{response.status_code} {_problem(response).get('type', 'unavailable')}"
             return response
         return f"more than {redirects_max} redirects"
 
@@ -254,6 +285,27 @@ class Client:
 
     def get_run(self, run_id: str) -> dict[str, Any]:
         return self.request("GET", f"/v1/runs/{run_id}")
+
+    # -- workers ------------------------------------------------------------------
+
+    def claim(
+        self, worker: str, queues: Sequence[str], *, max_runs: int = 1, wait_s: float = 0,
+        claim_key: str | None = None,
+    ) -> list[dict[str, Any]]:
+        """`POST /v1/claim` with a `claim_key` (a new one unless given): a
+        claim whose outcome is unknown (a connection lost after it was sent,
+        a timeout, a `5xx`, a leader change) is sent again with the same
+        key, to any URL, for at most `limits.claim_retry_s_max`, and answers
+        the runs the first one took."""
+        body = {
+            "worker": worker, "queues": list(queues), "max_runs": max_runs, "wait_s": wait_s,
+            "claim_key": claim_key or new_claim_key(self._rng),
+        }
+        runs: list[dict[str, Any]] = self.request(
+            "POST", "/v1/claim", body, timeout_s=wait_s + request_timeout_s,
+            failover_timeout_s=max(self.failover_timeout_s, limits.claim_retry_s_max),
+        )["runs"]
+        return runs
 
     def preview(self, schedule: dict[str, Any], after: str | None = None, count: int | None = None) -> list[str]:
         body: dict[str, Any] = {"schedule": schedule}

@@ -90,7 +90,7 @@ def check_bindable(host: str, port: int) -> None:
 class Ticket:
     """One open connection's place under the gate."""
 
-    __slots__ = ("address", "scope", "evicted")
+    __slots__ = ("address", "evicted", "scope")
 
     def __init__(self, address: str):
         self.address = address
@@ -185,7 +185,9 @@ _FIRST_HEAD, _BUSY, _KEPT_ALIVE, _NEXT_HEAD = "first head", "busy", "kept alive"
 
 def _address_of(stream: trio.abc.Stream) -> str:
     """The client's IP address ("" if it has gone already)."""
-    sock = stream.socket if isinstance(stream, trio.SocketStream) else stream.transport_stream.socket  # type: ignore[attr-defined]
+    transport = stream.transport_stream if isinstance(stream, trio.SSLStream) else stream
+    assert isinstance(transport, trio.SocketStream)  # hypercorn serves TCP, with or without TLS
+    sock = transport.socket
     try:
         return str(sock.getpeername()[0])
     except OSError:
@@ -239,7 +241,7 @@ class _GuardedTCPServer(TCPServer):
             return
         self._ticket = ticket
         self._waiting = _FIRST_HEAD
-        self.stream = _WriteBoundedStream(self.stream)  # type: ignore[assignment]
+        self.stream = _WriteBoundedStream(self.stream)  # type: ignore[assignment]  # a Stream by __getattr__
         self._idle_scope = trio.CancelScope()  # the idle task's, once it runs
         try:
             with ticket.scope:
@@ -330,5 +332,5 @@ class _ProblemH11Protocol(H11Protocol):
 def install() -> None:
     """Makes hypercorn's trio worker use the guarded connection task and
     answer its own rejections with problem+json."""
-    hypercorn.trio.run.TCPServer = _GuardedTCPServer  # type: ignore[misc]
-    hypercorn.protocol.H11Protocol = _ProblemH11Protocol  # type: ignore[misc]
+    hypercorn.trio.run.TCPServer = _GuardedTCPServer  # type: ignore[attr-defined]  # hypercorn does not export it
+    hypercorn.protocol.H11Protocol = _ProblemH11Protocol  # type: ignore[attr-defined]  # hypercorn does not export it

@@ -54,13 +54,13 @@ def _problem(description: str) -> dict[str, Any]:
 
 def _op(
     summary: str,
-    ok: dict[str, dict],
+    ok: dict[str, dict[str, Any]],
     *,
     body: type | None = None,
-    params: list | None = None,
+    params: list[dict[str, Any]] | None = None,
     local: bool = False,
     role: bool = True,
-) -> dict:
+) -> dict[str, Any]:
     """One operation with the problems every route of its kind may answer:
     400 bad input, 401 no valid token, 403 a role that may not (`role`), 404,
     413 a body over its bound, 307 to the leader (unless `local`: answered
@@ -109,7 +109,7 @@ def _public(summary: str, responses: dict[str, Any]) -> dict[str, Any]:
     return {"summary": summary, "responses": {**responses, "500": _INTERNAL}, "security": []}
 
 
-def _param(name: str, where: str, kind: dict, description: str, required: bool = False) -> dict:
+def _param(name: str, where: str, kind: dict[str, Any], description: str, required: bool = False) -> dict[str, Any]:
     return {"name": name, "in": where, "required": required, "schema": kind, "description": description}
 
 
@@ -190,8 +190,10 @@ def _worker_paths() -> dict[str, Any]:
     ack = _json(schema.BatchAck, "accepted and rejected runs")
     stale = _problem("stale_attempt: the attempt is no longer current")
     return {
-        "/v1/claim": {"post": _op("Take due runs", {"200": _json(schema.ClaimOut, "the claimed runs")},
-                                  body=schema.ClaimIn)},
+        "/v1/claim": {"post": _op("Take due runs", {
+            "200": _json(schema.ClaimOut, "the claimed runs"),
+            "409": _problem("claim_key_reused: the claim key was used by another worker or for other queues"),
+        }, body=schema.ClaimIn)},
         "/v1/runs/{run_id}/heartbeat": {"post": _op(
             "Extend a lease", {"200": _json(schema.HeartbeatOut, "the new lease"), "409": stale},
             body=schema.HeartbeatIn, params=[run_id])},

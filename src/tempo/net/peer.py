@@ -21,7 +21,7 @@ import random
 import ssl
 import struct
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 
 import httpx
 import msgspec
@@ -87,19 +87,20 @@ class FrameReader:
         try:
             message = MESSAGE_DECODER.decode(frame)
         except msgspec.MsgspecError as exc:
-            return self._drop(f"not a raft message: {exc}")
+            self._drop(f"not a raft message: {exc}")
+            return None
         problem = malformed(message)
         if problem is None and self._entry_problem is not None and isinstance(message, AppendRequest):
             problem = next(filter(None, map(self._entry_problem, _normal_data(message))), None)
         if problem is not None:
-            return self._drop(f"{type(message).__name__} from {message.src}: {problem}")
+            self._drop(f"{type(message).__name__} from {message.src}: {problem}")
+            return None
         return message
 
     def _drop(self, why: str) -> None:
         self.dropped += 1
         if self.dropped == 1 or self.dropped % 100 == 0:
             log.warning("dropped a corrupt peer frame (%d in this stream): %s", self.dropped, why)
-        return None
 
     def close(self) -> None:
         if self._buffer:
@@ -111,7 +112,7 @@ def _normal_data(message: AppendRequest) -> Iterator[bytes]:
 
 
 class _Peer:
-    __slots__ = ("id", "url", "frames", "wake", "sent", "dropped", "failures", "failing_since_s", "logged_at_s", "scope")
+    __slots__ = ("dropped", "failing_since_s", "failures", "frames", "id", "logged_at_s", "scope", "sent", "url", "wake")
 
     def __init__(self, peer_id: int, url: str):
         self.scope = trio.CancelScope()
@@ -190,18 +191,18 @@ class PeerTransport:
         while True:
             await peer.wake.wait()
             deadline_s = trio.current_time() + limits.peer_stream_s
+            failure: object  # what went wrong, or None for a stream that went through
             try:
                 with trio.fail_after(limits.peer_stream_s + limits.peer_timeout_s):
                     response = await client.post(peer.url, content=self._stream(peer, deadline_s), headers=self.headers)
-                ok = response.status_code == 204
+                failure = None if response.status_code == 204 else response
             except (httpx.HTTPError, trio.TooSlowError) as exc:
-                ok = False
-                response = ssl_error_of(exc) or exc  # an ssl error says what is wrong; httpx's says ''
-            if ok:
+                failure = ssl_error_of(exc) or exc  # an ssl error says what is wrong; httpx's says ''
+            if failure is None:
                 self._recovered(peer)
                 backoff_s = limits.peer_backoff_s_min
                 continue
-            self._failed(peer, response)
+            self._failed(peer, failure)
             # Messages that waited through the back-off are stale; raft sends
             # what is still needed again.
             await trio.sleep(backoff_s * (0.5 + self.rng.random()))
@@ -230,7 +231,7 @@ class PeerTransport:
         peer.failures = 0
         peer.failing_since_s = None
 
-    async def _stream(self, peer: _Peer, deadline_s: float):
+    async def _stream(self, peer: _Peer, deadline_s: float) -> AsyncIterator[bytes]:
         """The body of one stream: frames as they are queued, until the deadline."""
         while trio.current_time() < deadline_s:
             if not peer.frames:

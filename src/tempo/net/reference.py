@@ -5,6 +5,7 @@ the committed file differs from what this gives, so the reference cannot
 drift from the schemas that validate requests.
 """
 
+from collections.abc import Iterator
 from typing import Any
 
 import msgspec
@@ -52,7 +53,7 @@ def render(document: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _operations(document: dict[str, Any]):
+def _operations(document: dict[str, Any]) -> Iterator[tuple[str, str, dict[str, Any]]]:
     for path, methods in document["paths"].items():
         for method, operation in methods.items():
             yield path, method, operation
@@ -94,7 +95,7 @@ def _response_body(response: dict[str, Any]) -> str:
 
 
 def _response_text(response: dict[str, Any]) -> str:
-    text = response["description"]
+    text: str = response["description"]
     for name in response.get("headers", {}):
         text += f"; header `{name}`"
     links = response.get("links", {})
@@ -130,7 +131,8 @@ def _schema(name: str, schema: dict[str, Any]) -> list[str]:
 
 def _description(schema: dict[str, Any]) -> str:
     if "description" in schema:
-        return schema["description"]
+        description: str = schema["description"]
+        return description
     return next((v["description"] for v in schema.get("anyOf", ()) if "description" in v), "")
 
 
@@ -160,9 +162,7 @@ def _type(schema: dict[str, Any]) -> str:
 def _bounds(schema: dict[str, Any]) -> str:
     """Every bound of a schema, of its non-null variants and of its items."""
     found = [template.format(schema[key]) for key, template in _BOUNDS if key in schema]
-    for variant in schema.get("anyOf", ()):
-        if variant.get("type") != "null":
-            found.append(_bounds(variant))
+    found.extend(_bounds(variant) for variant in schema.get("anyOf", ()) if variant.get("type") != "null")
     if "items" in schema and _bounds(schema["items"]):
         found.append(f"each item: {_bounds(schema['items'])}")
     if "oneOf" in schema and "$ref" in schema:

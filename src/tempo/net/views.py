@@ -8,7 +8,7 @@ from typing import Any
 
 from tempo import clock, ids, schedule
 from tempo.engine.jobs import Occurrence
-from tempo.engine.records import Job, Run, Schedule
+from tempo.engine.records import Job, Run, RunStatus, Schedule
 from tempo.schema import ClaimedRunOut, DstOut, JobOut, OccurrenceOut, RetryOut, RunOut, ScheduleOut
 
 
@@ -75,7 +75,14 @@ def job_view(job: Job, shared: dict[Any, Any] | None = None) -> JobOut:
     )
 
 
-def _run_fields(run: Run) -> tuple:
+# RunOut's fields: run ID, job ID, nominal and due time, status, attempt,
+# worker, lease expiry, start, finish, output, error.
+_RunFields = tuple[
+    str, str, str, str, RunStatus, int, str | None, str | None, str | None, str | None, str | None, str | None
+]
+
+
+def _run_fields(run: Run) -> _RunFields:
     """A run's API fields, in `RunOut`'s order (`ClaimedRunOut` extends it)."""
     return (
         ids.run_id(run.job_id, run.nominal_ms),

@@ -16,6 +16,8 @@ from __future__ import annotations
 import dataclasses
 import random
 from collections import deque
+from collections.abc import Callable
+from typing import Any
 
 from . import limits
 from ._log import RaftLog
@@ -78,7 +80,7 @@ class Config:
 
 
 class _ReadRequest:
-    __slots__ = ("index", "context", "acks", "origin")
+    __slots__ = ("acks", "context", "index", "origin")
 
     def __init__(self, index: int, context: bytes, acks: set[int], origin: int) -> None:
         self.index = index
@@ -906,7 +908,8 @@ class RawNode:
         self._conf_history = [(index, voters), *newer]
 
 
-_HANDLERS = {
+# Each handler takes the one message type it is filed under.
+_HANDLERS: dict[type[Message], Callable[[RawNode, Any], None]] = {
     VoteRequest: RawNode._on_vote_request,
     VoteResponse: RawNode._on_vote_response,
     AppendRequest: RawNode._on_append,

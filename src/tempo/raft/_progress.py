@@ -20,15 +20,15 @@ class ProgressState(enum.IntEnum):
 
 class Progress:
     __slots__ = (
+        "inflight",
         "match",
         "next",
-        "state",
         "probe_sent",
-        "inflight",
         "recent_active",
         "snapshot",
-        "snapshot_offset",
         "snapshot_elapsed_ticks",
+        "snapshot_offset",
+        "state",
     )
 
     def __init__(self, next_index: int) -> None:
