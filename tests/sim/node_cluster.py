@@ -41,9 +41,10 @@ from dataclasses import dataclass, field
 import trio
 import trio.testing
 
-from tempo import clock, errors, ids
+from tempo import clock, errors, ids, limits
 from tempo.engine.commandlog import Waiter
 from tempo.engine.commands import (
+    ClaimKey,
     CreateJobs,
     ExpireLeases,
     NewJob,
@@ -52,9 +53,9 @@ from tempo.engine.commands import (
     Result,
 )
 from tempo.engine.dispatch_core import ClaimedRun, ClaimProposal, DispatchCore, feed_size
-from tempo.engine.jobs import due_ms, first_slot_ms
+from tempo.engine.jobs import due_ms, first_slot_ms, queues_hash
 from tempo.engine.raftlog import RaftLog
-from tempo.engine.records import Job, Run, Schedule
+from tempo.engine.records import ClaimKeyEntry, Job, Run, Schedule
 from tempo.engine.store import Changes, Created, Store
 from tempo.node.replica import Phase, Replica, Write
 from tempo.raft import MESSAGE_DECODER, MESSAGE_ENCODER, Message
@@ -66,6 +67,7 @@ STEP_S = 0.1  # one raft tick (limits.raft_tick_ms): the simulator's step
 WALL_START_MS = 1_800_000_000_000
 OWNER = "o1"
 QUEUE = f"{OWNER}\x00q"
+QUEUES_HASH = queues_hash(["q"])
 STORE_MAP_BYTES = 1 << 24
 # Repeating jobs per run at most: more would outrun the workers.
 REPEATING_MAX = 4
@@ -96,6 +98,7 @@ class Params:
     worker_pause_rate: float  # per worker and step
     worker_vanish_rate: float  # per worker and step
     lease_s: int
+    keyed_share: float  # claims that carry a claim key (and are retried with it)
 
     @classmethod
     def draw(cls, rng: random.Random) -> Params:
@@ -124,6 +127,7 @@ class Params:
             worker_pause_rate=maybe(0.4, 0.02),
             worker_vanish_rate=maybe(0.4, 0.01),
             lease_s=rng.choice((5, 6)),
+            keyed_share=rng.choice((0.0, 0.5, 1.0)),
         )
 
 
@@ -138,6 +142,7 @@ class ClaimInFlight:
     waiter: Waiter
     sent_s: float
     generation: int
+    key: str | None
 
 
 @dataclass
@@ -333,21 +338,32 @@ class SimNode:
 
         self.expiring = Pending(waiter, done)
 
-    def claim(self, worker: SimWorker, runs_max: int) -> bool:
-        """`Dispatcher.claim`, one try: False if this node does not lead."""
+    def claim(self, worker: SimWorker, runs_max: int, key: str | None) -> bool:
+        """`Dispatcher.claim`, one try, with its claim key if any: False if
+        this node does not lead."""
         if not self.leading():
             return False
-        core = self.core
-        assert core is not None and self.replica is not None
+        core, store = self.core, self.store
+        assert core is not None and store is not None and self.replica is not None
         now_ms, mono_s = self.now_ms(), self.mono_s
+        if key is not None:
+            entry = store.claim_key_entry(OWNER, key, now_ms)
+            if entry is not None:
+                self._answer_key(worker, entry, self.sim.now_s)
+                return True
         core.tick(now_ms, mono_s)
         taken = core.take([QUEUE], runs_max, mono_s)
         if not taken.runs:
+            worker.answered()
             return True
         proposal = core.propose_claims(worker.name, taken.runs, now_ms, mono_s)
         if proposal.command is None:
             core.settle(proposal)
+            worker.answered()
             return True
+        if key is not None:
+            expires_ms = proposal.command.at_ms + limits.claim_key_kept_ms
+            proposal.command.key = ClaimKey(OWNER, key, QUEUES_HASH, expires_ms)
         try:
             waiter = self.replica.submit_now(proposal.command)
         except errors.Overloaded:
@@ -359,7 +375,7 @@ class SimNode:
             core.settle(proposal)
             return False
         worker.claiming = True
-        self.claims.append(ClaimInFlight(worker, proposal, waiter, self.sim.now_s, core.generation))
+        self.claims.append(ClaimInFlight(worker, proposal, waiter, self.sim.now_s, core.generation, key))
         return True
 
     def _claim_answered(self, claim: ClaimInFlight) -> None:
@@ -368,22 +384,55 @@ class SimNode:
         outcome = claim.waiter.outcome
         claim.worker.claiming = False
         claimed: list[ClaimedRun] = []
+        keyed: ClaimKeyEntry | None = None
         try:
-            if isinstance(outcome, errors.Overloaded | errors.NotLeader):
+            if isinstance(outcome, errors.Overloaded | errors.NotLeader | errors.ClaimKeyReused):
                 core.give_back(claim.proposal)
+            elif isinstance(outcome, ClaimKeyEntry):
+                # The key was recorded first (a retry raced its claim).
+                core.give_back(claim.proposal)
+                keyed = outcome
             elif isinstance(outcome, list):
                 claimed = core.claimed(claim.proposal, outcome)
         finally:
             core.settle(claim.proposal)
-        if not claimed:
-            return
-        if self.sim.rng.random() < self.sim.params.answer_loss_rate:
-            self.sim.log(f"n{self.id}: the answer of a claim of {len(claimed)} runs to {claim.worker.name} is lost")
-            self.sim.invariants.answer_lost(claimed)
-            return
-        claim.worker.got(self, claimed, claim.sent_s)
+        if keyed is not None:
+            self._answer_key(claim.worker, keyed, claim.sent_s)
+        elif isinstance(outcome, list):
+            self._answer(claim.worker, claimed, claim.sent_s, repeat=False)
 
-    def heartbeat(self, run: Run, attempt: int) -> int | None | BaseException:
+    def _answer_key(self, worker: SimWorker, entry: ClaimKeyEntry, sent_s: float) -> None:
+        """`Dispatcher._answer_key`: what the key took that its attempt still
+        holds, each lease renewed as by a heartbeat."""
+        store, core = self.store, self.core
+        assert store is not None and core is not None
+        if entry.worker != worker.name or entry.queues_hash != QUEUES_HASH:
+            worker.answered()  # ClaimKeyReused: a new key next time
+            return
+        answered: list[ClaimedRun] = []
+        for taken in entry.runs:
+            run = store.get_run_any(taken.job_id, taken.nominal_ms)
+            job = store.get_job_any(taken.job_id)
+            if run is None or job is None or run.status != "claimed" or run.attempt != taken.attempt:
+                continue
+            try:
+                run.lease_expires_ms = core.heartbeat(
+                    None, ids.run_id(run.job_id, run.nominal_ms), run.attempt, self.now_ms(), self.mono_s
+                )
+            except (errors.StaleAttempt, errors.NotFound):
+                continue
+            answered.append(ClaimedRun(run, job))
+        self._answer(worker, answered, sent_s, repeat=True)
+
+    def _answer(self, worker: SimWorker, claimed: list[ClaimedRun], sent_s: float, *, repeat: bool) -> None:
+        """A claim's answer on its way to its worker: lost, or there."""
+        if self.sim.rng.random() < self.sim.params.answer_loss_rate:
+            self.sim.log(f"n{self.id}: the answer of a claim of {len(claimed)} runs to {worker.name} is lost")
+            self.sim.invariants.answer_lost(worker, claimed)
+            return
+        worker.got(self, claimed, sent_s, repeat=repeat)
+
+    def heartbeat(self, run: Run, attempt: int) -> int | BaseException:
         if not self.leading():
             return errors.NotLeader("not the leader")
         assert self.core is not None
@@ -422,6 +471,11 @@ class SimWorker:
     claim_at_s: float = 0.0
     holds: dict[tuple[str, int], Hold] = field(default_factory=dict)
     reporting: dict[tuple[str, int], Hold] = field(default_factory=dict)
+    # The attempts it was given (it runs each once, however often a keyed
+    # retry answers it), and the key of a claim whose answer it awaits.
+    seen: set[tuple[str, int, int]] = field(default_factory=set)
+    key: str | None = None
+    keys_made: int = 0
 
     def node(self) -> SimNode | None:
         node = self.sim.nodes.get(self.node_guess)
@@ -430,12 +484,28 @@ class SimWorker:
     def next_node(self) -> None:
         self.node_guess = self.sim.rng.choice(sorted(self.sim.nodes))
 
-    def got(self, node: SimNode, claimed: list[ClaimedRun], sent_s: float) -> None:
-        """A claim's answer reached this worker."""
+    def answered(self) -> None:
+        """Its claim was answered (or refused): the next one is a new claim."""
+        self.claiming = False
+        self.key = None
+
+    def got(self, node: SimNode, claimed: list[ClaimedRun], sent_s: float, *, repeat: bool = False) -> None:
+        """A claim's answer reached this worker (`repeat`: a keyed retry's,
+        from what the key took)."""
         rng = self.sim.rng
+        self.answered()
         for one in claimed:
             run = one.run
-            self.sim.invariants.delivered(self, run, sent_s)
+            slot = (run.job_id, run.nominal_ms)
+            if repeat and (run.job_id, run.nominal_ms, run.attempt) in self.seen:
+                # Its own attempt again, from its key: a renewed lease.
+                hold = self.holds.get(slot)
+                if hold is not None and hold.attempt == run.attempt:
+                    hold.held_until_s = max(hold.held_until_s, sent_s + hold.lease_s)
+                    hold.margin_s = self.sim.invariants.margin_of(node)
+                continue
+            self.seen.add((run.job_id, run.nominal_ms, run.attempt))
+            self.sim.invariants.delivered(self, run, sent_s, repeat=repeat)
             hold = Hold(
                 run, run.attempt, one.job.lease_s, sent_s + one.job.lease_s,
                 self.sim.now_s + (rng.uniform(0.1, 1.0) if rng.random() < 0.5 else rng.uniform(1.0, 2.5 * one.job.lease_s)),
@@ -444,23 +514,33 @@ class SimWorker:
             self.holds[(run.job_id, run.nominal_ms)] = hold
 
     def step(self) -> None:
-        sim = self.sim
-        rng = sim.rng
-        now_s = sim.now_s
-        if not self.alive:
+        if not self.alive or self._faults() or self.sim.now_s < self.paused_until_s:
             return
-        if sim.faulty and rng.random() < sim.params.worker_vanish_rate:
+        self._tend()
+        if self.reporting:
+            self._report()
+        self._claim()
+
+    def _faults(self) -> bool:
+        """Vanishes or pauses, in the fault phase; True if it did."""
+        sim, rng = self.sim, self.sim.rng
+        if not sim.faulty:
+            return False
+        if rng.random() < sim.params.worker_vanish_rate:
             sim.log(f"{self.name} vanishes holding {len(self.holds)} runs")
             self.alive = False
             sim.invariants.worker_gone(self)
             sim.add_worker()
-            return
-        if now_s < self.paused_until_s:
-            return
-        if sim.faulty and rng.random() < sim.params.worker_pause_rate:
-            self.paused_until_s = now_s + rng.uniform(0.5, 2.0 * sim.params.lease_s)
+            return True
+        if sim.now_s >= self.paused_until_s and rng.random() < sim.params.worker_pause_rate:
+            self.paused_until_s = sim.now_s + rng.uniform(0.5, 2.0 * sim.params.lease_s)
             sim.log(f"{self.name} pauses until {self.paused_until_s:.1f}")
-            return
+            return True
+        return False
+
+    def _tend(self) -> None:
+        """Its runs: given up when its lease may be gone, done, or heartbeated."""
+        sim, now_s = self.sim, self.sim.now_s
         for key, hold in list(self.holds.items()):
             if now_s >= hold.held_until_s:
                 # Its own reckoning says the lease may be gone: it stops.
@@ -472,12 +552,18 @@ class SimWorker:
                 self.reporting[key] = hold
             elif now_s >= hold.heartbeat_at_s:
                 self._heartbeat(hold)
-        if self.reporting:
-            self._report()
+
+    def _claim(self) -> None:
+        """A new claim (a new key, for a share of them), or its claim whose
+        answer did not come, again with its key."""
+        sim, rng, now_s = self.sim, self.sim.rng, self.sim.now_s
         if not self.claiming and now_s >= self.claim_at_s and len(self.holds) < 6:
             self.claim_at_s = now_s + rng.uniform(0.1, 0.5)
+            if self.key is None and rng.random() < sim.params.keyed_share:
+                self.keys_made += 1
+                self.key = f"{self.name}-{self.keys_made}"
             node = self.node()
-            if node is None or not node.claim(self, rng.randint(1, 4)):
+            if node is None or not node.claim(self, rng.randint(1, 4), self.key):
                 self.next_node()
 
     def _heartbeat(self, hold: Hold) -> None:
@@ -595,17 +681,24 @@ class NodeSimulator:
     # -- faults ------------------------------------------------------------------------
 
     def faults(self) -> None:
+        self.partitions()
+        if self.faulty:
+            self.node_faults()
+
+    def partitions(self) -> None:
         p, rng = self.params, self.rng
         if self.blocked and (self.now_s >= self.partition_until_s or not self.faulty):
             self.blocked = set()
             self.log("partition heals")
-        if not self.faulty:
-            return
-        if not self.blocked and rng.random() < p.partition_rate:
+        if self.faulty and not self.blocked and rng.random() < p.partition_rate:
             side = set(rng.sample(self.voters, rng.randint(1, len(self.voters) // 2)))
             self.blocked = {(a, b) for a in self.voters for b in self.voters if (a in side) != (b in side)}
             self.partition_until_s = self.now_s + rng.uniform(0.5, 4.0)
             self.log(f"partition {sorted(side)}")
+
+    def node_faults(self) -> None:
+        """Crashes (of the leader, too), leadership transfers, wall-clock steps."""
+        p, rng = self.params, self.rng
         for node in self.nodes.values():
             if node.alive and rng.random() < (p.leader_crash_rate if node.leading() else 0.0) + p.crash_rate:
                 node.crash()

@@ -72,12 +72,15 @@ class NodeInvariants:
         self.executed: dict[tuple[str, int, int], str] = {}  # (job, nominal, attempt) -> worker
         self.last_attempt: dict[Slot, int] = {}
         self.done: set[Slot] = set()
+        self.lost: dict[tuple[str, int, int], str] = {}  # attempts whose answer was lost -> their worker
         self.digests: dict[int, tuple[int, str]] = {}  # applied index -> (node, digest)
         self.digested: dict[int, int] = {}  # node -> the applied index last digested
         self.takeover_s = 0.0
         self.term_max = 0  # the highest term any node was seen in
         self.due_since: dict[bytes, float] = {}
         self.orphan_since: dict[tuple[str, int, int], float] = {}
+        self.next_due_since: dict[bytes, float] = {}
+        self.next_orphan_since: dict[tuple[str, int, int], float] = {}
         self.checked_s = 0.0
         self.digested_s = 0.0
         self.leader_applied: list[tuple[float, int]] = []  # (when, the leader's applied index)
@@ -89,15 +92,19 @@ class NodeInvariants:
         self.jobs[job.id] = job
         self.sim.log(f"created {job.id}")
 
-    def delivered(self, worker: SimWorker, run: Run, sent_s: float) -> None:
+    def delivered(self, worker: SimWorker, run: Run, sent_s: float, *, repeat: bool = False) -> None:
+        """`worker` runs this attempt (the first time it sees it; `repeat`:
+        a keyed retry's answer)."""
         sim = self.sim
         slot = (run.job_id, run.nominal_ms)
-        sim.log(f"{worker.name} gets {run.job_id}@{run.nominal_ms} attempt {run.attempt}")
+        sim.log(f"{worker.name} gets {run.job_id}@{run.nominal_ms} attempt {run.attempt}" + (" again" if repeat else ""))
         key = (run.job_id, run.nominal_ms, run.attempt)
-        if key in self.executed:
+        if self.lost.pop(key, None) == worker.name:
+            pass  # its lost answer, now through its key: the first time it runs it
+        elif key in self.executed:
             raise sim.fail(f"invariant 3, a slot was run twice: attempt {run.attempt} of run {slot} went to "
                            f"{self.executed[key]} and to {worker.name}")
-        if run.attempt <= self.last_attempt.get(slot, 0):
+        elif run.attempt <= self.last_attempt.get(slot, 0):
             raise sim.fail(f"invariant 3, a slot was run twice: attempt {run.attempt} of run {slot} after attempt "
                            f"{self.last_attempt[slot]}")
         if slot in self.done:
@@ -135,10 +142,14 @@ class NodeInvariants:
     def worker_gone(self, worker: SimWorker) -> None:
         pass
 
-    def answer_lost(self, claimed: list[ClaimedRun]) -> None:
+    def answer_lost(self, worker: SimWorker, claimed: list[ClaimedRun]) -> None:
         for one in claimed:
-            # Handed to nobody: it counts as run (a worker may have got it).
-            self.executed[(one.run.job_id, one.run.nominal_ms, one.run.attempt)] = "(lost)"
+            # Handed to nobody yet: its worker may get it through its key;
+            # nobody else may.
+            key = (one.run.job_id, one.run.nominal_ms, one.run.attempt)
+            if key not in self.executed:
+                self.executed[key] = worker.name
+                self.lost[key] = worker.name
             slot = (one.run.job_id, one.run.nominal_ms)
             self.last_attempt[slot] = max(self.last_attempt.get(slot, 0), one.run.attempt)
 
@@ -208,8 +219,8 @@ class NodeInvariants:
         store = leader.store
         assert store is not None
         now_ms = leader.now_ms()
-        due_since: dict[bytes, float] = {}
-        orphan_since: dict[tuple[str, int, int], float] = {}
+        self.next_due_since = {}
+        self.next_orphan_since = {}
         held = {
             (h.run.job_id, h.run.nominal_ms, h.attempt)
             for w in sim.workers if w.alive
@@ -218,28 +229,34 @@ class NodeInvariants:
         for minute in store.open_minutes(0, 1 << 40, 1 << 30):
             for runs_key, run, job in store.scan_minute(minute, 0, 1 << 62):
                 if run.status == "waiting" and job.state == "active" and run.due_ms <= now_ms:
-                    first_s = due_since[runs_key] = self.due_since.get(runs_key, sim.now_s)
-                    if counting and sim.now_s - max(first_s, since_s) > CLAIM_BOUND_S:
-                        raise sim.fail(f"invariant 1, due runs are claimed: run {run.job_id}@{run.nominal_ms} "
-                                       f"(attempt {run.attempt}) waits, due {now_ms - run.due_ms} ms ago, for "
-                                       f"{sim.now_s - first_s:.1f} s")
-                elif run.status == "claimed":
-                    key = (run.job_id, run.nominal_ms, run.attempt)
-                    if key in held:
-                        continue
-                    first_s = orphan_since[key] = self.orphan_since.get(key, sim.now_s)
-                    waited_s = sim.now_s - max(first_s, since_s, self.takeover_s)
-                    if counting and waited_s > job.lease_s + ORPHAN_BOUND_S:
-                        raise sim.fail(f"invariant 4, a run waited longer than its lease ({job.lease_s} s) plus "
-                                       f"{ORPHAN_BOUND_S} s: attempt {run.attempt} of {run.job_id}@{run.nominal_ms} "
-                                       f"held by no worker for {sim.now_s - first_s:.1f} s, "
-                                       f"{waited_s:.1f} s since the last takeover")
-        self.due_since = due_since
-        self.orphan_since = orphan_since
+                    self._check_due(runs_key, run, now_ms, counting=counting, since_s=since_s)
+                elif run.status == "claimed" and (run.job_id, run.nominal_ms, run.attempt) not in held:
+                    self._check_orphan(run, job, counting=counting, since_s=since_s)
+        self.due_since = self.next_due_since
+        self.orphan_since = self.next_orphan_since
         if counting:
             for job_id in self.jobs:
                 if store.get_job_any(job_id) is None:
                     raise sim.fail(f"invariant 1, an acknowledged job is lost: {job_id} is not on the leader")
+
+    def _check_due(self, runs_key: bytes, run: Run, now_ms: int, *, counting: bool, since_s: float) -> None:
+        sim = self.sim
+        first_s = self.next_due_since[runs_key] = self.due_since.get(runs_key, sim.now_s)
+        if counting and sim.now_s - max(first_s, since_s) > CLAIM_BOUND_S:
+            raise sim.fail(f"invariant 1, due runs are claimed: run {run.job_id}@{run.nominal_ms} "
+                           f"(attempt {run.attempt}) waits, due {now_ms - run.due_ms} ms ago, for "
+                           f"{sim.now_s - first_s:.1f} s")
+
+    def _check_orphan(self, run: Run, job: Job, *, counting: bool, since_s: float) -> None:
+        sim = self.sim
+        key = (run.job_id, run.nominal_ms, run.attempt)
+        first_s = self.next_orphan_since[key] = self.orphan_since.get(key, sim.now_s)
+        waited_s = sim.now_s - max(first_s, since_s, self.takeover_s)
+        if counting and waited_s > job.lease_s + ORPHAN_BOUND_S:
+            raise sim.fail(f"invariant 4, a run waited longer than its lease ({job.lease_s} s) plus "
+                           f"{ORPHAN_BOUND_S} s: attempt {run.attempt} of {run.job_id}@{run.nominal_ms} "
+                           f"held by no worker for {sim.now_s - first_s:.1f} s, "
+                           f"{waited_s:.1f} s since the last takeover")
 
     def at_end(self) -> None:
         self.checked_s = self.digested_s = -1.0
