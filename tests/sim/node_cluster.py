@@ -86,6 +86,7 @@ class Params:
     partition_rate: float  # per step
     crash_rate: float  # per node and step
     crash_mid_ready_rate: float  # per step of a Ready
+    node_pause_rate: float  # per node and step: the process stops (a long GC, SIGSTOP) for up to 3 s
     transfer_rate: float  # per step: the leader hands leadership over
     leader_crash_rate: float  # per step: the leader crashes (a failover)
     snapshot_entries: int  # entries between a node's compactions
@@ -99,6 +100,7 @@ class Params:
     worker_vanish_rate: float  # per worker and step
     lease_s: int
     keyed_share: float  # claims that carry a claim key (and are retried with it)
+    fail_share: float  # attempts whose worker reports a failure (retried after the backoff)
 
     @classmethod
     def draw(cls, rng: random.Random) -> Params:
@@ -115,6 +117,7 @@ class Params:
             partition_rate=maybe(0.5, 0.05),
             crash_rate=maybe(0.7, 0.02),
             crash_mid_ready_rate=maybe(0.4, 0.02),
+            node_pause_rate=maybe(0.4, 0.02),
             transfer_rate=maybe(0.5, 0.08),
             leader_crash_rate=maybe(0.7, 0.05),
             snapshot_entries=rng.choice((8, 20, 1_000_000)),
@@ -128,6 +131,7 @@ class Params:
             worker_vanish_rate=maybe(0.4, 0.01),
             lease_s=rng.choice((5, 6)),
             keyed_share=rng.choice((0.0, 0.5, 1.0)),
+            fail_share=rng.choice((0.0, 0.0, 0.2)),
         )
 
 
@@ -164,6 +168,10 @@ class SimNode:
         self.alive = False
         self.incarnation = 0
         self.down_until_s = 0.0
+        # A paused process: it neither ticks nor handles nor answers until
+        # then; what is sent to it waits in `inbox`.
+        self.paused_until_s = 0.0
+        self.inbox: list[bytes] = []
         self.skew_ms = sim.rng.randint(-200, 200)
         self.mono_origin_s = 0.0
         self.store: Store | None = None
@@ -221,6 +229,8 @@ class SimNode:
             claim.worker.claiming = False
         self.store.close()
         self.store = self.replica = self.core = self.clock = None
+        self.inbox = []
+        self.paused_until_s = 0.0
         self.alive = False
         self.claims = []
         self.pending = []
@@ -292,8 +302,14 @@ class SimNode:
 
     # -- the dispatcher's driver (engine/dispatch.py, synchronously) ------------------
 
+    @property
+    def running(self) -> bool:
+        return self.alive and self.sim.now_s >= self.paused_until_s
+
     def leading(self) -> bool:
-        return self.alive and self.replica is not None and self.replica.phase is Phase.LEADING
+        """Whether it leads, as a client that reaches it sees (a paused
+        node answers nobody)."""
+        return self.running and self.replica is not None and self.replica.phase is Phase.LEADING
 
     def dispatch(self) -> None:
         """server.py's rule: the dispatcher runs while the node leads; it is
@@ -458,6 +474,7 @@ class Hold:
     # node that a newer leader deposed may answer until it steps down
     # (node_invariants.py `HOLD_MARGIN_S`); none from the newest leader.
     margin_s: float = 0.0
+    ok: bool = True  # what its worker reports, once done
 
 
 @dataclass
@@ -548,6 +565,7 @@ class SimWorker:
                 sim.invariants.dropped(self, hold)
             elif now_s >= hold.done_at_s:
                 del self.holds[key]
+                hold.ok = sim.rng.random() >= sim.params.fail_share
                 sim.invariants.finished(self, hold)
                 self.reporting[key] = hold
             elif now_s >= hold.heartbeat_at_s:
@@ -588,7 +606,11 @@ class SimWorker:
             self.next_node()
             return
         batch = list(self.reporting.values())
-        results = [Result(h.run.job_id, h.run.nominal_ms, h.attempt, ok=True, output="ok") for h in batch]
+        results = [
+            Result(h.run.job_id, h.run.nominal_ms, h.attempt, ok=h.ok, output="ok" if h.ok else None,
+                   error=None if h.ok else "boom")
+            for h in batch
+        ]
         command = ReportResults(node.now_ms(), OWNER, results)
 
         def done(outcome: object) -> None:
@@ -670,10 +692,19 @@ class NodeSimulator:
                 heapq.heappush(self.network, (at_s, self.msg_seq, src, message.dst, data))
 
     def deliver(self) -> None:
+        for node in self.nodes.values():
+            if node.running and node.inbox:
+                assert node.replica is not None
+                inbox, node.inbox = node.inbox, []
+                for data in inbox:
+                    node.replica.step(MESSAGE_DECODER.decode(data))
         while self.network and self.network[0][0] <= self.now_s:
             _, _, src, dst, data = heapq.heappop(self.network)
             node = self.nodes.get(dst)
             if node is None or not node.alive or (src, dst) in self.blocked:
+                continue
+            if not node.running:
+                node.inbox.append(data)
                 continue
             assert node.replica is not None
             node.replica.step(MESSAGE_DECODER.decode(data))
@@ -703,6 +734,9 @@ class NodeSimulator:
             if node.alive and rng.random() < (p.leader_crash_rate if node.leading() else 0.0) + p.crash_rate:
                 node.crash()
                 node.down_until_s = self.now_s + rng.uniform(0.1, 3.0)
+            elif node.running and p.node_pause_rate and rng.random() < p.node_pause_rate:
+                node.paused_until_s = self.now_s + rng.uniform(0.3, 3.0)
+                self.log(f"n{node.id} pauses until {node.paused_until_s:.1f}")
         if p.transfer_rate and rng.random() < p.transfer_rate:
             for node in self.nodes.values():
                 if node.leading():
@@ -798,17 +832,17 @@ class NodeSimulator:
     def step(self) -> None:
         self.faults()
         for node in self.nodes.values():
-            if not node.alive and self.now_s >= node.down_until_s:
+            if not node.alive and (self.now_s >= node.down_until_s or not self.faulty):
                 node.start()
                 self.log(f"restart n{node.id}")
         self.deliver()
         for node in self.nodes.values():
-            if node.alive:
+            if node.running:
                 assert node.replica is not None
                 node.replica.node.tick()
         self.pump_all()
         for node in self.nodes.values():
-            if node.alive:
+            if node.running:
                 node.dispatch()
         self.clients()
         for worker in list(self.workers):
@@ -818,7 +852,7 @@ class NodeSimulator:
 
     def pump_all(self) -> None:
         for node in self.nodes.values():
-            if not node.alive:
+            if not node.running:
                 continue
             try:
                 node.pump()

@@ -48,6 +48,10 @@ CLAIM_BOUND_S = 6.0
 ORPHAN_BOUND_S = 3.0
 # The healed phase settles (an election, the backlog) before bounds count.
 SETTLE_S = 5.0
+SETTLE_LEADER_S = 1.5  # ... and this long after it first has a leader
+# A leader is elected within this of the healed phase's start (an election
+# timeout is 1-2 s; split votes happen).
+LEADER_BOUND_S = 8.0
 # How far behind the leader a node may be at the end (a restart's catch-up,
 # a snapshot's transfer).
 CATCH_UP_S = 4.0
@@ -76,6 +80,7 @@ class NodeInvariants:
         self.digests: dict[int, tuple[int, str]] = {}  # applied index -> (node, digest)
         self.digested: dict[int, int] = {}  # node -> the applied index last digested
         self.takeover_s = 0.0
+        self.healed_leader_s: float | None = None  # when the healed phase first had a leader
         self.term_max = 0  # the highest term any node was seen in
         self.due_since: dict[bytes, float] = {}
         self.orphan_since: dict[tuple[str, int, int], float] = {}
@@ -201,17 +206,20 @@ class NodeInvariants:
                 if node.alive:
                     self.applied(node)
         leaders = [n for n in sim.nodes.values() if n.leading()]
-        healed_s = sim.params.fault_s + SETTLE_S
         if sim.now_s < sim.params.fault_s:
             return
         if not leaders:
-            if sim.now_s >= healed_s:
-                raise sim.fail("no leader in the healed phase")
+            if sim.now_s >= sim.params.fault_s + LEADER_BOUND_S:
+                raise sim.fail(f"no leader {LEADER_BOUND_S} s into the healed phase")
             return
+        if self.healed_leader_s is None:
+            self.healed_leader_s = sim.now_s
+        # The bounds count once the healed phase settled and it has a leader.
+        since_s = max(sim.params.fault_s + SETTLE_S, self.healed_leader_s + SETTLE_LEADER_S)
         leader = max(leaders, key=lambda n: n.replica.term if n.replica is not None else 0)
         assert leader.replica is not None
         self.leader_applied.append((sim.now_s, leader.replica.applied_index))
-        self._check_runs(leader, counting=sim.now_s >= healed_s, since_s=healed_s)
+        self._check_runs(leader, counting=sim.now_s >= since_s, since_s=since_s)
 
     def _check_runs(self, leader: SimNode, *, counting: bool, since_s: float) -> None:
         """Invariants 1 and 4 against the leader's tables."""

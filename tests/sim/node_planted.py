@@ -16,6 +16,7 @@ from collections.abc import Iterator
 
 import msgspec
 
+from tempo import ids
 from tempo.engine.dispatch_core import ClaimedRun, ClaimProposal, DispatchCore, Fed, feed_size
 from tempo.engine.records import Job, Run
 from tempo.node.replica import Replica, Step
@@ -33,6 +34,22 @@ class ForgetsExpiredLease(DispatchCore):
         kept.woken = [item for item in changes.woken if item[1].attempt == 0]
         if start == 0:
             super().feed(kept, 0, feed_size(kept))
+
+
+class HeartbeatNotKept(DispatchCore):
+    """A heartbeat is answered with a new expiry, but the lease's deadline
+    stays where it was: a worker that heartbeats on past its first lease
+    loses its run to another worker while it still holds it. (Invariant 2:
+    no attempt is held by two workers at once.)"""
+
+    def heartbeat(self, owner: str | None, run_id: str, attempt: int, now_ms: int, mono_s: float) -> int:
+        parsed = ids.parse_run_id(run_id)
+        lease = None if parsed is None else self.leases.get(parsed)
+        deadline_s = None if lease is None else lease.deadline_s
+        answer = super().heartbeat(owner, run_id, attempt, now_ms, mono_s)
+        if lease is not None and deadline_s is not None and parsed is not None and self.leases.get(parsed) is lease:
+            lease.deadline_s = deadline_s
+        return answer
 
 
 class LeaseFromStoredExpiry(DispatchCore):
@@ -118,6 +135,9 @@ class Planted:
 PLANTED: dict[str, Planted] = {
     "": Planted(),
     "forgets_expired_lease": Planted(core=ForgetsExpiredLease, caught_by="invariant 1,"),
+    "heartbeat_not_kept": Planted(core=HeartbeatNotKept, caught_by="invariant 2,"),
+    # Needs a failover while a worker holds a run past its first lease, and
+    # the expiry to beat its next heartbeat: about one seed in 100.
     "lease_from_stored_expiry": Planted(core=LeaseFromStoredExpiry, caught_by="invariant 2,"),
     "hands_out_twice": Planted(core=HandsOutTwice, caught_by="invariant 3,"),
     "long_lease_after_takeover": Planted(core=LongLeaseAfterTakeover, caught_by="invariant 4,"),

@@ -46,7 +46,7 @@ def first_failure(bug: str, seeds: range = range(PLANTED_SEEDS)) -> NodeSimFailu
     "bug",
     [
         "forgets_expired_lease",  # invariant 1
-        "lease_from_stored_expiry",  # invariant 2
+        "heartbeat_not_kept",  # invariant 2
         "hands_out_twice",  # invariant 3
         "long_lease_after_takeover",  # invariant 4
         "skips_an_entry",  # invariant 5
