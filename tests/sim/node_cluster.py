@@ -15,14 +15,16 @@ From one seed (`random.Random(seed)`), with nothing from the wall clock:
 - the network loses, duplicates, delays and reorders messages, and
   partitions nodes; a node crashes (between any two steps of a Ready, too)
   and restarts from its store: LMDB commits with sync=True, so what a
-  committed transaction wrote survives and nothing else does;
-- clients create one-off and repeating jobs and pause some; workers claim,
-  heartbeat, report, pause (a long GC) and vanish, and the answers they
-  are sent may be lost.
+  committed transaction wrote survives and nothing else does; a node's
+  process pauses (it neither ticks nor handles nor answers meanwhile);
+- clients create one-off and repeating jobs and pause some; workers claim
+  (with a claim key or without, a claim whose answer did not come again
+  with its key), heartbeat, report (some attempts failed), pause (a long
+  GC) and vanish, and the answers they are sent may be lost.
 
 A run has a fault phase, then a healed phase in which every invariant of
 node_invariants.py must hold within its bound. The invariants are checked
-after every step; a violation raises `SimFailure` naming the seed and the
+after every step; a violation raises `NodeSimFailure` naming the seed and the
 command that replays it. The whole run happens inside one `trio.run` with a
 `MockClock` (the replica reads `trio.current_time()`), without awaiting.
 """
@@ -32,6 +34,7 @@ from __future__ import annotations
 import hashlib
 import heapq
 import logging
+import os
 import random
 import shutil
 import tempfile
@@ -45,6 +48,7 @@ from tempo import clock, errors, ids, limits
 from tempo.engine.commandlog import Waiter
 from tempo.engine.commands import (
     ClaimKey,
+    Command,
     CreateJobs,
     ExpireLeases,
     NewJob,
@@ -291,10 +295,10 @@ class SimNode:
             expiring, self.expiring = self.expiring, None
             expiring.done(expiring.waiter.outcome)
 
-    def submit(self, command: object, done: Callable[[object], None]) -> bool:
+    def submit(self, command: Command, done: Callable[[object], None]) -> bool:
         assert self.replica is not None
         try:
-            waiter = self.replica.submit_now(command)  # type: ignore[arg-type]  # a Command
+            waiter = self.replica.submit_now(command)
         except errors.TempoError:
             return False
         self.pending.append(Pending(waiter, done))
@@ -872,6 +876,4 @@ def _where(exc: BaseException) -> str:
 
 def _tmp_root() -> str | None:
     """A memory file system if there is one: an fsync there costs nothing."""
-    import os
-
     return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
