@@ -56,7 +56,7 @@ def test_create_get_list_with_json_and_tables(server, http):
     assert any(line.split()[:2] == ["id", job["id"]] for line in shown.splitlines())
 
     listing = tempo("jobs", "list", "--limit", "5", env_url=server.url).stdout.splitlines()
-    assert listing[0].split() == ["ID", "NAME", "STATE", "TARGET", "SCHEDULE", "NEXT_RUN_AT"]
+    assert listing[0].split() == ["ID", "NAME", "STATE", "OUTCOME", "TARGET", "SCHEDULE", "NEXT_RUN_AT"]
     assert listing[1].split()[:3] == [job["id"], name, "active"]
     assert "every 600s" in listing[1]
     page = json.loads(tempo("jobs", "list", "--limit", "1", "--json", url=server.url).stdout)
@@ -84,7 +84,7 @@ def test_pause_resume_trigger_runs_delete(server):
     runs = json.loads(tempo("jobs", "runs", job["id"], "--json", url=server.url).stdout)["runs"]
     assert len(runs) == 3 and run["id"] in [r["id"] for r in runs]
     table = tempo("jobs", "runs", job["id"], "--limit", "2", url=server.url).stdout.splitlines()
-    assert table[0].split() == ["ID", "STATUS", "ATTEMPT", "NOMINAL_AT", "DUE_AT", "WORKER", "FINISHED_AT"]
+    assert table[0].split() == ["ID", "STATUS", "ATTEMPT", "NOMINAL_AT", "DUE_AT", "WORKER", "FINISHED_AT", "ERROR"]
     assert len(table) == 4 and table[-1].startswith("next page: --cursor ")
     window = tempo("jobs", "runs", job["id"], "--since", run["nominal_at"], "--until", job["next_run_at"], "--json", url=server.url)
     assert run["id"] in [r["id"] for r in json.loads(window.stdout)["runs"]]

@@ -14,8 +14,14 @@ from tempo import limits
 from tempo.net.client import ApiError, Client, OutcomeUnknown, Unavailable, urls_from
 from tempo.net.tls import TlsError
 
-JOB_COLUMNS = ("id", "name", "state", "target", "schedule", "next_run_at")
-RUN_COLUMNS = ("id", "status", "attempt", "nominal_at", "due_at", "worker", "finished_at")
+# `outcome`: the status of the job's last run that ended (docs/api.md
+# "Outcomes"), so a one-off that failed does not read like one that succeeded.
+JOB_COLUMNS = ("id", "name", "state", "outcome", "target", "schedule", "next_run_at")
+RUN_COLUMNS = ("id", "status", "attempt", "nominal_at", "due_at", "worker", "finished_at", "error")
+ALL_RUN_COLUMNS = ("id", "job_id", "status", "attempt", "due_at", "finished_at", "error")
+ATTEMPT_COLUMNS = ("attempt", "claimed_at", "worker", "ended_at", "ok", "error", "output")
+# A table cell shows at most this many characters of a text (an error, an output).
+cell_chars_max = 60
 CLUSTER_COLUMNS = ("node", "url", "role", "term", "leader", "commit", "applied")
 URL_HELP = "server URL(s), comma-separated: the nodes of a cluster (default: $TEMPO_URL or http://127.0.0.1:8700)"
 CA_FILE_HELP = "PEM file of the CA that signed the servers' certificates, for https:// URLs " \
@@ -37,6 +43,14 @@ def _cell(row: dict[str, Any], column: str) -> str:
     value = row.get(column)
     if column == "schedule" and isinstance(value, dict):
         return _schedule_text(value)
+    if column == "outcome":
+        last = row.get("last_run")
+        value = last.get("status") if isinstance(last, dict) else None
+    if column in ("error", "output") and isinstance(value, str):
+        # One line a row: a text's newlines would break the table.
+        value = value.replace("\n", " ").replace("\r", " ")
+        if len(value) > cell_chars_max:
+            value = value[: cell_chars_max - 1] + "…"
     return "-" if value is None else str(value)
 
 
@@ -101,7 +115,7 @@ def _show(args: argparse.Namespace, value: Any, columns: Sequence[str] | None = 
         print(json.dumps(value, indent=2))
     elif value is None:
         print("deleted")
-    elif isinstance(value, dict) and columns is not None and ("jobs" in value or "runs" in value):
+    elif isinstance(value, dict) and columns is not None and "next_cursor" in value:  # a page (a job has `runs` too)
         rows = value["jobs"] if "jobs" in value else value["runs"]
         print(table(rows, columns))
         if value.get("next_cursor"):
@@ -114,7 +128,9 @@ def _jobs(args: argparse.Namespace, client: Client) -> None:
     action: dict[str, Callable[[], Any]] = {
         "create": lambda: client.create_job(_create_body(args)),
         "get": lambda: client.get_job(args.id),
-        "list": lambda: client.list_jobs(args.limit, args.cursor),
+        "list": lambda: client.list_jobs(
+            args.limit, args.cursor, state=args.state, target=args.target, name_prefix=args.name_prefix
+        ),
         "pause": lambda: client.pause_job(args.id),
         "resume": lambda: client.resume_job(args.id),
         "delete": lambda: client.delete_job(args.id),
@@ -147,6 +163,9 @@ def _add_jobs_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]")
     for name in ("get", "pause", "resume", "delete", "trigger"):
         actions.add_parser(name, help=f"{name} a job").add_argument("id")
     listing = actions.add_parser("list", help="the jobs, newest first")
+    listing.add_argument("--state", help="only jobs in this state: active, paused or completed")
+    listing.add_argument("--target", help="only jobs with exactly this target")
+    listing.add_argument("--name-prefix", dest="name_prefix", help="only jobs whose name starts with this")
     runs = actions.add_parser("runs", help="a job's runs, newest first")
     runs.add_argument("id")
     runs.add_argument("--since")
@@ -155,6 +174,42 @@ def _add_jobs_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]")
         parser.add_argument("--limit", type=int)
         parser.add_argument("--cursor")
     for parser in (jobs, create, listing, runs, *[actions.choices[n] for n in ("get", "pause", "resume", "delete", "trigger")]):
+        parser.add_argument("--url", default=argparse.SUPPRESS, help=URL_HELP)
+        parser.add_argument("--ca-file", dest="ca_file", default=argparse.SUPPRESS, help=CA_FILE_HELP)
+        parser.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON")
+
+
+# -- runs commands -------------------------------------------------------------
+
+
+def _runs(args: argparse.Namespace, client: Client) -> None:
+    if args.action == "list":
+        value = client.list_all_runs(
+            status=args.status, since=args.since, until=args.until, limit=args.limit, cursor=args.cursor
+        )
+        _show(args, value, ALL_RUN_COLUMNS)
+        return
+    run = client.get_run(args.id)
+    if args.json:
+        print(json.dumps(run, indent=2))
+        return
+    print(record({k: v for k, v in run.items() if k != "attempts"}))
+    print()
+    print(table(run.get("attempts", []), ATTEMPT_COLUMNS))
+
+
+def _add_runs_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    runs = sub.add_parser("runs", help="look at runs across jobs")
+    actions = runs.add_subparsers(dest="action", required=True)
+    get = actions.add_parser("get", help="one run and each of its attempts")
+    get.add_argument("id", help="the run ID (r_...)")
+    listing = actions.add_parser("list", help="runs of every job, newest first")
+    listing.add_argument("--status", help="only runs in this status: waiting, claimed, done, failed or cancelled")
+    listing.add_argument("--since", help="listed at or after this RFC 3339 time (a finished run: its end)")
+    listing.add_argument("--until", help="listed before this RFC 3339 time")
+    listing.add_argument("--limit", type=int, help="runs a page (1-1000, default 100)")
+    listing.add_argument("--cursor", help="next page: the cursor the previous page printed")
+    for parser in (runs, get, listing):
         parser.add_argument("--url", default=argparse.SUPPRESS, help=URL_HELP)
         parser.add_argument("--ca-file", dest="ca_file", default=argparse.SUPPRESS, help=CA_FILE_HELP)
         parser.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON")
@@ -431,6 +486,7 @@ def parser() -> argparse.ArgumentParser:
     sub = top.add_subparsers(dest="command", required=True)
     _add_serve_parser(sub)
     _add_jobs_parser(sub)
+    _add_runs_parser(sub)
     _add_cluster_parser(sub)
     _add_worker_parser(sub)
     _add_loadgen_parser(sub)
@@ -486,6 +542,9 @@ def _main(argv: Sequence[str] | None) -> int:
         with client:
             if args.command == "cluster":
                 return _cluster(args, client)
+            if args.command == "runs":
+                _runs(args, client)
+                return 0
             _jobs(args, client)
     except ApiError as exc:
         print(f"tempo: {exc}", file=sys.stderr)

@@ -56,6 +56,21 @@ body_bytes_in_flight_max = 268435456  # bytes of request bodies held at once
 connections_per_address_max = 1024  # connections from one client address
                                 # (default: a quarter of connections_max)
 
+# Notifications (docs/operations.md "Notifications"): signed POSTs to a URL
+# when a run fails for good, a job completes or a job recovers. Without
+# this table no notification is sent, and a job with `notify` is refused.
+[notify]
+secret = "change-me-to-32-or-more-random-characters"  # the HMAC-SHA256 key
+                         # of the Tempo-Signature header (32 characters at least)
+# ca_file = "hooks-ca.crt"  # optional: the CA that signed the endpoints'
+                         # certificates (default: the system trust store)
+
+# An owner's default, for its jobs that have no `notify` of their own.
+[[notify.owners]]
+name = "acme"
+url = "https://hooks.example.com/tempo"
+events = ["run.failed", "job.recovered"]  # default: all three
+
 # The data directory (docs/operations.md "Disk full").
 [storage]
 map_bytes = 68719476736  # the LMDB map: the most data.mdb may hold. Left out,
@@ -148,6 +163,25 @@ class Storage:
     map_bytes: int | None = None  # None: sized to the disk, and grows
 
 
+NOTIFY_EVENTS = ("run.failed", "job.completed", "job.recovered")
+
+
+@dataclass(frozen=True)
+class NotifyTarget:
+    url: str
+    events: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class NotifyConfig:
+    """The `[notify]` table: the signing secret, the CA to verify the
+    endpoints by (None: the system's), and owners' default targets."""
+
+    secret: str
+    ca_file: str | None = None
+    owners: dict[str, NotifyTarget] = field(default_factory=dict)
+
+
 @dataclass(frozen=True)
 class Config:
     tokens: tuple[Token, ...] = field(default_factory=tuple)
@@ -159,6 +193,7 @@ class Config:
     tls: Tls | None = None
     http: HttpLimits = field(default_factory=HttpLimits)
     storage: Storage = field(default_factory=Storage)
+    notify: NotifyConfig | None = None
 
     def limits_of(self, owner: str) -> OwnerLimits:
         return self.owners.get(owner, self.limits)
@@ -345,7 +380,8 @@ def parse(text: str, base_dir: str = ".") -> Config:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"not TOML: {exc}") from None
-    unknown = set(data) - {"tokens", "peer_token", "retention_days", "limits", "owners", "tls", "http", "storage"}
+    unknown = set(data) - {"tokens", "peer_token", "retention_days", "limits", "owners", "tls", "http", "storage",
+                          "notify"}
     if unknown:
         raise ConfigError(f"unknown keys {sorted(unknown)}")
     raw_tokens = data.get("tokens", [])
@@ -367,7 +403,72 @@ def parse(text: str, base_dir: str = ".") -> Config:
     return Config(
         tokens, peer_token, retention_days, defaults, owners, tls, _http(data.get("http", {})),
         storage=_storage(data.get("storage", {})),
+        notify=_notify(data["notify"], os.path.abspath(base_dir)) if "notify" in data else None,
     )
+
+
+def notify_url_ok(url: object) -> bool:
+    """An http(s) URL of printable ASCII without spaces, within its bound
+    (the executor's rule for targets)."""
+    return (
+        isinstance(url, str) and url.startswith(("http://", "https://"))
+        and len(url) <= limits.notify_url_chars_max and url.isascii() and url.isprintable() and " " not in url
+    )
+
+
+def _notify(raw: object, base_dir: str) -> NotifyConfig:
+    if not isinstance(raw, dict):
+        raise ConfigError("notify: a table ([notify])")
+    unknown = set(raw) - {"secret", "ca_file", "owners"}
+    if unknown:
+        raise ConfigError(f"notify: unknown keys {sorted(unknown)}")
+    secret = raw.get("secret")
+    if not isinstance(secret, str) or len(secret) < limits.notify_secret_chars_min:
+        raise ConfigError(f"notify.secret: a string of at least {limits.notify_secret_chars_min} characters")
+    raw_owners = raw.get("owners", [])
+    if not isinstance(raw_owners, list):
+        raise ConfigError("notify.owners: an array of tables ([[notify.owners]])")
+    if len(raw_owners) > limits.config_owners_max:
+        raise ConfigError(f"notify.owners: at most {limits.config_owners_max}")
+    owners: dict[str, NotifyTarget] = {}
+    for i, item in enumerate(raw_owners):
+        name, target = _notify_owner(f"notify.owners[{i}]", item)
+        if name in owners:
+            raise ConfigError(f"notify.owners[{i}].name: {name!r} is listed twice")
+        owners[name] = target
+    return NotifyConfig(secret, _notify_ca_file(raw, base_dir), owners)
+
+
+def _notify_ca_file(raw: dict[str, object], base_dir: str) -> str | None:
+    if "ca_file" not in raw:
+        return None
+    value = raw["ca_file"]
+    if not isinstance(value, str) or not value or "\x00" in value:
+        raise ConfigError("notify.ca_file: a path to a PEM file")
+    ca_file = os.path.join(base_dir, os.path.expanduser(value))
+    try:
+        ssl.create_default_context(cafile=ca_file)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(f"notify.ca_file: no PEM certificate readable in {ca_file} ({exc})") from None
+    return ca_file
+
+
+def _notify_owner(where: str, item: object) -> tuple[str, NotifyTarget]:
+    if not isinstance(item, dict):
+        raise ConfigError(f"{where}: a table")
+    unknown = set(item) - {"name", "url", "events"}
+    if unknown:
+        raise ConfigError(f"{where}: unknown keys {sorted(unknown)}")
+    name, url = item.get("name"), item.get("url")
+    if not isinstance(name, str) or not _owner_name_ok(name):
+        raise ConfigError(f"{where}.name: {_OWNER_RULE}")
+    if not isinstance(url, str) or not notify_url_ok(url):
+        raise ConfigError(f"{where}.url: an http:// or https:// URL of printable ASCII, "
+                          f"at most {limits.notify_url_chars_max} characters")
+    events = item.get("events", list(NOTIFY_EVENTS))
+    if not isinstance(events, list) or not events or not all(e in NOTIFY_EVENTS for e in events):
+        raise ConfigError(f"{where}.events: a non-empty list of {', '.join(NOTIFY_EVENTS)}")
+    return name, NotifyTarget(url, tuple(dict.fromkeys(events)))
 
 
 def _storage(raw: object) -> Storage:

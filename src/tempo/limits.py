@@ -471,3 +471,63 @@ assert (
 )
 assert claim_retry_s_max * 1000 * 2 <= claim_key_kept_ms
 assert claim_keys_dropped_per_claim >= 2
+
+# Notifications (net/notify.py, docs/operations.md "Notifications"). The
+# notifier reads the replicated event feed after its cursor, at most
+# `notify_batch_events` events a read, and delivers the ones a notify
+# setting asks for, on its own HTTP client: runs never wait for it. At most
+# `notify_pending_events_max` notices are read and not yet finished (the
+# bounded queue: past it, the notifier reads no more until one finishes;
+# the feed holds the rest durably). Of those, at most `notify_concurrency`
+# are being sent at once, and at most `notify_host_concurrency` to one host
+# (scheme, host and port), so an endpoint that hangs holds only its own
+# share; and at most `notify_host_pending_max` wait for one host: past
+# that, the reader waits for room while the host answers, and drops the
+# notice at once (counted, logged once per overflow) while the host's last
+# try failed, so a stuck host cannot fill the queue every host shares.
+# Each notice is tried at most `notify_attempts_max` times, each try
+# bounded by `notify_timeout_s`, with back-off `notify_backoff_s[k-1]`
+# after try k; then it is given up (dropped, counted and logged): a notice
+# takes at most `notify_notice_s_max`. The cursor (the last sequence below
+# which every notice finished) is committed (`NotifyCursor`) at most every
+# `notify_cursor_commit_s`, when it moved.
+notify_batch_events = 100
+notify_pending_events_max = 1000
+notify_concurrency = 16
+notify_host_concurrency = 4
+notify_host_pending_max = 100
+notify_attempts_max = 5
+notify_timeout_s = 10.0
+notify_backoff_s = (1.0, 2.0, 4.0, 8.0)
+notify_idle_wait_s = 1.0  # the feed is looked at again at least this often
+notify_cursor_commit_s = 1.0
+notify_url_chars_max = 2048
+notify_events_max = 3  # run.failed, job.completed, job.recovered
+notify_secret_chars_min = 32
+notify_error_chars_max = 200
+notify_notice_s_max = notify_attempts_max * notify_timeout_s + sum(notify_backoff_s)
+
+assert 1 <= notify_host_concurrency <= notify_concurrency <= notify_pending_events_max
+assert notify_host_concurrency <= notify_host_pending_max < notify_pending_events_max
+assert 1 <= notify_batch_events <= min(notify_pending_events_max, page_limit_max)
+assert notify_attempts_max >= 1 and notify_timeout_s > 0 and all(b >= 0 for b in notify_backoff_s)
+assert len(notify_backoff_s) == notify_attempts_max - 1
+assert notify_notice_s_max <= 120.0, "a stuck endpoint holds a notice for at most 2 minutes"
+
+# Outcomes and filters (docs/api.md "Outcomes", "Listing runs"). A run keeps
+# each attempt's claim, end, worker and texts (each text at most
+# `output_bytes_max`, as the run's own); it keeps at most as many attempts as
+# a retry policy may allow, the newest when an older entry allowed more. A
+# filtered page of jobs reads at most `jobs_filter_rows_max` jobs and then
+# answers with what it found and a cursor, so a filter that matches nothing
+# costs a bounded time per page. A runs index key is
+# owner | 0x00 | status u8 | ms u64 | job ID | nominal ms u64, with b"s"
+# before it in a history bucket (`status_key_bytes_max` counts that byte).
+run_attempts_kept_max = attempts_max
+jobs_filter_rows_max = 10_000
+status_key_bytes_max = 1 + owner_bytes_max + owner_separator_bytes + 1 + 8 + job_key_bytes + 8
+run_record_bytes_max = record_bytes_max + run_attempts_kept_max * (2 * output_bytes_max + 4 * worker_chars_max + 64)
+
+assert run_attempts_kept_max >= 1 and jobs_filter_rows_max >= page_limit_max
+assert status_key_bytes_max <= lmdb_key_bytes_max
+assert run_record_bytes_max <= lmdb_value_bytes_max

@@ -78,6 +78,22 @@ class RetryIn(_Request, frozen=True):  # type: ignore[misc]  # msgspec freezes a
     ] = tuple(limits.backoff_s_default)
 
 
+NotifyEvent = Literal["run.failed", "job.completed", "job.recovered"]
+
+
+class NotifyIn(_Request):
+    """Where to POST a signed notice, and for which events (docs/semantics.md
+    "Notifications"). The server must have a `[notify]` config table."""
+
+    url: Annotated[
+        str,
+        Meta(min_length=1, max_length=limits.notify_url_chars_max, extra_json_schema={"pattern": r"^https?://[!-~]+$"}),
+    ]
+    events: Annotated[
+        tuple[NotifyEvent, ...], Meta(min_length=1, max_length=limits.notify_events_max)
+    ] = ("run.failed", "job.completed", "job.recovered")
+
+
 class JobCreate(_Request):
     target: Annotated[
         str,
@@ -101,6 +117,8 @@ class JobCreate(_Request):
             description=f"at most {limits.request_key_bytes_max} bytes as UTF-8; scoped to the owner",
         ),
     ] | None = None
+    # None: the owner's default from the server's config, if any.
+    notify: NotifyIn | None = None
 
 
 class JobBatchCreate(_Request):
@@ -137,6 +155,29 @@ class RetryOut(msgspec.Struct):
     backoff_s: list[int]
 
 
+class NotifyOut(msgspec.Struct):
+    url: str
+    events: list[NotifyEvent]
+
+
+class LastRunOut(msgspec.Struct):
+    """The job's last run that ended `done` or `failed` (docs/api.md "Outcomes")."""
+
+    id: str
+    status: Literal["done", "failed"]
+    attempt: int
+    finished_at: str | None
+    error: str | None
+
+
+class RunCountsOut(msgspec.Struct):
+    """How many of the job's runs ended in each status since it was created."""
+
+    done: int = 0
+    failed: int = 0
+    cancelled: int = 0
+
+
 class JobOut(msgspec.Struct, gc=False):  # untracked, as _Request: a batch reply holds 1,000
     id: str
     name: str | None
@@ -150,6 +191,9 @@ class JobOut(msgspec.Struct, gc=False):  # untracked, as _Request: a batch reply
     state: Literal["active", "paused", "completed"]
     created_at: str
     next_run_at: str | None
+    notify: NotifyOut | None = None  # the job's own setting; null: the owner's default
+    last_run: LastRunOut | None = None
+    runs: RunCountsOut = msgspec.field(default_factory=RunCountsOut)
 
 
 class RunOut(msgspec.Struct):
@@ -165,6 +209,24 @@ class RunOut(msgspec.Struct):
     finished_at: str | None
     output: str | None
     error: str | None
+
+
+class AttemptOut(msgspec.Struct):
+    """One attempt of a run: `ended_at` and `ok` are null while it runs."""
+
+    attempt: int
+    claimed_at: str | None
+    worker: str | None
+    ended_at: str | None
+    ok: bool | None
+    output: str | None
+    error: str | None
+
+
+class RunDetailOut(RunOut):
+    """`GET /v1/runs/{run_id}`: the run and each of its attempts, oldest first."""
+
+    attempts: list[AttemptOut] = []
 
 
 class ProblemItem(msgspec.Struct):

@@ -34,6 +34,7 @@ from tempo.net import http as http_server
 from tempo.net.api import Api
 from tempo.net.auth import Authenticator
 from tempo.net.executor import HttpExecutor
+from tempo.net.notify import Notifier
 from tempo.net.peer import PeerTransport, local_address_of
 from tempo.net.tls import client_context
 from tempo.node import ClusterMember, Member, Standalone, raft_id_of
@@ -281,6 +282,7 @@ async def _serve_alone(
         store, jobs, dispatcher, node=node, auth=Authenticator(config.tokens), limits_of=config.limits_of,
         http_limits=config.http, clock=node_clock,
     )
+    notifier = _notifier(config, store, committer, dispatcher, node_clock, jobs, api)
     stop = trio.Event()
     stopping = _Stopping()
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
@@ -292,6 +294,8 @@ async def _serve_alone(
                 await services.start(dispatcher.run)
                 await services.start(HttpExecutor(dispatcher).run)
                 await services.start(retention.run)
+                if notifier is not None:
+                    await services.start(notifier.run)
                 async with trio.open_nursery() as http:
                     binds = await http.start(
                         partial(hypercorn.trio.serve, api, _hypercorn_config(options, config.tls), shutdown_trigger=stop.wait)
@@ -358,6 +362,7 @@ async def _serve_member(
         http_limits=config.http,
         clock=node_clock,
     )
+    notifier = _notifier(config, store, replica, dispatcher, node_clock, jobs, api)
     stop = trio.Event()
     stopping = _Stopping()
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
@@ -365,7 +370,10 @@ async def _serve_member(
             await nursery.start(_probe_lag, api.pauses, stop)
             await nursery.start(transport.run)
             await nursery.start(replica.run)
-            await nursery.start(_lead, replica, dispatcher, _retention(options, config, store, replica, node_clock))
+            await nursery.start(
+                partial(_lead, notifier=notifier), replica, dispatcher,
+                _retention(options, config, store, replica, node_clock),
+            )
             nursery.start_soon(_watch_signals, signals, stop, stopping, api, replica)
             async with trio.open_nursery() as http:
                 binds = await http.start(
@@ -389,15 +397,31 @@ def _retention(
     )
 
 
+def _notifier(
+    config: Config, store: Store, committer: CommandLog, dispatcher: Dispatcher, node_clock: clock.Clock,
+    jobs: Jobs, api: Api,
+) -> Notifier | None:
+    """The notifier, when the config has a `[notify]` table (net/notify.py)."""
+    if config.notify is None:
+        return None
+    jobs.notify_enabled = True
+    notifier = Notifier(
+        store, committer, config.notify, now_ms=node_clock.now_ms, events_changed=lambda: dispatcher.events_changed
+    )
+    api.notify_counts = notifier.counts
+    return notifier
+
+
 async def _lead(
     replica: Replica,
     dispatcher: Dispatcher,
     retention: Retention,
     *,
+    notifier: Notifier | None = None,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Runs the dispatcher, the HTTP executor and retention while this node
-    leads (with an entry of its term applied), and stops them the moment it
+    """Runs the dispatcher, the HTTP executor, retention and the notifier
+    while this node leads (with an entry of its term applied), and stops them the moment it
     does not."""
     changed = trio.Event()
 
@@ -415,6 +439,8 @@ async def _lead(
                 await services.start(dispatcher.run)
                 await services.start(HttpExecutor(dispatcher).run)
                 await services.start(retention.run)
+                if notifier is not None:
+                    await services.start(notifier.run)
                 while replica.phase is Phase.LEADING:
                     await changed.wait()
                     changed = trio.Event()

@@ -51,11 +51,12 @@ Output and error text are cut to `limits.output_bytes_max` with a note saying
 how much was cut, since the server rejects longer text.
 """
 
+import contextlib
 import logging
 import math
 import random
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -296,7 +297,7 @@ class Worker:
 
     # -- public ----------------------------------------------------------------
 
-    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Works until `stop()`; raises `WorkerError` on a 4xx claim answer."""
         try:
             async with trio.open_nursery() as service:
@@ -489,7 +490,7 @@ class Worker:
                 self.counts["rejected"] += 1
                 self._forget(item["run_id"], sent.get(item["run_id"]))
 
-    async def _report_singly(self, batch: list[dict[str, Any]]) -> dict[str, list]:
+    async def _report_singly(self, batch: list[dict[str, Any]]) -> dict[str, list[str] | list[dict[str, str]]]:
         accepted: list[str] = []
         rejected: list[dict[str, str]] = []
         for result in batch:
@@ -575,15 +576,15 @@ def command_handler(argv: Sequence[str], base_env: dict[str, str] | None = None)
         proc = await trio.lowlevel.open_process(
             argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
         )
+        # Pipes, each of them, as asked for above.
+        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
         out, err, out_total = bytearray(), bytearray(), [0]
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(_read_head, proc.stdout, out, out_total)
                 nursery.start_soon(_read_tail, proc.stderr, err)
-                try:
+                with contextlib.suppress(trio.BrokenResourceError):  # the command does not read its stdin
                     await proc.stdin.send_all(json_enc.encode(run.get("payload")) + b"\n")
-                except trio.BrokenResourceError:
-                    pass  # the command does not read its stdin
                 await proc.stdin.aclose()
                 code = await proc.wait()
         finally:
@@ -611,7 +612,7 @@ async def serve_command(
     import signal
 
     handler = command_handler(argv)
-    worker = Worker(urls, worker_id, {q: handler for q in queues},
+    worker = Worker(urls, worker_id, dict.fromkeys(queues, handler),
                     max_runs=min(concurrency, limits.claim_runs_max), concurrency=concurrency, token=token,
                     ca_file=ca_file)
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
@@ -621,7 +622,7 @@ async def serve_command(
             raise _first_leaf(group) from None
 
 
-async def _serve_until_signal(worker: Worker, signals: Any, grace_s: float) -> None:
+async def _serve_until_signal(worker: Worker, signals: AsyncIterator[int], grace_s: float) -> None:
     async def on_signal() -> None:
         async for signum in signals:
             log.warning("signal %s: stopping (grace %.0f s)", signum, grace_s)

@@ -45,6 +45,8 @@ from tempo.engine.records import ClaimKeyEntry, Job, RequestKeyEntry, Run
 from tempo.engine.store import Created, Store
 from tempo.schema import JobCreate
 
+from .test_outcomes import check_run_index
+
 T0 = 1_800_000_000_000  # 2027-01-15T08:00:00Z
 CLEF = "\U0001d11e"  # four bytes in UTF-8
 MAKER = Jobs(None, None)  # type: ignore[arg-type] - new_job needs neither
@@ -211,6 +213,7 @@ def check_consistent(store: Store) -> None:
     assert all(entry.runs for entry in records.values()), "a claim key that took nothing is not recorded"
     for table in tables.values():
         assert all(0 < len(k) <= limits.lmdb_key_bytes_max for k, _ in table)
+    check_run_index(tables)
 
 
 @contextlib.contextmanager

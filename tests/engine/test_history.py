@@ -97,7 +97,7 @@ def test_a_failed_run_and_its_events_go_to_the_bucket(store):
     events = store.list_events(OWNER, 0, 10)
     assert [(e.type, e.at_ms) for _, e in events] == [("run.failed", T0 + 1000), ("job.completed", T0 + 1000)]
     assert store.dump()["events"] == []
-    assert len(bucket_rows(store, D0)) == 3  # the run and two events
+    assert len(bucket_rows(store, D0)) == 4  # the run, its runs-by-status row and two events
     assert [seq for seq, _ in store.list_events(OWNER, events[0][0], 10)] == [events[1][0]]
     assert store.list_events("someone-else", 0, 10) == []
 

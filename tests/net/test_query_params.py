@@ -12,7 +12,9 @@ RUN_ID = "r_" + "0" * 36
 JOB_ID = "j_" + "0" * 26
 # (method, path, the parameters it takes, with a valid value each).
 ROUTES = [
-    ("GET", "/v1/jobs", {"limit": "5", "cursor": ""}),
+    ("GET", "/v1/jobs", {"limit": "5", "cursor": "", "state": "paused", "target": "queue:q", "name_prefix": "n"}),
+    ("GET", "/v1/runs", {"status": "failed", "since": "2027-01-01T00:00:00Z", "until": "2028-01-01T00:00:00Z",
+                         "limit": "5", "cursor": ""}),
     ("POST", "/v1/jobs", {}),
     ("POST", "/v1/jobs/batch", {}),
     ("GET", f"/v1/jobs/{JOB_ID}", {}),
@@ -59,6 +61,8 @@ def query(params: dict[str, str]) -> str:
 @pytest.mark.parametrize(("method", "path", "takes"), ROUTES, ids=[f"{m} {p}" for m, p, _ in ROUTES])
 async def test_a_parameter_the_endpoint_does_not_take_is_400_at_its_name(api, method, path, takes):
     for unknown in ("state", "label", "nope", "x"):
+        if unknown in takes or (path, unknown) == ("/v1/jobs", "label"):
+            continue  # a filter of this path (`label`: 400 of its own, test_outcomes_filters.py)
         answer = await call(api, method, f"{path}?{query(takes | {unknown: 'paused'})}", [b"{}"])
         assert answer.status == 400, (unknown, answer.body)
         problem = answer.problem()
@@ -75,7 +79,7 @@ async def test_the_parameters_the_endpoint_takes_are_not_refused(api, method, pa
 
 
 async def test_a_job_listing_with_a_filter_it_does_not_have_is_refused(api):
-    answer = await call(api, "GET", "/v1/jobs?state=paused")
+    answer = await call(api, "GET", "/v1/jobs?colour=red")
     assert answer.status == 400
-    assert answer.problem()["errors"][0]["loc"] == "query.state"
+    assert answer.problem()["errors"][0]["loc"] == "query.colour"
     assert "limit" in answer.problem()["errors"][0]["msg"]  # it names what the path takes

@@ -102,8 +102,11 @@ class Cluster:
     async def converged(self) -> None:
         with trio.fail_after(CATCH_UP_WAIT_S):
             while True:
+                # The stores first; a replica's applied_index follows once its
+                # driver resumes after the write that applied the entries.
                 digests = {self.stores[i].digest() for i in IDS}
-                if len(digests) == 1:
+                applied = {self.replicas[i].applied_index for i in IDS}
+                if len(digests) == 1 and len(applied) == 1:
                     return
                 await trio.sleep(0.1)
 

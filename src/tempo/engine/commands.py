@@ -139,9 +139,18 @@ class DropHistory(msgspec.Struct, tag="drop_history", array_like=True):
     before_day: Count
 
 
+class NotifyCursor(msgspec.Struct, tag="notify_cursor", array_like=True):
+    """The leader's notifier has handled (delivered or given up) every event
+    up to sequence `seq`: a new leader's notifier goes on after it
+    (net/notify.py). The cursor only moves forward."""
+
+    at_ms: Ms
+    seq: Count
+
+
 Command = (
     CreateJobs | PauseJob | ResumeJob | DeleteJob | TriggerJob | ClaimRuns | ReportResults | ExpireLeases
-    | SetMember | DropHistory
+    | SetMember | DropHistory | NotifyCursor
 )
 # One log entry is a batch of commands: the unit of group commit.
 _entry_encoder = msgspec.msgpack.Encoder()

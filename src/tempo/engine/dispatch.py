@@ -21,12 +21,13 @@ the truth.
 import logging
 from collections import Counter, deque
 from collections.abc import Callable, Sequence
+from typing import TypeGuard
 
 import trio
 
 from tempo import clock, errors, ids, limits
 from tempo.config import UNLIMITED, OwnerLimits
-from tempo.engine.commandlog import CommandLog
+from tempo.engine.commandlog import Answer, CommandLog
 from tempo.engine.commands import ClaimKey, ReportResults, Result
 from tempo.engine.dispatch_core import (
     HTTP_QUEUE,
@@ -222,8 +223,9 @@ class Dispatcher:
                 # round tries again.
                 self.core.expire_failed(command, now_s)
                 continue
-            self.core.expire_applied(outcomes)  # type: ignore[arg-type]
-            log_failed_attempts(outcomes)  # type: ignore[arg-type]
+            assert _run_or_none_each(outcomes)
+            self.core.expire_applied(outcomes)
+            log_failed_attempts(outcomes)
 
     async def claim(
         self, queues: list[str], worker: str, runs_max: int, wait_s: float, key: ClaimKey | None = None
@@ -305,7 +307,8 @@ class Dispatcher:
                 # command took nothing, and its runs are still waiting.
                 self.core.give_back(proposal)
                 return outcomes
-            return self.core.claimed(proposal, outcomes)  # type: ignore[arg-type]
+            assert _run_or_none_each(outcomes)
+            return self.core.claimed(proposal, outcomes)
         except (errors.Overloaded, errors.ClaimKeyReused, errors.NotLeader):
             # Not written (a full disk, too many writes), a key that took
             # nothing, or refused as leadership goes: the runs are still
@@ -361,9 +364,22 @@ class Dispatcher:
 
     async def report(self, owner: str | None, results: list[Result]) -> list[Run | errors.TempoError]:
         outcomes = await self.committer.submit(ReportResults(self.now_ms(), owner, results))
-        self.core.reported(outcomes)  # type: ignore[arg-type]
-        log_failed_attempts(outcomes)  # type: ignore[arg-type]
-        return outcomes  # type: ignore[return-value]
+        assert _run_or_error_each(outcomes)
+        self.core.reported(outcomes)
+        log_failed_attempts(outcomes)
+        return outcomes
+
+
+def _run_or_none_each(answer: Answer) -> TypeGuard[list[Run | None]]:
+    """Whether `answer` is what apply answers an `ExpireLeases`, or a
+    `ClaimRuns` that took its runs: a run or None, one per item."""
+    return isinstance(answer, list) and all(o is None or isinstance(o, Run) for o in answer)
+
+
+def _run_or_error_each(answer: Answer) -> TypeGuard[list[Run | errors.TempoError]]:
+    """Whether `answer` is what apply answers a `ReportResults`: a run or its
+    fault, one per result."""
+    return isinstance(answer, list) and all(isinstance(o, Run | errors.TempoError) for o in answer)
 
 
 def log_failed_attempts(outcomes: Sequence[object]) -> None:

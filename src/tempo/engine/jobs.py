@@ -15,17 +15,18 @@ import functools
 import hashlib
 import os
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeGuard, TypeVar
 
 import msgspec
 import trio
 
 from tempo import clock, errors, ids, limits, schedule
+from tempo.config import notify_url_ok
 from tempo.engine.commandlog import Answer, CommandLog
 from tempo.engine.commands import CreateJobs, DeleteJob, NewJob, PauseJob, ResumeJob, TriggerJob
-from tempo.engine.records import Job, Run, Schedule
+from tempo.engine.records import Job, Notify, NotifyEvent, Run, Schedule
 from tempo.engine.store import Created, Store
 
 _QUEUE_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
@@ -77,6 +78,15 @@ class RetrySpec(Protocol):
     def backoff_s(self) -> tuple[int, ...]: ...
 
 
+class NotifySpec(Protocol):
+    """A job's notification setting as asked for (`schema.NotifyIn`)."""
+
+    @property
+    def url(self) -> str: ...
+    @property
+    def events(self) -> tuple[NotifyEvent, ...]: ...
+
+
 class JobSpec(Protocol):
     """A job as asked for (`schema.JobCreate`)."""
 
@@ -87,7 +97,7 @@ class JobSpec(Protocol):
     @property
     def name(self) -> str | None: ...
     @property
-    def payload(self) -> Any: ...
+    def payload(self) -> object: ...
     @property
     def retry(self) -> RetrySpec: ...
     @property
@@ -96,6 +106,8 @@ class JobSpec(Protocol):
     def jitter_s(self) -> int: ...
     @property
     def request_key(self) -> str | None: ...
+    @property
+    def notify(self) -> NotifySpec | None: ...
 
 
 class PreviewSpec(Protocol):
@@ -387,6 +399,9 @@ class Jobs:
         # newest first stays true after the wall clock steps back.
         self.now_ms = now_ms or clock.Clock().now_ms
         self._ids = _JobIds()
+        # Whether the server sends notifications (a `[notify]` config table):
+        # without, a job that asks for them is refused at `notify`.
+        self.notify_enabled = False
 
     def new_job(
         self,
@@ -411,6 +426,7 @@ class Jobs:
                 raise errors.TooLarge.at("payload", f"more than {limits.payload_bytes_max} bytes as JSON")
         sched = schedule_record(body.schedule)
         backoff_s = body.retry.backoff_s
+        notify = None if body.notify is None else self.notify_record(body.notify)
         try:
             if body.request_key is None:
                 # Only a request key is compared with the body hash: without
@@ -422,6 +438,9 @@ class Jobs:
                 hashed = _hash_encoder.encode(
                     (body.name, body.target, body.payload, sched, body.retry.max_attempts,
                      backoff_s, body.lease_s, body.jitter_s)
+                    # Appended only when given, so the hash of a job without
+                    # it is what it was before `notify` existed.
+                    + (() if notify is None else (notify,))
                 )
                 digest = hashlib.blake2b(hashed, digest_size=16).digest()
         except OverflowError:
@@ -434,7 +453,7 @@ class Jobs:
         job = Job(
             self._ids.take(at_ms, 1)[0] if job_id is None else job_id,
             owner, body.name, body.target, body.payload, sched, body.retry.max_attempts, backoff_s,
-            body.lease_s, body.jitter_s, "active", at_ms, body.request_key, None, None,
+            body.lease_s, body.jitter_s, "active", at_ms, body.request_key, None, None, notify,
         )
         if sched.at_ms is not None and body.jitter_s == 0:
             # `first_slot_ms` and `due_ms` of a one-off without jitter, inline.
@@ -447,10 +466,19 @@ class Jobs:
             job.next_run_at_ms = due_ms(job, job.slot_ms, at_ms)
         return NewJob(job, job.next_run_at_ms, digest)
 
+    def notify_record(self, body: NotifySpec) -> Notify:
+        if not self.notify_enabled:
+            raise errors.Invalid.at("notify", "this server sends no notifications: its config has no [notify] table")
+        if not notify_url_ok(body.url):
+            raise errors.Invalid.at(
+                "notify.url", "an http:// or https:// URL of printable ASCII without spaces"
+            )
+        return Notify(body.url, tuple(dict.fromkeys(body.events)))
+
     async def create(
         self,
         owner: str,
-        items: list[JobSpec | errors.TempoError],
+        items: Sequence[JobSpec | errors.TempoError],
         *,
         from_msgpack: bool,
         rejected_keys_of: dict[int, str] | None = None,
@@ -463,11 +491,33 @@ class Jobs:
         the request keys of items rejected before they got here (by the
         decoder), by their place in `items`."""
         at_ms = self.now_ms()
+        outcomes, new_jobs, places = await self._new_jobs(
+            owner, items, at_ms, from_msgpack=from_msgpack, rejected_keys_of=rejected_keys_of or {}
+        )
+        if new_jobs:
+            applied = await self.committer.submit(CreateJobs(at_ms, new_jobs))
+            assert _created_each(applied) and len(applied) == len(places)
+            for i, outcome in zip(places, applied, strict=True):
+                outcomes[i] = outcome
+        created = [outcome for outcome in outcomes if outcome is not None]
+        assert len(created) == len(outcomes), "every item has its outcome"
+        return created
+
+    async def _new_jobs(
+        self,
+        owner: str,
+        items: Sequence[JobSpec | errors.TempoError],
+        at_ms: int,
+        *,
+        from_msgpack: bool,
+        rejected_keys_of: dict[int, str],
+    ) -> tuple[list[Created | errors.TempoError | None], list[NewJob], list[int]]:
+        """`create`'s checks: the outcome of each item rejected (None for the
+        others), the new jobs of the valid items, and their places in `items`."""
         outcomes: list[Created | errors.TempoError | None] = [None] * len(items)
         # The problem of each key whose first item was rejected; every key seen.
         rejected_keys: dict[str, errors.TempoError] = {}
         seen_keys: set[str] = set()
-        rejected_keys_of = rejected_keys_of or {}
         new_jobs: list[NewJob] = []
         places: list[int] = []
         passed = payloads_pass(
@@ -505,13 +555,7 @@ class Jobs:
                     rejected_keys[key] = exc
                 continue
             places.append(i)
-        if new_jobs:
-            applied = await self.committer.submit(CreateJobs(at_ms, new_jobs))
-            assert isinstance(applied, list) and len(applied) == len(places)
-            for i, outcome in zip(places, applied, strict=True):
-                outcomes[i] = outcome
-        assert all(outcome is not None for outcome in outcomes)
-        return outcomes  # type: ignore[return-value]
+        return outcomes, new_jobs, places
 
     async def pause(self, owner: str, job_id: str) -> Job:
         return _ok(await self.committer.submit(PauseJob(self.now_ms(), owner, job_id)), Job)
@@ -532,6 +576,12 @@ class Jobs:
 
     async def trigger(self, owner: str, job_id: str) -> Run:
         return _ok(await self.committer.submit(TriggerJob(self.now_ms(), owner, job_id)), Run)
+
+
+def _created_each(answer: Answer) -> TypeGuard[list[Created | errors.TempoError]]:
+    """Whether `answer` is what apply answers a `CreateJobs`: a job created or
+    its fault, one per new job."""
+    return isinstance(answer, list) and all(isinstance(o, Created | errors.TempoError) for o in answer)
 
 
 def _ok(outcome: Answer, kind: type[T]) -> T:

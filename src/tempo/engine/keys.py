@@ -5,6 +5,8 @@ runs by job: job ID (26 bytes) | nominal ms u64
 jobs by owner: owner | 0x00 | job ID (26 bytes)
 request keys:  owner | 0x00 | request key
 events:        owner | 0x00 | sequence u64
+runs by status: owner | 0x00 | status u8 | ms u64 | job ID (26 bytes) | nominal ms u64
+               (ms: the due time of an open run, the end of a finished one)
 claim keys:    b"k" | owner | 0x00 | claim key
   expiring at: b"x" | expires ms u64 | owner | 0x00 | claim key
 
@@ -20,6 +22,7 @@ without changing the scan order.
 """
 
 import functools
+import hashlib
 import struct
 
 from tempo import ids, limits
@@ -146,6 +149,58 @@ def parse_event_key(key: bytes) -> tuple[str, int]:
     return owner.decode(), _SEQ.unpack(seq)[0]
 
 
+# -- the runs index by owner and status (store.py "runs by status") ----------
+
+STATUSES = ("waiting", "claimed", "done", "failed", "cancelled")
+STATUS_CODE = {status: code for code, status in enumerate(STATUSES)}
+# A finished status that `STATUSES` does not name (one a later change adds
+# before this index learns it) is kept under this code, and listed only when
+# no status is asked for.
+OTHER_STATUS_CODE = 255
+
+
+def status_code(status: str) -> int:
+    return STATUS_CODE.get(status, OTHER_STATUS_CODE)
+_STATUS_TAIL = struct.Struct(">BQ26sQ")
+STATUS_TAIL_BYTES = _STATUS_TAIL.size
+_AFTER_STATUS = struct.Struct(">Q26sQ")
+
+
+@functools.lru_cache(maxsize=1024)
+def _status_owner(owner: str) -> bytes:
+    """The owner's part of a runs-by-status key: `owner_prefix`, or for an
+    owner past `limits.owner_bytes_max` (only an entry logged before the
+    config bounded owners in bytes has one, and no token can name it) its
+    head and a hash, so the key fits LMDB."""
+    prefix = owner_prefix(owner)
+    if len(prefix) <= limits.owner_bytes_max + limits.owner_separator_bytes:
+        return prefix
+    digest = hashlib.sha256(prefix).digest()[:16].replace(b"\x00", b"\x01")
+    return prefix[: limits.owner_bytes_max - len(digest)] + digest + b"\x00"
+
+
+def status_key(owner: str, status_code: int, at_ms: int, job_id: str, nominal_ms: int) -> bytes:
+    """The index key of a run of `owner`'s job `job_id` with `status_code`
+    (`STATUS_CODE`), at `at_ms`."""
+    return _status_owner(owner) + _STATUS_TAIL.pack(status_code, at_ms, job_key(job_id), nominal_ms)
+
+
+def status_prefix(owner: str, status_code: int) -> bytes:
+    return _status_owner(owner) + bytes((status_code,))
+
+
+def parse_status_tail(tail: bytes) -> tuple[int, int, str, int]:
+    """(status code, ms, job ID, nominal ms) of the last `STATUS_TAIL_BYTES` of a key."""
+    code, at_ms, job, nominal_ms = _STATUS_TAIL.unpack(tail)
+    return code, at_ms, "j_" + job.decode(), nominal_ms
+
+
+def order_tail(at_ms: int, job_id: str, nominal_ms: int) -> bytes:
+    """(ms, job ID, nominal ms) as bytes: the order of a runs listing and its cursor."""
+    return _AFTER_STATUS.pack(at_ms, job_key(job_id), nominal_ms)
+
+
+ORDER_TAIL_BYTES = _AFTER_STATUS.size
 # -- claim keys (limits.py "Idempotent claims") ------------------------------------
 
 CLAIM_KEY_HEAD = b"k"
@@ -161,7 +216,7 @@ def claim_key_fits(owner: str, key: str) -> bool:
         limits.claim_key_head_bytes + limits.claim_key_expiry_bytes + len(owner.encode())
         + limits.owner_separator_bytes + len(key.encode())
     )
-    return 0 < len(key) and size <= limits.lmdb_key_bytes_max
+    return len(key) > 0 and size <= limits.lmdb_key_bytes_max
 
 
 def claim_key(owner: str, key: str) -> bytes:

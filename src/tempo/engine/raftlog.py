@@ -140,7 +140,9 @@ class RaftLog:
 
     # -- write side, inside the replica's transaction -----------------------------
 
-    def append_in(self, txn: lmdb.Transaction, entries: list[Entry], installed: Snapshot | None = None) -> None:
+    def append_in(
+        self, txn: "lmdb.Transaction[bytes]", entries: list[Entry], installed: Snapshot | None = None
+    ) -> None:
         """Appends, first dropping stored entries at and after the first new
         one. `installed`: the snapshot this same transaction installed
         (`install_in`), which the entries follow: the log is empty then,
@@ -156,7 +158,7 @@ class RaftLog:
                 pass
         cur.putmulti(((_U64.pack(e.index), _enc.encode(e)) for e in entries), append=True)
 
-    def set_hard_state_in(self, txn: lmdb.Transaction, hard_state: HardState) -> None:
+    def set_hard_state_in(self, txn: "lmdb.Transaction[bytes]", hard_state: HardState) -> None:
         txn.put(_HARD_STATE, _enc.encode(hard_state), db=self.meta_db)
 
     def write_snapshot_file(self, index: int, data: bytes) -> None:
@@ -182,12 +184,12 @@ class RaftLog:
         finally:
             os.close(dir_fd)
 
-    def install_in(self, txn: lmdb.Transaction, snapshot: Snapshot) -> None:
+    def install_in(self, txn: "lmdb.Transaction[bytes]", snapshot: Snapshot) -> None:
         """A snapshot from the leader replaces the whole log."""
         txn.drop(self.log_db, delete=False)
         txn.put(_SNAPSHOT_META, _enc.encode(snapshot.meta), db=self.meta_db)
 
-    def compact_in(self, txn: lmdb.Transaction, snapshot: Snapshot) -> None:
+    def compact_in(self, txn: "lmdb.Transaction[bytes]", snapshot: Snapshot) -> None:
         """A local snapshot: drop the entries it covers."""
         cur = txn.cursor(db=self.log_db)
         if cur.first():
@@ -278,7 +280,7 @@ def write_ready(store: Store, log: RaftLog, rd: Ready, *, apply: bool) -> list[A
                 raise
             raise fault from None
 
-    def work(txn: lmdb.Transaction) -> list[Applied]:
+    def work(txn: "lmdb.Transaction[bytes]") -> list[Applied]:
         if rd.snapshot is not None:
             log.install_in(txn, rd.snapshot)
             store.restore_in(txn, rd.snapshot.meta.index, rd.snapshot.data)
@@ -298,7 +300,7 @@ def apply_entries(store: Store, entries: list[Entry]) -> list[Applied]:
     return store.write(lambda txn: _apply_in(store, txn, entries))
 
 
-def _apply_in(store: Store, txn: lmdb.Transaction, entries: list[Entry]) -> list[Applied]:
+def _apply_in(store: Store, txn: "lmdb.Transaction[bytes]", entries: list[Entry]) -> list[Applied]:
     # A configuration entry's data is the core's; to the tables it is empty
     # (`Store.apply_in` records the index only).
     return [store.apply_in(txn, e.index, e.data if e.kind == EntryKind.NORMAL else b"") for e in entries]

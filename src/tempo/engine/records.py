@@ -51,6 +51,16 @@ class Schedule(msgspec.Struct, array_like=True, frozen=True, gc=False):
         return self.at_ms is None
 
 
+NotifyEvent = Literal["run.failed", "job.completed", "job.recovered"]
+
+
+class Notify(msgspec.Struct, array_like=True, frozen=True, gc=False):
+    """Where a job's notifications go and which events send one."""
+
+    url: str
+    events: tuple[NotifyEvent, ...]
+
+
 class Job(msgspec.Struct, array_like=True, gc=False):
     id: JobId
     owner: str
@@ -69,6 +79,24 @@ class Job(msgspec.Struct, array_like=True, gc=False):
     # the waiting run's due time; None when the schedule has nothing waiting.
     slot_ms: Ms | None
     next_run_at_ms: Ms | None
+    # Its own notification setting; None: the owner's default (config).
+    notify: Notify | None = None
+    # Runs of the job that failed for good since the last one that ended
+    # done: a `job.recovered` event is written when one ends done after them.
+    failed_runs: Count = 0
+
+
+class Attempt(msgspec.Struct, array_like=True, gc=False):
+    """One ended attempt of a run: when it was claimed and by whom, when it
+    ended, and how (a result's `ok` and texts; an expired lease is not ok,
+    with the error "lease expired")."""
+
+    claimed_ms: Ms | None
+    worker: str | None
+    ended_ms: Ms
+    ok: bool
+    output: str | None = None
+    error: str | None = None
 
 
 class Run(msgspec.Struct, array_like=True, gc=False):
@@ -84,6 +112,24 @@ class Run(msgspec.Struct, array_like=True, gc=False):
     output: str | None = None
     error: str | None = None
     triggered: bool = False
+    # Every ended attempt, oldest first, at most `limits.run_attempts_kept_max`.
+    attempts: list[Attempt] = []
+
+
+class JobOutcome(msgspec.Struct, array_like=True, gc=False):
+    """What a job's runs came to (the `job_outcomes` table, keyed by job
+    key): how many ended in each finished status since the job was created
+    (retention does not lower them), and the last run that ended `done` or
+    `failed`, in the order apply finished them."""
+
+    done: Count = 0
+    failed: Count = 0
+    cancelled: Count = 0
+    last_nominal_ms: Ms | None = None
+    last_status: Literal["done", "failed"] | None = None
+    last_attempt: Count = 0
+    last_finished_ms: Ms | None = None
+    last_error: str | None = None
 
 
 class Event(msgspec.Struct, array_like=True):

@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TypeVar, overload
 
 import lmdb
 import msgspec
@@ -40,6 +40,7 @@ from tempo.engine.commands import (
     ExpireLeases,
     Expiry,
     NewJob,
+    NotifyCursor,
     PauseJob,
     ReportResults,
     Result,
@@ -48,7 +49,16 @@ from tempo.engine.commands import (
     TriggerJob,
     decode_entry,
 )
-from tempo.engine.records import ClaimKeyEntry, Event, Job, RequestKeyEntry, Run, Taken
+from tempo.engine.records import (
+    Attempt,
+    ClaimKeyEntry,
+    Event,
+    Job,
+    JobOutcome,
+    RequestKeyEntry,
+    Run,
+    Taken,
+)
 from tempo.metrics import Histogram
 
 _TABLES = (
@@ -63,9 +73,20 @@ _TABLES = (
     "members",
     "history_days",
     "claim_keys",
+    "runs_by_status",
+    "job_outcomes",
 )
 # Tables a later version added: created in an existing store that lacks them.
-_ADDED_TABLES = ("claim_keys",)
+# `runs_by_status` and `job_outcomes` (`_RUN_INDEX_TABLES`) are built at open
+# from the other tables (`_build_run_index`): the runs index by owner and
+# status of open runs, and each job's outcome. The index rows of finished
+# runs live in the history bucket of the run, at b"s" + `keys.status_key(...)`,
+# so they go with it.
+_RUN_INDEX_TABLES = ("runs_by_status", "job_outcomes")
+_ADDED_TABLES = ("claim_keys", *_RUN_INDEX_TABLES)
+_HIST_STATUS = b"s"
+# In `meta`: present once the tables above and the b"s" rows are complete.
+_RUN_INDEX = b"run_index"
 _OPEN = ("waiting", "claimed")
 _FINISHED = ("done", "failed", "cancelled")
 _U64 = struct.Struct(">Q")
@@ -92,6 +113,8 @@ _MISUSE = (
 _FATAL = (lmdb.PanicError,)
 _APPLIED_INDEX = b"applied_index"
 _EVENT_SEQ = b"event_seq"
+# The last event sequence the notifier handled (`NotifyCursor`).
+_NOTIFY_CURSOR = b"notify_cursor"
 # Written and deleted in one transaction by `Store.probe`: never in the tables.
 _PROBE = b"\x00probe"
 # What a file system answers when the disk is full or failing (a snapshot
@@ -110,6 +133,7 @@ _run_dec = records.Decoder(Run)
 _reqkey_dec = records.Decoder(RequestKeyEntry)
 _claimkey_dec: records.Decoder[ClaimKeyEntry] = records.Decoder(ClaimKeyEntry)
 _event_dec = records.Decoder(Event)
+_outcome_dec = records.Decoder(JobOutcome)
 _snapshot_dec = records.Decoder(list[tuple[str, list[tuple[bytes, bytes]]]], "snapshot")
 
 
@@ -146,7 +170,10 @@ class Changes:
 # What apply answers for one command: a value, or the operating error the
 # request gets. Errors are returned, not raised, so one bad command in a batch
 # leaves the others (and the transaction) alone.
-Outcome = Created | Job | Run | None | errors.TempoError | list | ClaimKeyEntry
+Outcome = (
+    Created | Job | Run | None | errors.TempoError | ClaimKeyEntry
+    | list[Created | errors.TempoError] | list[Run | None] | list[Run | errors.TempoError]
+)
 
 
 class Store:
@@ -241,6 +268,8 @@ class Store:
             if raw is None and wanted is not None:
                 txn.put(datadir.IDENTITY_KEY, datadir.encode_identity(wanted), db=identity_db)
                 stored = wanted
+            if txn.get(_RUN_INDEX, db=self.db["meta"]) is None:
+                _build_run_index(txn, self.db, self.buckets)
         self.db.update((bucket_name(slot), db) for slot, db in enumerate(self.buckets))
         return stored, adopted
 
@@ -308,7 +337,7 @@ class Store:
         if map_bytes - used_bytes < min(limits.storage_probe_bytes, map_bytes // 16):
             return errors.StorageFault(f"the data file is full: its map of {map_bytes >> 20} MiB", map_full=True)
 
-        def work(txn: lmdb.Transaction) -> None:
+        def work(txn: "lmdb.Transaction[bytes]") -> None:
             txn.put(_PROBE, b"", db=self.db["meta"])
             txn.delete(_PROBE, db=self.db["meta"])
 
@@ -358,7 +387,7 @@ class Store:
         index was applied before (a replay after a crash) and changes nothing."""
         return self.write(lambda txn: self.apply_in(txn, index, data))
 
-    def write(self, work: Callable[[lmdb.Transaction], T]) -> T:
+    def write(self, work: Callable[["lmdb.Transaction[bytes]"], T]) -> T:
         """Runs `work` in one write transaction (one fsync at its end): the
         replica persists raft state and applies entries together this way.
 
@@ -399,13 +428,13 @@ class Store:
         what their encoding holds."""
         return self.write(lambda txn: self.apply_decoded(txn, index, commands))
 
-    def apply_in(self, txn: lmdb.Transaction, index: int, data: bytes) -> tuple[list[Outcome], Changes]:
+    def apply_in(self, txn: "lmdb.Transaction[bytes]", index: int, data: bytes) -> tuple[list[Outcome], Changes]:
         """`apply_entry` inside the caller's write transaction. Empty `data`
         (a raft no-op or configuration entry) only records the index."""
         return self.apply_decoded(txn, index, decode_entry(data) if data else [])
 
     def apply_decoded(
-        self, txn: lmdb.Transaction, index: int, commands: list[Command]
+        self, txn: "lmdb.Transaction[bytes]", index: int, commands: list[Command]
     ) -> tuple[list[Outcome], Changes]:
         raw = txn.get(_APPLIED_INDEX, db=self.db["meta"])
         applied = 0 if raw is None else _U64.unpack(raw)[0]
@@ -441,7 +470,7 @@ class Store:
             tables = [[name, list(txn.cursor(db=db))] for name, db in self.db.items()]
         return index, _enc.encode(tables)
 
-    def restore_in(self, txn: lmdb.Transaction, index: int, data: bytes) -> None:
+    def restore_in(self, txn: "lmdb.Transaction[bytes]", index: int, data: bytes) -> None:
         """Replaces every table with a snapshot's copy, inside the caller's
         transaction: a crash leaves the old state or the new, never a mix."""
         tables = _snapshot_dec.decode(data) if data else []
@@ -455,6 +484,8 @@ class Store:
             cur = txn.cursor(db=db)
             cur.putmulti(rows, append=True)
         txn.put(_APPLIED_INDEX, _U64.pack(index), db=self.db["meta"])
+        if txn.get(_RUN_INDEX, db=self.db["meta"]) is None:
+            _build_run_index(txn, self.db, self.buckets)  # a snapshot of a version without it
 
     def digest(self) -> tuple[int, str]:
         """(applied index, SHA-256 of every table at it): equal on replicas
@@ -479,32 +510,39 @@ class Store:
             raise errors.NotFound(f"no job {job_id}")
         return job
 
-    def list_jobs(self, owner: str, limit: int, cursor: str | None) -> tuple[list[Job], str | None]:
-        """The owner's jobs, newest first; `cursor` is the last job ID seen."""
+    def list_jobs(
+        self, owner: str, limit: int, cursor: str | None, match: Callable[[Job], bool] | None = None
+    ) -> tuple[list[Job], str | None]:
+        """The owner's jobs, newest first; `cursor` is the last job ID seen.
+        With `match` (a filter), only the jobs it holds for, reading at most
+        `limits.jobs_filter_rows_max` jobs: past that the page ends with
+        what it found (maybe nothing) and the cursor of the last job read."""
         prefix = keys.owner_prefix(owner)
         start = prefix + (keys.job_key(cursor) if cursor else b"\xff")
-        jobs: list[Job] = []
         with self.env.begin() as txn:
             tx = _Tx(txn, self.db, self.buckets)
             by_owner = txn.cursor(db=self.db["jobs_by_owner"])
             jobs_db = self.db["jobs"]
             found = by_owner.set_range(start)
             found = by_owner.prev() if found else by_owner.last()
-            while found and len(jobs) <= limit:
-                key = by_owner.key()
-                if not key.startswith(prefix):
-                    break
-                jobs.append(tx.fresh(_job_dec.decode(txn.get(key[len(prefix) :], db=jobs_db))))
-                found = by_owner.prev()
-        if len(jobs) > limit:
-            return jobs[:limit], jobs[limit - 1].id
-        return jobs, None
 
-    def list_all_jobs(self, limit: int, cursor: str | None) -> tuple[list[Job], str | None]:
+            def rows() -> Iterator[bytes]:
+                nonlocal found
+                while found:
+                    key = by_owner.key()
+                    if not key.startswith(prefix):
+                        return
+                    yield _present(txn.get(key[len(prefix) :], db=jobs_db))
+                    found = by_owner.prev()
+
+            return _page_of_jobs(tx, rows(), limit, match)
+
+    def list_all_jobs(
+        self, limit: int, cursor: str | None, match: Callable[[Job], bool] | None = None
+    ) -> tuple[list[Job], str | None]:
         """Every owner's jobs, newest first (an admin's listing): the jobs
         table itself, whose keys are job IDs, which sort by creation time;
-        `cursor` is the last job ID seen."""
-        jobs: list[Job] = []
+        `cursor` is the last job ID seen; `match` as for `list_jobs`."""
         with self.env.begin() as txn:
             tx = _Tx(txn, self.db, self.buckets)
             table = txn.cursor(db=self.db["jobs"])
@@ -513,12 +551,14 @@ class Store:
                 found = table.prev() if found else table.last()
             else:
                 found = table.last()
-            while found and len(jobs) <= limit:
-                jobs.append(tx.fresh(_job_dec.decode(table.value())))
-                found = table.prev()
-        if len(jobs) > limit:
-            return jobs[:limit], jobs[limit - 1].id
-        return jobs, None
+
+            def rows() -> Iterator[bytes]:
+                nonlocal found
+                while found:
+                    yield table.value()
+                    found = table.prev()
+
+            return _page_of_jobs(tx, rows(), limit, match)
 
     def get_run(self, owner: str, run_id_text: str) -> tuple[Run, Job]:
         parsed = ids.parse_run_id(run_id_text)
@@ -556,6 +596,83 @@ class Store:
         if len(runs) > limit:
             return runs[:limit], runs[limit - 1].nominal_ms
         return runs, None
+
+    # -- outcomes and the runs index (docs/api.md "Outcomes", "Listing runs") --
+
+    def job_outcome(self, job_id: str) -> JobOutcome | None:
+        """What the job's runs came to; None for a job none of whose runs
+        has ended (or for no such job)."""
+        return self.job_outcomes([job_id]).get(job_id)
+
+    def job_outcomes(self, job_ids: list[str]) -> dict[str, JobOutcome]:
+        """The outcomes of those of `job_ids` that have one, in one read."""
+        found: dict[str, JobOutcome] = {}
+        with self.env.begin() as txn:
+            db = self.db["job_outcomes"]
+            for job_id in job_ids:
+                raw = txn.get(keys.job_key(job_id), db=db) if ids.is_job_id(job_id) else None
+                if raw is not None:
+                    found[job_id] = _outcome_dec.decode(raw)
+        return found
+
+    def list_owner_runs(
+        self,
+        owner: str | None,
+        *,
+        status: str | None,
+        limit: int,
+        cursor: bytes | None,
+        since_ms: int | None = None,
+        until_ms: int | None = None,
+    ) -> tuple[list[Run], bytes | None]:
+        """Runs of the owner's jobs (every owner's for None) with `status`
+        (any for None) listed at a time in [since, until), newest first, by
+        (time, job ID, nominal time): the runs-by-status index, merged over
+        the statuses asked, the open table and the history buckets; never a
+        scan of runs. `cursor` is the order key of the last run seen
+        (`keys.order_tail`), and so is the next cursor."""
+        upper = keys.order_tail(min(until_ms, 1 << 63) if until_ms is not None else (1 << 64) - 1, "j_" + "0" * 26, 0)
+        if cursor is not None:
+            assert len(cursor) == keys.ORDER_TAIL_BYTES
+            upper = min(upper, cursor)
+        lower_ms = 0 if since_ms is None else since_ms
+        codes = [*range(len(keys.STATUSES)), keys.OTHER_STATUS_CODE] if status is None else [keys.STATUS_CODE[status]]
+        runs: list[Run] = []
+        tails: list[bytes] = []
+        with self.env.begin() as txn:
+            tx = _Tx(txn, self.db, self.buckets)
+            owners = [owner] if owner is not None else _owners_of_jobs(txn, self.db["jobs_by_owner"])
+            sources = _status_sources(tx, owners, codes, upper, lower_ms)
+            last = None
+            for tail, held_in in heapq.merge(*sources, key=_first, reverse=True):
+                if tail == last:
+                    continue  # one row per run, even if two places held one
+                last = tail
+                if len(runs) == limit:
+                    return runs, tails[-1]
+                job_id, nominal_ms = _slot_of_tail(tail)
+                raw = None if held_in is None else txn.get(_HIST_RUN + keys.by_job_key(job_id, nominal_ms), db=held_in)
+                run = _run_dec.decode(raw) if raw is not None else tx.run_anywhere(job_id, nominal_ms)
+                assert run is not None, "a runs-by-status row without its run"
+                runs.append(run)
+                tails.append(tail)
+        return runs, None
+
+    def forget_run_index_for_tests(self) -> None:
+        """Leaves the store as a version without the runs index left it:
+        without its tables, rows and mark. Close the store next (the
+        tables' handles are gone)."""
+
+        def work(txn: "lmdb.Transaction[bytes]") -> None:
+            for name in _RUN_INDEX_TABLES:
+                txn.drop(self.db[name], delete=True)
+            for bucket in self.buckets:
+                cur = txn.cursor(db=bucket)
+                while cur.set_range(_HIST_STATUS) and cur.key().startswith(_HIST_STATUS):
+                    cur.delete()
+            txn.delete(_RUN_INDEX, db=self.db["meta"])
+
+        self.write(work)
 
     def members(self) -> dict[str, str]:
         """Member URLs set by `SetMember` since the cluster was founded ("" for
@@ -614,7 +731,7 @@ class Store:
                     continue
                 job = jobs.get(run.job_id)
                 if job is None:
-                    job = jobs[run.job_id] = _job_dec.decode(txn.get(keys.job_key(run.job_id), db=jobs_db))
+                    job = jobs[run.job_id] = _job_dec.decode(_present(txn.get(keys.job_key(run.job_id), db=jobs_db)))
                 out.append((key, run, job))
         return out
 
@@ -652,6 +769,34 @@ class Store:
                 out.append((seq, _event_dec.decode(raw)))
         return out
 
+    def event_seq(self) -> int:
+        """The sequence of the last event written (0: none yet)."""
+        with self.env.begin() as txn:
+            raw = txn.get(_EVENT_SEQ, db=self.db["meta"])
+        return 0 if raw is None else _U64.unpack(raw)[0]
+
+    def notify_cursor(self) -> int | None:
+        """The notifier's committed cursor (`NotifyCursor`); None before the first."""
+        with self.env.begin() as txn:
+            raw = txn.get(_NOTIFY_CURSOR, db=self.db["meta"])
+        return None if raw is None else _U64.unpack(raw)[0]
+
+    def events_of_all(self, after_seq: int, limit: int) -> list[tuple[str, int, Event]]:
+        """(owner, sequence, event) of every owner's events after `after_seq`,
+        oldest first, at most `limit`: for the notifier, which serves all
+        owners. Each owner's first `limit` are read and merged, so the cost
+        grows with the owners that have events, not with the events kept."""
+        found: list[tuple[str, int, bytes]] = []
+        with self.env.begin() as txn:
+            tx = _Tx(txn, self.db, self.buckets)
+            for owner in tx.event_owners():
+                for n, (seq, raw) in enumerate(tx.events_after(owner, after_seq)):
+                    if n >= limit:
+                        break
+                    found.append((owner, seq, raw))
+            found.sort(key=_second)
+            return [(owner, seq, _event_dec.decode(raw)) for owner, seq, raw in found[:limit]]
+
     def history_days(self) -> list[int]:
         """The days (since the epoch, UTC) of the history buckets in use, oldest first."""
         with self.env.begin() as txn:
@@ -662,20 +807,22 @@ class _NewRows:
     """Rows of new jobs, their runs and index entries, put per table in one
     call: py-lmdb's `putmulti` costs half what one `put` a row does."""
 
-    __slots__ = ("jobs", "runs", "by_job", "by_owner")
+    __slots__ = ("by_job", "by_owner", "by_status", "jobs", "runs")
 
     def __init__(self) -> None:
         self.jobs: list[tuple[bytes, bytes]] = []
         self.runs: list[tuple[bytes, bytes]] = []
         self.by_job: list[tuple[bytes, bytes]] = []
         self.by_owner: list[tuple[bytes, bytes]] = []
+        self.by_status: list[tuple[bytes, bytes]] = []
 
     def put(self, tx: "_Tx") -> None:
         """Puts what is gathered and empties the lists. Every key is new (it
         holds the job's fresh ID), so each row adds one: a job ID drawn
         twice stops the node here."""
         for rows, db in (
-            (self.jobs, tx.jobs), (self.runs, tx.runs), (self.by_job, tx.by_job), (self.by_owner, tx.by_owner)
+            (self.jobs, tx.jobs), (self.runs, tx.runs), (self.by_job, tx.by_job), (self.by_owner, tx.by_owner),
+            (self.by_status, tx.by_status),
         ):
             if rows:
                 with tx.txn.cursor(db=db) as cursor:
@@ -688,12 +835,12 @@ class _Tx:
     """One transaction's view of the tables, with the apply functions."""
 
     __slots__ = (
-        "txn", "jobs", "by_owner", "runs", "by_job", "reqkeys", "events", "meta", "open", "changes",
-        "open_deltas", "event_seq", "members", "hist_days", "buckets", "_history", "_bucket_of_day",
-        "claim_keys",
+        "_bucket_of_day", "_history", "_owners", "buckets", "by_job", "by_owner", "by_status",
+        "changes", "claim_keys", "event_seq", "events", "hist_days", "jobs", "members", "meta",
+        "open", "open_deltas", "outcomes", "reqkeys", "runs", "txn",
     )
 
-    def __init__(self, txn: lmdb.Transaction, db: dict[str, lmdb._Database], buckets: list[lmdb._Database]):
+    def __init__(self, txn: "lmdb.Transaction[bytes]", db: dict[str, lmdb._Database], buckets: list[lmdb._Database]):
         self.txn = txn
         self.jobs = db["jobs"]
         self.by_owner = db["jobs_by_owner"]
@@ -707,6 +854,9 @@ class _Tx:
         self.hist_days = db["history_days"]
         self.claim_keys = db["claim_keys"]
         self.buckets = buckets
+        self.by_status = db["runs_by_status"]
+        self.outcomes = db["job_outcomes"]
+        self._owners: dict[str, str] = {}  # job ID -> owner, read once per transaction
         # Within one transaction: the buckets in use, and the bucket of each
         # day a run finished in, looked up once.
         self._history: list[tuple[int, lmdb._Database]] | None = None
@@ -719,6 +869,10 @@ class _Tx:
 
     # -- reads inside the transaction ----------------------------------------
 
+    @overload
+    def fresh(self, job: Job) -> Job: ...
+    @overload
+    def fresh(self, job: None) -> None: ...
     def fresh(self, job: Job | None) -> Job | None:
         """The job as the API shows it: a one-off's `next_run_at` only while
         its run is waiting (a claim does not rewrite the job)."""
@@ -743,7 +897,7 @@ class _Tx:
 
     def run_at_slot(self, job_id: str, slot_ms: int) -> Run | None:
         runs_key = self.run_key_at_slot(job_id, slot_ms)
-        return None if runs_key is None else _run_dec.decode(self.txn.get(runs_key, db=self.runs))
+        return None if runs_key is None else _run_dec.decode(_present(self.txn.get(runs_key, db=self.runs)))
 
     def slots_desc(self, job_id: str, lower_ms: int, upper_ms: int) -> Iterator[tuple[int, bytes]]:
         """(nominal ms, runs key) of the job's open runs in [lower, upper), newest first."""
@@ -751,7 +905,7 @@ class _Tx:
 
     def runs_desc(self, job_id: str, lower_ms: int, upper_ms: int) -> Iterator[Run]:
         """The job's runs in [lower, upper), open and finished, newest first."""
-        live = ((nominal_ms, self.txn.get(key, db=self.runs)) for nominal_ms, key in self.slots_desc(
+        live = ((nominal_ms, _present(self.txn.get(key, db=self.runs))) for nominal_ms, key in self.slots_desc(
             job_id, lower_ms, upper_ms
         ))
         sources = [live] + [
@@ -799,6 +953,20 @@ class _Tx:
             _events_from(self.txn.cursor(db=db), _HIST_EVENT, owner, after_seq) for _, db in self.history()
         ]
         return heapq.merge(*sources, key=_first)
+
+    def event_owners(self) -> set[str]:
+        """The owners with an event kept: one seek per owner and source."""
+        owners: set[str] = set()
+        sources = [(self.events, b"")] + [(db, _HIST_EVENT) for _, db in self.history()]
+        for db, head in sources:
+            cur = self.txn.cursor(db=db)
+            found = cur.set_range(head)
+            while found and cur.key().startswith(head):
+                owner, _ = keys.parse_event_key(cur.key()[len(head) :])
+                owners.add(owner)
+                # The next owner's first key: past every key of this one.
+                found = cur.set_range(head + owner.encode() + b"\x01")
+        return owners
 
     def bucket_for(self, at_ms: int) -> lmdb._Database:
         """The history bucket of the day of `at_ms`, taken into use if new."""
@@ -852,22 +1020,29 @@ class _Tx:
         if old_key != key:
             self.txn.put(keys.by_job_key_of(job_key, run.nominal_ms), key, db=self.by_job)
         self._count_open(old_key if old_status in _OPEN else None, key if run.status in _OPEN else None)
+        old_row = (old_status, keys.due_of(old_key)) if old_status in _OPEN and old_key is not None else None
+        new_row = (run.status, run.due_ms) if run.status in _OPEN else None
+        if old_row != new_row:
+            self._move_open_row(run, old_row, new_row, job)
         moved = old_key != key
-        if old_status == "waiting" and (run.status != "waiting" or moved):
-            self.changes.left.append(old_key)  # type: ignore[arg-type]
+        if old_key is not None and old_status == "waiting" and (run.status != "waiting" or moved):
+            self.changes.left.append(old_key)
         if run.status == "waiting" and (old_status != "waiting" or moved):
             self.changes.woken.append((key, run, job))
-        if old_status == "claimed" and run.status != "claimed":
-            self.changes.gone.append(old_key)  # type: ignore[arg-type]
+        if old_key is not None and old_status == "claimed" and run.status != "claimed":
+            self.changes.gone.append(old_key)
         return key
 
-    def put_run_in_place(self, run: Run, runs_key: bytes, old_status: str) -> None:
+    def put_run_in_place(self, run: Run, runs_key: bytes, old_status: str, job: Job | None = None) -> None:
         """`put_run` for a run whose due time did not change (a claim): its row
         stays at `runs_key`, so the runs-by-job index and the open-minute
-        counts stay as they are; only the change feed moves."""
+        counts stay as they are; the change feed and the runs-by-status
+        index move."""
         assert old_status in _OPEN and run.status in _OPEN
         assert keys.due_of(runs_key) == run.due_ms, "the due time is in the key"
         self.txn.put(runs_key, _enc.encode(run), db=self.runs)
+        if old_status != run.status:
+            self._move_open_row(run, (old_status, run.due_ms), (run.status, run.due_ms), job)
         if old_status == "waiting" and run.status != "waiting":
             self.changes.left.append(runs_key)
         if run.status == "waiting" and old_status != "waiting":
@@ -875,16 +1050,24 @@ class _Tx:
         if old_status == "claimed" and run.status != "claimed":
             self.changes.gone.append(runs_key)
 
-    def drop_run(self, runs_key: bytes, run: Run) -> None:
+    def drop_run(self, runs_key: bytes, run: Run, job: Job | None = None) -> None:
         assert self.txn.delete(runs_key, db=self.runs)
         self._count_open(runs_key if run.status in _OPEN else None, None)
+        if run.status in _OPEN:
+            self._move_open_row(run, (run.status, keys.due_of(runs_key)), None, job)
         if run.status == "waiting":
             self.changes.left.append(runs_key)
         elif run.status == "claimed":
             self.changes.gone.append(runs_key)
 
     def finish_run(
-        self, run: Run, runs_key: bytes, old_status: str, at_ms: int, by_job_key: bytes | None = None
+        self,
+        run: Run,
+        runs_key: bytes,
+        old_status: str,
+        at_ms: int,
+        by_job_key: bytes | None = None,
+        job: Job | None = None,
     ) -> None:
         """Moves a run that just finished (or was cancelled) at `at_ms` out of
         the open tables into the history bucket of that day: two deletes and
@@ -895,12 +1078,40 @@ class _Tx:
             by_job_key = keys.by_job_key(run.job_id, run.nominal_ms)
         assert self.txn.delete(runs_key, db=self.runs)
         assert self.txn.delete(by_job_key, db=self.by_job)
-        self.txn.put(_HIST_RUN + by_job_key, _enc.encode(run), db=self.bucket_for(at_ms))
+        bucket = self.bucket_for(at_ms)
+        self.txn.put(_HIST_RUN + by_job_key, _enc.encode(run), db=bucket)
         self._count_open(runs_key, None)
+        owner = self._owner_of(run.job_id, job)
+        self._move_open_row(run, (old_status, keys.due_of(runs_key)), None, job)
+        self.txn.put(_HIST_STATUS + _status_key_of(owner, run), b"", db=bucket)
+        _count_outcome(self.txn, self.outcomes, by_job_key[: keys.JOB_KEY_BYTES], run)
         if old_status == "waiting":
             self.changes.left.append(runs_key)
         else:
             self.changes.gone.append(runs_key)
+
+    def _owner_of(self, job_id: str, job: Job | None) -> str:
+        """The owner of a run's job: `job`'s when the caller has it at hand,
+        else read once per transaction (a one-off's claim reads no job)."""
+        if job is not None:
+            return job.owner
+        owner = self._owners.get(job_id)
+        if owner is None:
+            owner = self._owners[job_id] = self._job_any(job_id).owner
+        return owner
+
+    def _move_open_row(
+        self, run: Run, old: tuple[str, int] | None, new: tuple[str, int] | None, job: Job | None
+    ) -> None:
+        """Moves an open run's row of the runs-by-status index from (status,
+        due ms) `old` to `new` (None: no row)."""
+        owner = self._owner_of(run.job_id, job)
+        if old is not None:
+            old_key = keys.status_key(owner, keys.STATUS_CODE[old[0]], old[1], run.job_id, run.nominal_ms)
+            assert self.txn.delete(old_key, db=self.by_status), "an open run had no runs-by-status row"
+        if new is not None:
+            new_key = keys.status_key(owner, keys.STATUS_CODE[new[0]], new[1], run.job_id, run.nominal_ms)
+            self.txn.put(new_key, b"", db=self.by_status)
 
     def _count_open(self, old_key: bytes | None, new_key: bytes | None) -> None:
         old_minute = None if old_key is None else _MINUTE.unpack(old_key[:4])[0]
@@ -944,6 +1155,26 @@ class _Tx:
 
     def apply(self, command: Command) -> Outcome:
         match command:
+            case CreateJobs() | PauseJob() | ResumeJob() | DeleteJob() | TriggerJob():
+                return self.apply_to_jobs(command)
+            case ClaimRuns() | ReportResults() | ExpireLeases():
+                return self.apply_to_runs(command)
+            case SetMember():
+                self.txn.put(command.node_id.encode(), command.url.encode(), db=self.members)
+                self.changes.members = True
+                return None
+            case DropHistory():
+                self.drop_history(command)
+                return None
+            case NotifyCursor():
+                raw = self.txn.get(_NOTIFY_CURSOR, db=self.meta)
+                if raw is None or _U64.unpack(raw)[0] < command.seq:
+                    self.txn.put(_NOTIFY_CURSOR, _U64.pack(command.seq), db=self.meta)
+                return None
+        raise AssertionError(f"unknown command {type(command).__name__}")
+
+    def apply_to_jobs(self, command: CreateJobs | PauseJob | ResumeJob | DeleteJob | TriggerJob) -> Outcome:
+        match command:
             case CreateJobs():
                 return self.create_jobs(command.jobs)
             case PauseJob():
@@ -954,6 +1185,10 @@ class _Tx:
                 return self.delete_job(command)
             case TriggerJob():
                 return self.trigger_job(command)
+        raise AssertionError(f"unknown job command {type(command).__name__}")
+
+    def apply_to_runs(self, command: ClaimRuns | ReportResults | ExpireLeases) -> Outcome:
+        match command:
             case ClaimRuns():
                 if command.key is not None:
                     return self.claim_keyed(command, command.key)
@@ -962,14 +1197,7 @@ class _Tx:
                 return [self.report_result(command, result) for result in command.results]
             case ExpireLeases():
                 return [self.expire_lease(command.at_ms, expiry) for expiry in command.expiries]
-            case SetMember():
-                self.txn.put(command.node_id.encode(), command.url.encode(), db=self.members)
-                self.changes.members = True
-                return None
-            case DropHistory():
-                self.drop_history(command)
-                return None
-        raise AssertionError(f"unknown command {type(command).__name__}")
+        raise AssertionError(f"unknown run command {type(command).__name__}")
 
     def drop_history(self, cmd: DropHistory) -> None:
         """Drops whole buckets: LMDB frees a database's pages walking its
@@ -983,7 +1211,7 @@ class _Tx:
         self._bucket_of_day.clear()
 
     def _fresh_outcome(self, outcome: Job | errors.TempoError) -> Job | errors.TempoError:
-        return self.fresh(outcome) if isinstance(outcome, Job) else outcome  # type: ignore[return-value]
+        return self.fresh(outcome) if isinstance(outcome, Job) else outcome
 
     def create_jobs(self, items: list[NewJob]) -> list[Created | errors.TempoError]:
         """One command's new jobs. Their rows, their runs' rows and the two
@@ -1024,6 +1252,7 @@ class _Tx:
             runs_key, by_job_key = keys.new_run_keys(key, job.id, job.slot_ms, item.first_due_ms)
             rows.runs.append((runs_key, _enc.encode(run)))
             rows.by_job.append((by_job_key, runs_key))
+            rows.by_status.append((_status_key_of(job.owner, run), b""))
             minute = item.first_due_ms // limits.minute_ms
             self.open_deltas[minute] = self.open_deltas.get(minute, 0) + 1
             self.changes.woken.append((runs_key, run, job))
@@ -1041,12 +1270,12 @@ class _Tx:
         # not run already (a trigger after the pause still runs).
         waiting: list[tuple[bytes, Run]] = []
         for _, runs_key in self.slots_desc(job.id, 0, 1 << 63):
-            run = _run_dec.decode(self.txn.get(runs_key, db=self.runs))
+            run = _run_dec.decode(_present(self.txn.get(runs_key, db=self.runs)))
             if run.status == "waiting":
                 waiting.append((runs_key, run))
         for runs_key, run in waiting:
             run.status = "cancelled"
-            self.finish_run(run, runs_key, "waiting", cmd.at_ms)
+            self.finish_run(run, runs_key, "waiting", cmd.at_ms, job=job)
         job.state = "paused"
         job.next_run_at_ms = None
         self.put_job(job)
@@ -1087,7 +1316,7 @@ class _Tx:
             due_ms = max(slot_ms, at_ms) if due_ms is None else due_ms
             self.put_run(Run(job.id, slot_ms, due_ms, "waiting"), job=job)
             return due_ms
-        run = _run_dec.decode(self.txn.get(runs_key, db=self.runs))
+        run = _run_dec.decode(_present(self.txn.get(runs_key, db=self.runs)))
         if run.status != "cancelled":
             return run.due_ms if run.status == "waiting" else None
         run.status = "waiting"
@@ -1101,12 +1330,13 @@ class _Tx:
         if run.status != "cancelled":
             return None
         assert self.txn.delete(_HIST_RUN + keys.by_job_key(run.job_id, run.nominal_ms), db=bucket)
+        assert self.txn.delete(_HIST_STATUS + _status_key_of(job.owner, run), db=bucket)
         run.status = "waiting"
         run.due_ms = max(run.due_ms, at_ms)
         self.put_run(run, job=job)
         return run.due_ms
 
-    def delete_job(self, cmd: DeleteJob) -> None | errors.TempoError:
+    def delete_job(self, cmd: DeleteJob) -> errors.TempoError | None:
         job = self.job(cmd.owner, cmd.job_id)
         if job is None:
             return errors.NotFound(f"no job {cmd.job_id}")
@@ -1115,14 +1345,17 @@ class _Tx:
         found = by_job.set_range(prefix)
         while found and by_job.key().startswith(prefix):
             runs_key = by_job.value()
-            self.drop_run(runs_key, _run_dec.decode(self.txn.get(runs_key, db=self.runs)))
+            self.drop_run(runs_key, _run_dec.decode(_present(self.txn.get(runs_key, db=self.runs))), job)
             found = by_job.delete()
         head = _HIST_RUN + prefix
         for _, db in self.history():
             cur = self.txn.cursor(db=db)
             found = cur.set_range(head)
             while found and cur.key().startswith(head):
+                held = _run_dec.decode(cur.value())
+                assert self.txn.delete(_HIST_STATUS + _status_key_of(job.owner, held), db=db)
                 found = cur.delete()
+        self.txn.delete(keys.job_key(job.id), db=self.outcomes)
         assert self.txn.delete(keys.job_key(job.id), db=self.jobs)
         assert self.txn.delete(keys.owner_job_key(job.owner, job.id), db=self.by_owner)
         if job.request_key is not None:
@@ -1152,7 +1385,7 @@ class _Tx:
         runs_key = self.txn.get(by_job_key, db=self.by_job)
         if runs_key is None:
             return None
-        return runs_key, _run_dec.decode(self.txn.get(runs_key, db=self.runs))
+        return runs_key, _run_dec.decode(_present(self.txn.get(runs_key, db=self.runs)))
 
     def _job_any(self, job_id: str, job_key: bytes | None = None) -> Job:
         raw = self.txn.get(keys.job_key(job_id) if job_key is None else job_key, db=self.jobs)
@@ -1172,12 +1405,13 @@ class _Tx:
         run.worker = cmd.worker
         run.lease_expires_ms = claim.lease_expires_ms
         run.started_ms = cmd.at_ms
-        self.put_run_in_place(run, runs_key, "waiting")
         if claim.one_off:
+            self.put_run_in_place(run, runs_key, "waiting")
             # The job's `next_run_at` still names this run's due time; reads
             # show it only while the run waits (`_Tx.fresh`).
             return run
         job = self._job_any(run.job_id, job_key)
+        self.put_run_in_place(run, runs_key, "waiting", job)
         if job.slot_ms != run.nominal_ms or run.triggered:
             return run  # a retry, a re-delivery or a triggered run: the schedule moved on already
         if job.schedule.repeating and job.state == "active" and claim.next_slot_ms is not None:
@@ -1277,13 +1511,16 @@ class _Tx:
             repeat = same and run.attempt >= 1 and (run.output, run.error) == (result.output, result.error)
             return run if repeat else errors.StaleAttempt(f"attempt {result.attempt} already ended")
         assert runs_key is not None, "a claimed run is open"
+        _keep_attempt(run, cmd.at_ms, result.ok, result.output, result.error)
         run.lease_expires_ms = None
         run.output = result.output
         run.error = result.error
         if result.ok:
             run.status = "done"
             run.finished_ms = cmd.at_ms
-            self.finish_run(run, runs_key, "claimed", cmd.at_ms, by_job_key)
+            self.finish_run(run, runs_key, "claimed", cmd.at_ms, by_job_key, job)
+            if job.failed_runs > 0:
+                self._recovered(job, run, cmd.at_ms, job_key)
             self._settle(job, run, cmd.at_ms, job_key)
             return run
         gap_s = job.backoff_s[min(run.attempt - 1, len(job.backoff_s) - 1)]
@@ -1295,6 +1532,7 @@ class _Tx:
         if found is None or found[1].status != "claimed" or found[1].attempt != expiry.attempt:
             return None  # finished or re-claimed since the lease was found expired
         runs_key, run = found
+        _keep_attempt(run, at_ms, False, None, "lease expired")
         run.lease_expires_ms = None
         run.error = "lease expired"
         # A re-delivery after an expired lease is due at once, without jitter.
@@ -1313,10 +1551,20 @@ class _Tx:
             return
         run.status = "failed"
         run.finished_ms = at_ms
-        self.finish_run(run, runs_key, "claimed", at_ms)
+        self.finish_run(run, runs_key, "claimed", at_ms, job=job)
         detail = {"attempt": run.attempt, "error": run.error}
         self.append_event(job.owner, Event("run.failed", at_ms, job.id, ids.run_id(job.id, run.nominal_ms), detail))
+        job.failed_runs += 1
+        self.put_job(job)
         self._settle(job, run, at_ms)
+
+    def _recovered(self, job: Job, run: Run, at_ms: int, job_key: bytes) -> None:
+        """A run ended done after `job.failed_runs` runs that failed for good."""
+        assert run.status == "done" and job.failed_runs > 0
+        detail = {"failed_runs": job.failed_runs}
+        job.failed_runs = 0
+        self.put_job(job, job_key)
+        self.append_event(job.owner, Event("job.recovered", at_ms, job.id, ids.run_id(job.id, run.nominal_ms), detail))
 
     def _settle(self, job: Job, run: Run, at_ms: int, job_key: bytes | None = None) -> None:
         """A one-off whose scheduled run ended is completed."""
@@ -1343,16 +1591,114 @@ def _key_fault(job: Job) -> errors.TempoError | None:
     return None
 
 
-def _first(row: tuple) -> int:
+def _present(raw: bytes | None) -> bytes:
+    """A row an index entry or a record points at: the transaction that
+    wrote the pointer wrote the row, so a missing one is a bug."""
+    assert raw is not None, "an index entry points at a missing row"
+    return raw
+
+
+def _index_ms(run: Run) -> int:
+    """The time a run is listed at (docs/api.md "Listing runs"): its end
+    for `done` and `failed`, else its due time. Read from the run alone, so
+    an index built from the tables equals one kept by apply."""
+    if run.status in ("done", "failed") and run.finished_ms is not None:
+        return run.finished_ms
+    return run.due_ms
+
+
+def _status_key_of(owner: str, run: Run) -> bytes:
+    return keys.status_key(owner, keys.status_code(run.status), _index_ms(run), run.job_id, run.nominal_ms)
+
+
+def _count_outcome(txn: "lmdb.Transaction[bytes]", db: lmdb._Database, job_key: bytes, run: Run) -> None:
+    """Counts a run that just finished into its job's outcome. The last run
+    is the one with the latest (end, nominal time), whatever order the runs
+    are counted in, so `_build_run_index` comes to the same bytes."""
+    raw = txn.get(job_key, db=db)
+    outcome = JobOutcome() if raw is None else _outcome_dec.decode(raw)
+    if run.status == "done":
+        outcome.done += 1
+    elif run.status == "failed":
+        outcome.failed += 1
+    elif run.status == "cancelled":
+        outcome.cancelled += 1
+    if run.status in ("done", "failed") and run.finished_ms is not None and (
+        outcome.last_finished_ms is None
+        or (run.finished_ms, run.nominal_ms) >= (outcome.last_finished_ms, outcome.last_nominal_ms or 0)
+    ):
+        outcome.last_nominal_ms = run.nominal_ms
+        outcome.last_status = run.status
+        outcome.last_attempt = run.attempt
+        outcome.last_finished_ms = run.finished_ms
+        outcome.last_error = run.error
+    txn.put(job_key, _enc.encode(outcome), db=db)
+
+
+def _keep_attempt(run: Run, at_ms: int, ok: bool, output: str | None, error: str | None) -> None:
+    """Records the attempt of a claimed run that ends at `at_ms`, keeping
+    the newest `limits.run_attempts_kept_max`."""
+    assert run.status == "claimed"
+    run.attempts.append(Attempt(run.started_ms, run.worker, at_ms, ok, output, error))
+    if len(run.attempts) > limits.run_attempts_kept_max:
+        del run.attempts[: len(run.attempts) - limits.run_attempts_kept_max]
+
+
+def _build_run_index(txn: "lmdb.Transaction[bytes]", db: dict[str, lmdb._Database], buckets: list[lmdb._Database]) -> None:
+    """Builds the runs-by-status index and the job outcomes from the runs
+    and history tables, as apply would have kept them, and marks them
+    built: a store of a version without them, or a snapshot of one. An
+    outcome so built counts the runs still kept, not those retention
+    dropped before."""
+    txn.drop(db["runs_by_status"], delete=False)
+    txn.drop(db["job_outcomes"], delete=False)
+    owners = {keys.job_id_of(key[-keys.JOB_KEY_BYTES :]): key[: -keys.JOB_KEY_BYTES - 1].decode()
+              for key in txn.cursor(db=db["jobs_by_owner"]).iternext(values=False)}
+    for _, raw in txn.cursor(db=db["runs"]):
+        run = _run_dec.decode(raw)
+        owner = owners.get(run.job_id)
+        if owner is not None and run.status in _OPEN:
+            txn.put(_status_key_of(owner, run), b"", db=db["runs_by_status"])
+    used = {_SLOT.unpack(k)[0] for k in txn.cursor(db=db["history_days"]).iternext(values=False)}
+    for slot in sorted(used):
+        bucket = buckets[slot]
+        cur = txn.cursor(db=bucket)
+        stale = []
+        found = cur.set_range(_HIST_STATUS)
+        while found and cur.key().startswith(_HIST_STATUS):
+            stale.append(cur.key())
+            found = cur.next()
+        for key in stale:
+            txn.delete(key, db=bucket)
+        rows = []
+        found = cur.set_range(_HIST_RUN)
+        while found and cur.key().startswith(_HIST_RUN):
+            rows.append((cur.key(), cur.value()))
+            found = cur.next()
+        for key, raw in rows:
+            run = _run_dec.decode(raw)
+            owner = owners.get(run.job_id)
+            if owner is None or run.status not in _FINISHED:
+                continue
+            txn.put(_HIST_STATUS + _status_key_of(owner, run), b"", db=bucket)
+            _count_outcome(txn, db["job_outcomes"], key[len(_HIST_RUN) : len(_HIST_RUN) + keys.JOB_KEY_BYTES], run)
+    txn.put(_RUN_INDEX, b"1", db=db["meta"])
+
+
+def _first(row: tuple[T, object]) -> T:
     return row[0]
 
 
-def _after_shard(row: tuple) -> bytes:
+def _second(row: tuple[object, int, object]) -> int:
+    return row[1]
+
+
+def _after_shard(row: tuple[bytes, bytes]) -> bytes:
     """A row's runs key from its due time on: (due ms, job ID, nominal ms)."""
     return row[0][keys.DUE_AT :]
 
 
-def _by_job_desc(cur: lmdb.Cursor, head: bytes, job_id: str, lower_ms: int, upper_ms: int) -> Iterator[tuple[int, bytes]]:
+def _by_job_desc(cur: "lmdb.Cursor[bytes]", head: bytes, job_id: str, lower_ms: int, upper_ms: int) -> Iterator[tuple[int, bytes]]:
     """(nominal ms, value) of rows keyed `head` + runs-by-job key of one job
     with nominal time in [lower, upper), newest first."""
     prefix = head + keys.job_key(job_id)
@@ -1369,7 +1715,89 @@ def _by_job_desc(cur: lmdb.Cursor, head: bytes, job_id: str, lower_ms: int, uppe
         found = cur.prev()
 
 
-def _events_from(cur: lmdb.Cursor, head: bytes, owner: str, after_seq: int) -> Iterator[tuple[int, bytes]]:
+def _page_of_jobs(
+    tx: "_Tx", rows: Iterator[bytes], limit: int, match: Callable[[Job], bool] | None
+) -> tuple[list[Job], str | None]:
+    """A page of the jobs of `rows` (newest first) that `match` holds for,
+    and the next cursor; a filter reads at most `jobs_filter_rows_max` rows."""
+    jobs: list[Job] = []
+    last_id = None
+    for read, raw in enumerate(rows):
+        job = _job_dec.decode(raw)
+        if len(jobs) == limit:
+            return jobs, jobs[-1].id if match is None else last_id
+        if match is not None and read == limits.jobs_filter_rows_max:
+            return jobs, last_id
+        last_id = job.id
+        if match is None or match(job):
+            fresh = tx.fresh(job)
+            assert fresh is not None
+            jobs.append(fresh)
+    return jobs, None
+
+
+def _owners_of_jobs(txn: "lmdb.Transaction[bytes]", db: lmdb._Database) -> list[str]:
+    """Every owner with a job, one seek each (an admin's listing)."""
+    owners: list[str] = []
+    cur = txn.cursor(db=db)
+    found = cur.first()
+    while found:
+        owner = cur.key().partition(b"\x00")[0]
+        owners.append(owner.decode())
+        found = cur.set_range(owner + b"\x01")
+    return owners
+
+
+def _status_desc(
+    cur: "lmdb.Cursor[bytes]", head: bytes, prefix: bytes, upper: bytes, lower_ms: int, bucket: lmdb._Database | None
+) -> Iterator[tuple[bytes, lmdb._Database | None]]:
+    """(order tail, `bucket`) of the index rows keyed `head` + `prefix` +
+    order tail with tail below `upper` and time at least `lower_ms`, newest first."""
+    start = head + prefix
+    found = cur.set_range(start + upper)
+    found = cur.prev() if found else cur.last()
+    while found:
+        key = cur.key()
+        if not key.startswith(start):
+            return
+        tail = key[len(start) :]
+        if _U64.unpack_from(tail)[0] < lower_ms:
+            return
+        yield tail, bucket
+        found = cur.prev()
+
+
+def _status_sources(
+    tx: _Tx, owners: list[str], codes: list[int], upper: bytes, lower_ms: int
+) -> list[Iterator[tuple[bytes, lmdb._Database | None]]]:
+    """`Store.list_owner_runs`'s index rows, one source per owner, status
+    and place (the open table, each history bucket), each newest first."""
+    txn = tx.txn
+    sources = []
+    for name in owners:
+        if not keys.owner_fits(name):
+            continue
+        for code in codes:
+            head = keys.status_prefix(name, code)
+            kind = keys.STATUSES[code] if code < len(keys.STATUSES) else None
+            if kind in _OPEN:
+                sources.append(_status_desc(txn.cursor(db=tx.by_status), b"", head, upper, lower_ms, None))
+                continue
+            for day, bucket in tx.history():
+                # A done or failed run is in the bucket of the day it
+                # ended or a later one (bucket_for).
+                if kind in ("done", "failed") and (day + 1) * limits.day_ms <= lower_ms:
+                    continue
+                sources.append(_status_desc(txn.cursor(db=bucket), _HIST_STATUS, head, upper, lower_ms, bucket))
+    return sources
+
+
+def _slot_of_tail(tail: bytes) -> tuple[str, int]:
+    """(job ID, nominal ms) of an order tail."""
+    return keys.job_id_of(tail[8 : 8 + keys.JOB_KEY_BYTES]), _U64.unpack_from(tail, 8 + keys.JOB_KEY_BYTES)[0]
+
+
+def _events_from(cur: "lmdb.Cursor[bytes]", head: bytes, owner: str, after_seq: int) -> Iterator[tuple[int, bytes]]:
     """(sequence, value) of rows keyed `head` + events key of one owner after
     `after_seq`, oldest first."""
     prefix = head + keys.owner_prefix(owner)

@@ -2,12 +2,13 @@
 
 import logging
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Annotated, Any
 
 import msgspec
 import trio
+from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, HTTPScope, Scope
 from msgspec import Meta
 
 from tempo import clock, errors, ids, limits
@@ -15,10 +16,11 @@ from tempo import metrics as prom
 from tempo.clock import Clock
 from tempo.config import UNLIMITED, HttpLimits, OwnerLimits
 from tempo.engine import jobs as engine_jobs
+from tempo.engine import keys
 from tempo.engine.commands import ClaimKey, Result, decode_entry
 from tempo.engine.dispatch import LATENESS_BUCKETS_S, ClaimedRun, Dispatcher
 from tempo.engine.jobs import Jobs
-from tempo.engine.records import Corrupt
+from tempo.engine.records import Corrupt, Event, Run
 from tempo.engine.store import Created, Store
 from tempo.net import auth, openapi, views
 from tempo.net import auth as auth_module  # `auth` is also a parameter name below
@@ -47,6 +49,8 @@ from tempo.net.asgi import (
 )
 from tempo.net.auth import Authenticator
 from tempo.net.http import GATE, ConnectionGate
+from tempo.net.notify import NotifyCounts
+from tempo.net.notify import metric_lines as notify_metric_lines
 from tempo.net.peer import FrameReader
 from tempo.node import ClusterMember, Standalone
 from tempo.node.membership import Membership
@@ -78,10 +82,14 @@ from tempo.schema import (
     Rejected,
     ResultIn,
     ResultsIn,
+    RunOut,
     RunsPage,
 )
 
 log = logging.getLogger("tempo.http")
+# What answers one route and method; a route's name and its handlers by method.
+Handler = Callable[[Request], Awaitable[Response]]
+Routes = tuple[str, dict[str, Handler]]
 # Routes every node answers itself, never redirected (API.md "General").
 LOCAL = frozenset({"healthz", "readyz", "metrics", "openapi", "cluster", "cluster_digest", "unknown"})
 NEEDS = {
@@ -103,7 +111,8 @@ NEEDS = {
 # `400` at `query.<name>`. `stale` (a follower's read) is taken by every
 # route, and read before these are checked (`_elsewhere`).
 QUERY_PARAMS: dict[tuple[str, str], frozenset[str]] = {
-    ("jobs", "GET"): frozenset({"limit", "cursor"}),
+    ("jobs", "GET"): frozenset({"limit", "cursor", "state", "target", "name_prefix", "label"}),
+    ("runs", "GET"): frozenset({"status", "since", "until", "limit", "cursor"}),
     ("job_runs", "GET"): frozenset({"since", "until", "limit", "cursor"}),
     ("events", "GET"): frozenset({"after", "wait_s", "limit"}),
 }
@@ -187,6 +196,7 @@ class Api:
         self.in_flight = 0
         self.long_polls = 0
         self.internal_errors = 0  # 500s: errors no handler expected
+        self.notify_counts: NotifyCounts | None = None  # set when the config has [notify]
         self.bodies = BodyBudget(self.edge.body_bytes_in_flight_max)
         # Seconds from the request's arrival to its answer sent, by route.
         self.durations: dict[str, prom.Histogram] = {}
@@ -207,7 +217,7 @@ class Api:
         self._requests_begun = 0
         self._requests_open: set[int] = set()
 
-    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+    async def __call__(self, scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable) -> None:
         if scope["type"] == "lifespan":
             await _lifespan(receive, send)
             return
@@ -272,7 +282,8 @@ class Api:
         return internal_response(error_id)
 
     async def _handle(
-        self, route: str, handler: Callable, request: Request, scope: dict, receive: Callable, share: BodyShare
+        self, route: str, handler: Handler, request: Request, scope: HTTPScope, receive: ASGIReceiveCallable,
+        share: BodyShare,
     ) -> Response:
         if route == "raft":
             # A peer's stream is outside the body budget, as it is outside
@@ -350,7 +361,7 @@ class Api:
             response.headers.append((b"retry-after", str(limits.shutdown_retry_after_s).encode()))
         return response
 
-    def _elsewhere(self, route: str, request: Request, scope: dict) -> Response | None:
+    def _elsewhere(self, route: str, request: Request, scope: HTTPScope) -> Response | None:
         """The answer of a node that may not serve `route` itself: a redirect
         to the leader, or 503 while none is known (API.md "General")."""
         stale = request.query.pop("stale", None)
@@ -368,7 +379,7 @@ class Api:
         problem = errors.NotLeader(f"this node is not the leader; ask {leader_url}")
         return problem_response(problem, [(b"location", location.encode())], status=307)
 
-    def route(self, request: Request) -> tuple[str, Callable]:
+    def route(self, request: Request) -> tuple[str, Handler]:
         parts = request.path.strip("/").split("/")
         method = request.method
         table = self._routes(parts)
@@ -380,55 +391,85 @@ class Api:
             raise errors.MethodNotAllowed(f"{method} is not allowed on {request.path}")
         return name, handler
 
-    def _routes(self, parts: list[str]) -> tuple[str, dict[str, Callable]] | None:
+    def _routes(self, parts: list[str]) -> Routes | None:
         match parts:
             case ["healthz"]:
                 return "healthz", {"GET": self.healthz}
             case ["readyz"]:
                 return "readyz", {"GET": self.readyz}
-            case ["v1", "cluster"]:
-                return "cluster", {"GET": self.cluster}
-            case ["v1", "cluster", "digest"]:
-                return "cluster_digest", {"GET": self.cluster_digest}
-            case ["v1", "cluster", "nodes"]:
-                return "cluster_nodes", {"POST": self.add_node}
-            case ["v1", "cluster", "nodes", node_id]:
-                return "cluster_node", {"DELETE": _bind(self.remove_node, node_id)}
-            case ["v1", "raft"]:
-                return "raft", {"POST": self.raft}
             case ["metrics"]:
                 return "metrics", {"GET": self.metrics}
-            case ["v1", "openapi.json"]:
-                return "openapi", {"GET": self.openapi}
-            case ["v1", "jobs"]:
+            case ["v1", "cluster", *rest]:
+                return self._cluster_routes(rest)
+            case ["v1", "jobs", *rest]:
+                return self._job_routes(rest)
+            case ["v1", "runs", *rest]:
+                return self._run_routes(rest)
+            case ["v1", *rest]:
+                return self._v1_routes(rest)
+        return None
+
+    def _cluster_routes(self, parts: list[str]) -> Routes | None:
+        """/v1/cluster/..."""
+        match parts:
+            case []:
+                return "cluster", {"GET": self.cluster}
+            case ["digest"]:
+                return "cluster_digest", {"GET": self.cluster_digest}
+            case ["nodes"]:
+                return "cluster_nodes", {"POST": self.add_node}
+            case ["nodes", node_id]:
+                return "cluster_node", {"DELETE": _bind(self.remove_node, node_id)}
+        return None
+
+    def _job_routes(self, parts: list[str]) -> Routes | None:
+        """/v1/jobs/..."""
+        match parts:
+            case []:
                 return "jobs", {"POST": self.create_job, "GET": self.list_jobs}
-            case ["v1", "jobs", "batch"]:
+            case ["batch"]:
                 return "jobs_batch", {"POST": self.create_batch}
-            case ["v1", "jobs", job_id]:
+            case [job_id]:
                 return "job", {"GET": _bind(self.get_job, job_id), "DELETE": _bind(self.delete_job, job_id)}
-            case ["v1", "jobs", job_id, "pause"]:
+            case [job_id, "pause"]:
                 return "job_pause", {"POST": _bind(self.pause_job, job_id)}
-            case ["v1", "jobs", job_id, "resume"]:
+            case [job_id, "resume"]:
                 return "job_resume", {"POST": _bind(self.resume_job, job_id)}
-            case ["v1", "jobs", job_id, "trigger"]:
+            case [job_id, "trigger"]:
                 return "job_trigger", {"POST": _bind(self.trigger_job, job_id)}
-            case ["v1", "jobs", job_id, "runs"]:
+            case [job_id, "runs"]:
                 return "job_runs", {"GET": _bind(self.list_runs, job_id)}
-            case ["v1", "runs", run_id]:
+        return None
+
+    def _run_routes(self, parts: list[str]) -> Routes | None:
+        """/v1/runs/..."""
+        match parts:
+            case []:
+                return "runs", {"GET": self.list_all_runs}
+            case [run_id]:
                 return "run", {"GET": _bind(self.get_run, run_id)}
-            case ["v1", "runs", run_id, "heartbeat"]:
+            case [run_id, "heartbeat"]:
                 return "run_heartbeat", {"POST": _bind(self.heartbeat, run_id)}
-            case ["v1", "runs", run_id, "result"]:
+            case [run_id, "result"]:
                 return "run_result", {"POST": _bind(self.result, run_id)}
-            case ["v1", "claim"]:
+        return None
+
+    def _v1_routes(self, parts: list[str]) -> Routes | None:
+        """/v1/... but for the cluster, jobs and runs."""
+        match parts:
+            case ["raft"]:
+                return "raft", {"POST": self.raft}
+            case ["openapi.json"]:
+                return "openapi", {"GET": self.openapi}
+            case ["claim"]:
                 return "claim", {"POST": self.claim}
-            case ["v1", "heartbeats"]:
+            case ["heartbeats"]:
                 return "heartbeats", {"POST": self.heartbeats}
-            case ["v1", "results"]:
+            case ["results"]:
                 return "results", {"POST": self.results}
-            case ["v1", "events"]:
+            case ["events"]:
                 return "events", {"GET": self.events}
-            case ["v1", "schedules", "preview"]:
+            case ["schedules", "preview"]:
                 return "preview", {"POST": self.preview}
         return None
 
@@ -497,10 +538,12 @@ class Api:
         [outcome] = await self.jobs.create(self.owner(request), [body], from_msgpack=request.is_msgpack)
         if isinstance(outcome, errors.TempoError):
             raise outcome
-        return encode(request, views.job_view(outcome.job), 201 if outcome.new else 200)
+        if outcome.new:
+            return encode(request, views.job_view(outcome.job), 201)
+        return encode(request, self.job_view(outcome.job), 200)  # an existing job: with its outcome
 
     async def create_batch(self, request: Request) -> Response:
-        items = _decode_batch_at_once(request)
+        items: Sequence[JobCreate | errors.TempoError] | None = _decode_batch_at_once(request)
         rejected_keys_of: dict[int, str] = {}
         if items is None:
             items, rejected_keys_of = self._decode_batch_items(request)
@@ -516,7 +559,7 @@ class Api:
             results += [_batch_item(o, shared) for o in outcomes[start : start + limits.batch_slice_items]]
         return encode(request, JobBatchResult(results))
 
-    def _decode_batch_items(self, request: Request) -> tuple[list[Any], dict[int, str]]:
+    def _decode_batch_items(self, request: Request) -> tuple[list[JobCreate | errors.TempoError], dict[int, str]]:
         """Item by item, so each item's problem names paths inside that item;
         and the request key of each item the decoder rejected, by its place,
         so a later item with that key gets its answer (API.md "POST
@@ -524,7 +567,7 @@ class Api:
         batch = decode(request, _batch)
         which = 1 if request.is_msgpack else 0
         decoder = _create[which]
-        items: list[Any] = []
+        items: list[JobCreate | errors.TempoError] = []
         rejected_keys_of: dict[int, str] = {}
         for i, raw in enumerate(batch.jobs):
             try:
@@ -539,25 +582,33 @@ class Api:
                 rejected_keys_of[i] = key
         return items, rejected_keys_of
 
+    def job_view(self, job: Any) -> Any:
+        """The job with what its runs came to (docs/api.md "Outcomes")."""
+        return views.job_view(job, outcome=self.store.job_outcome(job.id))
+
     async def get_job(self, request: Request, job_id: str) -> Response:
-        return encode(request, views.job_view(self.store.get_job(self._owner_of_job(request, job_id), job_id)))
+        return encode(request, self.job_view(self.store.get_job(self._owner_of_job(request, job_id), job_id)))
 
     async def list_jobs(self, request: Request) -> Response:
         limit = _limit(request)
         cursor = request.query.get("cursor") or None
         if cursor is not None and not ids.is_job_id(cursor):
             raise errors.Invalid.at("query.cursor", "not a cursor this server gave out")
+        match = _job_filter(request)
         if self._sees_all(request):
-            found, next_cursor = self.store.list_all_jobs(limit, cursor)
+            found, next_cursor = self.store.list_all_jobs(limit, cursor, match)
         else:
-            found, next_cursor = self.store.list_jobs(self.owner(request), limit, cursor)
-        return encode(request, JobsPage([views.job_view(j) for j in found], next_cursor))
+            found, next_cursor = self.store.list_jobs(self.owner(request), limit, cursor, match)
+        outcomes = self.store.job_outcomes([j.id for j in found])
+        shared: dict[Any, Any] = {}
+        page = [views.job_view(j, shared, outcomes.get(j.id)) for j in found]
+        return encode(request, JobsPage(page, next_cursor))
 
     async def pause_job(self, request: Request, job_id: str) -> Response:
-        return encode(request, views.job_view(await self.jobs.pause(self._owner_of_job(request, job_id), job_id)))
+        return encode(request, self.job_view(await self.jobs.pause(self._owner_of_job(request, job_id), job_id)))
 
     async def resume_job(self, request: Request, job_id: str) -> Response:
-        return encode(request, views.job_view(await self.jobs.resume(self._owner_of_job(request, job_id), job_id)))
+        return encode(request, self.job_view(await self.jobs.resume(self._owner_of_job(request, job_id), job_id)))
 
     async def delete_job(self, request: Request, job_id: str) -> Response:
         await self.jobs.delete(self._owner_of_job(request, job_id), job_id)
@@ -587,9 +638,34 @@ class Api:
 
     async def get_run(self, request: Request, run_id: str) -> Response:
         run, _ = self.store.get_run(self._owner_of_run(request, run_id), run_id)
-        return encode(request, self.run_view(run))
+        return encode(request, views.run_detail_view(run, self.run_view(run)))
 
-    def run_view(self, run: Any) -> Any:
+    async def list_all_runs(self, request: Request) -> Response:
+        """Runs across the owner's jobs (an admin's: every owner's), from
+        the runs-by-status index (docs/api.md "Listing runs")."""
+        limit = _limit(request)
+        status = request.query.get("status")
+        if status is not None and status not in keys.STATUS_CODE:
+            raise errors.Invalid.at("query.status", f"one of {', '.join(keys.STATUSES)}")
+        since_ms = _instant_param(request, "since")
+        until_ms = _instant_param(request, "until")
+        raw_cursor = request.query.get("cursor") or None
+        cursor = None
+        if raw_cursor is not None:
+            try:
+                cursor = bytes.fromhex(raw_cursor)
+            except ValueError:
+                cursor = None
+            if cursor is None or len(cursor) != keys.ORDER_TAIL_BYTES:
+                raise errors.Invalid.at("query.cursor", "not a cursor this server gave out")
+        owner = None if self._sees_all(request) else self.owner(request)
+        found, next_tail = self.store.list_owner_runs(
+            owner, status=status, limit=limit, cursor=cursor, since_ms=since_ms, until_ms=until_ms
+        )
+        next_cursor = None if next_tail is None else next_tail.hex()
+        return encode(request, RunsPage([self.run_view(r) for r in found], next_cursor))
+
+    def run_view(self, run: Run) -> RunOut:
         """The stored run, with the lease as heartbeats extended it in memory."""
         view = views.run_view(run)
         if run.status == "claimed":
@@ -714,7 +790,7 @@ class Api:
         wait_s = _wait_param(request)
         after = int(after_raw)
         owner = self.owner(request)
-        found: list = []
+        found: list[tuple[int, Event]] = []
         if wait_s > 0:
             # A long poll ends when its client leaves, and frees its slot.
             async with watching(request.receive) as client:
@@ -751,6 +827,7 @@ class Api:
 
     async def readyz(self, request: Request) -> Response:
         refused = self.jobs.committer.storage.refused
+        reason: str | None
         if not self.started:
             reason = "starting"
         elif refused is not None:
@@ -795,7 +872,7 @@ class Api:
             raise errors.Conflict("a single node has no members to change; start it as a cluster")
         return self.membership
 
-    async def raft(self, request: Request, receive: Callable | None = None) -> Response:
+    async def raft(self, request: Request, receive: ASGIReceiveCallable | None = None) -> Response:
         """Raft messages from a peer (net/peer.py); answered once stepped."""
         if self.on_peer_messages is None:
             raise errors.NotFound("this node is not a cluster member")
@@ -813,6 +890,7 @@ class Api:
                     message = await receive()
                     if message["type"] == "http.disconnect":
                         raise errors.Invalid.at("", "the peer went away")
+                    assert message["type"] == "http.request", "an HTTP request receives its body or a disconnect"
                     messages = reader.feed(message.get("body", b""))
                     if messages:
                         self.on_peer_messages(messages)
@@ -851,6 +929,7 @@ class Api:
         lines += self._dispatch_metrics()
         lines += self._fairness_metrics()
         lines += self._clock_metrics()
+        lines += notify_metric_lines(self.notify_counts)
         lines += self.pauses.lines()
         body = ("\n".join(lines) + "\n").encode()
         return Response(200, body, b"text/plain; version=0.0.4")
@@ -991,7 +1070,7 @@ class Api:
         return lines
 
 
-def _bind(handler: Callable, arg: str) -> Callable:
+def _bind(handler: Callable[[Request, str], Awaitable[Response]], arg: str) -> Handler:
     async def bound(request: Request) -> Response:
         return await handler(request, arg)
 
@@ -1002,7 +1081,7 @@ def request_content_type(request: Request) -> bytes:
     return b"application/msgpack" if request.wants_msgpack else b"application/json"
 
 
-def _decode_batch_at_once(request: Request) -> list[Any] | None:
+def _decode_batch_at_once(request: Request) -> list[JobCreate] | None:
     """All items in one decode, or None when any item (or the batch) is bad:
     then the items are decoded one by one for their problems."""
     try:
@@ -1048,6 +1127,35 @@ def _check_query(route: str, request: Request) -> None:
             raise errors.Invalid.at(f"query.{name}", "not a parameter of this path; it takes none")
 
 
+_JOB_STATES = ("active", "paused", "completed")
+
+
+def _job_filter(request: Request) -> Callable[[Any], bool] | None:
+    """The filter of `GET /v1/jobs` (docs/api.md "Listing jobs"), or None."""
+    if "label" in request.query:
+        raise errors.Invalid.at("query.label", "labels are not supported yet")
+    state = request.query.get("state")
+    if state is not None and state not in _JOB_STATES:
+        raise errors.Invalid.at("query.state", f"one of {', '.join(_JOB_STATES)}")
+    target = request.query.get("target")
+    if target is not None and not 1 <= len(target) <= limits.target_chars_max:
+        raise errors.Invalid.at("query.target", f"1 to {limits.target_chars_max} characters")
+    name_prefix = request.query.get("name_prefix")
+    if name_prefix is not None and not 1 <= len(name_prefix) <= limits.name_chars_max:
+        raise errors.Invalid.at("query.name_prefix", f"1 to {limits.name_chars_max} characters")
+    if state is None and target is None and name_prefix is None:
+        return None
+
+    def match(job: Any) -> bool:
+        return (
+            (state is None or job.state == state)
+            and (target is None or job.target == target)
+            and (name_prefix is None or (job.name is not None and job.name.startswith(name_prefix)))
+        )
+
+    return match
+
+
 def _decimal(text: str) -> bool:
     """ASCII digits only: str.isdigit() also takes "²" and other digits
     that int() refuses."""
@@ -1066,9 +1174,13 @@ def _limit(request: Request) -> int:
 
 def _check_texts(output: str | None, error: str | None, prefix: str) -> None:
     for name, text in (("output", output), ("error", error)):
-        if text is not None and len(text) * 4 > limits.output_bytes_max:
-            if len(text.encode()) > limits.output_bytes_max:
-                raise errors.TooLarge.at(f"{prefix}{name}", f"more than {limits.output_bytes_max} bytes")
+        # Encoded only when it may be over: a character is at most 4 bytes.
+        if (
+            text is not None
+            and len(text) * 4 > limits.output_bytes_max
+            and len(text.encode()) > limits.output_bytes_max
+        ):
+            raise errors.TooLarge.at(f"{prefix}{name}", f"more than {limits.output_bytes_max} bytes")
 
 
 def _wait_param(request: Request) -> float:
@@ -1099,7 +1211,7 @@ def _instant_param(request: Request, name: str) -> int | None:
     return max(0, at_ms)
 
 
-async def _lifespan(receive: Callable, send: Callable) -> None:
+async def _lifespan(receive: ASGIReceiveCallable, send: ASGISendCallable) -> None:
     while True:
         message = await receive()
         if message["type"] == "lifespan.startup":

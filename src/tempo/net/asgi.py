@@ -7,16 +7,25 @@ microsecond of routing shows in the single-create rate.
 
 import re
 import secrets
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypeVar
 from urllib.parse import parse_qsl
 
 import msgspec
 import trio
+from hypercorn.typing import (
+    ASGIReceiveCallable,
+    ASGIReceiveEvent,
+    ASGISendCallable,
+    ASGISendEvent,
+    HTTPResponseStartEvent,
+    HTTPScope,
+)
 
 from tempo import errors, limits
+from tempo.net.auth import Principal
 from tempo.schema import InternalProblem, Problem, ProblemItem
 
 JSON = b"application/json"
@@ -71,6 +80,14 @@ _AT = re.compile(r"^(?P<msg>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.S)
 _NAMED = re.compile(r"^Object (?:contains unknown|missing required) field `(?P<name>[^`]*)`")
 
 
+async def _no_receive() -> ASGIReceiveEvent:
+    raise AssertionError("a request made without its ASGI receive callable read its client")
+
+
+async def _no_send(event: ASGISendEvent) -> None:
+    raise AssertionError("a request made without its ASGI send callable answered its client")
+
+
 @dataclass(slots=True)
 class Request:
     method: str
@@ -78,11 +95,21 @@ class Request:
     query: dict[str, str]
     headers: dict[bytes, bytes]
     body: bytes = b""
-    principal: Any = None  # who asks (net/auth.py), set before the handler runs
+    # Who asks (net/auth.py): `principal`, set before the handler runs.
+    _principal: Principal | None = None
     # The ASGI callables, for a handler that watches its client (`watching`)
     # and sends its answer itself.
-    receive: Any = None
-    send: Any = None
+    receive: ASGIReceiveCallable = _no_receive
+    send: ASGISendCallable = _no_send
+
+    @property
+    def principal(self) -> Principal:
+        assert self._principal is not None, "the principal is read before the request was authenticated"
+        return self._principal
+
+    @principal.setter
+    def principal(self, principal: Principal) -> None:
+        self._principal = principal
 
     @property
     def is_msgpack(self) -> bool:
@@ -106,7 +133,7 @@ class Response:
     sent: bool = False  # the handler has sent it (or found its client gone)
 
 
-def encode(request: Request, value: Any, status: int = 200) -> Response:
+def encode(request: Request, value: object, status: int = 200) -> Response:
     if request.wants_msgpack:
         return Response(status, _msgpack_enc.encode(value), MSGPACK)
     return Response(status, _json_enc.encode(value), JSON)
@@ -174,7 +201,10 @@ def invalid_from_msgspec(exc: msgspec.MsgspecError, prefix: str = "") -> errors.
     return errors.Invalid.at(loc, msg)
 
 
-def decoders(kind: type) -> tuple[msgspec.json.Decoder, msgspec.msgpack.Decoder]:
+T = TypeVar("T")
+
+
+def decoders(kind: type[T]) -> tuple[msgspec.json.Decoder[T], msgspec.msgpack.Decoder[T]]:
     return msgspec.json.Decoder(kind), msgspec.msgpack.Decoder(kind)
 
 
@@ -197,7 +227,7 @@ def malformed(body: bytes, is_msgpack: bool) -> errors.Invalid | None:
     return None
 
 
-def decode(request: Request, pair: tuple[msgspec.json.Decoder, msgspec.msgpack.Decoder]) -> Any:
+def decode(request: Request, pair: tuple[msgspec.json.Decoder[T], msgspec.msgpack.Decoder[T]]) -> T:
     try:
         return pair[1 if request.is_msgpack else 0].decode(request.body)
     except msgspec.ValidationError as exc:
@@ -211,7 +241,7 @@ def decode(request: Request, pair: tuple[msgspec.json.Decoder, msgspec.msgpack.D
         raise errors.Invalid.at("", "the body is nested too deeply") from None
 
 
-def check_head(scope: dict) -> None:
+def check_head(scope: HTTPScope) -> None:
     """hypercorn refuses a head over `h11_max_incomplete_size` only when it
     arrives in more than one read; this makes the bound exact."""
     size = len(scope.get("raw_path", b"")) + len(scope.get("query_string", b""))
@@ -284,7 +314,7 @@ def declared_length(headers: dict[bytes, bytes]) -> int | None:
 
 
 async def read_body(
-    receive: Callable,
+    receive: ASGIReceiveCallable,
     limit_bytes: int,
     timeout_s: float = limits.body_read_timeout_s,
     *,
@@ -315,6 +345,7 @@ async def read_body(
             message = await receive()
             if message["type"] == "http.disconnect":
                 raise errors.Invalid.at("", "the client went away")
+            assert message["type"] == "http.request", "an HTTP request receives its body or a disconnect"
             chunk = message.get("body", b"")
             size += len(chunk)
             more = message.get("more_body", False)
@@ -332,7 +363,7 @@ async def read_body(
     raise errors.RequestTimeout.at("", f"the body did not arrive within {timeout_s:g} s")
 
 
-async def discard_body(receive: Callable, declared_bytes: int | None, deadline_s: float) -> None:
+async def discard_body(receive: ASGIReceiveCallable, declared_bytes: int | None, deadline_s: float) -> None:
     """Reads the rest of a refused body and drops each chunk as it comes, so
     that the refusal reaches the client: a connection closed with bytes of
     the request still unread is reset by the kernel, and a client that sends
@@ -352,12 +383,13 @@ async def discard_body(receive: Callable, declared_bytes: int | None, deadline_s
                 return
             if message["type"] == "http.disconnect":
                 return
+            assert message["type"] == "http.request", "an HTTP request receives its body or a disconnect"
             size += len(message.get("body", b""))
             if not message.get("more_body", False):
                 return
 
 
-async def send_response(send: Callable, response: Response) -> None:
+async def send_response(send: ASGISendCallable, response: Response) -> None:
     await send_head(send, response)
     await send_body(send, response)
 
@@ -371,7 +403,7 @@ class Client:
         self.gone = False
         self.scope = trio.CancelScope()
 
-    async def watch(self, receive: Callable) -> None:
+    async def watch(self, receive: ASGIReceiveCallable) -> None:
         # After a whole body, the next message is the disconnect. (hypercorn
         # also sends one when an answer is complete: `watching` stops
         # watching before the end of an answer is sent.)
@@ -382,7 +414,7 @@ class Client:
 
 
 @asynccontextmanager
-async def watching(receive: Callable) -> AsyncIterator[Client]:
+async def watching(receive: ASGIReceiveCallable) -> AsyncIterator[Client]:
     """Watches the client while the block runs; once the block is left,
     `gone` is final: it tells whether the client went away before then."""
     client = Client()
@@ -400,12 +432,13 @@ async def watching(receive: Callable) -> AsyncIterator[Client]:
         raise failure
 
 
-async def send_head(send: Callable, response: Response) -> None:
+async def send_head(send: ASGISendCallable, response: Response) -> None:
     headers = [(b"content-type", response.content_type), *response.headers]
     headers.append((b"content-length", str(len(response.body)).encode()))
-    await send({"type": "http.response.start", "status": response.status, "headers": headers})
+    start: HTTPResponseStartEvent = {"type": "http.response.start", "status": response.status, "headers": headers}
+    await send(start)
 
 
-async def send_body(send: Callable, response: Response) -> None:
-    await send({"type": "http.response.body", "body": response.body})
+async def send_body(send: ASGISendCallable, response: Response) -> None:
+    await send({"type": "http.response.body", "body": response.body, "more_body": False})
     response.sent = True

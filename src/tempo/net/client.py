@@ -113,7 +113,9 @@ def safe_to_repeat(method: str, path: str, body: Any) -> bool:
         return isinstance(body, dict) and body.get("claim_key") is not None
     if path == "/v1/jobs/batch":
         items = body.get("jobs") if isinstance(body, dict) else None
-        return bool(items) and all(isinstance(i, dict) and i.get("request_key") is not None for i in items)
+        return items is not None and bool(items) and all(
+            isinstance(i, dict) and i.get("request_key") is not None for i in items
+        )
     return path.startswith("/v1/jobs/") and path.endswith(_IDEMPOTENT_SUFFIXES)
 
 
@@ -170,7 +172,7 @@ class Client:
         return self.urls[self._index]
 
     def request(
-        self, method: str, path: str, body: Any = None, params: dict | None = None, *,
+        self, method: str, path: str, body: Any = None, params: dict[str, Any] | None = None, *,
         timeout_s: float | None = None, failover_timeout_s: float | None = None,
     ) -> Any:
         """`timeout_s`: of each attempt (a long poll's is longer than the
@@ -252,39 +254,40 @@ class Client:
         Raises `httpx.HTTPError` when it does not answer, `ApiError` on an error.
         """
         response = self._http.get(url.rstrip("/") + "/v1/cluster", timeout=cluster_probe_timeout_s)
-        return _answer(response)
+        return _object(_answer(response))
 
     # -- jobs -------------------------------------------------------------------
 
     def create_job(self, body: dict[str, Any]) -> dict[str, Any]:
-        return self.request("POST", "/v1/jobs", body)
+        return _object(self.request("POST", "/v1/jobs", body))
 
     def create_jobs(self, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        return self.request("POST", "/v1/jobs/batch", {"jobs": bodies})["results"]
+        return _list(_object(self.request("POST", "/v1/jobs/batch", {"jobs": bodies}))["results"])
 
     def get_job(self, job_id: str) -> dict[str, Any]:
-        return self.request("GET", f"/v1/jobs/{job_id}")
+        return _object(self.request("GET", f"/v1/jobs/{job_id}"))
 
-    def list_jobs(self, limit: int | None = None, cursor: str | None = None) -> dict[str, Any]:
-        return self.request("GET", "/v1/jobs", params={"limit": limit, "cursor": cursor})
+    def list_jobs(self, limit: int | None = None, cursor: str | None = None, **filters: Any) -> dict[str, Any]:
+        """`filters`: `state`, `target`, `name_prefix` (docs/api.md "Listing jobs")."""
+        return _object(self.request("GET", "/v1/jobs", params={"limit": limit, "cursor": cursor, **filters}))
 
     def pause_job(self, job_id: str) -> dict[str, Any]:
-        return self.request("POST", f"/v1/jobs/{job_id}/pause")
+        return _object(self.request("POST", f"/v1/jobs/{job_id}/pause"))
 
     def resume_job(self, job_id: str) -> dict[str, Any]:
-        return self.request("POST", f"/v1/jobs/{job_id}/resume")
+        return _object(self.request("POST", f"/v1/jobs/{job_id}/resume"))
 
     def delete_job(self, job_id: str) -> None:
         self.request("DELETE", f"/v1/jobs/{job_id}")
 
     def trigger_job(self, job_id: str) -> dict[str, Any]:
-        return self.request("POST", f"/v1/jobs/{job_id}/trigger")
+        return _object(self.request("POST", f"/v1/jobs/{job_id}/trigger"))
 
     def list_runs(self, job_id: str, **params: Any) -> dict[str, Any]:
-        return self.request("GET", f"/v1/jobs/{job_id}/runs", params=params)
+        return _object(self.request("GET", f"/v1/jobs/{job_id}/runs", params=params))
 
     def get_run(self, run_id: str) -> dict[str, Any]:
-        return self.request("GET", f"/v1/runs/{run_id}")
+        return _object(self.request("GET", f"/v1/runs/{run_id}"))
 
     # -- workers ------------------------------------------------------------------
 
@@ -307,13 +310,29 @@ class Client:
         )["runs"]
         return runs
 
+    def list_all_runs(self, **params: Any) -> dict[str, Any]:
+        """Runs across jobs: `status`, `since`, `until`, `limit`, `cursor`."""
+        return _object(self.request("GET", "/v1/runs", params=params))
+
     def preview(self, schedule: dict[str, Any], after: str | None = None, count: int | None = None) -> list[str]:
         body: dict[str, Any] = {"schedule": schedule}
         if after is not None:
             body["after"] = after
         if count is not None:
             body["count"] = count
-        return self.request("POST", "/v1/schedules/preview", body)["times"]
+        return _list(_object(self.request("POST", "/v1/schedules/preview", body))["times"])
+
+
+def _object(answer: Any) -> dict[str, Any]:
+    """An answer the API gives as a JSON object."""
+    assert isinstance(answer, dict), f"the API answered {type(answer).__name__} where an object was due"
+    return answer
+
+
+def _list(answer: Any) -> list[Any]:
+    """A field the API gives as a JSON array."""
+    assert isinstance(answer, list), f"the API answered {type(answer).__name__} where an array was due"
+    return answer
 
 
 def _problem(response: httpx.Response) -> dict[str, Any]:

@@ -16,6 +16,7 @@ _STRUCTS = (
     schema.JobOut,
     schema.JobsPage,
     schema.RunOut,
+    schema.RunDetailOut,
     schema.RunsPage,
     schema.PreviewIn,
     schema.PreviewOut,
@@ -128,7 +129,13 @@ def _paths() -> dict[str, Any]:
             "post": _op("Create a job", {"201": job, "200": job, "409": _problem("request key reused"),
                                           "413": _problem("too large"),
                                           "429": _problem("over the owner's create rate")}, body=schema.JobCreate),
-            "get": _op("The owner's jobs (an admin token's: every owner's), newest first", {"200": _json(schema.JobsPage, "a page")}, params=_PAGE),
+            "get": _op("The owner's jobs (an admin token's: every owner's), newest first", {"200": _json(schema.JobsPage, "a page")}, params=[
+                _param("state", "query", {"type": "string", "enum": ["active", "paused", "completed"]},
+                       "only jobs in this state"),
+                _param("target", "query", {"type": "string"}, "only jobs with exactly this target"),
+                _param("name_prefix", "query", {"type": "string"}, "only jobs whose name starts with this"),
+                *_PAGE,
+            ]),
         },
         "/v1/jobs/batch": {
             "post": _op("Create many jobs", {"200": _json(schema.JobBatchResult, "one result per item"),
@@ -153,8 +160,20 @@ def _paths() -> dict[str, Any]:
                 *_PAGE,
             ]),
         },
+        "/v1/runs": {
+            "get": _op("Runs of the owner's jobs (an admin token's: every owner's), newest first",
+                       {"200": _json(schema.RunsPage, "a page")}, params=[
+                _param("status", "query",
+                       {"type": "string", "enum": ["waiting", "claimed", "done", "failed", "cancelled"]},
+                       "only runs in this status"),
+                _param("since", "query", {"type": "string", "format": "date-time"},
+                       "listed at >= since (finished_at of done and failed runs, due_at of the others)"),
+                _param("until", "query", {"type": "string", "format": "date-time"}, "listed at < until"),
+                *_PAGE,
+            ]),
+        },
         "/v1/runs/{run_id}": {
-            "get": _op("One run", {"200": _json(schema.RunOut, "the run")},
+            "get": _op("One run, with its attempts", {"200": _json(schema.RunDetailOut, "the run")},
                        params=[_param("run_id", "path", {"type": "string"}, "the run ID", True)]),
         },
         "/v1/schedules/preview": {
@@ -225,6 +244,7 @@ OPERATION_IDS = {
     ("/v1/jobs/{id}/trigger", "post"): "triggerJob",
     ("/v1/jobs/{id}/runs", "get"): "listRuns",
     ("/v1/runs/{run_id}", "get"): "getRun",
+    ("/v1/runs", "get"): "listAllRuns",
     ("/v1/schedules/preview", "post"): "previewSchedule",
     ("/v1/claim", "post"): "claim",
     ("/v1/runs/{run_id}/heartbeat", "post"): "heartbeat",

@@ -8,8 +8,21 @@ from typing import Any
 
 from tempo import clock, ids, schedule
 from tempo.engine.jobs import Occurrence
-from tempo.engine.records import Job, Run, RunStatus, Schedule
-from tempo.schema import ClaimedRunOut, DstOut, JobOut, OccurrenceOut, RetryOut, RunOut, ScheduleOut
+from tempo.engine.records import Job, JobOutcome, Run, RunStatus, Schedule
+from tempo.schema import (
+    AttemptOut,
+    ClaimedRunOut,
+    DstOut,
+    JobOut,
+    LastRunOut,
+    NotifyOut,
+    OccurrenceOut,
+    RetryOut,
+    RunCountsOut,
+    RunDetailOut,
+    RunOut,
+    ScheduleOut,
+)
 
 
 def schedule_view(sched: Schedule) -> ScheduleOut:
@@ -42,9 +55,10 @@ def occurrence_views(found: list[Occurrence], timezone: str) -> list[OccurrenceO
     return views
 
 
-def job_view(job: Job, shared: dict[Any, Any] | None = None) -> JobOut:
+def job_view(job: Job, shared: dict[Any, Any] | None = None, outcome: JobOutcome | None = None) -> JobOut:
     """`shared` lets the views of one response share the parts their jobs
-    share (a batch's items mostly have one schedule and one retry policy)."""
+    share (a batch's items mostly have one schedule and one retry policy).
+    `outcome`: what its runs came to (None: no run has ended)."""
     if shared is None:
         sched_out = schedule_view(job.schedule)
         retry_out = RetryOut(job.max_attempts, list(job.backoff_s))
@@ -72,7 +86,40 @@ def job_view(job: Job, shared: dict[Any, Any] | None = None) -> JobOut:
         job.state,
         clock.iso_from_ms(job.created_at_ms),
         None if job.next_run_at_ms is None else clock.iso_from_ms(job.next_run_at_ms),
+        None if job.notify is None else NotifyOut(job.notify.url, list(job.notify.events)),
+        *_outcome_fields(job, outcome),
     )
+
+
+def _outcome_fields(job: Job, outcome: JobOutcome | None) -> tuple[LastRunOut | None, RunCountsOut]:
+    if outcome is None:
+        return None, RunCountsOut()
+    last = None
+    if outcome.last_status is not None and outcome.last_nominal_ms is not None:
+        last = LastRunOut(
+            ids.run_id(job.id, outcome.last_nominal_ms),
+            outcome.last_status,
+            outcome.last_attempt,
+            clock.iso_or_none(outcome.last_finished_ms),
+            outcome.last_error,
+        )
+    return last, RunCountsOut(outcome.done, outcome.failed, outcome.cancelled)
+
+
+def run_detail_view(run: Run, view: RunOut) -> RunDetailOut:
+    """`view` (the run as `run_view` shows it) with every attempt: the
+    ended ones the run keeps, and the one a worker holds now."""
+    first = run.attempt - len(run.attempts) - (1 if run.status == "claimed" else 0) + 1
+    attempts = [
+        AttemptOut(first + i, clock.iso_or_none(a.claimed_ms), a.worker, clock.iso_from_ms(a.ended_ms), a.ok,
+                   a.output, a.error)
+        for i, a in enumerate(run.attempts)
+    ]
+    if run.status == "claimed":
+        attempts.append(AttemptOut(run.attempt, clock.iso_or_none(run.started_ms), run.worker, None, None, None, None))
+    detail = RunDetailOut(*_run_fields(run), attempts=attempts)
+    detail.lease_expires_at = view.lease_expires_at  # as heartbeats extended it
+    return detail
 
 
 # RunOut's fields: run ID, job ID, nominal and due time, status, attempt,
