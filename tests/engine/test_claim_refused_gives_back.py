@@ -1,7 +1,7 @@
 """A claim whose command is refused before it is proposed, while the node
 goes on leading (a leadership transfer that is still in progress, then
 times out), gives its runs back: the next claim gets them (found by the
-whole-node simulator, tests/sim/node_cluster.py, seed 105)."""
+whole-node simulator, tests/sim/node_cluster.py)."""
 
 from datetime import UTC, datetime
 from pathlib import Path

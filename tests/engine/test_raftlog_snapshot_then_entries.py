@@ -1,7 +1,7 @@
 """A Ready that installs a snapshot and appends entries after it, in one
-transaction (found by the whole-node simulator, tests/sim/node_cluster.py,
-seed 248: a follower stepped the snapshot's last chunk and then the
-leader's next append before its loop took the Ready)."""
+transaction (found by the whole-node simulator, tests/sim/node_cluster.py:
+a follower stepped the snapshot's last chunk and then the leader's next
+append before its loop took the Ready)."""
 
 from pathlib import Path
 
