@@ -449,6 +449,11 @@ class SimNode:
         if self.sim.rng.random() < self.sim.params.answer_loss_rate:
             self.sim.log(f"n{self.id}: the answer of a claim of {len(claimed)} runs to {worker.name} is lost")
             self.sim.invariants.answer_lost(worker, claimed)
+            if self.sim.rng.random() < 0.5:
+                # The client left before the answer's head went out, and the
+                # node saw it (net/api.py `claim`): the runs go back at once.
+                assert self.core is not None
+                self.core.release(claimed, self.mono_s)
             return
         worker.got(self, claimed, sent_s, repeat=repeat)
 
