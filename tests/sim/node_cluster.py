@@ -584,7 +584,7 @@ class SimWorker:
         """A new claim (a new key, for a share of them), or its claim whose
         answer did not come, again with its key."""
         sim, rng, now_s = self.sim, self.sim.rng, self.sim.now_s
-        if not self.claiming and now_s >= self.claim_at_s and len(self.holds) < 6:
+        if not self.claiming and now_s >= self.claim_at_s and (len(self.holds) < 6 or self.key is not None):
             self.claim_at_s = now_s + rng.uniform(0.1, 0.5)
             if self.key is None and rng.random() < sim.params.keyed_share:
                 self.keys_made += 1

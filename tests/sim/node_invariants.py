@@ -14,7 +14,9 @@ seed, the invariant and the command that replays it:
 4. after a failover, no run waits longer than its lease plus a bound: a
    claimed run that no worker holds (its answer was lost, its worker
    vanished or gave it up) is claimed again within its lease plus
-   `ORPHAN_BOUND_S` of when it was left, or of the last takeover;
+   `ORPHAN_BOUND_S` of when it was left, or of the last takeover; and
+   one whose claim's answer was lost while its worker retries with the
+   claim's key is that worker's again within `KEYED_BOUND_S`;
 5. replicas' digests agree: every node that applied the same index has
    byte-identical tables (`Store.digest`); and none is left behind: by
    the end each has applied what the leader had `CATCH_UP_S` before.
@@ -46,6 +48,9 @@ CLAIM_BOUND_S = 6.0
 # How long past its lease a claimed run that no worker holds may wait (the
 # lease check, the expiry's commit, then a claim).
 ORPHAN_BOUND_S = 3.0
+# How long a run whose claim's answer was lost waits when its worker
+# retries with the claim's key (workers claim every 0.1-0.5 s).
+KEYED_BOUND_S = 3.0
 # The healed phase settles (an election, the backlog) before bounds count.
 SETTLE_S = 5.0
 SETTLE_LEADER_S = 1.5  # ... and this long after it first has a leader
@@ -77,6 +82,8 @@ class NodeInvariants:
         self.last_attempt: dict[Slot, int] = {}
         self.done: set[Slot] = set()
         self.lost: dict[tuple[str, int, int], str] = {}  # attempts whose answer was lost -> their worker
+        # Those of them whose claim carried a key: its worker and when.
+        self.lost_keyed: dict[tuple[str, int, int], tuple[SimWorker, float]] = {}
         self.digests: dict[int, tuple[int, str]] = {}  # applied index -> (node, digest)
         self.digested: dict[int, int] = {}  # node -> the applied index last digested
         self.takeover_s = 0.0
@@ -155,6 +162,8 @@ class NodeInvariants:
             if key not in self.executed:
                 self.executed[key] = worker.name
                 self.lost[key] = worker.name
+            if worker.key is not None:
+                self.lost_keyed.setdefault(key, (worker, self.sim.now_s))
             slot = (one.run.job_id, one.run.nominal_ms)
             self.last_attempt[slot] = max(self.last_attempt.get(slot, 0), one.run.attempt)
 
@@ -259,6 +268,17 @@ class NodeInvariants:
         sim = self.sim
         key = (run.job_id, run.nominal_ms, run.attempt)
         first_s = self.next_orphan_since[key] = self.orphan_since.get(key, sim.now_s)
+        keyed = self.lost_keyed.get(key)
+        if keyed is not None and keyed[0].alive and keyed[0].key is not None:
+            # Its claim's answer was lost, and its worker retries with the
+            # key: it gets the run back at once, not after the lease.
+            worker = keyed[0]
+            waited_s = sim.now_s - max(first_s, since_s, self.takeover_s, worker.paused_until_s)
+            if counting and waited_s > KEYED_BOUND_S:
+                raise sim.fail(f"invariant 4, a keyed claim's run waited for its lease: attempt {run.attempt} of "
+                               f"{run.job_id}@{run.nominal_ms}, lost on its way to {worker.name}, which retries "
+                               f"with key {worker.key}, held by no worker for {waited_s:.1f} s")
+            return
         waited_s = sim.now_s - max(first_s, since_s, self.takeover_s)
         if counting and waited_s > job.lease_s + ORPHAN_BOUND_S:
             raise sim.fail(f"invariant 4, a run waited longer than its lease ({job.lease_s} s) plus "
