@@ -51,7 +51,9 @@ Invariants (asserted where they are kept, and by `check_memory` and
 - the memory invariant of `load`;
 - each lease has exactly one live entry in the lease heap, at or before its
   deadline, and the heap holds at most `2 * len(leases) +
-  limits.lease_heap_slack_entries` entries.
+  limits.lease_heap_slack_entries` entries;
+- an attempt whose expiry is being committed (`expiring`) has no lease: a
+  heartbeat for it is stale.
 """
 
 import bisect
@@ -984,6 +986,9 @@ class DispatchCore:
             lease = self.leases.get((job_id, nominal_ms))
             if lease is not None and lease.entry == entry:
                 assert at_s == lease.entry_s <= lease.deadline_s, "a live entry comes up at or before its deadline"
+        for key, attempt in self.expiring.items():
+            lease = self.leases.get(key)
+            assert lease is None or lease.attempt != attempt, "an attempt being expired has no lease"
 
     @property
     def lease_heap_entries(self) -> int:
