@@ -5,14 +5,19 @@ Module-scoped servers are shared by tests that use their own request keys and
 names; crash tests take a function-scoped one, which they kill at will.
 """
 
+import hashlib
 import re
 import signal
 import subprocess
+import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import NamedTuple
 
 import httpx
 import pytest
@@ -72,6 +77,24 @@ def configured_server(root: Path, config: str) -> Iterator[Server]:
         yield srv.start()
     finally:
         srv.cleanup()
+
+
+def tokens_config(tokens: dict[str, tuple[str, str, list[str] | None]]) -> str:
+    """The `[[tokens]]` tables of a config file for `tokens`, which maps each
+    bearer token to its (owner, role, queues or None)."""
+    parts = []
+    for token, (owner, role, queues) in tokens.items():
+        parts.append(f'[[tokens]]\nsha256 = "{hashlib.sha256(token.encode()).hexdigest()}"\n'
+                     f'owner = "{owner}"\nrole = "{role}"\n')
+        if queues is not None:
+            parts.append(f"queues = {queues!r}\n".replace("'", '"'))
+    return "\n".join(parts)
+
+
+def as_token(srv: Server, token: str | None) -> httpx.Client:
+    """A client of `srv` that sends `token` as its bearer token (none if None)."""
+    headers = {"authorization": f"Bearer {token}"} if token else {}
+    return httpx.Client(base_url=srv.url, headers=headers, timeout=30)
 
 
 def used_data_dir(srv: Server) -> Path:
@@ -215,3 +238,73 @@ def tmpfs(mount_point: Path, options: str) -> Iterator[Path]:
         yield mount_point
     finally:
         subprocess.run(["umount", "-l", str(mount_point)], check=False)
+
+
+class Arrival(NamedTuple):
+    """One request an `Endpoint` received."""
+
+    method: str
+    path: str
+    headers: dict[str, str]  # names lower-cased
+    body: bytes
+    at: datetime  # when its body had been read
+
+
+def no_content(arrival: Arrival) -> tuple[int, bytes]:
+    return 204, b""
+
+
+class Endpoint(ThreadingHTTPServer):
+    """A local HTTP endpoint on a free loopback port that records every GET
+    and POST in `seen` and answers each with `answer(arrival)`: a status and
+    a body (an answer may also sleep, to be a slow target)."""
+
+    daemon_threads = True
+    # The executor opens up to 64 connections at once; the default backlog of
+    # 5 would leave some to a SYN retry a second later.
+    request_queue_size = 256
+
+    def __init__(self, answer: Callable[[Arrival], tuple[int, bytes]] = no_content):
+        self.seen: list[Arrival] = []
+        self.lock = threading.Lock()
+        self.answer = answer
+        super().__init__(("127.0.0.1", 0), _EndpointHandler)
+        self.url = f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class _EndpointHandler(BaseHTTPRequestHandler):
+    server: Endpoint
+
+    def do_GET(self) -> None:
+        self._record_and_answer()
+
+    def do_POST(self) -> None:
+        self._record_and_answer()
+
+    def _record_and_answer(self) -> None:
+        body = self.rfile.read(int(self.headers.get("content-length", 0)))
+        arrival = Arrival(self.command, self.path, {k.lower(): v for k, v in self.headers.items()},
+                          body, datetime.now(UTC))
+        with self.server.lock:
+            self.server.seen.append(arrival)
+        status, answer = self.server.answer(arrival)
+        self.send_response(status)
+        self.send_header("content-length", str(len(answer)))
+        self.end_headers()
+        if answer:
+            self.wfile.write(answer)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@contextmanager
+def endpoint(answer: Callable[[Arrival], tuple[int, bytes]] = no_content) -> Iterator[Endpoint]:
+    """A running `Endpoint`, shut down on leaving."""
+    srv = Endpoint(answer)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        yield srv
+    finally:
+        srv.shutdown()
+        srv.server_close()

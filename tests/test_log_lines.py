@@ -1,16 +1,15 @@
 """One event is one line in the text log: control characters are escaped,
 so a target's answer cannot end a line or forge one (tempo/logs.py)."""
 
-import http.server
 import logging
 import sys
-import threading
 import time
 from datetime import UTC, datetime
 
 import httpx
 import pytest
 
+from conftest import Arrival, endpoint
 from tempo.logs import TextFormatter, escape_line
 
 FORGED = "2026-12-03 10:00:00,000 tempo.dispatch INFO all good"
@@ -47,32 +46,14 @@ def test_plain_text_is_left_as_it_is():
     assert escape_line(text) == text
 
 
-class _Target(http.server.ThreadingHTTPServer):
-    def __init__(self):
-        super().__init__(("127.0.0.1", 0), _Handler)
-        self.url = f"http://127.0.0.1:{self.server_address[1]}"
-
-
-class _Handler(http.server.BaseHTTPRequestHandler):
-    def do_POST(self):
-        self.rfile.read(int(self.headers.get("content-length", 0)))
-        body = f"oops\n{FORGED}\r\n".encode()
-        self.send_response(500)
-        self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
+def forging_500(arrival: Arrival) -> tuple[int, bytes]:
+    return 500, f"oops\n{FORGED}\r\n".encode()
 
 
 @pytest.fixture
 def target():
-    srv = _Target()
-    thread = threading.Thread(target=srv.serve_forever, daemon=True)
-    thread.start()
-    yield srv
-    srv.shutdown()
+    with endpoint(forging_500) as srv:
+        yield srv
 
 
 def test_a_targets_answer_with_newlines_cannot_forge_a_server_log_line(fresh_server, target):

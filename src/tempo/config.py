@@ -95,7 +95,7 @@ import re
 import ssl
 import tomllib
 from dataclasses import dataclass, field, fields
-from typing import TypeGuard
+from typing import Any, TypeGuard
 
 from tempo import limits
 
@@ -215,13 +215,21 @@ def _owner_name_ok(name: object) -> TypeGuard[str]:
     )
 
 
-def _token(i: int, raw: object) -> Token:
-    where = f"tokens[{i}]"
+def _table(where: str, raw: object, keys: set[str], *, shape: str = "a table") -> dict[Any, Any]:
+    """`raw` if it is a TOML table of no keys but `keys`; else ConfigError
+    naming `where`. Its values are still unchecked (hence Any): each caller
+    checks the ones it reads."""
     if not isinstance(raw, dict):
-        raise ConfigError(f"{where}: a table")
-    unknown = set(raw) - {"sha256", "owner", "role", "queues"}
+        raise ConfigError(f"{where}: {shape}")
+    unknown = set(raw) - keys
     if unknown:
         raise ConfigError(f"{where}: unknown keys {sorted(unknown)}")
+    return raw
+
+
+def _token(i: int, raw: object) -> Token:
+    where = f"tokens[{i}]"
+    raw = _table(where, raw, {"sha256", "owner", "role", "queues"})
     digest, owner, role = raw.get("sha256"), raw.get("owner"), raw.get("role")
     if not isinstance(digest, str) or not _HEX64.fullmatch(digest.lower()):
         raise ConfigError(f"{where}.sha256: 64 hex digits")
@@ -261,12 +269,7 @@ def _limit_value(where: str, key: str, value: object, *, override: bool) -> floa
 def _limits(where: str, raw: object, base: OwnerLimits, *, override: bool) -> OwnerLimits:
     """`raw`'s keys over `base`; a rate given without its burst gets a burst
     of one second's worth (at least 1)."""
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{where}: a table")
-    allowed = {"name", *_LIMIT_KEYS} if override else set(_LIMIT_KEYS)
-    unknown = set(raw) - allowed
-    if unknown:
-        raise ConfigError(f"{where}: unknown keys {sorted(unknown)}")
+    raw = _table(where, raw, {"name", *_LIMIT_KEYS} if override else set(_LIMIT_KEYS))
     given: dict[str, float | int | str | None] = {
         k: _limit_value(where, k, raw[k], override=override) for k in _LIMIT_KEYS if k in raw
     }
@@ -351,11 +354,7 @@ def _check_certificates(key: str, path: str) -> None:
 
 
 def _tls(raw: object, base_dir: str) -> Tls:
-    if not isinstance(raw, dict):
-        raise ConfigError("tls: a table ([tls])")
-    unknown = set(raw) - {"cert_file", "key_file", "ca_file"}
-    if unknown:
-        raise ConfigError(f"tls: unknown keys {sorted(unknown)}")
+    raw = _table("tls", raw, {"cert_file", "key_file", "ca_file"}, shape="a table ([tls])")
     cert_file, key_file, ca_file = (_tls_path(k, raw, base_dir) for k in ("cert_file", "key_file", "ca_file"))
     if cert_file is None:
         raise ConfigError("tls.cert_file: required with [tls] (this node's certificate, PEM)")
@@ -417,11 +416,7 @@ def notify_url_ok(url: object) -> bool:
 
 
 def _notify(raw: object, base_dir: str) -> NotifyConfig:
-    if not isinstance(raw, dict):
-        raise ConfigError("notify: a table ([notify])")
-    unknown = set(raw) - {"secret", "ca_file", "owners"}
-    if unknown:
-        raise ConfigError(f"notify: unknown keys {sorted(unknown)}")
+    raw = _table("notify", raw, {"secret", "ca_file", "owners"}, shape="a table ([notify])")
     secret = raw.get("secret")
     if not isinstance(secret, str) or len(secret) < limits.notify_secret_chars_min:
         raise ConfigError(f"notify.secret: a string of at least {limits.notify_secret_chars_min} characters")
@@ -454,11 +449,7 @@ def _notify_ca_file(raw: dict[str, object], base_dir: str) -> str | None:
 
 
 def _notify_owner(where: str, item: object) -> tuple[str, NotifyTarget]:
-    if not isinstance(item, dict):
-        raise ConfigError(f"{where}: a table")
-    unknown = set(item) - {"name", "url", "events"}
-    if unknown:
-        raise ConfigError(f"{where}: unknown keys {sorted(unknown)}")
+    item = _table(where, item, {"name", "url", "events"})
     name, url = item.get("name"), item.get("url")
     if not isinstance(name, str) or not _owner_name_ok(name):
         raise ConfigError(f"{where}.name: {_OWNER_RULE}")
@@ -472,11 +463,7 @@ def _notify_owner(where: str, item: object) -> tuple[str, NotifyTarget]:
 
 
 def _storage(raw: object) -> Storage:
-    if not isinstance(raw, dict):
-        raise ConfigError("storage: a table")
-    unknown = set(raw) - {"map_bytes"}
-    if unknown:
-        raise ConfigError(f"storage: unknown keys {sorted(unknown)}")
+    raw = _table("storage", raw, {"map_bytes"})
     map_bytes = raw.get("map_bytes")
     low, high = limits.lmdb_map_bytes_min, limits.lmdb_map_bytes_max
     if map_bytes is not None and (type(map_bytes) is not int or not low <= map_bytes <= high):
@@ -485,11 +472,7 @@ def _storage(raw: object) -> Storage:
 
 
 def _http(raw: object) -> HttpLimits:
-    if not isinstance(raw, dict):
-        raise ConfigError("http: a table")
-    unknown = set(raw) - set(HttpLimits.__dataclass_fields__)
-    if unknown:
-        raise ConfigError(f"http: unknown keys {sorted(unknown)}")
+    raw = _table("http", raw, set(HttpLimits.__dataclass_fields__))
     for name in ("connections_max", "requests_in_flight_max", "long_polls_max", "connections_per_address_max"):
         value = raw.get(name, 1)
         if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= limits.http_setting_max:

@@ -3,10 +3,8 @@ claim key's record, its repeat, its misuse and its expiry, all decided from
 the replicated state and the command's stamp."""
 
 import json
-from pathlib import Path
 
 import msgspec
-import pytest
 
 from tempo import errors, limits
 from tempo.engine import keys
@@ -16,30 +14,12 @@ from tempo.engine.records import ClaimKeyEntry, Run, Taken
 from tempo.engine.store import Store
 from tempo.schema import JobCreate
 
+from .test_store import Log
+
 OWNER = "default"
 T0 = 1_800_000_000_000  # 2027-01-15T08:00:00Z
 HASH = b"q" * 16
 LEASE_MS = 60_000
-
-
-@pytest.fixture
-def store(tmp_path: Path):
-    s = Store(str(tmp_path / "s"), map_bytes=64 << 20)
-    yield s
-    s.close()
-
-
-class Log:
-    """Entries applied to a store in order, kept to feed a second store."""
-
-    def __init__(self, store: Store):
-        self.store = store
-        self.entries: list[bytes] = []
-
-    def apply(self, *commands):
-        data = encode_entry(list(commands))
-        self.entries.append(data)
-        return self.store.apply_entry(len(self.entries), data)[0]
 
 
 def new_job(maker: Jobs, at_ms: int, **fields):

@@ -1,16 +1,14 @@
 """Running jobs through a real `tempo serve` process: on time, retried,
 fenced, delivered over HTTP, and none lost when the server is SIGKILLed."""
 
-import http.server
 import json
-import threading
 import time
 from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
 
-from conftest import Server, unique
+from conftest import Arrival, Server, endpoint, unique
 
 
 def iso(moment: datetime) -> str:
@@ -161,39 +159,17 @@ def test_metrics_export_dispatch_counters(client):
 # -- the HTTP executor ---------------------------------------------------------
 
 
-class Target(http.server.ThreadingHTTPServer):
-    """A local endpoint that records each delivery and fails on demand."""
-
-    def __init__(self):
-        self.seen: list[tuple[str, dict, bytes]] = []
-        self.lock = threading.Lock()
-        super().__init__(("127.0.0.1", 0), _Handler)
-        self.url = f"http://127.0.0.1:{self.server_address[1]}"
-
-
-class _Handler(http.server.BaseHTTPRequestHandler):
-    def do_POST(self):
-        body = self.rfile.read(int(self.headers.get("content-length", 0)))
-        with self.server.lock:
-            self.server.seen.append((self.path, {k.lower(): v for k, v in self.headers.items()}, body))
-        if self.path.startswith("/slow"):
-            time.sleep(2.5)
-        status = 500 if self.path.startswith("/fail") else 204
-        self.send_response(status)
-        self.send_header("content-length", "0")
-        self.end_headers()
-
-    def log_message(self, *args):
-        pass
+def answer(arrival: Arrival) -> tuple[int, bytes]:
+    """The target's answer, failing on demand: /slow after 2.5 s, /fail with 500."""
+    if arrival.path.startswith("/slow"):
+        time.sleep(2.5)
+    return (500 if arrival.path.startswith("/fail") else 204), b""
 
 
 @pytest.fixture
 def target():
-    srv = Target()
-    thread = threading.Thread(target=srv.serve_forever, daemon=True)
-    thread.start()
-    yield srv
-    srv.shutdown()
+    with endpoint(answer) as srv:
+        yield srv
 
 
 def wait_for_run(client, job_id: str, status: str, timeout_s: float = 10) -> dict:
@@ -209,7 +185,8 @@ def wait_for_run(client, job_id: str, status: str, timeout_s: float = 10) -> dic
 def test_the_executor_delivers_with_the_run_headers(client, target):
     job = create(client, target=f"{target.url}/hook?x=1", schedule={"at": iso(now())}, payload={"hello": [1, 2]})
     run = wait_for_run(client, job["id"], "done")
-    [(path, headers, body)] = target.seen
+    [delivery] = target.seen
+    path, headers, body = delivery.path, delivery.headers, delivery.body
     assert path == "/hook?x=1" and json.loads(body) == {"hello": [1, 2]}
     assert headers["tempo-run-id"] == run["id"] == headers["idempotency-key"]
     assert headers["tempo-attempt"] == "1" and headers["tempo-job-id"] == job["id"]
@@ -225,7 +202,7 @@ def test_the_executor_retries_failures_and_timeouts(client, target):
     assert failed["attempt"] == 2 and "500" in failed["error"]
     timed_out = wait_for_run(client, slow["id"], "failed")
     assert timed_out["attempt"] == 1
-    attempts = sorted(h["tempo-attempt"] for p, h, _ in target.seen if p == "/fail")
+    attempts = sorted(a.headers["tempo-attempt"] for a in target.seen if a.path == "/fail")
     assert attempts == ["1", "2"]
 
 

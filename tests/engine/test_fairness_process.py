@@ -2,8 +2,6 @@
 a greedy owner's 10,000 due runs do not delay another owner's runs by more
 than a second (issue 7), and creates over an owner's rate are `429`."""
 
-import hashlib
-import http.server
 import threading
 import time
 from datetime import UTC, datetime, timedelta
@@ -11,7 +9,16 @@ from datetime import UTC, datetime, timedelta
 import httpx
 import pytest
 
-from conftest import Server, unique
+from conftest import (
+    Arrival,
+    Endpoint,
+    Server,
+    as_token,
+    configured_server,
+    endpoint,
+    tokens_config,
+    unique,
+)
 
 GREEDY_RUNS = 10_000
 MODEST_RUNS = 5
@@ -41,28 +48,10 @@ create_burst = 2
 """
 
 
-def config_text() -> str:
-    parts = []
-    for token, (owner, role, queues) in TOKENS.items():
-        parts.append(f'[[tokens]]\nsha256 = "{hashlib.sha256(token.encode()).hexdigest()}"\n'
-                     f'owner = "{owner}"\nrole = "{role}"\n')
-        if queues is not None:
-            parts.append(f"queues = {queues!r}\n".replace("'", '"'))
-    return "\n".join(parts) + LIMITS
-
-
 @pytest.fixture
 def limited_server(tmp_path):
-    (tmp_path / "tempo.toml").write_text(config_text())
-    srv = Server(tmp_path / "data", extra_args=("--config", str(tmp_path / "tempo.toml")))
-    try:
-        yield srv.start()
-    finally:
-        srv.cleanup()
-
-
-def as_(server: Server, token: str) -> httpx.Client:
-    return httpx.Client(base_url=server.url, headers={"authorization": f"Bearer {token}"}, timeout=30)
+    with configured_server(tmp_path, tokens_config(TOKENS) + LIMITS) as srv:
+        yield srv
 
 
 def iso(moment: datetime) -> str:
@@ -79,7 +68,7 @@ def create_due_at(client: httpx.Client, target: str, due: datetime, count: int) 
 
 def greedy_worker(server: Server, stop: threading.Event) -> None:
     """Claims all it may and reports each batch a second later: busy."""
-    with as_(server, "greedy-worker") as c:
+    with as_token(server, "greedy-worker") as c:
         while not stop.is_set():
             answer = c.post("/v1/claim", json={"worker": unique("g"), "queues": ["work"], "max_runs": 1000, "wait_s": 1})
             runs = answer.json()["runs"] if answer.status_code == 200 else []
@@ -91,7 +80,7 @@ def greedy_worker(server: Server, stop: threading.Event) -> None:
 
 def test_a_greedy_owner_does_not_delay_another_owners_runs(limited_server):
     due = datetime.now(UTC) + timedelta(seconds=CREATE_LEAD_S)
-    with as_(limited_server, "greedy-client") as greedy, as_(limited_server, "modest-client") as modest:
+    with as_token(limited_server, "greedy-client") as greedy, as_token(limited_server, "modest-client") as modest:
         create_due_at(greedy, "queue:work", due, GREEDY_RUNS)
         create_due_at(modest, "queue:work", due, MODEST_RUNS)
     assert datetime.now(UTC) < due - timedelta(seconds=1), "creating took too long to measure on time"
@@ -101,7 +90,7 @@ def test_a_greedy_owner_does_not_delay_another_owners_runs(limited_server):
         worker.start()
     lateness_s: list[float] = []
     try:
-        with as_(limited_server, "modest-worker") as modest_worker:
+        with as_token(limited_server, "modest-worker") as modest_worker:
             deadline = time.monotonic() + CREATE_LEAD_S + 20
             while len(lateness_s) < MODEST_RUNS and time.monotonic() < deadline:
                 answer = modest_worker.post(
@@ -137,56 +126,33 @@ def _metric(text: str, name: str) -> float:
     return 0.0
 
 
-class Endpoint(http.server.ThreadingHTTPServer):
-    """Slow for the greedy owner's runs; records when the modest ones arrive."""
-
-    daemon_threads = True
-    # The executor opens up to 64 connections at once; the default backlog of
-    # 5 would leave some to a SYN retry a second later.
-    request_queue_size = 256
-
-    def __init__(self):
-        self.arrived: list[datetime] = []
-        self.lock = threading.Lock()
-        super().__init__(("127.0.0.1", 0), _Handler)
-        self.url = f"http://127.0.0.1:{self.server_address[1]}"
-
-
-class _Handler(http.server.BaseHTTPRequestHandler):
-    def do_POST(self):
-        self.rfile.read(int(self.headers.get("content-length", 0)))
-        if self.path == "/modest":
-            with self.server.lock:
-                self.server.arrived.append(datetime.now(UTC))
-        else:
-            time.sleep(0.5)
-        self.send_response(204)
-        self.send_header("content-length", "0")
-        self.end_headers()
-
-    def log_message(self, *args):
-        pass
+def slow_but_for_modest(arrival: Arrival) -> tuple[int, bytes]:
+    """The greedy owner's runs take 0.5 s each; the modest ones are answered at once."""
+    if arrival.path != "/modest":
+        time.sleep(0.5)
+    return 204, b""
 
 
 @pytest.fixture
-def endpoint():
-    srv = Endpoint()
-    thread = threading.Thread(target=srv.serve_forever, daemon=True)
-    thread.start()
-    yield srv
-    srv.shutdown()
+def target():
+    with endpoint(slow_but_for_modest) as srv:
+        yield srv
 
 
-def test_the_http_executor_serves_another_owner_beside_a_greedy_ones_backlog(limited_server, endpoint):
+def modest_arrivals(target: Endpoint) -> list[datetime]:
+    return [arrival.at for arrival in list(target.seen) if arrival.path == "/modest"]
+
+
+def test_the_http_executor_serves_another_owner_beside_a_greedy_ones_backlog(limited_server, target):
     due = datetime.now(UTC) + timedelta(seconds=CREATE_LEAD_S)
-    with as_(limited_server, "greedy-client") as greedy, as_(limited_server, "modest-client") as modest:
-        create_due_at(greedy, f"{endpoint.url}/greedy", due, GREEDY_RUNS)
-        create_due_at(modest, f"{endpoint.url}/modest", due, MODEST_RUNS)
+    with as_token(limited_server, "greedy-client") as greedy, as_token(limited_server, "modest-client") as modest:
+        create_due_at(greedy, f"{target.url}/greedy", due, GREEDY_RUNS)
+        create_due_at(modest, f"{target.url}/modest", due, MODEST_RUNS)
     assert datetime.now(UTC) < due - timedelta(seconds=1), "creating took too long to measure on time"
     deadline = time.monotonic() + CREATE_LEAD_S + 20
-    while len(endpoint.arrived) < MODEST_RUNS and time.monotonic() < deadline:
+    while len(modest_arrivals(target)) < MODEST_RUNS and time.monotonic() < deadline:
         time.sleep(0.05)
-    lateness_s = [(t - due).total_seconds() for t in endpoint.arrived]
+    lateness_s = [(t - due).total_seconds() for t in modest_arrivals(target)]
     print(f"\nfairness (http): {GREEDY_RUNS} greedy deliveries of 0.5 s and {MODEST_RUNS} modest ones due at "
           f"one instant; modest lateness (arrival - due) max {max(lateness_s, default=float('nan')):.3f} s")
     assert len(lateness_s) == MODEST_RUNS
@@ -195,7 +161,7 @@ def test_the_http_executor_serves_another_owner_beside_a_greedy_ones_backlog(lim
 
 def test_creates_over_an_owners_rate_are_429_with_retry_after(limited_server):
     body = {"target": "queue:work", "schedule": {"at": "2030-01-01T00:00:00Z"}}
-    with as_(limited_server, "limited-client") as limited, as_(limited_server, "modest-client") as other:
+    with as_token(limited_server, "limited-client") as limited, as_token(limited_server, "modest-client") as other:
         assert [limited.post("/v1/jobs", json=body).status_code for _ in range(2)] == [201, 201]
         refused = limited.post("/v1/jobs", json=body)
         assert refused.status_code == 429

@@ -4,7 +4,6 @@ after attempts that failed; the replicated notifier cursor; every owner's
 events read in order; and the `notify` setting kept with the job."""
 
 import json
-from pathlib import Path
 
 import msgspec
 import pytest
@@ -27,13 +26,6 @@ from tempo.schema import JobCreate
 from .test_store import Log
 
 T0 = 1_800_000_000_000
-
-
-@pytest.fixture
-def store(tmp_path: Path):
-    s = Store(str(tmp_path / "s"), map_bytes=64 << 20)
-    yield s
-    s.close()
 
 
 def _maker(enabled: bool = True) -> Jobs:

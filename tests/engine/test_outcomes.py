@@ -3,9 +3,7 @@ index by owner and status that `GET /v1/runs` pages through: kept in the
 same transaction as the run, dropped with the run's history bucket and
 with its job, and equal on two stores fed the same entries."""
 
-from pathlib import Path
 
-import pytest
 
 from tempo import limits
 from tempo.engine import keys
@@ -24,13 +22,6 @@ from tempo.engine.commands import (
 from tempo.engine.store import Store
 
 from .test_history import DAY, OWNER, T0, Log, new_job
-
-
-@pytest.fixture
-def store(tmp_path: Path):
-    s = Store(str(tmp_path / "s"), map_bytes=64 << 20)
-    yield s
-    s.close()
 
 
 def claim(log: Log, job_id: str, nominal_ms: int, at_ms: int, worker: str = "w1"):

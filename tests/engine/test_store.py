@@ -35,13 +35,6 @@ def new_job(maker: Jobs, at_ms: int, **fields):
     return maker.new_job(OWNER, body(**fields), at_ms, from_msgpack=False)
 
 
-@pytest.fixture
-def store(tmp_path: Path):
-    s = Store(str(tmp_path / "s"), map_bytes=64 << 20)
-    yield s
-    s.close()
-
-
 class Log:
     """Entries applied to a store in order, kept to feed a second store."""
 

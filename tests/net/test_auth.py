@@ -1,13 +1,11 @@
 """Bearer tokens against a real server started with --config (API.md "Who may do what")."""
 
-import hashlib
 import subprocess
 from datetime import UTC, datetime
 
-import httpx
 import pytest
 
-from conftest import Server, configured_server, free_port, tempo_command, unique
+from conftest import as_token, configured_server, free_port, tempo_command, tokens_config, unique
 
 TOKENS = {
     "acme-client": ("acme", "client", None),
@@ -17,25 +15,10 @@ TOKENS = {
 }
 
 
-def config_text() -> str:
-    parts = []
-    for token, (owner, role, queues) in TOKENS.items():
-        parts.append(f'[[tokens]]\nsha256 = "{hashlib.sha256(token.encode()).hexdigest()}"\n'
-                     f'owner = "{owner}"\nrole = "{role}"\n')
-        if queues is not None:
-            parts.append(f"queues = {queues!r}\n".replace("'", '"'))
-    return "\n".join(parts)
-
-
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory):
-    with configured_server(tmp_path_factory.mktemp("auth"), config_text()) as srv:
+    with configured_server(tmp_path_factory.mktemp("auth"), tokens_config(TOKENS)) as srv:
         yield srv
-
-
-def as_(secured: Server, token: str | None) -> httpx.Client:
-    headers = {"authorization": f"Bearer {token}"} if token else {}
-    return httpx.Client(base_url=secured.url, headers=headers, timeout=30)
 
 
 def now_iso() -> str:
@@ -44,7 +27,7 @@ def now_iso() -> str:
 
 def test_no_token_or_an_unknown_one_is_401(secured):
     for token in (None, "nope"):
-        with as_(secured, token) as c:
+        with as_token(secured, token) as c:
             answer = c.get("/v1/jobs")
             assert answer.status_code == 401 and answer.json()["type"] == "unauthorized"
             assert answer.headers["www-authenticate"].startswith("Bearer")
@@ -53,7 +36,7 @@ def test_no_token_or_an_unknown_one_is_401(secured):
 
 
 def test_owners_are_isolated(secured):
-    with as_(secured, "acme-client") as acme, as_(secured, "globex-client") as globex:
+    with as_token(secured, "acme-client") as acme, as_token(secured, "globex-client") as globex:
         job = acme.post("/v1/jobs", json={"target": "queue:reports", "schedule": {"at": "2030-01-01T00:00:00Z"}}).json()
         assert job["owner"] == "acme"
         assert globex.get(f"/v1/jobs/{job['id']}").status_code == 404
@@ -65,8 +48,8 @@ def test_owners_are_isolated(secured):
 
 
 def test_roles_limit_what_a_token_does(secured):
-    with as_(secured, "acme-client") as client, as_(secured, "acme-worker") as worker, \
-            as_(secured, "acme-admin") as admin:
+    with as_token(secured, "acme-client") as client, as_token(secured, "acme-worker") as worker, \
+            as_token(secured, "acme-admin") as admin:
         claim = {"worker": "w", "queues": ["reports"]}
         assert client.post("/v1/claim", json=claim).status_code == 403
         assert admin.post("/v1/claim", json=claim).status_code == 403
@@ -77,8 +60,8 @@ def test_roles_limit_what_a_token_does(secured):
 
 
 def test_a_worker_claims_its_owners_runs_of_its_queues_only(secured):
-    with as_(secured, "acme-client") as client, as_(secured, "acme-worker") as worker, \
-            as_(secured, "globex-client") as globex:
+    with as_token(secured, "acme-client") as client, as_token(secured, "acme-worker") as worker, \
+            as_token(secured, "globex-client") as globex:
         mine = client.post("/v1/jobs", json={"target": "queue:reports", "schedule": {"at": now_iso()},
                                              "request_key": unique()}).json()
         other = globex.post("/v1/jobs", json={"target": "queue:reports", "schedule": {"at": now_iso()}}).json()

@@ -2,9 +2,7 @@
 tempo/<version>` (not `python-httpx/…`) to the targets and servers they
 talk to."""
 
-import http.server
 import json
-import threading
 import time
 from datetime import UTC, datetime
 from importlib import metadata
@@ -12,45 +10,25 @@ from importlib import metadata
 import httpx
 import pytest
 
+from conftest import Arrival, Endpoint, endpoint
 from tempo.net.client import Client
 
 EXPECTED = f"tempo/{metadata.version('tempo')}"
 
 
-class _Target(http.server.ThreadingHTTPServer):
-    def __init__(self):
-        super().__init__(("127.0.0.1", 0), _Handler)
-        self.url = f"http://127.0.0.1:{self.server_address[1]}"
-        self.agents: list[str | None] = []
-
-
-class _Handler(http.server.BaseHTTPRequestHandler):
-    def _answer(self, body: bytes) -> None:
-        self.server.agents.append(self.headers.get("user-agent"))
-        self.send_response(200)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def do_POST(self):
-        self.rfile.read(int(self.headers.get("content-length", 0)))
-        self._answer(b"{}")
-
-    def do_GET(self):
-        self._answer(json.dumps({"jobs": [], "next_cursor": None}).encode())
-
-    def log_message(self, *args):
-        pass
+def answer(arrival: Arrival) -> tuple[int, bytes]:
+    """`{}` to a delivery, an empty page of jobs to a GET."""
+    return 200, (b"{}" if arrival.method == "POST" else json.dumps({"jobs": [], "next_cursor": None}).encode())
 
 
 @pytest.fixture
 def target():
-    srv = _Target()
-    thread = threading.Thread(target=srv.serve_forever, daemon=True)
-    thread.start()
-    yield srv
-    srv.shutdown()
+    with endpoint(answer) as srv:
+        yield srv
+
+
+def agents(target: Endpoint) -> list[str | None]:
+    return [arrival.headers.get("user-agent") for arrival in target.seen]
 
 
 def test_a_target_sees_the_executor_as_tempo(fresh_server, target):
@@ -62,10 +40,10 @@ def test_a_target_sees_the_executor_as_tempo(fresh_server, target):
         while (runs := client.get(f"/v1/jobs/{job['id']}/runs").json()["runs"])[0]["status"] != "done":
             assert time.monotonic() < deadline_s, runs
             time.sleep(0.1)
-    assert target.agents == [EXPECTED]
+    assert agents(target) == [EXPECTED]
 
 
 def test_the_client_names_itself_tempo(target):
     with Client(target.url) as client:
         client.request("GET", "/v1/jobs")
-    assert target.agents == [EXPECTED]
+    assert agents(target) == [EXPECTED]
