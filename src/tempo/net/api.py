@@ -58,6 +58,8 @@ from tempo.node.replica import Phase, Replica
 from tempo.raft import Message
 from tempo.rate import TokenBucket
 from tempo.schema import (
+    BackfillIn,
+    BackfillOut,
     BatchAck,
     BatchItemResult,
     ClaimIn,
@@ -143,6 +145,7 @@ class _KeyOnly(msgspec.Struct):
 
 _key_only = decoders(_KeyOnly)
 _preview = decoders(PreviewIn)
+_backfill = decoders(BackfillIn)
 _node_in = decoders(NodeIn)
 _claim = decoders(ClaimIn)
 _heartbeat = decoders(HeartbeatIn)
@@ -437,6 +440,8 @@ class Api:
                 return "job_resume", {"POST": _bind(self.resume_job, job_id)}
             case [job_id, "trigger"]:
                 return "job_trigger", {"POST": _bind(self.trigger_job, job_id)}
+            case [job_id, "backfill"]:
+                return "job_backfill", {"POST": _bind(self.backfill_job, job_id)}
             case [job_id, "runs"]:
                 return "job_runs", {"GET": _bind(self.list_runs, job_id)}
         return None
@@ -617,6 +622,11 @@ class Api:
     async def trigger_job(self, request: Request, job_id: str) -> Response:
         run = await self.jobs.trigger(self._owner_of_job(request, job_id), job_id)
         return encode(request, views.run_view(run), 201)
+
+    async def backfill_job(self, request: Request, job_id: str) -> Response:
+        body = decode(request, _backfill)
+        created, existing = await self.jobs.backfill(self._owner_of_job(request, job_id), job_id, body)
+        return encode(request, BackfillOut(created, existing))
 
     # -- runs ------------------------------------------------------------------
 
