@@ -75,6 +75,15 @@ class Catchup(msgspec.Struct, array_like=True, frozen=True, gc=False):
     max_runs: Annotated[int, Meta(ge=1)] = limits.catchup_runs_default
 
 
+class JobHead(msgspec.Struct, array_like=True, gc=False):
+    """The first fields of a stored `Job`, decoded alone: a `Job`'s record
+    read as a `JobHead` skips the rest (array-like structs ignore trailing
+    items), for the paths that need only its owner, once per run."""
+
+    id: JobId
+    owner: str
+
+
 class Job(msgspec.Struct, array_like=True, gc=False):
     id: JobId
     owner: str

@@ -131,6 +131,7 @@ log = logging.getLogger("tempo.store")
 _enc = msgspec.msgpack.Encoder()
 # Decoders that raise records.Corrupt, and only it, for a damaged record.
 _job_dec = records.Decoder(Job)
+_job_head_dec = records.Decoder(records.JobHead, "Job")
 _run_dec = records.Decoder(Run)
 _reqkey_dec = records.Decoder(RequestKeyEntry)
 _claimkey_dec: records.Decoder[ClaimKeyEntry] = records.Decoder(ClaimKeyEntry)
@@ -1099,7 +1100,9 @@ class _Tx:
             return job.owner
         owner = self._owners.get(job_id)
         if owner is None:
-            owner = self._owners[job_id] = self._job_any(job_id).owner
+            raw = self.txn.get(keys.job_key(job_id), db=self.jobs)
+            assert raw is not None, f"run of a missing job {job_id}"
+            owner = self._owners[job_id] = _job_head_dec.decode(raw).owner
         return owner
 
     def _move_open_row(
