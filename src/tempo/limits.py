@@ -531,3 +531,13 @@ run_record_bytes_max = record_bytes_max + run_attempts_kept_max * (2 * output_by
 assert run_attempts_kept_max >= 1 and jobs_filter_rows_max >= page_limit_max
 assert status_key_bytes_max <= lmdb_key_bytes_max
 assert run_record_bytes_max <= lmdb_value_bytes_max
+
+
+# -- Changing a job (PATCH /v1/jobs/{id}) ----------------------------------------
+# A patch without `If-Match` applies to the job's current version: when
+# another change commits between the read it merged onto and its own
+# commit, it is merged again onto the newer version, at most this many
+# times in all before the client is told to retry (409 conflict).
+patch_tries_max = 5
+
+assert patch_tries_max >= 1

@@ -194,6 +194,7 @@ class JobOut(msgspec.Struct, gc=False):  # untracked, as _Request: a batch reply
     notify: NotifyOut | None = None  # the job's own setting; null: the owner's default
     last_run: LastRunOut | None = None
     runs: RunCountsOut = msgspec.field(default_factory=RunCountsOut)
+    version: int = 1  # grows by one with each change; the ETag of the job's answers
 
 
 class RunOut(msgspec.Struct):

@@ -130,17 +130,20 @@ def test_a_completed_one_off_with_a_past_at_stays_completed(http: httpx.Client) 
 
 def test_a_claimed_run_goes_on(http: httpx.Client) -> None:
     queue = unique("q")
-    job = _create(http, target=f"queue:{queue}", schedule={"every_s": 3600, "start_at": "2020-01-01T00:00:00Z"},
-                  lease_s=100)
+    job = _create(http, target=f"queue:{queue}", schedule={"at": "2020-01-01T00:00:00Z"}, lease_s=100)
     claimed = http.post("/v1/claim", json={"worker": "w", "queues": [queue]}).json()["runs"]
     assert len(claimed) == 1
     run = claimed[0]
-    answer = _patch(http, job["id"], {"target": "queue:elsewhere", "schedule": {"every_s": 60}, "lease_s": 5})
+    future = _iso(datetime.now(UTC) + timedelta(hours=1))
+    answer = _patch(http, job["id"], {"target": "queue:elsewhere", "schedule": {"at": future}, "lease_s": 5})
     assert answer.status_code == 200
+    assert answer.json()["next_run_at"] == future
     now = http.get(f"/v1/runs/{run['id']}").json()
     assert (now["status"], now["attempt"], now["lease_expires_at"]) == ("claimed", 1, run["lease_expires_at"])
     done = http.post(f"/v1/runs/{run['id']}/result", json={"attempt": 1, "ok": True})
     assert done.status_code == 200 and done.json()["status"] == "done"
+    after = http.get(f"/v1/jobs/{job['id']}").json()
+    assert (after["state"], after["next_run_at"]) == ("active", future)
 
 
 def test_a_changed_target_is_claimed_from_the_new_queue(http: httpx.Client) -> None:

@@ -84,6 +84,9 @@ class Job(msgspec.Struct, array_like=True, gc=False):
     # Runs of the job that failed for good since the last one that ended
     # done: a `job.recovered` event is written when one ends done after them.
     failed_runs: Count = 0
+    # Starts at 1 and grows by one with each change (`PATCH`): the job's
+    # ETag. Records written before it existed are version 1.
+    version: Annotated[int, Meta(ge=1)] = 1
 
 
 class Attempt(msgspec.Struct, array_like=True, gc=False):

@@ -35,6 +35,7 @@ from tempo.engine.commands import (
     ClaimRuns,
     Command,
     CreateJobs,
+    PatchJob,
     DeleteJob,
     DropHistory,
     ExpireLeases,
@@ -1159,6 +1160,8 @@ class _Tx:
                 return self.apply_to_jobs(command)
             case ClaimRuns() | ReportResults() | ExpireLeases():
                 return self.apply_to_runs(command)
+            case PatchJob():
+                return self._fresh_outcome(self.patch_job(command))
             case SetMember():
                 self.txn.put(command.node_id.encode(), command.url.encode(), db=self.members)
                 self.changes.members = True
@@ -1335,6 +1338,78 @@ class _Tx:
         run.due_ms = max(run.due_ms, at_ms)
         self.put_run(run, job=job)
         return run.due_ms
+
+    def patch_job(self, cmd: PatchJob) -> Job | errors.TempoError:
+        """A job changed in place (docs/semantics.md "Changing a job"). Runs
+        that are claimed go on as they are; every waiting run is handed to
+        the dispatcher again with the new job (its target may have moved);
+        with `replan`, the waiting run of the job's schedule slot moves to
+        the new slot (cancelled, in history, when the slot changes)."""
+        old = self.job(cmd.owner, cmd.job_id)
+        if old is None:
+            return errors.NotFound(f"no job {cmd.job_id}")
+        if old.version != cmd.base_version:
+            return errors.VersionMismatch(f"job {old.id} is at version {old.version}, not {cmd.base_version}")
+        new = cmd.job
+        # What the patch may not change comes from the stored job.
+        job = Job(
+            old.id, old.owner, new.name, new.target, new.payload, new.schedule, new.max_attempts,
+            new.backoff_s, new.lease_s, new.jitter_s, old.state, old.created_at_ms, old.request_key,
+            old.slot_ms, old.next_run_at_ms, old.notify, old.failed_runs, old.version + 1,
+        )
+        if cmd.replan:
+            self._replan(old, job, cmd)
+        fed = {runs_key for runs_key, _, with_job in self.changes.woken if with_job is job}
+        waiting: list[tuple[bytes, Run]] = []
+        for _, runs_key in self.slots_desc(job.id, 0, 1 << 63):
+            run = _run_dec.decode(_present(self.txn.get(runs_key, db=self.runs)))
+            if run.status == "waiting" and runs_key not in fed:
+                waiting.append((runs_key, run))
+        for runs_key, run in waiting:
+            self.changes.left.append(runs_key)
+            self.changes.woken.append((runs_key, run, job))
+        self.put_job(job)
+        detail = {"old_version": old.version, "new_version": job.version}
+        self.append_event(job.owner, Event("job.updated", cmd.at_ms, job.id, None, detail))
+        return job
+
+    def _replan(self, old: Job, job: Job, cmd: PatchJob) -> None:
+        """Moves the waiting run of `old`'s schedule slot to the command's
+        slot: a paused job only remembers a one-off's new slot; a completed
+        job becomes active when the new slot lies after the command."""
+        if job.state == "paused":
+            if not job.schedule.repeating and cmd.slot_ms is not None:
+                job.slot_ms = cmd.slot_ms
+            return
+        if job.state == "completed":
+            if cmd.slot_ms is None or cmd.slot_ms <= cmd.at_ms:
+                return
+            job.state = "active"
+        elif old.slot_ms is not None and old.slot_ms != cmd.slot_ms:
+            found = self._slot_run(old.id, old.slot_ms)
+            if found is not None and found[1].status == "waiting" and not found[1].triggered:
+                runs_key, run = found
+                run.status = "cancelled"
+                run.finished_ms = cmd.at_ms
+                self.finish_run(run, runs_key, "waiting", cmd.at_ms, job=job)
+        job.slot_ms = cmd.slot_ms
+        job.next_run_at_ms = None
+        if cmd.slot_ms is None:
+            job.state = "completed"  # no occurrence left
+            return
+        assert cmd.due_ms is not None
+        found = self._slot_run(job.id, cmd.slot_ms)
+        if found is None:
+            if self.history_run(job.id, cmd.slot_ms) is None:
+                self.put_run(Run(job.id, cmd.slot_ms, cmd.due_ms, "waiting"), job=job)
+                job.next_run_at_ms = cmd.due_ms
+            return
+        runs_key, run = found
+        if run.status == "waiting":
+            if run.attempt == 0:
+                run.due_ms = cmd.due_ms
+                self.put_run(run, runs_key, "waiting", job)
+            job.next_run_at_ms = run.due_ms
 
     def delete_job(self, cmd: DeleteJob) -> errors.TempoError | None:
         job = self.job(cmd.owner, cmd.job_id)

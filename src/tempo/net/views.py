@@ -88,6 +88,7 @@ def job_view(job: Job, shared: dict[Any, Any] | None = None, outcome: JobOutcome
         None if job.next_run_at_ms is None else clock.iso_from_ms(job.next_run_at_ms),
         None if job.notify is None else NotifyOut(job.notify.url, list(job.notify.events)),
         *_outcome_fields(job, outcome),
+        version=job.version,
     )
 
 
