@@ -25,7 +25,15 @@ import trio
 from tempo import clock, errors, ids, limits, schedule
 from tempo.config import notify_url_ok
 from tempo.engine.commandlog import Answer, CommandLog
-from tempo.engine.commands import CreateJobs, DeleteJob, NewJob, PatchJob, PauseJob, ResumeJob, TriggerJob
+from tempo.engine.commands import (
+    CreateJobs,
+    DeleteJob,
+    NewJob,
+    PatchJob,
+    PauseJob,
+    ResumeJob,
+    TriggerJob,
+)
 from tempo.engine.records import Job, Notify, NotifyEvent, Run, Schedule
 from tempo.engine.store import Created, Store
 

@@ -35,13 +35,13 @@ from tempo.engine.commands import (
     ClaimRuns,
     Command,
     CreateJobs,
-    PatchJob,
     DeleteJob,
     DropHistory,
     ExpireLeases,
     Expiry,
     NewJob,
     NotifyCursor,
+    PatchJob,
     PauseJob,
     ReportResults,
     Result,
@@ -1386,12 +1386,13 @@ class _Tx:
                 return
             job.state = "active"
         elif old.slot_ms is not None and old.slot_ms != cmd.slot_ms:
-            found = self._slot_run(old.id, old.slot_ms)
-            if found is not None and found[1].status == "waiting" and not found[1].triggered:
-                runs_key, run = found
-                run.status = "cancelled"
-                run.finished_ms = cmd.at_ms
-                self.finish_run(run, runs_key, "waiting", cmd.at_ms, job=job)
+            self._cancel_slot(job, old.slot_ms, cmd.at_ms)
+        self._plant(job, cmd)
+
+    def _plant(self, job: Job, cmd: PatchJob) -> None:
+        """The job's scheduled waiting run at the command's slot: a new one,
+        or the one waiting there already (due anew unless it is a retry);
+        none when a run of that slot is claimed or finished."""
         job.slot_ms = cmd.slot_ms
         job.next_run_at_ms = None
         if cmd.slot_ms is None:
@@ -1410,6 +1411,16 @@ class _Tx:
                 run.due_ms = cmd.due_ms
                 self.put_run(run, runs_key, "waiting", job)
             job.next_run_at_ms = run.due_ms
+
+    def _cancel_slot(self, job: Job, slot_ms: int, at_ms: int) -> None:
+        """The scheduled run of `slot_ms` is cancelled if it waits (into
+        history, as a pause leaves it); a claimed one goes on."""
+        found = self._slot_run(job.id, slot_ms)
+        if found is not None and found[1].status == "waiting" and not found[1].triggered:
+            runs_key, run = found
+            run.status = "cancelled"
+            run.finished_ms = at_ms
+            self.finish_run(run, runs_key, "waiting", at_ms, job=job)
 
     def delete_job(self, cmd: DeleteJob) -> errors.TempoError | None:
         job = self.job(cmd.owner, cmd.job_id)

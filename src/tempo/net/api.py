@@ -1114,11 +1114,7 @@ def _bind(handler: Callable[[Request, str], Awaitable[Response]], arg: str) -> H
 # What a patch may name (docs/api.md "Change a job"), and why it may not name
 # the other fields of a job's view.
 _PATCHABLE = frozenset({"name", "target", "payload", "schedule", "retry", "lease_s", "jitter_s"})
-_FIXED_WHY = {
-    name: "cannot be changed by a patch"
-    for name in ("id", "owner", "state", "created_at", "next_run_at", "request_key", "notify", "version",
-                 "last_run", "runs")
-} | {name: "not supported by this server yet" for name in ("overlap", "timeout_s", "labels")}
+_FIXED_WHY = dict.fromkeys(("id", "owner", "state", "created_at", "next_run_at", "request_key", "notify", "version", "last_run", "runs"), "cannot be changed by a patch") | dict.fromkeys(("overlap", "timeout_s", "labels"), "not supported by this server yet")
 _patch_body = decoders(dict[str, Any])
 _create_json = _create[0]
 
