@@ -135,6 +135,7 @@ def _jobs(args: argparse.Namespace, client: Client) -> None:
         "resume": lambda: client.resume_job(args.id),
         "delete": lambda: client.delete_job(args.id),
         "trigger": lambda: client.trigger_job(args.id),
+        "update": lambda: client.update_job(args.id, _update_body(args), args.if_version),
         "runs": lambda: client.list_runs(
             args.id, since=args.since, until=args.until, limit=args.limit, cursor=args.cursor
         ),
@@ -162,6 +163,7 @@ def _add_jobs_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]")
     create.add_argument("--request-key", dest="request_key")
     for name in ("get", "pause", "resume", "delete", "trigger"):
         actions.add_parser(name, help=f"{name} a job").add_argument("id")
+    _add_update_parser(actions)
     listing = actions.add_parser("list", help="the jobs, newest first")
     listing.add_argument("--state", help="only jobs in this state: active, paused or completed")
     listing.add_argument("--target", help="only jobs with exactly this target")
@@ -177,6 +179,53 @@ def _add_jobs_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]")
         parser.add_argument("--url", default=argparse.SUPPRESS, help=URL_HELP)
         parser.add_argument("--ca-file", dest="ca_file", default=argparse.SUPPRESS, help=CA_FILE_HELP)
         parser.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON")
+
+
+# -- jobs update ---------------------------------------------------------------
+
+
+def _update_body(args: argparse.Namespace) -> dict[str, Any]:
+    """The merge patch of `tempo jobs update`: the fields given, a schedule
+    whole (docs/api.md "Change a job")."""
+    patch: dict[str, Any] = {}
+    if any(getattr(args, k) is not None for k in ("at", "cron", "every_s", "timezone", "start_at")):
+        patch["schedule"] = _schedule_body(args)
+    if args.payload is not None:
+        try:
+            patch["payload"] = json.loads(args.payload)
+        except ValueError as exc:
+            raise SystemExit(f"tempo jobs update: --payload is not JSON: {exc}") from None
+    retry = _retry_body(args)
+    if retry:
+        patch["retry"] = retry
+    for name in ("name", "target", "lease_s", "jitter_s"):
+        if getattr(args, name) is not None:
+            patch[name] = getattr(args, name)
+    if not patch:
+        raise SystemExit("tempo jobs update: give at least one field to change")
+    return patch
+
+
+def _add_update_parser(actions: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    update = actions.add_parser("update", help="change a job in place (its ID and history stay)")
+    update.add_argument("id")
+    update.add_argument("--target", help="queue:<name> or an http(s):// URL")
+    update.add_argument("--at", help="one-off: an RFC 3339 time with an offset")
+    update.add_argument("--cron", help="5-field cron or @hourly/@daily/...")
+    update.add_argument("--timezone", help="IANA time zone of --cron (default UTC)")
+    update.add_argument("--every-s", dest="every_s", type=int, help="repeat every N seconds")
+    update.add_argument("--start-at", dest="start_at", help="grid start of --every-s")
+    update.add_argument("--name")
+    update.add_argument("--payload", help="a JSON value, replacing the payload")
+    update.add_argument("--max-attempts", dest="max_attempts", type=int)
+    update.add_argument("--backoff-s", dest="backoff_s", help="comma-separated gaps, e.g. 10,60,600")
+    update.add_argument("--lease-s", dest="lease_s", type=int)
+    update.add_argument("--jitter-s", dest="jitter_s", type=int)
+    update.add_argument("--if-version", dest="if_version", type=int,
+                        help="change it only if it is at this version (else 412 version_mismatch)")
+    update.add_argument("--url", default=argparse.SUPPRESS, help=URL_HELP)
+    update.add_argument("--ca-file", dest="ca_file", default=argparse.SUPPRESS, help=CA_FILE_HELP)
+    update.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON")
 
 
 # -- runs commands -------------------------------------------------------------
