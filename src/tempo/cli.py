@@ -1,17 +1,30 @@
-"""The `tempo` command: `serve`, and a client for the jobs API."""
+"""The `tempo` command: `serve`, `worker`, and a client for the jobs API.
+
+Exit statuses (docs/operations.md "The command line"): 0 ok; 1 the server
+said no; 2 usage (a bad flag, value or file); 3 no server answered.
+`tempo cluster status` has statuses of its own."""
 
 import argparse
 import gc
 import json
 import os
 import sys
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import IO, Any
 
 import httpx
 
 from tempo import limits
-from tempo.net.client import ApiError, Client, OutcomeUnknown, Unavailable, urls_from
+from tempo.net.agent import USER_AGENT
+from tempo.net.client import (
+    ApiError,
+    CertificateRefused,
+    Client,
+    OutcomeUnknown,
+    Unavailable,
+    request_timeout_s,
+    urls_from,
+)
 from tempo.net.tls import TlsError
 
 # `outcome`: the status of the job's last run that ended (docs/api.md
@@ -23,11 +36,149 @@ ATTEMPT_COLUMNS = ("attempt", "claimed_at", "worker", "ended_at", "ok", "error",
 # A table cell shows at most this many characters of a text (an error, an output).
 cell_chars_max = 60
 CLUSTER_COLUMNS = ("node", "url", "role", "term", "leader", "commit", "applied")
+EVENT_COLUMNS = ("cursor", "at", "type", "job_id", "run_id", "detail")
+PREVIEW_COLUMNS = ("at", "local", "offset", "dst")
 URL_HELP = "server URL(s), comma-separated: the nodes of a cluster (default: $TEMPO_URL or http://127.0.0.1:8700)"
 CA_FILE_HELP = "PEM file of the CA that signed the servers' certificates, for https:// URLs " \
     "(default: $TEMPO_CA_FILE, else the system trust store)"
 # `tempo cluster status` asks at most this many URLs (given and discovered).
 cluster_urls_max = 64
+# `tempo jobs create --file`: jobs per `POST /v1/jobs/batch`, and the bytes
+# of their lines, under the server's bounds on a batch.
+file_batch_jobs = limits.batch_jobs_max
+file_batch_bytes = limits.batch_body_bytes_max - 1024  # room for `{"jobs": [...]}` and commas
+# `tempo events --follow`: one long poll's wait.
+events_wait_s = min(20, limits.events_wait_s_max)
+
+EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
+EXIT_STATUSES = f"""exit status:
+  {EXIT_OK}  ok
+  {EXIT_REFUSED}  the server said no: an error answer (not found, a bad value: the flag is named)
+  {EXIT_USAGE}  usage: a bad flag or value, a file that cannot be read, a certificate refused
+  {EXIT_UNREACHABLE}  no server answered (or a write's answer was lost: it may or may not have been made)
+  `tempo cluster status` has statuses of its own (see its --help)."""
+
+
+class Usage(Exception):
+    """A command line that cannot be sent: exit status 2, naming the flag."""
+
+
+def _version() -> str:
+    return USER_AGENT.replace("/", " ", 1)
+
+
+def _examples(*lines: str) -> str:
+    return "examples:\n" + "\n".join(f"  {line}" for line in lines)
+
+
+def _subparser(
+    actions: "argparse._SubParsersAction[argparse.ArgumentParser]", name: str, help: str, *examples: str,
+    epilog: str = "",
+) -> argparse.ArgumentParser:
+    """A subcommand with its help, and examples (and `epilog`) below its flags."""
+    text = _examples(*examples) + (f"\n\n{epilog}" if epilog else "")
+    return actions.add_parser(name, help=help, description=help, epilog=text,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
+def _global_flags(parser: argparse.ArgumentParser, json_help: str = "print the server's answers as JSON") -> None:
+    """`--url`, `--ca-file` and `--json`, accepted before and after the
+    subcommand: every parser on the way defines them with no default, so a
+    later parser does not overwrite what an earlier one read."""
+    parser.add_argument("--url", default=argparse.SUPPRESS, help=URL_HELP)
+    parser.add_argument("--ca-file", dest="ca_file", default=argparse.SUPPRESS, help=CA_FILE_HELP)
+    parser.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help=json_help)
+
+
+def _connection_flags(parser: argparse.ArgumentParser) -> None:
+    """`--url` and `--ca-file` of the commands that print no answers."""
+    parser.add_argument("--url", default=argparse.SUPPRESS, help=URL_HELP)
+    parser.add_argument("--ca-file", dest="ca_file", default=argparse.SUPPRESS, help=CA_FILE_HELP)
+
+
+def _gaps_s(text: str) -> list[int]:
+    """`--backoff-s 10,60,600`: whole seconds, not negative."""
+    parts = [part.strip() for part in text.split(",")]
+    if not all(part.isdecimal() for part in parts):
+        raise argparse.ArgumentTypeError(f"comma-separated whole seconds, e.g. 10,60,600 (got {text!r})")
+    return [int(part) for part in parts]
+
+
+def _int_from(lo: int) -> Callable[[str], int]:
+    """A flag's whole number, at least `lo`."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"a whole number, not {text!r}") from None
+        if value < lo:
+            raise argparse.ArgumentTypeError(f"at least {lo} (got {value})")
+        return value
+    return parse
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a number of seconds, not {text!r}") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"a number of seconds, 0 or more (got {text})")
+    return value
+
+
+def _worker_id(text: str) -> str:
+    if not 1 <= len(text) <= limits.worker_chars_max:
+        raise argparse.ArgumentTypeError(f"1 to {limits.worker_chars_max} characters (got {len(text)})")
+    return text
+
+
+def _json_value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON: {exc}") from None
+
+
+# Where the server's problem `loc`s point among the flags (API.md "Errors"):
+# an error names the flag the user typed, not the field it became.
+SCHEDULE_FLAGS = {
+    "schedule": "--at/--cron/--every-s", "schedule.at": "--at", "schedule.cron": "--cron",
+    "schedule.timezone": "--timezone", "schedule.every_s": "--every-s", "schedule.start_at": "--start-at",
+}
+CREATE_FLAGS = SCHEDULE_FLAGS | {
+    "target": "--target", "name": "--name", "payload": "--payload", "retry": "--max-attempts/--backoff-s",
+    "retry.max_attempts": "--max-attempts", "retry.backoff_s": "--backoff-s", "lease_s": "--lease-s",
+    "jitter_s": "--jitter-s", "request_key": "--request-key",
+}
+PAGE_FLAGS = {
+    "query.limit": "--limit", "query.cursor": "--cursor", "query.since": "--since", "query.until": "--until",
+    "query.state": "--state", "query.target": "--target", "query.name_prefix": "--name-prefix",
+    "query.status": "--status",
+}
+EVENT_FLAGS = {"query.after": "--after", "query.limit": "--limit"}
+PREVIEW_FLAGS = SCHEDULE_FLAGS | {"after": "--after", "count": "--count"}
+
+
+def flag_of(loc: str, flags: dict[str, str]) -> str:
+    """The flag that set the field at `loc` (`retry.backoff_s[2]` is
+    `--backoff-s`), else `loc` itself."""
+    for length in range(len(loc), 0, -1):
+        head, rest = loc[:length], loc[length:]
+        if head in flags and (not rest or rest[0] in ".["):
+            return flags[head]
+    return loc or "body"
+
+
+def explain(exc: ApiError, flags: dict[str, str]) -> str:
+    """An error answer as a line, its fields named by their flags."""
+    problem = exc.problem
+    errors = problem.get("errors") or []
+    where = "; ".join(f"{flag_of(str(e.get('loc') or ''), flags)}: {e.get('msg')}" for e in errors if isinstance(e, dict))
+    return f"{exc.status} {problem.get('type', 'error')}: {where or problem.get('detail') or problem.get('title') or ''}"
+
+
+# -- tables --------------------------------------------------------------------
 
 
 def _schedule_text(schedule: dict[str, Any]) -> str:
@@ -37,6 +188,28 @@ def _schedule_text(schedule: dict[str, Any]) -> str:
         start = f" from {schedule['start_at']}" if "start_at" in schedule else ""
         return f"every {schedule['every_s']}s{start}"
     return f"at {schedule.get('at')}"
+
+
+def zone_of(job: dict[str, Any]) -> str | None:
+    """The time zone of a cron job, unless UTC: its times are shown there too."""
+    schedule = job.get("schedule")
+    zone = schedule.get("timezone") if isinstance(schedule, dict) else None
+    return zone if isinstance(zone, str) and zone not in ("UTC", "Etc/UTC") else None
+
+
+def local_time(at: str, timezone: str) -> str | None:
+    """`at` (RFC 3339) as the wall clock of `timezone` with its offset, as a
+    preview's `local` and `offset` spell it; None if it cannot be read."""
+    from datetime import datetime
+
+    from tempo import clock, schedule
+
+    try:
+        at_ms = clock.ms_from_datetime(datetime.fromisoformat(at))
+        offset_s = schedule.utc_offset_s(timezone, at_ms)
+    except (ValueError, KeyError, AssertionError):
+        return None  # not a time with an offset, or a zone this machine does not know
+    return clock.local_iso_from_ms(at_ms + offset_s * 1000) + clock.offset_text(offset_s)
 
 
 def _cell(row: dict[str, Any], column: str) -> str:
@@ -51,6 +224,12 @@ def _cell(row: dict[str, Any], column: str) -> str:
         value = value.replace("\n", " ").replace("\r", " ")
         if len(value) > cell_chars_max:
             value = value[: cell_chars_max - 1] + "…"
+    zone = zone_of(row)
+    if column.endswith("_at") and isinstance(value, str) and zone is not None:
+        local = local_time(value, zone)
+        return value if local is None else f"{value} ({local})"
+    if isinstance(value, dict | list):
+        return json.dumps(value, separators=(",", ":"))
     return "-" if value is None else str(value)
 
 
@@ -64,22 +243,36 @@ def table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
 
 def record(row: dict[str, Any]) -> str:
     width = max(len(k) for k in row)
-    return "\n".join(
-        f"{k.ljust(width)}  {json.dumps(v) if isinstance(v, dict | list) else ('-' if v is None else v)}"
-        for k, v in row.items()
-    )
+    zone = zone_of(row)
+
+    def text(key: str, value: Any) -> str:
+        if isinstance(value, dict | list):
+            return json.dumps(value)
+        if value is None:
+            return "-"
+        local = local_time(value, zone) if zone is not None and key.endswith("_at") and isinstance(value, str) else None
+        return f"{value} ({local} {zone})" if local is not None else str(value)
+
+    return "\n".join(f"{k.ljust(width)}  {text(k, v)}" for k, v in row.items())
 
 
 # -- jobs commands -------------------------------------------------------------
 
+# The flags of one job, which `--file` replaces.
+JOB_FLAGS = ("target", "at", "cron", "every_s", "timezone", "start_at", "name", "payload", "max_attempts",
+             "backoff_s", "lease_s", "jitter_s", "request_key")
+
+
+def _flag(dest: str) -> str:
+    return "--" + dest.replace("_", "-")
+
 
 def _create_body(args: argparse.Namespace) -> dict[str, Any]:
+    if args.target is None:
+        raise Usage("the following arguments are required: --target")
     body: dict[str, Any] = {"target": args.target, "schedule": _schedule_body(args)}
     if args.payload is not None:
-        try:
-            body["payload"] = json.loads(args.payload)
-        except ValueError as exc:
-            raise SystemExit(f"tempo jobs create: --payload is not JSON: {exc}") from None
+        body["payload"] = args.payload
     retry = _retry_body(args)
     if retry:
         body["retry"] = retry
@@ -91,8 +284,8 @@ def _create_body(args: argparse.Namespace) -> dict[str, Any]:
 
 def _schedule_body(args: argparse.Namespace) -> dict[str, Any]:
     kinds = [k for k in ("at", "cron", "every_s") if getattr(args, k) is not None]
-    if len(kinds) != 1:
-        raise SystemExit("tempo jobs create: give exactly one of --at, --cron, --every-s")
+    if len(kinds) != 1:  # two at once argparse refuses; none is left to here
+        raise Usage("give exactly one of --at, --cron or --every-s")
     schedule: dict[str, Any] = {kinds[0]: getattr(args, kinds[0])}
     if args.timezone is not None:
         schedule["timezone"] = args.timezone
@@ -106,7 +299,7 @@ def _retry_body(args: argparse.Namespace) -> dict[str, Any]:
     if args.max_attempts is not None:
         retry["max_attempts"] = args.max_attempts
     if args.backoff_s is not None:
-        retry["backoff_s"] = [int(x) for x in args.backoff_s.split(",") if x.strip()]
+        retry["backoff_s"] = args.backoff_s
     return retry
 
 
@@ -124,7 +317,9 @@ def _show(args: argparse.Namespace, value: Any, columns: Sequence[str] | None = 
         print(record(value))
 
 
-def _jobs(args: argparse.Namespace, client: Client) -> None:
+def _jobs(args: argparse.Namespace, client: Client) -> int:
+    if args.action == "create" and args.file is not None:
+        return _create_from_file(args, client)
     action: dict[str, Callable[[], Any]] = {
         "create": lambda: client.create_job(_create_body(args)),
         "get": lambda: client.get_job(args.id),
@@ -142,43 +337,203 @@ def _jobs(args: argparse.Namespace, client: Client) -> None:
     }
     value = action[args.action]()
     _show(args, value, RUN_COLUMNS if args.action == "runs" else JOB_COLUMNS)
+    return EXIT_OK
+
+
+def read_job_lines(stream: IO[str]) -> list[tuple[int, dict[str, Any], int]]:
+    """(line number, job body, its bytes) of each non-blank line of a JSON
+    Lines file; `Usage` naming the first line that is not a JSON object."""
+    jobs = []
+    for number, line in enumerate(stream, start=1):
+        if not line.strip():
+            continue
+        try:
+            body = json.loads(line)
+        except ValueError as exc:
+            raise Usage(f"--file: line {number}: not JSON: {exc}") from None
+        if not isinstance(body, dict):
+            raise Usage(f"--file: line {number}: not a JSON object (a job's create body)")
+        jobs.append((number, body, len(line.encode())))
+    return jobs
+
+
+def file_batches(jobs: list[tuple[int, dict[str, Any], int]]) -> Iterator[list[tuple[int, dict[str, Any], int]]]:
+    """The lines in batches of at most `file_batch_jobs` jobs and
+    `file_batch_bytes` bytes (a longer line goes alone; the server says 413)."""
+    batch: list[tuple[int, dict[str, Any], int]] = []
+    size = 0
+    for job in jobs:
+        if batch and (len(batch) == file_batch_jobs or size + job[2] > file_batch_bytes):
+            yield batch
+            batch, size = [], 0
+        batch.append(job)
+        size += job[2] + 1
+    if batch:
+        yield batch
+
+
+def _create_from_file(args: argparse.Namespace, client: Client) -> int:
+    given = [_flag(name) for name in JOB_FLAGS if getattr(args, name) is not None]
+    if given:
+        raise Usage(f"--file: each line is a whole job; {', '.join(given)} is for one job from flags")
+    try:
+        if args.file == "-":
+            jobs = read_job_lines(sys.stdin)
+        else:
+            with open(args.file, encoding="utf-8") as stream:
+                jobs = read_job_lines(stream)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise Usage(f"--file: {exc}") from None
+    refused = 0
+    if not args.json:
+        print(f"{'LINE':<6}  {'STATUS':<6}  RESULT", flush=True)
+    for batch in file_batches(jobs):
+        try:
+            results = client.create_jobs([body for _, body, _ in batch])
+        except ApiError as exc:
+            # The batch as a whole was refused: none of its lines was created.
+            lines = f"lines {batch[0][0]}-{batch[-1][0]}" if len(batch) > 1 else f"line {batch[0][0]}"
+            raise ApiError(exc.status, exc.problem | {"detail": f"{lines}: {explain(exc, {})}", "errors": []}) from None
+        for (number, _, _), result in zip(batch, results, strict=True):
+            status = int(result.get("status", 0))
+            refused += status >= 300
+            if args.json:
+                print(json.dumps({"line": number} | result), flush=True)
+                continue
+            if status < 300:
+                job = result.get("job") or {}
+                text = str(job.get("id")) + (f" {job['name']}" if job.get("name") else "")
+            else:
+                text = explain(ApiError(status, result.get("problem") or {}), {}).split(": ", 1)[-1]
+                text = f"{(result.get('problem') or {}).get('type', 'error')}: {text}"
+            print(f"{number:<6}  {status:<6}  {text}", flush=True)
+    return EXIT_REFUSED if refused else EXIT_OK
+
+
+def _add_schedule_flags(parser: argparse.ArgumentParser, *, with_file: bool) -> None:
+    what = "exactly one of --at, --cron or --every-s" + (" (or --file, for many jobs)" if with_file else "")
+    group = parser.add_argument_group("schedule", f"give {what}")
+    kinds = group.add_mutually_exclusive_group()
+    kinds.add_argument("--at", help="one-off: an RFC 3339 time with an offset, e.g. 2030-01-01T09:00:00+01:00")
+    kinds.add_argument("--cron", help="5-field cron or @hourly/@daily/..., e.g. '0 3 * * *'")
+    kinds.add_argument("--every-s", dest="every_s", type=int, metavar="N", help="repeat every N seconds")
+    if with_file:
+        kinds.add_argument("--file", help="create the jobs of a JSON Lines file (- for stdin), one create body "
+                           "per line, through the batch API; each line's result is printed. A line with a "
+                           "request_key may be sent again safely")
+    group.add_argument("--timezone", help="IANA time zone of --cron, e.g. Europe/Berlin (default UTC)")
+    group.add_argument("--start-at", dest="start_at", help="RFC 3339 start of the --every-s grid (default: now)")
 
 
 def _add_jobs_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
-    jobs = sub.add_parser("jobs", help="create and manage jobs")
-    actions = jobs.add_subparsers(dest="action", required=True)
-    create = actions.add_parser("create", help="create a job")
-    create.add_argument("--target", required=True, help="queue:<name> or an http(s):// URL")
-    create.add_argument("--at", help="one-off: an RFC 3339 time with an offset")
-    create.add_argument("--cron", help="5-field cron or @hourly/@daily/...")
-    create.add_argument("--timezone", help="IANA time zone of --cron (default UTC)")
-    create.add_argument("--every-s", dest="every_s", type=int, help="repeat every N seconds")
-    create.add_argument("--start-at", dest="start_at", help="grid start of --every-s")
-    create.add_argument("--name")
-    create.add_argument("--payload", help="a JSON value")
-    create.add_argument("--max-attempts", dest="max_attempts", type=int)
-    create.add_argument("--backoff-s", dest="backoff_s", help="comma-separated gaps, e.g. 10,60,600")
-    create.add_argument("--lease-s", dest="lease_s", type=int)
-    create.add_argument("--jitter-s", dest="jitter_s", type=int)
-    create.add_argument("--request-key", dest="request_key")
-    for name in ("get", "pause", "resume", "delete", "trigger"):
-        actions.add_parser(name, help=f"{name} a job").add_argument("id")
+    jobs = _subparser(sub, "jobs", "create and manage jobs", "tempo jobs list", "tempo jobs create --help")
+    actions = jobs.add_subparsers(dest="action", required=True, metavar="ACTION")
+    create = _subparser(
+        actions, "create", "create a job (or many, from a file)",
+        "tempo jobs create --target queue:reports --cron '0 3 * * *' --timezone Europe/Berlin",
+        "tempo jobs create --target https://example.com/hook --at 2030-01-01T09:00:00Z --payload '{\"id\": 7}'",
+        "tempo jobs create --target queue:mail --every-s 600 --max-attempts 5 --backoff-s 10,60,600",
+        "tempo jobs create --file jobs.jsonl",
+    )
+    create.add_argument("--target", help="queue:<name> (claimed by workers) or an http(s):// URL (POSTed to); needed unless --file")
+    _add_schedule_flags(create, with_file=True)
+    create.add_argument("--name", help="a name to recognise the job by (not unique)")
+    create.add_argument("--payload", type=_json_value, help="a JSON value given to each run, e.g. '{\"n\": 3}'")
+    create.add_argument("--max-attempts", dest="max_attempts", type=int, metavar="N",
+                        help="attempts of each run before it fails (default 1)")
+    create.add_argument("--backoff-s", dest="backoff_s", type=_gaps_s, metavar="S,S,...",
+                        help="seconds to wait before each retry, comma-separated, e.g. 10,60,600")
+    create.add_argument("--lease-s", dest="lease_s", type=int, metavar="S",
+                        help="how long a claimed run is a worker's without a heartbeat")
+    create.add_argument("--jitter-s", dest="jitter_s", type=int, metavar="S",
+                        help="spread each run's due time over up to S seconds")
+    create.add_argument("--request-key", dest="request_key", metavar="KEY",
+                        help="makes the create safe to repeat: a second create with it answers the first job")
+    create.set_defaults(flags=CREATE_FLAGS)
+    one = {"get": "show a job", "pause": "pause a job: no run falls due until it is resumed",
+           "resume": "resume a paused job", "delete": "delete a job and its waiting runs",
+           "trigger": "make a run of a job due now, beside its schedule"}
+    for name, help in one.items():
+        _subparser(actions, name, help, f"tempo jobs {name} j_01J...").add_argument("id", help="the job's ID")
     _add_update_parser(actions)
-    listing = actions.add_parser("list", help="the jobs, newest first")
+    listing = _subparser(actions, "list", "the jobs, newest first", "tempo jobs list --limit 20",
+                         "tempo jobs list --state paused --name-prefix nightly-", "tempo --json jobs list")
     listing.add_argument("--state", help="only jobs in this state: active, paused or completed")
     listing.add_argument("--target", help="only jobs with exactly this target")
     listing.add_argument("--name-prefix", dest="name_prefix", help="only jobs whose name starts with this")
-    runs = actions.add_parser("runs", help="a job's runs, newest first")
-    runs.add_argument("id")
-    runs.add_argument("--since")
-    runs.add_argument("--until")
+    runs = _subparser(actions, "runs", "a job's runs, newest first",
+                      "tempo jobs runs j_01J... --since 2030-01-01T00:00:00Z")
+    runs.add_argument("id", help="the job's ID")
+    runs.add_argument("--since", help="runs due at or after this RFC 3339 time")
+    runs.add_argument("--until", help="runs due before this RFC 3339 time")
     for parser in (listing, runs):
-        parser.add_argument("--limit", type=int)
-        parser.add_argument("--cursor")
-    for parser in (jobs, create, listing, runs, *[actions.choices[n] for n in ("get", "pause", "resume", "delete", "trigger")]):
-        parser.add_argument("--url", default=argparse.SUPPRESS, help=URL_HELP)
-        parser.add_argument("--ca-file", dest="ca_file", default=argparse.SUPPRESS, help=CA_FILE_HELP)
-        parser.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON")
+        parser.add_argument("--limit", type=int, metavar="N", help="at most N on a page (default 100)")
+        parser.add_argument("--cursor", help="the page after this one (printed below a full page)")
+        parser.set_defaults(flags=PAGE_FLAGS)
+    for parser in (jobs, *actions.choices.values()):
+        _global_flags(parser)
+
+
+def _events(args: argparse.Namespace, client: Client) -> int:
+    cursor: str = args.after or "0"
+    if not args.follow:
+        page = client.request("GET", "/v1/events", params={"after": cursor, "limit": args.limit})
+        if args.json:
+            print(json.dumps(page, indent=2))
+        else:
+            print(table(page["events"], EVENT_COLUMNS))
+            if page["events"]:
+                print(f"next page: --after {page['next_cursor']}")
+        return EXIT_OK
+    if not args.json:
+        print("  ".join(c.upper() for c in EVENT_COLUMNS), flush=True)
+    try:
+        while True:
+            page = client.request("GET", "/v1/events", params={"after": cursor, "limit": args.limit,
+                                  "wait_s": events_wait_s}, timeout_s=events_wait_s + request_timeout_s)
+            for event in page["events"]:
+                line = json.dumps(event) if args.json else "  ".join(_cell(event, c) for c in EVENT_COLUMNS)
+                print(line, flush=True)
+            cursor = page["next_cursor"]
+    except KeyboardInterrupt:
+        return EXIT_OK
+
+
+def _add_events_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    events = _subparser(sub, "events", "the owner's events (run.failed, job.completed, ...), oldest first",
+                        "tempo events", "tempo events --follow", "tempo --json events --follow --after 1234")
+    events.add_argument("--after", metavar="CURSOR", help="events after this cursor (default: from the oldest kept)")
+    events.add_argument("--limit", type=int, metavar="N", help="at most N on a page (default 100)")
+    events.add_argument("--follow", "-f", action="store_true",
+                        help="keep printing events as they happen (long polls), one line each, until interrupted")
+    events.set_defaults(flags=EVENT_FLAGS)
+    _global_flags(events, "print the page as JSON; with --follow, one JSON object per line")
+
+
+def _preview(args: argparse.Namespace, client: Client) -> int:
+    body: dict[str, Any] = {"schedule": _schedule_body(args)}
+    if args.after is not None:
+        body["after"] = args.after
+    if args.count is not None:
+        body["count"] = args.count
+    answer = client.request("POST", "/v1/schedules/preview", body)
+    if args.json:
+        print(json.dumps(answer, indent=2))
+    else:
+        print(table(answer["occurrences"], PREVIEW_COLUMNS))
+    return EXIT_OK
+
+
+def _add_preview_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    preview = _subparser(sub, "preview", "the next times of a schedule, in UTC and in its time zone",
+                         "tempo preview --cron '0 3 * * *' --timezone Europe/Berlin --count 5",
+                         "tempo preview --every-s 900 --after 2030-01-01T00:00:00Z")
+    _add_schedule_flags(preview, with_file=False)
+    preview.add_argument("--after", help="times after this RFC 3339 time (default: now)")
+    preview.add_argument("--count", type=int, metavar="N",
+                         help=f"how many times (default {limits.preview_count_default}, at most {limits.preview_count_max})")
+    preview.set_defaults(flags=PREVIEW_FLAGS)
+    _global_flags(preview)
 
 
 # -- jobs update ---------------------------------------------------------------
@@ -191,10 +546,7 @@ def _update_body(args: argparse.Namespace) -> dict[str, Any]:
     if any(getattr(args, k) is not None for k in ("at", "cron", "every_s", "timezone", "start_at")):
         patch["schedule"] = _schedule_body(args)
     if args.payload is not None:
-        try:
-            patch["payload"] = json.loads(args.payload)
-        except ValueError as exc:
-            raise SystemExit(f"tempo jobs update: --payload is not JSON: {exc}") from None
+        patch["payload"] = args.payload
     retry = _retry_body(args)
     if retry:
         patch["retry"] = retry
@@ -202,66 +554,70 @@ def _update_body(args: argparse.Namespace) -> dict[str, Any]:
         if getattr(args, name) is not None:
             patch[name] = getattr(args, name)
     if not patch:
-        raise SystemExit("tempo jobs update: give at least one field to change")
+        raise Usage("give at least one field to change")
     return patch
 
 
 def _add_update_parser(actions: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
-    update = actions.add_parser("update", help="change a job in place (its ID and history stay)")
-    update.add_argument("id")
+    update = _subparser(
+        actions, "update", "change a job in place: its ID, runs and history stay",
+        "tempo jobs update j_01J... --cron '30 4 * * *' --timezone Europe/Berlin --if-version 1",
+        "tempo jobs update j_01J... --target queue:reports-v2 --max-attempts 2",
+        epilog="A schedule flag replaces the schedule whole; other fields keep their values.",
+    )
+    update.add_argument("id", help="the job's ID")
     update.add_argument("--target", help="queue:<name> or an http(s):// URL")
-    update.add_argument("--at", help="one-off: an RFC 3339 time with an offset")
-    update.add_argument("--cron", help="5-field cron or @hourly/@daily/...")
-    update.add_argument("--timezone", help="IANA time zone of --cron (default UTC)")
-    update.add_argument("--every-s", dest="every_s", type=int, help="repeat every N seconds")
-    update.add_argument("--start-at", dest="start_at", help="grid start of --every-s")
-    update.add_argument("--name")
-    update.add_argument("--payload", help="a JSON value, replacing the payload")
-    update.add_argument("--max-attempts", dest="max_attempts", type=int)
-    update.add_argument("--backoff-s", dest="backoff_s", help="comma-separated gaps, e.g. 10,60,600")
-    update.add_argument("--lease-s", dest="lease_s", type=int)
-    update.add_argument("--jitter-s", dest="jitter_s", type=int)
-    update.add_argument("--if-version", dest="if_version", type=int,
-                        help="change it only if it is at this version (else 412 version_mismatch)")
-    update.add_argument("--url", default=argparse.SUPPRESS, help=URL_HELP)
-    update.add_argument("--ca-file", dest="ca_file", default=argparse.SUPPRESS, help=CA_FILE_HELP)
-    update.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON")
+    _add_schedule_flags(update, with_file=False)
+    update.add_argument("--name", help="a name to recognise the job by (not unique)")
+    update.add_argument("--payload", type=_json_value, help="a JSON value, replacing the payload")
+    update.add_argument("--max-attempts", dest="max_attempts", type=int, metavar="N",
+                        help="attempts of each run before it fails")
+    update.add_argument("--backoff-s", dest="backoff_s", type=_gaps_s, metavar="S,S,...",
+                        help="seconds to wait before each retry, comma-separated, e.g. 10,60,600")
+    update.add_argument("--lease-s", dest="lease_s", type=int, metavar="S",
+                        help="how long a claimed run is a worker's without a heartbeat")
+    update.add_argument("--jitter-s", dest="jitter_s", type=int, metavar="S",
+                        help="spread each run's due time over up to S seconds")
+    update.add_argument("--if-version", dest="if_version", type=int, metavar="N",
+                        help="change it only if it is at version N (else 412 version_mismatch)")
+    update.set_defaults(flags=CREATE_FLAGS)
 
 
 # -- runs commands -------------------------------------------------------------
 
 
-def _runs(args: argparse.Namespace, client: Client) -> None:
+def _runs(args: argparse.Namespace, client: Client) -> int:
     if args.action == "list":
         value = client.list_all_runs(
             status=args.status, since=args.since, until=args.until, limit=args.limit, cursor=args.cursor
         )
         _show(args, value, ALL_RUN_COLUMNS)
-        return
+        return EXIT_OK
     run = client.get_run(args.id)
     if args.json:
         print(json.dumps(run, indent=2))
-        return
+        return EXIT_OK
     print(record({k: v for k, v in run.items() if k != "attempts"}))
     print()
     print(table(run.get("attempts", []), ATTEMPT_COLUMNS))
+    return EXIT_OK
 
 
 def _add_runs_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
-    runs = sub.add_parser("runs", help="look at runs across jobs")
-    actions = runs.add_subparsers(dest="action", required=True)
-    get = actions.add_parser("get", help="one run and each of its attempts")
+    runs = _subparser(sub, "runs", "look at runs across jobs", "tempo runs list --status failed", "tempo runs get r_01J...")
+    actions = runs.add_subparsers(dest="action", required=True, metavar="ACTION")
+    get = _subparser(actions, "get", "one run and each of its attempts", "tempo runs get r_01J...")
     get.add_argument("id", help="the run ID (r_...)")
-    listing = actions.add_parser("list", help="runs of every job, newest first")
+    listing = _subparser(actions, "list", "runs of every job, newest first", "tempo runs list --status failed",
+                         "tempo runs list --since 2030-01-01T00:00:00Z --limit 20")
     listing.add_argument("--status", help="only runs in this status: waiting, claimed, done, failed or cancelled")
     listing.add_argument("--since", help="listed at or after this RFC 3339 time (a finished run: its end)")
     listing.add_argument("--until", help="listed before this RFC 3339 time")
     listing.add_argument("--limit", type=int, help="runs a page (1-1000, default 100)")
     listing.add_argument("--cursor", help="next page: the cursor the previous page printed")
+    listing.set_defaults(flags=PAGE_FLAGS)
     for parser in (runs, get, listing):
-        parser.add_argument("--url", default=argparse.SUPPRESS, help=URL_HELP)
-        parser.add_argument("--ca-file", dest="ca_file", default=argparse.SUPPRESS, help=CA_FILE_HELP)
-        parser.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON")
+        _global_flags(parser)
 
 
 # -- cluster commands ----------------------------------------------------------
@@ -381,25 +737,28 @@ def _cluster(args: argparse.Namespace, client: Client) -> int:
 
 
 def _add_cluster_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
-    cluster = sub.add_parser("cluster", help="look at the nodes of a cluster")
-    actions = cluster.add_subparsers(dest="action", required=True)
-    status = actions.add_parser(
-        "status", help="every node's view: role, term, leader, commit and applied index",
-        epilog=CLUSTER_STATUS_EXITS, formatter_class=argparse.RawDescriptionHelpFormatter,
+    cluster = _subparser(sub, "cluster", "look at the nodes of a cluster, add and remove them",
+                         "tempo cluster status --url http://10.0.0.1:8700")
+    actions = cluster.add_subparsers(dest="action", required=True, metavar="ACTION")
+    status = _subparser(
+        actions, "status", "every node's view: role, term, leader, commit and applied index",
+        "tempo cluster status --url http://10.0.0.1:8700,http://10.0.0.2:8700", epilog=CLUSTER_STATUS_EXITS,
     )
-    add = actions.add_parser("add", help="make a node started with `tempo serve --join` a voter")
+    add = _subparser(actions, "add", "make a node started with `tempo serve --join` a voter",
+                     "tempo cluster add n4 http://10.0.0.4:8700")
     add.add_argument("id", help="the new node's ID, as its --node")
     add.add_argument("node_url", metavar="URL", help="the URL the others reach it at, as in its --peers entry")
-    remove = actions.add_parser("remove", help="remove a node (a dead one, before adding its replacement)")
-    remove.add_argument("id")
+    remove = _subparser(actions, "remove", "remove a node (a dead one, before adding its replacement)",
+                        "tempo cluster remove n3")
+    remove.add_argument("id", help="the node's ID, as its --node")
     for parser in (cluster, status, add, remove):
-        parser.add_argument("--url", default=argparse.SUPPRESS, help=URL_HELP)
-        parser.add_argument("--ca-file", dest="ca_file", default=argparse.SUPPRESS, help=CA_FILE_HELP)
-        parser.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print the answers as JSON")
+        _global_flags(parser, "print the answers as JSON")
 
 
 def _add_serve_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
-    serve = sub.add_parser("serve", help="run a tempo node")
+    serve = _subparser(sub, "serve", "run a tempo node", "tempo serve",
+                       "tempo serve --data-dir /var/lib/tempo --listen 0.0.0.0:8700 --config tempo.toml",
+                       "tempo serve --node n1 --peers n1=http://10.0.0.1:8700,n2=http://10.0.0.2:8700,n3=http://10.0.0.3:8700")
     serve.add_argument("--data-dir", default="tempo-data", help="where the node keeps its data (default ./tempo-data)")
     serve.add_argument("--listen", default=None, help="HOST:PORT to listen on (default 127.0.0.1:8700)")
     serve.add_argument("--log-format", choices=("text", "json"), default="text",
@@ -448,13 +807,17 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _add_worker_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
-    worker = sub.add_parser("worker", help="run a command for each run claimed from queues")
-    worker.add_argument("--url", default=None, help="server URL(s), comma-separated (default: $TEMPO_URL or http://127.0.0.1:8700)")
-    worker.add_argument("--ca-file", dest="ca_file", default=None, help=CA_FILE_HELP)
+    worker = _subparser(sub, "worker", "run a command for each run claimed from queues",
+                        "tempo worker --queue reports -- ./make-report.sh",
+                        "tempo worker --queue mail --queue sms --concurrency 8 --log-format json -- python send.py")
+    _connection_flags(worker)
     worker.add_argument("--queue", action="append", required=True, help="a queue to claim from (repeatable)")
-    worker.add_argument("--concurrency", type=int, default=1, help="runs at a time (default 1)")
-    worker.add_argument("--worker-id", dest="worker_id", default=None, help="default: HOST-PID")
-    worker.add_argument("--grace-s", dest="grace_s", type=float, default=30.0, help="on SIGTERM/SIGINT, how long running commands may finish")
+    worker.add_argument("--concurrency", type=_int_from(1), default=1, metavar="N", help="runs at a time (default 1)")
+    worker.add_argument("--worker-id", dest="worker_id", type=_worker_id, default=None,
+                        help="its name in runs and logs (default: HOST-PID)")
+    worker.add_argument("--log-format", choices=("text", "json"), default="text",
+                        help="log lines as text (default) or as one JSON object per line")
+    worker.add_argument("--grace-s", dest="grace_s", type=_seconds, default=30.0, metavar="S", help="on SIGTERM/SIGINT, how long running commands may finish")
     worker.add_argument("argv", nargs=argparse.REMAINDER, help="-- COMMAND...: gets the payload as JSON on stdin")
 
 
@@ -465,18 +828,26 @@ def _worker(args: argparse.Namespace) -> int:
     import trio
 
     from tempo import worker
-    from tempo.net.client import urls_from
+    from tempo.logs import JsonFormatter, TextFormatter
 
     argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
     if not argv:
         print("tempo worker: give the command after --", file=sys.stderr)
         return 2
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # it logs every request at INFO
+    if len(set(args.queue)) > limits.queues_per_claim_max:
+        print(f"tempo worker: --queue: at most {limits.queues_per_claim_max} queues", file=sys.stderr)
+        return 2
+    # tempo's own log lines on stderr, as `tempo serve` writes them; not the
+    # libraries' (httpx logs every request at INFO).
+    handler = logging.StreamHandler()
+    handler.setFormatter(JsonFormatter() if args.log_format == "json" else TextFormatter())
+    root = logging.getLogger("tempo")
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
     worker_id = args.worker_id or f"{socket.gethostname()}-{os.getpid()}"[:200]
     try:
         trio.run(lambda: worker.serve_command(
-            urls_from(args.url), args.queue, argv, worker_id=worker_id, concurrency=args.concurrency,
+            urls_from(getattr(args, "url", None)), args.queue, argv, worker_id=worker_id, concurrency=args.concurrency,
             grace_s=args.grace_s, token=os.environ.get("TEMPO_TOKEN"), ca_file=ca_file_from(args),
         ))
     except worker.WorkerError as exc:
@@ -489,9 +860,9 @@ def _worker(args: argparse.Namespace) -> int:
 
 
 def _add_loadgen_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
-    gen = sub.add_parser("loadgen", help="the spike: N one-off jobs due at one instant, W workers")
-    gen.add_argument("--url", default=None, help="server URL(s), comma-separated")
-    gen.add_argument("--ca-file", dest="ca_file", default=None, help=CA_FILE_HELP)
+    gen = _subparser(sub, "loadgen", "the spike: N one-off jobs due at one instant, W workers",
+                     "tempo loadgen --spawn 1 --jobs 100000", "tempo loadgen --url http://127.0.0.1:8700 --jobs 10000 --workers 8")
+    _connection_flags(gen)
     gen.add_argument("--jobs", type=int, default=0, help="the spike: how many jobs, all due at one instant")
     gen.add_argument("--rate", type=float, default=0.0, help="steady mode: runs falling due per second (with --duration-s)")
     gen.add_argument("--duration-s", dest="duration_s", type=float, default=0.0, help="steady mode: for this many seconds")
@@ -521,7 +892,7 @@ def _loadgen(args: argparse.Namespace) -> int:
     from tempo.net.client import urls_from
 
     opts = loadgen.Options(
-        urls=urls_from(args.url), jobs=args.jobs, rate=args.rate, duration_s=args.duration_s, due_in_s=args.due_in_s, workers=args.workers,
+        urls=urls_from(getattr(args, "url", None)), jobs=args.jobs, rate=args.rate, duration_s=args.duration_s, due_in_s=args.due_in_s, workers=args.workers,
         batch=args.batch, jitter_s=args.jitter_s, timeout_s=args.timeout_s, report=args.report,
         no_report=args.no_report, progress=args.progress, spawn=args.spawn,
         kill_leader_at_s=args.kill_leader_at_s, restart_after_s=args.restart_after_s, lease_s=args.lease_s,
@@ -531,15 +902,26 @@ def _loadgen(args: argparse.Namespace) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(prog="tempo", description="tempo, a job scheduler")
-    sub = top.add_subparsers(dest="command", required=True)
+    top = argparse.ArgumentParser(
+        prog="tempo", description="tempo, a job scheduler", formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=_examples("tempo serve", "tempo jobs create --target queue:reports --cron '0 3 * * *' --timezone Europe/Berlin",
+                         "tempo --json jobs list", "tempo worker --queue reports -- ./make-report.sh",
+                         "tempo jobs create --help")
+        + "\n\nflags --url, --ca-file and --json go before or after the command.\n\n" + EXIT_STATUSES,
+    )
+    top.add_argument("--version", action="version", version=_version(), help="print tempo's version")
+    _global_flags(top)
+    sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_serve_parser(sub)
     _add_jobs_parser(sub)
     _add_runs_parser(sub)
+    _add_events_parser(sub)
+    _add_preview_parser(sub)
     _add_cluster_parser(sub)
     _add_worker_parser(sub)
     _add_loadgen_parser(sub)
-    openapi = sub.add_parser("openapi", help="print the OpenAPI document of the HTTP API (no server needed)")
+    openapi = _subparser(sub, "openapi", "print the OpenAPI document of the HTTP API (no server needed)",
+                         "tempo openapi > openapi.json", "tempo openapi --markdown > docs/reference.md")
     openapi.add_argument(
         "--markdown", action="store_true", help="print it as the API reference, docs/reference.md, instead of JSON"
     )
@@ -571,7 +953,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    args = parser().parse_args(argv)
+    top = parser()
+    args = top.parse_args(argv)
     # The commands that are not a client of a running server.
     local: dict[str, Callable[[argparse.Namespace], int]] = {
         "serve": _serve, "worker": _worker, "loadgen": _loadgen, "openapi": _openapi,
@@ -583,28 +966,32 @@ def _main(argv: Sequence[str] | None) -> int:
         client = Client(getattr(args, "url", None) or "", ca_file=ca_file_from(args))
     except TlsError as exc:
         print(f"tempo: --ca-file: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     except ValueError as exc:
         print(f"tempo: --url: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
+    commands: dict[str, Callable[[argparse.Namespace, Client], int]] = {
+        "cluster": _cluster, "jobs": _jobs, "runs": _runs, "events": _events, "preview": _preview,
+    }
     try:
         with client:
-            if args.command == "cluster":
-                return _cluster(args, client)
-            if args.command == "runs":
-                _runs(args, client)
-                return 0
-            _jobs(args, client)
+            return commands[args.command](args, client)
+    except Usage as exc:
+        print(f"tempo {args.command}{' ' + args.action if getattr(args, 'action', None) else ''}: error: {exc}",
+              file=sys.stderr)
+        return EXIT_USAGE
     except ApiError as exc:
-        print(f"tempo: {exc}", file=sys.stderr)
-        return 1
+        print(f"tempo: {explain(exc, getattr(args, 'flags', {}))}", file=sys.stderr)
+        return EXIT_REFUSED
+    except CertificateRefused as exc:
+        print(f"tempo: cannot reach the server: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     except OutcomeUnknown as exc:
         print(f"tempo: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_UNREACHABLE
     except (Unavailable, httpx.HTTPError) as exc:
         print(f"tempo: cannot reach the server: {exc}", file=sys.stderr)
-        return 2
-    return 0
+        return EXIT_UNREACHABLE
 
 
 if __name__ == "__main__":

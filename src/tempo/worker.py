@@ -66,6 +66,7 @@ import msgspec
 import trio
 
 from tempo import limits
+from tempo.net.agent import USER_AGENT
 from tempo.net.client import Unavailable, new_claim_key
 from tempo.net.tls import client_context
 
@@ -82,6 +83,8 @@ flush_timeout_s = 10.0
 claim_wait_s_default = 20
 # The longest `Retry-After` of an empty claim answer the worker waits out.
 retry_after_s_max = 5.0
+# Of a failed run's error, the characters its log line shows (the server keeps it all).
+log_error_chars_max = 500
 
 Handler = Callable[[dict[str, Any]], Awaitable[str | None]]
 # Called with each non-empty claim answer and the UNIX time it arrived at.
@@ -137,7 +140,10 @@ class Transport:
         self.urls = [u.rstrip("/") for u in urls]
         self._index = 0
         self._rng = rng or random.Random()
-        headers = {"Content-Type": MSGPACK, "Accept": MSGPACK}
+        # trio clock: since when no URL answers (None while one does), for
+        # the lines that say the server was lost and how long it was gone.
+        self._down_since_s: float | None = None
+        headers = {"Content-Type": MSGPACK, "Accept": MSGPACK, "User-Agent": USER_AGENT}
         if token:
             headers["Authorization"] = f"Bearer {token}"
         # Timeouts are set per request; a long-poll claim needs more than a
@@ -181,6 +187,7 @@ class Transport:
         bytes: a claim retried carries its `claim_key` again."""
         content = _enc.encode(body)
         delay_s = backoff_s_min
+        why = ""
         while True:
             for _ in range(len(self.urls) + redirects_max):
                 url = self.urls[self._index]
@@ -189,18 +196,27 @@ class Transport:
                         response = await self._http.post(url + path, content=content, timeout=timeout_s)
                 except (httpx.HTTPError, trio.TooSlowError) as exc:
                     log.debug("POST %s%s: %r", url, path, exc)
+                    why = f"{url}: {exc or type(exc).__name__}"
                     self._index = (self._index + 1) % len(self.urls)
                     continue
                 if response.status_code >= 500:
                     level = logging.DEBUG if response.status_code == 503 else logging.WARNING
                     log.log(level, "POST %s%s: %s", url, path, response.status_code)
+                    why = f"{url}: {response.status_code}"
                     self._index = (self._index + 1) % len(self.urls)
                     continue
                 leader = self._follow(response)
                 if leader is not None:
                     self._index = leader
                     continue
+                if self._down_since_s is not None:
+                    outage_s = trio.current_time() - self._down_since_s
+                    self._down_since_s = None
+                    log.info("server %s answers again after %.1f s", url, outage_s, extra={"outage_s": outage_s})
                 return response.status_code, _decode(response), response.headers
+            if self._down_since_s is None:
+                self._down_since_s = trio.current_time()
+                log.warning("no server answers (%s); retrying with back-off", why or ", ".join(self.urls))
             if trio.current_time() + delay_s > deadline_s:
                 raise Unavailable(f"no server answered POST {path}")
             # Full jitter keeps a fleet of workers from coming back in step.
@@ -299,6 +315,8 @@ class Worker:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Works until `stop()`; raises `WorkerError` on a 4xx claim answer."""
+        log.info("worker %s started: %s, queues %s, concurrency %d", self.worker_id, ",".join(self.transport.urls),
+                 ",".join(sorted(self.handlers)), self.concurrency, extra={"worker": self.worker_id})
         try:
             async with trio.open_nursery() as service:
                 service.start_soon(self._heartbeat_loop)
@@ -317,12 +335,16 @@ class Worker:
             raise _first_leaf(group) from None
         finally:
             self.stopped.set()
+            log.info("stopped: %d claimed, %d ok, %d failed, %d lost", self.counts["claimed"], self.counts["ok"],
+                     self.counts["failed"], self.counts["lost"], extra={"worker": self.worker_id})
             await self.transport.aclose()
 
     async def stop(self, grace_s: float = 30.0) -> None:
         """Stops claiming; waits `grace_s` for handlers, then fails the rest."""
         self._stopping = True
         self._claiming.cancel()
+        log.info("stopping: no more claims; %d runs may finish within %g s", self._limiter.borrowed_tokens, grace_s,
+                 extra={"worker": self.worker_id})
         with trio.move_on_after(grace_s):
             while self._limiter.borrowed_tokens:
                 await self._wait_slot()
@@ -389,6 +411,7 @@ class Worker:
 
     async def _run_handler(self, active: _Active) -> None:
         run = active.run
+        started_s = trio.current_time()
         outcome: dict[str, Any] = {"run_id": run["id"], "attempt": run["attempt"]}
         try:
             with active.cancel:
@@ -404,6 +427,7 @@ class Worker:
             if active.cancel.cancelled_caught:
                 if active.lost:
                     self.counts["lost"] += 1
+                    self._log_run(run, "lost", trio.current_time() - started_s)
                     return
                 outcome = {"run_id": run["id"], "attempt": run["attempt"], "ok": False,
                            "error": "worker stopped before the handler finished"}
@@ -413,8 +437,17 @@ class Worker:
             self._slot_freed.set()
             self._slot_freed = trio.Event()
         self.counts["ok" if outcome["ok"] else "failed"] += 1
+        self._log_run(run, "ok" if outcome["ok"] else "failed", trio.current_time() - started_s, outcome.get("error"))
         self._results.append(outcome)
         self._results_ready.set()
+
+    def _log_run(self, run: dict[str, Any], outcome: str, duration_s: float, error: str | None = None) -> None:
+        """One line per attempt that ended here: ok (info), failed or lost (warning)."""
+        level = logging.INFO if outcome == "ok" else logging.WARNING
+        why = f": {error[:log_error_chars_max]}" if error else ""
+        log.log(level, "run %s attempt %s %s in %.3f s%s", run["id"], run["attempt"], outcome, duration_s, why,
+                extra={"run_id": run["id"], "attempt": run["attempt"], "job_id": run.get("job_id"),
+                       "worker": self.worker_id, "outcome": outcome, "duration_s": round(duration_s, 3)})
 
     # -- heartbeats ------------------------------------------------------------
 

@@ -73,6 +73,11 @@ class Unavailable(Exception):
     library's (tempo.worker)."""
 
 
+class CertificateRefused(Unavailable):
+    """Every URL's server showed a certificate this client does not trust:
+    a setting to fix (`ca_file`), which no retry fixes."""
+
+
 class _Untrusted(str):
     """Why a URL gave no answer: its server's certificate was refused."""
 
@@ -203,7 +208,8 @@ class Client:
             if untrusted or time.monotonic() + delay_s > deadline_s:
                 said = "; ".join(f"{u}: {why}" for u, why in failures.items())
                 within = "" if untrusted else f" within {patience_s:g} s"
-                raise Unavailable(f"no server answered {method} {path}{within} ({said})")
+                refused = CertificateRefused if untrusted else Unavailable
+                raise refused(f"no server answered {method} {path}{within} ({said})")
             # Full jitter keeps many clients from coming back in step.
             time.sleep(self._rng.uniform(delay_s / 2, delay_s))
             delay_s = min(backoff_s_max, delay_s * 2)
