@@ -157,6 +157,7 @@ PAGE_FLAGS = {
     "query.status": "--status",
 }
 EVENT_FLAGS = {"query.after": "--after", "query.limit": "--limit"}
+BACKFILL_FLAGS = {"from": "--from", "until": "--until", "overlap": "--overlap"}
 PREVIEW_FLAGS = SCHEDULE_FLAGS | {"after": "--after", "count": "--count"}
 
 
@@ -330,6 +331,7 @@ def _jobs(args: argparse.Namespace, client: Client) -> int:
         "resume": lambda: client.resume_job(args.id),
         "delete": lambda: client.delete_job(args.id),
         "trigger": lambda: client.trigger_job(args.id),
+        "backfill": lambda: client.backfill_job(args.id, args.since, args.until, args.overlap),
         "update": lambda: client.update_job(args.id, _update_body(args), args.if_version),
         "runs": lambda: client.list_runs(
             args.id, since=args.since, until=args.until, limit=args.limit, cursor=args.cursor
@@ -455,6 +457,15 @@ def _add_jobs_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]")
            "trigger": "make a run of a job due now, beside its schedule"}
     for name, help in one.items():
         _subparser(actions, name, help, f"tempo jobs {name} j_01J...").add_argument("id", help="the job's ID")
+    backfill = _subparser(
+        actions, "backfill", "runs for a job's past slots in [--from, --until), each due at once",
+        "tempo jobs backfill j_01J... --from 2026-11-01T00:00:00Z --until 2026-11-08T00:00:00Z",
+    )
+    backfill.add_argument("id", help="the job's ID")
+    backfill.add_argument("--from", dest="since", required=True, metavar="TIME", help="the first instant, RFC 3339 with an offset")
+    backfill.add_argument("--until", required=True, metavar="TIME", help="the end of the range, excluded; not in the future")
+    backfill.add_argument("--overlap", help='"allow" (runs of a job may overlap; the only policy so far)')
+    backfill.set_defaults(flags=BACKFILL_FLAGS)
     _add_update_parser(actions)
     listing = _subparser(actions, "list", "the jobs, newest first", "tempo jobs list --limit 20",
                          "tempo jobs list --state paused --name-prefix nightly-", "tempo --json jobs list")

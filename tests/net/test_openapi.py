@@ -8,7 +8,7 @@ SERVED = {
     ("/v1/jobs", "post"), ("/v1/jobs", "get"), ("/v1/jobs/batch", "post"),
     ("/v1/jobs/{id}", "get"), ("/v1/jobs/{id}", "delete"), ("/v1/jobs/{id}", "patch"),
     ("/v1/jobs/{id}/pause", "post"), ("/v1/jobs/{id}/resume", "post"),
-    ("/v1/jobs/{id}/trigger", "post"), ("/v1/jobs/{id}/runs", "get"),
+    ("/v1/jobs/{id}/trigger", "post"), ("/v1/jobs/{id}/runs", "get"), ("/v1/jobs/{id}/backfill", "post"),
     ("/v1/runs/{run_id}", "get"), ("/v1/runs/{run_id}/heartbeat", "post"),
     ("/v1/runs/{run_id}/result", "post"), ("/v1/claim", "post"),
     ("/v1/heartbeats", "post"), ("/v1/results", "post"), ("/v1/events", "get"),

@@ -182,6 +182,7 @@ def test_a_paused_job_stays_paused(http: httpx.Client) -> None:
         ({"overlap": "skip"}, "overlap"),
         ({"timeout_s": 5}, "timeout_s"),
         ({"labels": {"a": "b"}}, "labels"),
+        ({"catchup": {"policy": "all"}}, "catchup"),
         ({"bogus": 1}, "bogus"),
     ],
 )
@@ -243,3 +244,12 @@ def test_a_weak_or_listed_if_match_and_a_star(http: httpx.Client) -> None:
     assert _patch(http, job["id"], {"name": "a"}, **{"if-match": 'W/"1", "9"'}).status_code == 200
     assert _patch(http, job["id"], {"name": "b"}, **{"if-match": "*"}).json()["version"] == 3
     assert _patch(http, job["id"], {"name": "c"}, **{"if-match": "3"}).status_code == 412  # not a quoted tag
+
+
+def test_a_catchup_policy_is_kept_and_checked_with_the_new_schedule(http: httpx.Client) -> None:
+    job = _create(http, schedule={"every_s": 60}, catchup={"policy": "none"})
+    kept = _patch(http, job["id"], {"schedule": {"cron": "0 * * * *"}})
+    assert kept.status_code == 200 and kept.json()["catchup"]["policy"] == "none"
+    one_off = _patch(http, job["id"], {"schedule": {"at": "2030-01-01T00:00:00Z"}})
+    assert one_off.status_code == 400
+    assert [e["loc"] for e in one_off.json()["errors"]] == ["catchup"]

@@ -67,7 +67,7 @@ from tempo import errors, ids, limits
 from tempo.config import UNLIMITED, OwnerLimits
 from tempo.engine import keys
 from tempo.engine.commands import Claim, ClaimRuns, ExpireLeases, Expiry
-from tempo.engine.jobs import next_slot_after_claim
+from tempo.engine.jobs import catch_up
 from tempo.engine.records import Job, Run
 from tempo.rate import TokenBucket
 from tempo.wheel import TimingWheel
@@ -767,10 +767,11 @@ class DispatchCore:
                 continue
             claim = Claim(job_id, nominal_ms, now_ms + job.lease_s * 1000)
             if job.state == "active" and job.slot_ms == nominal_ms:
-                nxt = next_slot_after_claim(job, nominal_ms, now_ms)
+                nxt = catch_up(job, nominal_ms, now_ms)
                 if nxt is not None:
-                    claim.next_slot_ms, claim.next_due_ms = nxt
-                    job.slot_ms = nxt[0]  # a later run of this batch is not the slot run
+                    claim.next_slot_ms, claim.next_due_ms = nxt.slot_ms, nxt.due_ms
+                    claim.missed, claim.catchup_until_ms, claim.catchup_decided_ms = nxt.missed, nxt.until_ms, nxt.decided_ms
+                    job.slot_ms = nxt.slot_ms  # a later run of this batch is not the slot run
             claims.append(claim)
         command = ClaimRuns(now_ms, worker, claims) if claims else None
         return ClaimProposal(self.generation, runs, command, jobs, mono_s)

@@ -61,6 +61,20 @@ class Notify(msgspec.Struct, array_like=True, frozen=True, gc=False):
     events: tuple[NotifyEvent, ...]
 
 
+CatchupPolicy = Literal["latest", "all", "none"]
+MissedReason = Literal["outside_window", "policy", "paused"]
+
+
+class Catchup(msgspec.Struct, array_like=True, frozen=True, gc=False):
+    """What a job does with slots it missed (docs/semantics.md "Catch-up
+    after missed slots"); a job without one has the default: `latest`,
+    with no window."""
+
+    window_s: Count | None = None  # None: no window, every missed slot is in it
+    policy: CatchupPolicy = "latest"
+    max_runs: Annotated[int, Meta(ge=1)] = limits.catchup_runs_default
+
+
 class Job(msgspec.Struct, array_like=True, gc=False):
     id: JobId
     owner: str
@@ -84,6 +98,14 @@ class Job(msgspec.Struct, array_like=True, gc=False):
     # Runs of the job that failed for good since the last one that ended
     # done: a `job.recovered` event is written when one ends done after them.
     failed_runs: Count = 0
+    # None: the default policy (`Catchup()`), as in records from before it.
+    catchup: Catchup | None = None
+    # The last slot an `all` catch-up decided to run: up to it, a claim of
+    # the slot run makes the next slot's run even when it is past; after
+    # it, the schedule goes on after `catchup_decided_ms`, the latest slot
+    # that catch-up decided on (the ones between are recorded missed).
+    catchup_until_ms: Ms | None = None
+    catchup_decided_ms: Ms | None = None
     # Starts at 1 and grows by one with each change (`PATCH`): the job's
     # ETag. Records written before it existed are version 1.
     version: Annotated[int, Meta(ge=1)] = 1
@@ -117,6 +139,7 @@ class Run(msgspec.Struct, array_like=True, gc=False):
     triggered: bool = False
     # Every ended attempt, oldest first, at most `limits.run_attempts_kept_max`.
     attempts: list[Attempt] = []
+    backfill: bool = False  # made by `POST /v1/jobs/{id}/backfill`
 
 
 class JobOutcome(msgspec.Struct, array_like=True, gc=False):
@@ -141,6 +164,17 @@ class Event(msgspec.Struct, array_like=True):
     job_id: JobId
     run_id: str | None
     detail: dict[str, Any]
+
+
+class Missed(msgspec.Struct, array_like=True, frozen=True):
+    """A contiguous range of a job's slots that got no run: the `count`
+    slots in [from_ms, until_ms), from the first of them to the first slot
+    after them (None: a range too long to count, docs/semantics.md)."""
+
+    reason: MissedReason
+    from_ms: int
+    until_ms: int
+    count: Count | None
 
 
 class RequestKeyEntry(msgspec.Struct, array_like=True):

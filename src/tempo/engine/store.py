@@ -27,9 +27,10 @@ from typing import TypeVar, overload
 import lmdb
 import msgspec
 
-from tempo import errors, ids, limits
+from tempo import clock, errors, ids, limits
 from tempo.engine import datadir, keys, records
 from tempo.engine.commands import (
+    BackfillJob,
     Claim,
     ClaimKey,
     ClaimRuns,
@@ -56,6 +57,7 @@ from tempo.engine.records import (
     Event,
     Job,
     JobOutcome,
+    Missed,
     RequestKeyEntry,
     Run,
     Taken,
@@ -173,7 +175,7 @@ class Changes:
 # leaves the others (and the transaction) alone.
 Outcome = (
     Created | Job | Run | None | errors.TempoError | ClaimKeyEntry
-    | list[Created | errors.TempoError] | list[Run | None] | list[Run | errors.TempoError]
+    | list[Created | errors.TempoError] | list[Run | None] | list[Run | errors.TempoError] | list[Run]
 )
 
 
@@ -1174,6 +1176,8 @@ class _Tx:
                 if raw is None or _U64.unpack(raw)[0] < command.seq:
                     self.txn.put(_NOTIFY_CURSOR, _U64.pack(command.seq), db=self.meta)
                 return None
+            case BackfillJob():
+                return self.backfill_job(command)
         raise AssertionError(f"unknown command {type(command).__name__}")
 
     def apply_to_jobs(self, command: CreateJobs | PauseJob | ResumeJob | DeleteJob | TriggerJob) -> Outcome:
@@ -1292,6 +1296,11 @@ class _Tx:
             return job
         job.state = "active"
         job.next_run_at_ms = None
+        for missed in cmd.missed:
+            self.record_missed(job, missed, cmd.at_ms)
+        # An `all` catch-up under way at the pause ends with it: the slots it
+        # did not run yet passed while paused.
+        job.catchup_until_ms = job.catchup_decided_ms = None
         if job.schedule.repeating:
             slot_ms, due_ms = cmd.slot_ms, cmd.due_ms
         else:
@@ -1352,12 +1361,14 @@ class _Tx:
             return errors.VersionMismatch(f"job {old.id} is at version {old.version}, not {cmd.base_version}")
         new = cmd.job
         # What the patch may not change comes from the stored job.
-        job = Job(
-            old.id, old.owner, new.name, new.target, new.payload, new.schedule, new.max_attempts,
-            new.backoff_s, new.lease_s, new.jitter_s, old.state, old.created_at_ms, old.request_key,
-            old.slot_ms, old.next_run_at_ms, old.notify, old.failed_runs, old.version + 1,
+        job = msgspec.structs.replace(
+            old, name=new.name, target=new.target, payload=new.payload, schedule=new.schedule,
+            max_attempts=new.max_attempts, backoff_s=new.backoff_s, lease_s=new.lease_s, jitter_s=new.jitter_s,
+            catchup=new.catchup, version=old.version + 1,
         )
         if cmd.replan:
+            # A catch-up under way was decided on the old schedule's slots.
+            job.catchup_until_ms = job.catchup_decided_ms = None
             self._replan(old, job, cmd)
         fed = {runs_key for runs_key, _, with_job in self.changes.woken if with_job is job}
         waiting: list[tuple[bytes, Run]] = []
@@ -1461,6 +1472,39 @@ class _Tx:
                 return run
         return errors.Conflict(f"job {job.id} has no free run slot near {cmd.at_ms}")
 
+    def record_missed(self, job: Job, missed: Missed, at_ms: int) -> None:
+        """A range of the job's slots that got no run, as a `run.missed`
+        event of its owner: in the history of the day it was decided, kept
+        and dropped with it (docs/semantics.md "Catch-up after missed slots")."""
+        assert missed.from_ms < missed.until_ms
+        detail = {
+            "reason": missed.reason,
+            "missed_from": clock.iso_from_ms(missed.from_ms),
+            "missed_until": clock.iso_from_ms(missed.until_ms),
+            "count": missed.count,
+        }
+        self.append_event(job.owner, Event("run.missed", at_ms, job.id, None, detail))
+
+    def backfill_job(self, cmd: BackfillJob) -> list[Run] | errors.TempoError:
+        """A waiting run, due at `cmd.at_ms` and marked `backfill`, for each
+        slot of the command that has no run, open or in history; answers
+        the runs made. A slot at or after the job's scheduled slot is left
+        out: its run is the schedule's to make (the job moved on since the
+        slots were computed)."""
+        job = self.job(cmd.owner, cmd.job_id)
+        if job is None:
+            return errors.NotFound(f"no job {cmd.job_id}")
+        made: list[Run] = []
+        for slot_ms in cmd.slots_ms:
+            if job.slot_ms is not None and job.schedule.repeating and slot_ms >= job.slot_ms:
+                break  # the slots are ascending
+            if self.slot_taken(job.id, slot_ms):
+                continue
+            run = Run(job.id, slot_ms, cmd.at_ms, "waiting", backfill=True)
+            self.put_run(run, job=job)
+            made.append(run)
+        return made
+
     # -- dispatch ----------------------------------------------------------------
 
     def _slot_run(self, job_id: str, nominal_ms: int, by_job_key: bytes | None = None) -> tuple[bytes, Run] | None:
@@ -1509,6 +1553,10 @@ class _Tx:
                 self.put_run(Run(job.id, claim.next_slot_ms, claim.next_due_ms, "waiting"), job=job)
             job.slot_ms = claim.next_slot_ms
             job.next_run_at_ms = claim.next_due_ms
+            for missed in claim.missed:
+                self.record_missed(job, missed, cmd.at_ms)
+            job.catchup_until_ms = claim.catchup_until_ms
+            job.catchup_decided_ms = claim.catchup_decided_ms
         else:
             job.next_run_at_ms = None
         self.put_job(job)

@@ -58,6 +58,8 @@ from tempo.node.replica import Phase, Replica
 from tempo.raft import Message
 from tempo.rate import TokenBucket
 from tempo.schema import (
+    BackfillIn,
+    BackfillOut,
     BatchAck,
     BatchItemResult,
     ClaimIn,
@@ -143,6 +145,7 @@ class _KeyOnly(msgspec.Struct):
 
 _key_only = decoders(_KeyOnly)
 _preview = decoders(PreviewIn)
+_backfill = decoders(BackfillIn)
 _node_in = decoders(NodeIn)
 _claim = decoders(ClaimIn)
 _heartbeat = decoders(HeartbeatIn)
@@ -441,6 +444,8 @@ class Api:
                 return "job_resume", {"POST": _bind(self.resume_job, job_id)}
             case [job_id, "trigger"]:
                 return "job_trigger", {"POST": _bind(self.trigger_job, job_id)}
+            case [job_id, "backfill"]:
+                return "job_backfill", {"POST": _bind(self.backfill_job, job_id)}
             case [job_id, "runs"]:
                 return "job_runs", {"GET": _bind(self.list_runs, job_id)}
         return None
@@ -651,6 +656,11 @@ class Api:
     async def trigger_job(self, request: Request, job_id: str) -> Response:
         run = await self.jobs.trigger(self._owner_of_job(request, job_id), job_id)
         return encode(request, views.run_view(run), 201)
+
+    async def backfill_job(self, request: Request, job_id: str) -> Response:
+        body = decode(request, _backfill)
+        created, existing = await self.jobs.backfill(self._owner_of_job(request, job_id), job_id, body)
+        return encode(request, BackfillOut(created, existing))
 
     # -- runs ------------------------------------------------------------------
 
@@ -1114,7 +1124,11 @@ def _bind(handler: Callable[[Request, str], Awaitable[Response]], arg: str) -> H
 # What a patch may name (docs/api.md "Change a job"), and why it may not name
 # the other fields of a job's view.
 _PATCHABLE = frozenset({"name", "target", "payload", "schedule", "retry", "lease_s", "jitter_s"})
-_FIXED_WHY = dict.fromkeys(("id", "owner", "state", "created_at", "next_run_at", "request_key", "notify", "version", "last_run", "runs"), "cannot be changed by a patch") | dict.fromkeys(("overlap", "timeout_s", "labels"), "not supported by this server yet")
+_FIXED_WHY = dict.fromkeys(
+    ("id", "owner", "state", "created_at", "next_run_at", "request_key", "notify", "version", "last_run", "runs",
+     "catchup"),
+    "cannot be changed by a patch",
+) | dict.fromkeys(("overlap", "timeout_s", "labels"), "not supported by this server yet")
 _patch_body = decoders(dict[str, Any])
 _create_json = _create[0]
 
@@ -1164,6 +1178,9 @@ def _patched(view: Any, patch: dict[str, Any]) -> JobCreate:
     each other, and a payload is the client's own value (docs/api.md)."""
     current = msgspec.to_builtins(view)
     base = {name: current[name] for name in _PATCHABLE if current.get(name) is not None}
+    if current.get("catchup") is not None:
+        # Kept as it is, and checked with the new schedule as a create checks it.
+        base["catchup"] = current["catchup"]
     for name, value in patch.items():
         if value is None:
             base.pop(name, None)

@@ -299,6 +299,12 @@ class Client:
     def trigger_job(self, job_id: str) -> dict[str, Any]:
         return _object(self.request("POST", f"/v1/jobs/{job_id}/trigger"))
 
+    def backfill_job(self, job_id: str, since: str, until: str, overlap: str | None = None) -> dict[str, Any]:
+        body: dict[str, Any] = {"from": since, "until": until}
+        if overlap is not None:
+            body["overlap"] = overlap
+        return _object(self.request("POST", f"/v1/jobs/{job_id}/backfill", body))
+
     def list_runs(self, job_id: str, **params: Any) -> dict[str, Any]:
         return _object(self.request("GET", f"/v1/jobs/{job_id}/runs", params=params))
 

@@ -21,6 +21,8 @@ _STRUCTS = (
     schema.RunsPage,
     schema.PreviewIn,
     schema.PreviewOut,
+    schema.BackfillIn,
+    schema.BackfillOut,
     schema.Problem,
     schema.InternalProblem,
     schema.Health,
@@ -171,6 +173,11 @@ def _paths() -> dict[str, Any]:
         "/v1/jobs/{id}/trigger": {
             "post": _op("Run a job now", {"201": run}, params=[_JOB_ID]),
         },
+        "/v1/jobs/{id}/backfill": {
+            "post": _op("Runs for a job's past slots in [from, until), due at once",
+                        {"200": _json(schema.BackfillOut, "runs made, and slots that had one")},
+                        body=schema.BackfillIn, params=[_JOB_ID]),
+        },
         "/v1/jobs/{id}/runs": {
             "get": _op("A job's runs, newest first", {"200": _json(schema.RunsPage, "a page")}, params=[
                 _JOB_ID,
@@ -262,6 +269,7 @@ OPERATION_IDS = {
     ("/v1/jobs/{id}/pause", "post"): "pauseJob",
     ("/v1/jobs/{id}/resume", "post"): "resumeJob",
     ("/v1/jobs/{id}/trigger", "post"): "triggerJob",
+    ("/v1/jobs/{id}/backfill", "post"): "backfillJob",
     ("/v1/jobs/{id}/runs", "get"): "listRuns",
     ("/v1/runs/{run_id}", "get"): "getRun",
     ("/v1/runs", "get"): "listAllRuns",
@@ -284,7 +292,7 @@ OPERATION_IDS = {
 # Operations that write: a node that cannot store the write answers 507.
 _WRITES = frozenset({
     "createJob", "createJobs", "deleteJob", "updateJob", "pauseJob", "resumeJob", "triggerJob", "claim", "reportResult",
-    "reportResults", "addNode", "removeNode",
+    "reportResults", "addNode", "removeNode", "backfillJob",
 })
 # OpenAPI links: which operations take an ID from which answer (a client's
 # next steps, and what stateful API tests chain).

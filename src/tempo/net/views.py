@@ -8,9 +8,10 @@ from typing import Any
 
 from tempo import clock, ids, schedule
 from tempo.engine.jobs import Occurrence
-from tempo.engine.records import Job, JobOutcome, Run, RunStatus, Schedule
+from tempo.engine.records import Catchup, Job, JobOutcome, Run, RunStatus, Schedule
 from tempo.schema import (
     AttemptOut,
+    CatchupOut,
     ClaimedRunOut,
     DstOut,
     JobOut,
@@ -88,6 +89,7 @@ def job_view(job: Job, shared: dict[Any, Any] | None = None, outcome: JobOutcome
         None if job.next_run_at_ms is None else clock.iso_from_ms(job.next_run_at_ms),
         None if job.notify is None else NotifyOut(job.notify.url, list(job.notify.events)),
         *_outcome_fields(job, outcome),
+        None if job.catchup is None else _catchup_view(job.catchup),
         version=job.version,
     )
 
@@ -123,10 +125,16 @@ def run_detail_view(run: Run, view: RunOut) -> RunDetailOut:
     return detail
 
 
+@functools.lru_cache(maxsize=64)
+def _catchup_view(catchup: Catchup) -> CatchupOut:
+    return CatchupOut(catchup.window_s, catchup.policy, catchup.max_runs)
+
+
 # RunOut's fields: run ID, job ID, nominal and due time, status, attempt,
-# worker, lease expiry, start, finish, output, error.
+# worker, lease expiry, start, finish, output, error, backfill.
 _RunFields = tuple[
-    str, str, str, str, RunStatus, int, str | None, str | None, str | None, str | None, str | None, str | None
+    str, str, str, str, RunStatus, int, str | None, str | None, str | None, str | None, str | None, str | None,
+    bool,
 ]
 
 
@@ -145,6 +153,7 @@ def _run_fields(run: Run) -> _RunFields:
         clock.iso_or_none(run.finished_ms),
         run.output,
         run.error,
+        run.backfill,
     )
 
 
@@ -170,7 +179,8 @@ def claimed_view(run: Run, job: Job) -> ClaimedRunOut:
         None if run.finished_ms is None else iso(run.finished_ms),
         run.output,
         run.error,
-        job.target,
-        job.payload,
-        job.lease_s,
+        run.backfill,
+        target=job.target,
+        payload=job.payload,
+        lease_s=job.lease_s,
     )
