@@ -253,3 +253,19 @@ def test_a_catchup_policy_is_kept_and_checked_with_the_new_schedule(http: httpx.
     one_off = _patch(http, job["id"], {"schedule": {"at": "2030-01-01T00:00:00Z"}})
     assert one_off.status_code == 400
     assert [e["loc"] for e in one_off.json()["errors"]] == ["catchup"]
+
+
+def test_a_claimed_attempt_ends_by_the_retry_policy_it_was_claimed_with(http: httpx.Client) -> None:
+    queue = unique("q")
+    job = _create(http, target=f"queue:{queue}", schedule={"at": "2020-01-01T00:00:00Z"},
+                  retry={"max_attempts": 3, "backoff_s": [0]})
+    [run] = http.post("/v1/claim", json={"worker": "w", "queues": [queue]}).json()["runs"]
+    # One attempt, no retry, from now on; the claimed attempt had 3, backoff 0.
+    assert _patch(http, job["id"], {"retry": {"max_attempts": 1, "backoff_s": [3600]}}).status_code == 200
+    ended = http.post(f"/v1/runs/{run['id']}/result", json={"attempt": 1, "ok": False, "error": "x"}).json()
+    assert ended["status"] == "waiting"
+    assert datetime.fromisoformat(ended["due_at"]) < datetime.now(UTC) + timedelta(seconds=60)
+    # The retry is claimed under the job's policy as it is now: its failure is final.
+    [again] = http.post("/v1/claim", json={"worker": "w", "queues": [queue], "wait_s": 5}).json()["runs"]
+    final = http.post(f"/v1/runs/{again['id']}/result", json={"attempt": 2, "ok": False, "error": "x"}).json()
+    assert final["status"] == "failed"

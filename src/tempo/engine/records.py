@@ -124,6 +124,13 @@ class Attempt(msgspec.Struct, array_like=True, gc=False):
     error: str | None = None
 
 
+class RetryKept(msgspec.Struct, array_like=True, frozen=True, gc=False):
+    """A retry policy as a claimed attempt holds it (`Run.retry_kept`)."""
+
+    max_attempts: Annotated[int, Meta(ge=1)]
+    backoff_s: Annotated[tuple[Count, ...], Meta(min_length=1)]
+
+
 class Run(msgspec.Struct, array_like=True, gc=False):
     job_id: JobId
     nominal_ms: Ms
@@ -140,6 +147,10 @@ class Run(msgspec.Struct, array_like=True, gc=False):
     # Every ended attempt, oldest first, at most `limits.run_attempts_kept_max`.
     attempts: list[Attempt] = []
     backfill: bool = False  # made by `POST /v1/jobs/{id}/backfill`
+    # The job's retry policy when the claimed attempt was claimed, kept by a
+    # patch that changed it since (docs/semantics.md "Changing a job"): the
+    # attempt's end decides its retry by it. None: the job's own.
+    retry_kept: RetryKept | None = None
 
 
 class JobOutcome(msgspec.Struct, array_like=True, gc=False):

@@ -59,6 +59,7 @@ from tempo.engine.records import (
     JobOutcome,
     Missed,
     RequestKeyEntry,
+    RetryKept,
     Run,
     Taken,
 )
@@ -1371,11 +1372,15 @@ class _Tx:
             job.catchup_until_ms = job.catchup_decided_ms = None
             self._replan(old, job, cmd)
         fed = {runs_key for runs_key, _, with_job in self.changes.woken if with_job is job}
+        kept = RetryKept(old.max_attempts, old.backoff_s)
         waiting: list[tuple[bytes, Run]] = []
         for _, runs_key in self.slots_desc(job.id, 0, 1 << 63):
             run = _run_dec.decode(_present(self.txn.get(runs_key, db=self.runs)))
             if run.status == "waiting" and runs_key not in fed:
                 waiting.append((runs_key, run))
+            elif run.status == "claimed" and run.retry_kept is None and kept != RetryKept(job.max_attempts, job.backoff_s):
+                run.retry_kept = kept  # the attempt goes on under the policy it was claimed with
+                self.put_run_in_place(run, runs_key, "claimed", job)
         for runs_key, run in waiting:
             self.changes.left.append(runs_key)
             self.changes.woken.append((runs_key, run, job))
@@ -1657,7 +1662,8 @@ class _Tx:
                 self._recovered(job, run, cmd.at_ms, job_key)
             self._settle(job, run, cmd.at_ms, job_key)
             return run
-        gap_s = job.backoff_s[min(run.attempt - 1, len(job.backoff_s) - 1)]
+        backoff_s = job.backoff_s if run.retry_kept is None else run.retry_kept.backoff_s
+        gap_s = backoff_s[min(run.attempt - 1, len(backoff_s) - 1)]
         self._end_attempt(job, run, runs_key, cmd.at_ms, cmd.at_ms + gap_s * 1000)
         return run
 
@@ -1674,8 +1680,11 @@ class _Tx:
         return run
 
     def _end_attempt(self, job: Job, run: Run, runs_key: bytes, at_ms: int, retry_due_ms: int) -> None:
-        """A failed or expired attempt: wait for the next one, or fail for good."""
-        if run.attempt < job.max_attempts:
+        """A failed or expired attempt: wait for the next one, or fail for good
+        (by the retry policy the attempt was claimed under: `Run.retry_kept`)."""
+        max_attempts = job.max_attempts if run.retry_kept is None else run.retry_kept.max_attempts
+        run.retry_kept = None  # the next attempt is claimed under the job's policy
+        if run.attempt < max_attempts:
             run.status = "waiting"
             run.due_ms = retry_due_ms
             self.put_run(run, runs_key, "claimed", job)
