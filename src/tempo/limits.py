@@ -548,3 +548,12 @@ backfill_runs_max = 10_000
 
 assert 1 <= catchup_runs_default <= catchup_runs_max
 assert catchup_count_days_max * 86_400 >= catchup_window_s_max
+
+# -- Changing a job (PATCH /v1/jobs/{id}) ----------------------------------------
+# A patch without `If-Match` applies to the job's current version: when
+# another change commits between the read it merged onto and its own
+# commit, it is merged again onto the newer version, at most this many
+# times in all before the client is told to retry (409 conflict).
+patch_tries_max = 5
+
+assert patch_tries_max >= 1

@@ -131,6 +131,26 @@ class JobCreate(_Request):
     catchup: CatchupIn | None = None  # repeating schedules only; default {"policy": "latest"}
 
 
+class JobPatch(_Request):
+    """`PATCH /v1/jobs/{id}`: a JSON merge patch (RFC 7396) of the job's
+    mutable fields. A field left out keeps its value; `null` sets it back
+    to its default (a required one is then `400`). `retry` merges key by
+    key; `schedule` and `payload` are replaced whole. The result is checked
+    as a create would be. Documents the body: the route reads it as a merge
+    patch onto the job (net/api.py)."""
+
+    name: Annotated[str, Meta(max_length=limits.name_chars_max)] | None = None
+    target: Annotated[
+        str,
+        Meta(min_length=1, max_length=limits.target_chars_max, extra_json_schema={"pattern": _TARGET_PATTERN}),
+    ] | None = None
+    payload: Any = None
+    schedule: Annotated[ScheduleIn, Meta(extra_json_schema=_ONE_SCHEDULE)] | None = None
+    retry: RetryIn | None = None
+    lease_s: Annotated[int, Meta(ge=limits.lease_s_min, le=limits.lease_s_max)] | None = None
+    jitter_s: Annotated[int, Meta(ge=0, le=limits.jitter_s_max)] | None = None
+
+
 class JobBatchCreate(_Request):
     # Items stay raw here and are decoded one by one, so each item's problem
     # names paths inside that item (API.md "POST /v1/jobs/batch").
@@ -226,6 +246,7 @@ class JobOut(msgspec.Struct, gc=False):  # untracked, as _Request: a batch reply
     last_run: LastRunOut | None = None
     runs: RunCountsOut = msgspec.field(default_factory=RunCountsOut)
     catchup: CatchupOut | None = None  # a repeating job's own policy; null: the default
+    version: int = 1  # grows by one with each change; the ETag of the job's answers
 
 
 class RunOut(msgspec.Struct):

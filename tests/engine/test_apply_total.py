@@ -32,6 +32,7 @@ from tempo.engine.commands import (
     DropHistory,
     ExpireLeases,
     Expiry,
+    PatchJob,
     PauseJob,
     ReportResults,
     Result,
@@ -263,7 +264,9 @@ def job_command(draw: st.DrawFn, world: World, at_ms: int) -> Command:
     # ID that is none (the API takes it from the path).
     owner = draw(st.sampled_from([owner] * 6) | owners)
     job_id = draw(st.sampled_from([job_id] * 12 + ["j_", "j_" + CLEF * 26, "r_x"]))
-    kind = draw(st.sampled_from([PauseJob, ResumeJob, DeleteJob, TriggerJob]))
+    kind = draw(st.sampled_from([PauseJob, ResumeJob, DeleteJob, TriggerJob, PatchJob]))
+    if kind is PatchJob:
+        return patch_command(draw, world, at_ms, owner, job_id)
     if kind is not ResumeJob:
         return kind(at_ms, owner, job_id)
     job = world.one.get_job_any(job_id) if ids.is_job_id(job_id) else None
@@ -276,6 +279,25 @@ def job_command(draw: st.DrawFn, world: World, at_ms: int) -> Command:
     # them: each range is also a row of the job's history (record_missed).
     missed = draw(st.lists(missed_ranges, max_size=2))
     return ResumeJob(at_ms, owner, job_id, slot_ms, due_ms, missed)
+
+
+def patch_command(draw: st.DrawFn, world: World, at_ms: int, owner: str, job_id: str) -> PatchJob:
+    """A patch as the edge makes it (the whole job after the merge, and its
+    new slot), at the job's version or another, now and then past bounds."""
+    body = msgspec.json.decode(json.dumps(draw(create_bodies())), type=JobCreate)
+    try:
+        made = MAKER.new_job("default", body, at_ms, from_msgpack=False, job_id=world.next_job_id(at_ms))
+    except errors.TempoError:
+        body = msgspec.json.decode(b'{"target":"queue:q","schedule":{"every_s":60}}', type=JobCreate)
+        made = MAKER.new_job("default", body, at_ms, from_msgpack=False, job_id=world.next_job_id(at_ms))
+    if draw(st.booleans()):
+        made.job.name = CLEF * (limits.name_chars_max * 5)
+    job = world.one.get_job_any(job_id) if ids.is_job_id(job_id) else None
+    version = draw(st.sampled_from([job.version] * 4 if job is not None else [1]) | st.integers(0, 3))
+    slot_ms, due_ms = made.job.slot_ms, made.first_due_ms
+    if draw(st.booleans()):
+        slot_ms = due_ms = None
+    return PatchJob(at_ms, owner, job_id, version, made.job, draw(st.booleans()), slot_ms, due_ms)
 
 
 def run_command(draw: st.DrawFn, world: World, at_ms: int) -> Command:

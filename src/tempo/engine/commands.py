@@ -63,6 +63,23 @@ class TriggerJob(msgspec.Struct, tag="trigger_job", array_like=True):
     job_id: str
 
 
+class PatchJob(msgspec.Struct, tag="patch_job", array_like=True):
+    """A job changed in place (docs/semantics.md "Changing a job"). `job` is
+    the whole job as the patch leaves it, checked as a create would be,
+    made from `base_version`: apply refuses it when the job is at another
+    version by then. `replan`: the schedule or jitter changed, and the
+    job's waiting run moves to `slot_ms`, due at `due_ms` (computed by the
+    node that took the request; `slot_ms` None: no slot after `at_ms`)."""
+
+    at_ms: Ms
+    owner: str
+    job_id: str
+    base_version: Count
+    job: Job
+    replan: bool
+    slot_ms: Ms | None
+    due_ms: Ms | None
+
 
 class Claim(msgspec.Struct, array_like=True):
     job_id: JobId  # from a stored run or a run ID: always a job ID
@@ -173,7 +190,7 @@ class NotifyCursor(msgspec.Struct, tag="notify_cursor", array_like=True):
 
 Command = (
     CreateJobs | PauseJob | ResumeJob | DeleteJob | TriggerJob | ClaimRuns | ReportResults | ExpireLeases
-    | SetMember | DropHistory | NotifyCursor | BackfillJob
+    | SetMember | DropHistory | NotifyCursor | BackfillJob | PatchJob
 )
 # One log entry is a batch of commands: the unit of group commit.
 _entry_encoder = msgspec.msgpack.Encoder()

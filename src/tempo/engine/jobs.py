@@ -30,6 +30,7 @@ from tempo.engine.commands import (
     CreateJobs,
     DeleteJob,
     NewJob,
+    PatchJob,
     PauseJob,
     ResumeJob,
     TriggerJob,
@@ -848,11 +849,37 @@ class Jobs:
         made = _ok(await self.committer.submit(BackfillJob(at_ms, owner, job_id, slots)), list)
         return len(made), len(slots) - len(made)
 
+    async def patch(self, job: Job, body: JobSpec, *, from_msgpack: bool) -> Job:
+        """Changes `job` (as read at its current version) to what `body`, the
+        job after the merge patch, asks for: checked as a create would be,
+        and its waiting run re-planned from now when the schedule or the
+        jitter changed (docs/semantics.md "Changing a job"). A body that
+        changes nothing is no change: `job` is answered as it is.
+        `VersionMismatch` when the job changed since it was read."""
+        at_ms = self.now_ms()
+        made = self.new_job(job.owner, body, at_ms, from_msgpack=from_msgpack, job_id=job.id).job
+        if _mutable(made) == _mutable(job):
+            return job
+        made.created_at_ms = job.created_at_ms  # an `every_s` grid stays where it was
+        replan = made.schedule != job.schedule or made.jitter_s != job.jitter_s
+        slot_ms = due = None
+        if replan:
+            sched = made.schedule
+            slot_ms = slot_after_ms(sched, job.created_at_ms, at_ms, inclusive=False) if sched.repeating else sched.at_ms
+            due = None if slot_ms is None else due_ms(made, slot_ms, at_ms)
+        command = PatchJob(at_ms, job.owner, job.id, job.version, made, replan, slot_ms, due)
+        return _ok(await self.committer.submit(command), Job)
+
     async def delete(self, owner: str, job_id: str) -> None:
         _ok(await self.committer.submit(DeleteJob(self.now_ms(), owner, job_id)), type(None))
 
     async def trigger(self, owner: str, job_id: str) -> Run:
         return _ok(await self.committer.submit(TriggerJob(self.now_ms(), owner, job_id)), Run)
+
+
+def _mutable(job: Job) -> tuple[object, ...]:
+    """What a patch may change of a job."""
+    return (job.name, job.target, job.payload, job.schedule, job.max_attempts, job.backoff_s, job.lease_s, job.jitter_s)
 
 
 def _created_each(answer: Answer) -> TypeGuard[list[Created | errors.TempoError]]:

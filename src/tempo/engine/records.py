@@ -76,6 +76,15 @@ class Catchup(msgspec.Struct, array_like=True, frozen=True, gc=False):
     max_runs: Annotated[int, Meta(ge=1)] = limits.catchup_runs_default
 
 
+class JobHead(msgspec.Struct, array_like=True, gc=False):
+    """The first fields of a stored `Job`, decoded alone: a `Job`'s record
+    read as a `JobHead` skips the rest (array-like structs ignore trailing
+    items), for the paths that need only its owner, once per run."""
+
+    id: JobId
+    owner: str
+
+
 class Job(msgspec.Struct, array_like=True, gc=False):
     id: JobId
     owner: str
@@ -107,6 +116,9 @@ class Job(msgspec.Struct, array_like=True, gc=False):
     # that catch-up decided on (the ones between are recorded missed).
     catchup_until_ms: Ms | None = None
     catchup_decided_ms: Ms | None = None
+    # Starts at 1 and grows by one with each change (`PATCH`): the job's
+    # ETag. Records written before it existed are version 1.
+    version: Annotated[int, Meta(ge=1)] = 1
 
 
 class Attempt(msgspec.Struct, array_like=True, gc=False):
@@ -120,6 +132,13 @@ class Attempt(msgspec.Struct, array_like=True, gc=False):
     ok: bool
     output: str | None = None
     error: str | None = None
+
+
+class RetryKept(msgspec.Struct, array_like=True, frozen=True, gc=False):
+    """A retry policy as a claimed attempt holds it (`Run.retry_kept`)."""
+
+    max_attempts: Annotated[int, Meta(ge=1)]
+    backoff_s: Annotated[tuple[Count, ...], Meta(min_length=1)]
 
 
 class Run(msgspec.Struct, array_like=True, gc=False):
@@ -138,6 +157,10 @@ class Run(msgspec.Struct, array_like=True, gc=False):
     # Every ended attempt, oldest first, at most `limits.run_attempts_kept_max`.
     attempts: list[Attempt] = []
     backfill: bool = False  # made by `POST /v1/jobs/{id}/backfill`
+    # The job's retry policy when the claimed attempt was claimed, kept by a
+    # patch that changed it since (docs/semantics.md "Changing a job"): the
+    # attempt's end decides its retry by it. None: the job's own.
+    retry_kept: RetryKept | None = None
     # A `missed` row only (`Store.record_missed`): why its slots got no run,
     # the first slot after them (the first is `nominal_ms`) and how many
     # they are (None: too many to count, as `Missed.count`).

@@ -42,6 +42,7 @@ from tempo.engine.commands import (
     Expiry,
     NewJob,
     NotifyCursor,
+    PatchJob,
     PauseJob,
     ReportResults,
     Result,
@@ -58,6 +59,7 @@ from tempo.engine.records import (
     JobOutcome,
     Missed,
     RequestKeyEntry,
+    RetryKept,
     Run,
     Taken,
 )
@@ -131,6 +133,7 @@ log = logging.getLogger("tempo.store")
 _enc = msgspec.msgpack.Encoder()
 # Decoders that raise records.Corrupt, and only it, for a damaged record.
 _job_dec = records.Decoder(Job)
+_job_head_dec = records.Decoder(records.JobHead, "Job")
 _run_dec = records.Decoder(Run)
 _reqkey_dec = records.Decoder(RequestKeyEntry)
 _claimkey_dec: records.Decoder[ClaimKeyEntry] = records.Decoder(ClaimKeyEntry)
@@ -1099,7 +1102,9 @@ class _Tx:
             return job.owner
         owner = self._owners.get(job_id)
         if owner is None:
-            owner = self._owners[job_id] = self._job_any(job_id).owner
+            raw = self.txn.get(keys.job_key(job_id), db=self.jobs)
+            assert raw is not None, f"run of a missing job {job_id}"
+            owner = self._owners[job_id] = _job_head_dec.decode(raw).owner
         return owner
 
     def _move_open_row(
@@ -1161,6 +1166,8 @@ class _Tx:
                 return self.apply_to_jobs(command)
             case ClaimRuns() | ReportResults() | ExpireLeases():
                 return self.apply_to_runs(command)
+            case PatchJob():
+                return self._fresh_outcome(self.patch_job(command))
             case SetMember():
                 self.txn.put(command.node_id.encode(), command.url.encode(), db=self.members)
                 self.changes.members = True
@@ -1344,6 +1351,95 @@ class _Tx:
         run.due_ms = max(run.due_ms, at_ms)
         self.put_run(run, job=job)
         return run.due_ms
+
+    def patch_job(self, cmd: PatchJob) -> Job | errors.TempoError:
+        """A job changed in place (docs/semantics.md "Changing a job"). Runs
+        that are claimed go on as they are; every waiting run is handed to
+        the dispatcher again with the new job (its target may have moved);
+        with `replan`, the waiting run of the job's schedule slot moves to
+        the new slot (cancelled, in history, when the slot changes)."""
+        old = self.job(cmd.owner, cmd.job_id)
+        if old is None:
+            return errors.NotFound(f"no job {cmd.job_id}")
+        if old.version != cmd.base_version:
+            return errors.VersionMismatch(f"job {old.id} is at version {old.version}, not {cmd.base_version}")
+        new = cmd.job
+        # What the patch may not change comes from the stored job.
+        job = msgspec.structs.replace(
+            old, name=new.name, target=new.target, payload=new.payload, schedule=new.schedule,
+            max_attempts=new.max_attempts, backoff_s=new.backoff_s, lease_s=new.lease_s, jitter_s=new.jitter_s,
+            catchup=new.catchup, version=old.version + 1,
+        )
+        if cmd.replan:
+            # A catch-up under way was decided on the old schedule's slots.
+            job.catchup_until_ms = job.catchup_decided_ms = None
+            self._replan(old, job, cmd)
+        fed = {runs_key for runs_key, _, with_job in self.changes.woken if with_job is job}
+        kept = RetryKept(old.max_attempts, old.backoff_s)
+        waiting: list[tuple[bytes, Run]] = []
+        for _, runs_key in self.slots_desc(job.id, 0, 1 << 63):
+            run = _run_dec.decode(_present(self.txn.get(runs_key, db=self.runs)))
+            if run.status == "waiting" and runs_key not in fed:
+                waiting.append((runs_key, run))
+            elif run.status == "claimed" and run.retry_kept is None and kept != RetryKept(job.max_attempts, job.backoff_s):
+                run.retry_kept = kept  # the attempt goes on under the policy it was claimed with
+                self.put_run_in_place(run, runs_key, "claimed", job)
+        for runs_key, run in waiting:
+            self.changes.left.append(runs_key)
+            self.changes.woken.append((runs_key, run, job))
+        self.put_job(job)
+        detail = {"old_version": old.version, "new_version": job.version}
+        self.append_event(job.owner, Event("job.updated", cmd.at_ms, job.id, None, detail))
+        return job
+
+    def _replan(self, old: Job, job: Job, cmd: PatchJob) -> None:
+        """Moves the waiting run of `old`'s schedule slot to the command's
+        slot: a paused job only remembers a one-off's new slot; a completed
+        job becomes active when the new slot lies after the command."""
+        if job.state == "paused":
+            if not job.schedule.repeating and cmd.slot_ms is not None:
+                job.slot_ms = cmd.slot_ms
+            return
+        if job.state == "completed":
+            if cmd.slot_ms is None or cmd.slot_ms <= cmd.at_ms:
+                return
+            job.state = "active"
+        elif old.slot_ms is not None and old.slot_ms != cmd.slot_ms:
+            self._cancel_slot(job, old.slot_ms, cmd.at_ms)
+        self._plant(job, cmd)
+
+    def _plant(self, job: Job, cmd: PatchJob) -> None:
+        """The job's scheduled waiting run at the command's slot: a new one,
+        or the one waiting there already (due anew unless it is a retry);
+        none when a run of that slot is claimed or finished."""
+        job.slot_ms = cmd.slot_ms
+        job.next_run_at_ms = None
+        if cmd.slot_ms is None:
+            job.state = "completed"  # no occurrence left
+            return
+        assert cmd.due_ms is not None
+        found = self._slot_run(job.id, cmd.slot_ms)
+        if found is None:
+            if self.history_run(job.id, cmd.slot_ms) is None:
+                self.put_run(Run(job.id, cmd.slot_ms, cmd.due_ms, "waiting"), job=job)
+                job.next_run_at_ms = cmd.due_ms
+            return
+        runs_key, run = found
+        if run.status == "waiting":
+            if run.attempt == 0:
+                run.due_ms = cmd.due_ms
+                self.put_run(run, runs_key, "waiting", job)
+            job.next_run_at_ms = run.due_ms
+
+    def _cancel_slot(self, job: Job, slot_ms: int, at_ms: int) -> None:
+        """The scheduled run of `slot_ms` is cancelled if it waits (into
+        history, as a pause leaves it); a claimed one goes on."""
+        found = self._slot_run(job.id, slot_ms)
+        if found is not None and found[1].status == "waiting" and not found[1].triggered:
+            runs_key, run = found
+            run.status = "cancelled"
+            run.finished_ms = at_ms
+            self.finish_run(run, runs_key, "waiting", at_ms, job=job)
 
     def delete_job(self, cmd: DeleteJob) -> errors.TempoError | None:
         job = self.job(cmd.owner, cmd.job_id)
@@ -1598,7 +1694,8 @@ class _Tx:
                 self._recovered(job, run, cmd.at_ms, job_key)
             self._settle(job, run, cmd.at_ms, job_key)
             return run
-        gap_s = job.backoff_s[min(run.attempt - 1, len(job.backoff_s) - 1)]
+        backoff_s = job.backoff_s if run.retry_kept is None else run.retry_kept.backoff_s
+        gap_s = backoff_s[min(run.attempt - 1, len(backoff_s) - 1)]
         self._end_attempt(job, run, runs_key, cmd.at_ms, cmd.at_ms + gap_s * 1000)
         return run
 
@@ -1615,8 +1712,11 @@ class _Tx:
         return run
 
     def _end_attempt(self, job: Job, run: Run, runs_key: bytes, at_ms: int, retry_due_ms: int) -> None:
-        """A failed or expired attempt: wait for the next one, or fail for good."""
-        if run.attempt < job.max_attempts:
+        """A failed or expired attempt: wait for the next one, or fail for good
+        (by the retry policy the attempt was claimed under: `Run.retry_kept`)."""
+        max_attempts = job.max_attempts if run.retry_kept is None else run.retry_kept.max_attempts
+        run.retry_kept = None  # the next attempt is claimed under the job's policy
+        if run.attempt < max_attempts:
             run.status = "waiting"
             run.due_ms = retry_due_ms
             self.put_run(run, runs_key, "claimed", job)

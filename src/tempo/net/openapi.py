@@ -11,6 +11,7 @@ _STRUCTS = (
     schema.NodeIn,
     schema.DigestOut,
     schema.JobCreate,
+    schema.JobPatch,
     schema.JobBatchCreate,
     schema.JobBatchResult,
     schema.JobOut,
@@ -123,6 +124,23 @@ _PAGE = [
 ]
 
 
+def _patch_op(job: dict[str, Any]) -> dict[str, Any]:
+    """`PATCH /v1/jobs/{id}`: a merge patch, as `application/merge-patch+json`
+    or plain JSON (or MessagePack), with an optional `If-Match`."""
+    operation = _op(
+        "Change a job in place (a JSON merge patch of its mutable fields)",
+        {"200": job, "409": _problem("the job kept changing under the patch; send it again"),
+         "412": _problem("version_mismatch: `If-Match` names another version than the job's")},
+        body=schema.JobPatch,
+        params=[_JOB_ID, _param("If-Match", "header", {"type": "string"},
+                                'only if the job is at this version: its ETag, `"<version>"`')],
+    )
+    operation["requestBody"]["content"] = {"application/merge-patch+json": {"schema": _ref(schema.JobPatch)}} | (
+        operation["requestBody"]["content"]
+    )
+    return operation
+
+
 def _paths() -> dict[str, Any]:
     job = _json(schema.JobOut, "the job") | {"links": _links(_JOB_LINKS, "id", "$response.body#/id")}
     run = _json(schema.RunOut, "the run") | {"links": _links(_RUN_LINKS, "run_id", "$response.body#/id")}
@@ -148,6 +166,7 @@ def _paths() -> dict[str, Any]:
         "/v1/jobs/{id}": {
             "get": _op("One job", {"200": job}, params=[_JOB_ID]),
             "delete": _op("Delete a job", {"204": {"description": "deleted"}}, params=[_JOB_ID]),
+            "patch": _patch_op(job),
         },
         "/v1/jobs/{id}/pause": {"post": _op("Pause a job", {"200": job}, params=[_JOB_ID])},
         "/v1/jobs/{id}/resume": {"post": _op("Resume a job", {"200": job}, params=[_JOB_ID])},
@@ -246,6 +265,7 @@ OPERATION_IDS = {
     ("/v1/jobs/batch", "post"): "createJobs",
     ("/v1/jobs/{id}", "get"): "getJob",
     ("/v1/jobs/{id}", "delete"): "deleteJob",
+    ("/v1/jobs/{id}", "patch"): "updateJob",
     ("/v1/jobs/{id}/pause", "post"): "pauseJob",
     ("/v1/jobs/{id}/resume", "post"): "resumeJob",
     ("/v1/jobs/{id}/trigger", "post"): "triggerJob",
@@ -271,12 +291,12 @@ OPERATION_IDS = {
 }
 # Operations that write: a node that cannot store the write answers 507.
 _WRITES = frozenset({
-    "createJob", "createJobs", "deleteJob", "pauseJob", "resumeJob", "triggerJob", "claim", "reportResult",
+    "createJob", "createJobs", "deleteJob", "updateJob", "pauseJob", "resumeJob", "triggerJob", "claim", "reportResult",
     "reportResults", "addNode", "removeNode", "backfillJob",
 })
 # OpenAPI links: which operations take an ID from which answer (a client's
 # next steps, and what stateful API tests chain).
-_JOB_LINKS = ("getJob", "deleteJob", "pauseJob", "resumeJob", "triggerJob", "listRuns")
+_JOB_LINKS = ("getJob", "deleteJob", "pauseJob", "resumeJob", "triggerJob", "listRuns", "updateJob")
 _RUN_LINKS = ("getRun",)
 
 

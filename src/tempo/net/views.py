@@ -90,6 +90,7 @@ def job_view(job: Job, shared: dict[Any, Any] | None = None, outcome: JobOutcome
         None if job.notify is None else NotifyOut(job.notify.url, list(job.notify.events)),
         *_outcome_fields(job, outcome),
         None if job.catchup is None else _catchup_view(job.catchup),
+        version=job.version,
     )
 
 
