@@ -151,6 +151,8 @@ CREATE_FLAGS = SCHEDULE_FLAGS | {
     "target": "--target", "name": "--name", "payload": "--payload", "retry": "--max-attempts/--backoff-s",
     "retry.max_attempts": "--max-attempts", "retry.backoff_s": "--backoff-s", "lease_s": "--lease-s",
     "jitter_s": "--jitter-s", "request_key": "--request-key",
+    "catchup": "--catchup-policy/--catchup-window-s/--catchup-max-runs", "catchup.policy": "--catchup-policy",
+    "catchup.window_s": "--catchup-window-s", "catchup.max_runs": "--catchup-max-runs",
 }
 PAGE_FLAGS = {
     "query.limit": "--limit", "query.cursor": "--cursor", "query.since": "--since", "query.until": "--until",
@@ -158,6 +160,7 @@ PAGE_FLAGS = {
     "query.status": "--status",
 }
 EVENT_FLAGS = {"query.after": "--after", "query.limit": "--limit"}
+BACKFILL_FLAGS = {"from": "--from", "until": "--until", "overlap": "--overlap"}
 PREVIEW_FLAGS = SCHEDULE_FLAGS | {"after": "--after", "count": "--count"}
 
 
@@ -283,7 +286,17 @@ def _create_body(args: argparse.Namespace) -> dict[str, Any]:
     for name in ("name", "lease_s", "jitter_s", "request_key"):
         if getattr(args, name) is not None:
             body[name] = getattr(args, name)
+    catchup = _catchup_body(args)
+    if catchup:
+        body["catchup"] = catchup
     return body
+
+
+def _catchup_body(args: argparse.Namespace) -> dict[str, Any]:
+    """The `catchup` field from the --catchup-* flags; the server checks
+    the values and its errors name the flag (`CREATE_FLAGS`)."""
+    flags = {"policy": args.catchup_policy, "window_s": args.catchup_window_s, "max_runs": args.catchup_max_runs}
+    return {name: value for name, value in flags.items() if value is not None}
 
 
 def _schedule_body(args: argparse.Namespace) -> dict[str, Any]:
@@ -334,6 +347,8 @@ def _jobs(args: argparse.Namespace, client: Client) -> int:
         "resume": lambda: client.resume_job(args.id),
         "delete": lambda: client.delete_job(args.id),
         "trigger": lambda: client.trigger_job(args.id),
+        "backfill": lambda: client.backfill_job(args.id, args.since, args.until, args.overlap),
+        "update": lambda: client.update_job(args.id, _update_body(args), args.if_version),
         "runs": lambda: client.list_runs(
             args.id, since=args.since, until=args.until, limit=args.limit, cursor=args.cursor
         ),
@@ -452,12 +467,29 @@ def _add_jobs_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]")
                         help="spread each run's due time over up to S seconds")
     create.add_argument("--request-key", dest="request_key", metavar="KEY",
                         help="makes the create safe to repeat: a second create with it answers the first job")
+    create.add_argument("--catchup-policy", dest="catchup_policy", metavar="POLICY",
+                        help="slots missed while down or paused: latest (default: run the latest), all (each, "
+                             "in order) or none")
+    create.add_argument("--catchup-window-s", dest="catchup_window_s", type=int, metavar="S",
+                        help="catch up only slots missed in the last S seconds (default: no window)")
+    create.add_argument("--catchup-max-runs", dest="catchup_max_runs", type=int, metavar="N",
+                        help="with --catchup-policy all: at most N catch-up runs (default 1000)")
     create.set_defaults(flags=CREATE_FLAGS)
     one = {"get": "show a job", "pause": "pause a job: no run falls due until it is resumed",
            "resume": "resume a paused job", "delete": "delete a job and its waiting runs",
            "trigger": "make a run of a job due now, beside its schedule"}
     for name, help in one.items():
         _subparser(actions, name, help, f"tempo jobs {name} j_01J...").add_argument("id", help="the job's ID")
+    backfill = _subparser(
+        actions, "backfill", "runs for a job's past slots in [--from, --until), each due at once",
+        "tempo jobs backfill j_01J... --from 2026-11-01T00:00:00Z --until 2026-11-08T00:00:00Z",
+    )
+    backfill.add_argument("id", help="the job's ID")
+    backfill.add_argument("--from", dest="since", required=True, metavar="TIME", help="the first instant, RFC 3339 with an offset")
+    backfill.add_argument("--until", required=True, metavar="TIME", help="the end of the range, excluded; not in the future")
+    backfill.add_argument("--overlap", help='"allow" (runs of a job may overlap; the only policy so far)')
+    backfill.set_defaults(flags=BACKFILL_FLAGS)
+    _add_update_parser(actions)
     listing = _subparser(actions, "list", "the jobs, newest first", "tempo jobs list --limit 20",
                          "tempo jobs list --state paused --name-prefix nightly-", "tempo --json jobs list")
     listing.add_argument("--state", help="only jobs in this state: active, paused or completed")
@@ -536,6 +568,53 @@ def _add_preview_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser
                          help=f"how many times (default {limits.preview_count_default}, at most {limits.preview_count_max})")
     preview.set_defaults(flags=PREVIEW_FLAGS)
     _global_flags(preview)
+
+
+# -- jobs update ---------------------------------------------------------------
+
+
+def _update_body(args: argparse.Namespace) -> dict[str, Any]:
+    """The merge patch of `tempo jobs update`: the fields given, a schedule
+    whole (docs/api.md "Change a job")."""
+    patch: dict[str, Any] = {}
+    if any(getattr(args, k) is not None for k in ("at", "cron", "every_s", "timezone", "start_at")):
+        patch["schedule"] = _schedule_body(args)
+    if args.payload is not None:
+        patch["payload"] = args.payload
+    retry = _retry_body(args)
+    if retry:
+        patch["retry"] = retry
+    for name in ("name", "target", "lease_s", "jitter_s"):
+        if getattr(args, name) is not None:
+            patch[name] = getattr(args, name)
+    if not patch:
+        raise Usage("give at least one field to change")
+    return patch
+
+
+def _add_update_parser(actions: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    update = _subparser(
+        actions, "update", "change a job in place: its ID, runs and history stay",
+        "tempo jobs update j_01J... --cron '30 4 * * *' --timezone Europe/Berlin --if-version 1",
+        "tempo jobs update j_01J... --target queue:reports-v2 --max-attempts 2",
+        epilog="A schedule flag replaces the schedule whole; other fields keep their values.",
+    )
+    update.add_argument("id", help="the job's ID")
+    update.add_argument("--target", help="queue:<name> or an http(s):// URL")
+    _add_schedule_flags(update, with_file=False)
+    update.add_argument("--name", help="a name to recognise the job by (not unique)")
+    update.add_argument("--payload", type=_json_value, help="a JSON value, replacing the payload")
+    update.add_argument("--max-attempts", dest="max_attempts", type=int, metavar="N",
+                        help="attempts of each run before it fails")
+    update.add_argument("--backoff-s", dest="backoff_s", type=_gaps_s, metavar="S,S,...",
+                        help="seconds to wait before each retry, comma-separated, e.g. 10,60,600")
+    update.add_argument("--lease-s", dest="lease_s", type=int, metavar="S",
+                        help="how long a claimed run is a worker's without a heartbeat")
+    update.add_argument("--jitter-s", dest="jitter_s", type=int, metavar="S",
+                        help="spread each run's due time over up to S seconds")
+    update.add_argument("--if-version", dest="if_version", type=int, metavar="N",
+                        help="change it only if it is at version N (else 412 version_mismatch)")
+    update.set_defaults(flags=CREATE_FLAGS)
 
 
 # -- runs commands -------------------------------------------------------------

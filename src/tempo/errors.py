@@ -60,6 +60,12 @@ class StaleAttempt(TempoError):
     type = "stale_attempt"
 
 
+class VersionMismatch(TempoError):
+    """An `If-Match` that names another version of the job than its current one."""
+
+    type = "version_mismatch"
+
+
 class Conflict(TempoError):
     type = "conflict"
 

@@ -531,3 +531,29 @@ run_record_bytes_max = record_bytes_max + run_attempts_kept_max * (2 * output_by
 assert run_attempts_kept_max >= 1 and jobs_filter_rows_max >= page_limit_max
 assert status_key_bytes_max <= lmdb_key_bytes_max
 assert run_record_bytes_max <= lmdb_value_bytes_max
+
+# Catch-up and backfill (docs/semantics.md "Catch-up after missed slots",
+# "Backfill"). A job's catch-up window is at most a year; the `all` policy
+# runs at most `catchup_runs_max` slots of one outage. A missed range is
+# counted from the cron fields day by day, walking only the days at its ends
+# and around a UTC offset change, so its cost grows with the days it spans,
+# at most `catchup_count_days_max` (some 270 years; a longer range, from a
+# clock stepped that far, is recorded with no count). A backfill creates at
+# most `backfill_runs_max` runs per request.
+catchup_window_s_max = 31_536_000
+catchup_runs_max = 1000
+catchup_runs_default = 1000
+catchup_count_days_max = 100_000
+backfill_runs_max = 10_000
+
+assert 1 <= catchup_runs_default <= catchup_runs_max
+assert catchup_count_days_max * 86_400 >= catchup_window_s_max
+
+# -- Changing a job (PATCH /v1/jobs/{id}) ----------------------------------------
+# A patch without `If-Match` applies to the job's current version: when
+# another change commits between the read it merged onto and its own
+# commit, it is merged again onto the newer version, at most this many
+# times in all before the client is told to retry (409 conflict).
+patch_tries_max = 5
+
+assert patch_tries_max >= 1

@@ -50,11 +50,13 @@ __all__ = [
     "DstMark",
     "DstRepeat",
     "ScheduleError",
+    "count_cron_ms",
     "cron_occurrences_ms",
     "cron_times_ms",
     "latest_cron_ms",
     "next_cron_ms",
     "next_every_ms",
+    "nth_cron_ms",
     "utc_offset_s",
     "validate_cron",
 ]
@@ -765,3 +767,182 @@ def next_every_ms(
     due_ms = anchor_ms + k * period_ms
     assert due_ms > after_ms if strictly_after else due_ms >= after_ms
     return due_ms
+
+
+def _walk_count(cron: _Cron, timezone: str, after_s: int, until_s: int, gap: DstGap, repeat: DstRepeat) -> int:
+    """Occurrences in (after_s, until_s] by walking them: callers bound the span."""
+    count = 0
+    for utc_s, _ in _occurrences(cron, timezone, after_s, gap, repeat):
+        if utc_s > until_s:
+            break
+        count += 1
+    return count
+
+
+def _local_count(cron: _Cron, lo_s: int, hi_s: int) -> int:
+    """Matching naive wall-clock minutes in (lo_s, hi_s], from the fields:
+    per day, its date's match and, for a part of a day, a bisection per hour."""
+    total = 0
+    per_day = len(cron.hours) * len(cron.minutes)
+    minutes = cron.minutes
+    day_lo = max(lo_s // 86_400, 1 - _EPOCH_ORDINAL)
+    day_hi = min(hi_s // 86_400, _ORDINAL_MAX - _EPOCH_ORDINAL)
+    for day in range(day_lo, day_hi + 1):
+        date = dt.date.fromordinal(day + _EPOCH_ORDINAL)
+        if date.month not in cron.months:
+            continue
+        first_wd_py, days = calendar.monthrange(date.year, date.month)
+        if date.day not in cron.days(date.month, days, (first_wd_py + 1) % 7):
+            continue
+        lo, hi = lo_s - day * 86_400, hi_s - day * 86_400  # (lo, hi] within the day
+        if lo < 0 and hi >= 86_399:
+            total += per_day
+            continue
+        for hour in cron.hours:
+            base = hour * 3600
+            # minutes m with lo < base + 60 m <= hi
+            total += max(0, bisect.bisect_right(minutes, (hi - base) // 60) - bisect.bisect_right(minutes, (lo - base) // 60))
+    return total
+
+
+def count_cron_ms(
+    expr: str,
+    timezone: str,
+    after_ms: int,
+    until_ms: int,
+    *,
+    gap: DstGap = "shift",
+    repeat: DstRepeat = "first",
+) -> int | None:
+    """How many occurrences lie in ``(after_ms, until_ms]``; None when the
+    range spans more than limits.catchup_count_days_max days.
+
+    Nothing is walked minute by minute but the hours around a UTC offset
+    change: the range is cut at each change (found by looking the offset up
+    once a day, then bisecting), a window of the change's size plus an hour
+    either side is walked (there DST shifts, repeats or drops wall times),
+    and each stretch between, whose offset is fixed, has as many occurrences
+    as its wall-clock span has matching minutes (`_local_count`). So a year
+    of minutely occurrences costs some 365 offset lookups and date matches.
+    """
+    assert isinstance(after_ms, int) and isinstance(until_ms, int)
+    cron = _compiled(expr)
+    # t_s * 1000 in (after_ms, until_ms]  <=>  t_s in (after_ms // 1000, until_ms // 1000]
+    after_s, until_s = after_ms // 1000, until_ms // 1000
+    if until_s <= after_s:
+        return 0
+    if (until_s - after_s) // 86_400 > limits.catchup_count_days_max:
+        return None
+    if timezone in _UTC_KEYS:
+        return _local_count(cron, after_s, until_s)
+    zone = _zone(timezone)
+
+    def offset_s(utc_s: int) -> int:
+        try:
+            return _offset_s(zone, utc_s)
+        except OverflowError:
+            return 0  # past datetime's range, where no occurrence lies
+
+    total = 0
+    at_s = after_s  # counted up to here
+    probe_s, probe_offset_s = after_s, offset_s(after_s)
+    # Each pass moves the probe a day on, or to an offset change.
+    for _ in range(4 * limits.catchup_count_days_max + 4):
+        if at_s >= until_s:
+            break
+        step_s = min(probe_s + 86_400, until_s + 86_400)
+        step_offset_s = offset_s(step_s)
+        if step_offset_s == probe_offset_s:
+            if probe_s >= until_s:
+                # No change up to a day past the end: the rest is one stretch.
+                total += _local_count(cron, at_s + probe_offset_s, until_s + probe_offset_s)
+                break
+            probe_s = step_s
+            continue
+        change_s = _first_change_s(zone, probe_s, step_s)
+        margin_s = abs(step_offset_s - probe_offset_s) + 3600
+        # The change may lie past the end (the probe looks a day ahead).
+        walk_from_s = min(max(at_s, change_s - margin_s), until_s)
+        total += _local_count(cron, at_s + probe_offset_s, walk_from_s + probe_offset_s)
+        walk_until_s = min(until_s, change_s + margin_s)
+        total += _walk_count(cron, timezone, walk_from_s, walk_until_s, gap, repeat)
+        at_s = walk_until_s
+        probe_s, probe_offset_s = change_s, step_offset_s
+    else:
+        raise AssertionError("the count did not reach the end of its range")
+    return total
+
+
+def _local_nth(cron: _Cron, lo_s: int, n: int) -> int | None:
+    """The n-th matching naive wall-clock minute after ``lo_s`` (n >= 1), in
+    seconds, from the fields: per day its count, then per hour a bisection;
+    None when it lies past limits.catchup_count_days_max days (or year 9999)."""
+    minutes = cron.minutes
+    day = max(lo_s // 86_400, 1 - _EPOCH_ORDINAL)
+    last_day = min(day + limits.catchup_count_days_max, _ORDINAL_MAX - _EPOCH_ORDINAL)
+    while day <= last_day:
+        date = dt.date.fromordinal(day + _EPOCH_ORDINAL)
+        if date.month in cron.months:
+            first_wd_py, days = calendar.monthrange(date.year, date.month)
+            if date.day in cron.days(date.month, days, (first_wd_py + 1) % 7):
+                lo = lo_s - day * 86_400  # after lo within the day
+                for hour in cron.hours:
+                    base = hour * 3600
+                    skip = bisect.bisect_right(minutes, (lo - base) // 60)
+                    here = len(minutes) - skip
+                    if here >= n:
+                        return day * 86_400 + base + minutes[skip + n - 1] * 60
+                    n -= here
+        day += 1
+    return None
+
+
+def _nth_where_offset_holds(cron: _Cron, zone: zoneinfo.ZoneInfo, after_s: int, n: int) -> int | None:
+    """`_local_nth` mapped to UTC by the offset at ``after_s``, when that
+    offset holds (checked once a day) up to a day past the answer; else None."""
+    try:
+        offset_s = _offset_s(zone, after_s)
+        found_s = _local_nth(cron, after_s + offset_s, n)
+        if found_s is None:
+            return None
+        utc_s = found_s - offset_s
+        probe_s = after_s
+        while probe_s < utc_s + 86_400:
+            if _offset_s(zone, probe_s) != offset_s:
+                return None
+            probe_s += 86_400
+        if _offset_s(zone, utc_s + 86_400) != offset_s or utc_s > _UTC_S_LAST:
+            return None
+        return utc_s
+    except OverflowError:
+        return None  # past datetime's range
+
+
+def nth_cron_ms(
+    expr: str,
+    timezone: str,
+    after_ms: int,
+    n: int,
+    *,
+    gap: DstGap = "shift",
+    repeat: DstRepeat = "first",
+) -> int | None:
+    """The n-th occurrence strictly after ``after_ms`` (n from 1 to
+    CRON_TIMES_COUNT_MAX), as cron_times_ms(...)[n - 1] gives it, or None.
+
+    Found from the fields where the UTC offset holds from ``after_ms`` to a
+    day past the answer (checked once a day, as count_cron_ms does); across
+    an offset change it is walked, at most ``n`` occurrences."""
+    assert isinstance(after_ms, int) and 1 <= n <= CRON_TIMES_COUNT_MAX
+    cron = _compiled(expr)
+    after_s = after_ms // 1000
+    if timezone in _UTC_KEYS:
+        found_s = _local_nth(cron, after_s, n)
+        if found_s is not None:
+            return None if found_s > _UTC_S_LAST else found_s * 1000
+    else:
+        found_s = _nth_where_offset_holds(cron, _zone(timezone), after_s, n)
+        if found_s is not None:
+            return found_s * 1000
+    found = cron_times_ms(expr, timezone, after_ms, n, gap=gap, repeat=repeat)
+    return found[-1] if len(found) == n else None

@@ -78,6 +78,15 @@ class RetryIn(_Request, frozen=True):  # type: ignore[misc]  # msgspec freezes a
     ] = tuple(limits.backoff_s_default)
 
 
+class CatchupIn(_Request, frozen=True):  # type: ignore[misc]  # msgspec freezes a subclass of a mutable Struct
+    """What a repeating job does with slots it missed (docs/semantics.md
+    "Catch-up after missed slots"). `window_s` null or left out: no window."""
+
+    window_s: Annotated[int, Meta(ge=0, le=limits.catchup_window_s_max)] | None = None
+    policy: Literal["latest", "all", "none"] = "latest"
+    max_runs: Annotated[int, Meta(ge=1, le=limits.catchup_runs_max)] = limits.catchup_runs_default
+
+
 NotifyEvent = Literal["run.failed", "job.completed", "job.recovered"]
 
 
@@ -119,12 +128,48 @@ class JobCreate(_Request):
     ] | None = None
     # None: the owner's default from the server's config, if any.
     notify: NotifyIn | None = None
+    catchup: CatchupIn | None = None  # repeating schedules only; default {"policy": "latest"}
+
+
+class JobPatch(_Request):
+    """`PATCH /v1/jobs/{id}`: a JSON merge patch (RFC 7396) of the job's
+    mutable fields. A field left out keeps its value; `null` sets it back
+    to its default (a required one is then `400`). `retry` merges key by
+    key; `schedule` and `payload` are replaced whole. The result is checked
+    as a create would be. Documents the body: the route reads it as a merge
+    patch onto the job (net/api.py)."""
+
+    name: Annotated[str, Meta(max_length=limits.name_chars_max)] | None = None
+    target: Annotated[
+        str,
+        Meta(min_length=1, max_length=limits.target_chars_max, extra_json_schema={"pattern": _TARGET_PATTERN}),
+    ] | None = None
+    payload: Any = None
+    schedule: Annotated[ScheduleIn, Meta(extra_json_schema=_ONE_SCHEDULE)] | None = None
+    retry: RetryIn | None = None
+    lease_s: Annotated[int, Meta(ge=limits.lease_s_min, le=limits.lease_s_max)] | None = None
+    jitter_s: Annotated[int, Meta(ge=0, le=limits.jitter_s_max)] | None = None
 
 
 class JobBatchCreate(_Request):
     # Items stay raw here and are decoded one by one, so each item's problem
     # names paths inside that item (API.md "POST /v1/jobs/batch").
     jobs: Annotated[list[msgspec.Raw], Meta(min_length=1, max_length=limits.batch_jobs_max)]
+
+
+class BackfillIn(_Request):
+    """`POST /v1/jobs/{id}/backfill`: a run for each slot in [from, until)."""
+
+    from_: Annotated[Instant, Meta(description="the first instant of the range")] = msgspec.field(name="from")
+    until: Annotated[Instant, Meta(description="the end of the range, excluded; not in the future")]
+    # Jobs have no overlap policy yet: `allow` (runs of a job may overlap)
+    # is the only one; another value is 400 saying so (engine/jobs.py).
+    overlap: Annotated[str, Meta(max_length=50, description='only "allow" for now')] | None = None
+
+
+class BackfillOut(msgspec.Struct):
+    created: int  # runs made
+    existing: int  # slots of the range that had a run already
 
 
 class PreviewIn(_Request):
@@ -153,6 +198,12 @@ class ScheduleOut(msgspec.Struct, omit_defaults=True):
 class RetryOut(msgspec.Struct):
     max_attempts: int
     backoff_s: list[int]
+
+
+class CatchupOut(msgspec.Struct):
+    window_s: int | None
+    policy: Literal["latest", "all", "none"]
+    max_runs: int
 
 
 class NotifyOut(msgspec.Struct):
@@ -194,6 +245,8 @@ class JobOut(msgspec.Struct, gc=False):  # untracked, as _Request: a batch reply
     notify: NotifyOut | None = None  # the job's own setting; null: the owner's default
     last_run: LastRunOut | None = None
     runs: RunCountsOut = msgspec.field(default_factory=RunCountsOut)
+    catchup: CatchupOut | None = None  # a repeating job's own policy; null: the default
+    version: int = 1  # grows by one with each change; the ETag of the job's answers
 
 
 class RunOut(msgspec.Struct):
@@ -201,7 +254,9 @@ class RunOut(msgspec.Struct):
     job_id: str
     nominal_at: str
     due_at: str
-    status: Literal["waiting", "claimed", "done", "failed", "cancelled"]
+    # `missed`: a history row for a range of slots that got no run
+    # (docs/semantics.md "Catch-up after missed slots").
+    status: Literal["waiting", "claimed", "done", "failed", "cancelled", "missed"]
     attempt: int
     worker: str | None
     lease_expires_at: str | None
@@ -209,6 +264,14 @@ class RunOut(msgspec.Struct):
     finished_at: str | None
     output: str | None
     error: str | None
+    backfill: bool = False  # made by a backfill
+    # A `missed` row's range, null on other runs: why its slots got no run,
+    # the first slot after them (the first is `nominal_at`), and how many
+    # they are (null: too many to count).
+    reason: Literal["outside_window", "policy", "paused"] | None = None
+    missed_from: str | None = None
+    missed_until: str | None = None
+    count: int | None = None
 
 
 class AttemptOut(msgspec.Struct):
@@ -344,7 +407,7 @@ class ClaimIn(_Request):
     ] | None = None
 
 
-class ClaimedRunOut(RunOut):
+class ClaimedRunOut(RunOut, kw_only=True):
     target: str
     payload: Any
     lease_s: int

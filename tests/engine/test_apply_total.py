@@ -32,6 +32,7 @@ from tempo.engine.commands import (
     DropHistory,
     ExpireLeases,
     Expiry,
+    PatchJob,
     PauseJob,
     ReportResults,
     Result,
@@ -41,7 +42,7 @@ from tempo.engine.commands import (
     encode_entry,
 )
 from tempo.engine.jobs import Jobs, slot_after_ms
-from tempo.engine.records import ClaimKeyEntry, Job, RequestKeyEntry, Run
+from tempo.engine.records import ClaimKeyEntry, Job, Missed, RequestKeyEntry, Run
 from tempo.engine.store import Created, Store
 from tempo.schema import JobCreate
 
@@ -84,6 +85,13 @@ payloads = st.none() | texts | st.just(of_bytes(limits.payload_bytes_max - 2)) |
 # the time bounds of records.py do not decode (they are corrupt, not commands).
 LAST_MS = 253_402_300_799_999
 times = st.sampled_from([0, T0, T0 + 61_000, LAST_MS - 86_400_000, LAST_MS])
+missed_ranges = st.builds(
+    lambda reason, from_ms, length_ms, count: Missed(reason, from_ms, from_ms + length_ms, count),
+    st.sampled_from(["outside_window", "policy", "paused"]),
+    st.sampled_from([0, T0, T0 + 61_000, LAST_MS - 120_000]),
+    st.sampled_from([1, 60_000, 120_000]),
+    st.sampled_from([None, 1, 2]),
+)
 schedules = st.sampled_from([
     {"at": "2027-01-15T08:00:00Z"},
     {"at": "1970-01-01T00:00:00Z"},
@@ -256,7 +264,9 @@ def job_command(draw: st.DrawFn, world: World, at_ms: int) -> Command:
     # ID that is none (the API takes it from the path).
     owner = draw(st.sampled_from([owner] * 6) | owners)
     job_id = draw(st.sampled_from([job_id] * 12 + ["j_", "j_" + CLEF * 26, "r_x"]))
-    kind = draw(st.sampled_from([PauseJob, ResumeJob, DeleteJob, TriggerJob]))
+    kind = draw(st.sampled_from([PauseJob, ResumeJob, DeleteJob, TriggerJob, PatchJob]))
+    if kind is PatchJob:
+        return patch_command(draw, world, at_ms, owner, job_id)
     if kind is not ResumeJob:
         return kind(at_ms, owner, job_id)
     job = world.one.get_job_any(job_id) if ids.is_job_id(job_id) else None
@@ -265,7 +275,29 @@ def job_command(draw: st.DrawFn, world: World, at_ms: int) -> Command:
         else job.slot_ms
     )
     due_ms = None if slot_ms is None else min(max(slot_ms, at_ms), limits.time_ms_max)
-    return ResumeJob(at_ms, owner, job_id, slot_ms, due_ms)
+    # The slots the pause let pass, as the node that took the resume found
+    # them: each range is also a row of the job's history (record_missed).
+    missed = draw(st.lists(missed_ranges, max_size=2))
+    return ResumeJob(at_ms, owner, job_id, slot_ms, due_ms, missed)
+
+
+def patch_command(draw: st.DrawFn, world: World, at_ms: int, owner: str, job_id: str) -> PatchJob:
+    """A patch as the edge makes it (the whole job after the merge, and its
+    new slot), at the job's version or another, now and then past bounds."""
+    body = msgspec.json.decode(json.dumps(draw(create_bodies())), type=JobCreate)
+    try:
+        made = MAKER.new_job("default", body, at_ms, from_msgpack=False, job_id=world.next_job_id(at_ms))
+    except errors.TempoError:
+        body = msgspec.json.decode(b'{"target":"queue:q","schedule":{"every_s":60}}', type=JobCreate)
+        made = MAKER.new_job("default", body, at_ms, from_msgpack=False, job_id=world.next_job_id(at_ms))
+    if draw(st.booleans()):
+        made.job.name = CLEF * (limits.name_chars_max * 5)
+    job = world.one.get_job_any(job_id) if ids.is_job_id(job_id) else None
+    version = draw(st.sampled_from([job.version] * 4 if job is not None else [1]) | st.integers(0, 3))
+    slot_ms, due_ms = made.job.slot_ms, made.first_due_ms
+    if draw(st.booleans()):
+        slot_ms = due_ms = None
+    return PatchJob(at_ms, owner, job_id, version, made.job, draw(st.booleans()), slot_ms, due_ms)
 
 
 def run_command(draw: st.DrawFn, world: World, at_ms: int) -> Command:
@@ -315,7 +347,11 @@ def entries(draw: st.DrawFn, world: World) -> list[Command]:
         if kind == "create":
             commands.append(create_command(draw, world, at_ms))
         elif kind == "job":
-            commands.append(job_command(draw, world, at_ms))
+            command = job_command(draw, world, at_ms)
+            if isinstance(command, ResumeJob) and draw(st.booleans()):
+                # Paused first, so the resume's missed ranges are recorded.
+                commands.append(PauseJob(at_ms, command.owner, command.job_id))
+            commands.append(command)
         elif kind == "runs":
             commands.append(run_command(draw, world, at_ms))
         elif draw(st.booleans()):

@@ -107,6 +107,11 @@ class Intake:
         self.closing = False
 
     async def submit(self, command: Command) -> Answer:
+        return await self.enqueue(command).answer()
+
+    def enqueue(self, command: Command) -> Waiter:
+        """`submit` without the wait: the command queued, its waiter to
+        read once the loop answered it (a synchronous driver's way in)."""
         if self.closing:
             raise errors.ShuttingDown("the node is shutting down")
         self.storage.check()
@@ -115,7 +120,7 @@ class Intake:
         waiter = Waiter()
         self.pending.append((command, waiter))
         self.wake()
-        return await waiter.answer()
+        return waiter
 
     def close(self) -> None:
         """Refuses new commands; those waiting still go."""

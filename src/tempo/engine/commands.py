@@ -13,7 +13,7 @@ import msgspec
 from msgspec import Meta
 
 from tempo import ids
-from tempo.engine.records import Corrupt, Count, Job, JobId, Ms, Nominal
+from tempo.engine.records import Corrupt, Count, Job, JobId, Missed, Ms, Nominal
 
 
 class NewJob(msgspec.Struct, array_like=True, gc=False):  # untracked as Job: 1,000 in a batch
@@ -46,6 +46,9 @@ class ResumeJob(msgspec.Struct, tag="resume_job", array_like=True):
     # been dropped with its history bucket); None in entries written before.
     slot_ms: Ms | None
     due_ms: Ms | None
+    # The slots the pause let pass, recorded as missed (`paused`): one
+    # range, or two around an `all` catch-up's own record.
+    missed: list[Missed] = msgspec.field(default_factory=list)
 
 
 class DeleteJob(msgspec.Struct, tag="delete_job", array_like=True):
@@ -60,6 +63,23 @@ class TriggerJob(msgspec.Struct, tag="trigger_job", array_like=True):
     job_id: str
 
 
+class PatchJob(msgspec.Struct, tag="patch_job", array_like=True):
+    """A job changed in place (docs/semantics.md "Changing a job"). `job` is
+    the whole job as the patch leaves it, checked as a create would be,
+    made from `base_version`: apply refuses it when the job is at another
+    version by then. `replan`: the schedule or jitter changed, and the
+    job's waiting run moves to `slot_ms`, due at `due_ms` (computed by the
+    node that took the request; `slot_ms` None: no slot after `at_ms`)."""
+
+    at_ms: Ms
+    owner: str
+    job_id: str
+    base_version: Count
+    job: Job
+    replan: bool
+    slot_ms: Ms | None
+    due_ms: Ms | None
+
 
 class Claim(msgspec.Struct, array_like=True):
     job_id: JobId  # from a stored run or a run ID: always a job ID
@@ -72,6 +92,14 @@ class Claim(msgspec.Struct, array_like=True):
     # The job is a one-off (schedules never change): apply need not read or
     # write the job to claim its run.
     one_off: bool = False
+    # The catch-up decision (engine/jobs.py `catch_up`), taken by the leader
+    # that proposed the claim from the job as replicated and `at_ms`, and
+    # kept by the next as apply writes it: the ranges of slots that get no
+    # run (at most two), and the last slot of an `all` catch-up under way
+    # and the latest slot it decided on (records.Job).
+    missed: list[Missed] = msgspec.field(default_factory=list)
+    catchup_until_ms: Ms | None = None
+    catchup_decided_ms: Ms | None = None
 
 
 class ClaimKey(msgspec.Struct, array_like=True):
@@ -121,6 +149,18 @@ class ExpireLeases(msgspec.Struct, tag="expire_leases", array_like=True):
     expiries: list[Expiry]
 
 
+class BackfillJob(msgspec.Struct, tag="backfill_job", array_like=True):
+    """Runs for past slots of a job, due at `at_ms` (`POST
+    /v1/jobs/{id}/backfill`): the slots are computed by the node that
+    took the request, at most limits.backfill_runs_max; apply makes a run
+    for each slot that has none, open or in history."""
+
+    at_ms: Ms
+    owner: str
+    job_id: str
+    slots_ms: list[Ms]
+
+
 class SetMember(msgspec.Struct, tag="set_member", array_like=True):
     """A cluster member's URL (`url` empty: the member was removed). Raft's
     configuration knows members by number only; this is where to reach them."""
@@ -150,7 +190,7 @@ class NotifyCursor(msgspec.Struct, tag="notify_cursor", array_like=True):
 
 Command = (
     CreateJobs | PauseJob | ResumeJob | DeleteJob | TriggerJob | ClaimRuns | ReportResults | ExpireLeases
-    | SetMember | DropHistory | NotifyCursor
+    | SetMember | DropHistory | NotifyCursor | BackfillJob | PatchJob
 )
 # One log entry is a batch of commands: the unit of group commit.
 _entry_encoder = msgspec.msgpack.Encoder()

@@ -309,10 +309,14 @@ class Dispatcher:
                 return outcomes
             assert _run_or_none_each(outcomes)
             return self.core.claimed(proposal, outcomes)
-        except (errors.Overloaded, errors.ClaimKeyReused):
-            # Not written (a full disk, too many writes), or a key that took
-            # nothing: the runs are still waiting in the tables, and go back
-            # to the head of their queues.
+        except (errors.Overloaded, errors.ClaimKeyReused, errors.NotLeader):
+            # Not written (a full disk, too many writes), a key that took
+            # nothing, or refused as leadership goes: the runs are still
+            # waiting in the tables, and go back to the head of their
+            # queues. A node that stops leading is reset, which forgets them
+            # again; one whose leadership transfer gives up leads on with
+            # them (a claim whose entry may yet commit elsewhere fails only
+            # once the node stopped leading).
             self.core.give_back(proposal)
             raise
         finally:

@@ -51,7 +51,9 @@ Invariants (asserted where they are kept, and by `check_memory` and
 - the memory invariant of `load`;
 - each lease has exactly one live entry in the lease heap, at or before its
   deadline, and the heap holds at most `2 * len(leases) +
-  limits.lease_heap_slack_entries` entries.
+  limits.lease_heap_slack_entries` entries;
+- an attempt whose expiry is being committed (`expiring`) has no lease: a
+  heartbeat for it is stale.
 """
 
 import bisect
@@ -67,7 +69,7 @@ from tempo import errors, ids, limits
 from tempo.config import UNLIMITED, OwnerLimits
 from tempo.engine import keys
 from tempo.engine.commands import Claim, ClaimRuns, ExpireLeases, Expiry
-from tempo.engine.jobs import next_slot_after_claim
+from tempo.engine.jobs import catch_up
 from tempo.engine.records import Job, Run
 from tempo.rate import TokenBucket
 from tempo.wheel import TimingWheel
@@ -224,6 +226,12 @@ class DispatchCore:
         self.queue_of: dict[bytes, tuple[str, Job]] = {}
         self.ready: dict[str, deque[bytes]] = {}
         self.leases: dict[tuple[str, int], Lease] = {}
+        # Leases `expire` ended whose `ExpireLeases` is not applied yet:
+        # (job ID, nominal ms) -> attempt. A heartbeat for one is stale: the
+        # run is still claimed in the table meanwhile, but the lease must not
+        # come back while its expiry commits. Dropped when the run leaves
+        # the claimed runs (`feed`'s `gone`) or the expiry was not written.
+        self.expiring: dict[tuple[str, int], int] = {}
         # (instant_s, entry number, job ID, nominal ms). Invariant: each lease
         # has exactly one entry whose number is its `entry`; the others are
         # stale (their lease ended or was replaced), skipped when popped, and
@@ -437,7 +445,10 @@ class DispatchCore:
                 assert job is not None
                 self._admit(runs_key, run.due_ms, job)
         for runs_key in gone[max(0, start - gone_at) : max(0, stop - gone_at)]:
-            self._drop_lease(keys.slot_of(runs_key))
+            slot = keys.slot_of(runs_key)
+            self._drop_lease(slot)
+            if self.expiring:
+                self.expiring.pop(slot, None)
 
     def _admit(self, runs_key: bytes, due_ms: int, job: Job) -> None:
         """A run that became waiting inside the loaded window: into memory,
@@ -560,6 +571,7 @@ class DispatchCore:
                 heapq.heappush(heap, (lease.deadline_s, entry, job_id, nominal_ms))
                 continue
             self._drop_lease((job_id, nominal_ms))
+            self.expiring[(job_id, nominal_ms)] = lease.attempt
             found.append(Expiry(job_id, nominal_ms, lease.attempt))
         return found
 
@@ -567,6 +579,7 @@ class DispatchCore:
         """The expiry was not written: its leases come back, run out at
         `mono_s`, so the next check proposes them again."""
         for expiry in command.expiries:
+            self.expiring.pop((expiry.job_id, expiry.nominal_ms), None)
             job = self.reader.get_job_any(expiry.job_id)
             if job is not None:
                 self._grant(job.owner, expiry.job_id, expiry.nominal_ms, expiry.attempt, mono_s, 0)
@@ -767,10 +780,11 @@ class DispatchCore:
                 continue
             claim = Claim(job_id, nominal_ms, now_ms + job.lease_s * 1000)
             if job.state == "active" and job.slot_ms == nominal_ms:
-                nxt = next_slot_after_claim(job, nominal_ms, now_ms)
+                nxt = catch_up(job, nominal_ms, now_ms)
                 if nxt is not None:
-                    claim.next_slot_ms, claim.next_due_ms = nxt
-                    job.slot_ms = nxt[0]  # a later run of this batch is not the slot run
+                    claim.next_slot_ms, claim.next_due_ms = nxt.slot_ms, nxt.due_ms
+                    claim.missed, claim.catchup_until_ms, claim.catchup_decided_ms = nxt.missed, nxt.until_ms, nxt.decided_ms
+                    job.slot_ms = nxt.slot_ms  # a later run of this batch is not the slot run
             claims.append(claim)
         command = ClaimRuns(now_ms, worker, claims) if claims else None
         return ClaimProposal(self.generation, runs, command, jobs, mono_s)
@@ -924,6 +938,8 @@ class DispatchCore:
         if parsed is None or job is None or (owner is not None and job.owner != owner):
             raise errors.NotFound(f"no run {run_id}")
         lease = self.leases.get(parsed)
+        if lease is None and self.expiring.get(parsed) == attempt:
+            raise errors.StaleAttempt(f"attempt {attempt} of run {run_id} no longer holds it")
         if lease is None or lease.attempt != attempt:
             run = self.reader.get_run_any(*parsed)
             if run is None:
@@ -971,6 +987,9 @@ class DispatchCore:
             lease = self.leases.get((job_id, nominal_ms))
             if lease is not None and lease.entry == entry:
                 assert at_s == lease.entry_s <= lease.deadline_s, "a live entry comes up at or before its deadline"
+        for key, attempt in self.expiring.items():
+            lease = self.leases.get(key)
+            assert lease is None or lease.attempt != attempt, "an attempt being expired has no lease"
 
     @property
     def lease_heap_entries(self) -> int:

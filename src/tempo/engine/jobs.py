@@ -17,7 +17,7 @@ import os
 import urllib.parse
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any, Protocol, TypeGuard, TypeVar
+from typing import Any, NamedTuple, Protocol, TypeGuard, TypeVar
 
 import msgspec
 import trio
@@ -25,8 +25,26 @@ import trio
 from tempo import clock, errors, ids, limits, schedule
 from tempo.config import notify_url_ok
 from tempo.engine.commandlog import Answer, CommandLog
-from tempo.engine.commands import CreateJobs, DeleteJob, NewJob, PauseJob, ResumeJob, TriggerJob
-from tempo.engine.records import Job, Notify, NotifyEvent, Run, Schedule
+from tempo.engine.commands import (
+    BackfillJob,
+    CreateJobs,
+    DeleteJob,
+    NewJob,
+    PatchJob,
+    PauseJob,
+    ResumeJob,
+    TriggerJob,
+)
+from tempo.engine.records import (
+    Catchup,
+    CatchupPolicy,
+    Job,
+    Missed,
+    Notify,
+    NotifyEvent,
+    Run,
+    Schedule,
+)
 from tempo.engine.store import Created, Store
 
 _QUEUE_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
@@ -78,6 +96,28 @@ class RetrySpec(Protocol):
     def backoff_s(self) -> tuple[int, ...]: ...
 
 
+class CatchupSpec(Protocol):
+    """A catch-up policy as asked for (`schema.CatchupIn`)."""
+
+    @property
+    def window_s(self) -> int | None: ...
+    @property
+    def policy(self) -> CatchupPolicy: ...
+    @property
+    def max_runs(self) -> int: ...
+
+
+class BackfillSpec(Protocol):
+    """A backfill as asked for (`schema.BackfillIn`)."""
+
+    @property
+    def from_(self) -> datetime: ...
+    @property
+    def until(self) -> datetime: ...
+    @property
+    def overlap(self) -> str | None: ...
+
+
 class NotifySpec(Protocol):
     """A job's notification setting as asked for (`schema.NotifyIn`)."""
 
@@ -108,6 +148,8 @@ class JobSpec(Protocol):
     def request_key(self) -> str | None: ...
     @property
     def notify(self) -> NotifySpec | None: ...
+    @property
+    def catchup(self) -> CatchupSpec | None: ...
 
 
 class PreviewSpec(Protocol):
@@ -236,6 +278,16 @@ def schedule_record(value: ScheduleSpec, loc: str = "schedule") -> Schedule:
     return Schedule(every_s=value.every_s, start_at_ms=start)
 
 
+def catchup_record(value: CatchupSpec | None, sched: Schedule) -> Catchup | None:
+    """A job's catch-up policy; None for the default (`latest`, no window)."""
+    if value is None:
+        return None
+    if not sched.repeating:
+        raise errors.Invalid.at("catchup", "catchup goes only with a repeating schedule (cron or every_s)")
+    found = Catchup(value.window_s, value.policy, value.max_runs)
+    return None if found == _DEFAULT_CATCHUP else found
+
+
 # -- schedule arithmetic -----------------------------------------------------------
 
 
@@ -296,19 +348,174 @@ def latest_slot_ms(sched: Schedule, created_at_ms: int, now_ms: int) -> int | No
 
 
 def next_slot_after_claim(job: Job, nominal_ms: int, now_ms: int) -> tuple[int, int] | None:
-    """(slot, due) of the run a claim of slot `nominal_ms` creates.
+    """(slot, due) of the run a claim of slot `nominal_ms` creates
+    (`catch_up`'s decision, without its records)."""
+    found = catch_up(job, nominal_ms, now_ms)
+    return None if found is None else (found.slot_ms, found.due_ms)
 
-    If occurrences were missed (the node was down), they are coalesced into one
-    run at the latest of them, due at once (API.md "Runs")."""
-    sched = job.schedule
-    nxt = slot_after_ms(sched, job.created_at_ms, nominal_ms, inclusive=False)
+
+class CatchUp(NamedTuple):
+    """What the claim of a job's slot run at `now_ms` decides: the slot of
+    the next run and its due time, the ranges of slots it leaves without a
+    run, and the last slot an `all` catch-up runs and the latest it decided
+    on (None: none under way); after the one, the schedule goes on after the
+    other, as the slots between are recorded already."""
+
+    slot_ms: int
+    due_ms: int
+    missed: list[Missed]
+    until_ms: int | None
+    decided_ms: int | None = None  # the latest slot the `all` catch-up decided on
+
+
+_DEFAULT_CATCHUP = Catchup()
+
+
+def count_slots(sched: Schedule, created_at_ms: int, first_ms: int, end_ms: int) -> int | None:
+    """How many slots lie in [first_ms, end_ms), `first_ms` a slot of the
+    schedule: arithmetic for `every_s`, counted from the fields for cron
+    (`schedule.count_cron_ms`), never one slot at a time. None: too many
+    days to count (limits.catchup_count_days_max)."""
+    if end_ms <= first_ms:
+        return 0
+    if sched.every_s is not None:
+        return (end_ms - 1 - first_ms) // (sched.every_s * 1000) + 1
+    assert sched.cron is not None and sched.timezone is not None
+    return schedule.count_cron_ms(
+        sched.cron, sched.timezone, first_ms - 1, end_ms - 1, gap=sched.dst_gap, repeat=sched.dst_repeat
+    )
+
+
+def missed_range(sched: Schedule, created_at_ms: int, reason: Any, first_ms: int, end_ms: int) -> Missed:
+    """The slots in [first_ms, end_ms): both ends are slots (the end the
+    first one after the range), so neither needs a search backwards."""
+    assert first_ms < end_ms
+    return Missed(reason, first_ms, end_ms, count_slots(sched, created_at_ms, first_ms, end_ms))
+
+
+def _nth_slot_ms(sched: Schedule, created_at_ms: int, first_ms: int, n: int) -> int:
+    """The n-th slot from `first_ms` (a slot; the 1st is itself); n is at
+    most limits.catchup_runs_max, so where a cron one is walked (across a
+    UTC offset change) the walk is bounded."""
+    assert 1 <= n <= limits.catchup_runs_max
+    if sched.every_s is not None:
+        return first_ms + (n - 1) * sched.every_s * 1000
+    assert sched.cron is not None and sched.timezone is not None
+    if n == 1:
+        return first_ms
+    found = schedule.nth_cron_ms(
+        sched.cron, sched.timezone, first_ms, n - 1, gap=sched.dst_gap, repeat=sched.dst_repeat
+    )
+    assert found is not None, "the caller counted more slots than n"
+    return found
+
+
+def catch_up(job: Job, nominal_ms: int, now_ms: int) -> CatchUp | None:
+    """The catch-up decision a claim of the job's slot run `nominal_ms`
+    takes at `now_ms` (docs/semantics.md "Catch-up after missed slots").
+
+    When the next slot is still ahead, it is the next run. When it is past
+    already (the node was down, the clock stepped, no worker claimed), the
+    missed slots from it up to the latest at or before `now_ms` are split:
+    those older than the job's window are `outside_window`; of the rest the
+    policy runs the latest (`latest`), the first `max_runs` in order
+    (`all`, one after another: each claim makes the next, up to `until_ms`),
+    or none (`none`: the next run is the first slot ahead), and the slots it
+    does not run are `policy`. Bounded: a few bisections and counts, never
+    a walk over the missed slots. None: the schedule has no slot left."""
+    nxt = _slot_after_claim_ms(job, nominal_ms)
     if nxt is None:
         return None
-    if nxt <= now_ms:
-        latest = latest_slot_ms(sched, job.created_at_ms, now_ms)
-        if latest is not None and latest > nxt:
-            nxt = latest
-    return nxt, due_ms(job, nxt, now_ms)
+    if job.catchup_until_ms is not None and nxt <= job.catchup_until_ms:  # an `all` catch-up goes on
+        return CatchUp(nxt, due_ms(job, nxt, now_ms), [], job.catchup_until_ms, job.catchup_decided_ms)
+    if nxt > now_ms:
+        return CatchUp(nxt, due_ms(job, nxt, now_ms), [], None)
+    return _decide(job, nxt, now_ms)
+
+
+def _slot_after_claim_ms(job: Job, nominal_ms: int) -> int | None:
+    """The slot after `nominal_ms`; after the last run of an `all` catch-up,
+    the slot after the latest it decided on (the slots between are
+    recorded missed already)."""
+    sched, created_ms = job.schedule, job.created_at_ms
+    nxt = slot_after_ms(sched, created_ms, nominal_ms, inclusive=False)
+    decided = job.catchup_decided_ms
+    if nxt is None or job.catchup_until_ms is None or decided is None:
+        return nxt
+    if job.catchup_until_ms < nxt <= decided:
+        return slot_after_ms(sched, created_ms, decided, inclusive=False)
+    return nxt
+
+
+def _decide(job: Job, nxt: int, now_ms: int) -> CatchUp | None:
+    """`catch_up` of a next slot `nxt` that is past already."""
+    sched, created_ms = job.schedule, job.created_at_ms
+    policy = job.catchup or _DEFAULT_CATCHUP
+    latest = latest_slot_ms(sched, created_ms, now_ms)
+    assert latest is not None and latest >= nxt
+    ahead = slot_after_ms(sched, created_ms, now_ms, inclusive=False)  # the first slot not missed
+    # The end of a range that reaches the latest slot: the slot after it
+    # (None: the schedule ends, and the instant after the latest serves).
+    end_ms = latest + 1 if ahead is None else ahead
+    missed: list[Missed] = []
+    first_in: int | None = nxt
+    if policy.window_s is not None and nxt < now_ms - policy.window_s * 1000:
+        first_in = slot_after_ms(sched, created_ms, now_ms - policy.window_s * 1000, inclusive=True)
+        if first_in is not None and first_in > latest:
+            first_in = None  # no missed slot in the window
+        missed.append(missed_range(sched, created_ms, "outside_window", nxt, end_ms if first_in is None else first_in))
+    if first_in is None or policy.policy == "none":
+        if first_in is not None:
+            missed.append(missed_range(sched, created_ms, "policy", first_in, end_ms))
+        return None if ahead is None else CatchUp(ahead, due_ms(job, ahead, now_ms), missed, None)
+    if policy.policy == "latest":
+        if first_in < latest:
+            missed.append(missed_range(sched, created_ms, "policy", first_in, latest))
+        return CatchUp(latest, due_ms(job, latest, now_ms), missed, None)
+    return _all_of(job, policy, first_in, latest, end_ms, missed, now_ms)
+
+
+def _all_of(
+    job: Job, policy: Catchup, first_in: int, latest: int, end_ms: int, missed: list[Missed], now_ms: int
+) -> CatchUp:
+    """The `all` policy's decision: the first `max_runs` slots of the
+    window from `first_in`, the rest up to `latest` recorded."""
+    assert policy.policy == "all"
+    sched, created_ms = job.schedule, job.created_at_ms
+    in_window = count_slots(sched, created_ms, first_in, end_ms)
+    until = latest
+    if in_window is None or in_window > policy.max_runs:
+        until = _nth_slot_ms(sched, created_ms, first_in, policy.max_runs)
+        skipped = slot_after_ms(sched, created_ms, until, inclusive=False)
+        assert skipped is not None and skipped <= latest
+        missed.append(missed_range(sched, created_ms, "policy", skipped, end_ms))
+    return CatchUp(first_in, due_ms(job, first_in, now_ms), missed, until, latest)
+
+
+def paused_ranges(job: Job, now_ms: int, next_slot_ms: int | None) -> list[Missed]:
+    """The slots a paused job let pass, resumed at `now_ms` with its next
+    run at `next_slot_ms`: from the one after the slot whose run the pause
+    cancelled (that run is in the job's history already) up to the next.
+    One range, or two around the slots an `all` catch-up under way at the
+    pause had recorded already (its `policy` range)."""
+    if not job.schedule.repeating or job.slot_ms is None or job.slot_ms >= now_ms:
+        return []
+    sched, created_ms = job.schedule, job.created_at_ms
+    first = slot_after_ms(sched, created_ms, job.slot_ms, inclusive=False)
+    if first is None or first > now_ms:
+        return []
+    end_ms = now_ms + 1 if next_slot_ms is None else next_slot_ms
+    until, decided = job.catchup_until_ms, job.catchup_decided_ms
+    if until is None or decided is None or first > decided or until == decided:
+        return [missed_range(sched, created_ms, "paused", first, end_ms)]
+    found = []
+    after_until = slot_after_ms(sched, created_ms, until, inclusive=False)
+    if first <= until and after_until is not None:
+        found.append(missed_range(sched, created_ms, "paused", first, after_until))
+    after_decided = slot_after_ms(sched, created_ms, decided, inclusive=False)
+    if after_decided is not None and after_decided < end_ms:
+        found.append(missed_range(sched, created_ms, "paused", after_decided, end_ms))
+    return found
 
 
 def due_ms(job: Job, slot_ms: int, now_ms: int) -> int:
@@ -369,6 +576,84 @@ def queues_hash(queues: list[str]) -> bytes:
     return hashlib.blake2b("\n".join(sorted(set(queues))).encode(), digest_size=16).digest()
 
 
+def _backfill_range_ms(job: Job, body: BackfillSpec, now_ms: int) -> tuple[int, int]:
+    """A backfill's [from, until) in ms, checked against the job and now."""
+    if body.overlap not in (None, "allow"):
+        raise errors.Invalid.at(
+            "overlap", 'jobs have no overlap policy yet: only "allow" (runs of a job may overlap) is accepted'
+        )
+    if not job.schedule.repeating:
+        raise errors.Invalid.at("", "a one-off job has one slot: trigger it instead")
+    from_ms, until_ms = instant_ms(body.from_, "from"), instant_ms(body.until, "until")
+    if until_ms <= from_ms:
+        raise errors.Invalid.at("until", "must be after from")
+    if until_ms > now_ms:
+        raise errors.Invalid.at("until", "a backfill is of past slots: until is in the future")
+    if job.slot_ms is not None and until_ms > job.slot_ms:
+        raise errors.Invalid.at(
+            "until", f"the job's scheduled slot is {clock.iso_from_ms(job.slot_ms)}: backfill slots before it"
+        )
+    return from_ms, until_ms
+
+
+async def backfill_slots(job: Job, body: BackfillSpec, now_ms: int) -> list[int]:
+    """The slots of `job` in [from, until), ascending, checked: at most
+    limits.backfill_runs_max of them, none in the future nor at or after
+    the job's scheduled slot (that run and the ones after it are the
+    schedule's). Cron slots come in slices with a checkpoint between."""
+    from_ms, until_ms = _backfill_range_ms(job, body, now_ms)
+    sched = job.schedule
+    cap = limits.backfill_runs_max
+    slots: list[int] = []
+    if sched.every_s is not None:
+        first = slot_after_ms(sched, job.created_at_ms, from_ms, inclusive=True)
+        period_ms = sched.every_s * 1000
+        count = 0 if first is None or first >= until_ms else (until_ms - 1 - first) // period_ms + 1
+        if count > cap:
+            raise errors.Invalid.at("until", f"the range holds {count} slots, more than {cap}: split it")
+        return [] if first is None else [first + k * period_ms for k in range(count)]
+    assert sched.cron is not None and sched.timezone is not None
+    after_ms = from_ms - 1
+    while True:
+        part = schedule.cron_times_ms(
+            sched.cron, sched.timezone, after_ms, limits.preview_slice_times,
+            gap=sched.dst_gap, repeat=sched.dst_repeat,
+        )
+        slots += [at_ms for at_ms in part if at_ms < until_ms]
+        if len(slots) > cap:
+            raise errors.Invalid.at("until", f"the range holds more than {cap} slots: split it")
+        if len(part) < limits.preview_slice_times or part[-1] >= until_ms:
+            return slots
+        after_ms = part[-1]
+        await trio.lowlevel.checkpoint()
+
+
+def _body_digest(
+    body: JobSpec, sched: Schedule, notify: Notify | None, catchup: Catchup | None, *, payload_passed: bool
+) -> bytes:
+    """The hash of a create body after parsing and defaults, which a request
+    key compares; empty without a request key."""
+    try:
+        if body.request_key is None:
+            # Only a request key is compared with the body hash: without
+            # one, encoding the payload is the whole check.
+            if not payload_passed:
+                _hash_encoder.encode(body.payload)
+            return b""
+        fields: tuple[Any, ...] = (
+            body.name, body.target, body.payload, sched, body.retry.max_attempts,
+            body.retry.backoff_s, body.lease_s, body.jitter_s,
+        )
+        # Each appended only when given, so the hash of a job without it is
+        # what it was before the field existed.
+        fields += (() if notify is None else (notify,)) + (() if catchup is None else (catchup,))
+        return hashlib.blake2b(_hash_encoder.encode(fields), digest_size=16).digest()
+    except OverflowError:
+        # JSON allows any integer; records are MessagePack, which holds
+        # 64 bits. Only the payload is unbounded, the rest has Meta bounds.
+        raise errors.Invalid.at("payload", "an integer outside [-2**63, 2**64)") from None
+
+
 # -- the service -------------------------------------------------------------------
 
 
@@ -425,28 +710,10 @@ class Jobs:
             if len(_json_encoder.encode(body.payload)) > limits.payload_bytes_max:
                 raise errors.TooLarge.at("payload", f"more than {limits.payload_bytes_max} bytes as JSON")
         sched = schedule_record(body.schedule)
+        catchup = catchup_record(body.catchup, sched)
         backoff_s = body.retry.backoff_s
         notify = None if body.notify is None else self.notify_record(body.notify)
-        try:
-            if body.request_key is None:
-                # Only a request key is compared with the body hash: without
-                # one, encoding the payload is the whole check.
-                if not payload_passed:
-                    _hash_encoder.encode(body.payload)
-                digest = b""
-            else:
-                hashed = _hash_encoder.encode(
-                    (body.name, body.target, body.payload, sched, body.retry.max_attempts,
-                     backoff_s, body.lease_s, body.jitter_s)
-                    # Appended only when given, so the hash of a job without
-                    # it is what it was before `notify` existed.
-                    + (() if notify is None else (notify,))
-                )
-                digest = hashlib.blake2b(hashed, digest_size=16).digest()
-        except OverflowError:
-            # JSON allows any integer; records are MessagePack, which holds
-            # 64 bits. Only the payload is unbounded, the rest has Meta bounds.
-            raise errors.Invalid.at("payload", "an integer outside [-2**63, 2**64)") from None
+        digest = _body_digest(body, sched, notify, catchup, payload_passed=payload_passed)
         # Positional, in Job's field order (a batch makes 1,000): id, owner,
         # name, target, payload, schedule, max_attempts, backoff_s, lease_s,
         # jitter_s, state, created_at_ms, request_key, slot_ms, next_run_at_ms.
@@ -455,6 +722,8 @@ class Jobs:
             owner, body.name, body.target, body.payload, sched, body.retry.max_attempts, backoff_s,
             body.lease_s, body.jitter_s, "active", at_ms, body.request_key, None, None, notify,
         )
+        if catchup is not None:
+            job.catchup = catchup
         if sched.at_ms is not None and body.jitter_s == 0:
             # `first_slot_ms` and `due_ms` of a one-off without jitter, inline.
             job.slot_ms = sched.at_ms
@@ -569,13 +838,48 @@ class Jobs:
         else:
             slot_ms = job.slot_ms  # its one run, made anew if retention dropped the cancelled one
         next_due_ms = None if slot_ms is None else due_ms(job, slot_ms, at_ms)
-        return _ok(await self.committer.submit(ResumeJob(at_ms, owner, job_id, slot_ms, next_due_ms)), Job)
+        missed = paused_ranges(job, at_ms, slot_ms) if job.state == "paused" else []
+        return _ok(await self.committer.submit(ResumeJob(at_ms, owner, job_id, slot_ms, next_due_ms, missed)), Job)
+
+    async def backfill(self, owner: str, job_id: str, body: BackfillSpec) -> tuple[int, int]:
+        """`POST /v1/jobs/{id}/backfill`: (runs made, slots that had one)."""
+        job = self.store.get_job(owner, job_id)
+        at_ms = self.now_ms()
+        slots = await backfill_slots(job, body, at_ms)
+        made = _ok(await self.committer.submit(BackfillJob(at_ms, owner, job_id, slots)), list)
+        return len(made), len(slots) - len(made)
+
+    async def patch(self, job: Job, body: JobSpec, *, from_msgpack: bool) -> Job:
+        """Changes `job` (as read at its current version) to what `body`, the
+        job after the merge patch, asks for: checked as a create would be,
+        and its waiting run re-planned from now when the schedule or the
+        jitter changed (docs/semantics.md "Changing a job"). A body that
+        changes nothing is no change: `job` is answered as it is.
+        `VersionMismatch` when the job changed since it was read."""
+        at_ms = self.now_ms()
+        made = self.new_job(job.owner, body, at_ms, from_msgpack=from_msgpack, job_id=job.id).job
+        if _mutable(made) == _mutable(job):
+            return job
+        made.created_at_ms = job.created_at_ms  # an `every_s` grid stays where it was
+        replan = made.schedule != job.schedule or made.jitter_s != job.jitter_s
+        slot_ms = due = None
+        if replan:
+            sched = made.schedule
+            slot_ms = slot_after_ms(sched, job.created_at_ms, at_ms, inclusive=False) if sched.repeating else sched.at_ms
+            due = None if slot_ms is None else due_ms(made, slot_ms, at_ms)
+        command = PatchJob(at_ms, job.owner, job.id, job.version, made, replan, slot_ms, due)
+        return _ok(await self.committer.submit(command), Job)
 
     async def delete(self, owner: str, job_id: str) -> None:
         _ok(await self.committer.submit(DeleteJob(self.now_ms(), owner, job_id)), type(None))
 
     async def trigger(self, owner: str, job_id: str) -> Run:
         return _ok(await self.committer.submit(TriggerJob(self.now_ms(), owner, job_id)), Run)
+
+
+def _mutable(job: Job) -> tuple[object, ...]:
+    """What a patch may change of a job."""
+    return (job.name, job.target, job.payload, job.schedule, job.max_attempts, job.backoff_s, job.lease_s, job.jitter_s)
 
 
 def _created_each(answer: Answer) -> TypeGuard[list[Created | errors.TempoError]]:

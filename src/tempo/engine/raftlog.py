@@ -140,12 +140,20 @@ class RaftLog:
 
     # -- write side, inside the replica's transaction -----------------------------
 
-    def append_in(self, txn: "lmdb.Transaction[bytes]", entries: list[Entry]) -> None:
-        """Appends, first dropping stored entries at and after the first new one."""
+    def append_in(
+        self, txn: "lmdb.Transaction[bytes]", entries: list[Entry], installed: Snapshot | None = None
+    ) -> None:
+        """Appends, first dropping stored entries at and after the first new
+        one. `installed`: the snapshot this same transaction installed
+        (`install_in`), which the entries follow: the log is empty then,
+        and the mirror does not know it until `committed`."""
         first = entries[0].index
-        assert self.first_index() <= first <= self.last_index() + 1, "append leaves a gap"
+        if installed is not None:
+            assert first == installed.meta.index + 1, "append leaves a gap"
+        else:
+            assert self.first_index() <= first <= self.last_index() + 1, "append leaves a gap"
         cur = txn.cursor(db=self.log_db)
-        if first <= self.last_index() and cur.set_key(_U64.pack(first)):
+        if installed is None and first <= self.last_index() and cur.set_key(_U64.pack(first)):
             while cur.delete():
                 pass
         cur.putmulti(((_U64.pack(e.index), _enc.encode(e)) for e in entries), append=True)
@@ -279,7 +287,7 @@ def write_ready(store: Store, log: RaftLog, rd: Ready, *, apply: bool) -> list[A
         if rd.compaction is not None:
             log.compact_in(txn, rd.compaction)
         if rd.entries:
-            log.append_in(txn, rd.entries)
+            log.append_in(txn, rd.entries, rd.snapshot)
         if rd.hard_state is not None:
             log.set_hard_state_in(txn, rd.hard_state)
         return _apply_in(store, txn, rd.committed_entries) if apply else []

@@ -20,7 +20,8 @@ from msgspec import Meta
 from tempo import ids, limits
 
 JobState = Literal["active", "paused", "completed"]
-RunStatus = Literal["waiting", "claimed", "done", "failed", "cancelled"]
+# `missed`: a history row for a range of slots that got no run (`Missed`).
+RunStatus = Literal["waiting", "claimed", "done", "failed", "cancelled", "missed"]
 # Bounds checked when a record or command is decoded, never when one is made
 # in code: bytes that decode outside them are corrupt (see `Corrupt`).
 Ms = Annotated[int, Meta(ge=0, le=limits.time_ms_max)]  # UNIX milliseconds, as keys hold them
@@ -61,6 +62,29 @@ class Notify(msgspec.Struct, array_like=True, frozen=True, gc=False):
     events: tuple[NotifyEvent, ...]
 
 
+CatchupPolicy = Literal["latest", "all", "none"]
+MissedReason = Literal["outside_window", "policy", "paused"]
+
+
+class Catchup(msgspec.Struct, array_like=True, frozen=True, gc=False):
+    """What a job does with slots it missed (docs/semantics.md "Catch-up
+    after missed slots"); a job without one has the default: `latest`,
+    with no window."""
+
+    window_s: Count | None = None  # None: no window, every missed slot is in it
+    policy: CatchupPolicy = "latest"
+    max_runs: Annotated[int, Meta(ge=1)] = limits.catchup_runs_default
+
+
+class JobHead(msgspec.Struct, array_like=True, gc=False):
+    """The first fields of a stored `Job`, decoded alone: a `Job`'s record
+    read as a `JobHead` skips the rest (array-like structs ignore trailing
+    items), for the paths that need only its owner, once per run."""
+
+    id: JobId
+    owner: str
+
+
 class Job(msgspec.Struct, array_like=True, gc=False):
     id: JobId
     owner: str
@@ -84,6 +108,17 @@ class Job(msgspec.Struct, array_like=True, gc=False):
     # Runs of the job that failed for good since the last one that ended
     # done: a `job.recovered` event is written when one ends done after them.
     failed_runs: Count = 0
+    # None: the default policy (`Catchup()`), as in records from before it.
+    catchup: Catchup | None = None
+    # The last slot an `all` catch-up decided to run: up to it, a claim of
+    # the slot run makes the next slot's run even when it is past; after
+    # it, the schedule goes on after `catchup_decided_ms`, the latest slot
+    # that catch-up decided on (the ones between are recorded missed).
+    catchup_until_ms: Ms | None = None
+    catchup_decided_ms: Ms | None = None
+    # Starts at 1 and grows by one with each change (`PATCH`): the job's
+    # ETag. Records written before it existed are version 1.
+    version: Annotated[int, Meta(ge=1)] = 1
 
 
 class Attempt(msgspec.Struct, array_like=True, gc=False):
@@ -97,6 +132,13 @@ class Attempt(msgspec.Struct, array_like=True, gc=False):
     ok: bool
     output: str | None = None
     error: str | None = None
+
+
+class RetryKept(msgspec.Struct, array_like=True, frozen=True, gc=False):
+    """A retry policy as a claimed attempt holds it (`Run.retry_kept`)."""
+
+    max_attempts: Annotated[int, Meta(ge=1)]
+    backoff_s: Annotated[tuple[Count, ...], Meta(min_length=1)]
 
 
 class Run(msgspec.Struct, array_like=True, gc=False):
@@ -114,6 +156,17 @@ class Run(msgspec.Struct, array_like=True, gc=False):
     triggered: bool = False
     # Every ended attempt, oldest first, at most `limits.run_attempts_kept_max`.
     attempts: list[Attempt] = []
+    backfill: bool = False  # made by `POST /v1/jobs/{id}/backfill`
+    # The job's retry policy when the claimed attempt was claimed, kept by a
+    # patch that changed it since (docs/semantics.md "Changing a job"): the
+    # attempt's end decides its retry by it. None: the job's own.
+    retry_kept: RetryKept | None = None
+    # A `missed` row only (`Store.record_missed`): why its slots got no run,
+    # the first slot after them (the first is `nominal_ms`) and how many
+    # they are (None: too many to count, as `Missed.count`).
+    reason: MissedReason | None = None
+    missed_until_ms: int | None = None
+    missed_count: Count | None = None
 
 
 class JobOutcome(msgspec.Struct, array_like=True, gc=False):
@@ -138,6 +191,17 @@ class Event(msgspec.Struct, array_like=True):
     job_id: JobId
     run_id: str | None
     detail: dict[str, Any]
+
+
+class Missed(msgspec.Struct, array_like=True, frozen=True):
+    """A contiguous range of a job's slots that got no run: the `count`
+    slots in [from_ms, until_ms), from the first of them to the first slot
+    after them (None: a range too long to count, docs/semantics.md)."""
+
+    reason: MissedReason
+    from_ms: int
+    until_ms: int
+    count: Count | None
 
 
 class RequestKeyEntry(msgspec.Struct, array_like=True):

@@ -27,9 +27,10 @@ from typing import TypeVar, overload
 import lmdb
 import msgspec
 
-from tempo import errors, ids, limits
+from tempo import clock, errors, ids, limits
 from tempo.engine import datadir, keys, records
 from tempo.engine.commands import (
+    BackfillJob,
     Claim,
     ClaimKey,
     ClaimRuns,
@@ -41,6 +42,7 @@ from tempo.engine.commands import (
     Expiry,
     NewJob,
     NotifyCursor,
+    PatchJob,
     PauseJob,
     ReportResults,
     Result,
@@ -55,7 +57,9 @@ from tempo.engine.records import (
     Event,
     Job,
     JobOutcome,
+    Missed,
     RequestKeyEntry,
+    RetryKept,
     Run,
     Taken,
 )
@@ -88,7 +92,7 @@ _HIST_STATUS = b"s"
 # In `meta`: present once the tables above and the b"s" rows are complete.
 _RUN_INDEX = b"run_index"
 _OPEN = ("waiting", "claimed")
-_FINISHED = ("done", "failed", "cancelled")
+_FINISHED = ("done", "failed", "cancelled", "missed")  # `missed`: a row record_missed writes
 _U64 = struct.Struct(">Q")
 _MINUTE = struct.Struct(">I")
 # History buckets (limits.py "Retention"): finished runs and events, in a ring
@@ -129,6 +133,7 @@ log = logging.getLogger("tempo.store")
 _enc = msgspec.msgpack.Encoder()
 # Decoders that raise records.Corrupt, and only it, for a damaged record.
 _job_dec = records.Decoder(Job)
+_job_head_dec = records.Decoder(records.JobHead, "Job")
 _run_dec = records.Decoder(Run)
 _reqkey_dec = records.Decoder(RequestKeyEntry)
 _claimkey_dec: records.Decoder[ClaimKeyEntry] = records.Decoder(ClaimKeyEntry)
@@ -172,7 +177,7 @@ class Changes:
 # leaves the others (and the transaction) alone.
 Outcome = (
     Created | Job | Run | None | errors.TempoError | ClaimKeyEntry
-    | list[Created | errors.TempoError] | list[Run | None] | list[Run | errors.TempoError]
+    | list[Created | errors.TempoError] | list[Run | None] | list[Run | errors.TempoError] | list[Run]
 )
 
 
@@ -1097,7 +1102,9 @@ class _Tx:
             return job.owner
         owner = self._owners.get(job_id)
         if owner is None:
-            owner = self._owners[job_id] = self._job_any(job_id).owner
+            raw = self.txn.get(keys.job_key(job_id), db=self.jobs)
+            assert raw is not None, f"run of a missing job {job_id}"
+            owner = self._owners[job_id] = _job_head_dec.decode(raw).owner
         return owner
 
     def _move_open_row(
@@ -1159,6 +1166,8 @@ class _Tx:
                 return self.apply_to_jobs(command)
             case ClaimRuns() | ReportResults() | ExpireLeases():
                 return self.apply_to_runs(command)
+            case PatchJob():
+                return self._fresh_outcome(self.patch_job(command))
             case SetMember():
                 self.txn.put(command.node_id.encode(), command.url.encode(), db=self.members)
                 self.changes.members = True
@@ -1171,6 +1180,8 @@ class _Tx:
                 if raw is None or _U64.unpack(raw)[0] < command.seq:
                     self.txn.put(_NOTIFY_CURSOR, _U64.pack(command.seq), db=self.meta)
                 return None
+            case BackfillJob():
+                return self.backfill_job(command)
         raise AssertionError(f"unknown command {type(command).__name__}")
 
     def apply_to_jobs(self, command: CreateJobs | PauseJob | ResumeJob | DeleteJob | TriggerJob) -> Outcome:
@@ -1289,6 +1300,11 @@ class _Tx:
             return job
         job.state = "active"
         job.next_run_at_ms = None
+        for missed in cmd.missed:
+            self.record_missed(job, missed, cmd.at_ms)
+        # An `all` catch-up under way at the pause ends with it: the slots it
+        # did not run yet passed while paused.
+        job.catchup_until_ms = job.catchup_decided_ms = None
         if job.schedule.repeating:
             slot_ms, due_ms = cmd.slot_ms, cmd.due_ms
         else:
@@ -1336,6 +1352,95 @@ class _Tx:
         self.put_run(run, job=job)
         return run.due_ms
 
+    def patch_job(self, cmd: PatchJob) -> Job | errors.TempoError:
+        """A job changed in place (docs/semantics.md "Changing a job"). Runs
+        that are claimed go on as they are; every waiting run is handed to
+        the dispatcher again with the new job (its target may have moved);
+        with `replan`, the waiting run of the job's schedule slot moves to
+        the new slot (cancelled, in history, when the slot changes)."""
+        old = self.job(cmd.owner, cmd.job_id)
+        if old is None:
+            return errors.NotFound(f"no job {cmd.job_id}")
+        if old.version != cmd.base_version:
+            return errors.VersionMismatch(f"job {old.id} is at version {old.version}, not {cmd.base_version}")
+        new = cmd.job
+        # What the patch may not change comes from the stored job.
+        job = msgspec.structs.replace(
+            old, name=new.name, target=new.target, payload=new.payload, schedule=new.schedule,
+            max_attempts=new.max_attempts, backoff_s=new.backoff_s, lease_s=new.lease_s, jitter_s=new.jitter_s,
+            catchup=new.catchup, version=old.version + 1,
+        )
+        if cmd.replan:
+            # A catch-up under way was decided on the old schedule's slots.
+            job.catchup_until_ms = job.catchup_decided_ms = None
+            self._replan(old, job, cmd)
+        fed = {runs_key for runs_key, _, with_job in self.changes.woken if with_job is job}
+        kept = RetryKept(old.max_attempts, old.backoff_s)
+        waiting: list[tuple[bytes, Run]] = []
+        for _, runs_key in self.slots_desc(job.id, 0, 1 << 63):
+            run = _run_dec.decode(_present(self.txn.get(runs_key, db=self.runs)))
+            if run.status == "waiting" and runs_key not in fed:
+                waiting.append((runs_key, run))
+            elif run.status == "claimed" and run.retry_kept is None and kept != RetryKept(job.max_attempts, job.backoff_s):
+                run.retry_kept = kept  # the attempt goes on under the policy it was claimed with
+                self.put_run_in_place(run, runs_key, "claimed", job)
+        for runs_key, run in waiting:
+            self.changes.left.append(runs_key)
+            self.changes.woken.append((runs_key, run, job))
+        self.put_job(job)
+        detail = {"old_version": old.version, "new_version": job.version}
+        self.append_event(job.owner, Event("job.updated", cmd.at_ms, job.id, None, detail))
+        return job
+
+    def _replan(self, old: Job, job: Job, cmd: PatchJob) -> None:
+        """Moves the waiting run of `old`'s schedule slot to the command's
+        slot: a paused job only remembers a one-off's new slot; a completed
+        job becomes active when the new slot lies after the command."""
+        if job.state == "paused":
+            if not job.schedule.repeating and cmd.slot_ms is not None:
+                job.slot_ms = cmd.slot_ms
+            return
+        if job.state == "completed":
+            if cmd.slot_ms is None or cmd.slot_ms <= cmd.at_ms:
+                return
+            job.state = "active"
+        elif old.slot_ms is not None and old.slot_ms != cmd.slot_ms:
+            self._cancel_slot(job, old.slot_ms, cmd.at_ms)
+        self._plant(job, cmd)
+
+    def _plant(self, job: Job, cmd: PatchJob) -> None:
+        """The job's scheduled waiting run at the command's slot: a new one,
+        or the one waiting there already (due anew unless it is a retry);
+        none when a run of that slot is claimed or finished."""
+        job.slot_ms = cmd.slot_ms
+        job.next_run_at_ms = None
+        if cmd.slot_ms is None:
+            job.state = "completed"  # no occurrence left
+            return
+        assert cmd.due_ms is not None
+        found = self._slot_run(job.id, cmd.slot_ms)
+        if found is None:
+            if self.history_run(job.id, cmd.slot_ms) is None:
+                self.put_run(Run(job.id, cmd.slot_ms, cmd.due_ms, "waiting"), job=job)
+                job.next_run_at_ms = cmd.due_ms
+            return
+        runs_key, run = found
+        if run.status == "waiting":
+            if run.attempt == 0:
+                run.due_ms = cmd.due_ms
+                self.put_run(run, runs_key, "waiting", job)
+            job.next_run_at_ms = run.due_ms
+
+    def _cancel_slot(self, job: Job, slot_ms: int, at_ms: int) -> None:
+        """The scheduled run of `slot_ms` is cancelled if it waits (into
+        history, as a pause leaves it); a claimed one goes on."""
+        found = self._slot_run(job.id, slot_ms)
+        if found is not None and found[1].status == "waiting" and not found[1].triggered:
+            runs_key, run = found
+            run.status = "cancelled"
+            run.finished_ms = at_ms
+            self.finish_run(run, runs_key, "waiting", at_ms, job=job)
+
     def delete_job(self, cmd: DeleteJob) -> errors.TempoError | None:
         job = self.job(cmd.owner, cmd.job_id)
         if job is None:
@@ -1374,6 +1479,68 @@ class _Tx:
                 self.put_run(run, job=job)
                 return run
         return errors.Conflict(f"job {job.id} has no free run slot near {cmd.at_ms}")
+
+    def record_missed(self, job: Job, missed: Missed, at_ms: int) -> None:
+        """A range of the job's slots that got no run, as a `run.missed`
+        event of its owner: in the history of the day it was decided, kept
+        and dropped with it (docs/semantics.md "Catch-up after missed slots")."""
+        assert missed.from_ms < missed.until_ms
+        detail = {
+            "reason": missed.reason,
+            "missed_from": clock.iso_from_ms(missed.from_ms),
+            "missed_until": clock.iso_from_ms(missed.until_ms),
+            "count": missed.count,
+        }
+        self.append_event(job.owner, Event("run.missed", at_ms, job.id, None, detail))
+        # The same range as a row of the job's run history, at the run ID of
+        # its first slot: in the bucket of the day it was decided, with its
+        # runs-by-status row, so retention drops both with the event. A slot
+        # that holds a run already (a triggered run that took that very
+        # millisecond) keeps it; the event still tells of the range.
+        # A range whose first slot is past the bounds of a stored time (an
+        # entry no leader makes) has its event only.
+        if not 0 <= missed.from_ms <= limits.time_ms_max or self.slot_taken(job.id, missed.from_ms):
+            return
+        row = Run(
+            job.id, missed.from_ms, missed.from_ms, "missed", finished_ms=at_ms,
+            reason=missed.reason, missed_until_ms=missed.until_ms, missed_count=missed.count,
+        )
+        bucket = self.bucket_for(at_ms)
+        self.txn.put(_HIST_RUN + keys.by_job_key(job.id, missed.from_ms), _enc.encode(row), db=bucket)
+        self.txn.put(_HIST_STATUS + _status_key_of(job.owner, row), b"", db=bucket)
+
+    def _drop_missed_row(self, job: Job, slot_ms: int) -> None:
+        """Drops the `missed` row at `slot_ms`, if there is one, with its
+        runs-by-status row: a backfill is about to run that slot."""
+        held = self.history_run(job.id, slot_ms)
+        if held is None or held[1].status != "missed":
+            return
+        bucket, row = held
+        assert self.txn.delete(_HIST_RUN + keys.by_job_key(job.id, slot_ms), db=bucket)
+        assert self.txn.delete(_HIST_STATUS + _status_key_of(job.owner, row), db=bucket)
+
+    def backfill_job(self, cmd: BackfillJob) -> list[Run] | errors.TempoError:
+        """A waiting run, due at `cmd.at_ms` and marked `backfill`, for each
+        slot of the command that has no run, open or in history; answers
+        the runs made. A slot at or after the job's scheduled slot is left
+        out: its run is the schedule's to make (the job moved on since the
+        slots were computed)."""
+        job = self.job(cmd.owner, cmd.job_id)
+        if job is None:
+            return errors.NotFound(f"no job {cmd.job_id}")
+        made: list[Run] = []
+        for slot_ms in cmd.slots_ms:
+            if job.slot_ms is not None and job.schedule.repeating and slot_ms >= job.slot_ms:
+                break  # the slots are ascending
+            # The first slot of a missed range holds the range's history
+            # row, not a run: the backfill's run takes its place.
+            self._drop_missed_row(job, slot_ms)
+            if self.slot_taken(job.id, slot_ms):
+                continue
+            run = Run(job.id, slot_ms, cmd.at_ms, "waiting", backfill=True)
+            self.put_run(run, job=job)
+            made.append(run)
+        return made
 
     # -- dispatch ----------------------------------------------------------------
 
@@ -1423,6 +1590,10 @@ class _Tx:
                 self.put_run(Run(job.id, claim.next_slot_ms, claim.next_due_ms, "waiting"), job=job)
             job.slot_ms = claim.next_slot_ms
             job.next_run_at_ms = claim.next_due_ms
+            for missed in claim.missed:
+                self.record_missed(job, missed, cmd.at_ms)
+            job.catchup_until_ms = claim.catchup_until_ms
+            job.catchup_decided_ms = claim.catchup_decided_ms
         else:
             job.next_run_at_ms = None
         self.put_job(job)
@@ -1523,7 +1694,8 @@ class _Tx:
                 self._recovered(job, run, cmd.at_ms, job_key)
             self._settle(job, run, cmd.at_ms, job_key)
             return run
-        gap_s = job.backoff_s[min(run.attempt - 1, len(job.backoff_s) - 1)]
+        backoff_s = job.backoff_s if run.retry_kept is None else run.retry_kept.backoff_s
+        gap_s = backoff_s[min(run.attempt - 1, len(backoff_s) - 1)]
         self._end_attempt(job, run, runs_key, cmd.at_ms, cmd.at_ms + gap_s * 1000)
         return run
 
@@ -1540,8 +1712,11 @@ class _Tx:
         return run
 
     def _end_attempt(self, job: Job, run: Run, runs_key: bytes, at_ms: int, retry_due_ms: int) -> None:
-        """A failed or expired attempt: wait for the next one, or fail for good."""
-        if run.attempt < job.max_attempts:
+        """A failed or expired attempt: wait for the next one, or fail for good
+        (by the retry policy the attempt was claimed under: `Run.retry_kept`)."""
+        max_attempts = job.max_attempts if run.retry_kept is None else run.retry_kept.max_attempts
+        run.retry_kept = None  # the next attempt is claimed under the job's policy
+        if run.attempt < max_attempts:
             run.status = "waiting"
             run.due_ms = retry_due_ms
             self.put_run(run, runs_key, "claimed", job)
@@ -1600,9 +1775,10 @@ def _present(raw: bytes | None) -> bytes:
 
 def _index_ms(run: Run) -> int:
     """The time a run is listed at (docs/api.md "Listing runs"): its end
-    for `done` and `failed`, else its due time. Read from the run alone, so
+    for `done` and `failed`, when it was recorded for a `missed` row, else
+    its due time. Read from the run alone, so
     an index built from the tables equals one kept by apply."""
-    if run.status in ("done", "failed") and run.finished_ms is not None:
+    if run.status in ("done", "failed", "missed") and run.finished_ms is not None:
         return run.finished_ms
     return run.due_ms
 
@@ -1784,9 +1960,9 @@ def _status_sources(
                 sources.append(_status_desc(txn.cursor(db=tx.by_status), b"", head, upper, lower_ms, None))
                 continue
             for day, bucket in tx.history():
-                # A done or failed run is in the bucket of the day it
+                # A done, failed or missed row is in the bucket of the day it
                 # ended or a later one (bucket_for).
-                if kind in ("done", "failed") and (day + 1) * limits.day_ms <= lower_ms:
+                if kind in ("done", "failed", "missed") and (day + 1) * limits.day_ms <= lower_ms:
                     continue
                 sources.append(_status_desc(txn.cursor(db=bucket), _HIST_STATUS, head, upper, lower_ms, bucket))
     return sources

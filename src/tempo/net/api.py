@@ -20,7 +20,7 @@ from tempo.engine import keys
 from tempo.engine.commands import ClaimKey, Result, decode_entry
 from tempo.engine.dispatch import LATENESS_BUCKETS_S, ClaimedRun, Dispatcher
 from tempo.engine.jobs import Jobs
-from tempo.engine.records import Corrupt, Event, Run
+from tempo.engine.records import Corrupt, Event, Job, Run
 from tempo.engine.store import Created, Store
 from tempo.net import auth, openapi, views
 from tempo.net import auth as auth_module  # `auth` is also a parameter name below
@@ -58,6 +58,8 @@ from tempo.node.replica import Phase, Replica
 from tempo.raft import Message
 from tempo.rate import TokenBucket
 from tempo.schema import (
+    BackfillIn,
+    BackfillOut,
     BatchAck,
     BatchItemResult,
     ClaimIn,
@@ -143,6 +145,7 @@ class _KeyOnly(msgspec.Struct):
 
 _key_only = decoders(_KeyOnly)
 _preview = decoders(PreviewIn)
+_backfill = decoders(BackfillIn)
 _node_in = decoders(NodeIn)
 _claim = decoders(ClaimIn)
 _heartbeat = decoders(HeartbeatIn)
@@ -430,13 +433,19 @@ class Api:
             case ["batch"]:
                 return "jobs_batch", {"POST": self.create_batch}
             case [job_id]:
-                return "job", {"GET": _bind(self.get_job, job_id), "DELETE": _bind(self.delete_job, job_id)}
+                return "job", {
+                    "GET": _bind(self.get_job, job_id),
+                    "DELETE": _bind(self.delete_job, job_id),
+                    "PATCH": _bind(self.patch_job, job_id),
+                }
             case [job_id, "pause"]:
                 return "job_pause", {"POST": _bind(self.pause_job, job_id)}
             case [job_id, "resume"]:
                 return "job_resume", {"POST": _bind(self.resume_job, job_id)}
             case [job_id, "trigger"]:
                 return "job_trigger", {"POST": _bind(self.trigger_job, job_id)}
+            case [job_id, "backfill"]:
+                return "job_backfill", {"POST": _bind(self.backfill_job, job_id)}
             case [job_id, "runs"]:
                 return "job_runs", {"GET": _bind(self.list_runs, job_id)}
         return None
@@ -539,8 +548,9 @@ class Api:
         if isinstance(outcome, errors.TempoError):
             raise outcome
         if outcome.new:
-            return encode(request, views.job_view(outcome.job), 201)
-        return encode(request, self.job_view(outcome.job), 200)  # an existing job: with its outcome
+            return _tagged(encode(request, views.job_view(outcome.job), 201), outcome.job.version)
+        # An existing job: with its outcome.
+        return _tagged(encode(request, self.job_view(outcome.job), 200), outcome.job.version)
 
     async def create_batch(self, request: Request) -> Response:
         items: Sequence[JobCreate | errors.TempoError] | None = _decode_batch_at_once(request)
@@ -586,8 +596,37 @@ class Api:
         """The job with what its runs came to (docs/api.md "Outcomes")."""
         return views.job_view(job, outcome=self.store.job_outcome(job.id))
 
+    def _job_answer(self, request: Request, job: Job) -> Response:
+        """A job's answer, with its version as the ETag."""
+        return _tagged(encode(request, self.job_view(job)), job.version)
+
     async def get_job(self, request: Request, job_id: str) -> Response:
-        return encode(request, self.job_view(self.store.get_job(self._owner_of_job(request, job_id), job_id)))
+        return self._job_answer(request, self.store.get_job(self._owner_of_job(request, job_id), job_id))
+
+    async def patch_job(self, request: Request, job_id: str) -> Response:
+        """A JSON merge patch (RFC 7396) of the job's mutable fields
+        (docs/api.md "Change a job")."""
+        owner = self._owner_of_job(request, job_id)
+        patch = decode(request, _patch_body)
+        for name in patch:
+            if name not in _PATCHABLE:
+                raise errors.Invalid.at(name, _FIXED_WHY.get(name, "unknown field"))
+        if request.is_msgpack and "payload" in patch:
+            engine_jobs.check_json_value(patch["payload"], "payload")
+        wanted = _if_match(request)
+        for _ in range(limits.patch_tries_max):
+            job = self.store.get_job(owner, job_id)
+            if wanted is not None and job.version not in wanted:
+                raise errors.VersionMismatch(f"job {job_id} is at version {job.version}")
+            body = _patched(views.job_view(job), patch)
+            try:
+                changed = await self.jobs.patch(job, body, from_msgpack=request.is_msgpack)
+            except errors.VersionMismatch:
+                if wanted is not None:
+                    raise
+                continue  # changed since it was read: merged again onto the new version
+            return self._job_answer(request, changed)
+        raise errors.Conflict(f"job {job_id} kept changing while this patch was applied: send it again")
 
     async def list_jobs(self, request: Request) -> Response:
         limit = _limit(request)
@@ -605,10 +644,10 @@ class Api:
         return encode(request, JobsPage(page, next_cursor))
 
     async def pause_job(self, request: Request, job_id: str) -> Response:
-        return encode(request, self.job_view(await self.jobs.pause(self._owner_of_job(request, job_id), job_id)))
+        return self._job_answer(request, await self.jobs.pause(self._owner_of_job(request, job_id), job_id))
 
     async def resume_job(self, request: Request, job_id: str) -> Response:
-        return encode(request, self.job_view(await self.jobs.resume(self._owner_of_job(request, job_id), job_id)))
+        return self._job_answer(request, await self.jobs.resume(self._owner_of_job(request, job_id), job_id))
 
     async def delete_job(self, request: Request, job_id: str) -> Response:
         await self.jobs.delete(self._owner_of_job(request, job_id), job_id)
@@ -617,6 +656,11 @@ class Api:
     async def trigger_job(self, request: Request, job_id: str) -> Response:
         run = await self.jobs.trigger(self._owner_of_job(request, job_id), job_id)
         return encode(request, views.run_view(run), 201)
+
+    async def backfill_job(self, request: Request, job_id: str) -> Response:
+        body = decode(request, _backfill)
+        created, existing = await self.jobs.backfill(self._owner_of_job(request, job_id), job_id, body)
+        return encode(request, BackfillOut(created, existing))
 
     # -- runs ------------------------------------------------------------------
 
@@ -1075,6 +1119,81 @@ def _bind(handler: Callable[[Request, str], Awaitable[Response]], arg: str) -> H
         return await handler(request, arg)
 
     return bound
+
+
+# What a patch may name (docs/api.md "Change a job"), and why it may not name
+# the other fields of a job's view.
+_PATCHABLE = frozenset({"name", "target", "payload", "schedule", "retry", "lease_s", "jitter_s"})
+_FIXED_WHY = dict.fromkeys(
+    ("id", "owner", "state", "created_at", "next_run_at", "request_key", "notify", "version", "last_run", "runs",
+     "catchup"),
+    "cannot be changed by a patch",
+) | dict.fromkeys(("overlap", "timeout_s", "labels"), "not supported by this server yet")
+_patch_body = decoders(dict[str, Any])
+_create_json = _create[0]
+
+
+def _tagged(response: Response, version: int) -> Response:
+    response.headers.append((b"etag", f'"{version}"'.encode()))
+    return response
+
+
+def _if_match(request: Request) -> set[int] | None:
+    """The versions `If-Match` names; None without the header (or with
+    `*`, any version of a job that exists). A tag that is not a version
+    this server gave out matches none."""
+    raw = request.headers.get(b"if-match")
+    if raw is None:
+        return None
+    text = raw.decode("latin-1").strip()
+    if text == "*":
+        return None
+    versions: set[int] = set()
+    for tag in text.split(","):
+        tag = tag.strip().removeprefix("W/")
+        inner = tag[1:-1] if len(tag) >= 2 and tag[0] == tag[-1] == '"' else ""
+        if inner.isdecimal() and len(inner) <= 19:
+            versions.add(int(inner))
+    return versions
+
+
+def _merge_patch(target: object, patch: object) -> object:
+    """RFC 7396: a patch object merges into an object key by key, `null`
+    removing the key; any other value replaces the target whole."""
+    if not isinstance(patch, dict):
+        return patch
+    merged = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            merged.pop(key, None)
+        else:
+            merged[key] = _merge_patch(merged.get(key), value)
+    return merged
+
+
+def _patched(view: Any, patch: dict[str, Any]) -> JobCreate:
+    """The job's create body after `patch`, decoded as a create is, so a
+    field it leaves invalid is `400` at the same `loc`. `schedule` and
+    `payload` are replaced whole, never merged: a schedule's kinds exclude
+    each other, and a payload is the client's own value (docs/api.md)."""
+    current = msgspec.to_builtins(view)
+    base = {name: current[name] for name in _PATCHABLE if current.get(name) is not None}
+    if current.get("catchup") is not None:
+        # Kept as it is, and checked with the new schedule as a create checks it.
+        base["catchup"] = current["catchup"]
+    for name, value in patch.items():
+        if value is None:
+            base.pop(name, None)
+        elif name == "retry":
+            base[name] = _merge_patch(base.get(name), value)
+        else:
+            base[name] = value
+    try:
+        return _create_json.decode(_json_enc.encode(base))
+    except msgspec.MsgspecError as exc:
+        raise invalid_from_msgspec(exc) from None
+    except RecursionError:
+        raise errors.Invalid.at("", "the body is nested too deeply") from None
 
 
 def request_content_type(request: Request) -> bytes:

@@ -179,6 +179,7 @@ class Client:
     def request(
         self, method: str, path: str, body: Any = None, params: dict[str, Any] | None = None, *,
         timeout_s: float | None = None, failover_timeout_s: float | None = None,
+        headers: dict[str, str] | None = None,
     ) -> Any:
         """`timeout_s`: of each attempt (a long poll's is longer than the
         client's); `failover_timeout_s`: of the whole, this once."""
@@ -197,7 +198,7 @@ class Client:
             for k in range(count):
                 base = self.urls[(start + k) % count]
                 url = httpx.URL(base + path, params=params)
-                outcome = self._attempt(method, url, content, repeatable, timeout_s, retry_5xx)
+                outcome = self._attempt(method, url, content, repeatable, timeout_s, retry_5xx, headers)
                 if isinstance(outcome, httpx.Response):
                     answered = origin_of(outcome.url)
                     self._prefer(base if answered == origin_of(base) else answered)
@@ -215,11 +216,12 @@ class Client:
 
     def _attempt(
         self, method: str, url: httpx.URL, content: bytes | None, repeatable: bool,
-        timeout_s: float | None = None, retry_5xx: bool = False,
+        timeout_s: float | None = None, retry_5xx: bool = False, extra_headers: dict[str, str] | None = None,
     ) -> httpx.Response | str:
         """The answer of `url`, redirects followed; or why there was none worth
         returning (then the caller tries the next URL)."""
         headers = {"content-type": "application/json"} if content is not None else {}
+        headers |= extra_headers or {}
         extra: dict[str, Any] = {}
         if timeout_s is not None:
             extra["timeout"] = httpx.Timeout(timeout_s, connect=min(timeout_s, connect_timeout_s))
@@ -283,11 +285,25 @@ class Client:
     def resume_job(self, job_id: str) -> dict[str, Any]:
         return _object(self.request("POST", f"/v1/jobs/{job_id}/resume"))
 
+    def update_job(self, job_id: str, patch: dict[str, Any], if_version: int | None = None) -> dict[str, Any]:
+        """`PATCH /v1/jobs/{id}` with a merge patch; with `if_version`, only
+        if the job is at that version (else `ApiError` 412 version_mismatch)."""
+        headers = {"content-type": "application/merge-patch+json"}
+        if if_version is not None:
+            headers["if-match"] = f'"{if_version}"'
+        return _object(self.request("PATCH", f"/v1/jobs/{job_id}", patch, headers=headers))
+
     def delete_job(self, job_id: str) -> None:
         self.request("DELETE", f"/v1/jobs/{job_id}")
 
     def trigger_job(self, job_id: str) -> dict[str, Any]:
         return _object(self.request("POST", f"/v1/jobs/{job_id}/trigger"))
+
+    def backfill_job(self, job_id: str, since: str, until: str, overlap: str | None = None) -> dict[str, Any]:
+        body: dict[str, Any] = {"from": since, "until": until}
+        if overlap is not None:
+            body["overlap"] = overlap
+        return _object(self.request("POST", f"/v1/jobs/{job_id}/backfill", body))
 
     def list_runs(self, job_id: str, **params: Any) -> dict[str, Any]:
         return _object(self.request("GET", f"/v1/jobs/{job_id}/runs", params=params))

@@ -11,6 +11,7 @@ _STRUCTS = (
     schema.NodeIn,
     schema.DigestOut,
     schema.JobCreate,
+    schema.JobPatch,
     schema.JobBatchCreate,
     schema.JobBatchResult,
     schema.JobOut,
@@ -20,6 +21,8 @@ _STRUCTS = (
     schema.RunsPage,
     schema.PreviewIn,
     schema.PreviewOut,
+    schema.BackfillIn,
+    schema.BackfillOut,
     schema.Problem,
     schema.InternalProblem,
     schema.Health,
@@ -121,6 +124,23 @@ _PAGE = [
 ]
 
 
+def _patch_op(job: dict[str, Any]) -> dict[str, Any]:
+    """`PATCH /v1/jobs/{id}`: a merge patch, as `application/merge-patch+json`
+    or plain JSON (or MessagePack), with an optional `If-Match`."""
+    operation = _op(
+        "Change a job in place (a JSON merge patch of its mutable fields)",
+        {"200": job, "409": _problem("the job kept changing under the patch; send it again"),
+         "412": _problem("version_mismatch: `If-Match` names another version than the job's")},
+        body=schema.JobPatch,
+        params=[_JOB_ID, _param("If-Match", "header", {"type": "string"},
+                                'only if the job is at this version: its ETag, `"<version>"`')],
+    )
+    operation["requestBody"]["content"] = {"application/merge-patch+json": {"schema": _ref(schema.JobPatch)}} | (
+        operation["requestBody"]["content"]
+    )
+    return operation
+
+
 def _paths() -> dict[str, Any]:
     job = _json(schema.JobOut, "the job") | {"links": _links(_JOB_LINKS, "id", "$response.body#/id")}
     run = _json(schema.RunOut, "the run") | {"links": _links(_RUN_LINKS, "run_id", "$response.body#/id")}
@@ -146,11 +166,17 @@ def _paths() -> dict[str, Any]:
         "/v1/jobs/{id}": {
             "get": _op("One job", {"200": job}, params=[_JOB_ID]),
             "delete": _op("Delete a job", {"204": {"description": "deleted"}}, params=[_JOB_ID]),
+            "patch": _patch_op(job),
         },
         "/v1/jobs/{id}/pause": {"post": _op("Pause a job", {"200": job}, params=[_JOB_ID])},
         "/v1/jobs/{id}/resume": {"post": _op("Resume a job", {"200": job}, params=[_JOB_ID])},
         "/v1/jobs/{id}/trigger": {
             "post": _op("Run a job now", {"201": run}, params=[_JOB_ID]),
+        },
+        "/v1/jobs/{id}/backfill": {
+            "post": _op("Runs for a job's past slots in [from, until), due at once",
+                        {"200": _json(schema.BackfillOut, "runs made, and slots that had one")},
+                        body=schema.BackfillIn, params=[_JOB_ID]),
         },
         "/v1/jobs/{id}/runs": {
             "get": _op("A job's runs, newest first", {"200": _json(schema.RunsPage, "a page")}, params=[
@@ -164,10 +190,10 @@ def _paths() -> dict[str, Any]:
             "get": _op("Runs of the owner's jobs (an admin token's: every owner's), newest first",
                        {"200": _json(schema.RunsPage, "a page")}, params=[
                 _param("status", "query",
-                       {"type": "string", "enum": ["waiting", "claimed", "done", "failed", "cancelled"]},
+                       {"type": "string", "enum": ["waiting", "claimed", "done", "failed", "cancelled", "missed"]},
                        "only runs in this status"),
                 _param("since", "query", {"type": "string", "format": "date-time"},
-                       "listed at >= since (finished_at of done and failed runs, due_at of the others)"),
+                       "listed at >= since (finished_at of done, failed and missed runs, due_at of the others)"),
                 _param("until", "query", {"type": "string", "format": "date-time"}, "listed at < until"),
                 *_PAGE,
             ]),
@@ -239,9 +265,11 @@ OPERATION_IDS = {
     ("/v1/jobs/batch", "post"): "createJobs",
     ("/v1/jobs/{id}", "get"): "getJob",
     ("/v1/jobs/{id}", "delete"): "deleteJob",
+    ("/v1/jobs/{id}", "patch"): "updateJob",
     ("/v1/jobs/{id}/pause", "post"): "pauseJob",
     ("/v1/jobs/{id}/resume", "post"): "resumeJob",
     ("/v1/jobs/{id}/trigger", "post"): "triggerJob",
+    ("/v1/jobs/{id}/backfill", "post"): "backfillJob",
     ("/v1/jobs/{id}/runs", "get"): "listRuns",
     ("/v1/runs/{run_id}", "get"): "getRun",
     ("/v1/runs", "get"): "listAllRuns",
@@ -263,12 +291,12 @@ OPERATION_IDS = {
 }
 # Operations that write: a node that cannot store the write answers 507.
 _WRITES = frozenset({
-    "createJob", "createJobs", "deleteJob", "pauseJob", "resumeJob", "triggerJob", "claim", "reportResult",
-    "reportResults", "addNode", "removeNode",
+    "createJob", "createJobs", "deleteJob", "updateJob", "pauseJob", "resumeJob", "triggerJob", "claim", "reportResult",
+    "reportResults", "addNode", "removeNode", "backfillJob",
 })
 # OpenAPI links: which operations take an ID from which answer (a client's
 # next steps, and what stateful API tests chain).
-_JOB_LINKS = ("getJob", "deleteJob", "pauseJob", "resumeJob", "triggerJob", "listRuns")
+_JOB_LINKS = ("getJob", "deleteJob", "pauseJob", "resumeJob", "triggerJob", "listRuns", "updateJob")
 _RUN_LINKS = ("getRun",)
 
 

@@ -8,9 +8,10 @@ from typing import Any
 
 from tempo import clock, ids, schedule
 from tempo.engine.jobs import Occurrence
-from tempo.engine.records import Job, JobOutcome, Run, RunStatus, Schedule
+from tempo.engine.records import Catchup, Job, JobOutcome, MissedReason, Run, RunStatus, Schedule
 from tempo.schema import (
     AttemptOut,
+    CatchupOut,
     ClaimedRunOut,
     DstOut,
     JobOut,
@@ -88,6 +89,8 @@ def job_view(job: Job, shared: dict[Any, Any] | None = None, outcome: JobOutcome
         None if job.next_run_at_ms is None else clock.iso_from_ms(job.next_run_at_ms),
         None if job.notify is None else NotifyOut(job.notify.url, list(job.notify.events)),
         *_outcome_fields(job, outcome),
+        None if job.catchup is None else _catchup_view(job.catchup),
+        version=job.version,
     )
 
 
@@ -122,10 +125,17 @@ def run_detail_view(run: Run, view: RunOut) -> RunDetailOut:
     return detail
 
 
+@functools.lru_cache(maxsize=64)
+def _catchup_view(catchup: Catchup) -> CatchupOut:
+    return CatchupOut(catchup.window_s, catchup.policy, catchup.max_runs)
+
+
 # RunOut's fields: run ID, job ID, nominal and due time, status, attempt,
-# worker, lease expiry, start, finish, output, error.
+# worker, lease expiry, start, finish, output, error, backfill; a missed
+# row's reason, first slot, first slot after and count.
 _RunFields = tuple[
-    str, str, str, str, RunStatus, int, str | None, str | None, str | None, str | None, str | None, str | None
+    str, str, str, str, RunStatus, int, str | None, str | None, str | None, str | None, str | None, str | None,
+    bool, MissedReason | None, str | None, str | None, int | None,
 ]
 
 
@@ -144,6 +154,11 @@ def _run_fields(run: Run) -> _RunFields:
         clock.iso_or_none(run.finished_ms),
         run.output,
         run.error,
+        run.backfill,
+        run.reason,
+        None if run.status != "missed" else clock.iso_from_ms(run.nominal_ms),
+        clock.iso_or_none(run.missed_until_ms),
+        run.missed_count,
     )
 
 
@@ -169,7 +184,8 @@ def claimed_view(run: Run, job: Job) -> ClaimedRunOut:
         None if run.finished_ms is None else iso(run.finished_ms),
         run.output,
         run.error,
-        job.target,
-        job.payload,
-        job.lease_s,
+        run.backfill,
+        target=job.target,
+        payload=job.payload,
+        lease_s=job.lease_s,
     )

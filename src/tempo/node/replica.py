@@ -177,6 +177,13 @@ class Replica:
             raise errors.NotLeader("this node is not the leader")
         return await self._intake.submit(command)
 
+    def submit_now(self, command: Command) -> Waiter:
+        """`submit` without the wait, for a driver on its own thread (a
+        simulator): the waiter is answered by a later `steps` run."""
+        if not self._intake.closing and self.phase is not Phase.LEADING:
+            raise errors.NotLeader("this node is not the leader")
+        return self._intake.enqueue(command)
+
     def close(self) -> None:
         """Refuses new commands; what is pending still goes out."""
         self._intake.close()

@@ -1,0 +1,884 @@
+"""Deterministic simulator of whole nodes: raft, the replica loop, apply on
+a real store, the dispatcher's core on the leader, clients and workers.
+
+From one seed (`random.Random(seed)`), with nothing from the wall clock:
+
+- each node is the real `Replica` (node/replica.py) on a real `Store` and
+  `RaftLog` in a temporary directory, its Readies handled by this module's
+  driver running `Replica.steps` (the steps the trio driver runs), with the
+  real `DispatchCore` (engine/dispatch_core.py) on the leader, reset and
+  loaded when the node starts leading and reset when it stops, as
+  server.py's driver does;
+- a node's scheduler time is a real `clock.Clock` over a simulated wall
+  clock (stepped forward and backward, a small skew per node) and a
+  monotonic clock of its own (a new origin at each restart);
+- the network loses, duplicates, delays and reorders messages, and
+  partitions nodes; a node crashes (between any two steps of a Ready, too)
+  and restarts from its store: LMDB commits with sync=True, so what a
+  committed transaction wrote survives and nothing else does; a node's
+  process pauses (it neither ticks nor handles nor answers meanwhile);
+- clients create one-off and repeating jobs and pause some; workers claim
+  (with a claim key or without, a claim whose answer did not come again
+  with its key), heartbeat, report (some attempts failed), pause (a long
+  GC) and vanish, and the answers they are sent may be lost.
+
+A run has a fault phase, then a healed phase in which every invariant of
+node_invariants.py must hold within its bound. The invariants are checked
+after every step; a violation raises `NodeSimFailure` naming the seed and the
+command that replays it. The whole run happens inside one `trio.run` with a
+`MockClock` (the replica reads `trio.current_time()`), without awaiting.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+import logging
+import os
+import random
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import trio
+import trio.testing
+
+from tempo import clock, errors, ids, limits
+from tempo.engine.commandlog import Waiter
+from tempo.engine.commands import (
+    ClaimKey,
+    Command,
+    CreateJobs,
+    ExpireLeases,
+    NewJob,
+    PauseJob,
+    ReportResults,
+    Result,
+)
+from tempo.engine.dispatch_core import ClaimedRun, ClaimProposal, DispatchCore, feed_size
+from tempo.engine.jobs import due_ms, first_slot_ms, queues_hash
+from tempo.engine.raftlog import RaftLog
+from tempo.engine.records import ClaimKeyEntry, Job, Run, Schedule
+from tempo.engine.store import Changes, Created, Store
+from tempo.node.replica import Phase, Replica, Write
+from tempo.raft import MESSAGE_DECODER, MESSAGE_ENCODER, Message
+
+from .node_invariants import NodeInvariants, NodeSimFailure
+from .node_planted import PLANTED
+
+STEP_S = 0.1  # one raft tick (limits.raft_tick_ms): the simulator's step
+WALL_START_MS = 1_800_000_000_000
+OWNER = "o1"
+QUEUE = f"{OWNER}\x00q"
+QUEUES_HASH = queues_hash(["q"])
+STORE_MAP_BYTES = 1 << 24
+# Repeating jobs per run at most: more would outrun the workers.
+REPEATING_MAX = 4
+
+
+@dataclass
+class Params:
+    """One seed's mix, drawn at random (swarm testing)."""
+
+    node_count: int
+    fault_s: float
+    heal_s: float
+    drop_rate: float
+    duplicate_rate: float
+    delay_s_max: float
+    partition_rate: float  # per step
+    crash_rate: float  # per node and step
+    crash_mid_ready_rate: float  # per step of a Ready
+    node_pause_rate: float  # per node and step: the process stops (a long GC, SIGSTOP) for up to 3 s
+    transfer_rate: float  # per step: the leader hands leadership over
+    leader_crash_rate: float  # per step: the leader crashes (a failover)
+    snapshot_entries: int  # entries between a node's compactions
+    wall_step_rate: float  # per step
+    answer_loss_rate: float  # a claim's answer that never reaches its worker
+    create_rate: float  # per step
+    repeating_share: float
+    pause_rate: float  # a job paused, per step
+    workers: int
+    worker_pause_rate: float  # per worker and step
+    worker_vanish_rate: float  # per worker and step
+    lease_s: int
+    keyed_share: float  # claims that carry a claim key (and are retried with it)
+    fail_share: float  # attempts whose worker reports a failure (retried after the backoff)
+
+    @classmethod
+    def draw(cls, rng: random.Random) -> Params:
+        def maybe(p: float, hi: float) -> float:
+            return rng.uniform(0, hi) if rng.random() < p else 0.0
+
+        return cls(
+            node_count=3,
+            fault_s=rng.choice((4.0, 7.0, 10.0)),
+            heal_s=15.0,
+            drop_rate=maybe(0.6, 0.2),
+            duplicate_rate=maybe(0.4, 0.1),
+            delay_s_max=rng.choice((0.05, 0.1, 0.3)),
+            partition_rate=maybe(0.5, 0.05),
+            crash_rate=maybe(0.7, 0.02),
+            crash_mid_ready_rate=maybe(0.4, 0.02),
+            node_pause_rate=maybe(0.4, 0.02),
+            transfer_rate=maybe(0.5, 0.08),
+            leader_crash_rate=maybe(0.7, 0.05),
+            snapshot_entries=rng.choice((8, 20, 1_000_000)),
+            wall_step_rate=maybe(0.4, 0.03),
+            answer_loss_rate=maybe(0.5, 0.2),
+            create_rate=rng.uniform(0.02, 0.15),
+            repeating_share=rng.uniform(0.0, 0.5),
+            pause_rate=maybe(0.3, 0.02),
+            workers=rng.choice((2, 3)),
+            worker_pause_rate=maybe(0.4, 0.02),
+            worker_vanish_rate=maybe(0.4, 0.01),
+            lease_s=rng.choice((5, 6)),
+            keyed_share=rng.choice((0.0, 0.5, 1.0)),
+            fail_share=rng.choice((0.0, 0.0, 0.2)),
+        )
+
+
+class Crash(Exception):
+    """A node dies between two steps of a Ready."""
+
+
+@dataclass
+class ClaimInFlight:
+    worker: SimWorker
+    proposal: ClaimProposal
+    waiter: Waiter
+    sent_s: float
+    generation: int
+    key: str | None
+
+
+@dataclass
+class Pending:
+    """A command waiting for its answer, and what to do with it."""
+
+    waiter: Waiter
+    done: Callable[[object], None]
+
+
+class SimNode:
+    """One member: its store, its replica and its dispatcher, rebuilt from
+    the store at each start."""
+
+    def __init__(self, sim: NodeSimulator, node_id: int, path: str) -> None:
+        self.sim = sim
+        self.id = node_id
+        self.path = path
+        self.alive = False
+        self.incarnation = 0
+        self.down_until_s = 0.0
+        # A paused process: it neither ticks nor handles nor answers until
+        # then; what is sent to it waits in `inbox`.
+        self.paused_until_s = 0.0
+        self.inbox: list[bytes] = []
+        self.skew_ms = sim.rng.randint(-200, 200)
+        self.mono_origin_s = 0.0
+        self.store: Store | None = None
+        self.replica: Replica | None = None
+        self.core: DispatchCore | None = None
+        self.clock: clock.Clock | None = None
+        self.dispatching = False
+        self.claims: list[ClaimInFlight] = []
+        self.pending: list[Pending] = []
+        self.expiring: Pending | None = None
+
+    # -- clocks ---------------------------------------------------------------
+
+    def wall_ns(self) -> int:
+        return (self.sim.wall_ms() + self.skew_ms) * 1_000_000
+
+    def mono_ns(self) -> int:
+        return round((self.sim.now_s + self.mono_origin_s) * 1e9)
+
+    @property
+    def mono_s(self) -> float:
+        return self.sim.now_s + self.mono_origin_s
+
+    def now_ms(self) -> int:
+        assert self.clock is not None
+        return self.clock.now_ms()
+
+    # -- life -------------------------------------------------------------------
+
+    def start(self) -> None:
+        sim = self.sim
+        self.incarnation += 1
+        self.mono_origin_s = sim.rng.uniform(0, 1000)
+        self.store = Store(self.path, map_bytes=STORE_MAP_BYTES)
+        raft_log = RaftLog(self.store, sim.voters)
+        incarnation = self.incarnation
+        self.replica = sim.planted.replica(
+            self.store, raft_log, self.id, lambda messages: sim.send(self.id, incarnation, messages),
+            rng=random.Random(sim.rng.getrandbits(64)), snapshot_entries=sim.params.snapshot_entries,
+        )
+        self.clock = clock.Clock(floor_ms=self.store.stamp_ms(), wall_ns=self.wall_ns, monotonic_ns=self.mono_ns)
+        self.core = sim.planted.core(self.store, self.clock.now_ms())
+        self.replica.listeners.append(self._on_changes)
+        self.dispatching = False
+        self.claims = []
+        self.pending = []
+        self.expiring = None
+        self.alive = True
+
+    def crash(self) -> None:
+        """Everything in memory is lost; the store keeps what it committed."""
+        assert self.store is not None
+        self.sim.log(f"crash n{self.id}")
+        for claim in self.claims:
+            claim.worker.claiming = False
+        self.store.close()
+        self.store = self.replica = self.core = self.clock = None
+        self.inbox = []
+        self.paused_until_s = 0.0
+        self.alive = False
+        self.claims = []
+        self.pending = []
+        self.expiring = None
+        self.dispatching = False
+        self.sim.invariants.node_crashed(self)
+
+    def _on_changes(self, changes: Changes) -> None:
+        """The listeners of server.py: the clock observes each stamp, and
+        the dispatcher's core is fed each entry's changes, whole."""
+        assert self.clock is not None and self.core is not None
+        self.clock.observe(changes.stamp_ms)
+        self.core.feed(changes, 0, feed_size(changes))
+
+    # -- the replica loop's driver ------------------------------------------------
+
+    def pump(self) -> None:
+        """What a wake-up of the replica loop does (`Replica.run`), on this
+        thread; the simulator may crash the node between any two steps."""
+        replica = self.replica
+        assert replica is not None
+        rate = self.sim.params.crash_mid_ready_rate if self.sim.faulty else 0.0
+        for rd in replica.readies_due():
+            for step in replica.steps(rd):
+                if rate and self.sim.rng.random() < rate:
+                    raise Crash
+                if isinstance(step, Write):
+                    replica.write_now(step)
+                else:
+                    for listener in replica.listeners:
+                        assert listener(step.changes) is None
+        self.compact()
+
+    def compact(self) -> None:
+        """The replica's compaction (`Replica._maybe_snapshot`, `_snapshot`),
+        at once: a copy of the tables at the applied index becomes the
+        snapshot, and the log before it goes."""
+        replica, store = self.replica, self.store
+        assert replica is not None and store is not None
+        raft_log = replica.raft_log
+        if replica.applied_index - raft_log.snapshot().meta.index < replica.snapshot_entries:
+            return
+        index, data = store.snapshot_data()
+        if raft_log.snapshot().meta.index < index <= replica.node.log.applied:
+            raft_log.write_snapshot_file(index, data)
+            replica.node.compact(index, data)
+            self.sim.log(f"n{self.id} compacts at {index}")
+
+    def answers(self) -> None:
+        """Hands out the answers of the commands that were answered."""
+        for pending in [p for p in self.pending if p.waiter.done.is_set()]:
+            self.pending.remove(pending)
+            pending.done(pending.waiter.outcome)
+        for claim in [c for c in self.claims if c.waiter.done.is_set()]:
+            self.claims.remove(claim)
+            self._claim_answered(claim)
+        if self.expiring is not None and self.expiring.waiter.done.is_set():
+            expiring, self.expiring = self.expiring, None
+            expiring.done(expiring.waiter.outcome)
+
+    def submit(self, command: Command, done: Callable[[object], None]) -> bool:
+        assert self.replica is not None
+        try:
+            waiter = self.replica.submit_now(command)
+        except errors.TempoError:
+            return False
+        self.pending.append(Pending(waiter, done))
+        return True
+
+    # -- the dispatcher's driver (engine/dispatch.py, synchronously) ------------------
+
+    @property
+    def running(self) -> bool:
+        return self.alive and self.sim.now_s >= self.paused_until_s
+
+    def leading(self) -> bool:
+        """Whether it leads, as a client that reaches it sees (a paused
+        node answers nobody)."""
+        return self.running and self.replica is not None and self.replica.phase is Phase.LEADING
+
+    def dispatch(self) -> None:
+        """server.py's rule: the dispatcher runs while the node leads; it is
+        reset and loaded when it starts, reset when it stops. Then a tick and
+        a lease check (engine/dispatch.py `run`, `_expire_loop`)."""
+        core = self.core
+        assert core is not None
+        if not self.leading():
+            if self.dispatching:
+                core.reset(self.now_ms())
+                self.dispatching = False
+            return
+        now_ms, mono_s = self.now_ms(), self.mono_s
+        if not self.dispatching:
+            core.reset(now_ms)
+            core.load(now_ms, mono_s)
+            self.dispatching = True
+            self.sim.invariants.took_over(self)
+        while core.tick(now_ms, mono_s):
+            pass
+        core.take_wakeups()
+        if self.expiring is None:
+            command = core.expire(now_ms, mono_s)
+            if command is not None:
+                self._expire(command, mono_s)
+        self.sim.invariants.check_core(self)
+
+    def _expire(self, command: ExpireLeases, mono_s: float) -> None:
+        core = self.core
+        assert core is not None and self.replica is not None
+        try:
+            waiter = self.replica.submit_now(command)
+        except errors.TempoError:
+            core.expire_failed(command, mono_s)
+            return
+
+        def done(outcome: object) -> None:
+            if isinstance(outcome, errors.Overloaded):
+                core.expire_failed(command, mono_s)
+            elif isinstance(outcome, list):
+                core.expire_applied(outcome)
+
+        self.expiring = Pending(waiter, done)
+
+    def claim(self, worker: SimWorker, runs_max: int, key: str | None) -> bool:
+        """`Dispatcher.claim`, one try, with its claim key if any: False if
+        this node does not lead."""
+        if not self.leading():
+            return False
+        core, store = self.core, self.store
+        assert core is not None and store is not None and self.replica is not None
+        now_ms, mono_s = self.now_ms(), self.mono_s
+        if key is not None:
+            entry = store.claim_key_entry(OWNER, key, now_ms)
+            if entry is not None:
+                self._answer_key(worker, entry, self.sim.now_s)
+                return True
+        core.tick(now_ms, mono_s)
+        taken = core.take([QUEUE], runs_max, mono_s)
+        if not taken.runs:
+            worker.answered()
+            return True
+        proposal = core.propose_claims(worker.name, taken.runs, now_ms, mono_s)
+        if proposal.command is None:
+            core.settle(proposal)
+            worker.answered()
+            return True
+        if key is not None:
+            expires_ms = proposal.command.at_ms + limits.claim_key_kept_ms
+            proposal.command.key = ClaimKey(OWNER, key, QUEUES_HASH, expires_ms)
+        try:
+            waiter = self.replica.submit_now(proposal.command)
+        except errors.Overloaded:
+            core.give_back(proposal)
+            core.settle(proposal)
+            return True
+        except errors.TempoError:
+            core.give_back(proposal)
+            core.settle(proposal)
+            return False
+        worker.claiming = True
+        self.claims.append(ClaimInFlight(worker, proposal, waiter, self.sim.now_s, core.generation, key))
+        return True
+
+    def _claim_answered(self, claim: ClaimInFlight) -> None:
+        core = self.core
+        assert core is not None
+        outcome = claim.waiter.outcome
+        claim.worker.claiming = False
+        claimed: list[ClaimedRun] = []
+        keyed: ClaimKeyEntry | None = None
+        try:
+            if isinstance(outcome, errors.Overloaded | errors.NotLeader | errors.ClaimKeyReused):
+                core.give_back(claim.proposal)
+            elif isinstance(outcome, ClaimKeyEntry):
+                # The key was recorded first (a retry raced its claim).
+                core.give_back(claim.proposal)
+                keyed = outcome
+            elif isinstance(outcome, list):
+                claimed = core.claimed(claim.proposal, outcome)
+        finally:
+            core.settle(claim.proposal)
+        if keyed is not None:
+            self._answer_key(claim.worker, keyed, claim.sent_s)
+        elif isinstance(outcome, list):
+            self._answer(claim.worker, claimed, claim.sent_s, repeat=False)
+
+    def _answer_key(self, worker: SimWorker, entry: ClaimKeyEntry, sent_s: float) -> None:
+        """`Dispatcher._answer_key`: what the key took that its attempt still
+        holds, each lease renewed as by a heartbeat."""
+        store, core = self.store, self.core
+        assert store is not None and core is not None
+        if entry.worker != worker.name or entry.queues_hash != QUEUES_HASH:
+            worker.answered()  # ClaimKeyReused: a new key next time
+            return
+        answered: list[ClaimedRun] = []
+        for taken in entry.runs:
+            run = store.get_run_any(taken.job_id, taken.nominal_ms)
+            job = store.get_job_any(taken.job_id)
+            if run is None or job is None or run.status != "claimed" or run.attempt != taken.attempt:
+                continue
+            try:
+                run.lease_expires_ms = core.heartbeat(
+                    None, ids.run_id(run.job_id, run.nominal_ms), run.attempt, self.now_ms(), self.mono_s
+                )
+            except (errors.StaleAttempt, errors.NotFound):
+                continue
+            answered.append(ClaimedRun(run, job))
+        self._answer(worker, answered, sent_s, repeat=True)
+
+    def _answer(self, worker: SimWorker, claimed: list[ClaimedRun], sent_s: float, *, repeat: bool) -> None:
+        """A claim's answer on its way to its worker: lost, or there."""
+        if self.sim.rng.random() < self.sim.params.answer_loss_rate:
+            self.sim.log(f"n{self.id}: the answer of a claim of {len(claimed)} runs to {worker.name} is lost")
+            self.sim.invariants.answer_lost(worker, claimed)
+            if self.sim.rng.random() < 0.5:
+                # The client left before the answer's head went out, and the
+                # node saw it (net/api.py `claim`): the runs go back at once.
+                assert self.core is not None
+                self.core.release(claimed, self.mono_s)
+            return
+        worker.got(self, claimed, sent_s, repeat=repeat)
+
+    def heartbeat(self, run: Run, attempt: int) -> int | BaseException:
+        if not self.leading():
+            return errors.NotLeader("not the leader")
+        assert self.core is not None
+        try:
+            return self.core.heartbeat(OWNER, ids.run_id(run.job_id, run.nominal_ms), attempt, self.now_ms(), self.mono_s)
+        except errors.TempoError as exc:
+            return exc
+
+
+@dataclass
+class Hold:
+    """A run a worker holds: the attempt it was given, until when it knows
+    its lease holds (its own reckoning, from when it sent the request the
+    lease answered), and when its work is done."""
+
+    run: Run
+    attempt: int
+    lease_s: int
+    held_until_s: float
+    done_at_s: float
+    heartbeat_at_s: float
+    # How much sooner than `held_until_s` the lease may end elsewhere: a
+    # node that a newer leader deposed may answer until it steps down
+    # (node_invariants.py `HOLD_MARGIN_S`); none from the newest leader.
+    margin_s: float = 0.0
+    ok: bool = True  # what its worker reports, once done
+
+
+@dataclass
+class SimWorker:
+    sim: NodeSimulator
+    name: str
+    alive: bool = True
+    paused_until_s: float = 0.0
+    claiming: bool = False
+    node_guess: int = 1
+    claim_at_s: float = 0.0
+    holds: dict[tuple[str, int], Hold] = field(default_factory=dict)
+    reporting: dict[tuple[str, int], Hold] = field(default_factory=dict)
+    # The attempts it was given (it runs each once, however often a keyed
+    # retry answers it), and the key of a claim whose answer it awaits.
+    seen: set[tuple[str, int, int]] = field(default_factory=set)
+    key: str | None = None
+    keys_made: int = 0
+
+    def node(self) -> SimNode | None:
+        node = self.sim.nodes.get(self.node_guess)
+        return node if node is not None and node.alive else None
+
+    def next_node(self) -> None:
+        self.node_guess = self.sim.rng.choice(sorted(self.sim.nodes))
+
+    def answered(self) -> None:
+        """Its claim was answered (or refused): the next one is a new claim."""
+        self.claiming = False
+        self.key = None
+
+    def got(self, node: SimNode, claimed: list[ClaimedRun], sent_s: float, *, repeat: bool = False) -> None:
+        """A claim's answer reached this worker (`repeat`: a keyed retry's,
+        from what the key took)."""
+        rng = self.sim.rng
+        self.answered()
+        for one in claimed:
+            run = one.run
+            slot = (run.job_id, run.nominal_ms)
+            if repeat and (run.job_id, run.nominal_ms, run.attempt) in self.seen:
+                # Its own attempt again, from its key: a renewed lease.
+                hold = self.holds.get(slot)
+                if hold is not None and hold.attempt == run.attempt:
+                    hold.held_until_s = max(hold.held_until_s, sent_s + hold.lease_s)
+                    hold.margin_s = self.sim.invariants.margin_of(node)
+                continue
+            self.seen.add((run.job_id, run.nominal_ms, run.attempt))
+            self.sim.invariants.delivered(self, run, sent_s, repeat=repeat)
+            hold = Hold(
+                run, run.attempt, one.job.lease_s, sent_s + one.job.lease_s,
+                self.sim.now_s + (rng.uniform(0.1, 1.0) if rng.random() < 0.5 else rng.uniform(1.0, 2.5 * one.job.lease_s)),
+                self.sim.now_s + one.job.lease_s / 3, self.sim.invariants.margin_of(node),
+            )
+            self.holds[(run.job_id, run.nominal_ms)] = hold
+
+    def step(self) -> None:
+        if not self.alive or self._faults() or self.sim.now_s < self.paused_until_s:
+            return
+        self._tend()
+        if self.reporting:
+            self._report()
+        self._claim()
+
+    def _faults(self) -> bool:
+        """Vanishes or pauses, in the fault phase; True if it did."""
+        sim, rng = self.sim, self.sim.rng
+        if not sim.faulty:
+            return False
+        if rng.random() < sim.params.worker_vanish_rate:
+            sim.log(f"{self.name} vanishes holding {len(self.holds)} runs")
+            self.alive = False
+            sim.invariants.worker_gone(self)
+            sim.add_worker()
+            return True
+        if sim.now_s >= self.paused_until_s and rng.random() < sim.params.worker_pause_rate:
+            self.paused_until_s = sim.now_s + rng.uniform(0.5, 2.0 * sim.params.lease_s)
+            sim.log(f"{self.name} pauses until {self.paused_until_s:.1f}")
+            return True
+        return False
+
+    def _tend(self) -> None:
+        """Its runs: given up when its lease may be gone, done, or heartbeated."""
+        sim, now_s = self.sim, self.sim.now_s
+        for key, hold in list(self.holds.items()):
+            if now_s >= hold.held_until_s:
+                # Its own reckoning says the lease may be gone: it stops.
+                del self.holds[key]
+                sim.invariants.dropped(self, hold)
+            elif now_s >= hold.done_at_s:
+                del self.holds[key]
+                hold.ok = sim.rng.random() >= sim.params.fail_share
+                sim.invariants.finished(self, hold)
+                self.reporting[key] = hold
+            elif now_s >= hold.heartbeat_at_s:
+                self._heartbeat(hold)
+
+    def _claim(self) -> None:
+        """A new claim (a new key, for a share of them), or its claim whose
+        answer did not come, again with its key."""
+        sim, rng, now_s = self.sim, self.sim.rng, self.sim.now_s
+        if not self.claiming and now_s >= self.claim_at_s and (len(self.holds) < 6 or self.key is not None):
+            self.claim_at_s = now_s + rng.uniform(0.1, 0.5)
+            if self.key is None and rng.random() < sim.params.keyed_share:
+                self.keys_made += 1
+                self.key = f"{self.name}-{self.keys_made}"
+            node = self.node()
+            if node is None or not node.claim(self, rng.randint(1, 4), self.key):
+                self.next_node()
+
+    def _heartbeat(self, hold: Hold) -> None:
+        node = self.node()
+        sent_s = self.sim.now_s
+        answer = errors.NotLeader("down") if node is None else node.heartbeat(hold.run, hold.attempt)
+        if isinstance(answer, int):
+            assert node is not None
+            hold.held_until_s = sent_s + hold.lease_s
+            hold.margin_s = self.sim.invariants.margin_of(node)
+            hold.heartbeat_at_s = sent_s + hold.lease_s / 3
+        elif isinstance(answer, errors.NotLeader):
+            self.next_node()
+            hold.heartbeat_at_s = sent_s + STEP_S
+        else:
+            del self.holds[(hold.run.job_id, hold.run.nominal_ms)]  # the attempt no longer holds it
+            self.sim.invariants.dropped(self, hold)
+
+    def _report(self) -> None:
+        node = self.node()
+        if node is None or not node.leading():
+            self.next_node()
+            return
+        batch = list(self.reporting.values())
+        results = [
+            Result(h.run.job_id, h.run.nominal_ms, h.attempt, ok=h.ok, output="ok" if h.ok else None,
+                   error=None if h.ok else "boom")
+            for h in batch
+        ]
+        command = ReportResults(node.now_ms(), OWNER, results)
+
+        def done(outcome: object) -> None:
+            if not isinstance(outcome, list):
+                return  # tried again (results of an attempt are idempotent)
+            assert node.core is not None
+            node.core.reported(outcome)
+            for hold, answer in zip(batch, outcome, strict=True):
+                self.reporting.pop((hold.run.job_id, hold.run.nominal_ms), None)
+                if isinstance(answer, Run):
+                    self.sim.invariants.reported(hold, answer)
+
+        if not node.submit(command, done):
+            self.next_node()
+
+
+class NodeSimulator:
+    def __init__(self, seed: int, bug: str = "", verbose: bool = False, *, core_checks: bool = True) -> None:
+        self.seed = seed
+        # The dispatcher core's own invariants too (`check_leases`,
+        # `check_memory`); off, only the end-to-end ones judge.
+        self.core_checks = core_checks
+        self.bug = bug
+        self.verbose = verbose
+        self.rng = random.Random(seed)
+        self.params = Params.draw(self.rng)
+        self.planted = PLANTED[bug]
+        self.now_s = 0.0
+        self.wall_offset_ms = 0
+        self.trace = hashlib.blake2b(digest_size=16)
+        self.network: list[tuple[float, int, int, int, bytes]] = []
+        self.msg_seq = 0
+        self.blocked: set[tuple[int, int]] = set()
+        self.partition_until_s = 0.0
+        self.voters = tuple(range(1, self.params.node_count + 1))
+        self.dir = tempfile.mkdtemp(prefix="tempo-nodesim-", dir=_tmp_root())
+        self.nodes = {i: SimNode(self, i, f"{self.dir}/n{i}") for i in self.voters}
+        self.workers: list[SimWorker] = []
+        self.invariants = NodeInvariants(self)
+        self.creates = 0
+        self.repeating = 0  # repeating jobs asked for
+
+    # -- the world --------------------------------------------------------------------
+
+    @property
+    def faulty(self) -> bool:
+        return self.now_s < self.params.fault_s
+
+    def wall_ms(self) -> int:
+        return WALL_START_MS + round(self.now_s * 1000) + self.wall_offset_ms
+
+    def log(self, what: str) -> None:
+        self.trace.update(f"{self.now_s:.1f} {what}\n".encode())
+        if self.verbose:
+            print(f"{self.now_s:7.1f} {what}")
+
+    def fail(self, what: str) -> NodeSimFailure:
+        return NodeSimFailure(self.seed, what, self.bug)
+
+    def add_worker(self) -> None:
+        self.workers.append(SimWorker(self, f"w{len(self.workers) + 1}", node_guess=self.rng.choice(self.voters)))
+
+    # -- the network -----------------------------------------------------------------
+
+    def send(self, src: int, incarnation: int, messages: list[Message]) -> None:
+        node = self.nodes[src]
+        if not node.alive or node.incarnation != incarnation:
+            return
+        p = self.params
+        for message in messages:
+            data = MESSAGE_ENCODER.encode(message)
+            faulty = self.faulty
+            copies = 0 if faulty and self.rng.random() < p.drop_rate else 1
+            if copies and faulty and self.rng.random() < p.duplicate_rate:
+                copies = 2
+            for _ in range(copies):
+                self.msg_seq += 1
+                at_s = self.now_s + self.rng.uniform(0.001, p.delay_s_max)
+                heapq.heappush(self.network, (at_s, self.msg_seq, src, message.dst, data))
+
+    def deliver(self) -> None:
+        for node in self.nodes.values():
+            if node.running and node.inbox:
+                assert node.replica is not None
+                inbox, node.inbox = node.inbox, []
+                for data in inbox:
+                    node.replica.step(MESSAGE_DECODER.decode(data))
+        while self.network and self.network[0][0] <= self.now_s:
+            _, _, src, dst, data = heapq.heappop(self.network)
+            node = self.nodes.get(dst)
+            if node is None or not node.alive or (src, dst) in self.blocked:
+                continue
+            if not node.running:
+                node.inbox.append(data)
+                continue
+            assert node.replica is not None
+            node.replica.step(MESSAGE_DECODER.decode(data))
+
+    # -- faults ------------------------------------------------------------------------
+
+    def faults(self) -> None:
+        self.partitions()
+        if self.faulty:
+            self.node_faults()
+
+    def partitions(self) -> None:
+        p, rng = self.params, self.rng
+        if self.blocked and (self.now_s >= self.partition_until_s or not self.faulty):
+            self.blocked = set()
+            self.log("partition heals")
+        if self.faulty and not self.blocked and rng.random() < p.partition_rate:
+            side = set(rng.sample(self.voters, rng.randint(1, len(self.voters) // 2)))
+            self.blocked = {(a, b) for a in self.voters for b in self.voters if (a in side) != (b in side)}
+            self.partition_until_s = self.now_s + rng.uniform(0.5, 4.0)
+            self.log(f"partition {sorted(side)}")
+
+    def node_faults(self) -> None:
+        """Crashes (of the leader, too), leadership transfers, wall-clock steps."""
+        p, rng = self.params, self.rng
+        for node in self.nodes.values():
+            if node.alive and rng.random() < (p.leader_crash_rate if node.leading() else 0.0) + p.crash_rate:
+                node.crash()
+                node.down_until_s = self.now_s + rng.uniform(0.1, 3.0)
+            elif node.running and p.node_pause_rate and rng.random() < p.node_pause_rate:
+                node.paused_until_s = self.now_s + rng.uniform(0.3, 3.0)
+                self.log(f"n{node.id} pauses until {node.paused_until_s:.1f}")
+        if p.transfer_rate and rng.random() < p.transfer_rate:
+            for node in self.nodes.values():
+                if node.leading():
+                    assert node.replica is not None
+                    if node.replica.transfer_leadership():
+                        self.log(f"n{node.id} hands leadership over")
+        if rng.random() < p.wall_step_rate:
+            step_ms = rng.choice((-1, 1)) * rng.randint(1_000, 120_000)
+            self.wall_offset_ms += step_ms
+            self.log(f"wall clock steps {step_ms:+d} ms")
+
+    # -- clients ---------------------------------------------------------------------
+
+    def clients(self) -> None:
+        rng, p = self.rng, self.params
+        if rng.random() < p.create_rate:
+            self.create()
+        if p.pause_rate and self.faulty and rng.random() < p.pause_rate:
+            self.pause()
+
+    def leader_guess(self) -> SimNode | None:
+        leaders = [n for n in self.nodes.values() if n.leading()]
+        if not leaders:
+            return None
+        return self.rng.choice(leaders)
+
+    def create(self) -> None:
+        node = self.leader_guess()
+        if node is None:
+            return
+        at_ms = node.now_ms()
+        repeating = self.rng.random() < self.params.repeating_share and self.repeating < REPEATING_MAX
+        if repeating:
+            self.repeating += 1
+            sched = Schedule(every_s=self.rng.choice((3, 5)))
+        else:
+            sched = Schedule(at_ms=at_ms + self.rng.randint(-2_000, 6_000))
+        job_id = ids.job_ids_from_int(at_ms, self.rng.getrandbits(79), 1)[0]
+        job = Job(job_id, OWNER, None, "queue:q", None, sched, 100, (1,), self.params.lease_s, 0, "active", at_ms,
+                  None, None, None)
+        slot = first_slot_ms(sched, at_ms)
+        assert slot is not None
+        job.slot_ms = slot
+        job.next_run_at_ms = due_ms(job, slot, at_ms)
+        command = CreateJobs(at_ms, [NewJob(job, job.next_run_at_ms, b"")])
+        self.creates += 1
+
+        def done(outcome: object) -> None:
+            if isinstance(outcome, list) and isinstance(outcome[0], Created):
+                self.invariants.acknowledged(outcome[0].job)
+
+        node.submit(command, done)
+
+    def pause(self) -> None:
+        node = self.leader_guess()
+        if node is None or not self.invariants.jobs:
+            return
+        job_id = self.rng.choice(sorted(self.invariants.jobs))
+        node.submit(PauseJob(node.now_ms(), OWNER, job_id), lambda outcome: None)
+
+    # -- the run -----------------------------------------------------------------------
+
+    def run(self) -> str:
+        """Runs the seed; answers its trace's hash. Raises NodeSimFailure."""
+        try:
+            return trio.run(self._main, clock=trio.testing.MockClock())
+        except AssertionError as exc:
+            # An assertion of tempo's own (raft, the store, the dispatcher core).
+            raise self.fail(f"an assertion broke at {self.now_s:.1f} s: {exc or type(exc).__name__} "
+                            f"({_where(exc)})") from exc
+        finally:
+            for node in self.nodes.values():
+                if node.store is not None:
+                    node.store.close()
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    async def _main(self) -> str:
+        mock = trio.lowlevel.current_clock()
+        assert isinstance(mock, trio.testing.MockClock)
+        logging.getLogger("tempo").setLevel(logging.CRITICAL)
+        for node in self.nodes.values():
+            node.start()
+        for _ in range(self.params.workers):
+            self.add_worker()
+        end_s = self.params.fault_s + self.params.heal_s
+        while self.now_s < end_s:
+            self.now_s = round(self.now_s + STEP_S, 6)
+            mock.jump(STEP_S)
+            self.step()
+        self.invariants.at_end()
+        return self.trace.hexdigest()
+
+    def step(self) -> None:
+        self.faults()
+        for node in self.nodes.values():
+            if not node.alive and (self.now_s >= node.down_until_s or not self.faulty):
+                node.start()
+                self.log(f"restart n{node.id}")
+        self.deliver()
+        for node in self.nodes.values():
+            if node.running:
+                assert node.replica is not None
+                node.replica.node.tick()
+        self.pump_all()
+        for node in self.nodes.values():
+            if node.running:
+                node.dispatch()
+        self.clients()
+        for worker in list(self.workers):
+            worker.step()
+        self.pump_all()
+        self.invariants.check()
+
+    def pump_all(self) -> None:
+        for node in self.nodes.values():
+            if not node.running:
+                continue
+            try:
+                node.pump()
+            except Crash:
+                node.crash()
+                node.down_until_s = self.now_s + self.rng.uniform(0.1, 2.0)
+                continue
+            node.answers()
+
+
+def _where(exc: BaseException) -> str:
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return "?" if tb is None else f"{tb.tb_frame.f_code.co_filename.rsplit('/src/', 1)[-1]}:{tb.tb_lineno}"
+
+
+def _tmp_root() -> str | None:
+    """A memory file system if there is one: an fsync there costs nothing."""
+    return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None

@@ -1,0 +1,301 @@
+"""End-to-end invariants of the whole-node simulator, checked after every
+step (node_cluster.py). Each violation raises `NodeSimFailure` naming the
+seed, the invariant and the command that replays it:
+
+1. every acknowledged job is kept, and its due runs are claimed: in the
+   healed phase, no run of an active job waits due longer than
+   `CLAIM_BOUND_S`;
+2. no attempt is held by two workers at once: a worker given a run while
+   another worker holds another attempt of it by its own reckoning (its
+   last claim or heartbeat sent, plus the lease, less `HOLD_MARGIN_S`);
+3. each slot is run at most once per attempt: no attempt of a slot is
+   handed out twice, no older attempt after a newer one, nothing after
+   the slot was done;
+4. after a failover, no run waits longer than its lease plus a bound: a
+   claimed run that no worker holds (its answer was lost, its worker
+   vanished or gave it up) is claimed again within its lease plus
+   `ORPHAN_BOUND_S` of when it was left, or of the last takeover; and
+   one whose claim's answer was lost while its worker retries with the
+   claim's key is that worker's again within `KEYED_BOUND_S`;
+5. replicas' digests agree: every node that applied the same index has
+   byte-identical tables (`Store.digest`); and none is left behind: by
+   the end each has applied what the leader had `CATCH_UP_S` before.
+
+Besides, the dispatcher core's own invariants (`check_leases`, and
+`check_memory` now and then) hold on the leader between steps.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from tempo.engine.records import Job, Run
+
+from .invariants import SimFailure
+
+if TYPE_CHECKING:
+    from tempo.engine.dispatch_core import ClaimedRun
+
+    from .node_cluster import Hold, NodeSimulator, SimNode, SimWorker
+
+# A leader that lost its quorum may answer heartbeats until it steps down
+# (an election timeout, 1-2 s): a worker's own reckoning of its lease may
+# run past the new leader's by that much.
+HOLD_MARGIN_S = 2.5
+# How long a due run may wait in the healed phase (claims poll every
+# 0.1-0.5 s; a backlog after the faults drains at the workers' pace).
+CLAIM_BOUND_S = 6.0
+# How long past its lease a claimed run that no worker holds may wait (the
+# lease check, the expiry's commit, then a claim).
+ORPHAN_BOUND_S = 3.0
+# How long a run whose claim's answer was lost waits when its worker
+# retries with the claim's key (workers claim every 0.1-0.5 s).
+KEYED_BOUND_S = 3.0
+# The healed phase settles (an election, the backlog) before bounds count.
+SETTLE_S = 5.0
+SETTLE_LEADER_S = 1.5  # ... and this long after it first has a leader
+# A leader is elected within this of the healed phase's start (an election
+# timeout is 1-2 s; split votes happen).
+LEADER_BOUND_S = 8.0
+# How far behind the leader a node may be at the end (a restart's catch-up,
+# a snapshot's transfer).
+CATCH_UP_S = 4.0
+CHECK_EVERY_S = 0.5
+DIGEST_EVERY_S = 1.0
+
+Slot = tuple[str, int]
+
+
+class NodeSimFailure(SimFailure):
+    def __init__(self, seed: int, what: str, bug: str = "") -> None:
+        replay = f"python -m tests.sim.node --seed {seed}" + (f" --bug {bug}" if bug else "")
+        Exception.__init__(self, f"seed {seed}: {what}\n  replay: {replay}")
+        self.seed = seed
+        self.what = what
+
+
+class NodeInvariants:
+    def __init__(self, sim: NodeSimulator) -> None:
+        self.sim = sim
+        self.jobs: dict[str, Job] = {}  # acknowledged creates
+        self.executed: dict[tuple[str, int, int], str] = {}  # (job, nominal, attempt) -> worker
+        self.last_attempt: dict[Slot, int] = {}
+        self.done: set[Slot] = set()
+        self.lost: dict[tuple[str, int, int], str] = {}  # attempts whose answer was lost -> their worker
+        # Those of them whose claim carried a key: its worker and when.
+        self.lost_keyed: dict[tuple[str, int, int], tuple[SimWorker, float]] = {}
+        self.digests: dict[int, tuple[int, str]] = {}  # applied index -> (node, digest)
+        self.digested: dict[int, int] = {}  # node -> the applied index last digested
+        self.takeover_s = 0.0
+        self.healed_leader_s: float | None = None  # when the healed phase first had a leader
+        self.term_max = 0  # the highest term any node was seen in
+        self.due_since: dict[bytes, float] = {}
+        self.orphan_since: dict[tuple[str, int, int], float] = {}
+        self.next_due_since: dict[bytes, float] = {}
+        self.next_orphan_since: dict[tuple[str, int, int], float] = {}
+        self.checked_s = 0.0
+        self.digested_s = 0.0
+        self.leader_applied: list[tuple[float, int]] = []  # (when, the leader's applied index)
+        self.memory_checks = 0
+
+    # -- events ------------------------------------------------------------------
+
+    def acknowledged(self, job: Job) -> None:
+        self.jobs[job.id] = job
+        self.sim.log(f"created {job.id}")
+
+    def delivered(self, worker: SimWorker, run: Run, sent_s: float, *, repeat: bool = False) -> None:
+        """`worker` runs this attempt (the first time it sees it; `repeat`:
+        a keyed retry's answer)."""
+        sim = self.sim
+        slot = (run.job_id, run.nominal_ms)
+        sim.log(f"{worker.name} gets {run.job_id}@{run.nominal_ms} attempt {run.attempt}" + (" again" if repeat else ""))
+        key = (run.job_id, run.nominal_ms, run.attempt)
+        if self.lost.pop(key, None) == worker.name:
+            pass  # its lost answer, now through its key: the first time it runs it
+        elif key in self.executed:
+            raise sim.fail(f"invariant 3, a slot was run twice: attempt {run.attempt} of run {slot} went to "
+                           f"{self.executed[key]} and to {worker.name}")
+        elif run.attempt <= self.last_attempt.get(slot, 0):
+            raise sim.fail(f"invariant 3, a slot was run twice: attempt {run.attempt} of run {slot} after attempt "
+                           f"{self.last_attempt[slot]}")
+        if slot in self.done:
+            raise sim.fail(f"invariant 3, a slot was run twice: run {slot} handed out again after it was done")
+        self.executed[key] = worker.name
+        self.last_attempt[slot] = run.attempt
+        for other in sim.workers:
+            if not other.alive:
+                continue
+            hold = other.holds.get(slot)
+            if hold is not None and sim.now_s < hold.held_until_s - hold.margin_s:
+                raise sim.fail(f"invariant 2, an attempt held by two workers: {worker.name} got attempt "
+                               f"{run.attempt} of run {slot} while {other.name} held attempt {hold.attempt} until "
+                               f"{hold.held_until_s:.1f} s (now {sim.now_s:.1f} s)")
+
+    def margin_of(self, node: SimNode) -> float:
+        """The margin of a lease that `node` answered now: none if no node
+        is in a later term (no newer leader can have taken over)."""
+        replica = node.replica
+        assert replica is not None
+        terms = [n.replica.term for n in self.sim.nodes.values() if n.replica is not None]
+        self.term_max = max(self.term_max, *terms)
+        return 0.0 if replica.term >= self.term_max else HOLD_MARGIN_S
+
+    def reported(self, hold: Hold, run: Run) -> None:
+        if run.status == "done":
+            self.done.add((run.job_id, run.nominal_ms))
+
+    def finished(self, worker: SimWorker, hold: Hold) -> None:
+        self.sim.log(f"{worker.name} finished {hold.run.job_id}@{hold.run.nominal_ms}")
+
+    def dropped(self, worker: SimWorker, hold: Hold) -> None:
+        self.sim.log(f"{worker.name} gives up {hold.run.job_id}@{hold.run.nominal_ms} attempt {hold.attempt}")
+
+    def worker_gone(self, worker: SimWorker) -> None:
+        pass
+
+    def answer_lost(self, worker: SimWorker, claimed: list[ClaimedRun]) -> None:
+        for one in claimed:
+            # Handed to nobody yet: its worker may get it through its key;
+            # nobody else may.
+            key = (one.run.job_id, one.run.nominal_ms, one.run.attempt)
+            if key not in self.executed:
+                self.executed[key] = worker.name
+                self.lost[key] = worker.name
+            if worker.key is not None:
+                self.lost_keyed.setdefault(key, (worker, self.sim.now_s))
+            slot = (one.run.job_id, one.run.nominal_ms)
+            self.last_attempt[slot] = max(self.last_attempt.get(slot, 0), one.run.attempt)
+
+    def node_crashed(self, node: SimNode) -> None:
+        self.digested.pop(node.id, None)
+
+    def took_over(self, node: SimNode) -> None:
+        self.takeover_s = self.sim.now_s
+        self.sim.log(f"n{node.id} leads")
+
+    # -- checks ------------------------------------------------------------------
+
+    def applied(self, node: SimNode) -> None:
+        """Invariant 5, at the index a node applied by now (every
+        `DIGEST_EVERY_S`: a digest reads every table)."""
+        store = node.store
+        assert store is not None
+        if self.digested.get(node.id) == store.applied_index():
+            return
+        index, digest = store.digest()
+        self.digested[node.id] = index
+        seen = self.digests.setdefault(index, (node.id, digest))
+        if seen[1] != digest:
+            raise self.sim.fail(f"invariant 5, replicas' digests differ at applied index {index}: n{seen[0]} and "
+                                f"n{node.id}")
+
+    def check_core(self, node: SimNode) -> None:
+        core = node.core
+        assert core is not None
+        if not self.sim.core_checks:
+            return
+        try:
+            core.check_leases()
+            self.memory_checks += 1
+            if self.memory_checks % 20 == 0 and not node.claims:
+                # Between commits only: a claim in flight took its runs out of memory.
+                core.check_memory()
+        except AssertionError as exc:
+            raise self.sim.fail(f"the dispatcher core's invariant broke on n{node.id}: {exc}") from None
+
+    def check(self) -> None:
+        sim = self.sim
+        if sim.now_s - self.checked_s < CHECK_EVERY_S:
+            return
+        self.checked_s = sim.now_s
+        if sim.now_s - self.digested_s >= DIGEST_EVERY_S:
+            self.digested_s = sim.now_s
+            for node in sim.nodes.values():
+                if node.alive:
+                    self.applied(node)
+        leaders = [n for n in sim.nodes.values() if n.leading()]
+        if sim.now_s < sim.params.fault_s:
+            return
+        if not leaders:
+            if sim.now_s >= sim.params.fault_s + LEADER_BOUND_S:
+                raise sim.fail(f"no leader {LEADER_BOUND_S} s into the healed phase")
+            return
+        if self.healed_leader_s is None:
+            self.healed_leader_s = sim.now_s
+        # The bounds count once the healed phase settled and it has a leader.
+        since_s = max(sim.params.fault_s + SETTLE_S, self.healed_leader_s + SETTLE_LEADER_S)
+        leader = max(leaders, key=lambda n: n.replica.term if n.replica is not None else 0)
+        assert leader.replica is not None
+        self.leader_applied.append((sim.now_s, leader.replica.applied_index))
+        self._check_runs(leader, counting=sim.now_s >= since_s, since_s=since_s)
+
+    def _check_runs(self, leader: SimNode, *, counting: bool, since_s: float) -> None:
+        """Invariants 1 and 4 against the leader's tables."""
+        sim = self.sim
+        store = leader.store
+        assert store is not None
+        now_ms = leader.now_ms()
+        self.next_due_since = {}
+        self.next_orphan_since = {}
+        held = {
+            (h.run.job_id, h.run.nominal_ms, h.attempt)
+            for w in sim.workers if w.alive
+            for h in [*(h for h in w.holds.values() if sim.now_s < h.held_until_s), *w.reporting.values()]
+        }
+        for minute in store.open_minutes(0, 1 << 40, 1 << 30):
+            for runs_key, run, job in store.scan_minute(minute, 0, 1 << 62):
+                if run.status == "waiting" and job.state == "active" and run.due_ms <= now_ms:
+                    self._check_due(runs_key, run, now_ms, counting=counting, since_s=since_s)
+                elif run.status == "claimed" and (run.job_id, run.nominal_ms, run.attempt) not in held:
+                    self._check_orphan(run, job, counting=counting, since_s=since_s)
+        self.due_since = self.next_due_since
+        self.orphan_since = self.next_orphan_since
+        if counting:
+            for job_id in self.jobs:
+                if store.get_job_any(job_id) is None:
+                    raise sim.fail(f"invariant 1, an acknowledged job is lost: {job_id} is not on the leader")
+
+    def _check_due(self, runs_key: bytes, run: Run, now_ms: int, *, counting: bool, since_s: float) -> None:
+        sim = self.sim
+        first_s = self.next_due_since[runs_key] = self.due_since.get(runs_key, sim.now_s)
+        if counting and sim.now_s - max(first_s, since_s) > CLAIM_BOUND_S:
+            raise sim.fail(f"invariant 1, due runs are claimed: run {run.job_id}@{run.nominal_ms} "
+                           f"(attempt {run.attempt}) waits, due {now_ms - run.due_ms} ms ago, for "
+                           f"{sim.now_s - first_s:.1f} s")
+
+    def _check_orphan(self, run: Run, job: Job, *, counting: bool, since_s: float) -> None:
+        sim = self.sim
+        key = (run.job_id, run.nominal_ms, run.attempt)
+        first_s = self.next_orphan_since[key] = self.orphan_since.get(key, sim.now_s)
+        keyed = self.lost_keyed.get(key)
+        if keyed is not None and keyed[0].alive and keyed[0].key is not None:
+            # Its claim's answer was lost, and its worker retries with the
+            # key: it gets the run back at once, not after the lease.
+            worker = keyed[0]
+            waited_s = sim.now_s - max(first_s, since_s, self.takeover_s, worker.paused_until_s)
+            if counting and waited_s > KEYED_BOUND_S:
+                raise sim.fail(f"invariant 4, a keyed claim's run waited for its lease: attempt {run.attempt} of "
+                               f"{run.job_id}@{run.nominal_ms}, lost on its way to {worker.name}, which retries "
+                               f"with key {worker.key}, held by no worker for {waited_s:.1f} s")
+            return
+        waited_s = sim.now_s - max(first_s, since_s, self.takeover_s)
+        if counting and waited_s > job.lease_s + ORPHAN_BOUND_S:
+            raise sim.fail(f"invariant 4, a run waited longer than its lease ({job.lease_s} s) plus "
+                           f"{ORPHAN_BOUND_S} s: attempt {run.attempt} of {run.job_id}@{run.nominal_ms} "
+                           f"held by no worker for {sim.now_s - first_s:.1f} s, "
+                           f"{waited_s:.1f} s since the last takeover")
+
+    def at_end(self) -> None:
+        self.checked_s = self.digested_s = -1.0
+        self.check()
+        # No node is left behind: each applied, by the end, what the leader
+        # had applied `CATCH_UP_S` before.
+        sim = self.sim
+        behind = [index for at_s, index in self.leader_applied if at_s <= sim.now_s - CATCH_UP_S]
+        target = behind[-1] if behind else 0
+        for node in sim.nodes.values():
+            if node.replica is None or node.replica.applied_index < target:
+                applied = None if node.replica is None else node.replica.applied_index
+                raise sim.fail(f"invariant 5, replicas agree: n{node.id} is stuck at applied index {applied}, "
+                               f"the leader applied {target} {CATCH_UP_S} s before the end")
