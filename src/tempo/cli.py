@@ -35,6 +35,7 @@ ALL_RUN_COLUMNS = ("id", "job_id", "status", "attempt", "due_at", "finished_at",
 ATTEMPT_COLUMNS = ("attempt", "claimed_at", "worker", "ended_at", "ok", "error", "output")
 # A table cell shows at most this many characters of a text (an error, an output).
 cell_chars_max = 60
+detail_chars_max = 120  # an event's detail in the events table (a target's error page can be long)
 CLUSTER_COLUMNS = ("node", "url", "role", "term", "leader", "commit", "applied")
 EVENT_COLUMNS = ("cursor", "at", "type", "job_id", "run_id", "detail")
 PREVIEW_COLUMNS = ("at", "local", "offset", "dst")
@@ -232,7 +233,10 @@ def _cell(row: dict[str, Any], column: str) -> str:
         local = local_time(value, zone)
         return value if local is None else f"{value} ({local})"
     if isinstance(value, dict | list):
-        return json.dumps(value, separators=(",", ":"))
+        text = json.dumps(value, separators=(",", ":"))
+        if column == "detail" and len(text) > detail_chars_max:
+            text = text[: detail_chars_max - 1] + "…"
+        return text
     return "-" if value is None else str(value)
 
 
@@ -454,7 +458,7 @@ def _add_jobs_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]")
     create.add_argument("--name", help="a name to recognise the job by (not unique)")
     create.add_argument("--payload", type=_json_value, help="a JSON value given to each run, e.g. '{\"n\": 3}'")
     create.add_argument("--max-attempts", dest="max_attempts", type=int, metavar="N",
-                        help="attempts of each run before it fails (default 1)")
+                        help="attempts of each run before it fails (default 4)")
     create.add_argument("--backoff-s", dest="backoff_s", type=_gaps_s, metavar="S,S,...",
                         help="seconds to wait before each retry, comma-separated, e.g. 10,60,600")
     create.add_argument("--lease-s", dest="lease_s", type=int, metavar="S",

@@ -22,7 +22,7 @@ from tempo.loadgen.figures import Figures, late_bound_s
 from tempo.loadgen.options import CannotRun
 
 # What `tempo loadgen` says where the charts cannot be drawn.
-charts_hint = "Install the report extra for them: pip install 'tempo[report]'"
+charts_hint = "Install the report extra tempo[report] for them: in the checkout, .venv/bin/pip install -e '.[report]'"
 
 
 def _show(v: Any) -> str:
