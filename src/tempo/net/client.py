@@ -361,7 +361,14 @@ def _problem(response: httpx.Response) -> dict[str, Any]:
     try:
         problem = response.json()
     except ValueError:
-        return {"type": "error", "detail": response.text[:500]}
+        # Not JSON: whatever answers at this URL is not a tempo server (a web
+        # server's error page, a proxy). Say so in one line, not with its page.
+        kind = response.headers.get("content-type", "no content type").split(";")[0]
+        return {
+            "type": "not_tempo",
+            "detail": f"{response.url} answered {response.status_code} with {kind}, not a tempo "
+            f"problem: is --url (TEMPO_URL) a tempo server?",
+        }
     return problem if isinstance(problem, dict) else {"type": "error", "detail": str(problem)[:500]}
 
 
