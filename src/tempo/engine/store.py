@@ -842,7 +842,7 @@ class _Tx:
     __slots__ = (
         "_bucket_of_day", "_history", "_owners", "buckets", "by_job", "by_owner", "by_status",
         "changes", "claim_keys", "event_seq", "events", "hist_days", "jobs", "members", "meta",
-        "open", "open_deltas", "outcomes", "reqkeys", "runs", "txn",
+        "open", "open_deltas", "outcome_counts", "outcomes", "reqkeys", "runs", "txn",
     )
 
     def __init__(self, txn: "lmdb.Transaction[bytes]", db: dict[str, lmdb._Database], buckets: list[lmdb._Database]):
@@ -871,6 +871,9 @@ class _Tx:
         # times in one entry; they are written once, in `flush`.
         self.open_deltas: dict[int, int] = {}
         self.event_seq: int | None = None
+        # Job outcomes (by job key) that runs finishing in this transaction
+        # counted into, read once each and written once, in `flush`.
+        self.outcome_counts: dict[bytes, JobOutcome] = {}
 
     # -- reads inside the transaction ----------------------------------------
 
@@ -1038,16 +1041,19 @@ class _Tx:
             self.changes.gone.append(old_key)
         return key
 
-    def put_run_in_place(self, run: Run, runs_key: bytes, old_status: str, job: Job | None = None) -> None:
+    def put_run_in_place(
+        self, run: Run, runs_key: bytes, old_status: str, job: Job | None = None, job_key: bytes | None = None
+    ) -> None:
         """`put_run` for a run whose due time did not change (a claim): its row
         stays at `runs_key`, so the runs-by-job index and the open-minute
         counts stay as they are; the change feed and the runs-by-status
-        index move."""
+        index move. `job_key` is `keys.job_key(run.job_id)` when the caller
+        has it."""
         assert old_status in _OPEN and run.status in _OPEN
         assert keys.due_of(runs_key) == run.due_ms, "the due time is in the key"
         self.txn.put(runs_key, _enc.encode(run), db=self.runs)
         if old_status != run.status:
-            self._move_open_row(run, (old_status, run.due_ms), (run.status, run.due_ms), job)
+            self._move_open_row(run, (old_status, run.due_ms), (run.status, run.due_ms), job, job_key=job_key)
         if old_status == "waiting" and run.status != "waiting":
             self.changes.left.append(runs_key)
         if run.status == "waiting" and old_status != "waiting":
@@ -1087,9 +1093,11 @@ class _Tx:
         self.txn.put(_HIST_RUN + by_job_key, _enc.encode(run), db=bucket)
         self._count_open(runs_key, None)
         owner = self._owner_of(run.job_id, job)
-        self._move_open_row(run, (old_status, keys.due_of(runs_key)), None, job)
-        self.txn.put(_HIST_STATUS + _status_key_of(owner, run), b"", db=bucket)
-        _count_outcome(self.txn, self.outcomes, by_job_key[: keys.JOB_KEY_BYTES], run)
+        job_key = by_job_key[: keys.JOB_KEY_BYTES]
+        self._move_open_row(run, (old_status, keys.due_of(runs_key)), None, job, owner, job_key)
+        status_key = keys.status_key_of(owner, keys.status_code(run.status), _index_ms(run), job_key, run.nominal_ms)
+        self.txn.put(_HIST_STATUS + status_key, b"", db=bucket)
+        self._count_outcome(job_key, run)
         if old_status == "waiting":
             self.changes.left.append(runs_key)
         else:
@@ -1108,17 +1116,37 @@ class _Tx:
         return owner
 
     def _move_open_row(
-        self, run: Run, old: tuple[str, int] | None, new: tuple[str, int] | None, job: Job | None
+        self,
+        run: Run,
+        old: tuple[str, int] | None,
+        new: tuple[str, int] | None,
+        job: Job | None,
+        owner: str | None = None,
+        job_key: bytes | None = None,
     ) -> None:
         """Moves an open run's row of the runs-by-status index from (status,
-        due ms) `old` to `new` (None: no row)."""
-        owner = self._owner_of(run.job_id, job)
+        due ms) `old` to `new` (None: no row). `owner` and `job_key` are the
+        job's owner and `keys.job_key(run.job_id)` when the caller has them."""
+        if owner is None:
+            owner = self._owner_of(run.job_id, job)
+        if job_key is None:
+            job_key = keys.job_key(run.job_id)
         if old is not None:
-            old_key = keys.status_key(owner, keys.STATUS_CODE[old[0]], old[1], run.job_id, run.nominal_ms)
+            old_key = keys.status_key_of(owner, keys.STATUS_CODE[old[0]], old[1], job_key, run.nominal_ms)
             assert self.txn.delete(old_key, db=self.by_status), "an open run had no runs-by-status row"
         if new is not None:
-            new_key = keys.status_key(owner, keys.STATUS_CODE[new[0]], new[1], run.job_id, run.nominal_ms)
+            new_key = keys.status_key_of(owner, keys.STATUS_CODE[new[0]], new[1], job_key, run.nominal_ms)
             self.txn.put(new_key, b"", db=self.by_status)
+
+    def _count_outcome(self, job_key: bytes, run: Run) -> None:
+        """Counts a run that just finished into its job's outcome, kept in
+        `outcome_counts` until `flush`: a job's outcome is read and written
+        once a transaction however many of its runs finish in it."""
+        outcome = self.outcome_counts.get(job_key)
+        if outcome is None:
+            raw = self.txn.get(job_key, db=self.outcomes)
+            outcome = self.outcome_counts[job_key] = JobOutcome() if raw is None else _outcome_dec.decode(raw)
+        _add_to_outcome(outcome, run)
 
     def _count_open(self, old_key: bytes | None, new_key: bytes | None) -> None:
         old_minute = None if old_key is None else _MINUTE.unpack(old_key[:4])[0]
@@ -1148,6 +1176,9 @@ class _Tx:
                 self.txn.put(key, _U64.pack(count), db=self.open)
         if self.event_seq is not None:
             self.txn.put(_EVENT_SEQ, _U64.pack(self.event_seq), db=self.meta)
+        for job_key, outcome in self.outcome_counts.items():
+            self.txn.put(job_key, _enc.encode(outcome), db=self.outcomes)
+        self.outcome_counts.clear()
 
     def append_event(self, owner: str, event: Event) -> None:
         if self.event_seq is None:
@@ -1460,6 +1491,7 @@ class _Tx:
                 held = _run_dec.decode(cur.value())
                 assert self.txn.delete(_HIST_STATUS + _status_key_of(job.owner, held), db=db)
                 found = cur.delete()
+        self.outcome_counts.pop(keys.job_key(job.id), None)  # its runs' counts go with it
         self.txn.delete(keys.job_key(job.id), db=self.outcomes)
         assert self.txn.delete(keys.job_key(job.id), db=self.jobs)
         assert self.txn.delete(keys.owner_job_key(job.owner, job.id), db=self.by_owner)
@@ -1544,12 +1576,12 @@ class _Tx:
         run.lease_expires_ms = claim.lease_expires_ms
         run.started_ms = cmd.at_ms
         if claim.one_off:
-            self.put_run_in_place(run, runs_key, "waiting")
+            self.put_run_in_place(run, runs_key, "waiting", job_key=job_key)
             # The job's `next_run_at` still names this run's due time; reads
             # show it only while the run waits (`_Tx.fresh`).
             return run
         job = self._job_any(run.job_id, job_key)
-        self.put_run_in_place(run, runs_key, "waiting", job)
+        self.put_run_in_place(run, runs_key, "waiting", job, job_key)
         if job.slot_ms != run.nominal_ms or run.triggered:
             return run  # a retry, a re-delivery or a triggered run: the schedule moved on already
         if job.schedule.repeating and job.state == "active" and claim.next_slot_ms is not None:
@@ -1763,6 +1795,12 @@ def _count_outcome(txn: "lmdb.Transaction[bytes]", db: lmdb._Database, job_key: 
     are counted in, so `_build_run_index` comes to the same bytes."""
     raw = txn.get(job_key, db=db)
     outcome = JobOutcome() if raw is None else _outcome_dec.decode(raw)
+    _add_to_outcome(outcome, run)
+    txn.put(job_key, _enc.encode(outcome), db=db)
+
+
+def _add_to_outcome(outcome: JobOutcome, run: Run) -> None:
+    """`_count_outcome` on the decoded outcome, in place."""
     if run.status == "done":
         outcome.done += 1
     elif run.status == "failed":
@@ -1778,7 +1816,6 @@ def _count_outcome(txn: "lmdb.Transaction[bytes]", db: lmdb._Database, job_key: 
         outcome.last_attempt = run.attempt
         outcome.last_finished_ms = run.finished_ms
         outcome.last_error = run.error
-    txn.put(job_key, _enc.encode(outcome), db=db)
 
 
 def _keep_attempt(run: Run, at_ms: int, ok: bool, output: str | None, error: str | None) -> None:
