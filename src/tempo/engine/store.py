@@ -840,7 +840,7 @@ class _Tx:
     """One transaction's view of the tables, with the apply functions."""
 
     __slots__ = (
-        "_bucket_of_day", "_history", "_owners", "buckets", "by_job", "by_owner", "by_status",
+        "_bucket_of_day", "_by_job_cur", "_by_status_cur", "_history", "_jobs_cur", "_owners", "_runs_cur", "buckets", "by_job", "by_owner", "by_status",
         "changes", "claim_keys", "event_seq", "events", "hist_days", "jobs", "members", "meta",
         "open", "open_deltas", "outcome_counts", "outcomes", "reqkeys", "runs", "txn",
     )
@@ -874,6 +874,33 @@ class _Tx:
         # Job outcomes (by job key) that runs finishing in this transaction
         # counted into, read once each and written once, in `flush`.
         self.outcome_counts: dict[bytes, JobOutcome] = {}
+        # One cursor a table on the claim and result paths, made when first
+        # used: a batch's runs sit near each other, and LMDB finds a key on
+        # the cursor's page without a walk from the root.
+        self._runs_cur: lmdb.Cursor[bytes] | None = None
+        self._by_job_cur: lmdb.Cursor[bytes] | None = None
+        self._by_status_cur: lmdb.Cursor[bytes] | None = None
+        self._jobs_cur: lmdb.Cursor[bytes] | None = None
+
+    def runs_cursor(self) -> "lmdb.Cursor[bytes]":
+        if self._runs_cur is None:
+            self._runs_cur = self.txn.cursor(db=self.runs)
+        return self._runs_cur
+
+    def by_job_cursor(self) -> "lmdb.Cursor[bytes]":
+        if self._by_job_cur is None:
+            self._by_job_cur = self.txn.cursor(db=self.by_job)
+        return self._by_job_cur
+
+    def by_status_cursor(self) -> "lmdb.Cursor[bytes]":
+        if self._by_status_cur is None:
+            self._by_status_cur = self.txn.cursor(db=self.by_status)
+        return self._by_status_cur
+
+    def jobs_cursor(self) -> "lmdb.Cursor[bytes]":
+        if self._jobs_cur is None:
+            self._jobs_cur = self.txn.cursor(db=self.jobs)
+        return self._jobs_cur
 
     # -- reads inside the transaction ----------------------------------------
 
@@ -1003,7 +1030,7 @@ class _Tx:
 
     def put_job(self, job: Job, job_key: bytes | None = None) -> None:
         """`job_key` is `keys.job_key(job.id)` when the caller has it."""
-        self.txn.put(keys.job_key(job.id) if job_key is None else job_key, _enc.encode(job), db=self.jobs)
+        self.jobs_cursor().put(keys.job_key(job.id) if job_key is None else job_key, _enc.encode(job))
 
     def put_run(
         self,
@@ -1051,7 +1078,7 @@ class _Tx:
         has it."""
         assert old_status in _OPEN and run.status in _OPEN
         assert keys.due_of(runs_key) == run.due_ms, "the due time is in the key"
-        self.txn.put(runs_key, _enc.encode(run), db=self.runs)
+        self.runs_cursor().put(runs_key, _enc.encode(run))
         if old_status != run.status:
             self._move_open_row(run, (old_status, run.due_ms), (run.status, run.due_ms), job, job_key=job_key)
         if old_status == "waiting" and run.status != "waiting":
@@ -1087,8 +1114,8 @@ class _Tx:
         assert run.status in _FINISHED and old_status in _OPEN
         if by_job_key is None:
             by_job_key = keys.by_job_key(run.job_id, run.nominal_ms)
-        assert self.txn.delete(runs_key, db=self.runs)
-        assert self.txn.delete(by_job_key, db=self.by_job)
+        _delete_at(self.runs_cursor(), runs_key)
+        _delete_at(self.by_job_cursor(), by_job_key)
         bucket = self.bucket_for(at_ms)
         self.txn.put(_HIST_RUN + by_job_key, _enc.encode(run), db=bucket)
         self._count_open(runs_key, None)
@@ -1110,7 +1137,7 @@ class _Tx:
             return job.owner
         owner = self._owners.get(job_id)
         if owner is None:
-            raw = self.txn.get(keys.job_key(job_id), db=self.jobs)
+            raw = self.jobs_cursor().get(keys.job_key(job_id))
             assert raw is not None, f"run of a missing job {job_id}"
             owner = self._owners[job_id] = _job_head_dec.decode(raw).owner
         return owner
@@ -1131,12 +1158,13 @@ class _Tx:
             owner = self._owner_of(run.job_id, job)
         if job_key is None:
             job_key = keys.job_key(run.job_id)
+        cur = self.by_status_cursor()
         if old is not None:
             old_key = keys.status_key_of(owner, keys.STATUS_CODE[old[0]], old[1], job_key, run.nominal_ms)
-            assert self.txn.delete(old_key, db=self.by_status), "an open run had no runs-by-status row"
+            _delete_at(cur, old_key, "an open run had no runs-by-status row")
         if new is not None:
             new_key = keys.status_key_of(owner, keys.STATUS_CODE[new[0]], new[1], job_key, run.nominal_ms)
-            self.txn.put(new_key, b"", db=self.by_status)
+            cur.put(new_key, b"")
 
     def _count_outcome(self, job_key: bytes, run: Run) -> None:
         """Counts a run that just finished into its job's outcome, kept in
@@ -1552,13 +1580,13 @@ class _Tx:
         `keys.by_job_key(job_id, nominal_ms)` when the caller has it."""
         if by_job_key is None:
             by_job_key = keys.by_job_key(job_id, nominal_ms)
-        runs_key = self.txn.get(by_job_key, db=self.by_job)
+        runs_key = self.by_job_cursor().get(by_job_key)
         if runs_key is None:
             return None
-        return runs_key, _run_dec.decode(_present(self.txn.get(runs_key, db=self.runs)))
+        return runs_key, _run_dec.decode(_present(self.runs_cursor().get(runs_key)))
 
     def _job_any(self, job_id: str, job_key: bytes | None = None) -> Job:
-        raw = self.txn.get(keys.job_key(job_id) if job_key is None else job_key, db=self.jobs)
+        raw = self.jobs_cursor().get(keys.job_key(job_id) if job_key is None else job_key)
         assert raw is not None, f"run of a missing job {job_id}"
         return _job_dec.decode(raw)
 
@@ -1767,6 +1795,13 @@ def _key_fault(job: Job) -> errors.TempoError | None:
     if job.request_key is not None and not keys.request_key_fits(job.owner, job.request_key):
         return errors.Invalid.at("request_key", f"at most {limits.request_key_bytes_max} bytes in UTF-8")
     return None
+
+
+def _delete_at(cur: "lmdb.Cursor[bytes]", key: bytes, missing: str = "a row apply deletes is there") -> None:
+    """Deletes the row at `key`, which must be there, through `cur`."""
+    found = cur.set_key(key)
+    assert found, missing
+    cur.delete()
 
 
 def _present(raw: bytes | None) -> bytes:
