@@ -840,7 +840,8 @@ class _Tx:
     """One transaction's view of the tables, with the apply functions."""
 
     __slots__ = (
-        "_bucket_of_day", "_by_job_cur", "_by_status_cur", "_history", "_jobs_cur", "_owners", "_runs_cur", "buckets", "by_job", "by_owner", "by_status",
+        "_bucket_of_day", "_by_job_cur", "_by_status_cur", "_hist_curs", "_history", "_jobs_cur", "_outcomes_cur",
+        "_owners", "_runs_cur", "buckets", "by_job", "by_owner", "by_status",
         "changes", "claim_keys", "event_seq", "events", "hist_days", "jobs", "members", "meta",
         "open", "open_deltas", "outcome_counts", "outcomes", "reqkeys", "runs", "txn",
     )
@@ -881,6 +882,10 @@ class _Tx:
         self._by_job_cur: lmdb.Cursor[bytes] | None = None
         self._by_status_cur: lmdb.Cursor[bytes] | None = None
         self._jobs_cur: lmdb.Cursor[bytes] | None = None
+        self._outcomes_cur: lmdb.Cursor[bytes] | None = None
+        # History: one cursor per (day, part of the bucket: runs, their
+        # status rows, events); forgotten when a bucket is dropped.
+        self._hist_curs: dict[tuple[int, bytes], lmdb.Cursor[bytes]] = {}
 
     def runs_cursor(self) -> "lmdb.Cursor[bytes]":
         if self._runs_cur is None:
@@ -896,6 +901,20 @@ class _Tx:
         if self._by_status_cur is None:
             self._by_status_cur = self.txn.cursor(db=self.by_status)
         return self._by_status_cur
+
+    def outcomes_cursor(self) -> "lmdb.Cursor[bytes]":
+        if self._outcomes_cur is None:
+            self._outcomes_cur = self.txn.cursor(db=self.outcomes)
+        return self._outcomes_cur
+
+    def history_cursor(self, at_ms: int, part: bytes) -> "lmdb.Cursor[bytes]":
+        """A cursor on the history bucket of the day of `at_ms` (`bucket_for`),
+        for the rows whose keys start with `part`."""
+        found = (at_ms // limits.day_ms, part)
+        cur = self._hist_curs.get(found)
+        if cur is None:
+            cur = self._hist_curs[found] = self.txn.cursor(db=self.bucket_for(at_ms))
+        return cur
 
     def jobs_cursor(self) -> "lmdb.Cursor[bytes]":
         if self._jobs_cur is None:
@@ -1019,6 +1038,7 @@ class _Tx:
                 # past any retention period (the leader's drop is late): it
                 # goes now rather than mix with this day.
                 self.txn.drop(self.buckets[slot], delete=False)
+                self._hist_curs.clear()
             self.txn.put(key, _DAY.pack(day), db=self.hist_days)
             self._history = None
         # `held > day`: `at_ms` is that far behind a day stored already (a
@@ -1116,14 +1136,13 @@ class _Tx:
             by_job_key = keys.by_job_key(run.job_id, run.nominal_ms)
         _delete_at(self.runs_cursor(), runs_key)
         _delete_at(self.by_job_cursor(), by_job_key)
-        bucket = self.bucket_for(at_ms)
-        self.txn.put(_HIST_RUN + by_job_key, _enc.encode(run), db=bucket)
+        self.history_cursor(at_ms, _HIST_RUN).put(_HIST_RUN + by_job_key, _enc.encode(run))
         self._count_open(runs_key, None)
         owner = self._owner_of(run.job_id, job)
         job_key = by_job_key[: keys.JOB_KEY_BYTES]
         self._move_open_row(run, (old_status, keys.due_of(runs_key)), None, job, owner, job_key)
         status_key = keys.status_key_of(owner, keys.status_code(run.status), _index_ms(run), job_key, run.nominal_ms)
-        self.txn.put(_HIST_STATUS + status_key, b"", db=bucket)
+        self.history_cursor(at_ms, _HIST_STATUS).put(_HIST_STATUS + status_key, b"")
         self._count_outcome(job_key, run)
         if old_status == "waiting":
             self.changes.left.append(runs_key)
@@ -1172,7 +1191,7 @@ class _Tx:
         once a transaction however many of its runs finish in it."""
         outcome = self.outcome_counts.get(job_key)
         if outcome is None:
-            raw = self.txn.get(job_key, db=self.outcomes)
+            raw = self.outcomes_cursor().get(job_key)
             outcome = self.outcome_counts[job_key] = JobOutcome() if raw is None else _outcome_dec.decode(raw)
         _add_to_outcome(outcome, run)
 
@@ -1204,9 +1223,11 @@ class _Tx:
                 self.txn.put(key, _U64.pack(count), db=self.open)
         if self.event_seq is not None:
             self.txn.put(_EVENT_SEQ, _U64.pack(self.event_seq), db=self.meta)
-        for job_key, outcome in self.outcome_counts.items():
-            self.txn.put(job_key, _enc.encode(outcome), db=self.outcomes)
-        self.outcome_counts.clear()
+        if self.outcome_counts:
+            cur = self.outcomes_cursor()
+            for job_key in sorted(self.outcome_counts):
+                cur.put(job_key, _enc.encode(self.outcome_counts[job_key]))
+            self.outcome_counts.clear()
 
     def append_event(self, owner: str, event: Event) -> None:
         if self.event_seq is None:
@@ -1214,7 +1235,7 @@ class _Tx:
             self.event_seq = 0 if raw is None else _U64.unpack(raw)[0]
         self.event_seq += 1
         seq = self.event_seq
-        self.txn.put(_HIST_EVENT + keys.event_key(owner, seq), _enc.encode(event), db=self.bucket_for(event.at_ms))
+        self.history_cursor(event.at_ms, _HIST_EVENT).put(_HIST_EVENT + keys.event_key(owner, seq), _enc.encode(event))
         self.changes.event_owners.add(owner)
 
     # -- apply ---------------------------------------------------------------
@@ -1279,6 +1300,7 @@ class _Tx:
                 assert self.txn.delete(key, db=self.hist_days)
         self._history = None
         self._bucket_of_day.clear()
+        self._hist_curs.clear()
 
     def _fresh_outcome(self, outcome: Job | errors.TempoError) -> Job | errors.TempoError:
         return self.fresh(outcome) if isinstance(outcome, Job) else outcome
