@@ -150,6 +150,8 @@ CREATE_FLAGS = SCHEDULE_FLAGS | {
     "target": "--target", "name": "--name", "payload": "--payload", "retry": "--max-attempts/--backoff-s",
     "retry.max_attempts": "--max-attempts", "retry.backoff_s": "--backoff-s", "lease_s": "--lease-s",
     "jitter_s": "--jitter-s", "request_key": "--request-key",
+    "catchup": "--catchup-policy/--catchup-window-s/--catchup-max-runs", "catchup.policy": "--catchup-policy",
+    "catchup.window_s": "--catchup-window-s", "catchup.max_runs": "--catchup-max-runs",
 }
 PAGE_FLAGS = {
     "query.limit": "--limit", "query.cursor": "--cursor", "query.since": "--since", "query.until": "--until",
@@ -280,7 +282,17 @@ def _create_body(args: argparse.Namespace) -> dict[str, Any]:
     for name in ("name", "lease_s", "jitter_s", "request_key"):
         if getattr(args, name) is not None:
             body[name] = getattr(args, name)
+    catchup = _catchup_body(args)
+    if catchup:
+        body["catchup"] = catchup
     return body
+
+
+def _catchup_body(args: argparse.Namespace) -> dict[str, Any]:
+    """The `catchup` field from the --catchup-* flags; the server checks
+    the values and its errors name the flag (`CREATE_FLAGS`)."""
+    flags = {"policy": args.catchup_policy, "window_s": args.catchup_window_s, "max_runs": args.catchup_max_runs}
+    return {name: value for name, value in flags.items() if value is not None}
 
 
 def _schedule_body(args: argparse.Namespace) -> dict[str, Any]:
@@ -451,6 +463,13 @@ def _add_jobs_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]")
                         help="spread each run's due time over up to S seconds")
     create.add_argument("--request-key", dest="request_key", metavar="KEY",
                         help="makes the create safe to repeat: a second create with it answers the first job")
+    create.add_argument("--catchup-policy", dest="catchup_policy", metavar="POLICY",
+                        help="slots missed while down or paused: latest (default: run the latest), all (each, "
+                             "in order) or none")
+    create.add_argument("--catchup-window-s", dest="catchup_window_s", type=int, metavar="S",
+                        help="catch up only slots missed in the last S seconds (default: no window)")
+    create.add_argument("--catchup-max-runs", dest="catchup_max_runs", type=int, metavar="N",
+                        help="with --catchup-policy all: at most N catch-up runs (default 1000)")
     create.set_defaults(flags=CREATE_FLAGS)
     one = {"get": "show a job", "pause": "pause a job: no run falls due until it is resumed",
            "resume": "resume a paused job", "delete": "delete a job and its waiting runs",

@@ -254,7 +254,9 @@ class RunOut(msgspec.Struct):
     job_id: str
     nominal_at: str
     due_at: str
-    status: Literal["waiting", "claimed", "done", "failed", "cancelled"]
+    # `missed`: a history row for a range of slots that got no run
+    # (docs/semantics.md "Catch-up after missed slots").
+    status: Literal["waiting", "claimed", "done", "failed", "cancelled", "missed"]
     attempt: int
     worker: str | None
     lease_expires_at: str | None
@@ -263,6 +265,13 @@ class RunOut(msgspec.Struct):
     output: str | None
     error: str | None
     backfill: bool = False  # made by a backfill
+    # A `missed` row's range, null on other runs: why its slots got no run,
+    # the first slot after them (the first is `nominal_at`), and how many
+    # they are (null: too many to count).
+    reason: Literal["outside_window", "policy", "paused"] | None = None
+    missed_from: str | None = None
+    missed_until: str | None = None
+    count: int | None = None
 
 
 class AttemptOut(msgspec.Struct):

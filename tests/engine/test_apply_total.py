@@ -42,7 +42,7 @@ from tempo.engine.commands import (
     encode_entry,
 )
 from tempo.engine.jobs import Jobs, slot_after_ms
-from tempo.engine.records import ClaimKeyEntry, Job, RequestKeyEntry, Run
+from tempo.engine.records import ClaimKeyEntry, Job, Missed, RequestKeyEntry, Run
 from tempo.engine.store import Created, Store
 from tempo.schema import JobCreate
 
@@ -85,6 +85,13 @@ payloads = st.none() | texts | st.just(of_bytes(limits.payload_bytes_max - 2)) |
 # the time bounds of records.py do not decode (they are corrupt, not commands).
 LAST_MS = 253_402_300_799_999
 times = st.sampled_from([0, T0, T0 + 61_000, LAST_MS - 86_400_000, LAST_MS])
+missed_ranges = st.builds(
+    lambda reason, from_ms, length_ms, count: Missed(reason, from_ms, from_ms + length_ms, count),
+    st.sampled_from(["outside_window", "policy", "paused"]),
+    st.sampled_from([0, T0, T0 + 61_000, LAST_MS - 120_000]),
+    st.sampled_from([1, 60_000, 120_000]),
+    st.sampled_from([None, 1, 2]),
+)
 schedules = st.sampled_from([
     {"at": "2027-01-15T08:00:00Z"},
     {"at": "1970-01-01T00:00:00Z"},
@@ -268,7 +275,10 @@ def job_command(draw: st.DrawFn, world: World, at_ms: int) -> Command:
         else job.slot_ms
     )
     due_ms = None if slot_ms is None else min(max(slot_ms, at_ms), limits.time_ms_max)
-    return ResumeJob(at_ms, owner, job_id, slot_ms, due_ms)
+    # The slots the pause let pass, as the node that took the resume found
+    # them: each range is also a row of the job's history (record_missed).
+    missed = draw(st.lists(missed_ranges, max_size=2))
+    return ResumeJob(at_ms, owner, job_id, slot_ms, due_ms, missed)
 
 
 def patch_command(draw: st.DrawFn, world: World, at_ms: int, owner: str, job_id: str) -> PatchJob:
@@ -337,7 +347,11 @@ def entries(draw: st.DrawFn, world: World) -> list[Command]:
         if kind == "create":
             commands.append(create_command(draw, world, at_ms))
         elif kind == "job":
-            commands.append(job_command(draw, world, at_ms))
+            command = job_command(draw, world, at_ms)
+            if isinstance(command, ResumeJob) and draw(st.booleans()):
+                # Paused first, so the resume's missed ranges are recorded.
+                commands.append(PauseJob(at_ms, command.owner, command.job_id))
+            commands.append(command)
         elif kind == "runs":
             commands.append(run_command(draw, world, at_ms))
         elif draw(st.booleans()):

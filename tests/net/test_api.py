@@ -22,6 +22,7 @@ JOB_FIELDS = {
 RUN_FIELDS = {
     "id", "job_id", "nominal_at", "due_at", "status", "attempt", "worker",
     "lease_expires_at", "started_at", "finished_at", "output", "error", "backfill",
+    "reason", "missed_from", "missed_until", "count",  # a missed row's range; null on other runs
 }
 MSGPACK = "application/msgpack"
 

@@ -20,7 +20,8 @@ from msgspec import Meta
 from tempo import ids, limits
 
 JobState = Literal["active", "paused", "completed"]
-RunStatus = Literal["waiting", "claimed", "done", "failed", "cancelled"]
+# `missed`: a history row for a range of slots that got no run (`Missed`).
+RunStatus = Literal["waiting", "claimed", "done", "failed", "cancelled", "missed"]
 # Bounds checked when a record or command is decoded, never when one is made
 # in code: bytes that decode outside them are corrupt (see `Corrupt`).
 Ms = Annotated[int, Meta(ge=0, le=limits.time_ms_max)]  # UNIX milliseconds, as keys hold them
@@ -160,6 +161,12 @@ class Run(msgspec.Struct, array_like=True, gc=False):
     # patch that changed it since (docs/semantics.md "Changing a job"): the
     # attempt's end decides its retry by it. None: the job's own.
     retry_kept: RetryKept | None = None
+    # A `missed` row only (`Store.record_missed`): why its slots got no run,
+    # the first slot after them (the first is `nominal_ms`) and how many
+    # they are (None: too many to count, as `Missed.count`).
+    reason: MissedReason | None = None
+    missed_until_ms: int | None = None
+    missed_count: Count | None = None
 
 
 class JobOutcome(msgspec.Struct, array_like=True, gc=False):

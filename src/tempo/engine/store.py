@@ -92,7 +92,7 @@ _HIST_STATUS = b"s"
 # In `meta`: present once the tables above and the b"s" rows are complete.
 _RUN_INDEX = b"run_index"
 _OPEN = ("waiting", "claimed")
-_FINISHED = ("done", "failed", "cancelled")
+_FINISHED = ("done", "failed", "cancelled", "missed")  # `missed`: a row record_missed writes
 _U64 = struct.Struct(">Q")
 _MINUTE = struct.Struct(">I")
 # History buckets (limits.py "Retention"): finished runs and events, in a ring
@@ -1574,6 +1574,32 @@ class _Tx:
             "count": missed.count,
         }
         self.append_event(job.owner, Event("run.missed", at_ms, job.id, None, detail))
+        # The same range as a row of the job's run history, at the run ID of
+        # its first slot: in the bucket of the day it was decided, with its
+        # runs-by-status row, so retention drops both with the event. A slot
+        # that holds a run already (a triggered run that took that very
+        # millisecond) keeps it; the event still tells of the range.
+        # A range whose first slot is past the bounds of a stored time (an
+        # entry no leader makes) has its event only.
+        if not 0 <= missed.from_ms <= limits.time_ms_max or self.slot_taken(job.id, missed.from_ms):
+            return
+        row = Run(
+            job.id, missed.from_ms, missed.from_ms, "missed", finished_ms=at_ms,
+            reason=missed.reason, missed_until_ms=missed.until_ms, missed_count=missed.count,
+        )
+        bucket = self.bucket_for(at_ms)
+        self.txn.put(_HIST_RUN + keys.by_job_key(job.id, missed.from_ms), _enc.encode(row), db=bucket)
+        self.txn.put(_HIST_STATUS + _status_key_of(job.owner, row), b"", db=bucket)
+
+    def _drop_missed_row(self, job: Job, slot_ms: int) -> None:
+        """Drops the `missed` row at `slot_ms`, if there is one, with its
+        runs-by-status row: a backfill is about to run that slot."""
+        held = self.history_run(job.id, slot_ms)
+        if held is None or held[1].status != "missed":
+            return
+        bucket, row = held
+        assert self.txn.delete(_HIST_RUN + keys.by_job_key(job.id, slot_ms), db=bucket)
+        assert self.txn.delete(_HIST_STATUS + _status_key_of(job.owner, row), db=bucket)
 
     def backfill_job(self, cmd: BackfillJob) -> list[Run] | errors.TempoError:
         """A waiting run, due at `cmd.at_ms` and marked `backfill`, for each
@@ -1588,6 +1614,9 @@ class _Tx:
         for slot_ms in cmd.slots_ms:
             if job.slot_ms is not None and job.schedule.repeating and slot_ms >= job.slot_ms:
                 break  # the slots are ascending
+            # The first slot of a missed range holds the range's history
+            # row, not a run: the backfill's run takes its place.
+            self._drop_missed_row(job, slot_ms)
             if self.slot_taken(job.id, slot_ms):
                 continue
             run = Run(job.id, slot_ms, cmd.at_ms, "waiting", backfill=True)
@@ -1835,9 +1864,10 @@ def _present(raw: bytes | None) -> bytes:
 
 def _index_ms(run: Run) -> int:
     """The time a run is listed at (docs/api.md "Listing runs"): its end
-    for `done` and `failed`, else its due time. Read from the run alone, so
+    for `done` and `failed`, when it was recorded for a `missed` row, else
+    its due time. Read from the run alone, so
     an index built from the tables equals one kept by apply."""
-    if run.status in ("done", "failed") and run.finished_ms is not None:
+    if run.status in ("done", "failed", "missed") and run.finished_ms is not None:
         return run.finished_ms
     return run.due_ms
 
@@ -2024,9 +2054,9 @@ def _status_sources(
                 sources.append(_status_desc(txn.cursor(db=tx.by_status), b"", head, upper, lower_ms, None))
                 continue
             for day, bucket in tx.history():
-                # A done or failed run is in the bucket of the day it
+                # A done, failed or missed row is in the bucket of the day it
                 # ended or a later one (bucket_for).
-                if kind in ("done", "failed") and (day + 1) * limits.day_ms <= lower_ms:
+                if kind in ("done", "failed", "missed") and (day + 1) * limits.day_ms <= lower_ms:
                     continue
                 sources.append(_status_desc(txn.cursor(db=bucket), _HIST_STATUS, head, upper, lower_ms, bucket))
     return sources

@@ -8,7 +8,7 @@ from typing import Any
 
 from tempo import clock, ids, schedule
 from tempo.engine.jobs import Occurrence
-from tempo.engine.records import Catchup, Job, JobOutcome, Run, RunStatus, Schedule
+from tempo.engine.records import Catchup, Job, JobOutcome, MissedReason, Run, RunStatus, Schedule
 from tempo.schema import (
     AttemptOut,
     CatchupOut,
@@ -131,10 +131,11 @@ def _catchup_view(catchup: Catchup) -> CatchupOut:
 
 
 # RunOut's fields: run ID, job ID, nominal and due time, status, attempt,
-# worker, lease expiry, start, finish, output, error, backfill.
+# worker, lease expiry, start, finish, output, error, backfill; a missed
+# row's reason, first slot, first slot after and count.
 _RunFields = tuple[
     str, str, str, str, RunStatus, int, str | None, str | None, str | None, str | None, str | None, str | None,
-    bool,
+    bool, MissedReason | None, str | None, str | None, int | None,
 ]
 
 
@@ -154,6 +155,10 @@ def _run_fields(run: Run) -> _RunFields:
         run.output,
         run.error,
         run.backfill,
+        run.reason,
+        None if run.status != "missed" else clock.iso_from_ms(run.nominal_ms),
+        clock.iso_or_none(run.missed_until_ms),
+        run.missed_count,
     )
 
 
