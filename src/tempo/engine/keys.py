@@ -185,6 +185,12 @@ def status_key(owner: str, status_code: int, at_ms: int, job_id: str, nominal_ms
     return _status_owner(owner) + _STATUS_TAIL.pack(status_code, at_ms, job_key(job_id), nominal_ms)
 
 
+def status_key_of(owner: str, status_code: int, at_ms: int, job_key_bytes: bytes, nominal_ms: int) -> bytes:
+    """`status_key` from the job's key (`job_key(job_id)`), which apply has at hand."""
+    assert len(job_key_bytes) == JOB_KEY_BYTES
+    return _status_owner(owner) + _STATUS_TAIL.pack(status_code, at_ms, job_key_bytes, nominal_ms)
+
+
 def status_prefix(owner: str, status_code: int) -> bytes:
     return _status_owner(owner) + bytes((status_code,))
 

@@ -840,9 +840,10 @@ class _Tx:
     """One transaction's view of the tables, with the apply functions."""
 
     __slots__ = (
-        "_bucket_of_day", "_history", "_owners", "buckets", "by_job", "by_owner", "by_status",
+        "_bucket_of_day", "_by_job_cur", "_by_status_cur", "_hist_curs", "_history", "_jobs_cur", "_outcomes_cur",
+        "_owners", "_runs_cur", "buckets", "by_job", "by_owner", "by_status",
         "changes", "claim_keys", "event_seq", "events", "hist_days", "jobs", "members", "meta",
-        "open", "open_deltas", "outcomes", "reqkeys", "runs", "txn",
+        "open", "open_deltas", "outcome_counts", "outcomes", "reqkeys", "runs", "txn",
     )
 
     def __init__(self, txn: "lmdb.Transaction[bytes]", db: dict[str, lmdb._Database], buckets: list[lmdb._Database]):
@@ -871,6 +872,54 @@ class _Tx:
         # times in one entry; they are written once, in `flush`.
         self.open_deltas: dict[int, int] = {}
         self.event_seq: int | None = None
+        # Job outcomes (by job key) that runs finishing in this transaction
+        # counted into, read once each and written once, in `flush`.
+        self.outcome_counts: dict[bytes, JobOutcome] = {}
+        # One cursor a table on the claim and result paths, made when first
+        # used: a batch's runs sit near each other, and LMDB finds a key on
+        # the cursor's page without a walk from the root.
+        self._runs_cur: lmdb.Cursor[bytes] | None = None
+        self._by_job_cur: lmdb.Cursor[bytes] | None = None
+        self._by_status_cur: lmdb.Cursor[bytes] | None = None
+        self._jobs_cur: lmdb.Cursor[bytes] | None = None
+        self._outcomes_cur: lmdb.Cursor[bytes] | None = None
+        # History: one cursor per (day, part of the bucket: runs, their
+        # status rows, events); forgotten when a bucket is dropped.
+        self._hist_curs: dict[tuple[int, bytes], lmdb.Cursor[bytes]] = {}
+
+    def runs_cursor(self) -> "lmdb.Cursor[bytes]":
+        if self._runs_cur is None:
+            self._runs_cur = self.txn.cursor(db=self.runs)
+        return self._runs_cur
+
+    def by_job_cursor(self) -> "lmdb.Cursor[bytes]":
+        if self._by_job_cur is None:
+            self._by_job_cur = self.txn.cursor(db=self.by_job)
+        return self._by_job_cur
+
+    def by_status_cursor(self) -> "lmdb.Cursor[bytes]":
+        if self._by_status_cur is None:
+            self._by_status_cur = self.txn.cursor(db=self.by_status)
+        return self._by_status_cur
+
+    def outcomes_cursor(self) -> "lmdb.Cursor[bytes]":
+        if self._outcomes_cur is None:
+            self._outcomes_cur = self.txn.cursor(db=self.outcomes)
+        return self._outcomes_cur
+
+    def history_cursor(self, at_ms: int, part: bytes) -> "lmdb.Cursor[bytes]":
+        """A cursor on the history bucket of the day of `at_ms` (`bucket_for`),
+        for the rows whose keys start with `part`."""
+        found = (at_ms // limits.day_ms, part)
+        cur = self._hist_curs.get(found)
+        if cur is None:
+            cur = self._hist_curs[found] = self.txn.cursor(db=self.bucket_for(at_ms))
+        return cur
+
+    def jobs_cursor(self) -> "lmdb.Cursor[bytes]":
+        if self._jobs_cur is None:
+            self._jobs_cur = self.txn.cursor(db=self.jobs)
+        return self._jobs_cur
 
     # -- reads inside the transaction ----------------------------------------
 
@@ -989,6 +1038,7 @@ class _Tx:
                 # past any retention period (the leader's drop is late): it
                 # goes now rather than mix with this day.
                 self.txn.drop(self.buckets[slot], delete=False)
+                self._hist_curs.clear()
             self.txn.put(key, _DAY.pack(day), db=self.hist_days)
             self._history = None
         # `held > day`: `at_ms` is that far behind a day stored already (a
@@ -1000,7 +1050,7 @@ class _Tx:
 
     def put_job(self, job: Job, job_key: bytes | None = None) -> None:
         """`job_key` is `keys.job_key(job.id)` when the caller has it."""
-        self.txn.put(keys.job_key(job.id) if job_key is None else job_key, _enc.encode(job), db=self.jobs)
+        self.jobs_cursor().put(keys.job_key(job.id) if job_key is None else job_key, _enc.encode(job))
 
     def put_run(
         self,
@@ -1038,16 +1088,19 @@ class _Tx:
             self.changes.gone.append(old_key)
         return key
 
-    def put_run_in_place(self, run: Run, runs_key: bytes, old_status: str, job: Job | None = None) -> None:
+    def put_run_in_place(
+        self, run: Run, runs_key: bytes, old_status: str, job: Job | None = None, job_key: bytes | None = None
+    ) -> None:
         """`put_run` for a run whose due time did not change (a claim): its row
         stays at `runs_key`, so the runs-by-job index and the open-minute
         counts stay as they are; the change feed and the runs-by-status
-        index move."""
+        index move. `job_key` is `keys.job_key(run.job_id)` when the caller
+        has it."""
         assert old_status in _OPEN and run.status in _OPEN
         assert keys.due_of(runs_key) == run.due_ms, "the due time is in the key"
-        self.txn.put(runs_key, _enc.encode(run), db=self.runs)
+        self.runs_cursor().put(runs_key, _enc.encode(run))
         if old_status != run.status:
-            self._move_open_row(run, (old_status, run.due_ms), (run.status, run.due_ms), job)
+            self._move_open_row(run, (old_status, run.due_ms), (run.status, run.due_ms), job, job_key=job_key)
         if old_status == "waiting" and run.status != "waiting":
             self.changes.left.append(runs_key)
         if run.status == "waiting" and old_status != "waiting":
@@ -1081,15 +1134,16 @@ class _Tx:
         assert run.status in _FINISHED and old_status in _OPEN
         if by_job_key is None:
             by_job_key = keys.by_job_key(run.job_id, run.nominal_ms)
-        assert self.txn.delete(runs_key, db=self.runs)
-        assert self.txn.delete(by_job_key, db=self.by_job)
-        bucket = self.bucket_for(at_ms)
-        self.txn.put(_HIST_RUN + by_job_key, _enc.encode(run), db=bucket)
+        _delete_at(self.runs_cursor(), runs_key)
+        _delete_at(self.by_job_cursor(), by_job_key)
+        self.history_cursor(at_ms, _HIST_RUN).put(_HIST_RUN + by_job_key, _enc.encode(run))
         self._count_open(runs_key, None)
         owner = self._owner_of(run.job_id, job)
-        self._move_open_row(run, (old_status, keys.due_of(runs_key)), None, job)
-        self.txn.put(_HIST_STATUS + _status_key_of(owner, run), b"", db=bucket)
-        _count_outcome(self.txn, self.outcomes, by_job_key[: keys.JOB_KEY_BYTES], run)
+        job_key = by_job_key[: keys.JOB_KEY_BYTES]
+        self._move_open_row(run, (old_status, keys.due_of(runs_key)), None, job, owner, job_key)
+        status_key = keys.status_key_of(owner, keys.status_code(run.status), _index_ms(run), job_key, run.nominal_ms)
+        self.history_cursor(at_ms, _HIST_STATUS).put(_HIST_STATUS + status_key, b"")
+        self._count_outcome(job_key, run)
         if old_status == "waiting":
             self.changes.left.append(runs_key)
         else:
@@ -1102,23 +1156,44 @@ class _Tx:
             return job.owner
         owner = self._owners.get(job_id)
         if owner is None:
-            raw = self.txn.get(keys.job_key(job_id), db=self.jobs)
+            raw = self.jobs_cursor().get(keys.job_key(job_id))
             assert raw is not None, f"run of a missing job {job_id}"
             owner = self._owners[job_id] = _job_head_dec.decode(raw).owner
         return owner
 
     def _move_open_row(
-        self, run: Run, old: tuple[str, int] | None, new: tuple[str, int] | None, job: Job | None
+        self,
+        run: Run,
+        old: tuple[str, int] | None,
+        new: tuple[str, int] | None,
+        job: Job | None,
+        owner: str | None = None,
+        job_key: bytes | None = None,
     ) -> None:
         """Moves an open run's row of the runs-by-status index from (status,
-        due ms) `old` to `new` (None: no row)."""
-        owner = self._owner_of(run.job_id, job)
+        due ms) `old` to `new` (None: no row). `owner` and `job_key` are the
+        job's owner and `keys.job_key(run.job_id)` when the caller has them."""
+        if owner is None:
+            owner = self._owner_of(run.job_id, job)
+        if job_key is None:
+            job_key = keys.job_key(run.job_id)
+        cur = self.by_status_cursor()
         if old is not None:
-            old_key = keys.status_key(owner, keys.STATUS_CODE[old[0]], old[1], run.job_id, run.nominal_ms)
-            assert self.txn.delete(old_key, db=self.by_status), "an open run had no runs-by-status row"
+            old_key = keys.status_key_of(owner, keys.STATUS_CODE[old[0]], old[1], job_key, run.nominal_ms)
+            _delete_at(cur, old_key, "an open run had no runs-by-status row")
         if new is not None:
-            new_key = keys.status_key(owner, keys.STATUS_CODE[new[0]], new[1], run.job_id, run.nominal_ms)
-            self.txn.put(new_key, b"", db=self.by_status)
+            new_key = keys.status_key_of(owner, keys.STATUS_CODE[new[0]], new[1], job_key, run.nominal_ms)
+            cur.put(new_key, b"")
+
+    def _count_outcome(self, job_key: bytes, run: Run) -> None:
+        """Counts a run that just finished into its job's outcome, kept in
+        `outcome_counts` until `flush`: a job's outcome is read and written
+        once a transaction however many of its runs finish in it."""
+        outcome = self.outcome_counts.get(job_key)
+        if outcome is None:
+            raw = self.outcomes_cursor().get(job_key)
+            outcome = self.outcome_counts[job_key] = JobOutcome() if raw is None else _outcome_dec.decode(raw)
+        _add_to_outcome(outcome, run)
 
     def _count_open(self, old_key: bytes | None, new_key: bytes | None) -> None:
         old_minute = None if old_key is None else _MINUTE.unpack(old_key[:4])[0]
@@ -1148,6 +1223,11 @@ class _Tx:
                 self.txn.put(key, _U64.pack(count), db=self.open)
         if self.event_seq is not None:
             self.txn.put(_EVENT_SEQ, _U64.pack(self.event_seq), db=self.meta)
+        if self.outcome_counts:
+            cur = self.outcomes_cursor()
+            for job_key in sorted(self.outcome_counts):
+                cur.put(job_key, _enc.encode(self.outcome_counts[job_key]))
+            self.outcome_counts.clear()
 
     def append_event(self, owner: str, event: Event) -> None:
         if self.event_seq is None:
@@ -1155,7 +1235,7 @@ class _Tx:
             self.event_seq = 0 if raw is None else _U64.unpack(raw)[0]
         self.event_seq += 1
         seq = self.event_seq
-        self.txn.put(_HIST_EVENT + keys.event_key(owner, seq), _enc.encode(event), db=self.bucket_for(event.at_ms))
+        self.history_cursor(event.at_ms, _HIST_EVENT).put(_HIST_EVENT + keys.event_key(owner, seq), _enc.encode(event))
         self.changes.event_owners.add(owner)
 
     # -- apply ---------------------------------------------------------------
@@ -1220,6 +1300,7 @@ class _Tx:
                 assert self.txn.delete(key, db=self.hist_days)
         self._history = None
         self._bucket_of_day.clear()
+        self._hist_curs.clear()
 
     def _fresh_outcome(self, outcome: Job | errors.TempoError) -> Job | errors.TempoError:
         return self.fresh(outcome) if isinstance(outcome, Job) else outcome
@@ -1460,6 +1541,7 @@ class _Tx:
                 held = _run_dec.decode(cur.value())
                 assert self.txn.delete(_HIST_STATUS + _status_key_of(job.owner, held), db=db)
                 found = cur.delete()
+        self.outcome_counts.pop(keys.job_key(job.id), None)  # its runs' counts go with it
         self.txn.delete(keys.job_key(job.id), db=self.outcomes)
         assert self.txn.delete(keys.job_key(job.id), db=self.jobs)
         assert self.txn.delete(keys.owner_job_key(job.owner, job.id), db=self.by_owner)
@@ -1549,13 +1631,13 @@ class _Tx:
         `keys.by_job_key(job_id, nominal_ms)` when the caller has it."""
         if by_job_key is None:
             by_job_key = keys.by_job_key(job_id, nominal_ms)
-        runs_key = self.txn.get(by_job_key, db=self.by_job)
+        runs_key = self.by_job_cursor().get(by_job_key)
         if runs_key is None:
             return None
-        return runs_key, _run_dec.decode(_present(self.txn.get(runs_key, db=self.runs)))
+        return runs_key, _run_dec.decode(_present(self.runs_cursor().get(runs_key)))
 
     def _job_any(self, job_id: str, job_key: bytes | None = None) -> Job:
-        raw = self.txn.get(keys.job_key(job_id) if job_key is None else job_key, db=self.jobs)
+        raw = self.jobs_cursor().get(keys.job_key(job_id) if job_key is None else job_key)
         assert raw is not None, f"run of a missing job {job_id}"
         return _job_dec.decode(raw)
 
@@ -1573,12 +1655,12 @@ class _Tx:
         run.lease_expires_ms = claim.lease_expires_ms
         run.started_ms = cmd.at_ms
         if claim.one_off:
-            self.put_run_in_place(run, runs_key, "waiting")
+            self.put_run_in_place(run, runs_key, "waiting", job_key=job_key)
             # The job's `next_run_at` still names this run's due time; reads
             # show it only while the run waits (`_Tx.fresh`).
             return run
         job = self._job_any(run.job_id, job_key)
-        self.put_run_in_place(run, runs_key, "waiting", job)
+        self.put_run_in_place(run, runs_key, "waiting", job, job_key)
         if job.slot_ms != run.nominal_ms or run.triggered:
             return run  # a retry, a re-delivery or a triggered run: the schedule moved on already
         if job.schedule.repeating and job.state == "active" and claim.next_slot_ms is not None:
@@ -1766,6 +1848,13 @@ def _key_fault(job: Job) -> errors.TempoError | None:
     return None
 
 
+def _delete_at(cur: "lmdb.Cursor[bytes]", key: bytes, missing: str = "a row apply deletes is there") -> None:
+    """Deletes the row at `key`, which must be there, through `cur`."""
+    found = cur.set_key(key)
+    assert found, missing
+    cur.delete()
+
+
 def _present(raw: bytes | None) -> bytes:
     """A row an index entry or a record points at: the transaction that
     wrote the pointer wrote the row, so a missing one is a bug."""
@@ -1793,6 +1882,12 @@ def _count_outcome(txn: "lmdb.Transaction[bytes]", db: lmdb._Database, job_key: 
     are counted in, so `_build_run_index` comes to the same bytes."""
     raw = txn.get(job_key, db=db)
     outcome = JobOutcome() if raw is None else _outcome_dec.decode(raw)
+    _add_to_outcome(outcome, run)
+    txn.put(job_key, _enc.encode(outcome), db=db)
+
+
+def _add_to_outcome(outcome: JobOutcome, run: Run) -> None:
+    """`_count_outcome` on the decoded outcome, in place."""
     if run.status == "done":
         outcome.done += 1
     elif run.status == "failed":
@@ -1808,7 +1903,6 @@ def _count_outcome(txn: "lmdb.Transaction[bytes]", db: lmdb._Database, job_key: 
         outcome.last_attempt = run.attempt
         outcome.last_finished_ms = run.finished_ms
         outcome.last_error = run.error
-    txn.put(job_key, _enc.encode(outcome), db=db)
 
 
 def _keep_attempt(run: Run, at_ms: int, ok: bool, output: str | None, error: str | None) -> None:
