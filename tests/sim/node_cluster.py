@@ -825,17 +825,24 @@ class NodeSimulator:
     async def _main(self) -> str:
         mock = trio.lowlevel.current_clock()
         assert isinstance(mock, trio.testing.MockClock)
-        logging.getLogger("tempo").setLevel(logging.CRITICAL)
-        for node in self.nodes.values():
-            node.start()
-        for _ in range(self.params.workers):
-            self.add_worker()
-        end_s = self.params.fault_s + self.params.heal_s
-        while self.now_s < end_s:
-            self.now_s = round(self.now_s + STEP_S, 6)
-            mock.jump(STEP_S)
-            self.step()
-        self.invariants.at_end()
+        # The faults make tempo log a great deal; quiet it for this run only
+        # (the level is process-wide, and later tests read tempo's warnings).
+        tempo_log = logging.getLogger("tempo")
+        level = tempo_log.level
+        tempo_log.setLevel(logging.CRITICAL)
+        try:
+            for node in self.nodes.values():
+                node.start()
+            for _ in range(self.params.workers):
+                self.add_worker()
+            end_s = self.params.fault_s + self.params.heal_s
+            while self.now_s < end_s:
+                self.now_s = round(self.now_s + STEP_S, 6)
+                mock.jump(STEP_S)
+                self.step()
+            self.invariants.at_end()
+        finally:
+            tempo_log.setLevel(level)
         return self.trace.hexdigest()
 
     def step(self) -> None:
