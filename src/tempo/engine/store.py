@@ -1909,9 +1909,8 @@ def _keep_attempt(run: Run, at_ms: int, ok: bool, output: str | None, error: str
     """Records the attempt of a claimed run that ends at `at_ms`, keeping
     the newest `limits.run_attempts_kept_max`."""
     assert run.status == "claimed"
-    run.attempts.append(Attempt(run.started_ms, run.worker, at_ms, ok, output, error))
-    if len(run.attempts) > limits.run_attempts_kept_max:
-        del run.attempts[: len(run.attempts) - limits.run_attempts_kept_max]
+    kept = (*run.attempts, Attempt(run.started_ms, run.worker, at_ms, ok, output, error))
+    run.attempts = kept[-limits.run_attempts_kept_max:]
 
 
 def _build_run_index(txn: "lmdb.Transaction[bytes]", db: dict[str, lmdb._Database], buckets: list[lmdb._Database]) -> None:
