@@ -4,37 +4,18 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 
 from .cluster import Simulator
 from .invariants import SimFailure
 from .planted import PLANTED
+from .runner import run_seeds, seed_arguments
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.sim")
-    parser.add_argument("--seed", type=int, help="replay one seed and print its trace hash")
-    parser.add_argument("--seeds", type=int, default=500, help="how many seeds to run")
-    parser.add_argument("--start", type=int, default=0, help="first seed")
-    parser.add_argument("--bug", default="", choices=sorted(PLANTED), help="plant a bug (tests/sim/planted.py)")
-    parser.add_argument("-v", "--verbose", action="store_true", help="print every event")
+    seed_arguments(parser, PLANTED, "tests/sim/planted.py")
     args = parser.parse_args(argv)
-    seeds = [args.seed] if args.seed is not None else range(args.start, args.start + args.seeds)
-    started_s = time.perf_counter()
-    failures = 0
-    for seed in seeds:
-        sim = Simulator(seed, args.bug, args.verbose)
-        try:
-            digest = sim.run()
-        except SimFailure as e:
-            failures += 1
-            print(f"FAIL {e}", flush=True)
-            continue
-        if args.seed is not None:
-            print(f"seed {seed}: ok, params {sim.params}\n  trace {digest}")
-    elapsed_s = time.perf_counter() - started_s
-    print(f"{len(seeds)} seeds, {failures} failed, {elapsed_s:.1f} s")
-    return 1 if failures else 0
+    return run_seeds(args, lambda seed: Simulator(seed, args.bug, args.verbose), SimFailure)
 
 
 if __name__ == "__main__":
