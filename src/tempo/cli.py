@@ -428,6 +428,20 @@ def _create_from_file(args: argparse.Namespace, client: Client) -> int:
     return EXIT_REFUSED if refused else EXIT_OK
 
 
+def _add_job_flags(parser: argparse.ArgumentParser, *, payload_help: str, max_attempts_help: str) -> None:
+    """The job's fields besides its target and schedule, as `jobs create`
+    and `jobs update` both take them."""
+    parser.add_argument("--name", help="a name to recognise the job by (not unique)")
+    parser.add_argument("--payload", type=_json_value, help=payload_help)
+    parser.add_argument("--max-attempts", dest="max_attempts", type=int, metavar="N", help=max_attempts_help)
+    parser.add_argument("--backoff-s", dest="backoff_s", type=_gaps_s, metavar="S,S,...",
+                        help="seconds to wait before each retry, comma-separated, e.g. 10,60,600")
+    parser.add_argument("--lease-s", dest="lease_s", type=int, metavar="S",
+                        help="how long a claimed run is a worker's without a heartbeat")
+    parser.add_argument("--jitter-s", dest="jitter_s", type=int, metavar="S",
+                        help="spread each run's due time over up to S seconds")
+
+
 def _add_schedule_flags(parser: argparse.ArgumentParser, *, with_file: bool) -> None:
     what = "exactly one of --at, --cron or --every-s" + (" (or --file, for many jobs)" if with_file else "")
     group = parser.add_argument_group("schedule", f"give {what}")
@@ -455,16 +469,10 @@ def _add_jobs_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]")
     )
     create.add_argument("--target", help="queue:<name> (claimed by workers) or an http(s):// URL (POSTed to); needed unless --file")
     _add_schedule_flags(create, with_file=True)
-    create.add_argument("--name", help="a name to recognise the job by (not unique)")
-    create.add_argument("--payload", type=_json_value, help="a JSON value given to each run, e.g. '{\"n\": 3}'")
-    create.add_argument("--max-attempts", dest="max_attempts", type=int, metavar="N",
-                        help="attempts of each run before it fails (default 4)")
-    create.add_argument("--backoff-s", dest="backoff_s", type=_gaps_s, metavar="S,S,...",
-                        help="seconds to wait before each retry, comma-separated, e.g. 10,60,600")
-    create.add_argument("--lease-s", dest="lease_s", type=int, metavar="S",
-                        help="how long a claimed run is a worker's without a heartbeat")
-    create.add_argument("--jitter-s", dest="jitter_s", type=int, metavar="S",
-                        help="spread each run's due time over up to S seconds")
+    _add_job_flags(
+        create, payload_help="a JSON value given to each run, e.g. '{\"n\": 3}'",
+        max_attempts_help="attempts of each run before it fails (default 4)",
+    )
     create.add_argument("--request-key", dest="request_key", metavar="KEY",
                         help="makes the create safe to repeat: a second create with it answers the first job")
     create.add_argument("--catchup-policy", dest="catchup_policy", metavar="POLICY",
@@ -602,16 +610,10 @@ def _add_update_parser(actions: "argparse._SubParsersAction[argparse.ArgumentPar
     update.add_argument("id", help="the job's ID")
     update.add_argument("--target", help="queue:<name> or an http(s):// URL")
     _add_schedule_flags(update, with_file=False)
-    update.add_argument("--name", help="a name to recognise the job by (not unique)")
-    update.add_argument("--payload", type=_json_value, help="a JSON value, replacing the payload")
-    update.add_argument("--max-attempts", dest="max_attempts", type=int, metavar="N",
-                        help="attempts of each run before it fails")
-    update.add_argument("--backoff-s", dest="backoff_s", type=_gaps_s, metavar="S,S,...",
-                        help="seconds to wait before each retry, comma-separated, e.g. 10,60,600")
-    update.add_argument("--lease-s", dest="lease_s", type=int, metavar="S",
-                        help="how long a claimed run is a worker's without a heartbeat")
-    update.add_argument("--jitter-s", dest="jitter_s", type=int, metavar="S",
-                        help="spread each run's due time over up to S seconds")
+    _add_job_flags(
+        update, payload_help="a JSON value, replacing the payload",
+        max_attempts_help="attempts of each run before it fails",
+    )
     update.add_argument("--if-version", dest="if_version", type=int, metavar="N",
                         help="change it only if it is at version N (else 412 version_mismatch)")
     update.set_defaults(flags=CREATE_FLAGS)
