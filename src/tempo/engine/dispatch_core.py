@@ -775,10 +775,13 @@ class DispatchCore:
                 if job is None:
                     continue
                 jobs[job_id] = job
+            # The attempt's timeout counts from the claim's stamp (records.Run).
+            timeout_at_ms = None if job.timeout_s is None else now_ms + job.timeout_s * 1000
             if not job.schedule.repeating:
-                claims.append(Claim(job_id, nominal_ms, now_ms + job.lease_s * 1000, one_off=True))
+                claims.append(Claim(job_id, nominal_ms, now_ms + job.lease_s * 1000, one_off=True,
+                                    timeout_at_ms=timeout_at_ms))
                 continue
-            claim = Claim(job_id, nominal_ms, now_ms + job.lease_s * 1000)
+            claim = Claim(job_id, nominal_ms, now_ms + job.lease_s * 1000, timeout_at_ms=timeout_at_ms)
             if job.state == "active" and job.slot_ms == nominal_ms:
                 nxt = catch_up(job, nominal_ms, now_ms)
                 if nxt is not None:
