@@ -170,6 +170,10 @@ class BackfillIn(_Request):
     overlap: Annotated[str, Meta(max_length=50, description='only "allow" for now')] | None = None
 
 
+class CancelIn(_Request):
+    """`POST /v1/runs/{id}/cancel` takes no fields: its body is empty or `{}`."""
+
+
 class BackfillOut(msgspec.Struct):
     created: int  # runs made
     existing: int  # slots of the range that had a run already
