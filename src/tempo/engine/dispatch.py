@@ -74,6 +74,10 @@ class Dispatcher:
         # One event per ready queue with claimers waiting (`HTTP_QUEUE` for
         # the http ones), set and dropped when the core says it woke.
         self._ready_events: dict[str, trio.Event] = {}
+        # Called with the (job ID, nominal ms) of the claimed runs each
+        # applied entry asked to stop: the HTTP executor aborts their
+        # deliveries (it sends no heartbeats to learn it from).
+        self.stop_listeners: list[Callable[[list[tuple[str, int]]], None]] = []
         committer.listeners.append(self.on_changes)
 
     # The core's state, as the API's metrics and the tests read it.
@@ -195,6 +199,8 @@ class Dispatcher:
             self._signal()
         if changes.stopping:
             self.core.stop_requested(changes.stopping)
+            for listener in self.stop_listeners:
+                listener(changes.stopping)
         if changes.event_owners:
             self.events_changed.set()
             self.events_changed = trio.Event()
