@@ -559,13 +559,8 @@ patch_tries_max = 5
 assert patch_tries_max >= 1
 
 # -- Run timeouts and cancels (docs/semantics.md "Run timeouts", "Cancelling a run")
-# A job's `timeout_s` bounds one attempt, counted from its claim: at most a
-# day. A worker that is told to stop (a heartbeat answered with `cancel`)
-# gives its handler or command this long to end before it reports anyway
-# (`tempo worker` then kills the command).
+# A job's `timeout_s` bounds one attempt, counted from its claim: at most a day.
 timeout_s_min = 1
 timeout_s_max = 86_400
-worker_stop_grace_s = 5.0
 
 assert 1 <= timeout_s_min <= timeout_s_max
-assert worker_stop_grace_s > 0
