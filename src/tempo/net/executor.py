@@ -47,7 +47,6 @@ class HttpExecutor:
         # The cancel scope of each delivery in flight, by (job ID, nominal
         # ms), with its attempt: a cancel of the run aborts it.
         self._scopes: dict[tuple[str, int], tuple[int, trio.CancelScope]] = {}
-        dispatcher.stop_listeners.append(self._stop)
 
     def _stop(self, stopping: list[tuple[str, int]]) -> None:
         """Runs asked to stop: their deliveries in flight are aborted."""
@@ -64,6 +63,13 @@ class HttpExecutor:
         made = await trio.to_thread.run_sync(partial(
             httpx.AsyncClient, limits=limits_, follow_redirects=False, headers={"user-agent": USER_AGENT}
         ))
+        self.dispatcher.stop_listeners.append(self._stop)
+        try:
+            await self._serve(made, task_status)
+        finally:
+            self.dispatcher.stop_listeners.remove(self._stop)
+
+    async def _serve(self, made: httpx.AsyncClient, task_status: trio.TaskStatus[None]) -> None:
         async with made as client:
             async with trio.open_nursery() as nursery:
                 task_status.started()
@@ -96,10 +102,11 @@ class HttpExecutor:
         _, scope = self._scopes.get(slot, (run.attempt, trio.CancelScope()))
         # The request is bounded by the lease, and by the attempt's timeout
         # when that comes first.
-        bound_s = float(job.lease_s)
-        timed = run.timeout_at_ms is not None and (run.timeout_at_ms - self.dispatcher.now_ms()) / 1000 < bound_s
-        if run.timeout_at_ms is not None and timed:
-            bound_s = max(0.0, (run.timeout_at_ms - self.dispatcher.now_ms()) / 1000)
+        bound_s, timed = float(job.lease_s), False
+        if run.timeout_at_ms is not None:
+            left_s = max(0.0, (run.timeout_at_ms - self.dispatcher.now_ms()) / 1000)
+            if left_s < bound_s:
+                bound_s, timed = left_s, True
         try:
             with scope, trio.fail_after(bound_s):
                 response = await client.post(job.target, content=_json.encode(job.payload), headers=headers, timeout=job.lease_s)
