@@ -892,17 +892,23 @@ class Jobs:
         if parsed is None:
             raise errors.NotFound(f"no run {run_id}")
         job_id, nominal_ms = parsed
-        job = self.store.get_job(owner, job_id)  # NotFound for another owner's
-        at_ms = self.now_ms()
-        command = CancelRun(at_ms, owner, job_id, nominal_ms)
-        if job.schedule.repeating and job.state == "active" and job.slot_ms == nominal_ms:
-            command.planned = True
-            nxt = catch_up(job, nominal_ms, at_ms)
-            if nxt is not None:
-                command.next_slot_ms, command.next_due_ms = nxt.slot_ms, nxt.due_ms
-                command.missed, command.catchup_until_ms = nxt.missed, nxt.until_ms
-                command.catchup_decided_ms = nxt.decided_ms
-        return _ok(await self.committer.submit(command), Run)
+        for _ in range(limits.patch_tries_max):
+            job = self.store.get_job(owner, job_id)  # NotFound for another owner's
+            at_ms = self.now_ms()
+            command = CancelRun(at_ms, owner, job_id, nominal_ms)
+            if job.schedule.repeating and job.state == "active" and job.slot_ms == nominal_ms:
+                command.planned = True
+                nxt = catch_up(job, nominal_ms, at_ms)
+                if nxt is not None:
+                    command.next_slot_ms, command.next_due_ms = nxt.slot_ms, nxt.due_ms
+                    command.missed, command.catchup_until_ms = nxt.missed, nxt.until_ms
+                    command.catchup_decided_ms = nxt.decided_ms
+            outcome = await self.committer.submit(command)
+            if not isinstance(outcome, errors.Conflict):
+                return _ok(outcome, Run)
+            # The job's schedule moved between the read and the commit: read
+            # it again (rare: a change that made this run its slot run).
+        raise errors.Conflict(f"job {job_id} kept changing while the cancel was made: send it again")
 
 
 def _mutable(job: Job) -> tuple[object, ...]:
