@@ -41,6 +41,7 @@ from tempo.net.asgi import (
     parse_query,
     problem_of,
     problem_response,
+    query_values,
     read_body,
     send_body,
     send_head,
@@ -243,7 +244,8 @@ class Api:
         try:
             try:
                 check_head(scope)
-                request.query = parse_query(scope.get("query_string", b""))
+                request.raw_query = scope.get("query_string", b"")
+                request.query = parse_query(request.raw_query)
                 route, handler = self.route(request)
                 if route not in UNBOUNDED:
                     if self.in_flight >= self.edge.requests_in_flight_max:
@@ -620,7 +622,9 @@ class Api:
                 raise errors.VersionMismatch(f"job {job_id} is at version {job.version}")
             body = _patched(views.job_view(job), patch)
             try:
-                changed = await self.jobs.patch(job, body, from_msgpack=request.is_msgpack)
+                changed = await self.jobs.patch(
+                    job, body, from_msgpack=request.is_msgpack, keep_notify="notify" not in patch
+                )
             except errors.VersionMismatch:
                 if wanted is not None:
                     raise
@@ -634,10 +638,11 @@ class Api:
         if cursor is not None and not ids.is_job_id(cursor):
             raise errors.Invalid.at("query.cursor", "not a cursor this server gave out")
         match = _job_filter(request)
+        labels = _label_filter(request)
         if self._sees_all(request):
-            found, next_cursor = self.store.list_all_jobs(limit, cursor, match)
+            found, next_cursor = self.store.list_all_jobs(limit, cursor, match, labels)
         else:
-            found, next_cursor = self.store.list_jobs(self.owner(request), limit, cursor, match)
+            found, next_cursor = self.store.list_jobs(self.owner(request), limit, cursor, match, labels)
         outcomes = self.store.job_outcomes([j.id for j in found])
         shared: dict[Any, Any] = {}
         page = [views.job_view(j, shared, outcomes.get(j.id)) for j in found]
@@ -1123,12 +1128,15 @@ def _bind(handler: Callable[[Request, str], Awaitable[Response]], arg: str) -> H
 
 # What a patch may name (docs/api.md "Change a job"), and why it may not name
 # the other fields of a job's view.
-_PATCHABLE = frozenset({"name", "target", "payload", "schedule", "retry", "lease_s", "jitter_s"})
+_PATCHABLE = frozenset({"name", "target", "payload", "schedule", "retry", "lease_s", "jitter_s", "labels", "notify"})
+# Objects a patch merges into the job's key by key (RFC 7396); the other
+# fields it names are replaced whole.
+_MERGED = frozenset({"retry", "labels", "notify"})
 _FIXED_WHY = dict.fromkeys(
-    ("id", "owner", "state", "created_at", "next_run_at", "request_key", "notify", "version", "last_run", "runs",
+    ("id", "owner", "state", "created_at", "next_run_at", "request_key", "version", "last_run", "runs",
      "catchup"),
     "cannot be changed by a patch",
-) | dict.fromkeys(("overlap", "timeout_s", "labels"), "not supported by this server yet")
+) | dict.fromkeys(("overlap", "timeout_s"), "not supported by this server yet")
 _patch_body = decoders(dict[str, Any])
 _create_json = _create[0]
 
@@ -1177,14 +1185,19 @@ def _patched(view: Any, patch: dict[str, Any]) -> JobCreate:
     `payload` are replaced whole, never merged: a schedule's kinds exclude
     each other, and a payload is the client's own value (docs/api.md)."""
     current = msgspec.to_builtins(view)
-    base = {name: current[name] for name in _PATCHABLE if current.get(name) is not None}
+    # `notify` only when the patch names it: a job's own setting is kept
+    # as it is otherwise, even where the server's config has none now.
+    base = {
+        name: current[name] for name in _PATCHABLE
+        if current.get(name) is not None and (name != "notify" or name in patch)
+    }
     if current.get("catchup") is not None:
         # Kept as it is, and checked with the new schedule as a create checks it.
         base["catchup"] = current["catchup"]
     for name, value in patch.items():
         if value is None:
             base.pop(name, None)
-        elif name == "retry":
+        elif name in _MERGED:
             base[name] = _merge_patch(base.get(name), value)
         else:
             base[name] = value
@@ -1250,9 +1263,8 @@ _JOB_STATES = ("active", "paused", "completed")
 
 
 def _job_filter(request: Request) -> Callable[[Any], bool] | None:
-    """The filter of `GET /v1/jobs` (docs/api.md "Listing jobs"), or None."""
-    if "label" in request.query:
-        raise errors.Invalid.at("query.label", "labels are not supported yet")
+    """The filter of `GET /v1/jobs` (docs/api.md "Listing jobs") on what
+    a job's record holds, or None; labels are `_label_filter`'s."""
     state = request.query.get("state")
     if state is not None and state not in _JOB_STATES:
         raise errors.Invalid.at("query.state", f"one of {', '.join(_JOB_STATES)}")
@@ -1273,6 +1285,27 @@ def _job_filter(request: Request) -> Callable[[Any], bool] | None:
         )
 
     return match
+
+
+def _label_filter(request: Request) -> list[tuple[str, str]]:
+    """The `label` filters of `GET /v1/jobs` (docs/api.md "Listing jobs"):
+    `key:value` each, every one a job must carry."""
+    given = query_values(request.raw_query, "label") if "label" in request.query else []
+    if len(given) > limits.job_labels_max:
+        raise errors.Invalid.at("query.label", f"at most {limits.job_labels_max} label filters")
+    found = []
+    for text in given:
+        name, colon, value = text.partition(":")
+        if not colon:
+            raise errors.Invalid.at("query.label", f"{text[:80]!r} is not key:value (e.g. team:payments)")
+        if not engine_jobs.check_label_key(name):
+            raise errors.Invalid.at(
+                "query.label", f"the key {name[:80]!r} is not 1-{limits.label_key_chars_max} characters of a-z 0-9 . _ / -"
+            )
+        if len(value) > limits.label_value_chars_max:
+            raise errors.Invalid.at("query.label", f"a value is at most {limits.label_value_chars_max} characters")
+        found.append((name, value))
+    return found
 
 
 def _decimal(text: str) -> bool:
