@@ -7,7 +7,6 @@ import httpx
 import pytest
 
 from conftest import job_body, unique
-
 from tempo import limits
 
 
