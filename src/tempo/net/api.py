@@ -838,22 +838,38 @@ class Api:
             raise errors.Invalid.at("query.after", "not a cursor this server gave out")
         wait_s = _wait_param(request)
         after = int(after_raw)
-        owner = self.owner(request)
-        found: list[tuple[int, Event]] = []
+        read = self._event_reader(request, after, limit)
+        found: list[tuple[str | None, int, Event]] = []
         if wait_s > 0:
             # A long poll ends when its client leaves, and frees its slot.
             async with watching(request.receive) as client:
                 with self._long_poll(wait_s), trio.move_on_after(wait_s), client.scope:
-                    while not (found := self.store.list_events(owner, after, limit)):
+                    while not (found := read()):
                         await self.dispatcher.events_changed.wait()
         if not found:
-            found = self.store.list_events(owner, after, limit)
+            found = read()
         events = [
-            EventOut(str(seq), e.type, clock.iso_from_ms(e.at_ms), e.job_id, e.run_id, e.detail)
-            for seq, e in found
+            EventOut(str(seq), e.type, clock.iso_from_ms(e.at_ms), e.job_id, e.run_id, e.detail, owner)
+            for owner, seq, e in found
         ]
         response = encode(request, EventsPage(events, events[-1].cursor if events else after_raw))
         return response if events else self._retry_hint(response)
+
+    def _event_reader(self, request: Request, after: int, limit: int) -> Callable[[], list[tuple[str | None, int, Event]]]:
+        """How `GET /v1/events` reads a page: the token's owner's feed, or
+        for an admin every owner's, merged by sequence (the cursor is the
+        sequence, one counter over all owners), each event naming its owner."""
+        if self._sees_all(request):
+            def every_owner() -> list[tuple[str | None, int, Event]]:
+                return [(owner, seq, e) for owner, seq, e in self.store.events_of_all(after, limit)]
+
+            return every_owner
+        owner = self.owner(request)
+
+        def own() -> list[tuple[str | None, int, Event]]:
+            return [(None, seq, e) for seq, e in self.store.list_events(owner, after, limit)]
+
+        return own
 
     async def preview(self, request: Request) -> Response:
         body = decode(request, _preview)
