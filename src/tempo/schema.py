@@ -168,8 +168,8 @@ class JobPatch(_Request):
     # Merged key by key (RFC 7396): a key set to null is removed, `null` for
     # the whole removes every label.
     labels: Annotated[
-        dict[str, Any],
-        Meta(extra_json_schema={"additionalProperties": {"type": ["string", "null"], "maxLength": limits.label_value_chars_max}}),
+        dict[str, Annotated[str, Meta(max_length=limits.label_value_chars_max)] | None],
+        Meta(description="each key: its new value, or null to remove it"),
     ] | None = None
     # Merged as an object; null: back to the owner's default.
     notify: NotifyIn | None = None
