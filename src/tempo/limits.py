@@ -575,3 +575,6 @@ label_index_key_bytes_max = owner_bytes_max + owner_separator_bytes + label_hash
 
 assert job_labels_max >= 1 and label_key_chars_max <= 63
 assert label_index_key_bytes_max <= lmdb_key_bytes_max
+# A job's record with its labels at their bounds (four bytes a character)
+# still fits a value of LMDB.
+assert record_bytes_max + job_labels_max * (label_key_chars_max + 4 * label_value_chars_max + 8) <= lmdb_value_bytes_max
