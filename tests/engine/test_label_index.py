@@ -213,3 +213,19 @@ def test_a_listing_by_labels_is_what_a_scan_finds(tmp_path_factory: pytest.TempP
                 assert world.listed(owner, labels, limit=2) == world.scanned(owner, labels)
     finally:
         store.close()
+
+
+def test_a_snapshot_of_a_version_without_the_index_gets_it_built(world: World, two_stores: list[Store]) -> None:
+    world.create("acme", {"team": "payments"})
+    world.create("globex", {"team": "payments", "env": "prod"})
+    index, data = world.store.snapshot_data()
+    tables = msgspec.msgpack.decode(data)
+    older = [
+        [name, [row for row in rows if name != "meta" or row[0] != b"label_index"]]
+        for name, rows in tables
+        if name != "jobs_by_label"  # that version had no such table
+    ]
+    replica = two_stores[0]
+    replica.write(lambda txn: replica.restore_in(txn, index, msgspec.msgpack.encode(older)))
+    assert replica.digest() == world.store.digest()
+    assert replica.list_all_jobs(10, None, None, [("team", "payments")])[0] != []

@@ -116,6 +116,8 @@ def test_the_label_filter_ands_its_labels_and_follows_the_other_filters(http: ht
     assert _listed(http, label=[f"team:{team}", "env:prod"]) == [a["id"]]
     assert _listed(http, label=["env:prod", f"team:{team}"]) == [a["id"]]
     assert _listed(http, label=[f"team:{team}", "env:staging"]) == []
+    assert _listed(http, label=[f"team:{team}", f"team:{team}"]) == [c["id"], b["id"], a["id"]]
+    assert _listed(http, label=[f"team:{team}", f"team:{team}-not"]) == []
     assert _listed(http, label=f"team:{team}", state="paused") == [c["id"]]
     assert _listed(http, label=f"team:{team}", target="queue:other") == [b["id"]]
     assert _listed(http, label=f"team:{team}", name_prefix="nightly-") == [b["id"], a["id"]]

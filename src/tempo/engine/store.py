@@ -605,7 +605,7 @@ class Store:
         merged newest first. Each job's own labels are checked as well, so a
         collision of label hashes lists no job that lacks a label."""
         wanted = dict(labels)
-        if len(wanted) < len(labels):
+        if len(wanted) < len(set(labels)):
             return [], None  # one key asked with two values: no job has both
         upper = keys.job_key(cursor) if cursor else None
 
