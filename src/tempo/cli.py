@@ -571,7 +571,9 @@ def _events(args: argparse.Namespace, client: Client) -> int:
         if args.json:
             print(json.dumps(page, indent=2))
         else:
-            print(table(page["events"], EVENT_COLUMNS))
+            # An admin's feed holds every owner's events, each naming its owner.
+            with_owner = any("owner" in event for event in page["events"])
+            print(table(page["events"], (*EVENT_COLUMNS, "owner") if with_owner else EVENT_COLUMNS))
             if page["events"]:
                 print(f"next page: --after {page['next_cursor']}")
         return EXIT_OK
@@ -590,7 +592,7 @@ def _events(args: argparse.Namespace, client: Client) -> int:
 
 
 def _add_events_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
-    events = _subparser(sub, "events", "the owner's events (run.failed, job.completed, ...), oldest first",
+    events = _subparser(sub, "events", "the owner's events (run.failed, job.completed, ...; an admin token's: every owner's), oldest first",
                         "tempo events", "tempo events --follow", "tempo --json events --follow --after 1234")
     events.add_argument("--after", metavar="CURSOR", help="events after this cursor (default: from the oldest kept)")
     events.add_argument("--limit", type=int, metavar="N", help="at most N on a page (default 100)")

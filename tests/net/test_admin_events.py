@@ -98,3 +98,18 @@ def test_an_admins_label_filter_spans_owners(secured) -> None:
         page = admin.get("/v1/jobs", params={"label": f"team:{team}"}).json()
         assert [(j["id"], j["owner"]) for j in page["jobs"]] == [(g["id"], "globex"), (a["id"], "acme")]
         assert [j["id"] for j in acme.get("/v1/jobs", params={"label": f"team:{team}"}).json()["jobs"]] == [a["id"]]
+
+
+def test_tempo_events_shows_an_admin_the_owner_of_each_event(secured, capsys, monkeypatch) -> None:
+    from tempo import cli
+
+    with as_token(secured, "globex-client") as globex:
+        job_id = _updated(globex)
+    monkeypatch.setenv("TEMPO_TOKEN", "ops-admin")
+    assert cli.main(["events", "--url", secured.url, "--limit", "1000"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].split()[-1] == "OWNER"
+    assert any(job_id in line and line.rstrip().endswith("globex") for line in out.splitlines())
+    monkeypatch.setenv("TEMPO_TOKEN", "globex-client")
+    assert cli.main(["events", "--url", secured.url, "--limit", "1000"]) == 0
+    assert "OWNER" not in capsys.readouterr().out
