@@ -156,3 +156,17 @@ def test_a_malformed_label_filter_is_400_at_query_label(http: httpx.Client, valu
 def test_more_label_filters_than_a_job_has_labels_is_400(http: httpx.Client) -> None:
     params = [("label", f"k{n}:v") for n in range(limits.job_labels_max + 1)]
     assert _locs(http.get("/v1/jobs", params=params)) == ["query.label"]
+
+
+def test_a_binary_label_value_in_messagepack_is_400(http: httpx.Client) -> None:
+    import msgspec
+
+    headers = {"content-type": "application/msgpack"}
+    body = msgspec.msgpack.encode(job_body(labels={"team": b"\x00\x01"}))
+    assert _locs(http.post("/v1/jobs", content=body, headers=headers)) == ["labels.team"]
+    job = _create(http, labels={"team": "payments"})
+    patch = msgspec.msgpack.encode({"labels": {"team": b"\x00\x01"}})
+    assert _locs(http.patch(f"/v1/jobs/{job['id']}", content=patch, headers=headers)) == ["labels"]
+    kept = msgspec.msgpack.encode({"labels": {"team": "search"}})
+    answer = http.patch(f"/v1/jobs/{job['id']}", content=kept, headers=headers | {"accept": "application/json"})
+    assert answer.status_code == 200 and answer.json()["labels"] == {"team": "search"}

@@ -613,8 +613,12 @@ class Api:
         for name in patch:
             if name not in _PATCHABLE:
                 raise errors.Invalid.at(name, _FIXED_WHY.get(name, "unknown field"))
-        if request.is_msgpack and "payload" in patch:
-            engine_jobs.check_json_value(patch["payload"], "payload")
+        if request.is_msgpack:
+            # The merged body is read back as JSON, which would spell a
+            # binary value as a base64 string.
+            for name in ("payload", "labels", "notify"):
+                if name in patch:
+                    engine_jobs.check_json_value(patch[name], name)
         wanted = _if_match(request)
         for _ in range(limits.patch_tries_max):
             job = self.store.get_job(owner, job_id)
