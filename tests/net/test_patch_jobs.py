@@ -181,7 +181,6 @@ def test_a_paused_job_stays_paused(http: httpx.Client) -> None:
         ({"version": 3}, "version"),
         ({"overlap": "skip"}, "overlap"),
         ({"timeout_s": 5}, "timeout_s"),
-        ({"labels": {"a": "b"}}, "labels"),
         ({"catchup": {"policy": "all"}}, "catchup"),
         ({"bogus": 1}, "bogus"),
     ],
