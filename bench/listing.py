@@ -11,7 +11,10 @@ The store is filled at the engine level, as apply fills it, without HTTP:
 each) across `--owners` owners, then `ClaimRuns` and `ReportResults` entries
 that finish runs, alternately done and failed, and `PauseJob` entries that
 cancel some; until `--jobs` jobs are made or `--fill-s` seconds have passed
-(then it says how many fit). The store is on /dev/shm when there is one, so
+(then it says how many fit). One job in `--label-every` carries the label
+`team=payments`, and one in ten of those `env=prod` besides, for the label
+filter (docs/api.md "Labels"), which goes through the jobs-by-label index.
+The store is on /dev/shm when there is one, so
 fsyncs cost nothing and the fill measures apply's work. A page is what the
 handler does for it: the store's read, the job outcomes and the views, and
 the JSON encoding, without the socket. Each path is walked from its first
@@ -51,8 +54,10 @@ _json = msgspec.json.Encoder()
 
 
 class Filler:
-    def __init__(self, store: Store, owners: int):
+    def __init__(self, store: Store, owners: int, label_every: int):
         self.store = store
+        self.label_every = label_every
+        self.labelled = 0
         self.owners = [f"owner-{k}" for k in range(owners)]
         self.index = 0
         self.made = 0
@@ -75,6 +80,10 @@ class Filler:
                 self.template.job, id=job_id, owner=owner, created_at_ms=at_ms,
                 name=f"report-{(self.made + k) % 1000:03d}", target=f"queue:q{(self.made + k) % 10}",
             )
+            n = self.made + k
+            if n % self.label_every == 0:
+                job.labels = {"env": "prod", "team": "payments"} if n % (10 * self.label_every) == 0 else {"team": "payments"}
+                self.labelled += 1
             items.append(NewJob(job, self.template.first_due_ms, b""))
             made.append((job_id, job.slot_ms, owner))
         self.apply(CreateJobs(at_ms, items))
@@ -99,7 +108,7 @@ class Filler:
 
 
 def fill(store: Store, args: argparse.Namespace) -> Filler:
-    filler = Filler(store, args.owners)
+    filler = Filler(store, args.owners, args.label_every)
     started = time.perf_counter()
     at_ms = T0
     while filler.made < args.jobs and time.perf_counter() - started < args.fill_s:
@@ -114,15 +123,18 @@ def fill(store: Store, args: argparse.Namespace) -> Filler:
     print(f"filled in {fill_s:.1f} s: {filler.made:,} jobs and as many runs ({filler.finished:,} finished "
           f"done/failed, {filler.paused:,} cancelled by a pause, the rest waiting), {args.owners} owners"
           + ("" if filler.made >= args.jobs else f" (of {args.jobs:,} asked: the --fill-s budget ended first)"))
+    print(f"{filler.labelled:,} jobs labelled team=payments (1 in {args.label_every}), a tenth of them env=prod too")
     return filler
 
 
-def jobs_page(store: Store, owner: str | None, match: Callable | None) -> Callable[[str | None], str | None]:
+def jobs_page(
+    store: Store, owner: str | None, match: Callable | None, labels: tuple[tuple[str, str], ...] = ()
+) -> Callable[[str | None], str | None]:
     def page(cursor: str | None) -> str | None:
         if owner is None:
-            found, next_cursor = store.list_all_jobs(100, cursor, match)
+            found, next_cursor = store.list_all_jobs(100, cursor, match, labels)
         else:
-            found, next_cursor = store.list_jobs(owner, 100, cursor, match)
+            found, next_cursor = store.list_jobs(owner, 100, cursor, match, labels)
         outcomes = store.job_outcomes([j.id for j in found])
         shared: dict = {}
         _json.encode(JobsPage([views.job_view(j, shared, outcomes.get(j.id)) for j in found], next_cursor))
@@ -162,6 +174,8 @@ def main() -> None:
     parser.add_argument("--finished", type=float, default=0.5, help="fraction of the runs finished (default 0.5)")
     parser.add_argument("--owners", type=int, default=4)
     parser.add_argument("--pages", type=int, default=200, help="pages walked per path")
+    parser.add_argument("--label-every", dest="label_every", type=int, default=100,
+                        help="one job in this many is labelled team=payments (default 100)")
     args = parser.parse_args()
     root = tempfile.mkdtemp(dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
     store = Store(os.path.join(root, "data"), map_bytes=16 << 30)
@@ -178,6 +192,17 @@ def main() -> None:
         walk("GET /v1/jobs?name_prefix=report-007 (1 in 1000)",
              jobs_page(store, owner, lambda j: j.name is not None and j.name.startswith("report-007")), args.pages)
         walk("GET /v1/jobs?target=queue:q3", jobs_page(store, owner, lambda j: j.target == "queue:q3"), args.pages)
+        payments = (("team", "payments"),)
+        walk(f"GET /v1/jobs?label=team:payments (1 in {args.label_every})",
+             jobs_page(store, owner, None, payments), args.pages)
+        walk("GET /v1/jobs?label=team:payments&label=env:prod",
+             jobs_page(store, owner, None, (*payments, ("env", "prod"))), args.pages)
+        walk("GET /v1/jobs?label=team:payments&state=paused",
+             jobs_page(store, owner, lambda j: j.state == "paused", payments), args.pages)
+        walk("GET /v1/jobs?label=team:nobody (matches none)",
+             jobs_page(store, owner, None, (("team", "nobody"),)), args.pages)
+        walk("GET /v1/jobs?label=team:payments (admin: every owner)",
+             jobs_page(store, None, None, payments), args.pages)
         walk("GET /v1/runs", runs_page(store, owner, None), args.pages)
         walk("GET /v1/runs (admin: every owner)", runs_page(store, None, None), args.pages)
         for status in ("failed", "done", "waiting", "cancelled"):
@@ -185,12 +210,17 @@ def main() -> None:
         walk("GET /v1/runs?status=failed&since=&until= (a window)",
              runs_page(store, owner, "failed", since_ms=T0, until_ms=mid_ms), args.pages)
         walk("GET /v1/runs?status=failed (admin: every owner)", runs_page(store, None, "failed"), args.pages)
-        # A store of a version without the index builds it when first opened.
+        # A store of a version without the indexes builds them when first opened.
         store.forget_run_index_for_tests()
         store.close()
         started = time.perf_counter()
         store = Store(os.path.join(root, "data"), map_bytes=16 << 30)
         print(f"building the index at first open (an upgraded store of this size): {time.perf_counter() - started:.1f} s")
+        store.forget_label_index_for_tests()
+        store.close()
+        started = time.perf_counter()
+        store = Store(os.path.join(root, "data"), map_bytes=16 << 30)
+        print(f"building the jobs-by-label index at first open: {time.perf_counter() - started:.1f} s")
     finally:
         store.close()
         shutil.rmtree(root, ignore_errors=True)

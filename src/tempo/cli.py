@@ -128,6 +128,21 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _label_pair(text: str) -> tuple[str, str]:
+    """`--label team=payments`: a key and its value (which may hold `=`)."""
+    name, equals, value = text.partition("=")
+    if not equals or not name:
+        raise argparse.ArgumentTypeError(f"KEY=VALUE, e.g. team=payments (got {text!r})")
+    return name, value
+
+
+def _label_filter(text: str) -> str:
+    """`tempo jobs list --label team:payments`: as the API takes it."""
+    if ":" not in text:
+        raise argparse.ArgumentTypeError(f"KEY:VALUE, e.g. team:payments (got {text!r})")
+    return text
+
+
 def _worker_id(text: str) -> str:
     if not 1 <= len(text) <= limits.worker_chars_max:
         raise argparse.ArgumentTypeError(f"1 to {limits.worker_chars_max} characters (got {len(text)})")
@@ -153,11 +168,13 @@ CREATE_FLAGS = SCHEDULE_FLAGS | {
     "jitter_s": "--jitter-s", "request_key": "--request-key", "timeout_s": "--timeout-s",
     "catchup": "--catchup-policy/--catchup-window-s/--catchup-max-runs", "catchup.policy": "--catchup-policy",
     "catchup.window_s": "--catchup-window-s", "catchup.max_runs": "--catchup-max-runs",
+    "labels": "--label", "notify": "--notify-url/--notify-event", "notify.url": "--notify-url",
+    "notify.events": "--notify-event",
 }
 PAGE_FLAGS = {
     "query.limit": "--limit", "query.cursor": "--cursor", "query.since": "--since", "query.until": "--until",
     "query.state": "--state", "query.target": "--target", "query.name_prefix": "--name-prefix",
-    "query.status": "--status",
+    "query.status": "--status", "query.label": "--label",
 }
 EVENT_FLAGS = {"query.after": "--after", "query.limit": "--limit"}
 BACKFILL_FLAGS = {"from": "--from", "until": "--until", "overlap": "--overlap"}
@@ -267,7 +284,7 @@ def record(row: dict[str, Any]) -> str:
 
 # The flags of one job, which `--file` replaces.
 JOB_FLAGS = ("target", "at", "cron", "every_s", "timezone", "start_at", "name", "payload", "max_attempts",
-             "backoff_s", "lease_s", "jitter_s", "request_key", "timeout_s")
+             "backoff_s", "lease_s", "jitter_s", "request_key", "labels", "notify_url", "notify_events", "timeout_s")
 
 
 def _flag(dest: str) -> str:
@@ -289,7 +306,25 @@ def _create_body(args: argparse.Namespace) -> dict[str, Any]:
     catchup = _catchup_body(args)
     if catchup:
         body["catchup"] = catchup
+    if args.labels is not None:
+        body["labels"] = dict(args.labels)
+    if args.notify_events is not None and args.notify_url is None:
+        raise Usage("--notify-event goes with --notify-url (where the notices go)")
+    notify = _notify_body(args)
+    if notify:
+        body["notify"] = notify
     return body
+
+
+def _notify_body(args: argparse.Namespace) -> dict[str, Any]:
+    """The `notify` field from --notify-url and --notify-event (each event
+    once, in the order given); the server checks them."""
+    notify: dict[str, Any] = {}
+    if args.notify_url is not None:
+        notify["url"] = args.notify_url
+    if args.notify_events is not None:
+        notify["events"] = list(dict.fromkeys(args.notify_events))
+    return notify
 
 
 def _catchup_body(args: argparse.Namespace) -> dict[str, Any]:
@@ -341,7 +376,8 @@ def _jobs(args: argparse.Namespace, client: Client) -> int:
         "create": lambda: client.create_job(_create_body(args)),
         "get": lambda: client.get_job(args.id),
         "list": lambda: client.list_jobs(
-            args.limit, args.cursor, state=args.state, target=args.target, name_prefix=args.name_prefix
+            args.limit, args.cursor, state=args.state, target=args.target, name_prefix=args.name_prefix,
+            label=args.labels,
         ),
         "pause": lambda: client.pause_job(args.id),
         "resume": lambda: client.resume_job(args.id),
@@ -440,6 +476,14 @@ def _add_job_flags(parser: argparse.ArgumentParser, *, payload_help: str, max_at
                         help="how long a claimed run is a worker's without a heartbeat")
     parser.add_argument("--jitter-s", dest="jitter_s", type=int, metavar="S",
                         help="spread each run's due time over up to S seconds")
+    parser.add_argument("--label", dest="labels", action="append", type=_label_pair, metavar="KEY=VALUE",
+                        help=f"a label to find the job by, e.g. team=payments; repeat for more (at most "
+                             f"{limits.job_labels_max}; keys are a-z 0-9 . _ / -)")
+    parser.add_argument("--notify-url", dest="notify_url", metavar="URL",
+                        help="POST a signed notice here on the job's events (the server needs a [notify] config)")
+    parser.add_argument("--notify-event", dest="notify_events", action="append", metavar="EVENT",
+                        help="an event that sends a notice: run.failed, job.completed or job.recovered; repeat "
+                             "for more (default: all three)")
     parser.add_argument("--timeout-s", dest="timeout_s", type=int, metavar="S",
                         help="end each attempt S seconds after its claim, whatever its heartbeats (1-86400)")
 
@@ -467,6 +511,7 @@ def _add_jobs_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]")
         "tempo jobs create --target queue:reports --cron '0 3 * * *' --timezone Europe/Berlin",
         "tempo jobs create --target https://example.com/hook --at 2030-01-01T09:00:00Z --payload '{\"id\": 7}'",
         "tempo jobs create --target queue:mail --every-s 600 --max-attempts 5 --backoff-s 10,60,600",
+        "tempo jobs create --target queue:pay --cron '@hourly' --label team=payments --notify-url https://hooks.example.com/t",
         "tempo jobs create --file jobs.jsonl",
     )
     create.add_argument("--target", help="queue:<name> (claimed by workers) or an http(s):// URL (POSTed to); needed unless --file")
@@ -501,10 +546,13 @@ def _add_jobs_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]")
     backfill.set_defaults(flags=BACKFILL_FLAGS)
     _add_update_parser(actions)
     listing = _subparser(actions, "list", "the jobs, newest first", "tempo jobs list --limit 20",
-                         "tempo jobs list --state paused --name-prefix nightly-", "tempo --json jobs list")
+                         "tempo jobs list --state paused --name-prefix nightly-",
+                         "tempo jobs list --label team:payments --label env:prod", "tempo --json jobs list")
     listing.add_argument("--state", help="only jobs in this state: active, paused or completed")
     listing.add_argument("--target", help="only jobs with exactly this target")
     listing.add_argument("--name-prefix", dest="name_prefix", help="only jobs whose name starts with this")
+    listing.add_argument("--label", dest="labels", action="append", type=_label_filter, metavar="KEY:VALUE",
+                         help="only jobs with this label, e.g. team:payments; repeat: jobs with all of them")
     runs = _subparser(actions, "runs", "a job's runs, newest first",
                       "tempo jobs runs j_01J... --since 2030-01-01T00:00:00Z")
     runs.add_argument("id", help="the job's ID")
@@ -525,7 +573,9 @@ def _events(args: argparse.Namespace, client: Client) -> int:
         if args.json:
             print(json.dumps(page, indent=2))
         else:
-            print(table(page["events"], EVENT_COLUMNS))
+            # An admin's feed holds every owner's events, each naming its owner.
+            with_owner = any("owner" in event for event in page["events"])
+            print(table(page["events"], (*EVENT_COLUMNS, "owner") if with_owner else EVENT_COLUMNS))
             if page["events"]:
                 print(f"next page: --after {page['next_cursor']}")
         return EXIT_OK
@@ -544,7 +594,7 @@ def _events(args: argparse.Namespace, client: Client) -> int:
 
 
 def _add_events_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
-    events = _subparser(sub, "events", "the owner's events (run.failed, job.completed, ...), oldest first",
+    events = _subparser(sub, "events", "the owner's events (run.failed, job.completed, ...; an admin token's: every owner's), oldest first",
                         "tempo events", "tempo events --follow", "tempo --json events --follow --after 1234")
     events.add_argument("--after", metavar="CURSOR", help="events after this cursor (default: from the oldest kept)")
     events.add_argument("--limit", type=int, metavar="N", help="at most N on a page (default 100)")
@@ -597,13 +647,26 @@ def _update_body(args: argparse.Namespace) -> dict[str, Any]:
     for name in ("name", "target", "lease_s", "jitter_s", "timeout_s"):
         if getattr(args, name) is not None:
             patch[name] = getattr(args, name)
-    if args.no_timeout:
-        if args.timeout_s is not None:
-            raise Usage("give --timeout-s or --no-timeout, not both")
-        patch["timeout_s"] = None
+    labels: dict[str, str | None] = dict.fromkeys(args.remove_labels or ())
+    labels.update(args.labels or ())
+    if labels:
+        patch["labels"] = labels  # merged key by key: null removes one
+    notify = _notify_body(args)
+    if notify:
+        patch["notify"] = notify  # merged: --notify-event alone keeps the URL
+    patch |= _timeout_patch(args)
     if not patch:
         raise Usage("give at least one field to change")
     return patch
+
+
+def _timeout_patch(args: argparse.Namespace) -> dict[str, Any]:
+    """`--no-timeout`: the patch that removes the job's `timeout_s`."""
+    if not args.no_timeout:
+        return {}
+    if args.timeout_s is not None:
+        raise Usage("give --timeout-s or --no-timeout, not both")
+    return {"timeout_s": None}
 
 
 def _add_update_parser(actions: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
@@ -611,7 +674,10 @@ def _add_update_parser(actions: "argparse._SubParsersAction[argparse.ArgumentPar
         actions, "update", "change a job in place: its ID, runs and history stay",
         "tempo jobs update j_01J... --cron '30 4 * * *' --timezone Europe/Berlin --if-version 1",
         "tempo jobs update j_01J... --target queue:reports-v2 --max-attempts 2",
-        epilog="A schedule flag replaces the schedule whole; other fields keep their values.",
+        "tempo jobs update j_01J... --label env=prod --remove-label tier",
+        "tempo jobs update j_01J... --notify-url https://hooks.example.com/tempo --notify-event run.failed",
+        epilog="A schedule flag replaces the schedule whole; --label adds or changes one label and keeps "
+               "the others; other fields keep their values.",
     )
     update.add_argument("id", help="the job's ID")
     update.add_argument("--target", help="queue:<name> or an http(s):// URL")
@@ -620,6 +686,8 @@ def _add_update_parser(actions: "argparse._SubParsersAction[argparse.ArgumentPar
         update, payload_help="a JSON value, replacing the payload",
         max_attempts_help="attempts of each run before it fails",
     )
+    update.add_argument("--remove-label", dest="remove_labels", action="append", metavar="KEY",
+                        help="remove the label KEY; repeat for more")
     update.add_argument("--no-timeout", dest="no_timeout", action="store_true",
                         help="remove the job's timeout_s: attempts are bounded by their lease only")
     update.add_argument("--if-version", dest="if_version", type=int, metavar="N",

@@ -218,8 +218,8 @@ retention_days_max = 366
 retention_check_s = 60.0
 history_buckets = retention_days_max + 2
 # The fixed tables (state, raft log and raft state) need a few databases; the
-# ring of history buckets the rest.
-lmdb_fixed_dbs_max = 16
+# ring of history buckets the rest. Room for tables later versions add.
+lmdb_fixed_dbs_max = 32
 lmdb_max_dbs = lmdb_fixed_dbs_max + history_buckets
 
 assert day_ms == 24 * 60 * minute_ms
@@ -558,6 +558,26 @@ patch_tries_max = 5
 
 assert patch_tries_max >= 1
 
+# -- Labels (docs/api.md "Labels") ----------------------------------------------
+# A job carries at most `job_labels_max` labels, key -> value: a key is 1-63
+# characters of `LABEL_KEY_PATTERN`, a value at most `label_value_chars_max`
+# characters. `GET /v1/jobs` takes at most `job_labels_max` `label` filters.
+# The jobs-by-label index keys a (key, value) pair by its hash of
+# `label_hash_bytes`: owner | 0x00 | hash | job key, within LMDB's bound
+# whatever the value's length (a listing checks the job's own labels, so a
+# collision of hashes never lists a job wrongly).
+job_labels_max = 32
+label_key_chars_max = 63
+label_value_chars_max = 256
+LABEL_KEY_PATTERN = r"^[a-z0-9._/-]{1,63}$"
+label_hash_bytes = 16
+label_index_key_bytes_max = owner_bytes_max + owner_separator_bytes + label_hash_bytes + job_key_bytes
+
+assert job_labels_max >= 1 and label_key_chars_max <= 63
+assert label_index_key_bytes_max <= lmdb_key_bytes_max
+# A job's record with its labels at their bounds (four bytes a character)
+# still fits a value of LMDB.
+assert record_bytes_max + job_labels_max * (label_key_chars_max + 4 * label_value_chars_max + 8) <= lmdb_value_bytes_max
 # -- Run timeouts and cancels (docs/semantics.md "Run timeouts", "Cancelling a run")
 # A job's `timeout_s` bounds one attempt, counted from its claim: at most a day.
 timeout_s_min = 1

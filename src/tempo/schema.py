@@ -103,6 +103,21 @@ class NotifyIn(_Request):
     ] = ("run.failed", "job.completed", "job.recovered")
 
 
+# A job's labels (docs/api.md "Labels"): decoded as any JSON values and
+# checked in `tempo.engine.jobs.labels_record`, so a bad one's `loc` names
+# its key (`labels.team`); the document states the rule.
+Labels = Annotated[
+    dict[str, Any],
+    Meta(extra_json_schema={
+        "maxProperties": limits.job_labels_max,
+        "propertyNames": {"pattern": limits.LABEL_KEY_PATTERN},
+        "additionalProperties": {"type": "string", "maxLength": limits.label_value_chars_max},
+        "description": f"at most {limits.job_labels_max} labels: key (1-{limits.label_key_chars_max} characters "
+        f"of a-z 0-9 . _ / -) -> value (at most {limits.label_value_chars_max} characters)",
+    }),
+]
+
+
 class JobCreate(_Request):
     target: Annotated[
         str,
@@ -129,6 +144,7 @@ class JobCreate(_Request):
     # None: the owner's default from the server's config, if any.
     notify: NotifyIn | None = None
     catchup: CatchupIn | None = None  # repeating schedules only; default {"policy": "latest"}
+    labels: Labels | None = None
     # Bounds one attempt, counted from its claim (docs/semantics.md "Run timeouts").
     timeout_s: Annotated[int, Meta(ge=limits.timeout_s_min, le=limits.timeout_s_max)] | None = None
 
@@ -151,6 +167,14 @@ class JobPatch(_Request):
     retry: RetryIn | None = None
     lease_s: Annotated[int, Meta(ge=limits.lease_s_min, le=limits.lease_s_max)] | None = None
     jitter_s: Annotated[int, Meta(ge=0, le=limits.jitter_s_max)] | None = None
+    # Merged key by key (RFC 7396): a key set to null is removed, `null` for
+    # the whole removes every label.
+    labels: Annotated[
+        dict[str, Annotated[str, Meta(max_length=limits.label_value_chars_max)] | None],
+        Meta(description="each key: its new value, or null to remove it"),
+    ] | None = None
+    # Merged as an object; null: back to the owner's default.
+    notify: NotifyIn | None = None
     timeout_s: Annotated[int, Meta(ge=limits.timeout_s_min, le=limits.timeout_s_max)] | None = None
 
 
@@ -254,6 +278,7 @@ class JobOut(msgspec.Struct, gc=False):  # untracked, as _Request: a batch reply
     runs: RunCountsOut = msgspec.field(default_factory=RunCountsOut)
     catchup: CatchupOut | None = None  # a repeating job's own policy; null: the default
     version: int = 1  # grows by one with each change; the ETag of the job's answers
+    labels: dict[str, str] = {}  # key -> value, sorted by key
     timeout_s: int | None = None  # bounds one attempt from its claim; null: none
 
 
@@ -494,13 +519,14 @@ class HeartbeatsAck(BatchAck):
 # -- events ------------------------------------------------------------------------
 
 
-class EventOut(msgspec.Struct):
+class EventOut(msgspec.Struct, omit_defaults=True):
     cursor: str
     type: str
     at: str
     job_id: str
     run_id: str | None
     detail: dict[str, Any]
+    owner: str | None = None  # in an admin's feed, which holds every owner's events
 
 
 class EventsPage(msgspec.Struct):

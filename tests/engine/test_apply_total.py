@@ -93,6 +93,13 @@ missed_ranges = st.builds(
     st.sampled_from([1, 60_000, 120_000]),
     st.sampled_from([None, 1, 2]),
 )
+# Labels at their bounds: as many as a job may carry, the longest keys, and
+# values of the most characters at four bytes each (the index hashes them).
+label_sets = st.none() | st.sampled_from([
+    {"team": "payments"},
+    {f"k{n:02d}/" + "x" * (limits.label_key_chars_max - 4): CLEF * limits.label_value_chars_max
+     for n in range(limits.job_labels_max)},
+]) | st.dictionaries(st.sampled_from(["a", "b.c", "d/e"]), st.text(multibyte, max_size=8), max_size=3)
 schedules = st.sampled_from([
     {"at": "2027-01-15T08:00:00Z"},
     {"at": "1970-01-01T00:00:00Z"},
@@ -119,6 +126,7 @@ def create_bodies(draw: st.DrawFn) -> dict:
         ])),
         "lease_s": draw(st.sampled_from([limits.lease_s_min, limits.lease_s_max])),
         "jitter_s": draw(st.sampled_from([0, limits.jitter_s_max])),
+        "labels": draw(label_sets),
     }
 
 
@@ -223,6 +231,11 @@ def check_consistent(store: Store) -> None:
     for table in tables.values():
         assert all(0 < len(k) <= limits.lmdb_key_bytes_max for k, _ in table)
     check_run_index(tables)
+    labelled = {
+        keys.label_key(job.owner, name, value, keys.job_key(job_id))
+        for job_id, job in jobs.items() for name, value in (job.labels or {}).items()
+    }
+    assert {k for k, _ in tables["jobs_by_label"]} == labelled, "jobs by label: one row per label of each job"
 
 
 @contextlib.contextmanager

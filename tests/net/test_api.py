@@ -17,7 +17,7 @@ TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 JOB_FIELDS = {
     "id", "name", "owner", "target", "payload", "schedule", "retry", "lease_s",
     "jitter_s", "state", "created_at", "next_run_at",
-    "notify", "last_run", "runs", "catchup", "version", "timeout_s",
+    "notify", "last_run", "runs", "catchup", "version", "labels", "timeout_s",
 }
 RUN_FIELDS = {
     "id", "job_id", "nominal_at", "due_at", "status", "attempt", "worker",

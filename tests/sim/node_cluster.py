@@ -790,6 +790,8 @@ class NodeSimulator:
         assert slot is not None
         job.slot_ms = slot
         job.next_run_at_ms = due_ms(job, slot, at_ms)
+        # Labelled, so the replicas' digests cover the jobs-by-label index too.
+        job.labels = {"kind": "repeating" if repeating else "one-off"}
         command = CreateJobs(at_ms, [NewJob(job, job.next_run_at_ms, b"")])
         self.creates += 1
 

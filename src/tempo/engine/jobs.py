@@ -14,6 +14,7 @@ which the decoded request structs meet as they are, with no copy per item.
 import functools
 import hashlib
 import os
+import re
 import urllib.parse
 from collections.abc import Callable, Sequence
 from datetime import datetime
@@ -152,6 +153,8 @@ class JobSpec(Protocol):
     @property
     def catchup(self) -> CatchupSpec | None: ...
     @property
+    def labels(self) -> dict[str, Any] | None: ...
+    @property
     def timeout_s(self) -> int | None: ...
 
 
@@ -289,6 +292,35 @@ def catchup_record(value: CatchupSpec | None, sched: Schedule) -> Catchup | None
         raise errors.Invalid.at("catchup", "catchup goes only with a repeating schedule (cron or every_s)")
     found = Catchup(value.window_s, value.policy, value.max_runs)
     return None if found == _DEFAULT_CATCHUP else found
+
+
+_LABEL_KEY = re.compile(limits.LABEL_KEY_PATTERN)
+
+
+def check_label_key(name: str) -> bool:
+    """Whether `name` is a label key (`limits.LABEL_KEY_PATTERN`); `$` of a
+    pattern lets a final newline through, `fullmatch` does not."""
+    return _LABEL_KEY.fullmatch(name) is not None
+
+
+def labels_record(value: dict[str, Any] | None, loc: str = "labels") -> dict[str, str] | None:
+    """A job's labels, sorted by key (docs/api.md "Labels"); None for none.
+    A bad key or too many is `400` at `labels`, a bad value at `labels.<key>`."""
+    if not value:
+        return None
+    if len(value) > limits.job_labels_max:
+        raise errors.Invalid.at(loc, f"at most {limits.job_labels_max} labels, not {len(value)}")
+    for name, text in value.items():
+        if not check_label_key(name):
+            shown = name if len(name) <= limits.label_key_chars_max else name[: limits.label_key_chars_max] + "..."
+            raise errors.Invalid.at(
+                loc, f"the key {shown!r} is not 1-{limits.label_key_chars_max} characters of a-z 0-9 . _ / -"
+            )
+        if not isinstance(text, str):
+            raise errors.Invalid.at(f"{loc}.{name}", "a label's value is a string")
+        if len(text) > limits.label_value_chars_max:
+            raise errors.Invalid.at(f"{loc}.{name}", f"at most {limits.label_value_chars_max} characters")
+    return {name: value[name] for name in sorted(value)}
 
 
 # -- schedule arithmetic -----------------------------------------------------------
@@ -632,7 +664,8 @@ async def backfill_slots(job: Job, body: BackfillSpec, now_ms: int) -> list[int]
 
 
 def _body_digest(
-    body: JobSpec, sched: Schedule, notify: Notify | None, catchup: Catchup | None, *, payload_passed: bool
+    body: JobSpec, sched: Schedule, notify: Notify | None, catchup: Catchup | None, labels: dict[str, str] | None,
+    *, payload_passed: bool,
 ) -> bytes:
     """The hash of a create body after parsing and defaults, which a request
     key compares; empty without a request key."""
@@ -650,6 +683,8 @@ def _body_digest(
         # Each appended only when given, so the hash of a job without it is
         # what it was before the field existed.
         fields += (() if notify is None else (notify,)) + (() if catchup is None else (catchup,))
+        if labels is not None:
+            fields += (("labels", labels),)
         if body.timeout_s is not None:
             fields += (("timeout_s", body.timeout_s),)
         return hashlib.blake2b(_hash_encoder.encode(fields), digest_size=16).digest()
@@ -718,7 +753,8 @@ class Jobs:
         catchup = catchup_record(body.catchup, sched)
         backoff_s = body.retry.backoff_s
         notify = None if body.notify is None else self.notify_record(body.notify)
-        digest = _body_digest(body, sched, notify, catchup, payload_passed=payload_passed)
+        labels = labels_record(body.labels)
+        digest = _body_digest(body, sched, notify, catchup, labels, payload_passed=payload_passed)
         # Positional, in Job's field order (a batch makes 1,000): id, owner,
         # name, target, payload, schedule, max_attempts, backoff_s, lease_s,
         # jitter_s, state, created_at_ms, request_key, slot_ms, next_run_at_ms.
@@ -729,6 +765,8 @@ class Jobs:
         )
         if catchup is not None:
             job.catchup = catchup
+        if labels is not None:
+            job.labels = labels
         if body.timeout_s is not None:
             job.timeout_s = body.timeout_s
         if sched.at_ms is not None and body.jitter_s == 0:
@@ -856,15 +894,18 @@ class Jobs:
         made = _ok(await self.committer.submit(BackfillJob(at_ms, owner, job_id, slots)), list)
         return len(made), len(slots) - len(made)
 
-    async def patch(self, job: Job, body: JobSpec, *, from_msgpack: bool) -> Job:
+    async def patch(self, job: Job, body: JobSpec, *, from_msgpack: bool, keep_notify: bool = False) -> Job:
         """Changes `job` (as read at its current version) to what `body`, the
         job after the merge patch, asks for: checked as a create would be,
         and its waiting run re-planned from now when the schedule or the
         jitter changed (docs/semantics.md "Changing a job"). A body that
         changes nothing is no change: `job` is answered as it is.
+        `keep_notify`: the patch does not name `notify`, which stays the job's.
         `VersionMismatch` when the job changed since it was read."""
         at_ms = self.now_ms()
         made = self.new_job(job.owner, body, at_ms, from_msgpack=from_msgpack, job_id=job.id).job
+        if keep_notify:
+            made.notify = job.notify  # the patch left it out: kept, never checked again
         if _mutable(made) == _mutable(job):
             return job
         made.created_at_ms = job.created_at_ms  # an `every_s` grid stays where it was
@@ -915,7 +956,7 @@ def _mutable(job: Job) -> tuple[object, ...]:
     """What a patch may change of a job."""
     return (
         job.name, job.target, job.payload, job.schedule, job.max_attempts, job.backoff_s, job.lease_s, job.jitter_s,
-        job.timeout_s,
+        job.labels, job.notify, job.timeout_s,
     )
 
 

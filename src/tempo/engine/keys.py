@@ -9,6 +9,8 @@ runs by status: owner | 0x00 | status u8 | ms u64 | job ID (26 bytes) | nominal 
                (ms: the due time of an open run, the end of a finished one)
 claim keys:    b"k" | owner | 0x00 | claim key
   expiring at: b"x" | expires ms u64 | owner | 0x00 | claim key
+jobs by label: owner | 0x00 | label hash (16 bytes) | job ID (26 bytes)
+               (the hash of one key -> value pair: `label_hash`)
 
 Every key fits LMDB's bound (limits.py "Storage bounds"): the edge bounds
 owners and request keys in bytes, and apply checks `owner_fits` and
@@ -246,3 +248,24 @@ def parse_claim_key_expiry(key: bytes) -> tuple[int, bytes]:
     head = limits.claim_key_head_bytes
     expires_ms = _EXPIRES.unpack_from(key, head)[0]
     return expires_ms, CLAIM_KEY_HEAD + key[head + _EXPIRES.size :]
+
+
+# -- the jobs index by label (store.py "jobs by label") -----------------------------
+
+
+def label_hash(name: str, value: str) -> bytes:
+    """A label's (key, value) pair in `limits.label_hash_bytes`: a value may be
+    256 characters, past what a key of LMDB holds beside an owner. A key has
+    no NUL (`limits.LABEL_KEY_PATTERN`), so the pair is spelled unambiguously."""
+    return hashlib.blake2b(name.encode() + b"\x00" + value.encode(), digest_size=limits.label_hash_bytes).digest()
+
+
+def label_prefix(owner: str, name: str, value: str) -> bytes:
+    """Every key of the index for `owner`'s jobs labelled `name` = `value`:
+    the job key follows, so the jobs sort by ID (their creation) under it."""
+    return _status_owner(owner) + label_hash(name, value)
+
+
+def label_key(owner: str, name: str, value: str, job_key_bytes: bytes) -> bytes:
+    assert len(job_key_bytes) == JOB_KEY_BYTES
+    return label_prefix(owner, name, value) + job_key_bytes

@@ -122,6 +122,9 @@ class Job(msgspec.Struct, array_like=True, gc=False):
     # Starts at 1 and grows by one with each change (`PATCH`): the job's
     # ETag. Records written before it existed are version 1.
     version: Annotated[int, Meta(ge=1)] = 1
+    # Key -> value, sorted by key (docs/api.md "Labels"); None: no label.
+    # Indexed in the `jobs_by_label` table (store.py).
+    labels: dict[str, str] | None = None
     # Bounds one attempt of each run, counted from its claim, whatever
     # heartbeats say (docs/semantics.md "Run timeouts"); None: no bound
     # but the lease.

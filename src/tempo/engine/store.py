@@ -20,7 +20,7 @@ import os
 import struct
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar, overload
 
@@ -80,6 +80,7 @@ _TABLES = (
     "claim_keys",
     "runs_by_status",
     "job_outcomes",
+    "jobs_by_label",
 )
 # Tables a later version added: created in an existing store that lacks them.
 # `runs_by_status` and `job_outcomes` (`_RUN_INDEX_TABLES`) are built at open
@@ -88,10 +89,13 @@ _TABLES = (
 # runs live in the history bucket of the run, at b"s" + `keys.status_key(...)`,
 # so they go with it.
 _RUN_INDEX_TABLES = ("runs_by_status", "job_outcomes")
-_ADDED_TABLES = ("claim_keys", *_RUN_INDEX_TABLES)
+_ADDED_TABLES = ("claim_keys", *_RUN_INDEX_TABLES, "jobs_by_label")
 _HIST_STATUS = b"s"
 # In `meta`: present once the tables above and the b"s" rows are complete.
 _RUN_INDEX = b"run_index"
+# In `meta`: present once `jobs_by_label` holds a row for each label of each
+# job (`_build_label_index`, at open, for a store of a version without it).
+_LABEL_INDEX = b"label_index"
 _OPEN = ("waiting", "claimed")
 _FINISHED = ("done", "failed", "cancelled", "missed")  # `missed`: a row record_missed writes
 _U64 = struct.Struct(">Q")
@@ -280,6 +284,8 @@ class Store:
                 stored = wanted
             if txn.get(_RUN_INDEX, db=self.db["meta"]) is None:
                 _build_run_index(txn, self.db, self.buckets)
+            if txn.get(_LABEL_INDEX, db=self.db["meta"]) is None:
+                _build_label_index(txn, self.db)
         self.db.update((bucket_name(slot), db) for slot, db in enumerate(self.buckets))
         return stored, adopted
 
@@ -496,6 +502,8 @@ class Store:
         txn.put(_APPLIED_INDEX, _U64.pack(index), db=self.db["meta"])
         if txn.get(_RUN_INDEX, db=self.db["meta"]) is None:
             _build_run_index(txn, self.db, self.buckets)  # a snapshot of a version without it
+        if txn.get(_LABEL_INDEX, db=self.db["meta"]) is None:
+            _build_label_index(txn, self.db)
 
     def digest(self) -> tuple[int, str]:
         """(applied index, SHA-256 of every table at it): equal on replicas
@@ -521,12 +529,22 @@ class Store:
         return job
 
     def list_jobs(
-        self, owner: str, limit: int, cursor: str | None, match: Callable[[Job], bool] | None = None
+        self,
+        owner: str,
+        limit: int,
+        cursor: str | None,
+        match: Callable[[Job], bool] | None = None,
+        labels: Sequence[tuple[str, str]] = (),
     ) -> tuple[list[Job], str | None]:
         """The owner's jobs, newest first; `cursor` is the last job ID seen.
         With `match` (a filter), only the jobs it holds for, reading at most
         `limits.jobs_filter_rows_max` jobs: past that the page ends with
-        what it found (maybe nothing) and the cursor of the last job read."""
+        what it found (maybe nothing) and the cursor of the last job read.
+        With `labels` (key, value pairs), only the jobs that carry them all,
+        found through the jobs-by-label index: the jobs read are those
+        that carry them, never the owner's others."""
+        if labels:
+            return self._list_labelled([owner], limit, cursor, match, labels)
         prefix = keys.owner_prefix(owner)
         start = prefix + (keys.job_key(cursor) if cursor else b"\xff")
         with self.env.begin() as txn:
@@ -548,11 +566,20 @@ class Store:
             return _page_of_jobs(tx, rows(), limit, match)
 
     def list_all_jobs(
-        self, limit: int, cursor: str | None, match: Callable[[Job], bool] | None = None
+        self,
+        limit: int,
+        cursor: str | None,
+        match: Callable[[Job], bool] | None = None,
+        labels: Sequence[tuple[str, str]] = (),
     ) -> tuple[list[Job], str | None]:
         """Every owner's jobs, newest first (an admin's listing): the jobs
         table itself, whose keys are job IDs, which sort by creation time;
-        `cursor` is the last job ID seen; `match` as for `list_jobs`."""
+        `cursor` is the last job ID seen; `match` and `labels` as for
+        `list_jobs` (with labels, each owner's part of the index, merged)."""
+        if labels:
+            with self.env.begin() as txn:
+                owners = _owners_of_jobs(txn, self.db["jobs_by_owner"])
+            return self._list_labelled(owners, limit, cursor, match, labels)
         with self.env.begin() as txn:
             tx = _Tx(txn, self.db, self.buckets)
             table = txn.cursor(db=self.db["jobs"])
@@ -569,6 +596,51 @@ class Store:
                     found = table.prev()
 
             return _page_of_jobs(tx, rows(), limit, match)
+
+    def _list_labelled(
+        self,
+        owners: list[str],
+        limit: int,
+        cursor: str | None,
+        match: Callable[[Job], bool] | None,
+        labels: Sequence[tuple[str, str]],
+    ) -> tuple[list[Job], str | None]:
+        """`list_jobs` with labels, over the jobs of `owners`: per owner, the
+        job keys every label's part of the index holds (`_all_labelled`),
+        merged newest first. Each job's own labels are checked as well, so a
+        collision of label hashes lists no job that lacks a label."""
+        wanted = dict(labels)
+        if len(wanted) < len(set(labels)):
+            return [], None  # one key asked with two values: no job has both
+        upper = keys.job_key(cursor) if cursor else None
+
+        def carries(job: Job) -> bool:
+            held = job.labels or {}
+            return all(held.get(name) == value for name, value in wanted.items()) and (match is None or match(job))
+
+        with self.env.begin() as txn:
+            tx = _Tx(txn, self.db, self.buckets)
+            db, jobs_db = self.db["jobs_by_label"], self.db["jobs"]
+            sources = [
+                _all_labelled(txn, db, [keys.label_prefix(owner, name, value) for name, value in wanted.items()], upper)
+                for owner in owners
+                if keys.owner_fits(owner)
+            ]
+            if not sources:
+                return [], None
+            found = sources[0] if len(sources) == 1 else heapq.merge(*sources, reverse=True)
+            rows = (_present(txn.get(job_key, db=jobs_db)) for job_key in found)
+            return _page_of_jobs(tx, rows, limit, carries)
+
+    def forget_label_index_for_tests(self) -> None:
+        """Leaves the store as a version without the jobs-by-label index left
+        it: the table empty and unmarked (rebuilt when the store opens next)."""
+
+        def work(txn: "lmdb.Transaction[bytes]") -> None:
+            txn.drop(self.db["jobs_by_label"], delete=False)
+            txn.delete(_LABEL_INDEX, db=self.db["meta"])
+
+        self.write(work)
 
     def get_run(self, owner: str, run_id_text: str) -> tuple[Run, Job]:
         parsed = ids.parse_run_id(run_id_text)
@@ -817,7 +889,7 @@ class _NewRows:
     """Rows of new jobs, their runs and index entries, put per table in one
     call: py-lmdb's `putmulti` costs half what one `put` a row does."""
 
-    __slots__ = ("by_job", "by_owner", "by_status", "jobs", "runs")
+    __slots__ = ("by_job", "by_label", "by_owner", "by_status", "jobs", "runs")
 
     def __init__(self) -> None:
         self.jobs: list[tuple[bytes, bytes]] = []
@@ -825,6 +897,7 @@ class _NewRows:
         self.by_job: list[tuple[bytes, bytes]] = []
         self.by_owner: list[tuple[bytes, bytes]] = []
         self.by_status: list[tuple[bytes, bytes]] = []
+        self.by_label: list[tuple[bytes, bytes]] = []
 
     def put(self, tx: "_Tx") -> None:
         """Puts what is gathered and empties the lists. Every key is new (it
@@ -832,7 +905,7 @@ class _NewRows:
         twice stops the node here."""
         for rows, db in (
             (self.jobs, tx.jobs), (self.runs, tx.runs), (self.by_job, tx.by_job), (self.by_owner, tx.by_owner),
-            (self.by_status, tx.by_status),
+            (self.by_status, tx.by_status), (self.by_label, tx.by_label),
         ):
             if rows:
                 with tx.txn.cursor(db=db) as cursor:
@@ -846,7 +919,7 @@ class _Tx:
 
     __slots__ = (
         "_bucket_of_day", "_by_job_cur", "_by_status_cur", "_hist_curs", "_history", "_jobs_cur", "_outcomes_cur",
-        "_owners", "_runs_cur", "buckets", "by_job", "by_owner", "by_status",
+        "_owners", "_runs_cur", "buckets", "by_job", "by_label", "by_owner", "by_status",
         "changes", "claim_keys", "event_seq", "events", "hist_days", "jobs", "members", "meta",
         "open", "open_deltas", "outcome_counts", "outcomes", "reqkeys", "runs", "txn",
     )
@@ -867,6 +940,7 @@ class _Tx:
         self.buckets = buckets
         self.by_status = db["runs_by_status"]
         self.outcomes = db["job_outcomes"]
+        self.by_label = db["jobs_by_label"]
         self._owners: dict[str, str] = {}  # job ID -> owner, read once per transaction
         # Within one transaction: the buckets in use, and the bucket of each
         # day a run finished in, looked up once.
@@ -1356,6 +1430,8 @@ class _Tx:
             self.open_deltas[minute] = self.open_deltas.get(minute, 0) + 1
             self.changes.woken.append((runs_key, run, job))
         rows.by_owner.append((keys.owner_prefix(job.owner) + key, b""))
+        if job.labels:
+            rows.by_label += [(k, b"") for k in _label_keys(job, key)]
         return Created(job, new=True)
 
     def pause_job(self, cmd: PauseJob) -> Job | errors.TempoError:
@@ -1456,8 +1532,11 @@ class _Tx:
         job = msgspec.structs.replace(
             old, name=new.name, target=new.target, payload=new.payload, schedule=new.schedule,
             max_attempts=new.max_attempts, backoff_s=new.backoff_s, lease_s=new.lease_s, jitter_s=new.jitter_s,
-            catchup=new.catchup, version=old.version + 1, timeout_s=new.timeout_s,
+            catchup=new.catchup, version=old.version + 1, labels=new.labels, notify=new.notify,
+            timeout_s=new.timeout_s,
         )
+        if old.labels != job.labels:
+            self._relabel(old, job)
         if cmd.replan:
             # A catch-up under way was decided on the old schedule's slots.
             job.catchup_until_ms = job.catchup_decided_ms = None
@@ -1479,6 +1558,15 @@ class _Tx:
         detail = {"old_version": old.version, "new_version": job.version}
         self.append_event(job.owner, Event("job.updated", cmd.at_ms, job.id, None, detail))
         return job
+
+    def _relabel(self, old: Job, job: Job) -> None:
+        """Moves the job's rows of the jobs-by-label index from `old`'s labels to `job`'s."""
+        job_key = keys.job_key(job.id)
+        before, after = set(_label_keys(old, job_key)), set(_label_keys(job, job_key))
+        for key in sorted(before - after):
+            assert self.txn.delete(key, db=self.by_label), "a labelled job had its index row"
+        for key in sorted(after - before):
+            self.txn.put(key, b"", db=self.by_label)
 
     def _replan(self, old: Job, job: Job, cmd: PatchJob) -> None:
         """Moves the waiting run of `old`'s schedule slot to the command's
@@ -1552,6 +1640,8 @@ class _Tx:
         self.txn.delete(keys.job_key(job.id), db=self.outcomes)
         assert self.txn.delete(keys.job_key(job.id), db=self.jobs)
         assert self.txn.delete(keys.owner_job_key(job.owner, job.id), db=self.by_owner)
+        for key in _label_keys(job, keys.job_key(job.id)):
+            assert self.txn.delete(key, db=self.by_label), "a labelled job had its index row"
         if job.request_key is not None:
             # Deleting a job releases its request key: a later create with that
             # key makes a new job rather than answering with a deleted one.
@@ -2082,6 +2172,65 @@ def _build_run_index(txn: "lmdb.Transaction[bytes]", db: dict[str, lmdb._Databas
             txn.put(_HIST_STATUS + _status_key_of(owner, run), b"", db=bucket)
             _count_outcome(txn, db["job_outcomes"], key[len(_HIST_RUN) : len(_HIST_RUN) + keys.JOB_KEY_BYTES], run)
     txn.put(_RUN_INDEX, b"1", db=db["meta"])
+
+
+def _label_keys(job: Job, job_key: bytes) -> list[bytes]:
+    """The job's rows of the jobs-by-label index, one per label."""
+    if not job.labels or not keys.owner_fits(job.owner):
+        return []
+    return [keys.label_key(job.owner, name, value, job_key) for name, value in job.labels.items()]
+
+
+def _build_label_index(txn: "lmdb.Transaction[bytes]", db: dict[str, lmdb._Database]) -> None:
+    """Builds the jobs-by-label index from the jobs table, as apply would
+    have kept it, and marks it built: a store of a version without it."""
+    txn.drop(db["jobs_by_label"], delete=False)
+    for key, raw in txn.cursor(db=db["jobs"]):
+        job = _job_dec.decode(raw)
+        for row in _label_keys(job, bytes(key)):
+            txn.put(row, b"", db=db["jobs_by_label"])
+    txn.put(_LABEL_INDEX, b"1", db=db["meta"])
+
+
+def _at_most(cur: "lmdb.Cursor[bytes]", prefix: bytes, job_key: bytes | None, *, below: bool) -> bytes | None:
+    """The greatest job key under `prefix` at most `job_key` (below it with
+    `below`; None: no bound), or None when there is none."""
+    target = prefix + (b"\xff" if job_key is None else job_key)
+    found = cur.set_range(target)
+    if found and cur.key() == target and not below:
+        return job_key
+    found = cur.prev() if found else cur.last()
+    if not found:
+        return None
+    key = cur.key()
+    return key[len(prefix) :] if key.startswith(prefix) else None
+
+
+def _all_labelled(
+    txn: "lmdb.Transaction[bytes]", db: lmdb._Database, prefixes: list[bytes], upper: bytes | None
+) -> Iterator[bytes]:
+    """Job keys below `upper` (None: no bound) held under every one of
+    `prefixes` (one per label: a job that carries them all), newest first.
+    A leapfrog join: each part of the index in turn seeks to the greatest
+    key at most the current candidate, so a step skips the jobs one label
+    holds and another lacks; the cost grows with the jobs the rarest label
+    holds, not with the owner's jobs."""
+    curs = [txn.cursor(db=db) for _ in prefixes]
+    count = len(prefixes)
+    candidate = _at_most(curs[0], prefixes[0], upper, below=True)
+    agreed, i = 1, 1 % count
+    while candidate is not None:
+        if agreed == count:
+            yield candidate
+            candidate = _at_most(curs[i], prefixes[i], candidate, below=True)
+            agreed = 1
+        else:
+            found = _at_most(curs[i], prefixes[i], candidate, below=False)
+            if found == candidate:
+                agreed += 1
+            else:
+                candidate, agreed = found, 1
+        i = (i + 1) % count
 
 
 def _first(row: tuple[T, object]) -> T:

@@ -41,6 +41,7 @@ from tempo.net.asgi import (
     parse_query,
     problem_of,
     problem_response,
+    query_values,
     read_body,
     send_body,
     send_head,
@@ -248,7 +249,8 @@ class Api:
         try:
             try:
                 check_head(scope)
-                request.query = parse_query(scope.get("query_string", b""))
+                request.raw_query = scope.get("query_string", b"")
+                request.query = parse_query(request.raw_query)
                 route, handler = self.route(request)
                 if route not in UNBOUNDED:
                     if self.in_flight >= self.edge.requests_in_flight_max:
@@ -618,8 +620,12 @@ class Api:
         for name in patch:
             if name not in _PATCHABLE:
                 raise errors.Invalid.at(name, _FIXED_WHY.get(name, "unknown field"))
-        if request.is_msgpack and "payload" in patch:
-            engine_jobs.check_json_value(patch["payload"], "payload")
+        if request.is_msgpack:
+            # The merged body is read back as JSON, which would spell a
+            # binary value as a base64 string.
+            for name in ("payload", "labels", "notify"):
+                if name in patch:
+                    engine_jobs.check_json_value(patch[name], name)
         wanted = _if_match(request)
         for _ in range(limits.patch_tries_max):
             job = self.store.get_job(owner, job_id)
@@ -627,7 +633,9 @@ class Api:
                 raise errors.VersionMismatch(f"job {job_id} is at version {job.version}")
             body = _patched(views.job_view(job), patch)
             try:
-                changed = await self.jobs.patch(job, body, from_msgpack=request.is_msgpack)
+                changed = await self.jobs.patch(
+                    job, body, from_msgpack=request.is_msgpack, keep_notify="notify" not in patch
+                )
             except errors.VersionMismatch:
                 if wanted is not None:
                     raise
@@ -641,10 +649,11 @@ class Api:
         if cursor is not None and not ids.is_job_id(cursor):
             raise errors.Invalid.at("query.cursor", "not a cursor this server gave out")
         match = _job_filter(request)
+        labels = _label_filter(request)
         if self._sees_all(request):
-            found, next_cursor = self.store.list_all_jobs(limit, cursor, match)
+            found, next_cursor = self.store.list_all_jobs(limit, cursor, match, labels)
         else:
-            found, next_cursor = self.store.list_jobs(self.owner(request), limit, cursor, match)
+            found, next_cursor = self.store.list_jobs(self.owner(request), limit, cursor, match, labels)
         outcomes = self.store.job_outcomes([j.id for j in found])
         shared: dict[Any, Any] = {}
         page = [views.job_view(j, shared, outcomes.get(j.id)) for j in found]
@@ -851,22 +860,38 @@ class Api:
             raise errors.Invalid.at("query.after", "not a cursor this server gave out")
         wait_s = _wait_param(request)
         after = int(after_raw)
-        owner = self.owner(request)
-        found: list[tuple[int, Event]] = []
+        read = self._event_reader(request, after, limit)
+        found: list[tuple[str | None, int, Event]] = []
         if wait_s > 0:
             # A long poll ends when its client leaves, and frees its slot.
             async with watching(request.receive) as client:
                 with self._long_poll(wait_s), trio.move_on_after(wait_s), client.scope:
-                    while not (found := self.store.list_events(owner, after, limit)):
+                    while not (found := read()):
                         await self.dispatcher.events_changed.wait()
         if not found:
-            found = self.store.list_events(owner, after, limit)
+            found = read()
         events = [
-            EventOut(str(seq), e.type, clock.iso_from_ms(e.at_ms), e.job_id, e.run_id, e.detail)
-            for seq, e in found
+            EventOut(str(seq), e.type, clock.iso_from_ms(e.at_ms), e.job_id, e.run_id, e.detail, owner)
+            for owner, seq, e in found
         ]
         response = encode(request, EventsPage(events, events[-1].cursor if events else after_raw))
         return response if events else self._retry_hint(response)
+
+    def _event_reader(self, request: Request, after: int, limit: int) -> Callable[[], list[tuple[str | None, int, Event]]]:
+        """How `GET /v1/events` reads a page: the token's owner's feed, or
+        for an admin every owner's, merged by sequence (the cursor is the
+        sequence, one counter over all owners), each event naming its owner."""
+        if self._sees_all(request):
+            def every_owner() -> list[tuple[str | None, int, Event]]:
+                return [(owner, seq, e) for owner, seq, e in self.store.events_of_all(after, limit)]
+
+            return every_owner
+        owner = self.owner(request)
+
+        def own() -> list[tuple[str | None, int, Event]]:
+            return [(None, seq, e) for seq, e in self.store.list_events(owner, after, limit)]
+
+        return own
 
     async def preview(self, request: Request) -> Response:
         body = decode(request, _preview)
@@ -1147,12 +1172,17 @@ def _bind(handler: Callable[[Request, str], Awaitable[Response]], arg: str) -> H
 
 # What a patch may name (docs/api.md "Change a job"), and why it may not name
 # the other fields of a job's view.
-_PATCHABLE = frozenset({"name", "target", "payload", "schedule", "retry", "lease_s", "jitter_s", "timeout_s"})
+_PATCHABLE = frozenset({
+    "name", "target", "payload", "schedule", "retry", "lease_s", "jitter_s", "labels", "notify", "timeout_s",
+})
+# Objects a patch merges into the job's key by key (RFC 7396); the other
+# fields it names are replaced whole.
+_MERGED = frozenset({"retry", "labels", "notify"})
 _FIXED_WHY = dict.fromkeys(
-    ("id", "owner", "state", "created_at", "next_run_at", "request_key", "notify", "version", "last_run", "runs",
+    ("id", "owner", "state", "created_at", "next_run_at", "request_key", "version", "last_run", "runs",
      "catchup"),
     "cannot be changed by a patch",
-) | dict.fromkeys(("overlap", "labels"), "not supported by this server yet")
+) | dict.fromkeys(("overlap",), "not supported by this server yet")
 _patch_body = decoders(dict[str, Any])
 _no_body = decoders(CancelIn)
 _create_json = _create[0]
@@ -1202,14 +1232,19 @@ def _patched(view: Any, patch: dict[str, Any]) -> JobCreate:
     `payload` are replaced whole, never merged: a schedule's kinds exclude
     each other, and a payload is the client's own value (docs/api.md)."""
     current = msgspec.to_builtins(view)
-    base = {name: current[name] for name in _PATCHABLE if current.get(name) is not None}
+    # `notify` only when the patch names it: a job's own setting is kept
+    # as it is otherwise, even where the server's config has none now.
+    base = {
+        name: current[name] for name in _PATCHABLE
+        if current.get(name) is not None and (name != "notify" or name in patch)
+    }
     if current.get("catchup") is not None:
         # Kept as it is, and checked with the new schedule as a create checks it.
         base["catchup"] = current["catchup"]
     for name, value in patch.items():
         if value is None:
             base.pop(name, None)
-        elif name == "retry":
+        elif name in _MERGED:
             base[name] = _merge_patch(base.get(name), value)
         else:
             base[name] = value
@@ -1275,9 +1310,8 @@ _JOB_STATES = ("active", "paused", "completed")
 
 
 def _job_filter(request: Request) -> Callable[[Any], bool] | None:
-    """The filter of `GET /v1/jobs` (docs/api.md "Listing jobs"), or None."""
-    if "label" in request.query:
-        raise errors.Invalid.at("query.label", "labels are not supported yet")
+    """The filter of `GET /v1/jobs` (docs/api.md "Listing jobs") on what
+    a job's record holds, or None; labels are `_label_filter`'s."""
     state = request.query.get("state")
     if state is not None and state not in _JOB_STATES:
         raise errors.Invalid.at("query.state", f"one of {', '.join(_JOB_STATES)}")
@@ -1298,6 +1332,27 @@ def _job_filter(request: Request) -> Callable[[Any], bool] | None:
         )
 
     return match
+
+
+def _label_filter(request: Request) -> list[tuple[str, str]]:
+    """The `label` filters of `GET /v1/jobs` (docs/api.md "Listing jobs"):
+    `key:value` each, every one a job must carry."""
+    given = query_values(request.raw_query, "label") if "label" in request.query else []
+    if len(given) > limits.job_labels_max:
+        raise errors.Invalid.at("query.label", f"at most {limits.job_labels_max} label filters")
+    found = []
+    for text in given:
+        name, colon, value = text.partition(":")
+        if not colon:
+            raise errors.Invalid.at("query.label", f"{text[:80]!r} is not key:value (e.g. team:payments)")
+        if not engine_jobs.check_label_key(name):
+            raise errors.Invalid.at(
+                "query.label", f"the key {name[:80]!r} is not 1-{limits.label_key_chars_max} characters of a-z 0-9 . _ / -"
+            )
+        if len(value) > limits.label_value_chars_max:
+            raise errors.Invalid.at("query.label", f"a value is at most {limits.label_value_chars_max} characters")
+        found.append((name, value))
+    return found
 
 
 def _decimal(text: str) -> bool:

@@ -98,6 +98,9 @@ class Request:
     query: dict[str, str]
     headers: dict[bytes, bytes]
     body: bytes = b""
+    # The query string as sent: a parameter that may repeat (`label`) is
+    # read from it, `query` keeps the last of each name.
+    raw_query: bytes = b""
     # Who asks (net/auth.py): `principal`, set before the handler runs.
     _principal: Principal | None = None
     # The ASGI callables, for a handler that watches its client (`watching`)
@@ -256,6 +259,15 @@ def check_head(scope: HTTPScope) -> None:
 def parse_query(raw: bytes) -> dict[str, str]:
     try:
         return dict(parse_qsl(raw.decode("latin-1"), keep_blank_values=True))
+    except ValueError:
+        raise errors.Invalid.at("query", "malformed query string") from None
+
+
+def query_values(raw: bytes, name: str) -> list[str]:
+    """Every value of the query parameter `name`, in order (`parse_query`
+    keeps the last)."""
+    try:
+        return [value for key, value in parse_qsl(raw.decode("latin-1"), keep_blank_values=True) if key == name]
     except ValueError:
         raise errors.Invalid.at("query", "malformed query string") from None
 

@@ -4,7 +4,7 @@ from typing import Any
 
 import msgspec
 
-from tempo import schema
+from tempo import limits, schema
 
 _REF = "#/components/schemas/{name}"
 _STRUCTS = (
@@ -155,6 +155,12 @@ def _paths() -> dict[str, Any]:
                        "only jobs in this state"),
                 _param("target", "query", {"type": "string"}, "only jobs with exactly this target"),
                 _param("name_prefix", "query", {"type": "string"}, "only jobs whose name starts with this"),
+                _param("label", "query", {
+                    "type": "array", "maxItems": limits.job_labels_max,
+                    "items": {"type": "string", "pattern": r"^[a-z0-9._/-]{1,63}:"},
+                }, "key:value; only jobs with this label; repeated: with every one of them") | {
+                    "style": "form", "explode": True,
+                },
                 *_PAGE,
             ]),
         },
@@ -258,7 +264,7 @@ def _worker_paths() -> dict[str, Any]:
             body=schema.HeartbeatsIn)},
         "/v1/results": {"post": _op("Report many results", {"200": ack, "413": _problem("output too large")},
                                     body=schema.ResultsIn)},
-        "/v1/events": {"get": _op("The owner's events, oldest first", {
+        "/v1/events": {"get": _op("The owner's events (an admin token's: every owner's), oldest first", {
             "200": _json(schema.EventsPage, "a page")}, params=[
             _param("after", "query", {"type": "string"}, "a cursor"),
             _param("wait_s", "query", {"type": "number", "minimum": 0, "maximum": 60}, "long-poll seconds"),

@@ -91,6 +91,7 @@ def job_view(job: Job, shared: dict[Any, Any] | None = None, outcome: JobOutcome
         *_outcome_fields(job, outcome),
         None if job.catchup is None else _catchup_view(job.catchup),
         version=job.version,
+        labels=job.labels or {},
         timeout_s=job.timeout_s,
     )
 
