@@ -6,8 +6,12 @@ import threading
 import time
 
 import httpx
+import trio
 
 from conftest import Arrival, endpoint, job_body
+from tempo.engine.dispatch import ClaimedRun
+from tempo.engine.records import Job, Run, Schedule
+from tempo.net.executor import HttpExecutor
 
 EVENTUALLY_S = 20.0  # well under the 60 s the slow target takes, and the 120 s lease
 SLOW_S = 60.0
@@ -66,3 +70,67 @@ def test_a_delivery_is_aborted_when_its_run_is_cancelled(http: httpx.Client) -> 
     assert run["attempt"] == 1
     detail = http.get(f"/v1/runs/{run['id']}").json()
     assert detail["attempts"][0]["error"].startswith("cancelled")
+
+
+# -- the executor alone, on a fake dispatcher: it aborts by itself ------------------
+
+JOB_ID = "j_01H0000000000000000000000A"
+NOW_MS = 1_800_000_000_000
+
+
+class _Dispatcher:
+    """What `HttpExecutor._deliver` uses of the dispatcher: its clock and report()."""
+
+    def __init__(self) -> None:
+        self.results: list = []
+
+    def now_ms(self) -> int:
+        return NOW_MS
+
+    async def report(self, owner, results):
+        self.results += results
+        return [None] * len(results)
+
+
+def _claimed(url: str, timeout_at_ms: int | None) -> ClaimedRun:
+    job = Job(JOB_ID, "default", None, url, None, Schedule(at_ms=0), 4, (10,), 120, 0, "active", 0, None, 0, 0)
+    return ClaimedRun(Run(JOB_ID, 0, 0, "claimed", attempt=1, timeout_at_ms=timeout_at_ms), job)
+
+
+async def test_the_executor_aborts_its_request_at_the_timeout() -> None:
+    release = threading.Event()
+    with endpoint(_slow(release)) as target:
+        dispatcher = _Dispatcher()
+        executor = HttpExecutor(dispatcher)  # type: ignore[arg-type] - only now_ms() and report() are used
+        executor.in_flight = 1
+        started_s = time.monotonic()
+        try:
+            with trio.fail_after(EVENTUALLY_S):
+                async with httpx.AsyncClient() as client:
+                    await executor._deliver(client, _claimed(target.url, NOW_MS + 500))
+        finally:
+            release.set()
+    [result] = dispatcher.results
+    assert not result.ok and result.error == "timeout"
+    assert time.monotonic() - started_s < EVENTUALLY_S
+
+
+async def test_the_executor_aborts_its_request_when_its_run_is_asked_to_stop() -> None:
+    release = threading.Event()
+    with endpoint(_slow(release)) as target:
+        dispatcher = _Dispatcher()
+        executor = HttpExecutor(dispatcher)  # type: ignore[arg-type] - only now_ms() and report() are used
+        executor.in_flight = 1
+        executor._scopes[(JOB_ID, 0)] = (1, trio.CancelScope())
+        try:
+            async with httpx.AsyncClient() as client, trio.open_nursery() as nursery:
+                nursery.start_soon(executor._deliver, client, _claimed(target.url, None))
+                with trio.fail_after(EVENTUALLY_S):
+                    while not target.seen:
+                        await trio.sleep(0.02)
+                executor._stop([(JOB_ID, 0), ("j_other", 5)])
+        finally:
+            release.set()
+    [result] = dispatcher.results
+    assert not result.ok and result.error.startswith("cancelled")
+    assert executor._scopes == {} and executor.in_flight == 0
