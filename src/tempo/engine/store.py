@@ -1525,7 +1525,7 @@ class _Tx:
         job = msgspec.structs.replace(
             old, name=new.name, target=new.target, payload=new.payload, schedule=new.schedule,
             max_attempts=new.max_attempts, backoff_s=new.backoff_s, lease_s=new.lease_s, jitter_s=new.jitter_s,
-            catchup=new.catchup, version=old.version + 1, labels=new.labels, notify=new.notify,
+            catchup=new.catchup, version=old.version + 1, labels=new.labels, notify=new.notify if cmd.sets_notify else old.notify,
         )
         if old.labels != job.labels:
             self._relabel(old, job)
