@@ -79,6 +79,10 @@ class PatchJob(msgspec.Struct, tag="patch_job", array_like=True):
     replan: bool
     slot_ms: Ms | None
     due_ms: Ms | None
+    # `job.notify` is the job's setting after the patch. False in entries
+    # logged before `notify` could be patched, whose `job.notify` is not:
+    # apply keeps the stored job's.
+    sets_notify: bool = False
 
 
 class Claim(msgspec.Struct, array_like=True):

@@ -915,7 +915,7 @@ class Jobs:
             sched = made.schedule
             slot_ms = slot_after_ms(sched, job.created_at_ms, at_ms, inclusive=False) if sched.repeating else sched.at_ms
             due = None if slot_ms is None else due_ms(made, slot_ms, at_ms)
-        command = PatchJob(at_ms, job.owner, job.id, job.version, made, replan, slot_ms, due)
+        command = PatchJob(at_ms, job.owner, job.id, job.version, made, replan, slot_ms, due, sets_notify=True)
         return _ok(await self.committer.submit(command), Job)
 
     async def delete(self, owner: str, job_id: str) -> None:

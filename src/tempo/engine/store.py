@@ -1532,8 +1532,8 @@ class _Tx:
         job = msgspec.structs.replace(
             old, name=new.name, target=new.target, payload=new.payload, schedule=new.schedule,
             max_attempts=new.max_attempts, backoff_s=new.backoff_s, lease_s=new.lease_s, jitter_s=new.jitter_s,
-            catchup=new.catchup, version=old.version + 1, labels=new.labels, notify=new.notify,
-            timeout_s=new.timeout_s,
+            catchup=new.catchup, version=old.version + 1, labels=new.labels,
+            notify=new.notify if cmd.sets_notify else old.notify, timeout_s=new.timeout_s,
         )
         if old.labels != job.labels:
             self._relabel(old, job)
