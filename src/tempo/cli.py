@@ -165,7 +165,7 @@ SCHEDULE_FLAGS = {
 CREATE_FLAGS = SCHEDULE_FLAGS | {
     "target": "--target", "name": "--name", "payload": "--payload", "retry": "--max-attempts/--backoff-s",
     "retry.max_attempts": "--max-attempts", "retry.backoff_s": "--backoff-s", "lease_s": "--lease-s",
-    "jitter_s": "--jitter-s", "request_key": "--request-key",
+    "jitter_s": "--jitter-s", "request_key": "--request-key", "timeout_s": "--timeout-s",
     "catchup": "--catchup-policy/--catchup-window-s/--catchup-max-runs", "catchup.policy": "--catchup-policy",
     "catchup.window_s": "--catchup-window-s", "catchup.max_runs": "--catchup-max-runs",
     "labels": "--label", "notify": "--notify-url/--notify-event", "notify.url": "--notify-url",
@@ -284,7 +284,7 @@ def record(row: dict[str, Any]) -> str:
 
 # The flags of one job, which `--file` replaces.
 JOB_FLAGS = ("target", "at", "cron", "every_s", "timezone", "start_at", "name", "payload", "max_attempts",
-             "backoff_s", "lease_s", "jitter_s", "request_key", "labels", "notify_url", "notify_events")
+             "backoff_s", "lease_s", "jitter_s", "request_key", "labels", "notify_url", "notify_events", "timeout_s")
 
 
 def _flag(dest: str) -> str:
@@ -300,7 +300,7 @@ def _create_body(args: argparse.Namespace) -> dict[str, Any]:
     retry = _retry_body(args)
     if retry:
         body["retry"] = retry
-    for name in ("name", "lease_s", "jitter_s", "request_key"):
+    for name in ("name", "lease_s", "jitter_s", "request_key", "timeout_s"):
         if getattr(args, name) is not None:
             body[name] = getattr(args, name)
     catchup = _catchup_body(args)
@@ -484,6 +484,8 @@ def _add_job_flags(parser: argparse.ArgumentParser, *, payload_help: str, max_at
     parser.add_argument("--notify-event", dest="notify_events", action="append", metavar="EVENT",
                         help="an event that sends a notice: run.failed, job.completed or job.recovered; repeat "
                              "for more (default: all three)")
+    parser.add_argument("--timeout-s", dest="timeout_s", type=int, metavar="S",
+                        help="end each attempt S seconds after its claim, whatever its heartbeats (1-86400)")
 
 
 def _add_schedule_flags(parser: argparse.ArgumentParser, *, with_file: bool) -> None:
@@ -642,7 +644,7 @@ def _update_body(args: argparse.Namespace) -> dict[str, Any]:
     retry = _retry_body(args)
     if retry:
         patch["retry"] = retry
-    for name in ("name", "target", "lease_s", "jitter_s"):
+    for name in ("name", "target", "lease_s", "jitter_s", "timeout_s"):
         if getattr(args, name) is not None:
             patch[name] = getattr(args, name)
     labels: dict[str, str | None] = dict.fromkeys(args.remove_labels or ())
@@ -652,9 +654,19 @@ def _update_body(args: argparse.Namespace) -> dict[str, Any]:
     notify = _notify_body(args)
     if notify:
         patch["notify"] = notify  # merged: --notify-event alone keeps the URL
+    patch |= _timeout_patch(args)
     if not patch:
         raise Usage("give at least one field to change")
     return patch
+
+
+def _timeout_patch(args: argparse.Namespace) -> dict[str, Any]:
+    """`--no-timeout`: the patch that removes the job's `timeout_s`."""
+    if not args.no_timeout:
+        return {}
+    if args.timeout_s is not None:
+        raise Usage("give --timeout-s or --no-timeout, not both")
+    return {"timeout_s": None}
 
 
 def _add_update_parser(actions: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
@@ -676,6 +688,8 @@ def _add_update_parser(actions: "argparse._SubParsersAction[argparse.ArgumentPar
     )
     update.add_argument("--remove-label", dest="remove_labels", action="append", metavar="KEY",
                         help="remove the label KEY; repeat for more")
+    update.add_argument("--no-timeout", dest="no_timeout", action="store_true",
+                        help="remove the job's timeout_s: attempts are bounded by their lease only")
     update.add_argument("--if-version", dest="if_version", type=int, metavar="N",
                         help="change it only if it is at version N (else 412 version_mismatch)")
     update.set_defaults(flags=CREATE_FLAGS)
@@ -691,7 +705,7 @@ def _runs(args: argparse.Namespace, client: Client) -> int:
         )
         _show(args, value, ALL_RUN_COLUMNS)
         return EXIT_OK
-    run = client.get_run(args.id)
+    run = client.cancel_run(args.id) if args.action == "cancel" else client.get_run(args.id)
     if args.json:
         print(json.dumps(run, indent=2))
         return EXIT_OK
@@ -706,6 +720,11 @@ def _add_runs_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]")
     actions = runs.add_subparsers(dest="action", required=True, metavar="ACTION")
     get = _subparser(actions, "get", "one run and each of its attempts", "tempo runs get r_01J...")
     get.add_argument("id", help="the run ID (r_...)")
+    cancel = _subparser(
+        actions, "cancel", "cancel a run: a waiting one at once; a claimed one is asked to stop",
+        "tempo runs cancel r_01J...",
+    )
+    cancel.add_argument("id", help="the run ID (r_...)")
     listing = _subparser(actions, "list", "runs of every job, newest first", "tempo runs list --status failed",
                          "tempo runs list --since 2030-01-01T00:00:00Z --limit 20")
     listing.add_argument("--status", help="only runs in this status: waiting, claimed, done, failed or cancelled")
@@ -714,7 +733,7 @@ def _add_runs_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]")
     listing.add_argument("--limit", type=int, help="runs a page (1-1000, default 100)")
     listing.add_argument("--cursor", help="next page: the cursor the previous page printed")
     listing.set_defaults(flags=PAGE_FLAGS)
-    for parser in (runs, get, listing):
+    for parser in (runs, get, cancel, listing):
         _global_flags(parser)
 
 

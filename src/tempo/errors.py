@@ -66,6 +66,13 @@ class VersionMismatch(TempoError):
     type = "version_mismatch"
 
 
+class RunFinished(TempoError):
+    """A cancel of a run that finished already (docs/semantics.md
+    "Cancelling a run")."""
+
+    type = "run_finished"
+
+
 class Conflict(TempoError):
     type = "conflict"
 

@@ -578,3 +578,9 @@ assert label_index_key_bytes_max <= lmdb_key_bytes_max
 # A job's record with its labels at their bounds (four bytes a character)
 # still fits a value of LMDB.
 assert record_bytes_max + job_labels_max * (label_key_chars_max + 4 * label_value_chars_max + 8) <= lmdb_value_bytes_max
+# -- Run timeouts and cancels (docs/semantics.md "Run timeouts", "Cancelling a run")
+# A job's `timeout_s` bounds one attempt, counted from its claim: at most a day.
+timeout_s_min = 1
+timeout_s_max = 86_400
+
+assert 1 <= timeout_s_min <= timeout_s_max

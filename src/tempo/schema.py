@@ -145,6 +145,8 @@ class JobCreate(_Request):
     notify: NotifyIn | None = None
     catchup: CatchupIn | None = None  # repeating schedules only; default {"policy": "latest"}
     labels: Labels | None = None
+    # Bounds one attempt, counted from its claim (docs/semantics.md "Run timeouts").
+    timeout_s: Annotated[int, Meta(ge=limits.timeout_s_min, le=limits.timeout_s_max)] | None = None
 
 
 class JobPatch(_Request):
@@ -173,6 +175,7 @@ class JobPatch(_Request):
     ] | None = None
     # Merged as an object; null: back to the owner's default.
     notify: NotifyIn | None = None
+    timeout_s: Annotated[int, Meta(ge=limits.timeout_s_min, le=limits.timeout_s_max)] | None = None
 
 
 class JobBatchCreate(_Request):
@@ -189,6 +192,10 @@ class BackfillIn(_Request):
     # Jobs have no overlap policy yet: `allow` (runs of a job may overlap)
     # is the only one; another value is 400 saying so (engine/jobs.py).
     overlap: Annotated[str, Meta(max_length=50, description='only "allow" for now')] | None = None
+
+
+class CancelIn(_Request):
+    """`POST /v1/runs/{id}/cancel` takes no fields: its body is empty or `{}`."""
 
 
 class BackfillOut(msgspec.Struct):
@@ -272,6 +279,7 @@ class JobOut(msgspec.Struct, gc=False):  # untracked, as _Request: a batch reply
     catchup: CatchupOut | None = None  # a repeating job's own policy; null: the default
     version: int = 1  # grows by one with each change; the ETag of the job's answers
     labels: dict[str, str] = {}  # key -> value, sorted by key
+    timeout_s: int | None = None  # bounds one attempt from its claim; null: none
 
 
 class RunOut(msgspec.Struct):
@@ -297,6 +305,10 @@ class RunOut(msgspec.Struct):
     missed_from: str | None = None
     missed_until: str | None = None
     count: int | None = None
+    # A claimed run whose owner asked it to stop (docs/semantics.md
+    # "Cancelling a run"); and when the claimed attempt's timeout ends it.
+    cancel_requested: bool = False
+    timeout_at: str | None = None
 
 
 class AttemptOut(msgspec.Struct):
@@ -436,6 +448,7 @@ class ClaimedRunOut(RunOut, kw_only=True):
     target: str
     payload: Any
     lease_s: int
+    timeout_s: int | None = None  # the job's; the attempt ends at `timeout_at`
 
 
 class ClaimOut(msgspec.Struct):
@@ -446,8 +459,16 @@ class HeartbeatIn(_Request):
     attempt: Attempt
 
 
+RunCancel = Literal["requested", "timeout"]
+
+
 class HeartbeatOut(msgspec.Struct):
-    lease_expires_at: str
+    """`lease_expires_at` null: the attempt ended (by its timeout, or
+    cancelled) and `cancel` says why; the worker stops (docs/api.md
+    "Heartbeats")."""
+
+    lease_expires_at: str | None
+    cancel: RunCancel | None = None
 
 
 class ResultIn(_Request):
@@ -486,6 +507,13 @@ class Rejected(msgspec.Struct):
 class BatchAck(msgspec.Struct):
     accepted: list[str]
     rejected: list[Rejected]
+
+
+class HeartbeatsAck(BatchAck):
+    """`POST /v1/heartbeats`: also, for each accepted run whose worker is to
+    stop, why (as a single heartbeat's `cancel`); runs that go on are not in it."""
+
+    cancel: dict[str, RunCancel] = {}
 
 
 # -- events ------------------------------------------------------------------------

@@ -27,6 +27,13 @@ What it does, in the terms of API.md:
   all due ones in one `POST /v1/heartbeats`. A run the server rejects
   (`stale_attempt`, `not_found`), or whose lease passes without a heartbeat
   getting through, is lost: its handler is cancelled and no result is sent.
+- Stopping a run (docs/semantics.md "Run timeouts", "Cancelling a run"): a
+  heartbeat answer that names a run in its `cancel` map cancels its
+  handler's task scope. `timeout`: the attempt ended on the server, and no
+  result is sent (it would be stale). `requested`: its owner cancelled it;
+  the result is sent, `ok=false` ("cancelled"), and the server records the
+  run cancelled. A run with a `timeout_s` is heartbeated as its timeout
+  passes too, so the worker learns of it at once.
 - Results: `POST /v1/results`, batching whatever finished while the previous
   batch was in flight. A handler that raises reports `ok=false` with the
   exception's text as `error`; the server then retries per the job's backoff.
@@ -256,6 +263,11 @@ class _Active:
     cancel: trio.CancelScope = field(default_factory=trio.CancelScope)
     finished: bool = False  # the handler is done; the result may still be pending
     lost: bool = False
+    # trio clock: when the attempt's timeout passes, as far as this worker
+    # knows (from the claim's answer; None: no timeout); a heartbeat goes
+    # out then, to learn that it ended.
+    timeout_deadline_s: float | None = None
+    stop_requested: bool = False  # its owner cancelled it: the result says so
 
 
 class Worker:
@@ -398,6 +410,10 @@ class Worker:
         now_s = trio.current_time()
         lease_s = float(run.get("lease_s") or limits.lease_s_default)
         active = _Active(run, lease_s, now_s + lease_s / 3, now_s + lease_s)
+        timeout_s = run.get("timeout_s")
+        if isinstance(timeout_s, int | float) and timeout_s > 0:
+            active.timeout_deadline_s = now_s + timeout_s
+            active.heartbeat_at_s = min(active.heartbeat_at_s, active.timeout_deadline_s)
         previous = self._active.get(run["id"])
         if previous is not None:
             # A re-delivery of a run this worker still holds: the old attempt is dead.
@@ -429,8 +445,9 @@ class Worker:
                     self.counts["lost"] += 1
                     self._log_run(run, "lost", trio.current_time() - started_s)
                     return
-                outcome = {"run_id": run["id"], "attempt": run["attempt"], "ok": False,
-                           "error": "worker stopped before the handler finished"}
+                why = "cancelled: its owner asked it to stop" if active.stop_requested else (
+                    "worker stopped before the handler finished")
+                outcome = {"run_id": run["id"], "attempt": run["attempt"], "ok": False, "error": why}
         finally:
             active.finished = True
             self._limiter.release_on_behalf_of(active)
@@ -482,14 +499,43 @@ class Worker:
             if status != 200:
                 log.error("POST /v1/heartbeats answered %s: %s", status, answer)
                 continue
-            accepted = set(answer.get("accepted", ()))
-            for a in due:
-                if a.run["id"] in accepted:
-                    a.heartbeat_at_s = sent_s + a.lease_s / 3
-                    a.lease_deadline_s = sent_s + a.lease_s
-            for item in answer.get("rejected", ()):
-                attempt = next((a.run["attempt"] for a in due if a.run["id"] == item["run_id"]), -1)
-                self._lose(item["run_id"], attempt, item.get("type", "rejected"))
+            self._heartbeats_answered(due, sent_s, answer)
+
+    def _heartbeats_answered(self, due: list[_Active], sent_s: float, answer: dict[str, Any]) -> None:
+        """A heartbeats answer: leases of the accepted runs renewed from
+        `sent_s` (trio clock), runs told to stop stopped, rejected ones lost."""
+        accepted = set(answer.get("accepted", ()))
+        for a in due:
+            if a.run["id"] in accepted:
+                a.heartbeat_at_s = sent_s + a.lease_s / 3
+                if a.timeout_deadline_s is not None and sent_s < a.timeout_deadline_s:
+                    a.heartbeat_at_s = min(a.heartbeat_at_s, a.timeout_deadline_s)
+                a.lease_deadline_s = sent_s + a.lease_s
+        stop = answer.get("cancel") or {}
+        for a in due:
+            why = stop.get(a.run["id"])
+            if why is not None:
+                self._stop_run(a, why)
+        for item in answer.get("rejected", ()):
+            attempt = next((a.run["attempt"] for a in due if a.run["id"] == item["run_id"]), -1)
+            self._lose(item["run_id"], attempt, item.get("type", "rejected"))
+
+    def _stop_run(self, active: _Active, why: str) -> None:
+        """A heartbeat answer says the run is to stop: its handler is
+        cancelled. After a timeout the attempt has ended, and nothing is
+        reported; after a cancel, the result is (the server records it
+        cancelled)."""
+        if active.finished or active.cancel.cancel_called:
+            return
+        run = active.run
+        log.warning("run %s attempt %s: %s; cancelling its handler", run["id"], run["attempt"],
+                    "its timeout passed" if why == "timeout" else "its owner cancelled it",
+                    extra={"run_id": run["id"], "attempt": run["attempt"], "cancel": why})
+        if why == "timeout":
+            self._lose(run["id"], run["attempt"], "timeout")
+            return
+        active.stop_requested = True
+        active.cancel.cancel()
 
     # -- results ---------------------------------------------------------------
 
@@ -587,7 +633,9 @@ def command_handler(argv: Sequence[str], base_env: dict[str, str] | None = None)
 
     Exit 0 is success with stdout (cut to 64 KiB, with a note) as output; any
     other exit is a failure with the tail of stderr as error. Cancellation (a
-    lost lease, or a stop past its grace) kills the process.
+    lost lease, the run's timeout or a cancel of it, a stop past its grace)
+    sends the command SIGTERM, and SIGKILL if it has not exited
+    `kill_grace_s` later.
     """
     import os
     import subprocess
@@ -622,15 +670,27 @@ def command_handler(argv: Sequence[str], base_env: dict[str, str] | None = None)
                 code = await proc.wait()
         finally:
             if proc.returncode is None:
-                with trio.CancelScope(shield=True), trio.move_on_after(kill_grace_s):
-                    proc.kill()
-                    await proc.wait()
+                await _terminate(proc)
         if code != 0:
             tail = err[-command_stream_bytes_max:].decode("utf-8", "replace").strip()
             raise CommandFailed(f"exit status {code}" + (f": {tail}" if tail else ""))
         return _head_text(out, out_total[0])
 
     return handle
+
+
+async def _terminate(proc: trio.Process) -> None:
+    """SIGTERM, then SIGKILL after `kill_grace_s`; shielded (it runs as the
+    handler is cancelled) and bounded."""
+    with trio.CancelScope(shield=True):
+        with contextlib.suppress(ProcessLookupError):
+            proc.terminate()
+        with trio.move_on_after(kill_grace_s):
+            await proc.wait()
+            return
+        with trio.move_on_after(kill_grace_s):
+            proc.kill()
+            await proc.wait()
 
 
 class CommandFailed(Exception):

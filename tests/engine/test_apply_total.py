@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from tempo import errors, ids, limits
 from tempo.engine import keys
 from tempo.engine.commands import (
+    CancelRun,
     Claim,
     ClaimKey,
     ClaimRuns,
@@ -316,13 +317,16 @@ def patch_command(draw: st.DrawFn, world: World, at_ms: int, owner: str, job_id:
 def run_command(draw: st.DrawFn, world: World, at_ms: int) -> Command:
     runs = world.open_runs()
     picked = draw(st.lists(st.sampled_from(runs), max_size=4)) if runs else []
-    kind = draw(st.sampled_from(["claim", "claim", "result", "result", "expire"]))
+    kind = draw(st.sampled_from(["claim", "claim", "result", "result", "expire", "cancel"]))
     due = [r for r in runs if r.status == "waiting" and r.due_ms <= at_ms]
     if kind == "claim" and due and draw(st.booleans()):
         picked = draw(st.lists(st.sampled_from(due), min_size=1, max_size=4))
     if kind == "claim":
         worker = draw(st.sampled_from(["w", CLEF * limits.worker_chars_max, CLEF * (limits.worker_chars_max * 5)]))
         claims = [Claim(r.job_id, r.nominal_ms, min(at_ms + 60_000, limits.time_ms_max)) for r in picked]
+        for claim in claims:
+            if draw(st.booleans()):
+                claim.timeout_at_ms = min(at_ms + draw(st.sampled_from([1000, 86_400_000])), limits.time_ms_max)
         key = None
         if draw(st.booleans()):
             # A few keys, reused by other workers and queue sets; owners
@@ -348,7 +352,25 @@ def run_command(draw: st.DrawFn, world: World, at_ms: int) -> Command:
         # The executor's (None), the owner's (most jobs are `default`'s), another's.
         owner = draw(st.sampled_from([None, "default", "default"]) | owners)
         return ReportResults(at_ms, owner, results)
-    return ExpireLeases(at_ms, [Expiry(r.job_id, r.nominal_ms, r.attempt) for r in picked])
+    if kind == "cancel":
+        return cancel_command(draw, runs, at_ms)
+    return ExpireLeases(at_ms, [
+        Expiry(r.job_id, r.nominal_ms, r.attempt, draw(st.sampled_from(["lease", "timeout"]))) for r in picked
+    ])
+
+
+def cancel_command(draw: st.DrawFn, runs: list[Run], at_ms: int) -> CancelRun:
+    """A cancel of an open run (a finished one, an unknown one, another
+    owner's now and then), planned or not, with a next slot or none."""
+    run = draw(st.sampled_from(runs)) if runs else Run(ids.job_id_from_int(T0, 7), 5, 5, "waiting")
+    owner = draw(st.sampled_from(["default"] * 4) | owners)
+    job_id = draw(st.sampled_from([run.job_id] * 8 + ["j_", "r_x", ids.job_id_from_int(T0, 7)]))
+    command = CancelRun(at_ms, owner, job_id, run.nominal_ms, planned=draw(st.booleans()))
+    if command.planned and draw(st.booleans()) and run.nominal_ms + 60_000 <= limits.time_ms_max:
+        command.next_slot_ms = run.nominal_ms + 60_000
+        command.next_due_ms = max(command.next_slot_ms, min(at_ms, limits.time_ms_max))
+        command.missed = draw(st.lists(missed_ranges, max_size=1))
+    return command
 
 
 @st.composite

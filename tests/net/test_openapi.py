@@ -15,7 +15,7 @@ SERVED = {
     ("/v1/schedules/preview", "post"), ("/healthz", "get"), ("/readyz", "get"),
     ("/metrics", "get"), ("/v1/openapi.json", "get"), ("/v1/cluster", "get"),
     ("/v1/cluster/digest", "get"), ("/v1/cluster/nodes", "post"), ("/v1/cluster/nodes/{node_id}", "delete"),
-    ("/v1/runs", "get"),
+    ("/v1/runs", "get"), ("/v1/runs/{run_id}/cancel", "post"),
 }
 
 

@@ -180,7 +180,6 @@ def test_a_paused_job_stays_paused(http: httpx.Client) -> None:
         ({"request_key": "k"}, "request_key"),
         ({"version": 3}, "version"),
         ({"overlap": "skip"}, "overlap"),
-        ({"timeout_s": 5}, "timeout_s"),
         ({"catchup": {"policy": "all"}}, "catchup"),
         ({"bogus": 1}, "bogus"),
     ],

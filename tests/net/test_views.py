@@ -27,6 +27,7 @@ def test_claimed_views_are_run_views_with_the_jobs_target_payload_and_lease():
     for run, view in zip(runs, views, strict=True):
         fields = msgspec.structs.asdict(view)
         assert (fields.pop("target"), fields.pop("payload"), fields.pop("lease_s")) == (j.target, j.payload, 45)
+        assert fields.pop("timeout_s") == j.timeout_s
         assert fields == msgspec.structs.asdict(run_view(run))
     assert views[0].lease_expires_at == "2027-01-15T08:00:45.123Z"
     assert views[1].finished_at == "2027-01-15T08:00:00.009Z" and views[2].started_at is None

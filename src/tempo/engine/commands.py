@@ -7,7 +7,7 @@ outcome of `apply` does not depend on the time-zone database of the replica.
 New fields are appended with defaults.
 """
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 import msgspec
 from msgspec import Meta
@@ -104,6 +104,10 @@ class Claim(msgspec.Struct, array_like=True):
     missed: list[Missed] = msgspec.field(default_factory=list)
     catchup_until_ms: Ms | None = None
     catchup_decided_ms: Ms | None = None
+    # When the attempt's timeout ends it (UNIX ms): the claim's stamp plus
+    # the job's `timeout_s`, decided by the leader that proposed the claim
+    # (apply of a one-off reads no job); None: the job has no timeout.
+    timeout_at_ms: Ms | None = None
 
 
 class ClaimKey(msgspec.Struct, array_like=True):
@@ -146,11 +150,37 @@ class Expiry(msgspec.Struct, array_like=True):
     job_id: JobId  # from a stored run or a run ID: always a job ID
     nominal_ms: Nominal
     attempt: Count
+    # What ended the attempt: its lease ran out (no heartbeat), or its
+    # timeout passed (docs/semantics.md "Run timeouts").
+    reason: Literal["lease", "timeout"] = "lease"
 
 
 class ExpireLeases(msgspec.Struct, tag="expire_leases", array_like=True):
     at_ms: Ms
     expiries: list[Expiry]
+
+
+class CancelRun(msgspec.Struct, tag="cancel_run", array_like=True):
+    """`POST /v1/runs/{id}/cancel` (docs/semantics.md "Cancelling a run"): a
+    waiting run is cancelled; a claimed one is asked to stop. For the
+    waiting run of a repeating job's schedule slot, the next slot and its
+    due time (and the catch-up decision, as a claim carries it) were
+    computed by the node that took the request, so the job keeps one
+    waiting run."""
+
+    at_ms: Ms
+    owner: str
+    job_id: str
+    nominal_ms: Nominal
+    # The node saw the run as the job's slot run and decided the next slot
+    # (`next_slot_ms` None: the schedule has none left). A slot run cancelled
+    # by a command without it (the job moved on meanwhile) is a `Conflict`.
+    planned: bool = False
+    next_slot_ms: Ms | None = None
+    next_due_ms: Ms | None = None
+    missed: list[Missed] = msgspec.field(default_factory=list)
+    catchup_until_ms: Ms | None = None
+    catchup_decided_ms: Ms | None = None
 
 
 class BackfillJob(msgspec.Struct, tag="backfill_job", array_like=True):
@@ -194,7 +224,7 @@ class NotifyCursor(msgspec.Struct, tag="notify_cursor", array_like=True):
 
 Command = (
     CreateJobs | PauseJob | ResumeJob | DeleteJob | TriggerJob | ClaimRuns | ReportResults | ExpireLeases
-    | SetMember | DropHistory | NotifyCursor | BackfillJob | PatchJob
+    | SetMember | DropHistory | NotifyCursor | BackfillJob | PatchJob | CancelRun
 )
 # One log entry is a batch of commands: the unit of group commit.
 _entry_encoder = msgspec.msgpack.Encoder()

@@ -32,6 +32,7 @@ from tempo.engine.commands import ClaimKey, ReportResults, Result
 from tempo.engine.dispatch_core import (
     HTTP_QUEUE,
     LATENESS_BUCKETS_S,
+    Beat,
     ClaimedRun,
     DispatchCore,
     Lease,
@@ -45,7 +46,7 @@ from tempo.engine.store import Changes, Store
 from tempo.wheel import TimingWheel
 
 __all__ = [
-    "HTTP_QUEUE", "LATENESS_BUCKETS_S", "ClaimedRun", "Dispatcher", "Lease", "is_http", "log_failed_attempts",
+    "HTTP_QUEUE", "LATENESS_BUCKETS_S", "Beat", "ClaimedRun", "Dispatcher", "Lease", "is_http", "log_failed_attempts",
     "owner_of", "queue_key",
 ]
 log = logging.getLogger("tempo.dispatch")
@@ -73,6 +74,10 @@ class Dispatcher:
         # One event per ready queue with claimers waiting (`HTTP_QUEUE` for
         # the http ones), set and dropped when the core says it woke.
         self._ready_events: dict[str, trio.Event] = {}
+        # Called with the (job ID, nominal ms) of the claimed runs each
+        # applied entry asked to stop: the HTTP executor aborts their
+        # deliveries (it sends no heartbeats to learn it from).
+        self.stop_listeners: list[Callable[[list[tuple[str, int]]], None]] = []
         committer.listeners.append(self.on_changes)
 
     # The core's state, as the API's metrics and the tests read it.
@@ -192,6 +197,10 @@ class Dispatcher:
                 await trio.lowlevel.checkpoint()
             self.core.feed(changes, start, start + slice_runs)
             self._signal()
+        if changes.stopping:
+            self.core.stop_requested(changes.stopping)
+            for listener in self.stop_listeners:
+                listener(changes.stopping)
         if changes.event_owners:
             self.events_changed.set()
             self.events_changed = trio.Event()
@@ -350,6 +359,11 @@ class Dispatcher:
         """Extends a lease in memory to `lease_s` from now (monotonic); answers
         the new expiry as an instant of scheduler time (UNIX ms)."""
         return self.core.heartbeat(owner, run_id, attempt, self.now_ms(), trio.current_time())
+
+    def beat(self, owner: str | None, run_id: str, attempt: int) -> Beat:
+        """A worker's heartbeat (`DispatchCore.beat`): the lease's expiry
+        (UNIX ms; None: the attempt ended) and whether to stop."""
+        return self.core.beat(owner, run_id, attempt, self.now_ms(), trio.current_time())
 
     def release(self, claimed: list[ClaimedRun]) -> None:
         """Claimed runs whose answer never reached their worker: each lease

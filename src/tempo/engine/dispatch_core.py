@@ -70,7 +70,7 @@ from tempo.config import UNLIMITED, OwnerLimits
 from tempo.engine import keys
 from tempo.engine.commands import Claim, ClaimRuns, ExpireLeases, Expiry
 from tempo.engine.jobs import catch_up
-from tempo.engine.records import Job, Run
+from tempo.engine.records import Job, Run, RunCancel
 from tempo.rate import TokenBucket
 from tempo.wheel import TimingWheel
 
@@ -81,6 +81,11 @@ from tempo.wheel import TimingWheel
 HTTP_QUEUE = "\x00http"
 # Claim lateness buckets, in seconds (Prometheus histogram `le` bounds).
 LATENESS_BUCKETS_S = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 60.0)
+
+
+# A heartbeat's answer: the lease's expiry (UNIX ms; None: the attempt
+# ended), and why the worker is to stop (None: it goes on).
+Beat = tuple[int | None, RunCancel | None]
 
 
 def queue_key(job: Job) -> str:
@@ -145,6 +150,14 @@ class Lease(msgspec.Struct, gc=False):
     # entry; `DispatchCore.expire` moves the entry when it comes up).
     entry: int = 0
     entry_s: float = 0.0
+    # When the attempt's timeout ends it (monotonic; None: no timeout):
+    # `deadline_s` never passes it, whatever heartbeats say, and a lease
+    # that runs out at it expires as a timeout (docs/semantics.md "Run
+    # timeouts").
+    timeout_deadline_s: float | None = None
+    # The run was asked to stop (`Run.cancel`): heartbeats no longer move
+    # the deadline on, and answer `cancel: requested`.
+    cancel_requested: bool = False
 
 
 @dataclass(slots=True)
@@ -232,6 +245,12 @@ class DispatchCore:
         # come back while its expiry commits. Dropped when the run leaves
         # the claimed runs (`feed`'s `gone`) or the expiry was not written.
         self.expiring: dict[tuple[str, int], int] = {}
+        # Those of `expiring` that end by their timeout: a heartbeat for one
+        # answers `cancel: timeout` rather than stale.
+        self.timing_out: set[tuple[str, int]] = set()
+        # The scheduler time of the latest `load` (UNIX ms): a stored
+        # timeout instant becomes a monotonic deadline from it.
+        self.load_now_ms = now_ms
         # (instant_s, entry number, job ID, nominal ms). Invariant: each lease
         # has exactly one entry whose number is its `entry`; the others are
         # stale (their lease ended or was replaced), skipped when popped, and
@@ -296,6 +315,7 @@ class DispatchCore:
         The change feed (`_admit`) keeps the same rule. `check_memory` asserts
         the invariant against the table (for tests)."""
         until_ms = (keys.minute_of(now_ms + self.readahead_ms) + 1) * limits.minute_ms
+        self.load_now_ms = now_ms
         rows = 0
         while self.loaded_until_ms < until_ms and rows < limits.loader_rows_per_step:
             if self._memory_full():
@@ -337,7 +357,7 @@ class DispatchCore:
             found = self.reader.scan_minute(minutes[0], lo_ms, until_ms)
             for _, run, job in found:
                 if run.status == "claimed" and (run.job_id, run.nominal_ms) not in self.leases:
-                    self._grant(job.owner, run.job_id, run.nominal_ms, run.attempt, mono_s + job.lease_s, job.lease_s)
+                    self._grant_claimed(run, job, self.load_now_ms, mono_s)
             rows += len(found) + 1
             lo_ms = min(until_ms, (minutes[0] + 1) * limits.minute_ms)
         self.leased_until_ms = lo_ms
@@ -418,9 +438,9 @@ class DispatchCore:
             # A node that (re)starts or takes over gives every claimed run a
             # full lease from this moment, on the monotonic clock, whatever
             # the stored expiry says: a restart, a failover or a clock step
-            # never expires a healthy worker's run.
-            deadline_s = mono_s + job.lease_s
-            self._grant(job.owner, run.job_id, run.nominal_ms, run.attempt, deadline_s, job.lease_s)
+            # never expires a healthy worker's run. Its timeout, though, is
+            # the instant the claim fixed (`Run.timeout_at_ms`).
+            self._grant_claimed(run, job, self.load_now_ms, mono_s)
 
     def feed(self, changes: Fed, start: int, stop: int) -> None:
         """Takes items `[start, stop)` of an entry's changes into memory
@@ -449,6 +469,17 @@ class DispatchCore:
             self._drop_lease(slot)
             if self.expiring:
                 self.expiring.pop(slot, None)
+                self.timing_out.discard(slot)
+
+    def stop_requested(self, stopping: list[tuple[str, int]]) -> None:
+        """Runs asked to stop by an applied entry (`Changes.stopping`): their
+        leases no longer grow, and their heartbeats answer `cancel:
+        requested`. A run with no lease here gets the mark when it is
+        leased, from its stored `cancel`."""
+        for slot in stopping:
+            lease = self.leases.get(slot)
+            if lease is not None:
+                lease.cancel_requested = True
 
     def _admit(self, runs_key: bytes, due_ms: int, job: Job) -> None:
         """A run that became waiting inside the loaded window: into memory,
@@ -572,7 +603,12 @@ class DispatchCore:
                 continue
             self._drop_lease((job_id, nominal_ms))
             self.expiring[(job_id, nominal_ms)] = lease.attempt
-            found.append(Expiry(job_id, nominal_ms, lease.attempt))
+            timeout_s = lease.timeout_deadline_s
+            if timeout_s is not None and timeout_s <= now_s:
+                self.timing_out.add((job_id, nominal_ms))
+                found.append(Expiry(job_id, nominal_ms, lease.attempt, "timeout"))
+            else:
+                found.append(Expiry(job_id, nominal_ms, lease.attempt))
         return found
 
     def expire_failed(self, command: ExpireLeases, mono_s: float) -> None:
@@ -580,13 +616,23 @@ class DispatchCore:
         `mono_s`, so the next check proposes them again."""
         for expiry in command.expiries:
             self.expiring.pop((expiry.job_id, expiry.nominal_ms), None)
+            self.timing_out.discard((expiry.job_id, expiry.nominal_ms))
             job = self.reader.get_job_any(expiry.job_id)
             if job is not None:
-                self._grant(job.owner, expiry.job_id, expiry.nominal_ms, expiry.attempt, mono_s, 0)
+                timeout_s = mono_s if expiry.reason == "timeout" else None
+                self._grant(job.owner, expiry.job_id, expiry.nominal_ms, expiry.attempt, mono_s, 0, timeout_s)
 
     def expire_applied(self, outcomes: list[Run | None]) -> None:
-        """An `ExpireLeases` applied: counts the leases it expired."""
-        self.counters["expired"] += sum(1 for outcome in outcomes if outcome is not None)
+        """An `ExpireLeases` applied: counts the leases it expired, the
+        attempts its timeouts ended and the runs it ended cancelled."""
+        for outcome in outcomes:
+            if outcome is None:
+                continue
+            self.counters["expired"] += 1
+            if outcome.status == "cancelled":
+                self.counters["cancelled"] += 1
+            elif outcome.cancel == "timeout":
+                self.counters["timed_out"] += 1
 
     def reported(self, outcomes: list[Run | errors.TempoError]) -> None:
         """A `ReportResults` applied: counts its runs by their new status."""
@@ -775,10 +821,13 @@ class DispatchCore:
                 if job is None:
                     continue
                 jobs[job_id] = job
+            # The attempt's timeout counts from the claim's stamp (records.Run).
+            timeout_at_ms = None if job.timeout_s is None else now_ms + job.timeout_s * 1000
             if not job.schedule.repeating:
-                claims.append(Claim(job_id, nominal_ms, now_ms + job.lease_s * 1000, one_off=True))
+                claims.append(Claim(job_id, nominal_ms, now_ms + job.lease_s * 1000, one_off=True,
+                                    timeout_at_ms=timeout_at_ms))
                 continue
-            claim = Claim(job_id, nominal_ms, now_ms + job.lease_s * 1000)
+            claim = Claim(job_id, nominal_ms, now_ms + job.lease_s * 1000, timeout_at_ms=timeout_at_ms)
             if job.state == "active" and job.slot_ms == nominal_ms:
                 nxt = catch_up(job, nominal_ms, now_ms)
                 if nxt is not None:
@@ -803,7 +852,8 @@ class DispatchCore:
             if run is None:
                 continue
             job = proposal.jobs[claim.job_id]
-            self._grant(job.owner, run.job_id, run.nominal_ms, run.attempt, at_s + job.lease_s, job.lease_s)
+            timeout_s = None if claim.timeout_at_ms is None else at_s + (claim.timeout_at_ms - at_ms) / 1000
+            self._grant(job.owner, run.job_id, run.nominal_ms, run.attempt, at_s + job.lease_s, job.lease_s, timeout_s)
             lateness_s.append((at_ms - run.due_ms) / 1000)
             claimed.append(ClaimedRun(run, job))
         self.observe_lateness(lateness_s)
@@ -860,18 +910,38 @@ class DispatchCore:
 
     # -- leases ------------------------------------------------------------------
 
-    def _grant(self, owner: str, job_id: str, nominal_ms: int, attempt: int, deadline_s: float, lease_s: int) -> None:
+    def _grant(
+        self,
+        owner: str,
+        job_id: str,
+        nominal_ms: int,
+        attempt: int,
+        deadline_s: float,
+        lease_s: int,
+        timeout_deadline_s: float | None = None,
+        cancel_requested: bool = False,
+    ) -> None:
         # `_enter_lease`, inline: this runs once per run claimed. A new
         # lease adds one to the leases and one entry to the heap, which
         # keeps it within its bound; only one that replaces a lease (whose
         # entry goes stale) may take it past.
+        if timeout_deadline_s is not None and timeout_deadline_s < deadline_s:
+            deadline_s = timeout_deadline_s
         self._lease_entries += 1
         entry = self._lease_entries
-        lease = Lease(attempt, deadline_s, lease_s, owner, entry, deadline_s)
+        lease = Lease(attempt, deadline_s, lease_s, owner, entry, deadline_s, timeout_deadline_s, cancel_requested)
         replaced = self._put_lease((job_id, nominal_ms), lease)
         heapq.heappush(self._lease_heap, (deadline_s, entry, job_id, nominal_ms))
         if replaced:
             self._bound_lease_heap()
+
+    def _grant_claimed(self, run: Run, job: Job, now_ms: int, mono_s: float) -> None:
+        """A full lease from `mono_s` for a run claimed in the tables, with
+        its timeout (the stored instant, read on the scheduler clock at
+        `now_ms`) and its cancel request."""
+        timeout_s = None if run.timeout_at_ms is None else mono_s + (run.timeout_at_ms - now_ms) / 1000
+        self._grant(job.owner, run.job_id, run.nominal_ms, run.attempt, mono_s + job.lease_s, job.lease_s, timeout_s,
+                    run.cancel == "requested")
 
     def _enter_lease(self, key: tuple[str, int], lease: Lease) -> None:
         """Gives the lease a new entry in the heap, at its deadline; the
@@ -932,26 +1002,51 @@ class DispatchCore:
 
     def heartbeat(self, owner: str | None, run_id: str, attempt: int, now_ms: int, mono_s: float) -> int:
         """Extends a lease in memory to `lease_s` from now (monotonic); answers
-        the new expiry as an instant of scheduler time (UNIX ms)."""
+        the new expiry as an instant of scheduler time (UNIX ms). An
+        attempt that ended (`beat` answers no expiry) is `StaleAttempt`."""
+        expires_ms, _ = self.beat(owner, run_id, attempt, now_ms, mono_s)
+        if expires_ms is None:
+            raise errors.StaleAttempt(f"attempt {attempt} of run {run_id} no longer holds it")
+        return expires_ms
+
+    def beat(self, owner: str | None, run_id: str, attempt: int, now_ms: int, mono_s: float) -> Beat:
+        """A worker's heartbeat: extends the lease in memory to `lease_s`
+        from now (monotonic), never past the attempt's timeout; answers the
+        expiry as an instant of scheduler time (UNIX ms) and whether the
+        worker is to stop (docs/api.md "Heartbeats"). A run asked to stop
+        keeps its expiry (`requested`). An attempt its timeout ended
+        answers no expiry and `timeout` until a later attempt is claimed;
+        one a cancel ended, no expiry and `requested`."""
         parsed = ids.parse_run_id(run_id)
         job = None if parsed is None else self.reader.get_job_any(parsed[0])
         if parsed is None or job is None or (owner is not None and job.owner != owner):
             raise errors.NotFound(f"no run {run_id}")
         lease = self.leases.get(parsed)
         if lease is None and self.expiring.get(parsed) == attempt:
+            if parsed in self.timing_out:
+                return None, "timeout"
             raise errors.StaleAttempt(f"attempt {attempt} of run {run_id} no longer holds it")
         if lease is None or lease.attempt != attempt:
             run = self.reader.get_run_any(*parsed)
             if run is None:
                 raise errors.NotFound(f"no run {run_id}")
+            ended = _ended_by(run) if lease is None and run.attempt == attempt else None
+            if ended is not None:
+                return None, ended
             if lease is not None or run.status != "claimed" or run.attempt != attempt:
                 raise errors.StaleAttempt(f"attempt {attempt} of run {run_id} no longer holds it")
             # Claimed, but its minute is not loaded yet (a restart with a
             # backlog): it gets the full lease a loaded run would get.
-            self._grant(job.owner, parsed[0], parsed[1], attempt, mono_s + job.lease_s, job.lease_s)
-            return now_ms + job.lease_s * 1000
-        self._move_deadline(parsed, lease, mono_s + lease.lease_s)
-        return now_ms + lease.lease_s * 1000
+            self._grant_claimed(run, job, now_ms, mono_s)
+            lease = self.leases[parsed]
+            return now_ms + round((lease.deadline_s - mono_s) * 1000), "requested" if lease.cancel_requested else None
+        if lease.cancel_requested:
+            return now_ms + round(max(0.0, lease.deadline_s - mono_s) * 1000), "requested"
+        deadline_s = mono_s + lease.lease_s
+        if lease.timeout_deadline_s is not None and lease.timeout_deadline_s < deadline_s:
+            deadline_s = lease.timeout_deadline_s
+        self._move_deadline(parsed, lease, deadline_s)
+        return now_ms + round(max(0.0, deadline_s - mono_s) * 1000), None
 
     def release(self, claimed: list[ClaimedRun], mono_s: float) -> None:
         """Claimed runs whose answer never reached their worker: each lease
@@ -990,6 +1085,10 @@ class DispatchCore:
         for key, attempt in self.expiring.items():
             lease = self.leases.get(key)
             assert lease is None or lease.attempt != attempt, "an attempt being expired has no lease"
+        assert self.timing_out <= self.expiring.keys(), "a timeout being committed is an expiry being committed"
+        for lease in self.leases.values():
+            timeout_s = lease.timeout_deadline_s
+            assert timeout_s is None or lease.deadline_s <= timeout_s, "a lease never outlives its timeout"
 
     @property
     def lease_heap_entries(self) -> int:
@@ -999,3 +1098,16 @@ class DispatchCore:
 
 def _due_of(runs_key: bytes) -> int:
     return keys.due_of(runs_key)
+
+
+def _ended_by(run: Run) -> RunCancel | None:
+    """What ended a run's current attempt when it was told to stop: its
+    timeout, or a cancel asked of it; None for any other end (a heartbeat
+    for it is stale)."""
+    if run.status == "claimed":
+        return None
+    if run.cancel == "timeout":
+        return "timeout"
+    if run.status == "cancelled" and run.cancel == "requested":
+        return "requested"
+    return None

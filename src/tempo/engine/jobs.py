@@ -28,6 +28,7 @@ from tempo.config import notify_url_ok
 from tempo.engine.commandlog import Answer, CommandLog
 from tempo.engine.commands import (
     BackfillJob,
+    CancelRun,
     CreateJobs,
     DeleteJob,
     NewJob,
@@ -153,6 +154,8 @@ class JobSpec(Protocol):
     def catchup(self) -> CatchupSpec | None: ...
     @property
     def labels(self) -> dict[str, Any] | None: ...
+    @property
+    def timeout_s(self) -> int | None: ...
 
 
 class PreviewSpec(Protocol):
@@ -682,6 +685,8 @@ def _body_digest(
         fields += (() if notify is None else (notify,)) + (() if catchup is None else (catchup,))
         if labels is not None:
             fields += (("labels", labels),)
+        if body.timeout_s is not None:
+            fields += (("timeout_s", body.timeout_s),)
         return hashlib.blake2b(_hash_encoder.encode(fields), digest_size=16).digest()
     except OverflowError:
         # JSON allows any integer; records are MessagePack, which holds
@@ -762,6 +767,8 @@ class Jobs:
             job.catchup = catchup
         if labels is not None:
             job.labels = labels
+        if body.timeout_s is not None:
+            job.timeout_s = body.timeout_s
         if sched.at_ms is not None and body.jitter_s == 0:
             # `first_slot_ms` and `due_ms` of a one-off without jitter, inline.
             job.slot_ms = sched.at_ms
@@ -917,12 +924,39 @@ class Jobs:
     async def trigger(self, owner: str, job_id: str) -> Run:
         return _ok(await self.committer.submit(TriggerJob(self.now_ms(), owner, job_id)), Run)
 
+    async def cancel_run(self, owner: str, run_id: str) -> Run:
+        """`POST /v1/runs/{id}/cancel` (docs/semantics.md "Cancelling a
+        run"): the command, with the next slot of the job's schedule
+        decided here when the run is the waiting run of a repeating job's
+        slot (apply reads no clock and no time-zone database)."""
+        parsed = ids.parse_run_id(run_id)
+        if parsed is None:
+            raise errors.NotFound(f"no run {run_id}")
+        job_id, nominal_ms = parsed
+        for _ in range(limits.patch_tries_max):
+            job = self.store.get_job(owner, job_id)  # NotFound for another owner's
+            at_ms = self.now_ms()
+            command = CancelRun(at_ms, owner, job_id, nominal_ms)
+            if job.schedule.repeating and job.state == "active" and job.slot_ms == nominal_ms:
+                command.planned = True
+                nxt = catch_up(job, nominal_ms, at_ms)
+                if nxt is not None:
+                    command.next_slot_ms, command.next_due_ms = nxt.slot_ms, nxt.due_ms
+                    command.missed, command.catchup_until_ms = nxt.missed, nxt.until_ms
+                    command.catchup_decided_ms = nxt.decided_ms
+            outcome = await self.committer.submit(command)
+            if not isinstance(outcome, errors.Conflict):
+                return _ok(outcome, Run)
+            # The job's schedule moved between the read and the commit: read
+            # it again (rare: a change that made this run its slot run).
+        raise errors.Conflict(f"job {job_id} kept changing while the cancel was made: send it again")
+
 
 def _mutable(job: Job) -> tuple[object, ...]:
     """What a patch may change of a job."""
     return (
         job.name, job.target, job.payload, job.schedule, job.max_attempts, job.backoff_s, job.lease_s, job.jitter_s,
-        job.labels, job.notify,
+        job.labels, job.notify, job.timeout_s,
     )
 
 

@@ -22,6 +22,9 @@ from tempo import ids, limits
 JobState = Literal["active", "paused", "completed"]
 # `missed`: a history row for a range of slots that got no run (`Missed`).
 RunStatus = Literal["waiting", "claimed", "done", "failed", "cancelled", "missed"]
+# Why a run's worker is to stop: its owner asked (`POST /v1/runs/{id}/cancel`),
+# or the attempt's timeout passed.
+RunCancel = Literal["requested", "timeout"]
 # Bounds checked when a record or command is decoded, never when one is made
 # in code: bytes that decode outside them are corrupt (see `Corrupt`).
 Ms = Annotated[int, Meta(ge=0, le=limits.time_ms_max)]  # UNIX milliseconds, as keys hold them
@@ -122,6 +125,10 @@ class Job(msgspec.Struct, array_like=True, gc=False):
     # Key -> value, sorted by key (docs/api.md "Labels"); None: no label.
     # Indexed in the `jobs_by_label` table (store.py).
     labels: dict[str, str] | None = None
+    # Bounds one attempt of each run, counted from its claim, whatever
+    # heartbeats say (docs/semantics.md "Run timeouts"); None: no bound
+    # but the lease.
+    timeout_s: Annotated[int, Meta(ge=1)] | None = None
 
 
 class Attempt(msgspec.Struct, array_like=True, gc=False):
@@ -173,6 +180,15 @@ class Run(msgspec.Struct, array_like=True, gc=False):
     reason: MissedReason | None = None
     missed_until_ms: int | None = None
     missed_count: Count | None = None
+    # A claimed run asked to stop (`requested`, docs/semantics.md
+    # "Cancelling a run"), or a run whose last attempt ended by its
+    # timeout (`timeout`): what a heartbeat naming that attempt answers.
+    # A new claim clears it.
+    cancel: RunCancel | None = None
+    # When the claimed attempt's timeout ends it (UNIX ms), from the claim's
+    # stamp and the job's `timeout_s`; None: no timeout. Replicated, so a
+    # new leader holds the attempt to the same instant.
+    timeout_at_ms: Ms | None = None
 
 
 class JobOutcome(msgspec.Struct, array_like=True, gc=False):

@@ -21,7 +21,7 @@ import struct
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypeVar, overload
 
 import lmdb
@@ -31,6 +31,7 @@ from tempo import clock, errors, ids, limits
 from tempo.engine import datadir, keys, records
 from tempo.engine.commands import (
     BackfillJob,
+    CancelRun,
     Claim,
     ClaimKey,
     ClaimRuns,
@@ -172,6 +173,10 @@ class Changes:
     gone: list[bytes]  # runs keys of claimed runs that finished, expired or were deleted
     event_owners: set[str]  # owners with new events
     members: bool = False  # a member's URL was set
+    # (job ID, nominal ms) of claimed runs asked to stop in this entry
+    # (`_Tx.request_cancel`): their leases stop growing with heartbeats,
+    # and heartbeats answer `cancel: requested`.
+    stopping: list[tuple[str, int]] = field(default_factory=list)
     # The highest command stamp applied so far (the store's `stamp_ms`).
     stamp_ms: int = 0
 
@@ -1322,6 +1327,8 @@ class _Tx:
                 return self.apply_to_runs(command)
             case PatchJob():
                 return self._fresh_outcome(self.patch_job(command))
+            case CancelRun():
+                return self.cancel_run(command)
             case SetMember():
                 self.txn.put(command.node_id.encode(), command.url.encode(), db=self.members)
                 self.changes.members = True
@@ -1525,7 +1532,8 @@ class _Tx:
         job = msgspec.structs.replace(
             old, name=new.name, target=new.target, payload=new.payload, schedule=new.schedule,
             max_attempts=new.max_attempts, backoff_s=new.backoff_s, lease_s=new.lease_s, jitter_s=new.jitter_s,
-            catchup=new.catchup, version=old.version + 1, labels=new.labels, notify=new.notify if cmd.sets_notify else old.notify,
+            catchup=new.catchup, version=old.version + 1, labels=new.labels,
+            notify=new.notify if cmd.sets_notify else old.notify, timeout_s=new.timeout_s,
         )
         if old.labels != job.labels:
             self._relabel(old, job)
@@ -1743,6 +1751,8 @@ class _Tx:
         run.worker = cmd.worker
         run.lease_expires_ms = claim.lease_expires_ms
         run.started_ms = cmd.at_ms
+        run.cancel = None  # a new attempt: what ended the last one is past
+        run.timeout_at_ms = claim.timeout_at_ms
         if claim.one_off:
             self.put_run_in_place(run, runs_key, "waiting", job_key=job_key)
             # The job's `next_run_at` still names this run's due time; reads
@@ -1847,9 +1857,14 @@ class _Tx:
             return errors.StaleAttempt(f"attempt {result.attempt} is not the current one ({run.attempt})")
         if run.status != "claimed":
             # This attempt's result was applied before: the same report again is
-            # harmless; any other one for an attempt that ended (by a result or
-            # an expired lease) is stale.
-            same = run.status == "done" if result.ok else run.status in ("waiting", "failed")
+            # harmless; any other one for an attempt that ended (by a result,
+            # an expired lease or its timeout) is stale.
+            if run.cancel == "timeout":
+                return errors.StaleAttempt(f"attempt {result.attempt} ended by its timeout")
+            if run.status == "cancelled":
+                same = run.cancel == "requested"
+            else:
+                same = run.status == "done" if result.ok else run.status in ("waiting", "failed")
             repeat = same and run.attempt >= 1 and (run.output, run.error) == (result.output, result.error)
             return run if repeat else errors.StaleAttempt(f"attempt {result.attempt} already ended")
         assert runs_key is not None, "a claimed run is open"
@@ -1857,6 +1872,11 @@ class _Tx:
         run.lease_expires_ms = None
         run.output = result.output
         run.error = result.error
+        if run.cancel == "requested":
+            # Whatever it says, the result of a run asked to stop ends it
+            # cancelled, with no retry (docs/semantics.md "Cancelling a run").
+            self._end_cancelled(job, run, runs_key, cmd.at_ms, by_job_key)
+            return run
         if result.ok:
             run.status = "done"
             run.finished_ms = cmd.at_ms
@@ -1871,16 +1891,121 @@ class _Tx:
         return run
 
     def expire_lease(self, at_ms: int, expiry: Expiry) -> Run | None:
+        """An attempt the dispatcher found ended: its lease ran out, or its
+        timeout passed (`expiry.reason`). A run asked to stop ends
+        cancelled either way; a timeout is a failed attempt, retried after
+        its backoff as a failed result is; an expired lease is re-delivered
+        at once."""
         found = self._slot_run(expiry.job_id, expiry.nominal_ms)
         if found is None or found[1].status != "claimed" or found[1].attempt != expiry.attempt:
             return None  # finished or re-claimed since the lease was found expired
         runs_key, run = found
-        _keep_attempt(run, at_ms, False, None, "lease expired")
+        job = self._job_any(run.job_id)
+        error = "timeout" if expiry.reason == "timeout" else "lease expired"
+        _keep_attempt(run, at_ms, False, None, error)
         run.lease_expires_ms = None
-        run.error = "lease expired"
+        run.error = error
+        if run.cancel == "requested":
+            self._end_cancelled(job, run, runs_key, at_ms)
+            return run
+        if expiry.reason == "timeout":
+            run.cancel = "timeout"
+            backoff_s = job.backoff_s if run.retry_kept is None else run.retry_kept.backoff_s
+            gap_s = backoff_s[min(run.attempt - 1, len(backoff_s) - 1)]
+            self._end_attempt(job, run, runs_key, at_ms, at_ms + gap_s * 1000)
+            return run
         # A re-delivery after an expired lease is due at once, without jitter.
-        self._end_attempt(self._job_any(run.job_id), run, runs_key, at_ms, at_ms)
+        self._end_attempt(job, run, runs_key, at_ms, at_ms)
         return run
+
+    # -- cancelling a run (docs/semantics.md "Cancelling a run") ---------------
+
+    def cancel_run(self, cmd: CancelRun) -> Run | errors.TempoError:
+        """A waiting run is cancelled at once; a claimed one is asked to stop
+        (`request_cancel`); one cancelled already is answered as it is; any
+        other finished run is `RunFinished`."""
+        job = self.job(cmd.owner, cmd.job_id)
+        if job is None:
+            return errors.NotFound("no such run")
+        found = self._slot_run(job.id, cmd.nominal_ms)
+        if found is None:
+            held = self.history_run(job.id, cmd.nominal_ms)
+            if held is None:
+                return errors.NotFound(f"no run {ids.run_id(job.id, cmd.nominal_ms)}")
+            run = held[1]
+            if run.status == "cancelled":
+                return run
+            return errors.RunFinished(f"run {ids.run_id(job.id, cmd.nominal_ms)} finished already ({run.status})")
+        runs_key, run = found
+        if run.status == "claimed":
+            self.request_cancel(job, run, runs_key, cmd.at_ms)
+            return run
+        assert run.status == "waiting", "an open run waits or is claimed"
+        if _is_slot_run(job, run) and not cmd.planned:
+            return errors.Conflict("the job's schedule moved while the cancel was made: send it again")
+        self._cancel_waiting(job, run, runs_key, cmd)
+        return run
+
+    def request_cancel(self, job: Job, run: Run, runs_key: bytes, at_ms: int) -> None:
+        """Asks the claimed `run` (of `job`, stored at `runs_key`) to stop:
+        the next heartbeat of its attempt answers `cancel: requested`, its
+        lease no longer grows, and the result that follows, or the end of
+        its lease, ends it `cancelled` with no retry. Idempotent. `at_ms`
+        is the command's stamp (the request is not written as an event:
+        the run's end is, `run.cancelled`)."""
+        assert run.status == "claimed" and run.job_id == job.id
+        assert keys.due_of(runs_key) == run.due_ms, "the run is stored at runs_key"
+        del at_ms  # nothing of the request is timed: its end is
+        if run.cancel == "requested":
+            return
+        run.cancel = "requested"
+        self.put_run_in_place(run, runs_key, "claimed", job)
+        self.changes.stopping.append((run.job_id, run.nominal_ms))
+
+    def _cancel_waiting(self, job: Job, run: Run, runs_key: bytes, cmd: CancelRun) -> None:
+        """A waiting run cancelled into history. The waiting run of a
+        repeating job's schedule slot hands the schedule on to the next
+        slot (the command's), so the job keeps one waiting run; a
+        one-off's ends the job (`_settle`: completed)."""
+        slot_run = _is_slot_run(job, run)
+        run.status = "cancelled"
+        run.finished_ms = cmd.at_ms
+        self.finish_run(run, runs_key, "waiting", cmd.at_ms, job=job)
+        self._cancelled_event(job, run, cmd.at_ms)
+        if not slot_run:
+            self._settle(job, run, cmd.at_ms)
+            return
+        if cmd.next_slot_ms is None:
+            job.state = "completed"  # the schedule has no occurrence left
+            job.next_run_at_ms = None
+            self.put_job(job)
+            return
+        assert cmd.next_due_ms is not None and cmd.next_slot_ms > run.nominal_ms
+        if not self.slot_taken(job.id, cmd.next_slot_ms):
+            self.put_run(Run(job.id, cmd.next_slot_ms, cmd.next_due_ms, "waiting"), job=job)
+        job.slot_ms = cmd.next_slot_ms
+        job.next_run_at_ms = cmd.next_due_ms
+        for missed in cmd.missed:
+            self.record_missed(job, missed, cmd.at_ms)
+        job.catchup_until_ms = cmd.catchup_until_ms
+        job.catchup_decided_ms = cmd.catchup_decided_ms
+        self.put_job(job)
+
+    def _end_cancelled(
+        self, job: Job, run: Run, runs_key: bytes, at_ms: int, by_job_key: bytes | None = None
+    ) -> None:
+        """A claimed run asked to stop ends `cancelled` (its attempt kept by
+        the caller): by its result, or by the end of its lease."""
+        run.status = "cancelled"
+        run.finished_ms = at_ms
+        run.retry_kept = None
+        self.finish_run(run, runs_key, "claimed", at_ms, by_job_key, job)
+        self._cancelled_event(job, run, at_ms)
+        self._settle(job, run, at_ms)
+
+    def _cancelled_event(self, job: Job, run: Run, at_ms: int) -> None:
+        detail = {"attempt": run.attempt, "claimed": run.attempt > 0 and run.cancel == "requested"}
+        self.append_event(job.owner, Event("run.cancelled", at_ms, job.id, ids.run_id(job.id, run.nominal_ms), detail))
 
     def _end_attempt(self, job: Job, run: Run, runs_key: bytes, at_ms: int, retry_due_ms: int) -> None:
         """A failed or expired attempt: wait for the next one, or fail for good
@@ -1921,6 +2046,12 @@ class _Tx:
         self.put_job(job, job_key)
         detail = {"status": run.status}
         self.append_event(job.owner, Event("job.completed", at_ms, job.id, ids.run_id(job.id, run.nominal_ms), detail))
+
+
+def _is_slot_run(job: Job, run: Run) -> bool:
+    """Whether `run` is the waiting run of an active repeating job's
+    schedule slot: cancelling it hands the schedule on to the next slot."""
+    return job.schedule.repeating and not run.triggered and job.state == "active" and job.slot_ms == run.nominal_ms
 
 
 def _key_fault(job: Job) -> errors.TempoError | None:

@@ -63,6 +63,7 @@ from tempo.schema import (
     BackfillOut,
     BatchAck,
     BatchItemResult,
+    CancelIn,
     ClaimIn,
     ClaimOut,
     ClusterNode,
@@ -73,6 +74,7 @@ from tempo.schema import (
     Health,
     HeartbeatIn,
     HeartbeatOut,
+    HeartbeatsAck,
     HeartbeatsIn,
     Instant,
     JobBatchCreate,
@@ -195,6 +197,9 @@ class Api:
         self.limits_of = limits_of
         self.create_buckets: dict[str, TokenBucket] = {}
         self.rate_limited: Counter[str] = Counter()  # creates refused, by owner
+        # Cancels answered, by what they did: `cancelled` (a waiting run),
+        # `requested` (a claimed run asked to stop).
+        self.cancels: Counter[str] = Counter()
         self.edge = http_limits or HttpLimits()
         self.gate = gate  # connections: counted by net/http.py, shown in /metrics
         self.in_flight = 0
@@ -463,6 +468,8 @@ class Api:
                 return "run_heartbeat", {"POST": _bind(self.heartbeat, run_id)}
             case [run_id, "result"]:
                 return "run_result", {"POST": _bind(self.result, run_id)}
+            case [run_id, "cancel"]:
+                return "run_cancel", {"POST": _bind(self.cancel_run, run_id)}
         return None
 
     def _v1_routes(self, parts: list[str]) -> Routes | None:
@@ -689,6 +696,15 @@ class Api:
         next_cursor = None if next_ms is None else str(next_ms)
         return encode(request, RunsPage([self.run_view(r) for r in found], next_cursor))
 
+    async def cancel_run(self, request: Request, run_id: str) -> Response:
+        """`POST /v1/runs/{id}/cancel` (docs/api.md "Cancel a run"): the job
+        owner's (an admin's for every owner); answers the run as it is now."""
+        if request.body:
+            decode(request, _no_body)
+        run = await self.jobs.cancel_run(self._owner_of_run(request, run_id), run_id)
+        self.cancels["requested" if run.status == "claimed" else "cancelled"] += 1
+        return encode(request, views.run_detail_view(run, self.run_view(run)))
+
     async def get_run(self, request: Request, run_id: str) -> Response:
         run, _ = self.store.get_run(self._owner_of_run(request, run_id), run_id)
         return encode(request, views.run_detail_view(run, self.run_view(run)))
@@ -780,22 +796,24 @@ class Api:
         body = decode(request, _heartbeat)
         if not self._may_touch(request, run_id):
             raise errors.NotFound(f"no run {run_id}")
-        expires_ms = self.dispatcher.heartbeat(self.owner(request), run_id, body.attempt)
-        return encode(request, HeartbeatOut(clock.iso_from_ms(expires_ms)))
+        expires_ms, cancel = self.dispatcher.beat(self.owner(request), run_id, body.attempt)
+        return encode(request, HeartbeatOut(clock.iso_or_none(expires_ms), cancel))
 
     async def heartbeats(self, request: Request) -> Response:
         body = decode(request, _heartbeats)
-        ack = BatchAck([], [])
+        ack = HeartbeatsAck([], [])
         for item in body.heartbeats:
             if not self._may_touch(request, item.run_id):
                 ack.rejected.append(Rejected(item.run_id, "not_found"))
                 continue
             try:
-                self.dispatcher.heartbeat(self.owner(request), item.run_id, item.attempt)
+                _, cancel = self.dispatcher.beat(self.owner(request), item.run_id, item.attempt)
             except errors.TempoError as exc:
                 ack.rejected.append(Rejected(item.run_id, exc.type))
             else:
                 ack.accepted.append(item.run_id)
+                if cancel is not None:
+                    ack.cancel[item.run_id] = cancel
         return encode(request, ack)
 
     async def result(self, request: Request, run_id: str) -> Response:
@@ -1108,13 +1126,19 @@ class Api:
     def _dispatch_metrics(self) -> list[str]:
         d = self.dispatcher
         lines = []
-        for name in ("due", "claimed", "done", "failed", "waiting", "expired", "undelivered"):
+        for name in ("due", "claimed", "done", "failed", "waiting", "expired", "undelivered", "timed_out", "cancelled"):
             metric = "retried" if name == "waiting" else name
             lines += [
                 f"# HELP tempo_runs_{metric}_total Runs {metric}.",
                 f"# TYPE tempo_runs_{metric}_total counter",
                 f"tempo_runs_{metric}_total {d.counters[name]}",
             ]
+        lines += prom.head(
+            "tempo_run_cancels_total", "counter",
+            "POST /v1/runs/{id}/cancel answered, by what it did (a waiting run cancelled, a claimed run asked to stop).",
+        )
+        lines += [prom.sample("tempo_run_cancels_total", self.cancels[kind], {"result": kind})
+                  for kind in ("cancelled", "requested")]
         lines += [
             "# HELP tempo_claim_key_repeats_total Claims answered from their claim key's record.",
             "# TYPE tempo_claim_key_repeats_total counter",
@@ -1148,7 +1172,9 @@ def _bind(handler: Callable[[Request, str], Awaitable[Response]], arg: str) -> H
 
 # What a patch may name (docs/api.md "Change a job"), and why it may not name
 # the other fields of a job's view.
-_PATCHABLE = frozenset({"name", "target", "payload", "schedule", "retry", "lease_s", "jitter_s", "labels", "notify"})
+_PATCHABLE = frozenset({
+    "name", "target", "payload", "schedule", "retry", "lease_s", "jitter_s", "labels", "notify", "timeout_s",
+})
 # Objects a patch merges into the job's key by key (RFC 7396); the other
 # fields it names are replaced whole.
 _MERGED = frozenset({"retry", "labels", "notify"})
@@ -1156,8 +1182,9 @@ _FIXED_WHY = dict.fromkeys(
     ("id", "owner", "state", "created_at", "next_run_at", "request_key", "version", "last_run", "runs",
      "catchup"),
     "cannot be changed by a patch",
-) | dict.fromkeys(("overlap", "timeout_s"), "not supported by this server yet")
+) | dict.fromkeys(("overlap",), "not supported by this server yet")
 _patch_body = decoders(dict[str, Any])
+_no_body = decoders(CancelIn)
 _create_json = _create[0]
 
 

@@ -311,6 +311,10 @@ class Client:
     def get_run(self, run_id: str) -> dict[str, Any]:
         return _object(self.request("GET", f"/v1/runs/{run_id}"))
 
+    def cancel_run(self, run_id: str) -> dict[str, Any]:
+        """`POST /v1/runs/{id}/cancel`: the run as the cancel left it."""
+        return _object(self.request("POST", f"/v1/runs/{run_id}/cancel"))
+
     # -- workers ------------------------------------------------------------------
 
     def claim(

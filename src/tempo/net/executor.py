@@ -6,6 +6,13 @@ success, anything else, a network error, or no answer within the job's
 `lease_s` is a failure, retried per the job's policy. At most
 `limits.http_executor_concurrency` deliveries are in flight.
 
+A job's `timeout_s` bounds the request too: it is aborted when the
+attempt's timeout passes, and reported failed with error `timeout` (the
+lease check ends it so as well, whichever comes first). A run cancelled
+while its request is in flight (docs/semantics.md "Cancelling a run") has
+its request aborted at once, and its result, reported `ok=false`, is
+recorded cancelled.
+
 It serves every owner: claiming `[HTTP_QUEUE]` takes from each owner's http
 queue in turn (round-robin), within each owner's limits, so one owner's
 backlog of due runs does not queue ahead of another owner's run.
@@ -37,6 +44,16 @@ class HttpExecutor:
         self.concurrency = concurrency
         self.in_flight = 0
         self._slot_freed = trio.Event()
+        # The cancel scope of each delivery in flight, by (job ID, nominal
+        # ms), with its attempt: a cancel of the run aborts it.
+        self._scopes: dict[tuple[str, int], tuple[int, trio.CancelScope]] = {}
+
+    def _stop(self, stopping: list[tuple[str, int]]) -> None:
+        """Runs asked to stop: their deliveries in flight are aborted."""
+        for slot in stopping:
+            found = self._scopes.get(slot)
+            if found is not None:
+                found[1].cancel()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         limits_ = httpx.Limits(max_connections=self.concurrency, max_keepalive_connections=self.concurrency)
@@ -46,6 +63,13 @@ class HttpExecutor:
         made = await trio.to_thread.run_sync(partial(
             httpx.AsyncClient, limits=limits_, follow_redirects=False, headers={"user-agent": USER_AGENT}
         ))
+        self.dispatcher.stop_listeners.append(self._stop)
+        try:
+            await self._serve(made, task_status)
+        finally:
+            self.dispatcher.stop_listeners.remove(self._stop)
+
+    async def _serve(self, made: httpx.AsyncClient, task_status: trio.TaskStatus[None]) -> None:
         async with made as client:
             async with trio.open_nursery() as nursery:
                 task_status.started()
@@ -58,6 +82,9 @@ class HttpExecutor:
                     runs_max = min(free, limits.http_executor_batch_runs)
                     for claimed in await self.dispatcher.claim([HTTP_QUEUE], WORKER_NAME, runs_max, _claim_wait_s):
                         self.in_flight += 1
+                        run = claimed.run
+                        # Before the delivery starts: a cancel may come before it runs.
+                        self._scopes[(run.job_id, run.nominal_ms)] = (run.attempt, trio.CancelScope())
                         nursery.start_soon(self._deliver, client, claimed)
 
     async def _deliver(self, client: httpx.AsyncClient, claimed: ClaimedRun) -> None:
@@ -71,20 +98,34 @@ class HttpExecutor:
             "idempotency-key": run_id,
         }
         ok, output, error = False, None, None
+        slot = (run.job_id, run.nominal_ms)
+        _, scope = self._scopes.get(slot, (run.attempt, trio.CancelScope()))
+        # The request is bounded by the lease, and by the attempt's timeout
+        # when that comes first.
+        bound_s, timed = float(job.lease_s), False
+        if run.timeout_at_ms is not None:
+            left_s = max(0.0, (run.timeout_at_ms - self.dispatcher.now_ms()) / 1000)
+            if left_s < bound_s:
+                bound_s, timed = left_s, True
         try:
-            with trio.fail_after(job.lease_s):
+            with scope, trio.fail_after(bound_s):
                 response = await client.post(job.target, content=_json.encode(job.payload), headers=headers, timeout=job.lease_s)
-            ok = 200 <= response.status_code < 300
-            output = f"HTTP {response.status_code}"
-            if not ok:
-                error = f"HTTP {response.status_code}: {response.text[:_error_chars_max]}"
+            if scope.cancelled_caught:
+                error = "cancelled: its owner asked it to stop"
+            else:
+                ok = 200 <= response.status_code < 300
+                output = f"HTTP {response.status_code}"
+                if not ok:
+                    error = f"HTTP {response.status_code}: {response.text[:_error_chars_max]}"
         except trio.TooSlowError:
-            error = f"no answer within lease_s={job.lease_s}"
+            error = "timeout" if timed else f"no answer within lease_s={job.lease_s}"
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
             # InvalidURL is no HTTPError: a target stored before the create
             # check refused such URLs fails its attempt, never the node.
             error = f"{type(exc).__name__}: {str(exc)[:_error_chars_max]}"
         finally:
+            if self._scopes.get(slot, (None,))[0] == run.attempt:
+                del self._scopes[slot]
             self.in_flight -= 1
             self._slot_freed.set()
         fields = {"job_id": job.id, "run_id": run_id, "attempt": run.attempt}

@@ -34,6 +34,7 @@ _STRUCTS = (
     schema.ResultIn,
     schema.ResultsIn,
     schema.BatchAck,
+    schema.HeartbeatsAck,
     schema.EventsPage,
     schema.ClusterOut,
 )
@@ -208,6 +209,12 @@ def _paths() -> dict[str, Any]:
             "get": _op("One run, with its attempts", {"200": _json(schema.RunDetailOut, "the run")},
                        params=[_param("run_id", "path", {"type": "string"}, "the run ID", True)]),
         },
+        "/v1/runs/{run_id}/cancel": {
+            "post": _op("Cancel a run: a waiting one at once, a claimed one asked to stop",
+                        {"200": _json(schema.RunDetailOut, "the run as it is now"),
+                         "409": _problem("run_finished: the run finished already")},
+                        params=[_param("run_id", "path", {"type": "string"}, "the run ID", True)]),
+        },
         "/v1/schedules/preview": {
             "post": _op("When a schedule runs", {"200": _json(schema.PreviewOut, "the times")}, body=schema.PreviewIn),
         },
@@ -246,13 +253,15 @@ def _worker_paths() -> dict[str, Any]:
             "409": _problem("claim_key_reused: the claim key was used by another worker or for other queues"),
         }, body=schema.ClaimIn)},
         "/v1/runs/{run_id}/heartbeat": {"post": _op(
-            "Extend a lease", {"200": _json(schema.HeartbeatOut, "the new lease"), "409": stale},
+            "Extend a lease", {"200": _json(schema.HeartbeatOut, "the new lease, and whether to stop"), "409": stale},
             body=schema.HeartbeatIn, params=[run_id])},
         "/v1/runs/{run_id}/result": {"post": _op(
             "Report a result", {"200": _json(schema.RunOut, "the run"), "409": stale,
                                 "413": _problem("output too large")},
             body=schema.ResultIn, params=[run_id])},
-        "/v1/heartbeats": {"post": _op("Extend many leases", {"200": ack}, body=schema.HeartbeatsIn)},
+        "/v1/heartbeats": {"post": _op(
+            "Extend many leases", {"200": _json(schema.HeartbeatsAck, "accepted and rejected runs, and which to stop")},
+            body=schema.HeartbeatsIn)},
         "/v1/results": {"post": _op("Report many results", {"200": ack, "413": _problem("output too large")},
                                     body=schema.ResultsIn)},
         "/v1/events": {"get": _op("The owner's events (an admin token's: every owner's), oldest first", {
@@ -279,6 +288,7 @@ OPERATION_IDS = {
     ("/v1/jobs/{id}/runs", "get"): "listRuns",
     ("/v1/runs/{run_id}", "get"): "getRun",
     ("/v1/runs", "get"): "listAllRuns",
+    ("/v1/runs/{run_id}/cancel", "post"): "cancelRun",
     ("/v1/schedules/preview", "post"): "previewSchedule",
     ("/v1/claim", "post"): "claim",
     ("/v1/runs/{run_id}/heartbeat", "post"): "heartbeat",
@@ -298,12 +308,12 @@ OPERATION_IDS = {
 # Operations that write: a node that cannot store the write answers 507.
 _WRITES = frozenset({
     "createJob", "createJobs", "deleteJob", "updateJob", "pauseJob", "resumeJob", "triggerJob", "claim", "reportResult",
-    "reportResults", "addNode", "removeNode", "backfillJob",
+    "reportResults", "addNode", "removeNode", "backfillJob", "cancelRun",
 })
 # OpenAPI links: which operations take an ID from which answer (a client's
 # next steps, and what stateful API tests chain).
 _JOB_LINKS = ("getJob", "deleteJob", "pauseJob", "resumeJob", "triggerJob", "listRuns", "updateJob")
-_RUN_LINKS = ("getRun",)
+_RUN_LINKS = ("getRun", "cancelRun")
 
 
 def _links(names: tuple[str, ...], parameter: str, expression: str) -> dict[str, Any]:

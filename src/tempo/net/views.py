@@ -92,6 +92,7 @@ def job_view(job: Job, shared: dict[Any, Any] | None = None, outcome: JobOutcome
         None if job.catchup is None else _catchup_view(job.catchup),
         version=job.version,
         labels=job.labels or {},
+        timeout_s=job.timeout_s,
     )
 
 
@@ -121,7 +122,7 @@ def run_detail_view(run: Run, view: RunOut) -> RunDetailOut:
     ]
     if run.status == "claimed":
         attempts.append(AttemptOut(run.attempt, clock.iso_or_none(run.started_ms), run.worker, None, None, None, None))
-    detail = RunDetailOut(*_run_fields(run), attempts=attempts)
+    detail = RunDetailOut(*_run_fields(run), **_stop_fields(run), attempts=attempts)
     detail.lease_expires_at = view.lease_expires_at  # as heartbeats extended it
     return detail
 
@@ -163,7 +164,16 @@ def _run_fields(run: Run) -> _RunFields:
     )
 
 
+def _stop_fields(run: Run) -> dict[str, Any]:
+    """What may stop a claimed run: a cancel asked of it, its timeout."""
+    if run.status != "claimed":
+        return {}
+    return {"cancel_requested": run.cancel == "requested", "timeout_at": clock.iso_or_none(run.timeout_at_ms)}
+
+
 def run_view(run: Run) -> RunOut:
+    if run.status == "claimed" and (run.cancel is not None or run.timeout_at_ms is not None):
+        return RunOut(*_run_fields(run), **_stop_fields(run))
     return RunOut(*_run_fields(run))
 
 
@@ -189,4 +199,6 @@ def claimed_view(run: Run, job: Job) -> ClaimedRunOut:
         target=job.target,
         payload=job.payload,
         lease_s=job.lease_s,
+        timeout_s=job.timeout_s,
+        timeout_at=None if run.timeout_at_ms is None else iso(run.timeout_at_ms),
     )
