@@ -940,7 +940,8 @@ class DispatchCore:
         its timeout (the stored instant, read on the scheduler clock at
         `now_ms`) and its cancel request."""
         timeout_s = None if run.timeout_at_ms is None else mono_s + (run.timeout_at_ms - now_ms) / 1000
-        self._grant(job.owner, run.job_id, run.nominal_ms, run.attempt, mono_s + job.lease_s, job.lease_s, timeout_s,
+        lease_s = claimed_lease_s(run, job)
+        self._grant(job.owner, run.job_id, run.nominal_ms, run.attempt, mono_s + lease_s, lease_s, timeout_s,
                     run.cancel == "requested")
 
     def _enter_lease(self, key: tuple[str, int], lease: Lease) -> None:
@@ -1094,6 +1095,17 @@ class DispatchCore:
     def lease_heap_entries(self) -> int:
         """Entries in the lease heap, stale ones included."""
         return len(self._lease_heap)
+
+
+def claimed_lease_s(run: Run, job: Job) -> int:
+    """The lease length a claimed run was claimed with: its claim stamped
+    the start and the expiry from the job's `lease_s` of the moment, which
+    a patch may have changed since (docs/semantics.md "Changing a job")."""
+    if run.started_ms is not None and run.lease_expires_ms is not None:
+        lease_ms = run.lease_expires_ms - run.started_ms
+        if lease_ms >= 1000:
+            return lease_ms // 1000
+    return job.lease_s
 
 
 def _due_of(runs_key: bytes) -> int:
