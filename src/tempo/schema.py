@@ -509,9 +509,10 @@ class BatchAck(msgspec.Struct):
     rejected: list[Rejected]
 
 
-class HeartbeatsAck(BatchAck):
+class HeartbeatsAck(BatchAck, omit_defaults=True):
     """`POST /v1/heartbeats`: also, for each accepted run whose worker is to
-    stop, why (as a single heartbeat's `cancel`); runs that go on are not in it."""
+    stop, why (as a single heartbeat's `cancel`); runs that go on are not in
+    it, and the field is left out when no run is to stop."""
 
     cancel: dict[str, RunCancel] = {}
 
