@@ -1274,6 +1274,18 @@ class _Tx:
             outcome = self.outcome_counts[job_key] = JobOutcome() if raw is None else _outcome_dec.decode(raw)
         _add_to_outcome(outcome, run)
 
+    def _uncount_cancelled(self, job_key: bytes) -> None:
+        """A cancelled run of the job came back to waiting (a resume): it
+        no longer counts in the job's `cancelled`, so a cancel after it
+        counts it once."""
+        outcome = self.outcome_counts.get(job_key)
+        if outcome is None:
+            raw = self.outcomes_cursor().get(job_key)
+            assert raw is not None, "a cancelled run was counted"
+            outcome = self.outcome_counts[job_key] = _outcome_dec.decode(raw)
+        assert outcome.cancelled > 0, "a cancelled run was counted"
+        outcome.cancelled -= 1
+
     def _count_open(self, old_key: bytes | None, new_key: bytes | None) -> None:
         old_minute = None if old_key is None else _MINUTE.unpack(old_key[:4])[0]
         new_minute = None if new_key is None else _MINUTE.unpack(new_key[:4])[0]
@@ -1511,6 +1523,7 @@ class _Tx:
             return None
         assert self.txn.delete(_HIST_RUN + keys.by_job_key(run.job_id, run.nominal_ms), db=bucket)
         assert self.txn.delete(_HIST_STATUS + _status_key_of(job.owner, run), db=bucket)
+        self._uncount_cancelled(keys.job_key(job.id))
         run.status = "waiting"
         run.due_ms = max(run.due_ms, at_ms)
         self.put_run(run, job=job)
