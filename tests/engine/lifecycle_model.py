@@ -292,9 +292,14 @@ class LifecycleModel(RuleBasedStateMachine):
         run.ended += 1
         run.last_error = error
         if run.cancel_requested:
+            run.cancelled_by = "owner"
             self.end_run(job, run, "cancelled")
         elif ok:
             self.end_run(job, run, "done")
+        elif run.attempt < run.max_attempts and job.state == "paused" and not run.triggered:
+            run.status = "cancelled"  # a paused job has no run waiting; a resume may bring it back
+            run.cancelled_by = "pause"
+            run.due_ms = None
         elif run.attempt < run.max_attempts:
             run.status = "waiting"
             run.due_ms = retry_due_ms
@@ -379,7 +384,10 @@ class LifecycleModel(RuleBasedStateMachine):
         moves to the new slot (docs/semantics.md "Changing a job")."""
         now_ms = self.engine.now_ms
         sched = schedule_record(_body(job.spec).schedule)
-        new_slot = slot_after_ms(sched, job.created_ms, now_ms, inclusive=False) if sched.repeating else sched.at_ms
+        if sched.repeating:
+            new_slot = self.slot_not_cancelled(job, slot_after_ms(sched, job.created_ms, now_ms, inclusive=False))
+        else:
+            new_slot = sched.at_ms
         if job.state == "paused":
             if not job.repeating:
                 job.slot_ms = new_slot
@@ -402,6 +410,17 @@ class LifecycleModel(RuleBasedStateMachine):
             return
         self.plant(job, new_slot, "patch")
 
+    def slot_not_cancelled(self, job: MJob, slot_ms: int | None) -> int | None:
+        """The first slot from `slot_ms` on whose run its owner did not
+        cancel: a resume or a re-plan never brings such a run back."""
+        sched = schedule_record(_body(job.spec).schedule)
+        while slot_ms is not None:
+            there = job.runs.get(slot_ms)
+            if there is None or there.cancelled_by != "owner":
+                break
+            slot_ms = slot_after_ms(sched, job.created_ms, slot_ms, inclusive=False)
+        return slot_ms
+
     def store_slot_before_step(self, job: MJob) -> int | None:
         # The job's slot as the model last checked it (`check` keeps it).
         return self.slots.get(job.id)
@@ -415,11 +434,7 @@ class LifecycleModel(RuleBasedStateMachine):
             if there.attempt == 0:
                 there.due_ms = None  # re-planned: due by the new jitter
         elif there.status == "cancelled":
-            if there.cancelled_by == "owner":
-                self.fault("owner_cancel_revived", f"{how} would bring back run {slot_ms} its owner cancelled")
-                there.status = "waiting"  # as the engine does, so the model follows on
-                there.due_ms = None
-                return
+            assert there.cancelled_by != "owner" or not job.repeating, f"{how} planted on a run its owner cancelled"
             there.status = "waiting"
             there.cancelled_by = None
             there.due_ms = None
@@ -451,6 +466,8 @@ class LifecycleModel(RuleBasedStateMachine):
             mrun.deadline_s = engine.mono_s + mrun.lease_s
             timeout_s = job.spec["timeout_s"]
             mrun.timeout_s = None if timeout_s is None else engine.mono_s + timeout_s
+            if mrun.timeout_s is not None:
+                mrun.deadline_s = min(mrun.deadline_s, mrun.timeout_s)  # a lease never outlives the timeout
             mrun.max_attempts = job.spec["retry"]["max_attempts"]
             mrun.backoff_s = tuple(job.spec["retry"]["backoff_s"])
             if run.attempt != mrun.attempt:
@@ -589,7 +606,7 @@ class LifecycleModel(RuleBasedStateMachine):
         now_ms = self.engine.now_ms
         if job.repeating:
             sched = schedule_record(_body(job.spec).schedule)
-            slot = slot_after_ms(sched, job.created_ms, now_ms, inclusive=False)
+            slot = self.slot_not_cancelled(job, slot_after_ms(sched, job.created_ms, now_ms, inclusive=False))
         else:
             slot = job.slot_ms
         if slot is None:
@@ -654,16 +671,22 @@ class LifecycleModel(RuleBasedStateMachine):
             self.fault("slot", f"one-off's slot {stored.slot_ms}, the model {job.slot_ms}")
             job.slot_ms = stored.slot_ms
         runs = self.engine.runs_of(job.id)
-        self.check_runs(job, runs)
+        self.check_runs(job, runs, stored.slot_ms)
         self.check_schedule(job, stored, runs)
         self.check_outcome(job, runs)
 
-    def check_runs(self, job: MJob, runs: dict[int, Run]) -> None:
+    def check_runs(self, job: MJob, runs: dict[int, Run], slot_ms: int | None) -> None:
         for nominal_ms, mrun in job.runs.items():
             run = runs.get(nominal_ms)
             if run is None:
                 self.fault("run", f"run {nominal_ms} ({mrun.status}) is gone")
                 continue
+            if (mrun.status == "cancelled" and mrun.cancelled_by in ("pause", "patch") and run.status == "waiting"
+                    and self.new_ok.get(job.id) == "slot" and nominal_ms == slot_ms):
+                # The schedule went on (a claim, a cancel) to a slot whose run a
+                # pause or a patch cancelled: that run waits again.
+                mrun.status, mrun.cancelled_by, mrun.due_ms = "waiting", None, run.due_ms
+                del self.new_ok[job.id]
             seen = (run.status, run.attempt, run.cancel == "requested" and run.status == "claimed")
             want = (mrun.status, mrun.attempt, mrun.cancel_requested and mrun.status == "claimed")
             if seen != want:

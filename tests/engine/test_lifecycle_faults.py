@@ -44,3 +44,72 @@ def test_a_run_resume_revives_no_longer_counts_cancelled(engine: Engine) -> None
     # Cancelled again, it counts once.
     drive(engine.jobs.cancel_run(OWNER, ids.run_id(job.id, T0_MS + 60_000)))
     assert _counts(engine, job.id) == (0, 0, 1)
+
+
+def _patch(engine: Engine, job_id: str, spec: dict[str, object]) -> None:
+    from .lifecycle_model import _body
+
+    drive(engine.jobs.patch(engine.store.get_job(OWNER, job_id), _body(spec), from_msgpack=False))
+
+
+def test_a_patch_back_onto_a_slot_an_earlier_patch_left_has_its_run_wait_again(engine: Engine) -> None:
+    every = _spec({"every_s": 60})
+    job = engine.create(every)
+    first = T0_MS + 60_000
+    engine.advance(1)
+    _patch(engine, job.id, _spec({"every_s": 3600}))
+    assert _runs(engine, job.id)[first].status == "cancelled"
+    engine.advance(1)
+    _patch(engine, job.id, every)
+    runs = _runs(engine, job.id)
+    assert runs[first].status == "waiting"
+    stored = engine.store.get_job(OWNER, job.id)
+    assert (stored.slot_ms, stored.next_run_at_ms) == (first, first)
+    assert [r.status for r in runs.values()].count("waiting") == 1
+    assert _counts(engine, job.id) == (0, 0, 1)  # the hourly slot's run, cancelled by the second patch
+
+
+def test_a_paused_jobs_failed_attempt_waits_for_the_resume_not_in_the_queue(engine: Engine) -> None:
+    job = engine.create(_spec({"at": clock.iso_from_ms(T0_MS)}, retry={"max_attempts": 3, "backoff_s": [5]}))
+    [claimed] = engine.claim(["a"], 10)
+    drive(engine.jobs.pause(OWNER, job.id))
+    engine.advance(1)
+    ended = engine.report(job.id, T0_MS, 1, False, "boom")
+    # Paused: no run becomes waiting, and the job shows no next run.
+    assert ended.status == "cancelled" and ended.attempt == 1
+    stored = engine.store.get_job(OWNER, job.id)
+    assert (stored.state, stored.next_run_at_ms) == ("paused", None)
+    engine.advance(10)
+    assert engine.claim(["a"], 10) == []
+    # The resume brings the one-off's run back; its next attempt is the second.
+    drive(engine.jobs.resume(OWNER, job.id))
+    [again] = engine.claim(["a"], 10)
+    assert (again.nominal_ms, again.attempt) == (claimed.nominal_ms, 2)
+    assert _counts(engine, job.id) == (0, 0, 0)
+
+
+def test_a_cancel_hands_the_schedule_on_to_a_slot_a_patch_left(engine: Engine) -> None:
+    job = engine.create(_spec({"at": clock.iso_from_ms(T0_MS + 600_000)}))
+    _patch(engine, job.id, _spec({"every_s": 300}))
+    runs = _runs(engine, job.id)
+    assert (runs[T0_MS + 300_000].status, runs[T0_MS + 600_000].status) == ("waiting", "cancelled")
+    drive(engine.jobs.cancel_run(OWNER, ids.run_id(job.id, T0_MS + 300_000)))
+    runs = _runs(engine, job.id)
+    assert (runs[T0_MS + 300_000].status, runs[T0_MS + 600_000].status) == ("cancelled", "waiting")
+    stored = engine.store.get_job(OWNER, job.id)
+    assert (stored.slot_ms, stored.next_run_at_ms) == (T0_MS + 600_000, T0_MS + 600_000)
+    assert _counts(engine, job.id) == (0, 0, 1)
+
+
+def test_a_resume_leaves_a_run_its_owner_cancelled_ahead_cancelled(engine: Engine) -> None:
+    job = engine.create(_spec({"every_s": 60}))
+    first, second = T0_MS + 60_000, T0_MS + 120_000
+    drive(engine.jobs.cancel_run(OWNER, ids.run_id(job.id, first)))
+    drive(engine.jobs.pause(OWNER, job.id))
+    engine.advance(1)
+    drive(engine.jobs.resume(OWNER, job.id))
+    runs = _runs(engine, job.id)
+    assert (runs[first].status, runs[second].status) == ("cancelled", "waiting")
+    stored = engine.store.get_job(OWNER, job.id)
+    assert (stored.slot_ms, stored.next_run_at_ms) == (second, second)
+    assert _counts(engine, job.id) == (0, 0, 1)

@@ -879,7 +879,8 @@ class Jobs:
         at_ms = self.now_ms()
         slot_ms = next_due_ms = None
         if job.schedule.repeating:
-            slot_ms = slot_after_ms(job.schedule, job.created_at_ms, at_ms, inclusive=False)
+            slot_ms = self._slot_not_cancelled(job, job.schedule, slot_after_ms(
+                job.schedule, job.created_at_ms, at_ms, inclusive=False))
         else:
             slot_ms = job.slot_ms  # its one run, made anew if retention dropped the cancelled one
         next_due_ms = None if slot_ms is None else due_ms(job, slot_ms, at_ms)
@@ -913,10 +914,29 @@ class Jobs:
         slot_ms = due = None
         if replan:
             sched = made.schedule
-            slot_ms = slot_after_ms(sched, job.created_at_ms, at_ms, inclusive=False) if sched.repeating else sched.at_ms
+            if sched.repeating:
+                slot_ms = self._slot_not_cancelled(job, sched, slot_after_ms(
+                    sched, job.created_at_ms, at_ms, inclusive=False))
+            else:
+                slot_ms = sched.at_ms
             due = None if slot_ms is None else due_ms(made, slot_ms, at_ms)
         command = PatchJob(at_ms, job.owner, job.id, job.version, made, replan, slot_ms, due, sets_notify=True)
         return _ok(await self.committer.submit(command), Job)
+
+    def _slot_not_cancelled(self, job: Job, sched: Schedule, slot_ms: int | None) -> int | None:
+        """The first slot of `sched` from `slot_ms` on whose run its owner
+        did not cancel: a resume or a re-plan of a repeating job never
+        brings such a run back, it goes on to the next slot (as the cancel
+        did). Read here, by the node that makes the command; apply leaves
+        a run its owner cancelled as it is."""
+        for _ in range(limits.owner_cancelled_slots_skipped_max):
+            if slot_ms is None:
+                return None
+            run = self.store.get_run_any(job.id, slot_ms)
+            if run is None or not run.owner_cancelled:
+                return slot_ms
+            slot_ms = slot_after_ms(sched, job.created_at_ms, slot_ms, inclusive=False)
+        return slot_ms
 
     async def delete(self, owner: str, job_id: str) -> None:
         _ok(await self.committer.submit(DeleteJob(self.now_ms(), owner, job_id)), type(None))

@@ -189,6 +189,10 @@ class Run(msgspec.Struct, array_like=True, gc=False):
     # stamp and the job's `timeout_s`; None: no timeout. Replicated, so a
     # new leader holds the attempt to the same instant.
     timeout_at_ms: Ms | None = None
+    # A cancelled run its owner cancelled (`POST /v1/runs/{id}/cancel`),
+    # not a pause or a patch: no resume or re-plan of a repeating job's
+    # schedule brings it back (docs/semantics.md "Pause, resume, delete").
+    owner_cancelled: bool = False
 
 
 class JobOutcome(msgspec.Struct, array_like=True, gc=False):

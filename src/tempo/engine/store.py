@@ -1516,16 +1516,23 @@ class _Tx:
         self.put_run(run, runs_key, "cancelled", job)
         return run.due_ms
 
-    def _revive(self, job: Job, bucket: lmdb._Database, run: Run, at_ms: int) -> int | None:
-        """A finished run of the slot a resume wakes: the run pause cancelled
-        comes back from its history bucket as waiting."""
-        if run.status != "cancelled":
+    def _revive(
+        self, job: Job, bucket: lmdb._Database, run: Run, at_ms: int, due_ms: int | None = None
+    ) -> int | None:
+        """A finished run of the slot a resume or a re-plan wakes: the run a
+        pause or a patch cancelled comes back from its history bucket as
+        waiting (due at `due_ms`, else when it was due, not before
+        `at_ms`). One its owner cancelled stays, unless the job is a
+        one-off (a patch gave it that `at` again)."""
+        if run.status != "cancelled" or (run.owner_cancelled and job.schedule.repeating):
             return None
         assert self.txn.delete(_HIST_RUN + keys.by_job_key(run.job_id, run.nominal_ms), db=bucket)
         assert self.txn.delete(_HIST_STATUS + _status_key_of(job.owner, run), db=bucket)
         self._uncount_cancelled(keys.job_key(job.id))
         run.status = "waiting"
-        run.due_ms = max(run.due_ms, at_ms)
+        run.owner_cancelled = False
+        run.finished_ms = None
+        run.due_ms = max(run.due_ms, at_ms) if due_ms is None else due_ms
         self.put_run(run, job=job)
         return run.due_ms
 
@@ -1609,9 +1616,14 @@ class _Tx:
         assert cmd.due_ms is not None
         found = self._slot_run(job.id, cmd.slot_ms)
         if found is None:
-            if self.history_run(job.id, cmd.slot_ms) is None:
+            held = self.history_run(job.id, cmd.slot_ms)
+            if held is None:
                 self.put_run(Run(job.id, cmd.slot_ms, cmd.due_ms, "waiting"), job=job)
                 job.next_run_at_ms = cmd.due_ms
+            else:
+                # The run an earlier re-plan (or a pause) cancelled at this
+                # slot waits again: one slot never has two runs.
+                job.next_run_at_ms = self._revive(job, held[0], held[1], cmd.at_ms, cmd.due_ms)
             return
         runs_key, run = found
         if run.status == "waiting":
@@ -1875,7 +1887,9 @@ class _Tx:
             if run.cancel == "timeout":
                 return errors.StaleAttempt(f"attempt {result.attempt} ended by its timeout")
             if run.status == "cancelled":
-                same = run.cancel == "requested"
+                # Asked to stop, any result ended it; else a failed one did
+                # (its job was paused).
+                same = run.cancel == "requested" or (not result.ok and not run.owner_cancelled)
             else:
                 same = run.status == "done" if result.ok else run.status in ("waiting", "failed")
             repeat = same and run.attempt >= 1 and (run.output, run.error) == (result.output, result.error)
@@ -1982,6 +1996,7 @@ class _Tx:
         one-off's ends the job (`_settle`: completed)."""
         slot_run = _is_slot_run(job, run)
         run.status = "cancelled"
+        run.owner_cancelled = True
         run.finished_ms = cmd.at_ms
         self.finish_run(run, runs_key, "waiting", cmd.at_ms, job=job)
         self._cancelled_event(job, run, cmd.at_ms)
@@ -1994,10 +2009,16 @@ class _Tx:
             self.put_job(job)
             return
         assert cmd.next_due_ms is not None and cmd.next_slot_ms > run.nominal_ms
-        if not self.slot_taken(job.id, cmd.next_slot_ms):
-            self.put_run(Run(job.id, cmd.next_slot_ms, cmd.next_due_ms, "waiting"), job=job)
         job.slot_ms = cmd.next_slot_ms
         job.next_run_at_ms = cmd.next_due_ms
+        if self.run_key_at_slot(job.id, cmd.next_slot_ms) is None:
+            held = self.history_run(job.id, cmd.next_slot_ms)
+            if held is None:
+                self.put_run(Run(job.id, cmd.next_slot_ms, cmd.next_due_ms, "waiting"), job=job)
+            else:
+                # The run a pause or a patch cancelled at that slot waits
+                # again: one slot never has two runs.
+                job.next_run_at_ms = self._revive(job, held[0], held[1], cmd.at_ms, cmd.next_due_ms)
         for missed in cmd.missed:
             self.record_missed(job, missed, cmd.at_ms)
         job.catchup_until_ms = cmd.catchup_until_ms
@@ -2010,6 +2031,7 @@ class _Tx:
         """A claimed run asked to stop ends `cancelled` (its attempt kept by
         the caller): by its result, or by the end of its lease."""
         run.status = "cancelled"
+        run.owner_cancelled = True
         run.finished_ms = at_ms
         run.retry_kept = None
         self.finish_run(run, runs_key, "claimed", at_ms, by_job_key, job)
@@ -2025,6 +2047,15 @@ class _Tx:
         (by the retry policy the attempt was claimed under: `Run.retry_kept`)."""
         max_attempts = job.max_attempts if run.retry_kept is None else run.retry_kept.max_attempts
         run.retry_kept = None  # the next attempt is claimed under the job's policy
+        if run.attempt < max_attempts and job.state == "paused" and not run.triggered:
+            # A paused job has no run waiting: the retry is cancelled as the
+            # pause cancelled the job's waiting runs, due when it would have
+            # been, and a resume of a one-off brings it back.
+            run.status = "cancelled"
+            run.due_ms = retry_due_ms
+            run.finished_ms = at_ms
+            self.finish_run(run, runs_key, "claimed", at_ms, job=job)
+            return
         if run.attempt < max_attempts:
             run.status = "waiting"
             run.due_ms = retry_due_ms
