@@ -336,18 +336,14 @@ class LifecycleModel(RuleBasedStateMachine):
               timeout_s: int | None, lease_s: int | None, jitter_s: int, queue: str, stale: bool) -> None:
         job = self.pick_job(data)
         spec = dict(job.spec)
-        if what == "schedule":
-            spec["schedule"] = _schedule_spec(sched, self.engine.now_ms)
-        elif what == "lease_s":
-            spec["lease_s"] = lease_s or limits.lease_s_default
-        elif what == "timeout_s":
-            spec["timeout_s"] = timeout_s
-        elif what == "retry":
-            spec["retry"] = _spec({}, retry, None, None, 0, queue)["retry"]
-        elif what == "target":
-            spec["target"] = f"queue:{queue}"
-        else:
-            spec["jitter_s"] = jitter_s
+        spec[what] = {
+            "schedule": lambda: _schedule_spec(sched, self.engine.now_ms),
+            "lease_s": lambda: lease_s or limits.lease_s_default,
+            "timeout_s": lambda: timeout_s,
+            "retry": lambda: _spec({}, retry, None, None, 0, queue)["retry"],
+            "target": lambda: f"queue:{queue}",
+            "jitter_s": lambda: jitter_s,
+        }[what]()
         if stale and job.version > 1:
             self.patch_stale(job, spec)
             return
@@ -486,8 +482,9 @@ class LifecycleModel(RuleBasedStateMachine):
         if repeat and self.last_result is not None:
             job_id, nominal_ms, attempt, was_ok, error, answered = self.last_result
             job = next(j for j in self.jobs if j.id == job_id)
-            if job.deleted or job.runs[nominal_ms].attempt != attempt or job.runs[nominal_ms].status == "claimed":
-                return
+            run = job.runs[nominal_ms]
+            if job.deleted or run.attempt != attempt or run.status != answered.status or run.cancelled_by == "owner":
+                return  # the run moved on since (claimed again, cancelled, paused)
             again = engine.report(job_id, nominal_ms, attempt, was_ok, error)
             if not isinstance(again, Run) or again.status != answered.status:
                 self.fault("result", f"the same result again answered {again!r}, not the run as it was")
@@ -676,6 +673,10 @@ class LifecycleModel(RuleBasedStateMachine):
         self.check_outcome(job, runs)
 
     def check_runs(self, job: MJob, runs: dict[int, Run], slot_ms: int | None) -> None:
+        self.check_known_runs(job, runs, slot_ms)
+        self.check_new_runs(job, runs)
+
+    def check_known_runs(self, job: MJob, runs: dict[int, Run], slot_ms: int | None) -> None:
         for nominal_ms, mrun in job.runs.items():
             run = runs.get(nominal_ms)
             if run is None:
@@ -698,6 +699,8 @@ class LifecycleModel(RuleBasedStateMachine):
                 mrun.due_ms = run.due_ms
             if len(run.attempts) != mrun.ended:
                 self.fault("attempts", f"run {nominal_ms} keeps {len(run.attempts)} attempts, not {mrun.ended}")
+
+    def check_new_runs(self, job: MJob, runs: dict[int, Run]) -> None:
         for nominal_ms, run in runs.items():
             if nominal_ms in job.runs:
                 continue

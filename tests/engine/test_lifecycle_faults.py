@@ -113,3 +113,34 @@ def test_a_resume_leaves_a_run_its_owner_cancelled_ahead_cancelled(engine: Engin
     stored = engine.store.get_job(OWNER, job.id)
     assert (stored.slot_ms, stored.next_run_at_ms) == (second, second)
     assert _counts(engine, job.id) == (0, 0, 1)
+
+
+def test_a_claim_hands_the_schedule_on_to_the_run_a_patch_cancelled_not_to_a_second_one(engine: Engine) -> None:
+    job = engine.create(_spec({"every_s": 60}))
+    minute = T0_MS + 60_000
+    engine.advance(1)
+    _patch(engine, job.id, _spec({"every_s": 30}))
+    assert _runs(engine, job.id)[minute].status == "cancelled"
+    engine.advance(29)
+    [claimed] = engine.claim(["a"], 10)
+    assert claimed.nominal_ms == T0_MS + 30_000
+    # The next slot is the minute whose run the patch cancelled: that run
+    # waits again, the only run of its slot.
+    listed, _ = engine.store.list_runs(OWNER, job.id, since_ms=minute, until_ms=minute + 1, limit=10, cursor_ms=None)
+    assert [r.status for r in listed] == ["waiting"]
+    stored = engine.store.get_job(OWNER, job.id)
+    assert (stored.slot_ms, stored.next_run_at_ms) == (minute, minute)
+    assert _counts(engine, job.id) == (0, 0, 0)
+
+
+def test_a_trigger_on_a_later_slot_of_the_grid_does_not_stop_the_schedule(engine: Engine) -> None:
+    job = engine.create(_spec({"every_s": 60}))
+    engine.advance(120)
+    triggered = drive(engine.jobs.trigger(OWNER, job.id))
+    assert triggered.nominal_ms == T0_MS + 120_000  # the ms of the slot the schedule missed
+    claimed = engine.claim(["a"], 10)
+    assert sorted(r.nominal_ms for r in claimed) == [T0_MS + 60_000, T0_MS + 120_000]
+    # The schedule steps over the slot the triggered run holds.
+    stored = engine.store.get_job(OWNER, job.id)
+    assert (stored.slot_ms, stored.next_run_at_ms) == (T0_MS + 180_000, T0_MS + 180_000)
+    assert _runs(engine, job.id)[T0_MS + 180_000].status == "waiting"

@@ -389,6 +389,32 @@ def next_slot_after_claim(job: Job, nominal_ms: int, now_ms: int) -> tuple[int, 
     return None if found is None else (found.slot_ms, found.due_ms)
 
 
+def step_over_taken(
+    job: Job, found: "CatchUp", now_ms: int, run_at: Callable[[int], Run | None]
+) -> "CatchUp | None":
+    """`found`, the next slot a claim or a cancel of the job's slot run
+    hands the schedule on to, stepped over the slots that hold a run
+    already: an open one (a triggered run took that millisecond), or one
+    that finished or that its owner cancelled. A run a pause or a patch
+    cancelled does not hold its slot: it waits again (store.py
+    `_schedule_at`). Only a slot at or before `job.taken_until_ms` can
+    hold one, so a job without re-plans, cancels or triggers reads
+    nothing. None: the schedule has no slot left."""
+    slot_ms: int | None = found.slot_ms
+    for _ in range(limits.taken_slots_stepped_max):
+        if slot_ms is None or job.taken_until_ms is None or slot_ms > job.taken_until_ms:
+            break
+        run = run_at(slot_ms)
+        if run is None or (run.status == "cancelled" and not run.owner_cancelled):
+            break
+        slot_ms = slot_after_ms(job.schedule, job.created_at_ms, slot_ms, inclusive=False)
+    if slot_ms is None:
+        return None
+    if slot_ms == found.slot_ms:
+        return found
+    return found._replace(slot_ms=slot_ms, due_ms=due_ms(job, slot_ms, now_ms))
+
+
 class CatchUp(NamedTuple):
     """What the claim of a job's slot run at `now_ms` decides: the slot of
     the next run and its due time, the ranges of slots it leaves without a
@@ -929,7 +955,7 @@ class Jobs:
         brings such a run back, it goes on to the next slot (as the cancel
         did). Read here, by the node that makes the command; apply leaves
         a run its owner cancelled as it is."""
-        for _ in range(limits.owner_cancelled_slots_skipped_max):
+        for _ in range(limits.taken_slots_stepped_max):
             if slot_ms is None:
                 return None
             run = self.store.get_run_any(job.id, slot_ms)
@@ -960,6 +986,8 @@ class Jobs:
             if job.schedule.repeating and job.state == "active" and job.slot_ms == nominal_ms:
                 command.planned = True
                 nxt = catch_up(job, nominal_ms, at_ms)
+                if nxt is not None:
+                    nxt = step_over_taken(job, nxt, at_ms, functools.partial(self.store.get_run_any, job.id))
                 if nxt is not None:
                     command.next_slot_ms, command.next_due_ms = nxt.slot_ms, nxt.due_ms
                     command.missed, command.catchup_until_ms = nxt.missed, nxt.until_ms

@@ -129,6 +129,14 @@ class Job(msgspec.Struct, array_like=True, gc=False):
     # heartbeats say (docs/semantics.md "Run timeouts"); None: no bound
     # but the lease.
     timeout_s: Annotated[int, Meta(ge=1)] | None = None
+    # The latest slot of the job that may hold a run already, apart from
+    # the run of its current slot and those before it: a run a pause, a
+    # patch or a cancel ended without running, or a triggered run (which
+    # takes the millisecond it was made at). The schedule's next slot at or
+    # before it is checked against the job's runs, open and finished, so
+    # one slot never gets two runs; after it, no run can be there, and the
+    # claim of a slot run reads no history. None: no such slot.
+    taken_until_ms: Ms | None = None
 
 
 class Attempt(msgspec.Struct, array_like=True, gc=False):

@@ -1463,6 +1463,7 @@ class _Tx:
         for runs_key, run in waiting:
             run.status = "cancelled"
             self.finish_run(run, runs_key, "waiting", cmd.at_ms, job=job)
+            _mark_taken(job, run.nominal_ms)
         job.state = "paused"
         job.next_run_at_ms = None
         self.put_job(job)
@@ -1535,6 +1536,27 @@ class _Tx:
         run.due_ms = max(run.due_ms, at_ms) if due_ms is None else due_ms
         self.put_run(run, job=job)
         return run.due_ms
+
+    def _schedule_at(self, job: Job, slot_ms: int, due_ms: int, at_ms: int) -> int | None:
+        """The run of the job's next slot, which a claim or a cancel hands
+        the schedule on to: a new waiting run, due at `due_ms`; or the run a
+        pause or a patch cancelled there, waiting again. A slot that holds
+        another run keeps it (the node that made the command stepped over
+        such slots; it holds one only when the command raced a change).
+        Answers the scheduled run's due time, None when none waits. Open
+        runs only, unless the slot is at or before `taken_until_ms`: the
+        claim of a slot run reads no history."""
+        runs_key = self.run_key_at_slot(job.id, slot_ms)
+        if runs_key is not None:
+            run = _run_dec.decode(_present(self.txn.get(runs_key, db=self.runs)))
+            return run.due_ms if run.status == "waiting" and not run.triggered else None
+        held = None
+        if job.taken_until_ms is not None and slot_ms <= job.taken_until_ms:
+            held = self.history_run(job.id, slot_ms)
+        if held is None:
+            self.put_run(Run(job.id, slot_ms, due_ms, "waiting"), job=job)
+            return due_ms
+        return self._revive(job, held[0], held[1], at_ms, due_ms)
 
     def patch_job(self, cmd: PatchJob) -> Job | errors.TempoError:
         """A job changed in place (docs/semantics.md "Changing a job"). Runs
@@ -1641,6 +1663,7 @@ class _Tx:
             run.status = "cancelled"
             run.finished_ms = at_ms
             self.finish_run(run, runs_key, "waiting", at_ms, job=job)
+            _mark_taken(job, slot_ms)
 
     def delete_job(self, cmd: DeleteJob) -> errors.TempoError | None:
         job = self.job(cmd.owner, cmd.job_id)
@@ -1681,6 +1704,8 @@ class _Tx:
             if not self.slot_taken(job.id, slot_ms):
                 run = Run(job.id, slot_ms, slot_ms, "waiting", triggered=True)
                 self.put_run(run, job=job)
+                if _mark_taken(job, slot_ms):
+                    self.put_job(job)
                 return run
         return errors.Conflict(f"job {job.id} has no free run slot near {cmd.at_ms}")
 
@@ -1789,13 +1814,8 @@ class _Tx:
             return run  # a retry, a re-delivery or a triggered run: the schedule moved on already
         if job.schedule.repeating and job.state == "active" and claim.next_slot_ms is not None:
             assert claim.next_due_ms is not None and claim.next_slot_ms > run.nominal_ms
-            # Open runs only: a claim reads no history. A finished run in the
-            # next slot would have to be a triggered run that took exactly
-            # that millisecond and finished before the slot came round.
-            if self.run_key_at_slot(job.id, claim.next_slot_ms) is None:
-                self.put_run(Run(job.id, claim.next_slot_ms, claim.next_due_ms, "waiting"), job=job)
             job.slot_ms = claim.next_slot_ms
-            job.next_run_at_ms = claim.next_due_ms
+            job.next_run_at_ms = self._schedule_at(job, claim.next_slot_ms, claim.next_due_ms, cmd.at_ms)
             for missed in claim.missed:
                 self.record_missed(job, missed, cmd.at_ms)
             job.catchup_until_ms = claim.catchup_until_ms
@@ -2009,16 +2029,9 @@ class _Tx:
             self.put_job(job)
             return
         assert cmd.next_due_ms is not None and cmd.next_slot_ms > run.nominal_ms
+        _mark_taken(job, run.nominal_ms)
         job.slot_ms = cmd.next_slot_ms
-        job.next_run_at_ms = cmd.next_due_ms
-        if self.run_key_at_slot(job.id, cmd.next_slot_ms) is None:
-            held = self.history_run(job.id, cmd.next_slot_ms)
-            if held is None:
-                self.put_run(Run(job.id, cmd.next_slot_ms, cmd.next_due_ms, "waiting"), job=job)
-            else:
-                # The run a pause or a patch cancelled at that slot waits
-                # again: one slot never has two runs.
-                job.next_run_at_ms = self._revive(job, held[0], held[1], cmd.at_ms, cmd.next_due_ms)
+        job.next_run_at_ms = self._schedule_at(job, cmd.next_slot_ms, cmd.next_due_ms, cmd.at_ms)
         for missed in cmd.missed:
             self.record_missed(job, missed, cmd.at_ms)
         job.catchup_until_ms = cmd.catchup_until_ms
@@ -2055,6 +2068,8 @@ class _Tx:
             run.due_ms = retry_due_ms
             run.finished_ms = at_ms
             self.finish_run(run, runs_key, "claimed", at_ms, job=job)
+            if _mark_taken(job, run.nominal_ms):
+                self.put_job(job)
             return
         if run.attempt < max_attempts:
             run.status = "waiting"
@@ -2090,6 +2105,16 @@ class _Tx:
         self.put_job(job, job_key)
         detail = {"status": run.status}
         self.append_event(job.owner, Event("job.completed", at_ms, job.id, ids.run_id(job.id, run.nominal_ms), detail))
+
+
+def _mark_taken(job: Job, nominal_ms: int) -> bool:
+    """A run of the job's slot `nominal_ms` is in its history, or was
+    triggered there (`Job.taken_until_ms`); answers whether the job
+    changed (the caller writes it)."""
+    if job.taken_until_ms is not None and job.taken_until_ms >= nominal_ms:
+        return False
+    job.taken_until_ms = nominal_ms
+    return True
 
 
 def _is_slot_run(job: Job, run: Run) -> bool:
