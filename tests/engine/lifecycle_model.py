@@ -34,8 +34,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
+from hypothesis import event
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from tempo import clock, errors, ids, limits
 from tempo.engine.commands import Command, CreateJobs, ReportResults, Result
@@ -252,8 +253,10 @@ class LifecycleModel(RuleBasedStateMachine):
         # Each job's slot as the last check read it: the slot as it was
         # before the step (a rule asks it of the store before acting).
         self.slots: dict[str, int | None] = {}
+        self.steps = 0
 
     def teardown(self) -> None:
+        event(f"steps: {self.steps // 20 * 20}+")
         self.engine.close()
         shutil.rmtree(self.dir, ignore_errors=True)
 
@@ -316,6 +319,15 @@ class LifecycleModel(RuleBasedStateMachine):
 
     # -- rules -------------------------------------------------------------------
 
+    def has_runs(self, *statuses: str) -> bool:
+        return any(r.status in statuses for j in self.live() for r in j.runs.values())
+
+    @initialize(sched=schedules, retry=retries, timeout_s=timeouts, lease_s=leases, jitter_s=jitters,
+                queue=st.sampled_from(QUEUES))
+    def first_job(self, sched: tuple[Any, ...], retry: dict[str, Any] | None, timeout_s: int | None,
+                  lease_s: int | None, jitter_s: int, queue: str) -> None:
+        self.create(sched, retry, timeout_s, lease_s, jitter_s, queue)
+
     @precondition(lambda self: len(self.live()) < JOBS_MAX)
     @rule(sched=schedules, retry=retries, timeout_s=timeouts, lease_s=leases, jitter_s=jitters,
           queue=st.sampled_from(QUEUES))
@@ -329,21 +341,20 @@ class LifecycleModel(RuleBasedStateMachine):
         self.remember(job)
 
     @precondition(lambda self: bool(self.live()))
-    @rule(data=st.data(), what=st.sampled_from(("schedule", "lease_s", "timeout_s", "retry", "target", "jitter_s")),
-          sched=schedules, retry=retries, timeout_s=timeouts, lease_s=leases, jitter_s=jitters,
-          queue=st.sampled_from(QUEUES), stale=st.booleans())
-    def patch(self, data: st.DataObject, what: str, sched: tuple[Any, ...], retry: dict[str, Any] | None,
-              timeout_s: int | None, lease_s: int | None, jitter_s: int, queue: str, stale: bool) -> None:
+    @rule(data=st.data(), what=st.sampled_from(("schedule", "schedule", "lease_s", "timeout_s", "retry", "target",
+                                                "jitter_s")), stale=st.booleans())
+    def patch(self, data: st.DataObject, what: str, stale: bool) -> None:
         job = self.pick_job(data)
         spec = dict(job.spec)
-        spec[what] = {
-            "schedule": lambda: _schedule_spec(sched, self.engine.now_ms),
-            "lease_s": lambda: lease_s or limits.lease_s_default,
-            "timeout_s": lambda: timeout_s,
-            "retry": lambda: _spec({}, retry, None, None, 0, queue)["retry"],
-            "target": lambda: f"queue:{queue}",
-            "jitter_s": lambda: jitter_s,
-        }[what]()
+        strategy = {
+            "schedule": schedules.map(lambda drawn: _schedule_spec(drawn, self.engine.now_ms)),
+            "lease_s": leases.map(lambda lease_s: lease_s or limits.lease_s_default),
+            "timeout_s": timeouts,
+            "retry": retries.map(lambda retry: _spec({}, retry, None, None, 0, "a")["retry"]),
+            "target": st.sampled_from(QUEUES).map(lambda queue: f"queue:{queue}"),
+            "jitter_s": jitters,
+        }[what]
+        spec[what] = data.draw(strategy, label=what)
         if stale and job.version > 1:
             self.patch_stale(job, spec)
             return
@@ -369,6 +380,7 @@ class LifecycleModel(RuleBasedStateMachine):
         try:
             answered = drive(self.engine.jobs.patch(job.records[base], _body(spec), from_msgpack=False))
         except errors.VersionMismatch:
+            event("patch: version mismatch")
             if spec == job.specs[base]:
                 self.fault("version", "a patch that changes nothing of its base was a mismatch")
             return
@@ -424,6 +436,7 @@ class LifecycleModel(RuleBasedStateMachine):
     def plant(self, job: MJob, slot_ms: int, how: str) -> None:
         """The job's scheduled run is to wait at `slot_ms`: the run there, or a new one."""
         there = job.runs.get(slot_ms)
+        event(f"plant ({how}): {'new' if there is None else there.status}")
         if there is None:
             self.new_ok[job.id] = "slot"
         elif there.status == "waiting":
@@ -435,7 +448,12 @@ class LifecycleModel(RuleBasedStateMachine):
             there.cancelled_by = None
             there.due_ms = None
 
-    @precondition(lambda self: bool(self.live()))
+    def has_due(self) -> bool:
+        now_ms = self.engine.now_ms
+        return any(r.status == "waiting" and r.due_ms is not None and r.due_ms <= now_ms
+                   for j in self.live() for r in j.runs.values())
+
+    @precondition(lambda self: self.has_due())
     @rule(runs_max=st.sampled_from((1, 2, 100)), queues=st.sampled_from((["a"], ["b"], ["a", "b"])))
     def claim(self, runs_max: int, queues: list[str]) -> None:
         engine = self.engine
@@ -445,6 +463,7 @@ class LifecycleModel(RuleBasedStateMachine):
         slots = dict(self.slots)
         claimed = engine.claim(queues, runs_max)
         got = [(r.job_id, r.nominal_ms) for r in claimed]
+        event(f"claim: {min(len(got), 3)} runs")
         if not set(got) <= due:
             self.fault("claim", f"claimed {sorted(set(got) - due)}, not waiting and due in {queues}")
         if len(set(got)) != len(got):
@@ -475,11 +494,12 @@ class LifecycleModel(RuleBasedStateMachine):
         assert run.due_ms is not None, "the model learns every waiting run's due time"
         return run.due_ms
 
-    @precondition(lambda self: bool(self.live()))
-    @rule(data=st.data(), ok=st.booleans(), stale=st.booleans(), repeat=st.booleans())
-    def result(self, data: st.DataObject, ok: bool, stale: bool, repeat: bool) -> None:
+    @precondition(lambda self: self.last_result is not None)
+    @rule()
+    def result_again(self) -> None:
+        """The last result, sent again: harmless while the run is as it left it."""
         engine = self.engine
-        if repeat and self.last_result is not None:
+        if self.last_result is not None:
             job_id, nominal_ms, attempt, was_ok, error, answered = self.last_result
             job = next(j for j in self.jobs if j.id == job_id)
             run = job.runs[nominal_ms]
@@ -488,18 +508,28 @@ class LifecycleModel(RuleBasedStateMachine):
             again = engine.report(job_id, nominal_ms, attempt, was_ok, error)
             if not isinstance(again, Run) or again.status != answered.status:
                 self.fault("result", f"the same result again answered {again!r}, not the run as it was")
+
+    @precondition(lambda self: any(r.attempt >= 2 for j in self.live() for r in j.runs.values()))
+    @rule(data=st.data(), ok=st.booleans())
+    def result_stale(self, data: st.DataObject, ok: bool) -> None:
+        """A result of an attempt that is not the run's current one is fenced off."""
+        picked = self.pick_run(data, ("claimed", "waiting", "done", "failed", "cancelled"))
+        if picked is None or picked[1].attempt < 2:
             return
-        picked = self.pick_run(data, ("claimed",) if not stale else ("claimed", "waiting", "done", "failed"))
+        job, run = picked
+        answer = self.engine.report(job.id, run.nominal_ms, run.attempt - 1, ok, None)
+        event("result: stale")
+        if not isinstance(answer, errors.StaleAttempt):
+            self.fault("fencing", f"a result of attempt {run.attempt - 1} of a run at {run.attempt}: {answer!r}")
+
+    @precondition(lambda self: self.has_runs("claimed"))
+    @rule(data=st.data(), ok=st.booleans())
+    def result(self, data: st.DataObject, ok: bool) -> None:
+        engine = self.engine
+        picked = self.pick_run(data, ("claimed",))
         if picked is None:
             return
         job, run = picked
-        if stale:
-            if run.attempt < 2:
-                return
-            answer = engine.report(job.id, run.nominal_ms, run.attempt - 1, ok, None)
-            if not isinstance(answer, errors.StaleAttempt):
-                self.fault("fencing", f"a result of attempt {run.attempt - 1} of a run at {run.attempt}: {answer!r}")
-            return
         error = None if ok else "boom"
         retry_due_ms = self.backoff_due_ms(run)
         answer = engine.report(job.id, run.nominal_ms, run.attempt, ok, error)
@@ -507,9 +537,10 @@ class LifecycleModel(RuleBasedStateMachine):
             self.fault("result", f"the result of the current attempt answered {answer!r}")
             return
         self.end_attempt(job, run, ok, error, retry_due_ms)
+        event(f"result: ended {run.status}")
         self.last_result = (job.id, run.nominal_ms, run.attempt, ok, error, answer)
 
-    @precondition(lambda self: bool(self.live()))
+    @precondition(lambda self: self.has_runs("claimed"))
     @rule(data=st.data())
     def heartbeat(self, data: st.DataObject) -> None:
         picked = self.pick_run(data, ("claimed",))
@@ -531,7 +562,7 @@ class LifecycleModel(RuleBasedStateMachine):
         if (expires_ms, cancel) != (want_ms, None):
             self.fault("lease", f"a heartbeat answered {(expires_ms, cancel)}, not {(want_ms, None)}")
 
-    @precondition(lambda self: bool(self.live()))
+    @precondition(lambda self: self.has_runs("claimed"))
     @rule()
     def expire(self) -> None:
         """The lease check: leases and timeouts run out by now end their attempts."""
@@ -546,12 +577,13 @@ class LifecycleModel(RuleBasedStateMachine):
         for key in sorted(got & set(ending)):
             job, run = ending[key]
             timed_out = run.timeout_s is not None and run.timeout_s <= mono_s
+            event(f"expire: {'timeout' if timed_out else 'lease'}, asked to stop: {run.cancel_requested}")
             if timed_out:
                 self.end_attempt(job, run, False, "timeout", self.backoff_due_ms(run))
             else:
                 self.end_attempt(job, run, False, "lease expired", engine.now_ms)
 
-    @precondition(lambda self: bool(self.live()))
+    @precondition(lambda self: self.has_runs("waiting", "claimed", "done", "failed", "cancelled"))
     @rule(data=st.data())
     def cancel(self, data: st.DataObject) -> None:
         picked = self.pick_run(data, ("waiting", "claimed", "done", "failed", "cancelled"))
@@ -563,6 +595,7 @@ class LifecycleModel(RuleBasedStateMachine):
             answer: object = drive(self.engine.jobs.cancel_run(OWNER, ids.run_id(job.id, run.nominal_ms)))
         except errors.TempoError as exc:
             answer = exc
+        event(f"cancel: a {run.status} run")
         if run.status in ("done", "failed"):
             if not isinstance(answer, errors.RunFinished):
                 self.fault("cancel", f"a cancel of a {run.status} run answered {answer!r}")
@@ -623,8 +656,10 @@ class LifecycleModel(RuleBasedStateMachine):
             self.fault("trigger", f"a triggered run {run!r}")
 
     @precondition(lambda self: bool(self.live()))
-    @rule(data=st.data())
-    def delete(self, data: st.DataObject) -> None:
+    @rule(data=st.data(), now=st.integers(0, 3))
+    def delete(self, data: st.DataObject, now: int) -> None:
+        if now:
+            return  # a delete one time in four: it ends a job's story
         job = self.pick_job(data)
         drive(self.engine.jobs.delete(OWNER, job.id))
         job.deleted = True
@@ -637,6 +672,7 @@ class LifecycleModel(RuleBasedStateMachine):
 
     @invariant()
     def check(self) -> None:
+        self.steps += 1
         engine = self.engine
         for job in self.jobs:
             self.check_job(job)
@@ -687,6 +723,7 @@ class LifecycleModel(RuleBasedStateMachine):
                 # The schedule went on (a claim, a cancel) to a slot whose run a
                 # pause or a patch cancelled: that run waits again.
                 mrun.status, mrun.cancelled_by, mrun.due_ms = "waiting", None, run.due_ms
+                event("the schedule went on to a run a pause or a patch cancelled")
                 del self.new_ok[job.id]
             seen = (run.status, run.attempt, run.cancel == "requested" and run.status == "claimed")
             want = (mrun.status, mrun.attempt, mrun.cancel_requested and mrun.status == "claimed")
@@ -739,3 +776,37 @@ class LifecycleModel(RuleBasedStateMachine):
         want = (counts["done"], counts["failed"], counts["cancelled"])
         if seen != want:
             self.fault("outcome", f"job {job.id} counts (done, failed, cancelled) {seen}, its runs {want}")
+
+    # -- weights: hypothesis picks among enabled rules alike, so the worker's
+    # side of the lifecycle (claims, results, the clock, the lease check)
+    # comes as a few rules each, and deletes take a draw of their own.
+
+    @precondition(lambda self: self.has_due())
+    @rule(runs_max=st.sampled_from((1, 100)), queues=st.sampled_from((["a"], ["b"], ["a", "b"])))
+    def claim_more(self, runs_max: int, queues: list[str]) -> None:
+        self.claim(runs_max, queues)
+
+    @precondition(lambda self: self.has_due())
+    @rule()
+    def claim_all(self) -> None:
+        self.claim(100, list(QUEUES))
+
+    @precondition(lambda self: self.has_runs("claimed"))
+    @rule(data=st.data(), ok=st.booleans())
+    def result_more(self, data: st.DataObject, ok: bool) -> None:
+        self.result(data, ok)
+
+    @precondition(lambda self: self.has_runs("claimed"))
+    @rule(data=st.data())
+    def result_failed(self, data: st.DataObject) -> None:
+        self.result(data, False)
+
+    @rule(by=st.sampled_from((1, 2, 5, 10, 60)))
+    def advance_more(self, by: int) -> None:
+        self.advance(by)
+
+    @rule(by=seconds)
+    def advance_and_check_leases(self, by: int) -> None:
+        self.advance(by)
+        if self.has_runs("claimed"):
+            self.expire()
