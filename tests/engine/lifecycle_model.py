@@ -177,6 +177,7 @@ class MJob:
     slot_ms: int | None = None  # a one-off's slot (the store's, which the model follows)
     deleted: bool = False
     runs: dict[int, MRun] = field(default_factory=dict)
+    events: Counter[str] = field(default_factory=Counter)  # the events the job's changes wrote, by type
     specs: dict[int, dict[str, Any]] = field(default_factory=dict)  # spec at each version
     records: dict[int, Job] = field(default_factory=dict)  # the record as read at each version
 
@@ -287,8 +288,13 @@ class LifecycleModel(RuleBasedStateMachine):
         """A run ends `status`: a one-off's scheduled run completes its job."""
         run.status = status
         run.due_ms = None
+        if status == "failed":
+            job.events["run.failed"] += 1
+        if status == "cancelled" and run.cancelled_by == "owner":
+            job.events["run.cancelled"] += 1
         if not job.repeating and not run.triggered and run.nominal_ms == job.slot_ms:
             job.state = "completed"
+            job.events["job.completed"] += 1
 
     def end_attempt(self, job: MJob, run: MRun, ok: bool, error: str | None, retry_due_ms: int) -> None:
         """The claimed attempt of `run` ended (a result, its lease, its timeout)."""
@@ -366,6 +372,7 @@ class LifecycleModel(RuleBasedStateMachine):
         old = job.spec
         job.spec = spec
         job.version += 1
+        job.events["job.updated"] += 1
         if changed.version != job.version:
             self.fault("version", f"a patch made version {changed.version}, not {job.version}")
         if old["schedule"] != spec["schedule"] or old["jitter_s"] != spec["jitter_s"]:
@@ -676,6 +683,7 @@ class LifecycleModel(RuleBasedStateMachine):
         engine = self.engine
         for job in self.jobs:
             self.check_job(job)
+        self.check_events()
         self.new_ok = {}
         engine.core.check_memory()
         engine.core.check_leases()
@@ -768,6 +776,17 @@ class LifecycleModel(RuleBasedStateMachine):
         slot_run = runs.get(stored.slot_ms)
         if slot_run is None or slot_run.status not in ("waiting", "claimed"):
             self.fault("one_waiting", f"an active one-off's run at {stored.slot_ms} is {slot_run!r}")
+
+    def check_events(self) -> None:
+        """The events of the kinds the model follows, job by job."""
+        seen: dict[str, Counter[str]] = {}
+        for _, ev in self.engine.store.list_events(OWNER, 0, 1 << 20):
+            if ev.type in ("run.failed", "run.cancelled", "job.completed", "job.updated"):
+                seen.setdefault(ev.job_id, Counter())[ev.type] += 1
+        for job in self.jobs:
+            if seen.get(job.id, Counter()) != job.events:
+                self.fault("events", f"job {job.id} wrote {dict(seen.get(job.id, {}))}, the model {dict(job.events)}")
+                job.events = seen.get(job.id, Counter())
 
     def check_outcome(self, job: MJob, runs: dict[int, Run]) -> None:
         outcome = self.engine.store.job_outcome(job.id)
