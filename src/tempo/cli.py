@@ -165,7 +165,7 @@ SCHEDULE_FLAGS = {
 CREATE_FLAGS = SCHEDULE_FLAGS | {
     "target": "--target", "name": "--name", "payload": "--payload", "retry": "--max-attempts/--backoff-s",
     "retry.max_attempts": "--max-attempts", "retry.backoff_s": "--backoff-s", "lease_s": "--lease-s",
-    "jitter_s": "--jitter-s", "request_key": "--request-key", "timeout_s": "--timeout-s",
+    "jitter_s": "--jitter-s", "request_key": "--request-key", "timeout_s": "--timeout-s", "overlap": "--overlap",
     "catchup": "--catchup-policy/--catchup-window-s/--catchup-max-runs", "catchup.policy": "--catchup-policy",
     "catchup.window_s": "--catchup-window-s", "catchup.max_runs": "--catchup-max-runs",
     "labels": "--label", "notify": "--notify-url/--notify-event", "notify.url": "--notify-url",
@@ -284,7 +284,8 @@ def record(row: dict[str, Any]) -> str:
 
 # The flags of one job, which `--file` replaces.
 JOB_FLAGS = ("target", "at", "cron", "every_s", "timezone", "start_at", "name", "payload", "max_attempts",
-             "backoff_s", "lease_s", "jitter_s", "request_key", "labels", "notify_url", "notify_events", "timeout_s")
+             "backoff_s", "lease_s", "jitter_s", "request_key", "labels", "notify_url", "notify_events", "timeout_s",
+             "overlap")
 
 
 def _flag(dest: str) -> str:
@@ -300,7 +301,7 @@ def _create_body(args: argparse.Namespace) -> dict[str, Any]:
     retry = _retry_body(args)
     if retry:
         body["retry"] = retry
-    for name in ("name", "lease_s", "jitter_s", "request_key", "timeout_s"):
+    for name in ("name", "lease_s", "jitter_s", "request_key", "timeout_s", "overlap"):
         if getattr(args, name) is not None:
             body[name] = getattr(args, name)
     catchup = _catchup_body(args)
@@ -486,6 +487,9 @@ def _add_job_flags(parser: argparse.ArgumentParser, *, payload_help: str, max_at
                              "for more (default: all three)")
     parser.add_argument("--timeout-s", dest="timeout_s", type=int, metavar="S",
                         help="end each attempt S seconds after its claim, whatever its heartbeats (1-86400)")
+    parser.add_argument("--overlap", metavar="POLICY",
+                        help="what a slot due while an earlier run runs does: allow (the default), skip, "
+                             "buffer_one, buffer_all or cancel_other (repeating schedules only)")
 
 
 def _add_schedule_flags(parser: argparse.ArgumentParser, *, with_file: bool) -> None:
@@ -644,7 +648,7 @@ def _update_body(args: argparse.Namespace) -> dict[str, Any]:
     retry = _retry_body(args)
     if retry:
         patch["retry"] = retry
-    for name in ("name", "target", "lease_s", "jitter_s", "timeout_s"):
+    for name in ("name", "target", "lease_s", "jitter_s", "timeout_s", "overlap"):
         if getattr(args, name) is not None:
             patch[name] = getattr(args, name)
     labels: dict[str, str | None] = dict.fromkeys(args.remove_labels or ())

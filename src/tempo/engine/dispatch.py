@@ -197,6 +197,9 @@ class Dispatcher:
                 await trio.lowlevel.checkpoint()
             self.core.feed(changes, start, start + slice_runs)
             self._signal()
+        if changes.skipped:
+            # Every node counts the skips of the entries it applies.
+            self.core.counters["skipped_overlap"] += changes.skipped
         if changes.stopping:
             self.core.stop_requested(changes.stopping)
             for listener in self.stop_listeners:

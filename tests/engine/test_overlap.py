@@ -1,0 +1,330 @@
+"""The overlap policy of repeating jobs in apply (docs/semantics.md
+"Overlap"): decided from the replicated tables and the commands alone, when
+a run of the job is claimed and when a running run ends."""
+
+import json
+
+import msgspec
+import pytest
+import trio
+
+from tempo import errors, ids, limits
+from tempo.engine.commands import (
+    BackfillJob,
+    CancelRun,
+    Claim,
+    ClaimRuns,
+    Command,
+    CreateJobs,
+    ExpireLeases,
+    Expiry,
+    ReportResults,
+    Result,
+    TriggerJob,
+)
+from tempo.engine.jobs import Jobs
+from tempo.engine.records import Job, Run
+from tempo.engine.store import Changes, Store
+from tempo.net.api import _patched
+from tempo.net.views import job_view
+from tempo.schema import JobCreate
+
+OWNER = "default"
+T0 = 1_800_000_000_000  # 2027-01-15T08:00:00Z
+MIN = 60_000
+
+
+class _Log:
+    def __init__(self, store: Store):
+        self.store = store
+        self.index = 0
+
+    def apply(self, *commands: Command) -> tuple[list[object], Changes]:
+        self.index += 1
+        return self.store.apply_commands(self.index, list(commands))
+
+    async def submit(self, command: Command) -> object:
+        return self.apply(command)[0][0]
+
+
+def _create(store: Store, log: _Log, **fields: object) -> tuple[Jobs, Job]:
+    fields.setdefault("target", "queue:q")
+    fields.setdefault("schedule", {"every_s": 60})
+    body = msgspec.json.decode(json.dumps(fields), type=JobCreate)
+    jobs = Jobs(store, log, now_ms=lambda: T0)  # type: ignore[arg-type] - the log commits
+    item = jobs.new_job(OWNER, body, T0, from_msgpack=False)
+    [[created]], _ = log.apply(CreateJobs(T0, [item]))
+    return jobs, created.job
+
+
+def _slot_claim(slot: int, job: Job) -> Claim:
+    """The claim of a slot run as the dispatcher makes it: with the next slot."""
+    return Claim(job.id, slot, slot + 10 * MIN, next_slot_ms=slot + MIN, next_due_ms=slot + MIN)
+
+
+def _claim(log: _Log, job: Job, slot: int, at_ms: int | None = None, *, plain: bool = False) -> tuple[Run | None, Changes]:
+    claim = Claim(job.id, slot, (at_ms or slot) + 10 * MIN) if plain else _slot_claim(slot, job)
+    [[outcome]], changes = log.apply(ClaimRuns(slot + 5 if at_ms is None else at_ms, "w1", [claim]))
+    assert outcome is None or isinstance(outcome, Run)
+    return outcome, changes
+
+
+def _report(log: _Log, job: Job, slot: int, at_ms: int, *, ok: bool = True, attempt: int = 1) -> Changes:
+    [[outcome]], changes = log.apply(ReportResults(at_ms, OWNER, [Result(job.id, slot, attempt, ok)]))
+    assert isinstance(outcome, Run)
+    return changes
+
+
+def _run(store: Store, job: Job, slot: int) -> Run:
+    return store.get_run(OWNER, ids.run_id(job.id, slot))[0]
+
+
+def _events(store: Store) -> list[str]:
+    return [event.type for _, event in store.list_events(OWNER, 0, 100)]
+
+
+def test_allow_is_the_default_and_runs_overlap(store: Store) -> None:
+    log = _Log(store)
+    _, job = _create(store, log)
+    assert job.overlap is None
+    slot = job.slot_ms
+    assert slot is not None
+    assert _claim(log, job, slot)[0] is not None
+    second, _ = _claim(log, job, slot + MIN)
+    assert second is not None and second.status == "claimed"
+
+
+def test_skip_records_the_slot_skipped_and_plans_the_next(store: Store) -> None:
+    log = _Log(store)
+    _, job = _create(store, log, overlap="skip")
+    assert job.overlap == "skip"
+    slot = job.slot_ms
+    assert slot is not None
+    assert _claim(log, job, slot)[0] is not None
+    refused, changes = _claim(log, job, slot + MIN)
+    assert refused is None
+    assert changes.skipped == 1
+    skipped = _run(store, job, slot + MIN)
+    assert (skipped.status, skipped.reason, skipped.finished_ms, skipped.attempt) == ("skipped", "overlap", slot + MIN + 5, 0)
+    # The schedule went on: the job keeps exactly one waiting scheduled run.
+    stored = store.get_job(OWNER, job.id)
+    assert stored.slot_ms == slot + 2 * MIN and stored.next_run_at_ms == slot + 2 * MIN
+    assert _run(store, job, slot + 2 * MIN).status == "waiting"
+    assert "run.skipped" in _events(store)
+    assert store.job_outcome(job.id) is not None and store.job_outcome(job.id).skipped == 1  # type: ignore[union-attr]
+    listed, _ = store.list_owner_runs(OWNER, status="skipped", limit=10, cursor=None)
+    assert [r.nominal_ms for r in listed] == [slot + MIN]
+    # Once the running run ended, the next slot runs.
+    _report(log, job, slot, slot + 2 * MIN)
+    third, _ = _claim(log, job, slot + 2 * MIN)
+    assert third is not None and third.status == "claimed"
+
+
+def test_a_run_waiting_for_its_next_attempt_is_still_running(store: Store) -> None:
+    log = _Log(store)
+    _, job = _create(store, log, overlap="skip", retry={"max_attempts": 3, "backoff_s": [30]})
+    slot = job.slot_ms
+    assert slot is not None
+    _claim(log, job, slot)
+    _report(log, job, slot, slot + 10, ok=False)
+    assert _run(store, job, slot).status == "waiting"
+    assert _claim(log, job, slot + MIN)[0] is None
+    assert _run(store, job, slot + MIN).status == "skipped"
+    # Its retry is never held back.
+    retried, _ = _claim(log, job, slot, slot + 2 * MIN + 1, plain=True)
+    assert retried is not None and retried.attempt == 2
+
+
+def test_buffer_one_holds_one_run_and_skips_the_rest(store: Store) -> None:
+    log = _Log(store)
+    _, job = _create(store, log, overlap="buffer_one")
+    slot = job.slot_ms
+    assert slot is not None
+    _claim(log, job, slot)
+    held, changes = _claim(log, job, slot + MIN)
+    assert held is None and changes.skipped == 0
+    buffered = _run(store, job, slot + MIN)
+    assert buffered.status == "waiting" and buffered.buffered
+    assert buffered.due_ms == limits.overlap_buffered_due_ms
+    # Kept out of the dispatcher: it moved past any window it loads.
+    assert not any(run.nominal_ms == slot + MIN and run.due_ms < limits.overlap_buffered_due_ms
+                   for _, run, _ in changes.woken)
+    assert _claim(log, job, slot + 2 * MIN)[0] is None
+    assert _run(store, job, slot + 2 * MIN).status == "skipped"
+    # The running run ends: the buffered one is due at once.
+    changes = _report(log, job, slot, slot + 2 * MIN + 30)
+    released = _run(store, job, slot + MIN)
+    assert not released.buffered and released.due_ms == slot + 2 * MIN + 30
+    assert [(run.nominal_ms, run.due_ms) for _, run, _ in changes.woken] == [(slot + MIN, slot + 2 * MIN + 30)]
+    claimed, _ = _claim(log, job, slot + MIN, slot + 2 * MIN + 31, plain=True)
+    assert claimed is not None and claimed.status == "claimed"
+
+
+def test_buffer_all_runs_every_slot_in_order_one_at_a_time(store: Store) -> None:
+    log = _Log(store)
+    _, job = _create(store, log, overlap="buffer_all")
+    slot = job.slot_ms
+    assert slot is not None
+    _claim(log, job, slot)
+    for k in (1, 2, 3):
+        assert _claim(log, job, slot + k * MIN)[0] is None
+    assert [_run(store, job, slot + k * MIN).buffered for k in (1, 2, 3)] == [True, True, True]
+    at = slot + 4 * MIN
+    for k in (1, 2, 3):
+        _report(log, job, slot + (k - 1) * MIN, at)
+        # Only the oldest buffered run was released.
+        assert not _run(store, job, slot + k * MIN).buffered
+        assert all(_run(store, job, slot + n * MIN).buffered for n in range(k + 1, 4))
+        claimed, _ = _claim(log, job, slot + k * MIN, at + 1, plain=True)
+        assert claimed is not None
+        at += 10
+
+
+def test_buffer_all_is_bounded(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(limits, "overlap_buffered_runs_max", 2)
+    log = _Log(store)
+    _, job = _create(store, log, overlap="buffer_all")
+    slot = job.slot_ms
+    assert slot is not None
+    _claim(log, job, slot)
+    for k in (1, 2, 3):
+        _claim(log, job, slot + k * MIN)
+    assert [_run(store, job, slot + k * MIN).status for k in (1, 2, 3)] == ["waiting", "waiting", "skipped"]
+
+
+def test_a_released_run_goes_before_a_later_slot(store: Store) -> None:
+    """A later slot's run that comes due while a released one still waits
+    for its claim queues behind the buffered runs, not ahead of them."""
+    log = _Log(store)
+    _, job = _create(store, log, overlap="buffer_all")
+    slot = job.slot_ms
+    assert slot is not None
+    _claim(log, job, slot)
+    _claim(log, job, slot + MIN)
+    _claim(log, job, slot + 2 * MIN)
+    _report(log, job, slot, slot + 3 * MIN)  # slot + MIN released; slot + 2 MIN still buffered
+    assert _claim(log, job, slot + 3 * MIN, slot + 3 * MIN + 5)[0] is None
+    assert _run(store, job, slot + 3 * MIN).buffered
+    assert _claim(log, job, slot + MIN, slot + 3 * MIN + 6, plain=True)[0] is not None
+
+
+def test_cancel_other_asks_the_running_run_to_stop_and_runs_the_new_one(store: Store) -> None:
+    log = _Log(store)
+    _, job = _create(store, log, overlap="cancel_other", retry={"max_attempts": 3, "backoff_s": [30]})
+    slot = job.slot_ms
+    assert slot is not None
+    _claim(log, job, slot)
+    new, changes = _claim(log, job, slot + MIN)
+    assert new is not None and new.status == "claimed"
+    assert changes.stopping == [(job.id, slot)]
+    assert _run(store, job, slot).cancel == "requested"
+    # A running run waiting for its next attempt is cancelled outright.
+    _report(log, job, slot + MIN, slot + MIN + 10, ok=False)
+    assert _run(store, job, slot + MIN).status == "waiting"
+    third, _ = _claim(log, job, slot + 2 * MIN)
+    assert third is not None and third.status == "claimed"
+    assert _run(store, job, slot + MIN).status == "cancelled"
+
+
+def test_triggered_runs_obey_the_policy_and_backfill_is_exempt(store: Store) -> None:
+    log = _Log(store)
+    _, job = _create(store, log, overlap="skip")
+    slot = job.slot_ms
+    assert slot is not None
+    _claim(log, job, slot)
+    [triggered], _ = log.apply(TriggerJob(slot + 10, OWNER, job.id))
+    assert isinstance(triggered, Run)
+    assert _claim(log, job, triggered.nominal_ms, slot + 11, plain=True)[0] is None
+    assert _run(store, job, triggered.nominal_ms).status == "skipped"
+    [made], _ = log.apply(BackfillJob(slot + 20, OWNER, job.id, [slot - MIN]))
+    assert isinstance(made, list) and len(made) == 1
+    backfilled, _ = _claim(log, job, slot - MIN, slot + 21, plain=True)
+    assert backfilled is not None and backfilled.status == "claimed"
+
+
+def test_two_claims_in_one_command_see_each_other(store: Store) -> None:
+    """A claim racing a just-claimed run of the same job (one batch) is
+    decided against it."""
+    log = _Log(store)
+    _, job = _create(store, log, overlap="skip")
+    slot = job.slot_ms
+    assert slot is not None
+    [triggered], _ = log.apply(TriggerJob(slot, OWNER, job.id))
+    assert isinstance(triggered, Run)
+    claims = [_slot_claim(slot, job), Claim(job.id, triggered.nominal_ms, slot + 10 * MIN)]
+    [[first, second]], _ = log.apply(ClaimRuns(slot + 5, "w1", claims))
+    assert isinstance(first, Run) and second is None
+    assert _run(store, job, triggered.nominal_ms).status == "skipped"
+
+
+def test_an_expired_lease_or_a_cancel_ends_the_running_run(store: Store) -> None:
+    log = _Log(store)
+    _, job = _create(store, log, overlap="buffer_one", retry={"max_attempts": 1})
+    slot = job.slot_ms
+    assert slot is not None
+    _claim(log, job, slot)
+    _claim(log, job, slot + MIN)
+    log.apply(ExpireLeases(slot + 2 * MIN, [Expiry(job.id, slot, 1)]))
+    assert _run(store, job, slot).status == "failed"
+    assert _run(store, job, slot + MIN).due_ms == slot + 2 * MIN
+    _claim(log, job, slot + MIN, slot + 2 * MIN + 1, plain=True)
+    _claim(log, job, slot + 2 * MIN, slot + 2 * MIN + 2)
+    assert _run(store, job, slot + 2 * MIN).buffered
+    log.apply(CancelRun(slot + 2 * MIN + 3, OWNER, job.id, slot + MIN))
+    _report(log, job, slot + MIN, slot + 2 * MIN + 4)
+    assert _run(store, job, slot + MIN).status == "cancelled"
+    assert _run(store, job, slot + 2 * MIN).due_ms == slot + 2 * MIN + 4
+
+
+def test_a_patch_away_from_buffering_releases_the_buffered_runs(store: Store) -> None:
+    log = _Log(store)
+    jobs, job = _create(store, log, overlap="buffer_all")
+    slot = job.slot_ms
+    assert slot is not None
+    _claim(log, job, slot)
+    _claim(log, job, slot + MIN)
+    _claim(log, job, slot + 2 * MIN)
+    stored = store.get_job(OWNER, job.id)
+    body = _patched(job_view(stored), {"overlap": "allow"})
+
+    async def patch() -> Job:
+        return await jobs.patch(stored, body, from_msgpack=False)
+
+    patched = trio.run(patch)
+    assert patched.overlap is None
+    assert [_run(store, job, slot + k * MIN).buffered for k in (1, 2)] == [False, False]
+    assert [_run(store, job, slot + k * MIN).due_ms for k in (1, 2)] == [T0, T0]
+
+
+def test_overlap_is_for_repeating_jobs(store: Store) -> None:
+    log = _Log(store)
+    with pytest.raises(errors.Invalid) as raised:
+        _create(store, log, schedule={"at": "2027-01-15T09:00:00Z"}, overlap="skip")
+    assert [loc for loc, _ in raised.value.errors] == ["overlap"]
+    _, one_off = _create(store, log, schedule={"at": "2027-01-15T09:00:00Z"}, overlap="allow")
+    assert one_off.overlap is None
+
+
+def test_two_stores_fed_the_same_entries_agree(two_stores: list[Store]) -> None:
+    first, second = _Log(two_stores[0]), _Log(two_stores[1])
+    body = msgspec.json.decode(json.dumps({"target": "queue:q", "schedule": {"every_s": 60}, "overlap": "buffer_one"}),
+                               type=JobCreate)
+    item = Jobs(two_stores[0], first, now_ms=lambda: T0).new_job(  # type: ignore[arg-type] - the log commits
+        OWNER, body, T0, from_msgpack=False
+    )
+    job = item.job
+    assert job.slot_ms is not None
+    slot = job.slot_ms
+    entries: list[list[Command]] = [
+        [CreateJobs(T0, [item])],
+        [ClaimRuns(slot + 5, "w1", [_slot_claim(slot, job)])],
+        [ClaimRuns(slot + MIN + 5, "w1", [_slot_claim(slot + MIN, job)])],
+        [ClaimRuns(slot + 2 * MIN + 5, "w1", [_slot_claim(slot + 2 * MIN, job)])],
+        [ReportResults(slot + 3 * MIN, OWNER, [Result(job.id, slot, 1, True)])],
+    ]
+    for commands in entries:
+        for log in (first, second):
+            log.apply(*msgspec.msgpack.decode(msgspec.msgpack.encode(commands), type=list[Command]))
+    assert two_stores[0].digest() == two_stores[1].digest()
+    assert _run(two_stores[0], job, slot + MIN).status == "waiting"
+    assert _run(two_stores[0], job, slot + 2 * MIN).status == "skipped"
