@@ -594,6 +594,9 @@ overlap_buffered_runs_max = 100
 # last millisecond of year 9999, which views still show as a date): far past
 # any read-ahead window, so the dispatcher never loads it.
 overlap_buffered_due_ms = 253_402_300_799_999
+# Due runs of such jobs the dispatcher hands apply in one `OverlapRuns`.
+overlap_runs_per_command_max = 1000
 
 assert overlap_buffered_runs_max >= 1
+assert 1 <= overlap_runs_per_command_max <= commit_batch_commands_max
 assert readahead_ms < overlap_buffered_due_ms <= time_ms_max

@@ -27,7 +27,7 @@ from tempo.engine.records import Job, Run
 from tempo.engine.store import Changes, Store
 from tempo.net.api import _patched
 from tempo.net.views import job_view
-from tempo.schema import JobCreate
+from tempo.schema import JobCreate, ScheduleIn
 
 OWNER = "default"
 T0 = 1_800_000_000_000  # 2027-01-15T08:00:00Z
@@ -328,3 +328,99 @@ def test_two_stores_fed_the_same_entries_agree(two_stores: list[Store]) -> None:
     assert two_stores[0].digest() == two_stores[1].digest()
     assert _run(two_stores[0], job, slot + MIN).status == "waiting"
     assert _run(two_stores[0], job, slot + 2 * MIN).status == "skipped"
+
+
+# -- the dispatcher: due runs of such jobs are decided on when they fall due --------
+
+
+def _rig(tmp_path):
+    from .test_dispatch_core import Rig
+
+    return Rig(str(tmp_path / "data"))
+
+
+def _create_every_minute(rig, overlap: str) -> str:
+    body = JobCreate(target="queue:work", schedule=ScheduleIn(every_s=60), overlap=overlap)  # type: ignore[arg-type]
+    item = rig.jobs.new_job(OWNER, body, rig.now_ms, from_msgpack=False, job_id=ids.job_ids_from_int(rig.now_ms, 1, 1)[0])
+    [created] = rig.commit(CreateJobs(rig.now_ms, [item]))
+    return created.job.id
+
+
+def _decide(rig) -> list[bool]:
+    """The driver's overlap round: propose, apply (changes fed first), hand back."""
+    proposal = rig.core.propose_overlap(rig.now_ms)
+    if proposal is None:
+        return []
+    outcomes = rig.commit(proposal.command)
+    rig.core.overlap_applied(proposal, outcomes)
+    return outcomes
+
+
+def test_the_dispatcher_has_apply_decide_when_a_slot_falls_due(tmp_path) -> None:
+    """A `skip` slot is skipped when it falls due, not only when a claim
+    comes for it: a busy worker that claims later finds the next slot, not
+    the one that came due while its run ran."""
+    rig = _rig(tmp_path)
+    try:
+        job_id = _create_every_minute(rig, "skip")
+        rig.advance(60)
+        rig.tick()
+        # Set aside, not ready: apply decides first.
+        assert rig.core.ready_count() == 0 and len(rig.core.overlap_due) == 1
+        assert _decide(rig) == [True]
+        [first] = rig.claim(["default\x00work"])
+        rig.advance(60)
+        rig.tick()
+        assert _decide(rig) == [False]  # skipped as it fell due
+        assert rig.core.ready_count() == 0 and not rig.core.overlap_due
+        second_slot = first.run.nominal_ms + MIN
+        assert rig.store.get_run(OWNER, ids.run_id(job_id, second_slot))[0].status == "skipped"
+        rig.check()
+        rig.report(first)
+        rig.advance(60)
+        rig.tick()
+        assert _decide(rig) == [True]
+        [third] = rig.claim(["default\x00work"])
+        assert third.run.nominal_ms == second_slot + MIN
+        rig.check()
+    finally:
+        rig.close()
+
+
+def test_buffered_runs_leave_the_dispatcher_and_come_back_when_released(tmp_path) -> None:
+    rig = _rig(tmp_path)
+    try:
+        _create_every_minute(rig, "buffer_one")
+        rig.advance(60)
+        rig.tick()
+        _decide(rig)
+        [first] = rig.claim(["default\x00work"])
+        rig.advance(60)
+        rig.tick()
+        assert _decide(rig) == [False]
+        assert not rig.core.queue_of or all(job.id != first.job.id or key in rig.core.wheel
+                                            for key, (_, job) in rig.core.queue_of.items())
+        rig.check()
+        rig.report(first)  # releases the buffered run: due now, fed back in
+        rig.tick()
+        assert _decide(rig) == [True]
+        [second] = rig.claim(["default\x00work"])
+        assert second.run.nominal_ms == first.run.nominal_ms + MIN
+        rig.check()
+    finally:
+        rig.close()
+
+
+def test_a_proposal_not_written_is_proposed_again(tmp_path) -> None:
+    rig = _rig(tmp_path)
+    try:
+        _create_every_minute(rig, "skip")
+        rig.advance(60)
+        rig.tick()
+        proposal = rig.core.propose_overlap(rig.now_ms)
+        assert proposal is not None and not rig.core.overlap_due
+        rig.core.overlap_failed(proposal)
+        assert _decide(rig) == [True]
+        assert len(rig.claim(["default\x00work"])) == 1
+    finally:
+        rig.close()

@@ -43,6 +43,7 @@ from tempo.engine.commands import (
     Expiry,
     NewJob,
     NotifyCursor,
+    OverlapRuns,
     PatchJob,
     PauseJob,
     ReportResults,
@@ -190,7 +191,7 @@ class Changes:
 # leaves the others (and the transaction) alone.
 Outcome = (
     Created | Job | Run | None | errors.TempoError | ClaimKeyEntry
-    | list[Created | errors.TempoError] | list[Run | None] | list[Run | errors.TempoError] | list[Run]
+    | list[Created | errors.TempoError] | list[Run | None] | list[Run | errors.TempoError] | list[Run] | list[bool]
 )
 
 
@@ -1327,7 +1328,7 @@ class _Tx:
         match command:
             case CreateJobs() | PauseJob() | ResumeJob() | DeleteJob() | TriggerJob():
                 return self.apply_to_jobs(command)
-            case ClaimRuns() | ReportResults() | ExpireLeases():
+            case ClaimRuns() | ReportResults() | ExpireLeases() | OverlapRuns():
                 return self.apply_to_runs(command)
             case PatchJob():
                 return self._fresh_outcome(self.patch_job(command))
@@ -1363,8 +1364,10 @@ class _Tx:
                 return self.trigger_job(command)
         raise AssertionError(f"unknown job command {type(command).__name__}")
 
-    def apply_to_runs(self, command: ClaimRuns | ReportResults | ExpireLeases) -> Outcome:
+    def apply_to_runs(self, command: ClaimRuns | ReportResults | ExpireLeases | OverlapRuns) -> Outcome:
         match command:
+            case OverlapRuns():
+                return [self.overlap_due(command.at_ms, claim) for claim in command.runs]
             case ClaimRuns():
                 if command.key is not None:
                     return self.claim_keyed(command, command.key)
@@ -1751,7 +1754,7 @@ class _Tx:
         skipped or buffered instead)."""
         job_key = keys.job_key(claim.job_id)
         found = self._slot_run(claim.job_id, claim.nominal_ms, keys.by_job_key_of(job_key, claim.nominal_ms))
-        if found is None or found[1].status != "waiting" or found[1].due_ms > cmd.at_ms:
+        if found is None or found[1].status != "waiting" or found[1].due_ms > cmd.at_ms or found[1].buffered:
             return None
         runs_key, run = found
         # A one-off's claim reads no job; nor does its policy hold anything back.
@@ -1868,6 +1871,23 @@ class _Tx:
                 self.finish_run(other, other_key, "waiting", at_ms, job=job)
                 self._cancelled_event(job, other, at_ms)
         return True
+
+    def overlap_due(self, at_ms: int, claim: Claim) -> bool:
+        """A due run the dispatcher set aside (`OverlapRuns`): True when it
+        goes on to be claimed (its policy lets it run now: nothing of the
+        job runs, or `cancel_other` asked the running runs to stop); False
+        when the policy skipped or buffered it, or it is no longer waiting
+        and due."""
+        found = self._slot_run(claim.job_id, claim.nominal_ms)
+        if found is None or found[1].status != "waiting" or found[1].due_ms > at_ms or found[1].buffered:
+            return False
+        runs_key, run = found
+        job = self._job_any(run.job_id)
+        if job.overlap is None or self._overlap_admits(job, run, runs_key, at_ms):
+            return True
+        if self._hand_on(job, run, claim, at_ms):
+            self.put_job(job)
+        return False
 
     def skip_run(self, job: Job, run: Run, runs_key: bytes, at_ms: int) -> None:
         """A waiting run its job's overlap policy does not run: a `skipped`
