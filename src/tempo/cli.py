@@ -546,7 +546,7 @@ def _add_jobs_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]")
     backfill.add_argument("id", help="the job's ID")
     backfill.add_argument("--from", dest="since", required=True, metavar="TIME", help="the first instant, RFC 3339 with an offset")
     backfill.add_argument("--until", required=True, metavar="TIME", help="the end of the range, excluded; not in the future")
-    backfill.add_argument("--overlap", help='"allow" (runs of a job may overlap; the only policy so far)')
+    backfill.add_argument("--overlap", help='"allow" (backfill runs are not held to the job\'s overlap policy)')
     backfill.set_defaults(flags=BACKFILL_FLAGS)
     _add_update_parser(actions)
     listing = _subparser(actions, "list", "the jobs, newest first", "tempo jobs list --limit 20",
@@ -731,7 +731,8 @@ def _add_runs_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]")
     cancel.add_argument("id", help="the run ID (r_...)")
     listing = _subparser(actions, "list", "runs of every job, newest first", "tempo runs list --status failed",
                          "tempo runs list --since 2030-01-01T00:00:00Z --limit 20")
-    listing.add_argument("--status", help="only runs in this status: waiting, claimed, done, failed or cancelled")
+    listing.add_argument("--status",
+                         help="only runs in this status: waiting, claimed, done, failed, cancelled, missed or skipped")
     listing.add_argument("--since", help="listed at or after this RFC 3339 time (a finished run: its end)")
     listing.add_argument("--until", help="listed before this RFC 3339 time")
     listing.add_argument("--limit", type=int, help="runs a page (1-1000, default 100)")

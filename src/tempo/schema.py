@@ -195,9 +195,11 @@ class BackfillIn(_Request):
 
     from_: Annotated[Instant, Meta(description="the first instant of the range")] = msgspec.field(name="from")
     until: Annotated[Instant, Meta(description="the end of the range, excluded; not in the future")]
-    # Jobs have no overlap policy yet: `allow` (runs of a job may overlap)
-    # is the only one; another value is 400 saying so (engine/jobs.py).
-    overlap: Annotated[str, Meta(max_length=50, description='only "allow" for now')] | None = None
+    # Backfill runs are not held to the job's overlap policy (docs/semantics.md
+    # "Backfill"): `allow` is the only value; another is 400 (engine/jobs.py).
+    overlap: Annotated[
+        str, Meta(max_length=50, description="only \"allow\": backfill runs are not held to the job's overlap policy")
+    ] | None = None
 
 
 class CancelIn(_Request):
