@@ -424,3 +424,21 @@ def test_a_proposal_not_written_is_proposed_again(tmp_path) -> None:
         assert len(rig.claim(["default\x00work"])) == 1
     finally:
         rig.close()
+
+
+def test_a_buffered_run_cancelled_is_listed_when_it_ended(store: Store) -> None:
+    log = _Log(store)
+    _, job = _create(store, log, overlap="buffer_one")
+    slot = job.slot_ms
+    assert slot is not None
+    _claim(log, job, slot)
+    _claim(log, job, slot + MIN)
+    [cancelled], _ = log.apply(CancelRun(slot + MIN + 10, OWNER, job.id, slot + MIN))
+    assert isinstance(cancelled, Run) and cancelled.status == "cancelled"
+    shown = _run(store, job, slot + MIN)
+    assert not shown.buffered and shown.due_ms == slot + MIN + 10
+    listed, _ = store.list_owner_runs(OWNER, status="cancelled", limit=10, cursor=None)
+    assert [r.nominal_ms for r in listed] == [slot + MIN]
+    # The running run's end releases nothing: nothing is buffered.
+    _report(log, job, slot, slot + 2 * MIN)
+    assert _run(store, job, slot + MIN).status == "cancelled"

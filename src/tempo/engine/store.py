@@ -1216,6 +1216,11 @@ class _Tx:
         one put, whatever the history holds. `by_job_key` is
         `keys.by_job_key(run.job_id, run.nominal_ms)` when the caller has it."""
         assert run.status in _FINISHED and old_status in _OPEN
+        if run.buffered:
+            # Cancelled while buffered (a pause, a cancel): it never fell
+            # due, and is listed at when it ended, not at the far due time.
+            run.buffered = False
+            run.due_ms = at_ms
         if by_job_key is None:
             by_job_key = keys.by_job_key(run.job_id, run.nominal_ms)
         _delete_at(self.runs_cursor(), runs_key)
@@ -1508,6 +1513,9 @@ class _Tx:
             return run.due_ms if run.status == "waiting" else None
         run.status = "waiting"
         run.due_ms = max(run.due_ms, at_ms)
+        if run.buffered:  # a fresh wait: the policy decides on it again when it falls due
+            run.buffered = False
+            run.due_ms = at_ms
         self.put_run(run, runs_key, "cancelled", job)
         return run.due_ms
 
@@ -1520,6 +1528,9 @@ class _Tx:
         assert self.txn.delete(_HIST_STATUS + _status_key_of(job.owner, run), db=bucket)
         run.status = "waiting"
         run.due_ms = max(run.due_ms, at_ms)
+        if run.buffered:  # a fresh wait: the policy decides on it again when it falls due
+            run.buffered = False
+            run.due_ms = at_ms
         self.put_run(run, job=job)
         return run.due_ms
 
@@ -1611,7 +1622,7 @@ class _Tx:
             return
         runs_key, run = found
         if run.status == "waiting":
-            if run.attempt == 0:
+            if run.attempt == 0 and not run.buffered:  # a buffered run waits for its release
                 run.due_ms = cmd.due_ms
                 self.put_run(run, runs_key, "waiting", job)
             job.next_run_at_ms = run.due_ms
