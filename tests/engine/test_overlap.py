@@ -18,8 +18,10 @@ from tempo.engine.commands import (
     CreateJobs,
     ExpireLeases,
     Expiry,
+    PauseJob,
     ReportResults,
     Result,
+    ResumeJob,
     TriggerJob,
 )
 from tempo.engine.jobs import Jobs
@@ -442,3 +444,31 @@ def test_a_buffered_run_cancelled_is_listed_when_it_ended(store: Store) -> None:
     # The running run's end releases nothing: nothing is buffered.
     _report(log, job, slot, slot + 2 * MIN)
     assert _run(store, job, slot + MIN).status == "cancelled"
+
+
+def test_pausing_cancels_buffered_runs_and_resuming_waits_for_the_next_slot(store: Store) -> None:
+    log = _Log(store)
+    _, job = _create(store, log, overlap="buffer_all")
+    slot = job.slot_ms
+    assert slot is not None
+    _claim(log, job, slot)
+    _claim(log, job, slot + MIN)
+    log.apply(PauseJob(slot + MIN + 10, OWNER, job.id))
+    assert _run(store, job, slot + MIN).status == "cancelled"
+    # The running run's end releases nothing, paused or resumed.
+    _report(log, job, slot, slot + MIN + 20)
+    log.apply(ResumeJob(slot + MIN + 30, OWNER, job.id, slot + 3 * MIN, slot + 3 * MIN))
+    assert [r.nominal_ms for r in store.list_runs(OWNER, job.id, since_ms=None, until_ms=None, limit=100,
+                                                    cursor_ms=None)[0] if r.status == "waiting"] == [slot + 3 * MIN]
+
+
+def test_the_dispatcher_sets_nothing_aside_for_allow_jobs(tmp_path) -> None:
+    rig = _rig(tmp_path)
+    try:
+        _create_every_minute(rig, "allow")
+        rig.advance(60)
+        rig.tick()
+        assert rig.core.ready_count() == 1 and not rig.core.overlap_due
+        assert rig.core.propose_overlap(rig.now_ms) is None
+    finally:
+        rig.close()
