@@ -383,3 +383,17 @@ def test_cancel_run_of_a_completed_jobs_slot_plans_nothing(world: _World) -> Non
     [answer] = world.apply(command)
     assert isinstance(answer, Run) and answer.status == "cancelled"
     assert world.job(job).state == "completed" and world.waiting(job) == []
+
+
+def test_a_patch_back_to_a_slot_an_earlier_patch_cancelled_plans_its_run_again(world: _World) -> None:
+    """Ending a job by `end_at` and reopening it before its next slot came
+    round meets the slot whose run the first patch cancelled: it waits
+    again (it had left the job active with nothing planned)."""
+    hour = 60 * MIN
+    job = world.create(schedule={"every_s": 3600})
+    world.now_ms = T0 + 1000
+    _patch(world, job, {"every_s": 7200})
+    assert world.waiting(job) == [T0 + 2 * hour]
+    back = _patch(world, job, {"every_s": 3600})
+    assert world.waiting(job) == [T0 + hour] and back.next_run_at_ms == T0 + hour
+    assert [r.status for r in world.runs(job) if r.nominal_ms == T0 + hour] == ["waiting"]

@@ -1635,9 +1635,14 @@ class _Tx:
         assert cmd.due_ms is not None
         found = self._slot_run(job.id, cmd.slot_ms)
         if found is None:
-            if self.history_run(job.id, cmd.slot_ms) is None:
+            held = self.history_run(job.id, cmd.slot_ms)
+            if held is None:
                 self.put_run(Run(job.id, cmd.slot_ms, cmd.due_ms, "waiting"), job=job)
                 job.next_run_at_ms = cmd.due_ms
+            elif held[1].status == "cancelled" and held[1].attempt == 0:
+                # The slot's run an earlier patch (or a pause) cancelled
+                # before it ran: it waits again, as a resume revives it.
+                job.next_run_at_ms = self._revive(job, held[0], held[1], cmd.at_ms)
             return
         runs_key, run = found
         if run.status == "waiting":

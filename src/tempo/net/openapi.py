@@ -22,6 +22,7 @@ _STRUCTS = (
     schema.PreviewIn,
     schema.PreviewOut,
     schema.BackfillIn,
+    schema.PauseIn,
     schema.BackfillOut,
     schema.Problem,
     schema.InternalProblem,
