@@ -339,13 +339,8 @@ def run_command(draw: st.DrawFn, world: World, at_ms: int) -> Command:
         picked = draw(st.lists(st.sampled_from(due), min_size=1, max_size=4))
     if kind == "claim":
         worker = draw(st.sampled_from(["w", CLEF * limits.worker_chars_max, CLEF * (limits.worker_chars_max * 5)]))
-        claims = [Claim(r.job_id, r.nominal_ms, min(at_ms + 60_000, limits.time_ms_max)) for r in picked]
+        claims = [claim_of(draw, r, at_ms) for r in picked]
         for claim in claims:
-            if draw(st.booleans()) and claim.nominal_ms + 60_000 <= limits.time_ms_max:
-                # A next slot, as the dispatcher plans one for a job's slot
-                # run: apply holds it to the job's end conditions.
-                claim.next_slot_ms = claim.nominal_ms + 60_000
-                claim.next_due_ms = max(claim.next_slot_ms, min(at_ms, limits.time_ms_max))
             if draw(st.booleans()):
                 claim.timeout_at_ms = min(at_ms + draw(st.sampled_from([1000, 86_400_000])), limits.time_ms_max)
         key = None
@@ -378,6 +373,17 @@ def run_command(draw: st.DrawFn, world: World, at_ms: int) -> Command:
     return ExpireLeases(at_ms, [
         Expiry(r.job_id, r.nominal_ms, r.attempt, draw(st.sampled_from(["lease", "timeout"]))) for r in picked
     ])
+
+
+def claim_of(draw: st.DrawFn, run: Run, at_ms: int) -> Claim:
+    """A claim of `run`, now and then with a next slot, as the dispatcher
+    plans one for a job's slot run: apply holds it to the job's end
+    conditions (`schedule.end_at`, `max_runs`)."""
+    claim = Claim(run.job_id, run.nominal_ms, min(at_ms + 60_000, limits.time_ms_max))
+    if draw(st.booleans()) and claim.nominal_ms + 60_000 <= limits.time_ms_max:
+        claim.next_slot_ms = claim.nominal_ms + 60_000
+        claim.next_due_ms = max(claim.next_slot_ms, min(at_ms, limits.time_ms_max))
+    return claim
 
 
 def cancel_command(draw: st.DrawFn, runs: list[Run], at_ms: int) -> CancelRun:
