@@ -397,3 +397,15 @@ def test_a_patch_back_to_a_slot_an_earlier_patch_cancelled_plans_its_run_again(w
     back = _patch(world, job, {"every_s": 3600})
     assert world.waiting(job) == [T0 + hour] and back.next_run_at_ms == T0 + hour
     assert [r.status for r in world.runs(job) if r.nominal_ms == T0 + hour] == ["waiting"]
+
+
+def test_a_request_keys_body_hash_without_end_conditions_is_what_it_was(world: _World) -> None:
+    """A create retried with its request key across an upgrade must match
+    the job it made: a schedule without end conditions hashes as it did
+    before they existed (the golden value is the hash an older version
+    gave this body)."""
+    body = _body(schedule={"cron": "0 3 * * *", "dst": {"gap": "skip"}}, request_key="k")
+    item = world.jobs.new_job("o", body, T0, from_msgpack=False)
+    assert item.body_hash.hex() == "c104498e972921087900e7a2dc122643"
+    ended = _body(schedule={"cron": "0 3 * * *", "dst": {"gap": "skip"}, "max_runs": 3}, request_key="k")
+    assert world.jobs.new_job("o", ended, T0, from_msgpack=False).body_hash != item.body_hash

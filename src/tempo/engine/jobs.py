@@ -702,6 +702,15 @@ async def backfill_slots(job: Job, body: BackfillSpec, now_ms: int) -> list[int]
         await trio.lowlevel.checkpoint()
 
 
+def _schedule_hashed(sched: Schedule) -> tuple[Any, ...] | Schedule:
+    """The schedule as a request key's hash takes it: without end
+    conditions, the fields it had before they existed (a tuple encodes as
+    the array-like record does), so the hash of such a body is what it was."""
+    if sched.end_at_ms is None and sched.max_runs is None:
+        return msgspec.structs.astuple(sched)[:-2]
+    return sched
+
+
 def _body_digest(
     body: JobSpec, sched: Schedule, notify: Notify | None, catchup: Catchup | None, labels: dict[str, str] | None,
     *, payload_passed: bool,
@@ -716,7 +725,7 @@ def _body_digest(
                 _hash_encoder.encode(body.payload)
             return b""
         fields: tuple[Any, ...] = (
-            body.name, body.target, body.payload, sched, body.retry.max_attempts,
+            body.name, body.target, body.payload, _schedule_hashed(sched), body.retry.max_attempts,
             body.retry.backoff_s, body.lease_s, body.jitter_s,
         )
         # Each appended only when given, so the hash of a job without it is
