@@ -350,6 +350,7 @@ def test_resume_after_max_runs_waits_for_the_last_run_then_completes(world: _Wor
     world.now_ms = T0 + 3 * MIN
     resumed = world.run(world.jobs.resume(OWNER, job.id))
     assert resumed.state == "active" and world.waiting(job) == []
+    assert [r for r in world.runs(job) if r.status == "missed"] == [], "slots after the last run are not missed"
     world.result(last)
     assert world.job(job).state == "completed" and world.job(job).paused is None
 

@@ -930,14 +930,15 @@ class Jobs:
         job = self.store.get_job(owner, job_id)
         at_ms = self.now_ms()
         slot_ms = next_due_ms = None
+        ran_all = job.schedule.max_runs is not None and job.runs_done >= job.schedule.max_runs
         if job.schedule.repeating:
-            slot_ms = slot_after_ms(job.schedule, job.created_at_ms, at_ms, inclusive=False)
-            if job.schedule.max_runs is not None and job.runs_done >= job.schedule.max_runs:
-                slot_ms = None  # nothing to plan (apply decides it again, from the job as replicated)
+            # Nothing to plan after max_runs (apply decides it again, from the job as replicated).
+            slot_ms = None if ran_all else slot_after_ms(job.schedule, job.created_at_ms, at_ms, inclusive=False)
         else:
             slot_ms = job.slot_ms  # its one run, made anew if retention dropped the cancelled one
         next_due_ms = None if slot_ms is None else due_ms(job, slot_ms, at_ms)
-        missed = paused_ranges(job, at_ms, slot_ms) if job.state == "paused" else []
+        # Slots after the job's last run are not the job's: none of them is missed.
+        missed = paused_ranges(job, at_ms, slot_ms) if job.state == "paused" and not ran_all else []
         return _ok(await self.committer.submit(ResumeJob(at_ms, owner, job_id, slot_ms, next_due_ms, missed)), Job)
 
     async def backfill(self, owner: str, job_id: str, body: BackfillSpec) -> tuple[int, int]:
