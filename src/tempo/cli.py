@@ -29,15 +29,23 @@ from tempo.net.tls import TlsError
 
 # `outcome`: the status of the job's last run that ended (docs/api.md
 # "Outcomes"), so a one-off that failed does not read like one that succeeded.
-JOB_COLUMNS = ("id", "name", "state", "outcome", "target", "schedule", "next_run_at")
+# `labels` last: its width varies most (long lists end in "…", `labels_chars_max`).
+JOB_COLUMNS = ("id", "name", "state", "outcome", "target", "schedule", "next_run_at", "labels")
 RUN_COLUMNS = ("id", "status", "attempt", "nominal_at", "due_at", "worker", "finished_at", "error")
 ALL_RUN_COLUMNS = ("id", "job_id", "status", "attempt", "due_at", "finished_at", "error")
 ATTEMPT_COLUMNS = ("attempt", "claimed_at", "worker", "ended_at", "ok", "error", "output")
 # A table cell shows at most this many characters of a text (an error, an output).
 cell_chars_max = 60
 detail_chars_max = 120  # an event's detail in the events table (a target's error page can be long)
+labels_chars_max = 40  # a job's labels in the jobs table, as `k=v,k=v` (a job may have 64 of them)
 CLUSTER_COLUMNS = ("node", "url", "role", "term", "leader", "commit", "applied")
 EVENT_COLUMNS = ("cursor", "at", "type", "job_id", "run_id", "detail")
+# An admin's feed holds every owner's events, each naming its `owner`.
+OWNER_EVENT_COLUMNS = ("cursor", "at", "type", "owner", "job_id", "run_id", "detail")
+# `tempo events --follow` prints each event as it comes, so its columns are
+# padded to these widths rather than to the widest cell of a page (a longer
+# value widens its own line only; the detail is last and never padded).
+follow_widths = {"cursor": 6, "at": 24, "type": 13, "owner": 12, "job_id": 28, "run_id": 38}
 PREVIEW_COLUMNS = ("at", "local", "offset", "dst")
 URL_HELP = "server URL(s), comma-separated: the nodes of a cluster (default: $TEMPO_URL or http://127.0.0.1:8700)"
 CA_FILE_HELP = "PEM file of the CA that signed the servers' certificates, for https:// URLs " \
@@ -240,6 +248,8 @@ def _cell(row: dict[str, Any], column: str) -> str:
     if column == "outcome":
         last = row.get("last_run")
         value = last.get("status") if isinstance(last, dict) else None
+    if column == "labels" and isinstance(value, dict):
+        return labels_text(value)
     if column in ("error", "output") and isinstance(value, str):
         # One line a row: a text's newlines would break the table.
         value = value.replace("\n", " ").replace("\r", " ")
@@ -255,6 +265,13 @@ def _cell(row: dict[str, Any], column: str) -> str:
             text = text[: detail_chars_max - 1] + "…"
         return text
     return "-" if value is None else str(value)
+
+
+def labels_text(labels: dict[str, Any]) -> str:
+    """A job's labels as one cell, `key=value` by key, comma-separated, cut
+    to `labels_chars_max` with "…" (`tempo jobs get` shows them whole)."""
+    text = ",".join(f"{key}={labels[key]}" for key in sorted(labels)) or "-"
+    return text if len(text) <= labels_chars_max else text[: labels_chars_max - 1] + "…"
 
 
 def table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
@@ -566,6 +583,19 @@ def _add_jobs_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]")
         _global_flags(parser)
 
 
+def event_columns(events: Sequence[dict[str, Any]]) -> Sequence[str]:
+    """The events table's columns: with OWNER when the events name their
+    owner (an admin token's feed holds every owner's)."""
+    return OWNER_EVENT_COLUMNS if any("owner" in event for event in events) else EVENT_COLUMNS
+
+
+def follow_line(row: dict[str, Any], columns: Sequence[str]) -> str:
+    """One line of `tempo events --follow`: an event, or the header (a row
+    of the column names in capitals), padded to `follow_widths` so that the lines stay in columns."""
+    cells = [_cell(row, c) for c in columns]
+    return "  ".join(v.ljust(follow_widths.get(c, 0)) for v, c in zip(cells, columns, strict=True)).rstrip()
+
+
 def _events(args: argparse.Namespace, client: Client) -> int:
     cursor: str = args.after or "0"
     if not args.follow:
@@ -573,21 +603,22 @@ def _events(args: argparse.Namespace, client: Client) -> int:
         if args.json:
             print(json.dumps(page, indent=2))
         else:
-            # An admin's feed holds every owner's events, each naming its owner.
-            with_owner = any("owner" in event for event in page["events"])
-            print(table(page["events"], (*EVENT_COLUMNS, "owner") if with_owner else EVENT_COLUMNS))
+            print(table(page["events"], event_columns(page["events"])))
             if page["events"]:
                 print(f"next page: --after {page['next_cursor']}")
         return EXIT_OK
-    if not args.json:
-        print("  ".join(c.upper() for c in EVENT_COLUMNS), flush=True)
+    # The header comes with the first event: only then is it known whether
+    # the feed names owners (an admin's) and needs the OWNER column.
+    columns: Sequence[str] | None = None
     try:
         while True:
             page = client.request("GET", "/v1/events", params={"after": cursor, "limit": args.limit,
                                   "wait_s": events_wait_s}, timeout_s=events_wait_s + request_timeout_s)
+            if page["events"] and columns is None and not args.json:
+                columns = event_columns(page["events"])
+                print(follow_line({c: c.upper() for c in columns}, columns), flush=True)
             for event in page["events"]:
-                line = json.dumps(event) if args.json else "  ".join(_cell(event, c) for c in EVENT_COLUMNS)
-                print(line, flush=True)
+                print(json.dumps(event) if columns is None else follow_line(event, columns), flush=True)
             cursor = page["next_cursor"]
     except KeyboardInterrupt:
         return EXIT_OK
