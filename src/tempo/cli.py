@@ -291,6 +291,12 @@ def record(row: dict[str, Any]) -> str:
             return json.dumps(value)
         if value is None:
             return "-"
+        if isinstance(value, str) and ("\n" in value or "\r" in value):
+            # A command's output or error of several lines: each line under
+            # the first, in the value's column, and no empty line for the
+            # final line break (`--json` shows the text as it is).
+            lines = value.replace("\r\n", "\n").replace("\r", "\n").rstrip("\n").split("\n")
+            return ("\n" + " " * (width + 2)).join(lines)
         local = local_time(value, zone) if zone is not None and key.endswith("_at") and isinstance(value, str) else None
         return f"{value} ({local} {zone})" if local is not None else str(value)
 
@@ -758,11 +764,12 @@ def _add_runs_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]")
     cancel.add_argument("id", help="the run ID (r_...)")
     listing = _subparser(actions, "list", "runs of every job, newest first", "tempo runs list --status failed",
                          "tempo runs list --since 2030-01-01T00:00:00Z --limit 20")
-    listing.add_argument("--status", help="only runs in this status: waiting, claimed, done, failed or cancelled")
-    listing.add_argument("--since", help="listed at or after this RFC 3339 time (a finished run: its end)")
-    listing.add_argument("--until", help="listed before this RFC 3339 time")
-    listing.add_argument("--limit", type=int, help="runs a page (1-1000, default 100)")
-    listing.add_argument("--cursor", help="next page: the cursor the previous page printed")
+    listing.add_argument("--status", help="only runs in this status: waiting, claimed, done, failed or cancelled; "
+                                          "missed: only the ranges of slots that got no run")
+    listing.add_argument("--since", metavar="TIME", help="listed at or after this RFC 3339 time (a finished run: its end)")
+    listing.add_argument("--until", metavar="TIME", help="listed before this RFC 3339 time")
+    listing.add_argument("--limit", type=int, metavar="N", help="at most N on a page (1-1000, default 100)")
+    listing.add_argument("--cursor", help="the page after this one (printed below a full page)")
     listing.set_defaults(flags=PAGE_FLAGS)
     for parser in (runs, get, cancel, listing):
         _global_flags(parser)
