@@ -207,6 +207,15 @@ def explain(exc: ApiError, flags: dict[str, str]) -> str:
     return f"{exc.status} {problem.get('type', 'error')}: {where or problem.get('detail') or problem.get('title') or ''}"
 
 
+def token_hint(status: int) -> str:
+    """What to do about a `401`: where the command takes its token from."""
+    if status != 401:
+        return ""
+    if os.environ.get("TEMPO_TOKEN"):
+        return " (the token in $TEMPO_TOKEN is not one the server knows)"
+    return " (set $TEMPO_TOKEN to your bearer token)"
+
+
 # -- tables --------------------------------------------------------------------
 
 
@@ -1062,7 +1071,8 @@ def parser() -> argparse.ArgumentParser:
         epilog=_examples("tempo serve", "tempo jobs create --target queue:reports --cron '0 3 * * *' --timezone Europe/Berlin",
                          "tempo --json jobs list", "tempo worker --queue reports -- ./make-report.sh",
                          "tempo jobs create --help")
-        + "\n\nflags --url, --ca-file and --json go before or after the command.\n\n" + EXIT_STATUSES,
+        + "\n\nflags --url, --ca-file and --json go before or after the command; the bearer token\n"
+          "(when the server has tokens) comes from $TEMPO_TOKEN.\n\n" + EXIT_STATUSES,
     )
     top.add_argument("--version", action="version", version=_version(), help="print tempo's version")
     _global_flags(top)
@@ -1136,7 +1146,7 @@ def _main(argv: Sequence[str] | None) -> int:
               file=sys.stderr)
         return EXIT_USAGE
     except ApiError as exc:
-        print(f"tempo: {explain(exc, getattr(args, 'flags', {}))}", file=sys.stderr)
+        print(f"tempo: {explain(exc, getattr(args, 'flags', {}))}{token_hint(exc.status)}", file=sys.stderr)
         return EXIT_REFUSED
     except CertificateRefused as exc:
         print(f"tempo: cannot reach the server: {exc}", file=sys.stderr)
