@@ -28,3 +28,12 @@ def test_runs_list_help_names_every_status(capsys: pytest.CaptureFixture[str]) -
     text = " ".join(capsys.readouterr().out.split())
     for status in ("waiting", "claimed", "done", "failed", "cancelled", "missed"):
         assert status in text
+
+
+def test_a_run_shows_the_missed_fields_only_on_a_missed_row() -> None:
+    run = {"id": "r_1", "status": "done", "reason": None, "missed_from": None, "missed_until": None,
+           "count": None, "attempts": []}
+    assert list(cli.run_record(run)) == ["id", "status"]
+    missed = {**run, "status": "missed", "reason": "outside_window", "missed_from": "2027-01-01T08:01:00.000Z",
+              "missed_until": "2027-01-02T07:00:00.000Z", "count": 1379}
+    assert list(cli.run_record(missed)) == ["id", "status", "reason", "missed_from", "missed_until", "count"]

@@ -755,10 +755,21 @@ def _runs(args: argparse.Namespace, client: Client) -> int:
     if args.json:
         print(json.dumps(run, indent=2))
         return EXIT_OK
-    print(record({k: v for k, v in run.items() if k != "attempts"}))
+    print(record(run_record(run)))
     print()
     print(table(run.get("attempts", []), ATTEMPT_COLUMNS))
     return EXIT_OK
+
+
+# The fields only a `missed` row fills (docs/api.md "Runs"): `null` on a
+# run, and left out of its record so that what the run did stands out.
+MISSED_FIELDS = ("reason", "missed_from", "missed_until", "count")
+
+
+def run_record(run: dict[str, Any]) -> dict[str, Any]:
+    """The fields `tempo runs get` prints above the attempts table."""
+    hidden = {"attempts", *(MISSED_FIELDS if run.get("status") != "missed" else ())}
+    return {k: v for k, v in run.items() if k not in hidden}
 
 
 def _add_runs_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
