@@ -529,12 +529,11 @@ class Worker:
         if active.finished or active.cancel.cancel_called:
             return
         run = active.run
-        log.warning("run %s attempt %s: %s; cancelling its handler", run["id"], run["attempt"],
-                    "its timeout passed" if why == "timeout" else "its owner cancelled it",
-                    extra={"run_id": run["id"], "attempt": run["attempt"], "cancel": why})
-        if why == "timeout":
+        if why == "timeout":  # `_lose` says so: "lost (timeout)"
             self._lose(run["id"], run["attempt"], "timeout")
             return
+        log.warning("run %s attempt %s: its owner cancelled it; cancelling its handler", run["id"], run["attempt"],
+                    extra={"run_id": run["id"], "attempt": run["attempt"], "cancel": why})
         active.stop_requested = True
         active.cancel.cancel()
 
