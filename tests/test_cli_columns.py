@@ -1,4 +1,4 @@
-"""The LABELS column of `tempo jobs list` and the OWNER column of `tempo
+"""The LABELS and OWNER columns of `tempo jobs list` and the OWNER column of `tempo
 events` and `tempo events --follow` (an admin token's feed holds every
 owner's events): against a real `tempo serve`, in this process."""
 
@@ -149,3 +149,23 @@ def test_events_follow_prints_no_header_before_an_event(
 
     monkeypatch.setattr(Client, "request", empty_then_stop)
     assert tempo(capsys, "events", "--follow", "--url", server.url, "--after", cursor) == (0, "", "")
+
+
+def test_jobs_list_shows_an_admin_the_owner_of_each_job(
+    secured: Server, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    name = unique("own")
+    with as_token(secured, "globex-client") as globex:
+        assert globex.post("/v1/jobs", json=job_body(name=name)).status_code == 201
+    monkeypatch.setenv("TEMPO_TOKEN", "ops-admin")
+    assert tempo(capsys, "jobs", "create", "--url", secured.url, "--target", "queue:cli", "--every-s", "60",
+                 "--name", name)[0] == 0
+    code, out, err = tempo(capsys, "jobs", "list", "--url", secured.url, "--name-prefix", name)
+    assert code == 0, err
+    header, ops, globex_row = out.splitlines()  # newest first
+    assert header.split()[:3] == ["ID", "NAME", "OWNER"]
+    assert ops.split()[2] == "ops" and globex_row.split()[2] == "globex"
+    # A client's listing is its own owner's: no OWNER column.
+    monkeypatch.setenv("TEMPO_TOKEN", "globex-client")
+    code, out, err = tempo(capsys, "jobs", "list", "--url", secured.url, "--name-prefix", name)
+    assert code == 0 and "OWNER" not in out.splitlines()[0], err

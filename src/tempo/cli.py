@@ -387,6 +387,14 @@ def _retry_body(args: argparse.Namespace) -> dict[str, Any]:
     return retry
 
 
+def job_columns(jobs: Sequence[dict[str, Any]]) -> Sequence[str]:
+    """The jobs table's columns: with OWNER after NAME when the page holds
+    jobs of more than one owner (an admin token lists every owner's)."""
+    if len({job.get("owner") for job in jobs}) < 2:
+        return JOB_COLUMNS
+    return (*JOB_COLUMNS[:2], "owner", *JOB_COLUMNS[2:])
+
+
 def _show(args: argparse.Namespace, value: Any, columns: Sequence[str] | None = None) -> None:
     if args.json:
         print(json.dumps(value, indent=2))
@@ -394,7 +402,7 @@ def _show(args: argparse.Namespace, value: Any, columns: Sequence[str] | None = 
         print("deleted")
     elif isinstance(value, dict) and columns is not None and "next_cursor" in value:  # a page (a job has `runs` too)
         rows = value["jobs"] if "jobs" in value else value["runs"]
-        print(table(rows, columns))
+        print(table(rows, job_columns(rows) if columns is JOB_COLUMNS else columns))
         if value.get("next_cursor"):
             print(f"next page: --cursor {value['next_cursor']}")
     else:
