@@ -157,6 +157,16 @@ def _worker_id(text: str) -> str:
     return text
 
 
+def _max_runs(text: str) -> int | str:
+    """--max-runs: a count (the server checks its bounds), or `none`."""
+    if text == "none":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+
+
 def _json_value(text: str) -> Any:
     try:
         return json.loads(text)
@@ -169,6 +179,7 @@ def _json_value(text: str) -> Any:
 SCHEDULE_FLAGS = {
     "schedule": "--at/--cron/--every-s", "schedule.at": "--at", "schedule.cron": "--cron",
     "schedule.timezone": "--timezone", "schedule.every_s": "--every-s", "schedule.start_at": "--start-at",
+    "schedule.end_at": "--end-at", "schedule.max_runs": "--max-runs",
 }
 CREATE_FLAGS = SCHEDULE_FLAGS | {
     "target": "--target", "name": "--name", "payload": "--payload", "retry": "--max-attempts/--backoff-s",
@@ -315,7 +326,7 @@ def record(row: dict[str, Any]) -> str:
 # -- jobs commands -------------------------------------------------------------
 
 # The flags of one job, which `--file` replaces.
-JOB_FLAGS = ("target", "at", "cron", "every_s", "timezone", "start_at", "name", "payload", "max_attempts",
+JOB_FLAGS = ("target", "at", "cron", "every_s", "timezone", "start_at", "end_at", "max_runs", "name", "payload", "max_attempts",
              "backoff_s", "lease_s", "jitter_s", "request_key", "labels", "notify_url", "notify_events", "timeout_s")
 
 
@@ -375,7 +386,18 @@ def _schedule_body(args: argparse.Namespace) -> dict[str, Any]:
         schedule["timezone"] = args.timezone
     if args.start_at is not None:
         schedule["start_at"] = args.start_at
-    return schedule
+    return schedule | _end_fields(args)
+
+
+def _end_fields(args: argparse.Namespace) -> dict[str, Any]:
+    """The schedule's end conditions from --end-at and --max-runs; `none`
+    (for `jobs update`) is null, which removes one."""
+    ends: dict[str, Any] = {}
+    for name in ("end_at", "max_runs"):
+        value = getattr(args, name)
+        if value is not None:
+            ends[name] = None if value == "none" else value
+    return ends
 
 
 def _retry_body(args: argparse.Namespace) -> dict[str, Any]:
@@ -419,12 +441,12 @@ def _jobs(args: argparse.Namespace, client: Client) -> int:
             args.limit, args.cursor, state=args.state, target=args.target, name_prefix=args.name_prefix,
             label=args.labels,
         ),
-        "pause": lambda: client.pause_job(args.id),
+        "pause": lambda: client.pause_job(args.id, args.note),
         "resume": lambda: client.resume_job(args.id),
         "delete": lambda: client.delete_job(args.id),
         "trigger": lambda: client.trigger_job(args.id),
         "backfill": lambda: client.backfill_job(args.id, args.since, args.until, args.overlap),
-        "update": lambda: client.update_job(args.id, _update_body(args), args.if_version),
+        "update": lambda: _update(args, client),
         "runs": lambda: client.list_runs(
             args.id, since=args.since, until=args.until, limit=args.limit, cursor=args.cursor
         ),
@@ -528,7 +550,7 @@ def _add_job_flags(parser: argparse.ArgumentParser, *, payload_help: str, max_at
                         help="end each attempt S seconds after its claim, whatever its heartbeats (1-86400)")
 
 
-def _add_schedule_flags(parser: argparse.ArgumentParser, *, with_file: bool) -> None:
+def _add_schedule_flags(parser: argparse.ArgumentParser, *, with_file: bool, removable: bool = False) -> None:
     what = "exactly one of --at, --cron or --every-s" + (" (or --file, for many jobs)" if with_file else "")
     group = parser.add_argument_group("schedule", f"give {what}")
     kinds = group.add_mutually_exclusive_group()
@@ -541,6 +563,12 @@ def _add_schedule_flags(parser: argparse.ArgumentParser, *, with_file: bool) -> 
                            "request_key may be sent again safely")
     group.add_argument("--timezone", help="IANA time zone of --cron, e.g. Europe/Berlin (default UTC)")
     group.add_argument("--start-at", dest="start_at", help="RFC 3339 start of the --every-s grid (default: now)")
+    removes = "; none removes it" if removable else ""
+    group.add_argument("--end-at", dest="end_at", metavar="TIME",
+                       help=f"with --cron or --every-s: no run after this RFC 3339 time, e.g. 2030-06-30T23:59:59Z{removes}")
+    group.add_argument("--max-runs", dest="max_runs", type=_max_runs, metavar="N",
+                       help=f"with --cron or --every-s: run N slots (triggered runs not counted), then the job is "
+                            f"completed, e.g. --max-runs 10 (1-{limits.schedule_runs_max}){removes}")
 
 
 def _add_jobs_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
@@ -570,11 +598,16 @@ def _add_jobs_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]")
     create.add_argument("--catchup-max-runs", dest="catchup_max_runs", type=int, metavar="N",
                         help="with --catchup-policy all: at most N catch-up runs (default 1000)")
     create.set_defaults(flags=CREATE_FLAGS)
-    one = {"get": "show a job", "pause": "pause a job: no run falls due until it is resumed",
-           "resume": "resume a paused job", "delete": "delete a job and its waiting runs",
+    one = {"get": "show a job", "resume": "resume a paused job", "delete": "delete a job and its waiting runs",
            "trigger": "make a run of a job due now, beside its schedule"}
     for name, help in one.items():
         _subparser(actions, name, help, f"tempo jobs {name} j_01J...").add_argument("id", help="the job's ID")
+    pause = _subparser(actions, "pause", "pause a job: no run falls due until it is resumed",
+                       "tempo jobs pause j_01J...", "tempo jobs pause j_01J... --note 'upstream outage, INC-1234'")
+    pause.add_argument("id", help="the job's ID")
+    pause.add_argument("--note", metavar="TEXT",
+                       help=f"why, shown with the job while it is paused (at most {limits.pause_note_chars_max} characters)")
+    pause.set_defaults(flags={"note": "--note"})
     backfill = _subparser(
         actions, "backfill", "runs for a job's past slots in [--from, --until), each due at once",
         "tempo jobs backfill j_01J... --from 2026-11-01T00:00:00Z --until 2026-11-08T00:00:00Z",
@@ -687,12 +720,30 @@ def _add_preview_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser
 # -- jobs update ---------------------------------------------------------------
 
 
-def _update_body(args: argparse.Namespace) -> dict[str, Any]:
+def _update(args: argparse.Namespace, client: Client) -> Any:
+    """`tempo jobs update`. With --end-at or --max-runs and no other
+    schedule flag, the job's schedule is read and sent back with them
+    changed, at the version read (unless --if-version names one), so a
+    change made meanwhile is not overwritten: 412, and the user tries again."""
+    if not _end_fields(args) or any(
+        getattr(args, k) is not None for k in ("at", "cron", "every_s", "timezone", "start_at")
+    ):
+        return client.update_job(args.id, _update_body(args), args.if_version)
+    job = client.get_job(args.id)
+    version = job["version"] if args.if_version is None else args.if_version
+    return client.update_job(args.id, _update_body(args, job["schedule"]), version)
+
+
+def _update_body(args: argparse.Namespace, current_schedule: dict[str, Any] | None = None) -> dict[str, Any]:
     """The merge patch of `tempo jobs update`: the fields given, a schedule
     whole (docs/api.md "Change a job")."""
     patch: dict[str, Any] = {}
     if any(getattr(args, k) is not None for k in ("at", "cron", "every_s", "timezone", "start_at")):
         patch["schedule"] = _schedule_body(args)
+    elif current_schedule is not None:
+        # --end-at/--max-runs alone: the job's schedule with them changed
+        # (a patch replaces the schedule whole).
+        patch["schedule"] = {k: v for k, v in (current_schedule | _end_fields(args)).items() if v is not None}
     if args.payload is not None:
         patch["payload"] = args.payload
     retry = _retry_body(args)
@@ -730,12 +781,14 @@ def _add_update_parser(actions: "argparse._SubParsersAction[argparse.ArgumentPar
         "tempo jobs update j_01J... --target queue:reports-v2 --max-attempts 2",
         "tempo jobs update j_01J... --label env=prod --remove-label tier",
         "tempo jobs update j_01J... --notify-url https://hooks.example.com/tempo --notify-event run.failed",
-        epilog="A schedule flag replaces the schedule whole; --label adds or changes one label and keeps "
-               "the others; other fields keep their values.",
+        "tempo jobs update j_01J... --max-runs 20 --end-at 2030-12-31T23:59:59Z",
+        epilog="A schedule flag replaces the schedule whole, but --end-at and --max-runs alone change only "
+               "those in the job's schedule; --label adds or changes one label and keeps the others; other "
+               "fields keep their values.",
     )
     update.add_argument("id", help="the job's ID")
     update.add_argument("--target", help="queue:<name> or an http(s):// URL")
-    _add_schedule_flags(update, with_file=False)
+    _add_schedule_flags(update, with_file=False, removable=True)
     _add_job_flags(
         update, payload_help="a JSON value, replacing the payload",
         max_attempts_help="attempts of each run before it fails",

@@ -18,6 +18,7 @@ JOB_FIELDS = {
     "id", "name", "owner", "target", "payload", "schedule", "retry", "lease_s",
     "jitter_s", "state", "created_at", "next_run_at",
     "notify", "last_run", "runs", "catchup", "version", "labels", "timeout_s",
+    "paused", "runs_left",
 }
 RUN_FIELDS = {
     "id", "job_id", "nominal_at", "due_at", "status", "attempt", "worker",

@@ -59,6 +59,7 @@ from tempo.engine.records import (
     Job,
     JobOutcome,
     Missed,
+    Paused,
     RequestKeyEntry,
     RetryKept,
     Run,
@@ -1453,6 +1454,8 @@ class _Tx:
             self.finish_run(run, runs_key, "waiting", cmd.at_ms, job=job)
         job.state = "paused"
         job.next_run_at_ms = None
+        by_owner = cmd.owner if cmd.by_owner is None else cmd.by_owner
+        job.paused = Paused(cmd.at_ms, by_owner, cmd.by_role, cmd.note)
         self.put_job(job)
         return job
 
@@ -1463,6 +1466,7 @@ class _Tx:
         if job.state != "paused":
             return job
         job.state = "active"
+        job.paused = None
         job.next_run_at_ms = None
         for missed in cmd.missed:
             self.record_missed(job, missed, cmd.at_ms)
@@ -1471,15 +1475,42 @@ class _Tx:
         job.catchup_until_ms = job.catchup_decided_ms = None
         if job.schedule.repeating:
             slot_ms, due_ms = cmd.slot_ms, cmd.due_ms
+            if slot_ms is not None and _past_end(job, slot_ms):
+                slot_ms = due_ms = None
+            if slot_ms is None and self._last_run_open(job):
+                # The last run goes on: its end completes the job (`_settle`).
+                self.put_job(job)
+                return job
         else:
             slot_ms, due_ms = job.slot_ms, cmd.due_ms
         if slot_ms is None:
-            job.state = "completed"  # the schedule has no occurrence left
-        else:
-            job.next_run_at_ms = self._wake_slot(job, slot_ms, due_ms, cmd.at_ms)
+            self._complete(job, cmd.at_ms)  # the schedule has no occurrence left
+            return job
+        job.next_run_at_ms = self._wake_slot(job, slot_ms, due_ms, cmd.at_ms)
         job.slot_ms = slot_ms if job.schedule.repeating else job.slot_ms
         self.put_job(job)
         return job
+
+    def _last_run_open(self, job: Job) -> bool:
+        """Whether the run of the job's slot is claimed still: a repeating
+        job whose schedule planned nothing after it (its last run)."""
+        found = None if job.slot_ms is None else self._slot_run(job.id, job.slot_ms)
+        return found is not None and found[1].status == "claimed"
+
+    def _complete(self, job: Job, at_ms: int, run: Run | None = None) -> None:
+        """A job with nothing left to run is `completed`, with its event.
+        A one-off's detail names how its run ended; a repeating job's names
+        why its schedule ended (`_end_reason`), and the status of its last
+        run when that run's end completed it."""
+        job.state = "completed"
+        job.paused = None
+        job.next_run_at_ms = None
+        self.put_job(job)
+        detail: dict[str, object] = {} if run is None else {"status": run.status}
+        if job.schedule.repeating:
+            detail["reason"] = _end_reason(job)
+        run_id = None if run is None else ids.run_id(job.id, run.nominal_ms)
+        self.append_event(job.owner, Event("job.completed", at_ms, job.id, run_id, detail))
 
     def _wake_slot(self, job: Job, slot_ms: int, due_ms: int | None, at_ms: int) -> int | None:
         """Makes the run of `slot_ms` waiting: the one pause cancelled, or a new
@@ -1576,12 +1607,20 @@ class _Tx:
             if not job.schedule.repeating and cmd.slot_ms is not None:
                 job.slot_ms = cmd.slot_ms
             return
+        # An end condition the patch reached leaves nothing to plan
+        # (docs/semantics.md "End conditions"): decided here, from the
+        # replicated count of runs, not by the node that made the command.
+        ended = job.schedule.repeating and (cmd.slot_ms is None or _past_end(job, cmd.slot_ms))
         if job.state == "completed":
-            if cmd.slot_ms is None or cmd.slot_ms <= cmd.at_ms:
+            if ended or cmd.slot_ms is None or cmd.slot_ms <= cmd.at_ms:
                 return
             job.state = "active"
-        elif old.slot_ms is not None and old.slot_ms != cmd.slot_ms:
+        elif old.slot_ms is not None and (old.slot_ms != cmd.slot_ms or ended):
             self._cancel_slot(job, old.slot_ms, cmd.at_ms)
+        if ended:
+            job.slot_ms = cmd.slot_ms
+            self._complete(job, cmd.at_ms)
+            return
         self._plant(job, cmd)
 
     def _plant(self, job: Job, cmd: PatchJob) -> None:
@@ -1596,9 +1635,14 @@ class _Tx:
         assert cmd.due_ms is not None
         found = self._slot_run(job.id, cmd.slot_ms)
         if found is None:
-            if self.history_run(job.id, cmd.slot_ms) is None:
+            held = self.history_run(job.id, cmd.slot_ms)
+            if held is None:
                 self.put_run(Run(job.id, cmd.slot_ms, cmd.due_ms, "waiting"), job=job)
                 job.next_run_at_ms = cmd.due_ms
+            elif held[1].status == "cancelled" and held[1].attempt == 0:
+                # The slot's run an earlier patch (or a pause) cancelled
+                # before it ran: it waits again, as a resume revives it.
+                job.next_run_at_ms = self._revive(job, held[0], held[1], cmd.at_ms)
             return
         runs_key, run = found
         if run.status == "waiting":
@@ -1760,16 +1804,24 @@ class _Tx:
             return run
         job = self._job_any(run.job_id, job_key)
         self.put_run_in_place(run, runs_key, "waiting", job, job_key)
-        if job.slot_ms != run.nominal_ms or run.triggered:
+        if job.slot_ms != run.nominal_ms or run.triggered or run.backfill:
             return run  # a retry, a re-delivery or a triggered run: the schedule moved on already
-        if job.schedule.repeating and job.state == "active" and claim.next_slot_ms is not None:
-            assert claim.next_due_ms is not None and claim.next_slot_ms > run.nominal_ms
+        if job.schedule.repeating and run.attempt == 1:
+            job.runs_done += 1  # the first claim of a slot's run (`schedule.max_runs`)
+        next_slot_ms = claim.next_slot_ms
+        if next_slot_ms is not None and _past_end(job, next_slot_ms):
+            # The run just claimed is the job's last: its end completes the
+            # job (`_settle`). Decided here from `runs_done` as replicated,
+            # so every replica, and the next leader, agree on it.
+            next_slot_ms = None
+        if job.schedule.repeating and job.state == "active" and next_slot_ms is not None:
+            assert claim.next_due_ms is not None and next_slot_ms > run.nominal_ms
             # Open runs only: a claim reads no history. A finished run in the
             # next slot would have to be a triggered run that took exactly
             # that millisecond and finished before the slot came round.
-            if self.run_key_at_slot(job.id, claim.next_slot_ms) is None:
-                self.put_run(Run(job.id, claim.next_slot_ms, claim.next_due_ms, "waiting"), job=job)
-            job.slot_ms = claim.next_slot_ms
+            if self.run_key_at_slot(job.id, next_slot_ms) is None:
+                self.put_run(Run(job.id, next_slot_ms, claim.next_due_ms, "waiting"), job=job)
+            job.slot_ms = next_slot_ms
             job.next_run_at_ms = claim.next_due_ms
             for missed in claim.missed:
                 self.record_missed(job, missed, cmd.at_ms)
@@ -1975,10 +2027,8 @@ class _Tx:
         if not slot_run:
             self._settle(job, run, cmd.at_ms)
             return
-        if cmd.next_slot_ms is None:
-            job.state = "completed"  # the schedule has no occurrence left
-            job.next_run_at_ms = None
-            self.put_job(job)
+        if cmd.next_slot_ms is None or _past_end(job, cmd.next_slot_ms):
+            self._complete(job, cmd.at_ms)  # the schedule has no occurrence left
             return
         assert cmd.next_due_ms is not None and cmd.next_slot_ms > run.nominal_ms
         if not self.slot_taken(job.id, cmd.next_slot_ms):
@@ -2038,14 +2088,35 @@ class _Tx:
         self.append_event(job.owner, Event("job.recovered", at_ms, job.id, ids.run_id(job.id, run.nominal_ms), detail))
 
     def _settle(self, job: Job, run: Run, at_ms: int, job_key: bytes | None = None) -> None:
-        """A one-off whose scheduled run ended is completed."""
-        if job.schedule.repeating or run.triggered or job.slot_ms != run.nominal_ms:
+        """A job whose last scheduled run ended is completed: a one-off's
+        one run, or the run of a repeating job's slot when its claim
+        planned no slot after it (an end condition, or no slot left; the
+        job's slot is still that run's then)."""
+        if run.triggered or run.backfill or job.slot_ms != run.nominal_ms or job.state == "completed":
             return
-        job.state = "completed"
-        job.next_run_at_ms = None
-        self.put_job(job, job_key)
-        detail = {"status": run.status}
-        self.append_event(job.owner, Event("job.completed", at_ms, job.id, ids.run_id(job.id, run.nominal_ms), detail))
+        if job.schedule.repeating and job.next_run_at_ms is not None:
+            return
+        self._complete(job, at_ms, run)
+
+
+def _past_end(job: Job, slot_ms: int) -> bool:
+    """Whether a repeating job's end conditions leave `slot_ms` unplanned:
+    it lies after `schedule.end_at`, or the job ran `schedule.max_runs`
+    slots already (docs/semantics.md "End conditions")."""
+    sched = job.schedule
+    if sched.end_at_ms is not None and slot_ms > sched.end_at_ms:
+        return True
+    return sched.max_runs is not None and job.runs_done >= sched.max_runs
+
+
+def _end_reason(job: Job) -> str:
+    """Why a repeating job's schedule ended, from the job as replicated:
+    `max_runs` when it ran them all, else `end_at` when it has one (the
+    node that planned found no slot up to it), else `no_slot_left`."""
+    sched = job.schedule
+    if sched.max_runs is not None and job.runs_done >= sched.max_runs:
+        return "max_runs"
+    return "no_slot_left" if sched.end_at_ms is None else "end_at"
 
 
 def _is_slot_run(job: Job, run: Run) -> bool:
