@@ -13,6 +13,11 @@ output_bytes_max = 64 << 10
 
 # Field bounds (API.md "Jobs").
 name_chars_max = 200
+# The note a pause may carry (`POST /v1/jobs/{id}/pause`), in characters.
+pause_note_chars_max = 1000
+# A repeating schedule's `max_runs`: how many slots the job runs before it
+# is completed (docs/semantics.md "End conditions").
+schedule_runs_max = 1_000_000_000
 target_chars_max = 2048
 request_key_chars_max = 200
 queue_name_chars_max = 200

@@ -41,7 +41,7 @@ def _only(given: str, absent: tuple[str, ...]) -> dict[str, Any]:
 # exactly one of at, cron, every_s; timezone only with cron, start_at only
 # with every_s.
 _ONE_SCHEDULE = {"oneOf": [
-    _only("at", ("cron", "timezone", "every_s", "start_at", "dst")),
+    _only("at", ("cron", "timezone", "every_s", "start_at", "dst", "end_at", "max_runs")),
     _only("cron", ("at", "every_s", "start_at")),
     _only("every_s", ("at", "cron", "timezone", "dst")),
 ]}
@@ -68,6 +68,13 @@ class ScheduleIn(_Request):
     every_s: Annotated[int, Meta(ge=limits.every_s_min, le=limits.every_s_max)] | None = None
     start_at: Instant | None = None
     dst: DstIn | None = None  # cron only; default {"gap": "shift", "repeat": "first"}
+    # End conditions, cron and every_s only (docs/semantics.md "End conditions").
+    end_at: Annotated[Instant, Meta(description="no slot after this instant; after start_at")] | None = None
+    max_runs: Annotated[
+        int,
+        Meta(ge=1, le=limits.schedule_runs_max,
+             description="the job runs this many slots (triggered runs not counted), then is completed"),
+    ] | None = None
 
 
 # Frozen, with a tuple of gaps: one default instance serves every create that
@@ -202,6 +209,12 @@ class BackfillIn(_Request):
     ] | None = None
 
 
+class PauseIn(_Request):
+    """`POST /v1/jobs/{id}/pause`: its body is optional (empty, or `{}`)."""
+
+    note: Annotated[str, Meta(max_length=limits.pause_note_chars_max)] | None = None
+
+
 class CancelIn(_Request):
     """`POST /v1/runs/{id}/cancel` takes no fields: its body is empty or `{}`."""
 
@@ -232,6 +245,8 @@ class ScheduleOut(msgspec.Struct, omit_defaults=True):
     every_s: int | None = None
     start_at: str | None = None
     dst: DstOut | None = None  # a cron schedule's policy when not the default
+    end_at: str | None = None
+    max_runs: int | None = None
 
 
 class RetryOut(msgspec.Struct):
@@ -248,6 +263,19 @@ class CatchupOut(msgspec.Struct):
 class NotifyOut(msgspec.Struct):
     url: str
     events: list[NotifyEvent]
+
+
+class PausedByOut(msgspec.Struct):
+    owner: str
+    role: str | None
+
+
+class PausedOut(msgspec.Struct):
+    """Who paused the job, when, and their note (null: none)."""
+
+    at: str
+    by: PausedByOut
+    note: str | None
 
 
 class LastRunOut(msgspec.Struct):
@@ -289,6 +317,8 @@ class JobOut(msgspec.Struct, gc=False):  # untracked, as _Request: a batch reply
     version: int = 1  # grows by one with each change; the ETag of the job's answers
     labels: dict[str, str] = {}  # key -> value, sorted by key
     timeout_s: int | None = None  # bounds one attempt from its claim; null: none
+    paused: PausedOut | None = None  # set while the job is paused
+    runs_left: int | None = None  # slots left to run under schedule.max_runs; null: no max_runs
     overlap: Overlap = "allow"  # what a slot due while an earlier run runs does
 
 

@@ -110,6 +110,11 @@ schedules = st.sampled_from([
     {"every_s": 60, "start_at": "0001-01-01T00:00:00Z"},
     {"cron": "* * * * *", "timezone": "Europe/Berlin"},
     {"cron": "0 0 29 2 *"},
+    # End conditions: a single run, the largest count, an end soon after T0
+    # (nothing left for later stamps) and at the last instant there is.
+    {"every_s": 60, "max_runs": 1},
+    {"every_s": 1, "end_at": "2027-01-15T08:05:00Z", "max_runs": limits.schedule_runs_max},
+    {"cron": "* * * * *", "end_at": "9999-12-31T23:59:59.999Z", "max_runs": 2},
 ])
 
 
@@ -240,6 +245,10 @@ def check_consistent(store: Store) -> None:
     for table in tables.values():
         assert all(0 < len(k) <= limits.lmdb_key_bytes_max for k, _ in table)
     check_run_index(tables)
+    for job in jobs.values():
+        assert (job.state == "paused") == (job.paused is not None), "a job shows who paused it while paused only"
+        ran_all = job.schedule.max_runs is not None and job.runs_done >= job.schedule.max_runs
+        assert not (ran_all and job.next_run_at_ms is not None), "nothing is planned after max_runs"
     labelled = {
         keys.label_key(job.owner, name, value, keys.job_key(job_id))
         for job_id, job in jobs.items() for name, value in (job.labels or {}).items()
@@ -290,6 +299,13 @@ def job_command(draw: st.DrawFn, world: World, at_ms: int) -> Command:
     kind = draw(st.sampled_from([PauseJob, ResumeJob, DeleteJob, TriggerJob, PatchJob]))
     if kind is PatchJob:
         return patch_command(draw, world, at_ms, owner, job_id)
+    if kind is PauseJob:
+        # Who paused it and why, at and past the note's bound; or as an
+        # older version logged it, without them.
+        if draw(st.booleans()):
+            return PauseJob(at_ms, owner, job_id)
+        note = draw(st.none() | texts | around(limits.pause_note_chars_max * 4))
+        return PauseJob(at_ms, owner, job_id, draw(owners), draw(st.sampled_from(["admin", "client"])), note)
     if kind is not ResumeJob:
         return kind(at_ms, owner, job_id)
     job = world.one.get_job_any(job_id) if ids.is_job_id(job_id) else None
@@ -332,7 +348,7 @@ def run_command(draw: st.DrawFn, world: World, at_ms: int) -> Command:
         picked = draw(st.lists(st.sampled_from(due), min_size=1, max_size=4))
     if kind == "claim":
         worker = draw(st.sampled_from(["w", CLEF * limits.worker_chars_max, CLEF * (limits.worker_chars_max * 5)]))
-        claims = [Claim(r.job_id, r.nominal_ms, min(at_ms + 60_000, limits.time_ms_max)) for r in picked]
+        claims = [claim_of(draw, r, at_ms) for r in picked]
         for claim in claims:
             if draw(st.booleans()):
                 claim.timeout_at_ms = min(at_ms + draw(st.sampled_from([1000, 86_400_000])), limits.time_ms_max)
@@ -368,17 +384,23 @@ def run_command(draw: st.DrawFn, world: World, at_ms: int) -> Command:
     ])
 
 
+def claim_of(draw: st.DrawFn, run: Run, at_ms: int) -> Claim:
+    """A claim of `run`, now and then with a next slot, as the dispatcher
+    plans one for a job's slot run: apply holds it to the job's end
+    conditions (`schedule.end_at`, `max_runs`)."""
+    claim = Claim(run.job_id, run.nominal_ms, min(at_ms + 60_000, limits.time_ms_max))
+    if draw(st.booleans()) and claim.nominal_ms + 60_000 <= limits.time_ms_max:
+        claim.next_slot_ms = claim.nominal_ms + 60_000
+        claim.next_due_ms = max(claim.next_slot_ms, min(at_ms, limits.time_ms_max))
+    return claim
+
+
 def overlap_command(draw: st.DrawFn, world: World, at_ms: int) -> OverlapRuns:
     """Due runs the dispatcher set aside (now and then others), with a next slot now and then."""
     runs = world.open_runs()
     due = [r for r in runs if r.status == "waiting" and r.due_ms <= at_ms]
     picked = draw(st.lists(st.sampled_from(due or runs), max_size=4)) if runs else []
-    found = [Claim(r.job_id, r.nominal_ms, min(at_ms + 60_000, limits.time_ms_max)) for r in picked]
-    for claim in found:
-        next_ms = claim.nominal_ms + 60_000
-        if draw(st.booleans()) and next_ms <= limits.time_ms_max:
-            claim.next_slot_ms = claim.next_due_ms = next_ms
-    return OverlapRuns(at_ms, found)
+    return OverlapRuns(at_ms, [claim_of(draw, r, at_ms) for r in picked])
 
 
 def cancel_command(draw: st.DrawFn, runs: list[Run], at_ms: int) -> CancelRun:

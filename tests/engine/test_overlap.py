@@ -472,3 +472,62 @@ def test_the_dispatcher_sets_nothing_aside_for_allow_jobs(tmp_path) -> None:
         assert rig.core.propose_overlap(rig.now_ms) is None
     finally:
         rig.close()
+
+
+# -- with end conditions (docs/semantics.md "End conditions") --------------------------
+
+
+def test_a_buffered_slot_counts_toward_max_runs(store: Store) -> None:
+    """`max_runs` counts slots that run: a buffered one will, so the slot
+    after it is not planned past the bound, and its end completes the job."""
+    log = _Log(store)
+    _, job = _create(store, log, overlap="buffer_one", schedule={"every_s": 60, "max_runs": 2})
+    slot = job.slot_ms
+    assert slot is not None
+    _claim(log, job, slot)
+    assert store.get_job(OWNER, job.id).runs_done == 1
+    _claim(log, job, slot + MIN)  # buffered: the job's second and last run
+    stored = store.get_job(OWNER, job.id)
+    assert stored.next_run_at_ms is None and stored.slot_ms == slot + MIN
+    assert _run(store, job, slot + MIN).buffered
+    assert _run_at_or_none(store, job, slot + 2 * MIN) is None
+    _report(log, job, slot, slot + 2 * MIN)
+    released, _ = _claim(log, job, slot + MIN, slot + 2 * MIN + 1, plain=True)
+    assert released is not None
+    assert store.get_job(OWNER, job.id).runs_done == 2
+    _report(log, job, slot + MIN, slot + 2 * MIN + 2)
+    assert store.get_job(OWNER, job.id).state == "completed"
+
+
+def test_a_skipped_slot_does_not_count_and_a_skipped_last_slot_completes_the_job(store: Store) -> None:
+    log = _Log(store)
+    _, job = _create(store, log, overlap="skip", schedule={"every_s": 60, "max_runs": 2})
+    slot = job.slot_ms
+    assert slot is not None
+    _claim(log, job, slot)
+    _claim(log, job, slot + MIN)  # skipped: not counted, the next slot is planned
+    stored = store.get_job(OWNER, job.id)
+    assert stored.runs_done == 1 and stored.slot_ms == slot + 2 * MIN
+    _report(log, job, slot, slot + 2 * MIN)
+    _claim(log, job, slot + 2 * MIN)
+    assert store.get_job(OWNER, job.id).runs_done == 2
+    _report(log, job, slot + 2 * MIN, slot + 3 * MIN)
+    assert store.get_job(OWNER, job.id).state == "completed"
+    # end_at: the last slot skipped while a run runs completes the job then.
+    _, ending = _create(store, log, overlap="skip",
+                        schedule={"every_s": 60, "end_at": "2027-01-15T08:02:00Z"})
+    first = ending.slot_ms
+    assert first == T0 + MIN
+    _claim(log, ending, first)
+    # The dispatcher plans no slot past end_at: the claim of the last slot carries none.
+    [[outcome]], _ = log.apply(ClaimRuns(first + MIN + 5, "w1", [Claim(ending.id, first + MIN, first + 11 * MIN)]))
+    assert outcome is None
+    assert _run(store, ending, first + MIN).status == "skipped"
+    assert store.get_job(OWNER, ending.id).state == "completed"
+
+
+def _run_at_or_none(store: Store, job: Job, slot: int) -> Run | None:
+    try:
+        return _run(store, job, slot)
+    except errors.NotFound:
+        return None

@@ -17,7 +17,8 @@ TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 JOB_FIELDS = {
     "id", "name", "owner", "target", "payload", "schedule", "retry", "lease_s",
     "jitter_s", "state", "created_at", "next_run_at",
-    "notify", "last_run", "runs", "catchup", "version", "labels", "timeout_s", "overlap",
+    "notify", "last_run", "runs", "catchup", "version", "labels", "timeout_s",
+    "paused", "runs_left", "overlap",
 }
 RUN_FIELDS = {
     "id", "job_id", "nominal_at", "due_at", "status", "attempt", "worker",

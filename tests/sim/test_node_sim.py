@@ -77,7 +77,7 @@ def test_an_apply_that_ignores_the_overlap_policy_is_caught(monkeypatch: pytest.
     reaches), a seed soon has two runs of a `skip` or buffering job running."""
     from tempo.engine import store
 
-    monkeypatch.setattr(store._Tx, "_overlap_admits", lambda self, job, run, runs_key, at_ms: True)
+    monkeypatch.setattr(store._Tx, "_overlap_holds", lambda self, job, run, runs_key, at_ms: None)
     failure = first_failure("")
     assert failure is not None, f"an apply that ignores the overlap policy survived {PLANTED_SEEDS} seeds"
     assert "invariant 6," in failure.what, failure

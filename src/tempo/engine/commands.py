@@ -34,6 +34,11 @@ class PauseJob(msgspec.Struct, tag="pause_job", array_like=True):
     at_ms: Ms
     owner: str
     job_id: str
+    # Who asked (the token's owner and role) and their note (`Job.paused`);
+    # None in entries logged before: the job's owner, no role, no note.
+    by_owner: str | None = None
+    by_role: str | None = None
+    note: str | None = None
 
 
 class ResumeJob(msgspec.Struct, tag="resume_job", array_like=True):

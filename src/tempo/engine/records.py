@@ -50,6 +50,11 @@ class Schedule(msgspec.Struct, array_like=True, frozen=True, gc=False):
     # which is this default, the only behaviour there was.
     dst_gap: Literal["shift", "skip"] = "shift"
     dst_repeat: Literal["first", "last", "both"] = "first"
+    # End conditions of a repeating schedule (docs/semantics.md "End
+    # conditions"): no slot after `end_at_ms`; at most `max_runs` slots
+    # run (`Job.runs_done` counts them). None: no such bound.
+    end_at_ms: int | None = None
+    max_runs: Annotated[int, Meta(ge=1)] | None = None
 
     @property
     def repeating(self) -> bool:
@@ -83,6 +88,17 @@ class Catchup(msgspec.Struct, array_like=True, frozen=True, gc=False):
     window_s: Count | None = None  # None: no window, every missed slot is in it
     policy: CatchupPolicy = "latest"
     max_runs: Annotated[int, Meta(ge=1)] = limits.catchup_runs_default
+
+
+class Paused(msgspec.Struct, array_like=True, frozen=True, gc=False):
+    """Who paused a job, when, and the note they left (`POST
+    /v1/jobs/{id}/pause`); `by_role` None in pauses logged before it was
+    kept."""
+
+    at_ms: Ms
+    by_owner: str
+    by_role: str | None = None
+    note: str | None = None
 
 
 class JobHead(msgspec.Struct, array_like=True, gc=False):
@@ -135,6 +151,12 @@ class Job(msgspec.Struct, array_like=True, gc=False):
     # heartbeats say (docs/semantics.md "Run timeouts"); None: no bound
     # but the lease.
     timeout_s: Annotated[int, Meta(ge=1)] | None = None
+    # Set by a pause, cleared when the job leaves `paused`.
+    paused: Paused | None = None
+    # Slots of a repeating job whose run was claimed (the first claim of
+    # each; retries, triggered and backfill runs are not counted): what
+    # `schedule.max_runs` is held to (docs/semantics.md "End conditions").
+    runs_done: Count = 0
     # The overlap policy (docs/semantics.md "Overlap"); None: `allow`, so a
     # claim of an `allow` job reads nothing more than it did before.
     overlap: OverlapPolicy | None = None

@@ -60,6 +60,7 @@ from tempo.engine.records import (
     Job,
     JobOutcome,
     Missed,
+    Paused,
     RequestKeyEntry,
     RetryKept,
     Run,
@@ -1465,6 +1466,8 @@ class _Tx:
             self.finish_run(run, runs_key, "waiting", cmd.at_ms, job=job)
         job.state = "paused"
         job.next_run_at_ms = None
+        by_owner = cmd.owner if cmd.by_owner is None else cmd.by_owner
+        job.paused = Paused(cmd.at_ms, by_owner, cmd.by_role, cmd.note)
         self.put_job(job)
         return job
 
@@ -1475,6 +1478,7 @@ class _Tx:
         if job.state != "paused":
             return job
         job.state = "active"
+        job.paused = None
         job.next_run_at_ms = None
         for missed in cmd.missed:
             self.record_missed(job, missed, cmd.at_ms)
@@ -1483,15 +1487,42 @@ class _Tx:
         job.catchup_until_ms = job.catchup_decided_ms = None
         if job.schedule.repeating:
             slot_ms, due_ms = cmd.slot_ms, cmd.due_ms
+            if slot_ms is not None and _past_end(job, slot_ms):
+                slot_ms = due_ms = None
+            if slot_ms is None and self._last_run_open(job):
+                # The last run goes on: its end completes the job (`_settle`).
+                self.put_job(job)
+                return job
         else:
             slot_ms, due_ms = job.slot_ms, cmd.due_ms
         if slot_ms is None:
-            job.state = "completed"  # the schedule has no occurrence left
-        else:
-            job.next_run_at_ms = self._wake_slot(job, slot_ms, due_ms, cmd.at_ms)
+            self._complete(job, cmd.at_ms)  # the schedule has no occurrence left
+            return job
+        job.next_run_at_ms = self._wake_slot(job, slot_ms, due_ms, cmd.at_ms)
         job.slot_ms = slot_ms if job.schedule.repeating else job.slot_ms
         self.put_job(job)
         return job
+
+    def _last_run_open(self, job: Job) -> bool:
+        """Whether the run of the job's slot is claimed still: a repeating
+        job whose schedule planned nothing after it (its last run)."""
+        found = None if job.slot_ms is None else self._slot_run(job.id, job.slot_ms)
+        return found is not None and found[1].status == "claimed"
+
+    def _complete(self, job: Job, at_ms: int, run: Run | None = None) -> None:
+        """A job with nothing left to run is `completed`, with its event.
+        A one-off's detail names how its run ended; a repeating job's names
+        why its schedule ended (`_end_reason`), and the status of its last
+        run when that run's end completed it."""
+        job.state = "completed"
+        job.paused = None
+        job.next_run_at_ms = None
+        self.put_job(job)
+        detail: dict[str, object] = {} if run is None else {"status": run.status}
+        if job.schedule.repeating:
+            detail["reason"] = _end_reason(job)
+        run_id = None if run is None else ids.run_id(job.id, run.nominal_ms)
+        self.append_event(job.owner, Event("job.completed", at_ms, job.id, run_id, detail))
 
     def _wake_slot(self, job: Job, slot_ms: int, due_ms: int | None, at_ms: int) -> int | None:
         """Makes the run of `slot_ms` waiting: the one pause cancelled, or a new
@@ -1596,12 +1627,20 @@ class _Tx:
             if not job.schedule.repeating and cmd.slot_ms is not None:
                 job.slot_ms = cmd.slot_ms
             return
+        # An end condition the patch reached leaves nothing to plan
+        # (docs/semantics.md "End conditions"): decided here, from the
+        # replicated count of runs, not by the node that made the command.
+        ended = job.schedule.repeating and (cmd.slot_ms is None or _past_end(job, cmd.slot_ms))
         if job.state == "completed":
-            if cmd.slot_ms is None or cmd.slot_ms <= cmd.at_ms:
+            if ended or cmd.slot_ms is None or cmd.slot_ms <= cmd.at_ms:
                 return
             job.state = "active"
-        elif old.slot_ms is not None and old.slot_ms != cmd.slot_ms:
+        elif old.slot_ms is not None and (old.slot_ms != cmd.slot_ms or ended):
             self._cancel_slot(job, old.slot_ms, cmd.at_ms)
+        if ended:
+            job.slot_ms = cmd.slot_ms
+            self._complete(job, cmd.at_ms)
+            return
         self._plant(job, cmd)
 
     def _plant(self, job: Job, cmd: PatchJob) -> None:
@@ -1616,9 +1655,14 @@ class _Tx:
         assert cmd.due_ms is not None
         found = self._slot_run(job.id, cmd.slot_ms)
         if found is None:
-            if self.history_run(job.id, cmd.slot_ms) is None:
+            held = self.history_run(job.id, cmd.slot_ms)
+            if held is None:
                 self.put_run(Run(job.id, cmd.slot_ms, cmd.due_ms, "waiting"), job=job)
                 job.next_run_at_ms = cmd.due_ms
+            elif held[1].status == "cancelled" and held[1].attempt == 0:
+                # The slot's run an earlier patch (or a pause) cancelled
+                # before it ran: it waits again, as a resume revives it.
+                job.next_run_at_ms = self._revive(job, held[0], held[1], cmd.at_ms)
             return
         runs_key, run = found
         if run.status == "waiting":
@@ -1761,7 +1805,7 @@ class _Tx:
     def claim_run(self, cmd: ClaimRuns, claim: Claim) -> Run | None:
         """Claims a run that is still waiting and due; None when it is not any
         more (paused, deleted or claimed since the dispatcher picked it), or
-        when the job's overlap policy holds it back (`_overlap_admits`:
+        when the job's overlap policy holds it back (`_overlap_holds`:
         skipped or buffered instead)."""
         job_key = keys.job_key(claim.job_id)
         found = self._slot_run(claim.job_id, claim.nominal_ms, keys.by_job_key_of(job_key, claim.nominal_ms))
@@ -1770,11 +1814,11 @@ class _Tx:
         runs_key, run = found
         # A one-off's claim reads no job; nor does its policy hold anything back.
         job = None if claim.one_off else self._job_any(run.job_id, job_key)
-        if job is not None and job.overlap is not None and not self._overlap_admits(job, run, runs_key, cmd.at_ms):
-            # The slot is over for the schedule as a claim would end it.
-            if self._hand_on(job, run, claim, cmd.at_ms):
-                self.put_job(job, job_key)
-            return None
+        if job is not None and job.overlap is not None:
+            buffered = self._overlap_holds(job, run, runs_key, cmd.at_ms)
+            if buffered is not None:
+                self._held(job, run, claim, cmd.at_ms, buffered)
+                return None
         run.status = "claimed"
         run.attempt += 1
         run.worker = cmd.worker
@@ -1788,26 +1832,49 @@ class _Tx:
             # show it only while the run waits (`_Tx.fresh`).
             return run
         self.put_run_in_place(run, runs_key, "waiting", job, job_key)
-        if self._hand_on(job, run, claim, cmd.at_ms):
+        counted = job.schedule.repeating and run.attempt == 1 and not run.triggered and not run.backfill
+        if counted:
+            # The first claim of a slot's run (`schedule.max_runs`): the
+            # schedule's own run, or one its overlap policy buffered.
+            job.runs_done += 1
+        if self._hand_on(job, run, claim, cmd.at_ms) or counted:
             self.put_job(job, job_key)
         return run
 
-    def _hand_on(self, job: Job, run: Run, claim: Claim, at_ms: int) -> bool:
+    def _held(self, job: Job, run: Run, claim: Claim, at_ms: int, buffered: int) -> None:
+        """A run the job's overlap policy held back (skipped, or buffered:
+        `run.buffered`), of which the job now has `buffered`: the slot is
+        over for the schedule as a claim would end it. A skipped slot
+        after which no slot is planned completes the job (`_settle`)."""
+        if self._hand_on(job, run, claim, at_ms, buffered):
+            self.put_job(job)
+        if run.status == "skipped":
+            self._settle(job, run, at_ms)
+
+    def _hand_on(self, job: Job, run: Run, claim: Claim, at_ms: int, pending: int = 0) -> bool:
         """The slot run of `job` leaves waiting (claimed, skipped or
         buffered): the schedule moves on to the claim's next slot, whose
-        run is made in the same commit. Answers whether `job` changed
-        (not for a retry, a re-delivery or a triggered run: the schedule
-        moved on already)."""
-        if job.slot_ms != run.nominal_ms or run.triggered:
+        run is made in the same commit, unless an end condition leaves it
+        unplanned (`_past_end`, counting `pending` buffered runs that will
+        run yet). Answers whether `job` changed (not for a retry, a
+        re-delivery, a triggered or a backfill run: the schedule moved on
+        already)."""
+        if job.slot_ms != run.nominal_ms or run.triggered or run.backfill:
             return False
-        if job.schedule.repeating and job.state == "active" and claim.next_slot_ms is not None:
-            assert claim.next_due_ms is not None and claim.next_slot_ms > run.nominal_ms
+        next_slot_ms = claim.next_slot_ms
+        if next_slot_ms is not None and _past_end(job, next_slot_ms, pending):
+            # The run just claimed (or buffered) is the job's last: its end
+            # completes the job (`_settle`). Decided here from `runs_done`
+            # as replicated, so every replica, and the next leader, agree on it.
+            next_slot_ms = None
+        if job.schedule.repeating and job.state == "active" and next_slot_ms is not None:
+            assert claim.next_due_ms is not None and next_slot_ms > run.nominal_ms
             # Open runs only: a claim reads no history. A finished run in the
             # next slot would have to be a triggered run that took exactly
             # that millisecond and finished before the slot came round.
-            if self.run_key_at_slot(job.id, claim.next_slot_ms) is None:
-                self.put_run(Run(job.id, claim.next_slot_ms, claim.next_due_ms, "waiting"), job=job)
-            job.slot_ms = claim.next_slot_ms
+            if self.run_key_at_slot(job.id, next_slot_ms) is None:
+                self.put_run(Run(job.id, next_slot_ms, claim.next_due_ms, "waiting"), job=job)
+            job.slot_ms = next_slot_ms
             job.next_run_at_ms = claim.next_due_ms
             for missed in claim.missed:
                 self.record_missed(job, missed, at_ms)
@@ -1842,35 +1909,37 @@ class _Tx:
         buffered.reverse()
         return running, buffered
 
-    def _overlap_admits(self, job: Job, run: Run, runs_key: bytes, at_ms: int) -> bool:
-        """Whether the claim of `run` (of `job`, whose policy is not
-        `allow`) goes ahead. A retry or re-delivery (attempt > 0) and a
-        backfill run always do; any other run of a job with a running run
-        is skipped or buffered, as the policy says, or (`cancel_other`) the
+    def _overlap_holds(self, job: Job, run: Run, runs_key: bytes, at_ms: int) -> int | None:
+        """Whether the policy of `job` (not `allow`) holds `run` back: None
+        when its claim goes ahead, else how many runs of the job wait
+        buffered now (this one too, when it was buffered rather than
+        skipped). A retry or re-delivery (attempt > 0) and a backfill run
+        always go ahead; any other run of a job with a running run is
+        skipped or buffered, as the policy says, or (`cancel_other`) the
         running runs are asked to stop and it goes ahead. Decided here, from
         the replicated tables, so a new leader decides alike."""
         if run.attempt > 0 or run.backfill or not job.schedule.repeating:
-            return True
+            return None
         running, buffered = self.overlap_state(job, run.nominal_ms)
         policy = job.overlap
         if policy in _BUFFERING:
             # Buffered runs run in slot order: one older than this run holds it back too.
             ahead = [one for one in buffered if one[1].nominal_ms < run.nominal_ms]
             if not running and not ahead:
-                return True
+                return None
             room = 1 if policy == "buffer_one" else limits.overlap_buffered_runs_max
             if len(buffered) >= room:
                 self.skip_run(job, run, runs_key, at_ms)
-            else:
-                run.buffered = True
-                run.due_ms = limits.overlap_buffered_due_ms
-                self.put_run(run, runs_key, "waiting", job)
-            return False
+                return len(buffered)
+            run.buffered = True
+            run.due_ms = limits.overlap_buffered_due_ms
+            self.put_run(run, runs_key, "waiting", job)
+            return len(buffered) + 1
         if not running:
-            return True
+            return None
         if policy == "skip":
             self.skip_run(job, run, runs_key, at_ms)
-            return False
+            return 0
         assert policy == "cancel_other", f"an overlap policy: {policy}"
         for other_key, other in running:
             if other.status == "claimed":
@@ -1881,7 +1950,7 @@ class _Tx:
                 other.retry_kept = None
                 self.finish_run(other, other_key, "waiting", at_ms, job=job)
                 self._cancelled_event(job, other, at_ms)
-        return True
+        return None
 
     def overlap_due(self, at_ms: int, claim: Claim) -> bool:
         """A due run the dispatcher set aside (`OverlapRuns`): True when it
@@ -1894,10 +1963,10 @@ class _Tx:
             return False
         runs_key, run = found
         job = self._job_any(run.job_id)
-        if job.overlap is None or self._overlap_admits(job, run, runs_key, at_ms):
+        buffered = None if job.overlap is None else self._overlap_holds(job, run, runs_key, at_ms)
+        if buffered is None:
             return True
-        if self._hand_on(job, run, claim, at_ms):
-            self.put_job(job)
+        self._held(job, run, claim, at_ms, buffered)
         return False
 
     def skip_run(self, job: Job, run: Run, runs_key: bytes, at_ms: int) -> None:
@@ -2133,10 +2202,8 @@ class _Tx:
             self._settle(job, run, cmd.at_ms)
             self._ended(job, run, cmd.at_ms)
             return
-        if cmd.next_slot_ms is None:
-            job.state = "completed"  # the schedule has no occurrence left
-            job.next_run_at_ms = None
-            self.put_job(job)
+        if cmd.next_slot_ms is None or _past_end(job, cmd.next_slot_ms):
+            self._complete(job, cmd.at_ms)  # the schedule has no occurrence left
             return
         assert cmd.next_due_ms is not None and cmd.next_slot_ms > run.nominal_ms
         if not self.slot_taken(job.id, cmd.next_slot_ms):
@@ -2198,14 +2265,36 @@ class _Tx:
         self.append_event(job.owner, Event("job.recovered", at_ms, job.id, ids.run_id(job.id, run.nominal_ms), detail))
 
     def _settle(self, job: Job, run: Run, at_ms: int, job_key: bytes | None = None) -> None:
-        """A one-off whose scheduled run ended is completed."""
-        if job.schedule.repeating or run.triggered or job.slot_ms != run.nominal_ms:
+        """A job whose last scheduled run ended is completed: a one-off's
+        one run, or the run of a repeating job's slot when its claim
+        planned no slot after it (an end condition, or no slot left; the
+        job's slot is still that run's then)."""
+        if run.triggered or run.backfill or job.slot_ms != run.nominal_ms or job.state == "completed":
             return
-        job.state = "completed"
-        job.next_run_at_ms = None
-        self.put_job(job, job_key)
-        detail = {"status": run.status}
-        self.append_event(job.owner, Event("job.completed", at_ms, job.id, ids.run_id(job.id, run.nominal_ms), detail))
+        if job.schedule.repeating and job.next_run_at_ms is not None:
+            return
+        self._complete(job, at_ms, run)
+
+
+def _past_end(job: Job, slot_ms: int, pending: int = 0) -> bool:
+    """Whether a repeating job's end conditions leave `slot_ms` unplanned:
+    it lies after `schedule.end_at`, or the job ran `schedule.max_runs`
+    slots already (docs/semantics.md "End conditions"), counting `pending`
+    runs its overlap policy buffered, which run yet."""
+    sched = job.schedule
+    if sched.end_at_ms is not None and slot_ms > sched.end_at_ms:
+        return True
+    return sched.max_runs is not None and job.runs_done + pending >= sched.max_runs
+
+
+def _end_reason(job: Job) -> str:
+    """Why a repeating job's schedule ended, from the job as replicated:
+    `max_runs` when it ran them all, else `end_at` when it has one (the
+    node that planned found no slot up to it), else `no_slot_left`."""
+    sched = job.schedule
+    if sched.max_runs is not None and job.runs_done >= sched.max_runs:
+        return "max_runs"
+    return "no_slot_left" if sched.end_at_ms is None else "end_at"
 
 
 def _is_slot_run(job: Job, run: Run) -> bool:

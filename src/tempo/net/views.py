@@ -13,6 +13,7 @@ from tempo.engine.records import (
     Job,
     JobOutcome,
     MissedReason,
+    Paused,
     Run,
     RunStatus,
     Schedule,
@@ -27,6 +28,8 @@ from tempo.schema import (
     LastRunOut,
     NotifyOut,
     OccurrenceOut,
+    PausedByOut,
+    PausedOut,
     RetryOut,
     RunCountsOut,
     RunDetailOut,
@@ -42,6 +45,8 @@ def schedule_view(sched: Schedule) -> ScheduleOut:
         timezone=sched.timezone,
         every_s=sched.every_s,
         start_at=clock.iso_or_none(sched.start_at_ms),
+        end_at=clock.iso_or_none(sched.end_at_ms),
+        max_runs=sched.max_runs,
         # Only a policy other than the default is shown, so the schedules
         # of clients that never name one read as they always did.
         dst=None if (sched.dst_gap, sched.dst_repeat) == ("shift", "first") else _dst_view(sched.dst_gap, sched.dst_repeat),
@@ -102,8 +107,14 @@ def job_view(job: Job, shared: dict[Any, Any] | None = None, outcome: JobOutcome
         version=job.version,
         labels=job.labels or {},
         timeout_s=job.timeout_s,
+        paused=None if job.paused is None else _paused_view(job.paused),
+        runs_left=None if job.schedule.max_runs is None else max(0, job.schedule.max_runs - job.runs_done),
         overlap=job.overlap or "allow",
     )
+
+
+def _paused_view(paused: Paused) -> PausedOut:
+    return PausedOut(clock.iso_from_ms(paused.at_ms), PausedByOut(paused.by_owner, paused.by_role), paused.note)
 
 
 def _outcome_fields(job: Job, outcome: JobOutcome | None) -> tuple[LastRunOut | None, RunCountsOut]:
