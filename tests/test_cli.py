@@ -56,7 +56,7 @@ def test_create_get_list_with_json_and_tables(server, http):
     assert any(line.split()[:2] == ["id", job["id"]] for line in shown.splitlines())
 
     listing = tempo("jobs", "list", "--limit", "5", env_url=server.url).stdout.splitlines()
-    assert listing[0].split() == ["ID", "NAME", "STATE", "OUTCOME", "TARGET", "SCHEDULE", "NEXT_RUN_AT"]
+    assert listing[0].split() == ["ID", "NAME", "STATE", "OUTCOME", "TARGET", "SCHEDULE", "NEXT_RUN_AT", "LABELS"]
     assert listing[1].split()[:3] == [job["id"], name, "active"]
     assert "every 600s" in listing[1]
     page = json.loads(tempo("jobs", "list", "--limit", "1", "--json", url=server.url).stdout)

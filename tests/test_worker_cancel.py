@@ -6,6 +6,7 @@ worker` sends its command SIGTERM."""
 from pathlib import Path
 
 import httpx
+import pytest
 import trio
 
 from conftest import Server, unique
@@ -52,7 +53,9 @@ async def test_a_cancelled_run_has_its_handler_cancelled_and_its_result_recorded
     assert worker.counts["failed"] == 1 and worker.counts["lost"] == 0
 
 
-async def test_a_timeout_cancels_the_handler_and_sends_no_result(server: Server) -> None:
+async def test_a_timeout_cancels_the_handler_and_sends_no_result(
+    server: Server, caplog: pytest.LogCaptureFixture
+) -> None:
     queue = unique("q")
     job = create(server, queue, lease_s=30, timeout_s=1, retry={"max_attempts": 1, "backoff_s": [0]})
     cancelled = trio.Event()
@@ -76,6 +79,9 @@ async def test_a_timeout_cancels_the_handler_and_sends_no_result(server: Server)
             await worker.stop(grace_s=1)
     assert run["error"] == "timeout"
     assert worker.counts["lost"] == 1 and worker.counts["failed"] == 0 and worker.counts["rejected"] == 0
+    # Two lines: why the handler is cancelled, and the attempt's end.
+    lines = [r.getMessage() for r in caplog.records if r.name == "tempo.worker" and run["id"] in r.getMessage()]
+    assert len(lines) == 2 and "lost (timeout)" in lines[0] and " lost in " in lines[1], lines
 
 
 async def test_tempo_worker_sends_its_command_sigterm_on_a_cancel(server: Server, tmp_path: Path) -> None:

@@ -29,15 +29,23 @@ from tempo.net.tls import TlsError
 
 # `outcome`: the status of the job's last run that ended (docs/api.md
 # "Outcomes"), so a one-off that failed does not read like one that succeeded.
-JOB_COLUMNS = ("id", "name", "state", "outcome", "target", "schedule", "next_run_at")
+# `labels` last: its width varies most (long lists end in "…", `labels_chars_max`).
+JOB_COLUMNS = ("id", "name", "state", "outcome", "target", "schedule", "next_run_at", "labels")
 RUN_COLUMNS = ("id", "status", "attempt", "nominal_at", "due_at", "worker", "finished_at", "error")
 ALL_RUN_COLUMNS = ("id", "job_id", "status", "attempt", "due_at", "finished_at", "error")
 ATTEMPT_COLUMNS = ("attempt", "claimed_at", "worker", "ended_at", "ok", "error", "output")
 # A table cell shows at most this many characters of a text (an error, an output).
 cell_chars_max = 60
 detail_chars_max = 120  # an event's detail in the events table (a target's error page can be long)
+labels_chars_max = 40  # a job's labels in the jobs table, as `k=v,k=v` (a job may have 64 of them)
 CLUSTER_COLUMNS = ("node", "url", "role", "term", "leader", "commit", "applied")
 EVENT_COLUMNS = ("cursor", "at", "type", "job_id", "run_id", "detail")
+# An admin's feed holds every owner's events, each naming its `owner`.
+OWNER_EVENT_COLUMNS = ("cursor", "at", "type", "owner", "job_id", "run_id", "detail")
+# `tempo events --follow` prints each event as it comes, so its columns are
+# padded to these widths rather than to the widest cell of a page (a longer
+# value widens its own line only; the detail is last and never padded).
+follow_widths = {"cursor": 6, "at": 24, "type": 13, "owner": 12, "job_id": 28, "run_id": 38}
 PREVIEW_COLUMNS = ("at", "local", "offset", "dst")
 URL_HELP = "server URL(s), comma-separated: the nodes of a cluster (default: $TEMPO_URL or http://127.0.0.1:8700)"
 CA_FILE_HELP = "PEM file of the CA that signed the servers' certificates, for https:// URLs " \
@@ -149,6 +157,16 @@ def _worker_id(text: str) -> str:
     return text
 
 
+def _max_runs(text: str) -> int | str:
+    """--max-runs: a count (the server checks its bounds), or `none`."""
+    if text == "none":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+
+
 def _json_value(text: str) -> Any:
     try:
         return json.loads(text)
@@ -161,11 +179,12 @@ def _json_value(text: str) -> Any:
 SCHEDULE_FLAGS = {
     "schedule": "--at/--cron/--every-s", "schedule.at": "--at", "schedule.cron": "--cron",
     "schedule.timezone": "--timezone", "schedule.every_s": "--every-s", "schedule.start_at": "--start-at",
+    "schedule.end_at": "--end-at", "schedule.max_runs": "--max-runs",
 }
 CREATE_FLAGS = SCHEDULE_FLAGS | {
     "target": "--target", "name": "--name", "payload": "--payload", "retry": "--max-attempts/--backoff-s",
     "retry.max_attempts": "--max-attempts", "retry.backoff_s": "--backoff-s", "lease_s": "--lease-s",
-    "jitter_s": "--jitter-s", "request_key": "--request-key", "timeout_s": "--timeout-s",
+    "jitter_s": "--jitter-s", "request_key": "--request-key", "timeout_s": "--timeout-s", "overlap": "--overlap",
     "catchup": "--catchup-policy/--catchup-window-s/--catchup-max-runs", "catchup.policy": "--catchup-policy",
     "catchup.window_s": "--catchup-window-s", "catchup.max_runs": "--catchup-max-runs",
     "labels": "--label", "notify": "--notify-url/--notify-event", "notify.url": "--notify-url",
@@ -197,6 +216,15 @@ def explain(exc: ApiError, flags: dict[str, str]) -> str:
     errors = problem.get("errors") or []
     where = "; ".join(f"{flag_of(str(e.get('loc') or ''), flags)}: {e.get('msg')}" for e in errors if isinstance(e, dict))
     return f"{exc.status} {problem.get('type', 'error')}: {where or problem.get('detail') or problem.get('title') or ''}"
+
+
+def token_hint(status: int) -> str:
+    """What to do about a `401`: where the command takes its token from."""
+    if status != 401:
+        return ""
+    if os.environ.get("TEMPO_TOKEN"):
+        return " (the token in $TEMPO_TOKEN is not one the server knows)"
+    return " (set $TEMPO_TOKEN to your bearer token)"
 
 
 # -- tables --------------------------------------------------------------------
@@ -240,6 +268,8 @@ def _cell(row: dict[str, Any], column: str) -> str:
     if column == "outcome":
         last = row.get("last_run")
         value = last.get("status") if isinstance(last, dict) else None
+    if column == "labels" and isinstance(value, dict):
+        return labels_text(value)
     if column in ("error", "output") and isinstance(value, str):
         # One line a row: a text's newlines would break the table.
         value = value.replace("\n", " ").replace("\r", " ")
@@ -255,6 +285,13 @@ def _cell(row: dict[str, Any], column: str) -> str:
             text = text[: detail_chars_max - 1] + "…"
         return text
     return "-" if value is None else str(value)
+
+
+def labels_text(labels: dict[str, Any]) -> str:
+    """A job's labels as one cell, `key=value` by key, comma-separated, cut
+    to `labels_chars_max` with "…" (`tempo jobs get` shows them whole)."""
+    text = ",".join(f"{key}={labels[key]}" for key in sorted(labels)) or "-"
+    return text if len(text) <= labels_chars_max else text[: labels_chars_max - 1] + "…"
 
 
 def table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
@@ -274,6 +311,12 @@ def record(row: dict[str, Any]) -> str:
             return json.dumps(value)
         if value is None:
             return "-"
+        if isinstance(value, str) and ("\n" in value or "\r" in value):
+            # A command's output or error of several lines: each line under
+            # the first, in the value's column, and no empty line for the
+            # final line break (`--json` shows the text as it is).
+            lines = value.replace("\r\n", "\n").replace("\r", "\n").rstrip("\n").split("\n")
+            return ("\n" + " " * (width + 2)).join(lines)
         local = local_time(value, zone) if zone is not None and key.endswith("_at") and isinstance(value, str) else None
         return f"{value} ({local} {zone})" if local is not None else str(value)
 
@@ -283,8 +326,9 @@ def record(row: dict[str, Any]) -> str:
 # -- jobs commands -------------------------------------------------------------
 
 # The flags of one job, which `--file` replaces.
-JOB_FLAGS = ("target", "at", "cron", "every_s", "timezone", "start_at", "name", "payload", "max_attempts",
-             "backoff_s", "lease_s", "jitter_s", "request_key", "labels", "notify_url", "notify_events", "timeout_s")
+JOB_FLAGS = ("target", "at", "cron", "every_s", "timezone", "start_at", "end_at", "max_runs", "name", "payload", "max_attempts",
+             "backoff_s", "lease_s", "jitter_s", "request_key", "labels", "notify_url", "notify_events", "timeout_s",
+             "overlap")
 
 
 def _flag(dest: str) -> str:
@@ -300,7 +344,7 @@ def _create_body(args: argparse.Namespace) -> dict[str, Any]:
     retry = _retry_body(args)
     if retry:
         body["retry"] = retry
-    for name in ("name", "lease_s", "jitter_s", "request_key", "timeout_s"):
+    for name in ("name", "lease_s", "jitter_s", "request_key", "timeout_s", "overlap"):
         if getattr(args, name) is not None:
             body[name] = getattr(args, name)
     catchup = _catchup_body(args)
@@ -343,7 +387,18 @@ def _schedule_body(args: argparse.Namespace) -> dict[str, Any]:
         schedule["timezone"] = args.timezone
     if args.start_at is not None:
         schedule["start_at"] = args.start_at
-    return schedule
+    return schedule | _end_fields(args)
+
+
+def _end_fields(args: argparse.Namespace) -> dict[str, Any]:
+    """The schedule's end conditions from --end-at and --max-runs; `none`
+    (for `jobs update`) is null, which removes one."""
+    ends: dict[str, Any] = {}
+    for name in ("end_at", "max_runs"):
+        value = getattr(args, name)
+        if value is not None:
+            ends[name] = None if value == "none" else value
+    return ends
 
 
 def _retry_body(args: argparse.Namespace) -> dict[str, Any]:
@@ -355,6 +410,14 @@ def _retry_body(args: argparse.Namespace) -> dict[str, Any]:
     return retry
 
 
+def job_columns(jobs: Sequence[dict[str, Any]]) -> Sequence[str]:
+    """The jobs table's columns: with OWNER after NAME when the page holds
+    jobs of more than one owner (an admin token lists every owner's)."""
+    if len({job.get("owner") for job in jobs}) < 2:
+        return JOB_COLUMNS
+    return (*JOB_COLUMNS[:2], "owner", *JOB_COLUMNS[2:])
+
+
 def _show(args: argparse.Namespace, value: Any, columns: Sequence[str] | None = None) -> None:
     if args.json:
         print(json.dumps(value, indent=2))
@@ -362,7 +425,7 @@ def _show(args: argparse.Namespace, value: Any, columns: Sequence[str] | None = 
         print("deleted")
     elif isinstance(value, dict) and columns is not None and "next_cursor" in value:  # a page (a job has `runs` too)
         rows = value["jobs"] if "jobs" in value else value["runs"]
-        print(table(rows, columns))
+        print(table(rows, job_columns(rows) if columns is JOB_COLUMNS else columns))
         if value.get("next_cursor"):
             print(f"next page: --cursor {value['next_cursor']}")
     else:
@@ -379,12 +442,12 @@ def _jobs(args: argparse.Namespace, client: Client) -> int:
             args.limit, args.cursor, state=args.state, target=args.target, name_prefix=args.name_prefix,
             label=args.labels,
         ),
-        "pause": lambda: client.pause_job(args.id),
+        "pause": lambda: client.pause_job(args.id, args.note),
         "resume": lambda: client.resume_job(args.id),
         "delete": lambda: client.delete_job(args.id),
         "trigger": lambda: client.trigger_job(args.id),
         "backfill": lambda: client.backfill_job(args.id, args.since, args.until, args.overlap),
-        "update": lambda: client.update_job(args.id, _update_body(args), args.if_version),
+        "update": lambda: _update(args, client),
         "runs": lambda: client.list_runs(
             args.id, since=args.since, until=args.until, limit=args.limit, cursor=args.cursor
         ),
@@ -486,9 +549,12 @@ def _add_job_flags(parser: argparse.ArgumentParser, *, payload_help: str, max_at
                              "for more (default: all three)")
     parser.add_argument("--timeout-s", dest="timeout_s", type=int, metavar="S",
                         help="end each attempt S seconds after its claim, whatever its heartbeats (1-86400)")
+    parser.add_argument("--overlap", metavar="POLICY",
+                        help="what a slot due while an earlier run runs does: allow (the default), skip, "
+                             "buffer_one, buffer_all or cancel_other (repeating schedules only)")
 
 
-def _add_schedule_flags(parser: argparse.ArgumentParser, *, with_file: bool) -> None:
+def _add_schedule_flags(parser: argparse.ArgumentParser, *, with_file: bool, removable: bool = False) -> None:
     what = "exactly one of --at, --cron or --every-s" + (" (or --file, for many jobs)" if with_file else "")
     group = parser.add_argument_group("schedule", f"give {what}")
     kinds = group.add_mutually_exclusive_group()
@@ -501,6 +567,12 @@ def _add_schedule_flags(parser: argparse.ArgumentParser, *, with_file: bool) -> 
                            "request_key may be sent again safely")
     group.add_argument("--timezone", help="IANA time zone of --cron, e.g. Europe/Berlin (default UTC)")
     group.add_argument("--start-at", dest="start_at", help="RFC 3339 start of the --every-s grid (default: now)")
+    removes = "; none removes it" if removable else ""
+    group.add_argument("--end-at", dest="end_at", metavar="TIME",
+                       help=f"with --cron or --every-s: no run after this RFC 3339 time, e.g. 2030-06-30T23:59:59Z{removes}")
+    group.add_argument("--max-runs", dest="max_runs", type=_max_runs, metavar="N",
+                       help=f"with --cron or --every-s: run N slots (triggered runs not counted), then the job is "
+                            f"completed, e.g. --max-runs 10 (1-{limits.schedule_runs_max}){removes}")
 
 
 def _add_jobs_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
@@ -530,11 +602,16 @@ def _add_jobs_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]")
     create.add_argument("--catchup-max-runs", dest="catchup_max_runs", type=int, metavar="N",
                         help="with --catchup-policy all: at most N catch-up runs (default 1000)")
     create.set_defaults(flags=CREATE_FLAGS)
-    one = {"get": "show a job", "pause": "pause a job: no run falls due until it is resumed",
-           "resume": "resume a paused job", "delete": "delete a job and its waiting runs",
+    one = {"get": "show a job", "resume": "resume a paused job", "delete": "delete a job and its waiting runs",
            "trigger": "make a run of a job due now, beside its schedule"}
     for name, help in one.items():
         _subparser(actions, name, help, f"tempo jobs {name} j_01J...").add_argument("id", help="the job's ID")
+    pause = _subparser(actions, "pause", "pause a job: no run falls due until it is resumed",
+                       "tempo jobs pause j_01J...", "tempo jobs pause j_01J... --note 'upstream outage, INC-1234'")
+    pause.add_argument("id", help="the job's ID")
+    pause.add_argument("--note", metavar="TEXT",
+                       help=f"why, shown with the job while it is paused (at most {limits.pause_note_chars_max} characters)")
+    pause.set_defaults(flags={"note": "--note"})
     backfill = _subparser(
         actions, "backfill", "runs for a job's past slots in [--from, --until), each due at once",
         "tempo jobs backfill j_01J... --from 2026-11-01T00:00:00Z --until 2026-11-08T00:00:00Z",
@@ -542,7 +619,7 @@ def _add_jobs_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]")
     backfill.add_argument("id", help="the job's ID")
     backfill.add_argument("--from", dest="since", required=True, metavar="TIME", help="the first instant, RFC 3339 with an offset")
     backfill.add_argument("--until", required=True, metavar="TIME", help="the end of the range, excluded; not in the future")
-    backfill.add_argument("--overlap", help='"allow" (runs of a job may overlap; the only policy so far)')
+    backfill.add_argument("--overlap", help='"allow" (backfill runs are not held to the job\'s overlap policy)')
     backfill.set_defaults(flags=BACKFILL_FLAGS)
     _add_update_parser(actions)
     listing = _subparser(actions, "list", "the jobs, newest first", "tempo jobs list --limit 20",
@@ -566,6 +643,19 @@ def _add_jobs_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]")
         _global_flags(parser)
 
 
+def event_columns(events: Sequence[dict[str, Any]]) -> Sequence[str]:
+    """The events table's columns: with OWNER when the events name their
+    owner (an admin token's feed holds every owner's)."""
+    return OWNER_EVENT_COLUMNS if any("owner" in event for event in events) else EVENT_COLUMNS
+
+
+def follow_line(row: dict[str, Any], columns: Sequence[str]) -> str:
+    """One line of `tempo events --follow`: an event, or the header (a row
+    of the column names in capitals), padded to `follow_widths` so that the lines stay in columns."""
+    cells = [_cell(row, c) for c in columns]
+    return "  ".join(v.ljust(follow_widths.get(c, 0)) for v, c in zip(cells, columns, strict=True)).rstrip()
+
+
 def _events(args: argparse.Namespace, client: Client) -> int:
     cursor: str = args.after or "0"
     if not args.follow:
@@ -573,21 +663,22 @@ def _events(args: argparse.Namespace, client: Client) -> int:
         if args.json:
             print(json.dumps(page, indent=2))
         else:
-            # An admin's feed holds every owner's events, each naming its owner.
-            with_owner = any("owner" in event for event in page["events"])
-            print(table(page["events"], (*EVENT_COLUMNS, "owner") if with_owner else EVENT_COLUMNS))
+            print(table(page["events"], event_columns(page["events"])))
             if page["events"]:
                 print(f"next page: --after {page['next_cursor']}")
         return EXIT_OK
-    if not args.json:
-        print("  ".join(c.upper() for c in EVENT_COLUMNS), flush=True)
+    # The header comes with the first event: only then is it known whether
+    # the feed names owners (an admin's) and needs the OWNER column.
+    columns: Sequence[str] | None = None
     try:
         while True:
             page = client.request("GET", "/v1/events", params={"after": cursor, "limit": args.limit,
                                   "wait_s": events_wait_s}, timeout_s=events_wait_s + request_timeout_s)
+            if page["events"] and columns is None and not args.json:
+                columns = event_columns(page["events"])
+                print(follow_line({c: c.upper() for c in columns}, columns), flush=True)
             for event in page["events"]:
-                line = json.dumps(event) if args.json else "  ".join(_cell(event, c) for c in EVENT_COLUMNS)
-                print(line, flush=True)
+                print(json.dumps(event) if columns is None else follow_line(event, columns), flush=True)
             cursor = page["next_cursor"]
     except KeyboardInterrupt:
         return EXIT_OK
@@ -633,18 +724,36 @@ def _add_preview_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser
 # -- jobs update ---------------------------------------------------------------
 
 
-def _update_body(args: argparse.Namespace) -> dict[str, Any]:
+def _update(args: argparse.Namespace, client: Client) -> Any:
+    """`tempo jobs update`. With --end-at or --max-runs and no other
+    schedule flag, the job's schedule is read and sent back with them
+    changed, at the version read (unless --if-version names one), so a
+    change made meanwhile is not overwritten: 412, and the user tries again."""
+    if not _end_fields(args) or any(
+        getattr(args, k) is not None for k in ("at", "cron", "every_s", "timezone", "start_at")
+    ):
+        return client.update_job(args.id, _update_body(args), args.if_version)
+    job = client.get_job(args.id)
+    version = job["version"] if args.if_version is None else args.if_version
+    return client.update_job(args.id, _update_body(args, job["schedule"]), version)
+
+
+def _update_body(args: argparse.Namespace, current_schedule: dict[str, Any] | None = None) -> dict[str, Any]:
     """The merge patch of `tempo jobs update`: the fields given, a schedule
     whole (docs/api.md "Change a job")."""
     patch: dict[str, Any] = {}
     if any(getattr(args, k) is not None for k in ("at", "cron", "every_s", "timezone", "start_at")):
         patch["schedule"] = _schedule_body(args)
+    elif current_schedule is not None:
+        # --end-at/--max-runs alone: the job's schedule with them changed
+        # (a patch replaces the schedule whole).
+        patch["schedule"] = {k: v for k, v in (current_schedule | _end_fields(args)).items() if v is not None}
     if args.payload is not None:
         patch["payload"] = args.payload
     retry = _retry_body(args)
     if retry:
         patch["retry"] = retry
-    for name in ("name", "target", "lease_s", "jitter_s", "timeout_s"):
+    for name in ("name", "target", "lease_s", "jitter_s", "timeout_s", "overlap"):
         if getattr(args, name) is not None:
             patch[name] = getattr(args, name)
     labels: dict[str, str | None] = dict.fromkeys(args.remove_labels or ())
@@ -676,12 +785,14 @@ def _add_update_parser(actions: "argparse._SubParsersAction[argparse.ArgumentPar
         "tempo jobs update j_01J... --target queue:reports-v2 --max-attempts 2",
         "tempo jobs update j_01J... --label env=prod --remove-label tier",
         "tempo jobs update j_01J... --notify-url https://hooks.example.com/tempo --notify-event run.failed",
-        epilog="A schedule flag replaces the schedule whole; --label adds or changes one label and keeps "
-               "the others; other fields keep their values.",
+        "tempo jobs update j_01J... --max-runs 20 --end-at 2030-12-31T23:59:59Z",
+        epilog="A schedule flag replaces the schedule whole, but --end-at and --max-runs alone change only "
+               "those in the job's schedule; --label adds or changes one label and keeps the others; other "
+               "fields keep their values.",
     )
     update.add_argument("id", help="the job's ID")
     update.add_argument("--target", help="queue:<name> or an http(s):// URL")
-    _add_schedule_flags(update, with_file=False)
+    _add_schedule_flags(update, with_file=False, removable=True)
     _add_job_flags(
         update, payload_help="a JSON value, replacing the payload",
         max_attempts_help="attempts of each run before it fails",
@@ -709,10 +820,21 @@ def _runs(args: argparse.Namespace, client: Client) -> int:
     if args.json:
         print(json.dumps(run, indent=2))
         return EXIT_OK
-    print(record({k: v for k, v in run.items() if k != "attempts"}))
+    print(record(run_record(run)))
     print()
     print(table(run.get("attempts", []), ATTEMPT_COLUMNS))
     return EXIT_OK
+
+
+# The fields only a `missed` row fills (docs/api.md "Runs"): `null` on a
+# run, and left out of its record so that what the run did stands out.
+MISSED_FIELDS = ("reason", "missed_from", "missed_until", "count")
+
+
+def run_record(run: dict[str, Any]) -> dict[str, Any]:
+    """The fields `tempo runs get` prints above the attempts table."""
+    hidden = {"attempts", *(MISSED_FIELDS if run.get("status") != "missed" else ())}
+    return {k: v for k, v in run.items() if k not in hidden}
 
 
 def _add_runs_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
@@ -727,11 +849,12 @@ def _add_runs_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]")
     cancel.add_argument("id", help="the run ID (r_...)")
     listing = _subparser(actions, "list", "runs of every job, newest first", "tempo runs list --status failed",
                          "tempo runs list --since 2030-01-01T00:00:00Z --limit 20")
-    listing.add_argument("--status", help="only runs in this status: waiting, claimed, done, failed or cancelled")
-    listing.add_argument("--since", help="listed at or after this RFC 3339 time (a finished run: its end)")
-    listing.add_argument("--until", help="listed before this RFC 3339 time")
-    listing.add_argument("--limit", type=int, help="runs a page (1-1000, default 100)")
-    listing.add_argument("--cursor", help="next page: the cursor the previous page printed")
+    listing.add_argument("--status", help="only runs in this status: waiting, claimed, done, failed, cancelled "
+                                          "or skipped; missed: only the ranges of slots that got no run")
+    listing.add_argument("--since", metavar="TIME", help="listed at or after this RFC 3339 time (a finished run: its end)")
+    listing.add_argument("--until", metavar="TIME", help="listed before this RFC 3339 time")
+    listing.add_argument("--limit", type=int, metavar="N", help="at most N on a page (1-1000, default 100)")
+    listing.add_argument("--cursor", help="the page after this one (printed below a full page)")
     listing.set_defaults(flags=PAGE_FLAGS)
     for parser in (runs, get, cancel, listing):
         _global_flags(parser)
@@ -1024,7 +1147,8 @@ def parser() -> argparse.ArgumentParser:
         epilog=_examples("tempo serve", "tempo jobs create --target queue:reports --cron '0 3 * * *' --timezone Europe/Berlin",
                          "tempo --json jobs list", "tempo worker --queue reports -- ./make-report.sh",
                          "tempo jobs create --help")
-        + "\n\nflags --url, --ca-file and --json go before or after the command.\n\n" + EXIT_STATUSES,
+        + "\n\nflags --url, --ca-file and --json go before or after the command; the bearer token\n"
+          "(when the server has tokens) comes from $TEMPO_TOKEN.\n\n" + EXIT_STATUSES,
     )
     top.add_argument("--version", action="version", version=_version(), help="print tempo's version")
     _global_flags(top)
@@ -1098,7 +1222,7 @@ def _main(argv: Sequence[str] | None) -> int:
               file=sys.stderr)
         return EXIT_USAGE
     except ApiError as exc:
-        print(f"tempo: {explain(exc, getattr(args, 'flags', {}))}", file=sys.stderr)
+        print(f"tempo: {explain(exc, getattr(args, 'flags', {}))}{token_hint(exc.status)}", file=sys.stderr)
         return EXIT_REFUSED
     except CertificateRefused as exc:
         print(f"tempo: cannot reach the server: {exc}", file=sys.stderr)

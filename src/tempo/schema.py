@@ -16,6 +16,8 @@ from msgspec import Meta
 from tempo import limits
 
 Instant = Annotated[datetime, Meta(tz=True, description="RFC 3339 with an offset")]
+# A job's overlap policy (docs/semantics.md "Overlap"), as `records.OverlapPolicy`.
+Overlap = Literal["allow", "skip", "buffer_one", "buffer_all", "cancel_other"]
 QueueName = Annotated[
     str, Meta(min_length=1, max_length=limits.queue_name_chars_max, pattern=r"^[A-Za-z0-9._-]+$")
 ]
@@ -39,7 +41,7 @@ def _only(given: str, absent: tuple[str, ...]) -> dict[str, Any]:
 # exactly one of at, cron, every_s; timezone only with cron, start_at only
 # with every_s.
 _ONE_SCHEDULE = {"oneOf": [
-    _only("at", ("cron", "timezone", "every_s", "start_at", "dst")),
+    _only("at", ("cron", "timezone", "every_s", "start_at", "dst", "end_at", "max_runs")),
     _only("cron", ("at", "every_s", "start_at")),
     _only("every_s", ("at", "cron", "timezone", "dst")),
 ]}
@@ -66,6 +68,13 @@ class ScheduleIn(_Request):
     every_s: Annotated[int, Meta(ge=limits.every_s_min, le=limits.every_s_max)] | None = None
     start_at: Instant | None = None
     dst: DstIn | None = None  # cron only; default {"gap": "shift", "repeat": "first"}
+    # End conditions, cron and every_s only (docs/semantics.md "End conditions").
+    end_at: Annotated[Instant, Meta(description="no slot after this instant; after start_at")] | None = None
+    max_runs: Annotated[
+        int,
+        Meta(ge=1, le=limits.schedule_runs_max,
+             description="the job runs this many slots (triggered runs not counted), then is completed"),
+    ] | None = None
 
 
 # Frozen, with a tuple of gaps: one default instance serves every create that
@@ -147,6 +156,9 @@ class JobCreate(_Request):
     labels: Labels | None = None
     # Bounds one attempt, counted from its claim (docs/semantics.md "Run timeouts").
     timeout_s: Annotated[int, Meta(ge=limits.timeout_s_min, le=limits.timeout_s_max)] | None = None
+    # What a slot that comes due while an earlier run runs does (docs/semantics.md
+    # "Overlap"); repeating schedules only. None: `allow`.
+    overlap: Overlap | None = None
 
 
 class JobPatch(_Request):
@@ -176,6 +188,7 @@ class JobPatch(_Request):
     # Merged as an object; null: back to the owner's default.
     notify: NotifyIn | None = None
     timeout_s: Annotated[int, Meta(ge=limits.timeout_s_min, le=limits.timeout_s_max)] | None = None
+    overlap: Overlap | None = None  # null: back to `allow`
 
 
 class JobBatchCreate(_Request):
@@ -189,9 +202,17 @@ class BackfillIn(_Request):
 
     from_: Annotated[Instant, Meta(description="the first instant of the range")] = msgspec.field(name="from")
     until: Annotated[Instant, Meta(description="the end of the range, excluded; not in the future")]
-    # Jobs have no overlap policy yet: `allow` (runs of a job may overlap)
-    # is the only one; another value is 400 saying so (engine/jobs.py).
-    overlap: Annotated[str, Meta(max_length=50, description='only "allow" for now')] | None = None
+    # Backfill runs are not held to the job's overlap policy (docs/semantics.md
+    # "Backfill"): `allow` is the only value; another is 400 (engine/jobs.py).
+    overlap: Annotated[
+        str, Meta(max_length=50, description="only \"allow\": backfill runs are not held to the job's overlap policy")
+    ] | None = None
+
+
+class PauseIn(_Request):
+    """`POST /v1/jobs/{id}/pause`: its body is optional (empty, or `{}`)."""
+
+    note: Annotated[str, Meta(max_length=limits.pause_note_chars_max)] | None = None
 
 
 class CancelIn(_Request):
@@ -224,6 +245,8 @@ class ScheduleOut(msgspec.Struct, omit_defaults=True):
     every_s: int | None = None
     start_at: str | None = None
     dst: DstOut | None = None  # a cron schedule's policy when not the default
+    end_at: str | None = None
+    max_runs: int | None = None
 
 
 class RetryOut(msgspec.Struct):
@@ -242,6 +265,19 @@ class NotifyOut(msgspec.Struct):
     events: list[NotifyEvent]
 
 
+class PausedByOut(msgspec.Struct):
+    owner: str
+    role: str | None
+
+
+class PausedOut(msgspec.Struct):
+    """Who paused the job, when, and their note (null: none)."""
+
+    at: str
+    by: PausedByOut
+    note: str | None
+
+
 class LastRunOut(msgspec.Struct):
     """The job's last run that ended `done` or `failed` (docs/api.md "Outcomes")."""
 
@@ -258,6 +294,7 @@ class RunCountsOut(msgspec.Struct):
     done: int = 0
     failed: int = 0
     cancelled: int = 0
+    skipped: int = 0  # by the job's overlap policy
 
 
 class JobOut(msgspec.Struct, gc=False):  # untracked, as _Request: a batch reply holds 1,000
@@ -280,6 +317,9 @@ class JobOut(msgspec.Struct, gc=False):  # untracked, as _Request: a batch reply
     version: int = 1  # grows by one with each change; the ETag of the job's answers
     labels: dict[str, str] = {}  # key -> value, sorted by key
     timeout_s: int | None = None  # bounds one attempt from its claim; null: none
+    paused: PausedOut | None = None  # set while the job is paused
+    runs_left: int | None = None  # slots left to run under schedule.max_runs; null: no max_runs
+    overlap: Overlap = "allow"  # what a slot due while an earlier run runs does
 
 
 class RunOut(msgspec.Struct):
@@ -289,7 +329,8 @@ class RunOut(msgspec.Struct):
     due_at: str
     # `missed`: a history row for a range of slots that got no run
     # (docs/semantics.md "Catch-up after missed slots").
-    status: Literal["waiting", "claimed", "done", "failed", "cancelled", "missed"]
+    # `skipped`: a slot the job's overlap policy did not run (docs/semantics.md "Overlap").
+    status: Literal["waiting", "claimed", "done", "failed", "cancelled", "missed", "skipped"]
     attempt: int
     worker: str | None
     lease_expires_at: str | None
@@ -301,7 +342,8 @@ class RunOut(msgspec.Struct):
     # A `missed` row's range, null on other runs: why its slots got no run,
     # the first slot after them (the first is `nominal_at`), and how many
     # they are (null: too many to count).
-    reason: Literal["outside_window", "policy", "paused"] | None = None
+    # A `skipped` row's reason is `overlap`.
+    reason: Literal["outside_window", "policy", "paused", "overlap"] | None = None
     missed_from: str | None = None
     missed_until: str | None = None
     count: int | None = None
@@ -309,6 +351,9 @@ class RunOut(msgspec.Struct):
     # "Cancelling a run"); and when the claimed attempt's timeout ends it.
     cancel_requested: bool = False
     timeout_at: str | None = None
+    # A waiting run its job's overlap policy holds back until the running
+    # run ends; its `due_at` is 9999-12-31T23:59:59.999Z until then.
+    buffered: bool = False
 
 
 class AttemptOut(msgspec.Struct):

@@ -62,6 +62,7 @@ import contextlib
 import logging
 import math
 import random
+import signal
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -528,12 +529,11 @@ class Worker:
         if active.finished or active.cancel.cancel_called:
             return
         run = active.run
-        log.warning("run %s attempt %s: %s; cancelling its handler", run["id"], run["attempt"],
-                    "its timeout passed" if why == "timeout" else "its owner cancelled it",
-                    extra={"run_id": run["id"], "attempt": run["attempt"], "cancel": why})
-        if why == "timeout":
+        if why == "timeout":  # `_lose` says so: "lost (timeout)"
             self._lose(run["id"], run["attempt"], "timeout")
             return
+        log.warning("run %s attempt %s: its owner cancelled it; cancelling its handler", run["id"], run["attempt"],
+                    extra={"run_id": run["id"], "attempt": run["attempt"], "cancel": why})
         active.stop_requested = True
         active.cancel.cancel()
 
@@ -635,7 +635,10 @@ def command_handler(argv: Sequence[str], base_env: dict[str, str] | None = None)
     other exit is a failure with the tail of stderr as error. Cancellation (a
     lost lease, the run's timeout or a cancel of it, a stop past its grace)
     sends the command SIGTERM, and SIGKILL if it has not exited
-    `kill_grace_s` later.
+    `kill_grace_s` later. The command runs in a session of its own and the
+    signals go to its whole process group, so that what a shell script
+    started stops with it, and the terminal's Ctrl-C reaches the worker
+    only, which lets commands finish for its grace.
     """
     import os
     import subprocess
@@ -655,7 +658,8 @@ def command_handler(argv: Sequence[str], base_env: dict[str, str] | None = None)
             "TEMPO_JOB_ID": run.get("job_id", ""),
         }
         proc = await trio.lowlevel.open_process(
-            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+            start_new_session=True,
         )
         # Pipes, each of them, as asked for above.
         assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
@@ -680,17 +684,27 @@ def command_handler(argv: Sequence[str], base_env: dict[str, str] | None = None)
 
 
 async def _terminate(proc: trio.Process) -> None:
-    """SIGTERM, then SIGKILL after `kill_grace_s`; shielded (it runs as the
-    handler is cancelled) and bounded."""
+    """SIGTERM to the command's process group, then SIGKILL after
+    `kill_grace_s`; shielded (it runs as the handler is cancelled) and
+    bounded."""
     with trio.CancelScope(shield=True):
-        with contextlib.suppress(ProcessLookupError):
-            proc.terminate()
+        _signal_group(proc, signal.SIGTERM)
         with trio.move_on_after(kill_grace_s):
             await proc.wait()
             return
         with trio.move_on_after(kill_grace_s):
-            proc.kill()
+            _signal_group(proc, signal.SIGKILL)
             await proc.wait()
+
+
+def _signal_group(proc: trio.Process, signum: signal.Signals) -> None:
+    """`signum` to the process group the command leads (its session's, see
+    `command_handler`). Its ID stays the command's PID while any member
+    lives, even after the command itself was reaped, so it names no other."""
+    import os
+
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signum)
 
 
 class CommandFailed(Exception):

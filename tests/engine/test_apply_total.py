@@ -33,6 +33,7 @@ from tempo.engine.commands import (
     DropHistory,
     ExpireLeases,
     Expiry,
+    OverlapRuns,
     PatchJob,
     PauseJob,
     ReportResults,
@@ -109,15 +110,21 @@ schedules = st.sampled_from([
     {"every_s": 60, "start_at": "0001-01-01T00:00:00Z"},
     {"cron": "* * * * *", "timezone": "Europe/Berlin"},
     {"cron": "0 0 29 2 *"},
+    # End conditions: a single run, the largest count, an end soon after T0
+    # (nothing left for later stamps) and at the last instant there is.
+    {"every_s": 60, "max_runs": 1},
+    {"every_s": 1, "end_at": "2027-01-15T08:05:00Z", "max_runs": limits.schedule_runs_max},
+    {"cron": "* * * * *", "end_at": "9999-12-31T23:59:59.999Z", "max_runs": 2},
 ])
 
 
 @st.composite
 def create_bodies(draw: st.DrawFn) -> dict:
+    schedule = draw(schedules)
     return {
         "target": draw(st.sampled_from(["queue:q", "queue:" + "Q" * limits.queue_name_chars_max,
                                         "https://example.com/" + "a" * (limits.target_chars_max - 20)])),
-        "schedule": draw(schedules),
+        "schedule": schedule,
         "name": draw(st.none() | st.text(multibyte, max_size=limits.name_chars_max) | st.just(CLEF * limits.name_chars_max)),
         "payload": draw(payloads),
         "retry": draw(st.sampled_from([
@@ -127,6 +134,9 @@ def create_bodies(draw: st.DrawFn) -> dict:
         "lease_s": draw(st.sampled_from([limits.lease_s_min, limits.lease_s_max])),
         "jitter_s": draw(st.sampled_from([0, limits.jitter_s_max])),
         "labels": draw(label_sets),
+        # A repeating schedule's overlap policy (a one-off's is `allow`).
+        "overlap": draw(st.sampled_from([None, "allow", "skip", "buffer_one", "buffer_all", "cancel_other"]))
+        if "at" not in schedule else None,
     }
 
 
@@ -174,6 +184,10 @@ def check_outcome(command: Command, outcome) -> None:
             return
         if isinstance(outcome, ClaimKeyEntry | errors.ClaimKeyReused):
             return  # a key recorded: nothing taken
+    if isinstance(command, OverlapRuns):
+        assert isinstance(outcome, list) and len(outcome) == len(command.runs)
+        assert all(isinstance(o, bool) for o in outcome)
+        return
     if isinstance(command, CreateJobs | ClaimRuns | ReportResults | ExpireLeases):
         items = {CreateJobs: "jobs", ClaimRuns: "claims", ReportResults: "results", ExpireLeases: "expiries"}
         assert isinstance(outcome, list) and len(outcome) == len(getattr(command, items[type(command)]))
@@ -231,6 +245,10 @@ def check_consistent(store: Store) -> None:
     for table in tables.values():
         assert all(0 < len(k) <= limits.lmdb_key_bytes_max for k, _ in table)
     check_run_index(tables)
+    for job in jobs.values():
+        assert (job.state == "paused") == (job.paused is not None), "a job shows who paused it while paused only"
+        ran_all = job.schedule.max_runs is not None and job.runs_done >= job.schedule.max_runs
+        assert not (ran_all and job.next_run_at_ms is not None), "nothing is planned after max_runs"
     labelled = {
         keys.label_key(job.owner, name, value, keys.job_key(job_id))
         for job_id, job in jobs.items() for name, value in (job.labels or {}).items()
@@ -281,6 +299,13 @@ def job_command(draw: st.DrawFn, world: World, at_ms: int) -> Command:
     kind = draw(st.sampled_from([PauseJob, ResumeJob, DeleteJob, TriggerJob, PatchJob]))
     if kind is PatchJob:
         return patch_command(draw, world, at_ms, owner, job_id)
+    if kind is PauseJob:
+        # Who paused it and why, at and past the note's bound; or as an
+        # older version logged it, without them.
+        if draw(st.booleans()):
+            return PauseJob(at_ms, owner, job_id)
+        note = draw(st.none() | texts | around(limits.pause_note_chars_max * 4))
+        return PauseJob(at_ms, owner, job_id, draw(owners), draw(st.sampled_from(["admin", "client"])), note)
     if kind is not ResumeJob:
         return kind(at_ms, owner, job_id)
     job = world.one.get_job_any(job_id) if ids.is_job_id(job_id) else None
@@ -323,7 +348,7 @@ def run_command(draw: st.DrawFn, world: World, at_ms: int) -> Command:
         picked = draw(st.lists(st.sampled_from(due), min_size=1, max_size=4))
     if kind == "claim":
         worker = draw(st.sampled_from(["w", CLEF * limits.worker_chars_max, CLEF * (limits.worker_chars_max * 5)]))
-        claims = [Claim(r.job_id, r.nominal_ms, min(at_ms + 60_000, limits.time_ms_max)) for r in picked]
+        claims = [claim_of(draw, r, at_ms) for r in picked]
         for claim in claims:
             if draw(st.booleans()):
                 claim.timeout_at_ms = min(at_ms + draw(st.sampled_from([1000, 86_400_000])), limits.time_ms_max)
@@ -359,6 +384,25 @@ def run_command(draw: st.DrawFn, world: World, at_ms: int) -> Command:
     ])
 
 
+def claim_of(draw: st.DrawFn, run: Run, at_ms: int) -> Claim:
+    """A claim of `run`, now and then with a next slot, as the dispatcher
+    plans one for a job's slot run: apply holds it to the job's end
+    conditions (`schedule.end_at`, `max_runs`)."""
+    claim = Claim(run.job_id, run.nominal_ms, min(at_ms + 60_000, limits.time_ms_max))
+    if draw(st.booleans()) and claim.nominal_ms + 60_000 <= limits.time_ms_max:
+        claim.next_slot_ms = claim.nominal_ms + 60_000
+        claim.next_due_ms = max(claim.next_slot_ms, min(at_ms, limits.time_ms_max))
+    return claim
+
+
+def overlap_command(draw: st.DrawFn, world: World, at_ms: int) -> OverlapRuns:
+    """Due runs the dispatcher set aside (now and then others), with a next slot now and then."""
+    runs = world.open_runs()
+    due = [r for r in runs if r.status == "waiting" and r.due_ms <= at_ms]
+    picked = draw(st.lists(st.sampled_from(due or runs), max_size=4)) if runs else []
+    return OverlapRuns(at_ms, [claim_of(draw, r, at_ms) for r in picked])
+
+
 def cancel_command(draw: st.DrawFn, runs: list[Run], at_ms: int) -> CancelRun:
     """A cancel of an open run (a finished one, an unknown one, another
     owner's now and then), planned or not, with a next slot or none."""
@@ -378,7 +422,7 @@ def entries(draw: st.DrawFn, world: World) -> list[Command]:
     at_ms = draw(times)
     commands: list[Command] = []
     for _ in range(draw(st.integers(1, 3))):
-        kind = draw(st.sampled_from(["create", "create", "job", "job", "runs", "runs", "other"]))
+        kind = draw(st.sampled_from(["create", "create", "job", "job", "runs", "runs", "overlap", "other"]))
         if kind == "create":
             commands.append(create_command(draw, world, at_ms))
         elif kind == "job":
@@ -389,6 +433,8 @@ def entries(draw: st.DrawFn, world: World) -> list[Command]:
             commands.append(command)
         elif kind == "runs":
             commands.append(run_command(draw, world, at_ms))
+        elif kind == "overlap":
+            commands.append(overlap_command(draw, world, at_ms))
         elif draw(st.booleans()):
             commands.append(DropHistory(at_ms, draw(st.sampled_from([0, at_ms // limits.day_ms, 1 << 40]))))
         else:

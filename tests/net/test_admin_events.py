@@ -108,8 +108,8 @@ def test_tempo_events_shows_an_admin_the_owner_of_each_event(secured, capsys, mo
     monkeypatch.setenv("TEMPO_TOKEN", "ops-admin")
     assert cli.main(["events", "--url", secured.url, "--limit", "1000"]) == 0
     out = capsys.readouterr().out
-    assert out.splitlines()[0].split()[-1] == "OWNER"
-    assert any(job_id in line and line.rstrip().endswith("globex") for line in out.splitlines())
+    assert out.splitlines()[0].split()[3] == "OWNER"
+    assert any(job_id in line and line.split()[3] == "globex" for line in out.splitlines())
     monkeypatch.setenv("TEMPO_TOKEN", "globex-client")
     assert cli.main(["events", "--url", secured.url, "--limit", "1000"]) == 0
     assert "OWNER" not in capsys.readouterr().out

@@ -44,6 +44,7 @@ from tempo.engine.records import (
     Missed,
     Notify,
     NotifyEvent,
+    OverlapPolicy,
     Run,
     Schedule,
 )
@@ -87,6 +88,10 @@ class ScheduleSpec(Protocol):
     def start_at(self) -> datetime | None: ...
     @property
     def dst(self) -> DstSpec | None: ...
+    @property
+    def end_at(self) -> datetime | None: ...
+    @property
+    def max_runs(self) -> int | None: ...
 
 
 class RetrySpec(Protocol):
@@ -156,6 +161,8 @@ class JobSpec(Protocol):
     def labels(self) -> dict[str, Any] | None: ...
     @property
     def timeout_s(self) -> int | None: ...
+    @property
+    def overlap(self) -> OverlapPolicy | None: ...
 
 
 class PreviewSpec(Protocol):
@@ -257,6 +264,34 @@ def instant_ms(value: datetime, loc: str) -> int:
 
 def schedule_record(value: ScheduleSpec, loc: str = "schedule") -> Schedule:
     """Checks the cross-field rules of a schedule and returns its record."""
+    _check_fields(value, loc)
+    if value.at is not None:
+        at_ms = instant_ms(value.at, f"{loc}.at")
+        if at_ms < 0:
+            # Run IDs and keys hold unsigned milliseconds.
+            raise errors.Invalid.at(f"{loc}.at", "a time before 1970-01-01T00:00:00Z")
+        return Schedule(at_ms=at_ms)
+    end_ms = None if value.end_at is None else instant_ms(value.end_at, f"{loc}.end_at")
+    if value.cron is not None:
+        timezone = value.timezone or "UTC"
+        try:
+            schedule.validate_cron(value.cron, timezone)
+        except schedule.ScheduleError as exc:
+            raise errors.Invalid.at(f"{loc}.{exc.loc}", exc.msg) from None
+        if value.dst is None:
+            return Schedule(cron=value.cron, timezone=timezone, end_at_ms=end_ms, max_runs=value.max_runs)
+        return Schedule(
+            cron=value.cron, timezone=timezone, dst_gap=value.dst.gap, dst_repeat=value.dst.repeat,
+            end_at_ms=end_ms, max_runs=value.max_runs,
+        )
+    start = None if value.start_at is None else instant_ms(value.start_at, f"{loc}.start_at")
+    if start is not None and end_ms is not None and end_ms <= start:
+        raise errors.Invalid.at(f"{loc}.end_at", "must be after start_at")
+    return Schedule(every_s=value.every_s, start_at_ms=start, end_at_ms=end_ms, max_runs=value.max_runs)
+
+
+def _check_fields(value: ScheduleSpec, loc: str) -> None:
+    """Which fields of a schedule go together."""
     if (value.at is not None) + (value.cron is not None) + (value.every_s is not None) != 1:
         raise errors.Invalid.at(loc, "give exactly one of at, cron, every_s")
     if value.timezone is not None and value.cron is None:
@@ -266,22 +301,18 @@ def schedule_record(value: ScheduleSpec, loc: str = "schedule") -> Schedule:
     if value.start_at is not None and value.every_s is None:
         raise errors.Invalid.at(f"{loc}.start_at", "start_at goes only with every_s")
     if value.at is not None:
-        at_ms = instant_ms(value.at, f"{loc}.at")
-        if at_ms < 0:
-            # Run IDs and keys hold unsigned milliseconds.
-            raise errors.Invalid.at(f"{loc}.at", "a time before 1970-01-01T00:00:00Z")
-        return Schedule(at_ms=at_ms)
-    if value.cron is not None:
-        timezone = value.timezone or "UTC"
-        try:
-            schedule.validate_cron(value.cron, timezone)
-        except schedule.ScheduleError as exc:
-            raise errors.Invalid.at(f"{loc}.{exc.loc}", exc.msg) from None
-        if value.dst is None:
-            return Schedule(cron=value.cron, timezone=timezone)
-        return Schedule(cron=value.cron, timezone=timezone, dst_gap=value.dst.gap, dst_repeat=value.dst.repeat)
-    start = None if value.start_at is None else instant_ms(value.start_at, f"{loc}.start_at")
-    return Schedule(every_s=value.every_s, start_at_ms=start)
+        for name in ("end_at", "max_runs"):
+            if getattr(value, name) is not None:
+                raise errors.Invalid.at(f"{loc}.{name}", f"{name} goes only with a repeating schedule (cron or every_s)")
+
+
+def overlap_record(value: OverlapPolicy | None, sched: Schedule) -> OverlapPolicy | None:
+    """A job's overlap policy as stored; None for `allow`, the default."""
+    if value is None or value == "allow":
+        return None
+    if not sched.repeating:
+        raise errors.Invalid.at("overlap", "overlap goes only with a repeating schedule (cron or every_s)")
+    return value
 
 
 def catchup_record(value: CatchupSpec | None, sched: Schedule) -> Catchup | None:
@@ -327,7 +358,13 @@ def labels_record(value: dict[str, Any] | None, loc: str = "labels") -> dict[str
 
 
 def slot_after_ms(sched: Schedule, created_at_ms: int, after_ms: int, *, inclusive: bool) -> int | None:
-    """The first nominal time after `after_ms` (at or after it with `inclusive`)."""
+    """The first nominal time after `after_ms` (at or after it with `inclusive`);
+    None after the schedule's `end_at`."""
+    found = _slot_after_ms(sched, created_at_ms, after_ms, inclusive=inclusive)
+    return None if found is None or (sched.end_at_ms is not None and found > sched.end_at_ms) else found
+
+
+def _slot_after_ms(sched: Schedule, created_at_ms: int, after_ms: int, *, inclusive: bool) -> int | None:
     if sched.at_ms is not None:
         ok = sched.at_ms >= after_ms if inclusive else sched.at_ms > after_ms
         return sched.at_ms if ok else None
@@ -357,7 +394,8 @@ def first_slot_ms(sched: Schedule, created_at_ms: int) -> int | None:
     if sched.at_ms is not None:
         return sched.at_ms  # a time in the past runs at once
     if sched.every_s is not None and sched.start_at_ms is None:
-        return created_at_ms + sched.every_s * 1000
+        first_ms = created_at_ms + sched.every_s * 1000
+        return None if sched.end_at_ms is not None and first_ms > sched.end_at_ms else first_ms
     return slot_after_ms(sched, created_at_ms, created_at_ms, inclusive=sched.every_s is not None)
 
 
@@ -366,7 +404,9 @@ def latest_slot_ms(sched: Schedule, created_at_ms: int, now_ms: int) -> int | No
 
     Exact, and bounded however long the outage: for cron a bisection over
     the job's lifetime (`schedule.latest_cron_ms`), since a cron job's first
-    slot comes after its creation."""
+    slot comes after its creation. No slot after the schedule's `end_at`."""
+    if sched.end_at_ms is not None:
+        now_ms = min(now_ms, sched.end_at_ms)
     if sched.every_s is not None:
         period_ms = sched.every_s * 1000
         anchor_ms = created_at_ms if sched.start_at_ms is None else sched.start_at_ms
@@ -565,7 +605,10 @@ def paused_ranges(job: Job, now_ms: int, next_slot_ms: int | None) -> list[Misse
     first = slot_after_ms(sched, created_ms, job.slot_ms, inclusive=False)
     if first is None or first > now_ms:
         return []
-    end_ms = now_ms + 1 if next_slot_ms is None else next_slot_ms
+    last_ms = now_ms if sched.end_at_ms is None else min(now_ms, sched.end_at_ms)
+    end_ms = last_ms + 1 if next_slot_ms is None else next_slot_ms
+    if end_ms <= first:
+        return []
     until, decided = job.catchup_until_ms, job.catchup_decided_ms
     if until is None or decided is None or first > decided or until == decided:
         return [missed_range(sched, created_ms, "paused", first, end_ms)]
@@ -595,21 +638,25 @@ async def preview_occurrences(body: PreviewSpec, now_ms: int) -> tuple[list[Occu
     `limits.preview_slice_times` with a checkpoint between them, so a
     preview of 1,000 never holds the trio thread for more than one slice;
     chained slices give the same times as one call, as each starts strictly
-    after the last time of the one before. No time lies after year 9999."""
+    after the last time of the one before. No time lies after year 9999,
+    none after the schedule's `end_at`, and there are at most its
+    `max_runs` (the most a job of it runs)."""
     sched = schedule_record(body.schedule)
     after_ms = now_ms if body.after is None else instant_ms(body.after, "after")
     if sched.at_ms is not None:
         return ([(sched.at_ms, None)] if sched.at_ms > after_ms else []), "UTC"
+    count = body.count if sched.max_runs is None else min(body.count, sched.max_runs)
+    end_ms = limits.instant_ms_max if sched.end_at_ms is None else min(sched.end_at_ms, limits.instant_ms_max)
     if sched.cron is not None:
         assert sched.timezone is not None
         found: list[Occurrence] = []
-        while len(found) < body.count:
-            asked = min(limits.preview_slice_times, body.count - len(found))
+        while len(found) < count:
+            asked = min(limits.preview_slice_times, count - len(found))
             part = schedule.cron_occurrences_ms(
                 sched.cron, sched.timezone, after_ms, asked, gap=sched.dst_gap, repeat=sched.dst_repeat
             )
-            found += part
-            if len(part) < asked:
+            found += [occurrence for occurrence in part if occurrence[0] <= end_ms]
+            if len(part) < asked or part[-1][0] > end_ms:
                 break
             after_ms = part[-1][0]
             await trio.lowlevel.checkpoint()
@@ -620,8 +667,8 @@ async def preview_occurrences(body: PreviewSpec, now_ms: int) -> tuple[list[Occu
         first = after_ms + period_ms
     else:
         first = schedule.next_every_ms(sched.every_s, sched.start_at_ms, after_ms, include_anchor=True)
-    # The grid up to the end of year 9999, at most `count` of it.
-    count = max(0, min(body.count, (limits.instant_ms_max - first) // period_ms + 1))
+    # The grid up to the end of year 9999 (or `end_at`), at most `count` of it.
+    count = max(0, min(count, (end_ms - first) // period_ms + 1))
     return [(first + k * period_ms, None) for k in range(count)], "UTC"
 
 
@@ -641,7 +688,7 @@ def _backfill_range_ms(job: Job, body: BackfillSpec, now_ms: int) -> tuple[int, 
     """A backfill's [from, until) in ms, checked against the job and now."""
     if body.overlap not in (None, "allow"):
         raise errors.Invalid.at(
-            "overlap", 'jobs have no overlap policy yet: only "allow" (runs of a job may overlap) is accepted'
+            "overlap", 'backfill runs are not held to the job\'s overlap policy: only "allow" is accepted'
         )
     if not job.schedule.repeating:
         raise errors.Invalid.at("", "a one-off job has one slot: trigger it instead")
@@ -664,6 +711,10 @@ async def backfill_slots(job: Job, body: BackfillSpec, now_ms: int) -> list[int]
     schedule's). Cron slots come in slices with a checkpoint between."""
     from_ms, until_ms = _backfill_range_ms(job, body, now_ms)
     sched = job.schedule
+    if sched.end_at_ms is not None:
+        until_ms = min(until_ms, sched.end_at_ms + 1)  # no slot after `end_at`
+        if until_ms <= from_ms:
+            return []
     cap = limits.backfill_runs_max
     slots: list[int] = []
     if sched.every_s is not None:
@@ -689,6 +740,15 @@ async def backfill_slots(job: Job, body: BackfillSpec, now_ms: int) -> list[int]
         await trio.lowlevel.checkpoint()
 
 
+def _schedule_hashed(sched: Schedule) -> tuple[Any, ...] | Schedule:
+    """The schedule as a request key's hash takes it: without end
+    conditions, the fields it had before they existed (a tuple encodes as
+    the array-like record does), so the hash of such a body is what it was."""
+    if sched.end_at_ms is None and sched.max_runs is None:
+        return msgspec.structs.astuple(sched)[:-2]
+    return sched
+
+
 def _body_digest(
     body: JobSpec, sched: Schedule, notify: Notify | None, catchup: Catchup | None, labels: dict[str, str] | None,
     *, payload_passed: bool,
@@ -703,7 +763,7 @@ def _body_digest(
                 _hash_encoder.encode(body.payload)
             return b""
         fields: tuple[Any, ...] = (
-            body.name, body.target, body.payload, sched, body.retry.max_attempts,
+            body.name, body.target, body.payload, _schedule_hashed(sched), body.retry.max_attempts,
             body.retry.backoff_s, body.lease_s, body.jitter_s,
         )
         # Each appended only when given, so the hash of a job without it is
@@ -713,6 +773,8 @@ def _body_digest(
             fields += (("labels", labels),)
         if body.timeout_s is not None:
             fields += (("timeout_s", body.timeout_s),)
+        if body.overlap not in (None, "allow"):
+            fields += (("overlap", body.overlap),)
         return hashlib.blake2b(_hash_encoder.encode(fields), digest_size=16).digest()
     except OverflowError:
         # JSON allows any integer; records are MessagePack, which holds
@@ -763,10 +825,13 @@ class Jobs:
         from_msgpack: bool,
         payload_passed: bool = False,
         job_id: str | None = None,
+        patching: bool = False,
     ) -> NewJob:
         """Checks a decoded create body and builds its command item.
         `payload_passed`: `payloads_pass` found the payload good already.
-        `job_id`: one drawn for it with the rest of its batch."""
+        `job_id`: one drawn for it with the rest of its batch. `patching`:
+        the body is a job after a patch, whose schedule may end before now
+        (an `end_at` in the past completes the job, docs/semantics.md)."""
         check_target(body.target)
         if body.request_key is not None:
             check_request_key(body.request_key)
@@ -780,6 +845,7 @@ class Jobs:
         backoff_s = body.retry.backoff_s
         notify = None if body.notify is None else self.notify_record(body.notify)
         labels = labels_record(body.labels)
+        overlap = overlap_record(body.overlap, sched)
         digest = _body_digest(body, sched, notify, catchup, labels, payload_passed=payload_passed)
         # Positional, in Job's field order (a batch makes 1,000): id, owner,
         # name, target, payload, schedule, max_attempts, backoff_s, lease_s,
@@ -795,15 +861,13 @@ class Jobs:
             job.labels = labels
         if body.timeout_s is not None:
             job.timeout_s = body.timeout_s
+        job.overlap = overlap
         if sched.at_ms is not None and body.jitter_s == 0:
             # `first_slot_ms` and `due_ms` of a one-off without jitter, inline.
             job.slot_ms = sched.at_ms
             job.next_run_at_ms = sched.at_ms if sched.at_ms > at_ms else at_ms
         else:
-            job.slot_ms = first_slot_ms(sched, at_ms)
-            if job.slot_ms is None:
-                raise errors.Invalid.at("schedule", "the schedule has no occurrence left")
-            job.next_run_at_ms = due_ms(job, job.slot_ms, at_ms)
+            _plan_first(job, at_ms, patching=patching)
         return NewJob(job, job.next_run_at_ms, digest)
 
     def notify_record(self, body: NotifySpec) -> Notify:
@@ -897,20 +961,27 @@ class Jobs:
             places.append(i)
         return outcomes, new_jobs, places
 
-    async def pause(self, owner: str, job_id: str) -> Job:
-        return _ok(await self.committer.submit(PauseJob(self.now_ms(), owner, job_id)), Job)
+    async def pause(
+        self, owner: str, job_id: str, *, by: tuple[str, str] | None = None, note: str | None = None
+    ) -> Job:
+        """Pauses the job; `by`: who asks (owner and role), `note`: theirs."""
+        by_owner, by_role = (None, None) if by is None else by
+        return _ok(await self.committer.submit(PauseJob(self.now_ms(), owner, job_id, by_owner, by_role, note)), Job)
 
     async def resume(self, owner: str, job_id: str) -> Job:
         job = self.store.get_job(owner, job_id)
         at_ms = self.now_ms()
         slot_ms = next_due_ms = None
+        ran_all = job.schedule.max_runs is not None and job.runs_done >= job.schedule.max_runs
         if job.schedule.repeating:
-            slot_ms = self._slot_not_cancelled(job, job.schedule, slot_after_ms(
+            # Nothing to plan after max_runs (apply decides it again, from the job as replicated).
+            slot_ms = None if ran_all else self._slot_not_cancelled(job, job.schedule, slot_after_ms(
                 job.schedule, job.created_at_ms, at_ms, inclusive=False))
         else:
             slot_ms = job.slot_ms  # its one run, made anew if retention dropped the cancelled one
         next_due_ms = None if slot_ms is None else due_ms(job, slot_ms, at_ms)
-        missed = paused_ranges(job, at_ms, slot_ms) if job.state == "paused" else []
+        # Slots after the job's last run are not the job's: none of them is missed.
+        missed = paused_ranges(job, at_ms, slot_ms) if job.state == "paused" and not ran_all else []
         return _ok(await self.committer.submit(ResumeJob(at_ms, owner, job_id, slot_ms, next_due_ms, missed)), Job)
 
     async def backfill(self, owner: str, job_id: str, body: BackfillSpec) -> tuple[int, int]:
@@ -930,7 +1001,7 @@ class Jobs:
         `keep_notify`: the patch does not name `notify`, which stays the job's.
         `VersionMismatch` when the job changed since it was read."""
         at_ms = self.now_ms()
-        made = self.new_job(job.owner, body, at_ms, from_msgpack=from_msgpack, job_id=job.id).job
+        made = self.new_job(job.owner, body, at_ms, from_msgpack=from_msgpack, job_id=job.id, patching=True).job
         if keep_notify:
             made.notify = job.notify  # the patch left it out: kept, never checked again
         if _mutable(made) == _mutable(job):
@@ -1000,11 +1071,24 @@ class Jobs:
         raise errors.Conflict(f"job {job_id} kept changing while the cancel was made: send it again")
 
 
+def _plan_first(job: Job, at_ms: int, *, patching: bool) -> None:
+    """A new job's first slot and its due time; a schedule without one is
+    400, unless a patch's `end_at` ended it (the patch completes the job)."""
+    sched = job.schedule
+    job.slot_ms = first_slot_ms(sched, at_ms)
+    if job.slot_ms is None:
+        if sched.end_at_ms is None:
+            raise errors.Invalid.at("schedule", "the schedule has no occurrence left")
+        if not patching:
+            raise errors.Invalid.at("schedule.end_at", "the schedule has no occurrence up to end_at")
+    job.next_run_at_ms = None if job.slot_ms is None else due_ms(job, job.slot_ms, at_ms)
+
+
 def _mutable(job: Job) -> tuple[object, ...]:
     """What a patch may change of a job."""
     return (
         job.name, job.target, job.payload, job.schedule, job.max_attempts, job.backoff_s, job.lease_s, job.jitter_s,
-        job.labels, job.notify, job.timeout_s,
+        job.labels, job.notify, job.timeout_s, job.overlap,
     )
 
 

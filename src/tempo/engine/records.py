@@ -21,7 +21,8 @@ from tempo import ids, limits
 
 JobState = Literal["active", "paused", "completed"]
 # `missed`: a history row for a range of slots that got no run (`Missed`).
-RunStatus = Literal["waiting", "claimed", "done", "failed", "cancelled", "missed"]
+# `skipped`: a slot the job's overlap policy did not run (`Run.reason`).
+RunStatus = Literal["waiting", "claimed", "done", "failed", "cancelled", "missed", "skipped"]
 # Why a run's worker is to stop: its owner asked (`POST /v1/runs/{id}/cancel`),
 # or the attempt's timeout passed.
 RunCancel = Literal["requested", "timeout"]
@@ -49,6 +50,11 @@ class Schedule(msgspec.Struct, array_like=True, frozen=True, gc=False):
     # which is this default, the only behaviour there was.
     dst_gap: Literal["shift", "skip"] = "shift"
     dst_repeat: Literal["first", "last", "both"] = "first"
+    # End conditions of a repeating schedule (docs/semantics.md "End
+    # conditions"): no slot after `end_at_ms`; at most `max_runs` slots
+    # run (`Job.runs_done` counts them). None: no such bound.
+    end_at_ms: int | None = None
+    max_runs: Annotated[int, Meta(ge=1)] | None = None
 
     @property
     def repeating(self) -> bool:
@@ -67,6 +73,11 @@ class Notify(msgspec.Struct, array_like=True, frozen=True, gc=False):
 
 CatchupPolicy = Literal["latest", "all", "none"]
 MissedReason = Literal["outside_window", "policy", "paused"]
+SkippedReason = Literal["overlap"]
+# What a repeating job does with a slot that comes due while an earlier run
+# of it is running (docs/semantics.md "Overlap"); a job's `overlap` None is
+# `allow`, the behaviour of records from before the field.
+OverlapPolicy = Literal["allow", "skip", "buffer_one", "buffer_all", "cancel_other"]
 
 
 class Catchup(msgspec.Struct, array_like=True, frozen=True, gc=False):
@@ -77,6 +88,17 @@ class Catchup(msgspec.Struct, array_like=True, frozen=True, gc=False):
     window_s: Count | None = None  # None: no window, every missed slot is in it
     policy: CatchupPolicy = "latest"
     max_runs: Annotated[int, Meta(ge=1)] = limits.catchup_runs_default
+
+
+class Paused(msgspec.Struct, array_like=True, frozen=True, gc=False):
+    """Who paused a job, when, and the note they left (`POST
+    /v1/jobs/{id}/pause`); `by_role` None in pauses logged before it was
+    kept."""
+
+    at_ms: Ms
+    by_owner: str
+    by_role: str | None = None
+    note: str | None = None
 
 
 class JobHead(msgspec.Struct, array_like=True, gc=False):
@@ -129,6 +151,15 @@ class Job(msgspec.Struct, array_like=True, gc=False):
     # heartbeats say (docs/semantics.md "Run timeouts"); None: no bound
     # but the lease.
     timeout_s: Annotated[int, Meta(ge=1)] | None = None
+    # Set by a pause, cleared when the job leaves `paused`.
+    paused: Paused | None = None
+    # Slots of a repeating job whose run was claimed (the first claim of
+    # each; retries, triggered and backfill runs are not counted): what
+    # `schedule.max_runs` is held to (docs/semantics.md "End conditions").
+    runs_done: Count = 0
+    # The overlap policy (docs/semantics.md "Overlap"); None: `allow`, so a
+    # claim of an `allow` job reads nothing more than it did before.
+    overlap: OverlapPolicy | None = None
     # The latest slot of the job that may hold a run already, apart from
     # the run of its current slot and those before it: a run a pause, a
     # patch or a cancel ended without running, or a triggered run (which
@@ -185,7 +216,8 @@ class Run(msgspec.Struct, array_like=True, gc=False):
     # A `missed` row only (`Store.record_missed`): why its slots got no run,
     # the first slot after them (the first is `nominal_ms`) and how many
     # they are (None: too many to count, as `Missed.count`).
-    reason: MissedReason | None = None
+    # A `skipped` row's reason is `overlap` (`Store.skip_run`).
+    reason: MissedReason | SkippedReason | None = None
     missed_until_ms: int | None = None
     missed_count: Count | None = None
     # A claimed run asked to stop (`requested`, docs/semantics.md
@@ -197,6 +229,11 @@ class Run(msgspec.Struct, array_like=True, gc=False):
     # stamp and the job's `timeout_s`; None: no timeout. Replicated, so a
     # new leader holds the attempt to the same instant.
     timeout_at_ms: Ms | None = None
+    # A waiting run the job's overlap policy holds back until the running
+    # run ends (`buffer_one`, `buffer_all`): its due time is
+    # `limits.overlap_buffered_due_ms`, past any the dispatcher loads, until
+    # apply releases it (docs/semantics.md "Overlap").
+    buffered: bool = False
     # A cancelled run its owner cancelled (`POST /v1/runs/{id}/cancel`),
     # not a pause or a patch: no resume or re-plan of a repeating job's
     # schedule brings it back (docs/semantics.md "Pause, resume, delete").
@@ -217,6 +254,7 @@ class JobOutcome(msgspec.Struct, array_like=True, gc=False):
     last_attempt: Count = 0
     last_finished_ms: Ms | None = None
     last_error: str | None = None
+    skipped: Count = 0  # runs the job's overlap policy skipped
 
 
 class Event(msgspec.Struct, array_like=True):

@@ -82,6 +82,7 @@ from tempo.schema import (
     JobCreate,
     JobsPage,
     NodeIn,
+    PauseIn,
     PreviewIn,
     PreviewOut,
     Rejected,
@@ -149,6 +150,7 @@ class _KeyOnly(msgspec.Struct):
 _key_only = decoders(_KeyOnly)
 _preview = decoders(PreviewIn)
 _backfill = decoders(BackfillIn)
+_pause = decoders(PauseIn)
 _node_in = decoders(NodeIn)
 _claim = decoders(ClaimIn)
 _heartbeat = decoders(HeartbeatIn)
@@ -660,7 +662,14 @@ class Api:
         return encode(request, JobsPage(page, next_cursor))
 
     async def pause_job(self, request: Request, job_id: str) -> Response:
-        return self._job_answer(request, await self.jobs.pause(self._owner_of_job(request, job_id), job_id))
+        """`POST /v1/jobs/{id}/pause`, its body optional: `{"note": ...}`.
+        The job keeps who paused it (the token's owner and role)."""
+        note = decode(request, _pause).note if request.body else None
+        principal = request.principal
+        job = await self.jobs.pause(
+            self._owner_of_job(request, job_id), job_id, by=(principal.owner, principal.role), note=note
+        )
+        return self._job_answer(request, job)
 
     async def resume_job(self, request: Request, job_id: str) -> Response:
         return self._job_answer(request, await self.jobs.resume(self._owner_of_job(request, job_id), job_id))
@@ -1133,6 +1142,8 @@ class Api:
                 f"# TYPE tempo_runs_{metric}_total counter",
                 f"tempo_runs_{metric}_total {d.counters[name]}",
             ]
+        lines += prom.head("tempo_runs_skipped_total", "counter", "Runs skipped, by reason (an overlap policy).")
+        lines.append(prom.sample("tempo_runs_skipped_total", d.counters["skipped_overlap"], {"reason": "overlap"}))
         lines += prom.head(
             "tempo_run_cancels_total", "counter",
             "POST /v1/runs/{id}/cancel answered, by what it did (a waiting run cancelled, a claimed run asked to stop).",
@@ -1174,15 +1185,16 @@ def _bind(handler: Callable[[Request, str], Awaitable[Response]], arg: str) -> H
 # the other fields of a job's view.
 _PATCHABLE = frozenset({
     "name", "target", "payload", "schedule", "retry", "lease_s", "jitter_s", "labels", "notify", "timeout_s",
+    "overlap",
 })
 # Objects a patch merges into the job's key by key (RFC 7396); the other
 # fields it names are replaced whole.
 _MERGED = frozenset({"retry", "labels", "notify"})
 _FIXED_WHY = dict.fromkeys(
     ("id", "owner", "state", "created_at", "next_run_at", "request_key", "version", "last_run", "runs",
-     "catchup"),
+     "catchup", "paused", "runs_left"),
     "cannot be changed by a patch",
-) | dict.fromkeys(("overlap",), "not supported by this server yet")
+)
 _patch_body = decoders(dict[str, Any])
 _no_body = decoders(CancelIn)
 _create_json = _create[0]

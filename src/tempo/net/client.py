@@ -279,8 +279,10 @@ class Client:
         """`filters`: `state`, `target`, `name_prefix` (docs/api.md "Listing jobs")."""
         return _object(self.request("GET", "/v1/jobs", params={"limit": limit, "cursor": cursor, **filters}))
 
-    def pause_job(self, job_id: str) -> dict[str, Any]:
-        return _object(self.request("POST", f"/v1/jobs/{job_id}/pause"))
+    def pause_job(self, job_id: str, note: str | None = None) -> dict[str, Any]:
+        """Pauses the job; `note`: why, shown with it while it is paused."""
+        body = None if note is None else {"note": note}
+        return _object(self.request("POST", f"/v1/jobs/{job_id}/pause", body))
 
     def resume_job(self, job_id: str) -> dict[str, Any]:
         return _object(self.request("POST", f"/v1/jobs/{job_id}/resume"))

@@ -22,6 +22,7 @@ _STRUCTS = (
     schema.PreviewIn,
     schema.PreviewOut,
     schema.BackfillIn,
+    schema.PauseIn,
     schema.BackfillOut,
     schema.Problem,
     schema.InternalProblem,
@@ -92,6 +93,12 @@ def _op(
     if params:
         operation["parameters"] = params
     operation["security"] = [{"bearer": []}]
+    return operation
+
+
+def _optional_body(operation: dict[str, Any]) -> dict[str, Any]:
+    """An operation whose body may be left out (empty)."""
+    operation["requestBody"]["required"] = False
     return operation
 
 
@@ -175,7 +182,8 @@ def _paths() -> dict[str, Any]:
             "delete": _op("Delete a job", {"204": {"description": "deleted"}}, params=[_JOB_ID]),
             "patch": _patch_op(job),
         },
-        "/v1/jobs/{id}/pause": {"post": _op("Pause a job", {"200": job}, params=[_JOB_ID])},
+        "/v1/jobs/{id}/pause": {"post": _optional_body(
+            _op("Pause a job, with an optional note", {"200": job}, body=schema.PauseIn, params=[_JOB_ID]))},
         "/v1/jobs/{id}/resume": {"post": _op("Resume a job", {"200": job}, params=[_JOB_ID])},
         "/v1/jobs/{id}/trigger": {
             "post": _op("Run a job now", {"201": run}, params=[_JOB_ID]),
@@ -197,10 +205,10 @@ def _paths() -> dict[str, Any]:
             "get": _op("Runs of the owner's jobs (an admin token's: every owner's), newest first",
                        {"200": _json(schema.RunsPage, "a page")}, params=[
                 _param("status", "query",
-                       {"type": "string", "enum": ["waiting", "claimed", "done", "failed", "cancelled", "missed"]},
+                       {"type": "string", "enum": ["waiting", "claimed", "done", "failed", "cancelled", "missed", "skipped"]},
                        "only runs in this status"),
                 _param("since", "query", {"type": "string", "format": "date-time"},
-                       "listed at >= since (finished_at of done, failed and missed runs, due_at of the others)"),
+                       "listed at >= since (finished_at of done, failed, missed and skipped runs, due_at of the others)"),
                 _param("until", "query", {"type": "string", "format": "date-time"}, "listed at < until"),
                 *_PAGE,
             ]),
