@@ -401,9 +401,27 @@ class LifecycleModel(RuleBasedStateMachine):
                                                 "jitter_s", "overlap")), stale=st.booleans())
     def patch(self, data: st.DataObject, what: str, stale: bool) -> None:
         job = self.pick_job(data)
-        spec = dict(job.spec)
         if what == "overlap" and not job.repeating:
             return
+        spec = self.patched_spec(data, job, what)
+        if stale and job.version > 1:
+            self.patch_stale(job, spec)
+            return
+        try:
+            changed = drive(self.engine.jobs.patch(self.store_job(job), _body(spec), from_msgpack=False))
+        except errors.Invalid:
+            event("patch: refused")
+            assert "end_at" in spec["schedule"], "only an end_at with no slot before it is refused"
+            return
+        if spec == job.spec:
+            if changed.version != job.version:
+                self.fault("version", f"a patch that changes nothing made version {changed.version}")
+            return
+        self.patched(job, spec, changed)
+
+    def patched_spec(self, data: st.DataObject, job: MJob, what: str) -> dict[str, Any]:
+        """The job's spec with one field drawn anew."""
+        spec = dict(job.spec)
         if what == "schedule" and job.repeating and data.draw(st.booleans(), label="end"):
             what = "end"
         strategy = {
@@ -421,19 +439,10 @@ class LifecycleModel(RuleBasedStateMachine):
         spec["schedule" if what == "end" else what] = drawn
         if "at" in spec["schedule"] or spec.get("overlap") is None:
             spec.pop("overlap", None)  # a one-off has no overlap policy; None is `allow`
-        if stale and job.version > 1:
-            self.patch_stale(job, spec)
-            return
-        try:
-            changed = drive(self.engine.jobs.patch(self.store_job(job), _body(spec), from_msgpack=False))
-        except errors.Invalid:
-            event("patch: refused")
-            assert "end_at" in spec["schedule"], "only an end_at with no slot before it is refused"
-            return
-        if spec == job.spec:
-            if changed.version != job.version:
-                self.fault("version", f"a patch that changes nothing made version {changed.version}")
-            return
+        return spec
+
+    def patched(self, job: MJob, spec: dict[str, Any], changed: Job) -> None:
+        """The model of a patch that changed the job to `spec`."""
         old = job.spec
         job.spec = spec
         job.plain = job.plain and job.overlap == "allow" and not job.end_conditions()
@@ -551,30 +560,35 @@ class LifecycleModel(RuleBasedStateMachine):
             self.fault("claim", f"claimed {sorted(set(got) - due)}, not waiting and due in {queues}")
         if len(set(got)) != len(got):
             self.fault("claim", "a run claimed twice in one claim")
-        if runs_max >= len(due) and set(got) | held < due:
+        if runs_max >= len(due) and due - set(got) - held:
             # A job's overlap policy may hold its due runs back.
             self.fault("claim", f"due runs {sorted(due - set(got) - held)} were not handed out")
         for run in claimed:
-            job = next(j for j in self.jobs if j.id == run.job_id)
-            mrun = job.runs[run.nominal_ms]
-            mrun.status = "claimed"
-            mrun.attempt += 1
-            mrun.due_ms = None
-            mrun.cancel_requested = False
-            mrun.lease_s = job.spec["lease_s"]
-            mrun.deadline_s = engine.mono_s + mrun.lease_s
-            timeout_s = job.spec["timeout_s"]
-            mrun.timeout_s = None if timeout_s is None else engine.mono_s + timeout_s
-            if mrun.timeout_s is not None:
-                mrun.deadline_s = min(mrun.deadline_s, mrun.timeout_s)  # a lease never outlives the timeout
-            mrun.max_attempts = job.spec["retry"]["max_attempts"]
-            mrun.backoff_s = tuple(job.spec["retry"]["backoff_s"])
-            if run.attempt != mrun.attempt:
-                self.fault("attempt", f"run {run.nominal_ms} claimed at attempt {run.attempt}, not {mrun.attempt}")
-            if job.repeating and mrun.attempt == 1 and not mrun.triggered:
-                job.runs_done += 1  # a slot's run claimed for the first time (schedule.max_runs)
-            if job.repeating and job.state == "active" and slots.get(job.id) == run.nominal_ms and not mrun.triggered:
-                self.new_ok[job.id] = "slot"  # the next slot's run, in the same command
+            self.claimed(run, slots)
+
+    def claimed(self, run: Run, slots: dict[str, int | None]) -> None:
+        """The model of one run a claim took."""
+        engine = self.engine
+        job = next(j for j in self.jobs if j.id == run.job_id)
+        mrun = job.runs[run.nominal_ms]
+        mrun.status = "claimed"
+        mrun.attempt += 1
+        mrun.due_ms = None
+        mrun.cancel_requested = False
+        mrun.lease_s = job.spec["lease_s"]
+        mrun.deadline_s = engine.mono_s + mrun.lease_s
+        timeout_s = job.spec["timeout_s"]
+        mrun.timeout_s = None if timeout_s is None else engine.mono_s + timeout_s
+        if mrun.timeout_s is not None:
+            mrun.deadline_s = min(mrun.deadline_s, mrun.timeout_s)  # a lease never outlives the timeout
+        mrun.max_attempts = job.spec["retry"]["max_attempts"]
+        mrun.backoff_s = tuple(job.spec["retry"]["backoff_s"])
+        if run.attempt != mrun.attempt:
+            self.fault("attempt", f"run {run.nominal_ms} claimed at attempt {run.attempt}, not {mrun.attempt}")
+        if job.repeating and mrun.attempt == 1 and not mrun.triggered:
+            job.runs_done += 1  # a slot's run claimed for the first time (schedule.max_runs)
+        if job.repeating and job.state == "active" and slots.get(job.id) == run.nominal_ms and not mrun.triggered:
+            self.new_ok[job.id] = "slot"  # the next slot's run, in the same command
 
     def due_of(self, job: MJob, run: MRun) -> int:
         assert run.due_ms is not None, "the model learns every waiting run's due time"
@@ -767,20 +781,23 @@ class LifecycleModel(RuleBasedStateMachine):
         engine.core.check_memory()
         engine.core.check_leases()
 
-    def check_job(self, job: MJob) -> None:
+    def check_deleted(self, job: MJob) -> None:
         store = self.engine.store
+        try:
+            store.get_job(OWNER, job.id)
+        except errors.NotFound:
+            pass
+        else:
+            self.fault("delete", f"job {job.id} is still there")
+        for nominal_ms in job.runs:
+            if store.get_run_any(job.id, nominal_ms) is not None:
+                self.fault("delete", f"run {nominal_ms} of a deleted job is still there")
+
+    def check_job(self, job: MJob) -> None:
         if job.deleted:
-            try:
-                store.get_job(OWNER, job.id)
-            except errors.NotFound:
-                pass
-            else:
-                self.fault("delete", f"job {job.id} is still there")
-            for nominal_ms in job.runs:
-                if store.get_run_any(job.id, nominal_ms) is not None:
-                    self.fault("delete", f"run {nominal_ms} of a deleted job is still there")
+            self.check_deleted(job)
             return
-        stored = store.get_job(OWNER, job.id)
+        stored = self.engine.store.get_job(OWNER, job.id)
         if stored.version != job.version:
             self.fault("version", f"job at version {stored.version}, the model at {job.version}")
         if stored.state != job.state:
@@ -864,13 +881,7 @@ class LifecycleModel(RuleBasedStateMachine):
         slot; none for a paused or completed job; an active one-off's run open."""
         scheduled = [r for r in runs.values() if r.status == "waiting" and r.attempt == 0
                      and not r.triggered and not r.backfill and not r.buffered]
-        sched = stored.schedule
-        if sched.end_at_ms is not None and any(r.nominal_ms > sched.end_at_ms for r in scheduled):
-            self.fault("end_at", f"a run waits after end_at {sched.end_at_ms}: {scheduled}")
-        if sched.max_runs is not None and stored.runs_done >= sched.max_runs and scheduled:
-            self.fault("max_runs", f"{stored.runs_done} of {sched.max_runs} slots ran, yet {scheduled} waits")
-        if sched.max_runs is not None and stored.runs_done > sched.max_runs and job.spec["schedule"] == job.specs[1]["schedule"]:
-            self.fault("max_runs", f"{stored.runs_done} slots ran, past max_runs {sched.max_runs}")
+        self.check_end_conditions(job, stored, scheduled)
         if stored.state != "active":
             if scheduled:
                 self.fault("one_waiting", f"a {stored.state} job has scheduled runs waiting: {scheduled}")
@@ -878,21 +889,35 @@ class LifecycleModel(RuleBasedStateMachine):
                 self.fault("one_waiting", f"a {stored.state} job has next_run_at {stored.next_run_at_ms}")
             return
         if job.repeating:
-            if not scheduled and stored.next_run_at_ms is None and job.end_conditions():
-                return  # the last slot's run is claimed (or buffered): the job completes when it ends
-            if job.had_overlap:
-                # A buffered run released waits too, for a slot before the job's.
-                scheduled = [r for r in scheduled if r.nominal_ms >= (stored.slot_ms or 0)]
-            if [r.nominal_ms for r in scheduled] != [stored.slot_ms]:
-                self.fault("one_waiting", f"active repeating job with slot {stored.slot_ms} has waiting "
-                           f"{[r.nominal_ms for r in scheduled]}")
-            elif stored.next_run_at_ms != scheduled[0].due_ms:
-                self.fault("one_waiting", f"next_run_at {stored.next_run_at_ms}, its run due {scheduled[0].due_ms}")
+            self.check_one_waiting(job, stored, scheduled)
             return
         assert stored.slot_ms is not None
         slot_run = runs.get(stored.slot_ms)
         if slot_run is None or slot_run.status not in ("waiting", "claimed"):
             self.fault("one_waiting", f"an active one-off's run at {stored.slot_ms} is {slot_run!r}")
+
+    def check_end_conditions(self, job: MJob, stored: Job, scheduled: list[Run]) -> None:
+        """No scheduled run waits after `end_at`, nor once `max_runs` slots ran."""
+        sched = stored.schedule
+        if sched.end_at_ms is not None and any(r.nominal_ms > sched.end_at_ms for r in scheduled):
+            self.fault("end_at", f"a run waits after end_at {sched.end_at_ms}: {scheduled}")
+        if sched.max_runs is not None and stored.runs_done >= sched.max_runs and scheduled:
+            self.fault("max_runs", f"{stored.runs_done} of {sched.max_runs} slots ran, yet {scheduled} waits")
+        if sched.max_runs is not None and stored.runs_done > sched.max_runs and job.version == 1:
+            self.fault("max_runs", f"{stored.runs_done} slots ran, past max_runs {sched.max_runs}")
+
+    def check_one_waiting(self, job: MJob, stored: Job, scheduled: list[Run]) -> None:
+        """An active repeating job has exactly one waiting scheduled run, at its slot."""
+        if not scheduled and stored.next_run_at_ms is None and job.end_conditions():
+            return  # the last slot's run is claimed (or buffered): the job completes when it ends
+        if job.had_overlap:
+            # A buffered run released waits too, for a slot before the job's.
+            scheduled = [r for r in scheduled if r.nominal_ms >= (stored.slot_ms or 0)]
+        if [r.nominal_ms for r in scheduled] != [stored.slot_ms]:
+            self.fault("one_waiting", f"active repeating job with slot {stored.slot_ms} has waiting "
+                       f"{[r.nominal_ms for r in scheduled]}")
+        elif stored.next_run_at_ms != scheduled[0].due_ms:
+            self.fault("one_waiting", f"next_run_at {stored.next_run_at_ms}, its run due {scheduled[0].due_ms}")
 
     def check_overlap(self, job: MJob, runs: dict[int, Run]) -> None:
         """The overlap policy's promises (docs/semantics.md "Overlap"), once
@@ -915,10 +940,12 @@ class LifecycleModel(RuleBasedStateMachine):
         limit = {"skip": 0, "buffer_one": 1, "buffer_all": limits.overlap_buffered_runs_max}[policy]
         if len(buffered) > limit:
             self.fault("overlap", f"{policy} job has {len(buffered)} runs buffered")
-        if buffered and not running and policy != "skip":
-            released = [r for r in open_runs if r.status == "waiting" and not r.buffered and r.attempt == 0
-                        and r.nominal_ms < min(b.nominal_ms for b in buffered) and r.triggered]
-            del released  # released runs are ordinary waiting runs, claimed in due order
+        first = min((r.nominal_ms for r in buffered), default=None)
+        released = [r for r in open_runs if r.status == "waiting" and not r.buffered and first is not None
+                    and r.nominal_ms < first]
+        if buffered and not running and not released:
+            # Buffered runs wait for the running one, or for the one released before them.
+            self.fault("overlap", f"{policy} job has runs buffered and none running or released")
 
     def check_events(self) -> None:
         """The events of the kinds the model follows, job by job."""
