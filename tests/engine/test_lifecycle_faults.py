@@ -156,3 +156,18 @@ def test_a_one_off_patched_onto_a_triggered_runs_millisecond_still_completes(eng
     engine.report(job.id, claimed.nominal_ms, 1, False, "boom")
     # The one-off's one slot has had its run: the job is over.
     assert engine.store.get_job(OWNER, job.id).state == "completed"
+
+
+def test_a_run_triggered_after_a_pause_and_buffered_is_released_when_the_running_one_ends(engine: Engine) -> None:
+    job = engine.create(_spec({"every_s": 60}, overlap="buffer_one"))
+    engine.advance(60)
+    [running] = engine.claim(["a"], 10)
+    drive(engine.jobs.pause(OWNER, job.id))
+    triggered = drive(engine.jobs.trigger(OWNER, job.id))
+    engine.advance(1)
+    assert engine.claim(["a"], 10) == []  # buffered behind the running run
+    assert engine.store.get_run_any(job.id, triggered.nominal_ms).buffered  # type: ignore[union-attr]
+    engine.report(job.id, running.nominal_ms, 1, True, None)
+    # A trigger after the pause still runs: once the running run ended.
+    [claimed] = engine.claim(["a"], 10)
+    assert claimed.nominal_ms == triggered.nominal_ms

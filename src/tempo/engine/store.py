@@ -2024,8 +2024,10 @@ class _Tx:
     def _ended(self, job: Job, run: Run, at_ms: int) -> None:
         """A run that was running finished (done, failed for good,
         cancelled): the oldest buffered run of its job, if any, is due at
-        `at_ms` once no other run of the job is running."""
-        if job.overlap not in _BUFFERING or run.attempt == 0 or run.backfill or job.state == "paused":
+        `at_ms` once no other run of the job is running; on a paused job
+        too, where only a run triggered after the pause can be buffered
+        (the pause cancelled the others), and it still runs."""
+        if job.overlap not in _BUFFERING or run.attempt == 0 or run.backfill:
             return
         running, buffered = self.overlap_state(job)
         if not running and buffered:
