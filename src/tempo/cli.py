@@ -184,7 +184,7 @@ SCHEDULE_FLAGS = {
 CREATE_FLAGS = SCHEDULE_FLAGS | {
     "target": "--target", "name": "--name", "payload": "--payload", "retry": "--max-attempts/--backoff-s",
     "retry.max_attempts": "--max-attempts", "retry.backoff_s": "--backoff-s", "lease_s": "--lease-s",
-    "jitter_s": "--jitter-s", "request_key": "--request-key", "timeout_s": "--timeout-s",
+    "jitter_s": "--jitter-s", "request_key": "--request-key", "timeout_s": "--timeout-s", "overlap": "--overlap",
     "catchup": "--catchup-policy/--catchup-window-s/--catchup-max-runs", "catchup.policy": "--catchup-policy",
     "catchup.window_s": "--catchup-window-s", "catchup.max_runs": "--catchup-max-runs",
     "labels": "--label", "notify": "--notify-url/--notify-event", "notify.url": "--notify-url",
@@ -327,7 +327,8 @@ def record(row: dict[str, Any]) -> str:
 
 # The flags of one job, which `--file` replaces.
 JOB_FLAGS = ("target", "at", "cron", "every_s", "timezone", "start_at", "end_at", "max_runs", "name", "payload", "max_attempts",
-             "backoff_s", "lease_s", "jitter_s", "request_key", "labels", "notify_url", "notify_events", "timeout_s")
+             "backoff_s", "lease_s", "jitter_s", "request_key", "labels", "notify_url", "notify_events", "timeout_s",
+             "overlap")
 
 
 def _flag(dest: str) -> str:
@@ -343,7 +344,7 @@ def _create_body(args: argparse.Namespace) -> dict[str, Any]:
     retry = _retry_body(args)
     if retry:
         body["retry"] = retry
-    for name in ("name", "lease_s", "jitter_s", "request_key", "timeout_s"):
+    for name in ("name", "lease_s", "jitter_s", "request_key", "timeout_s", "overlap"):
         if getattr(args, name) is not None:
             body[name] = getattr(args, name)
     catchup = _catchup_body(args)
@@ -548,6 +549,9 @@ def _add_job_flags(parser: argparse.ArgumentParser, *, payload_help: str, max_at
                              "for more (default: all three)")
     parser.add_argument("--timeout-s", dest="timeout_s", type=int, metavar="S",
                         help="end each attempt S seconds after its claim, whatever its heartbeats (1-86400)")
+    parser.add_argument("--overlap", metavar="POLICY",
+                        help="what a slot due while an earlier run runs does: allow (the default), skip, "
+                             "buffer_one, buffer_all or cancel_other (repeating schedules only)")
 
 
 def _add_schedule_flags(parser: argparse.ArgumentParser, *, with_file: bool, removable: bool = False) -> None:
@@ -615,7 +619,7 @@ def _add_jobs_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]")
     backfill.add_argument("id", help="the job's ID")
     backfill.add_argument("--from", dest="since", required=True, metavar="TIME", help="the first instant, RFC 3339 with an offset")
     backfill.add_argument("--until", required=True, metavar="TIME", help="the end of the range, excluded; not in the future")
-    backfill.add_argument("--overlap", help='"allow" (runs of a job may overlap; the only policy so far)')
+    backfill.add_argument("--overlap", help='"allow" (backfill runs are not held to the job\'s overlap policy)')
     backfill.set_defaults(flags=BACKFILL_FLAGS)
     _add_update_parser(actions)
     listing = _subparser(actions, "list", "the jobs, newest first", "tempo jobs list --limit 20",
@@ -749,7 +753,7 @@ def _update_body(args: argparse.Namespace, current_schedule: dict[str, Any] | No
     retry = _retry_body(args)
     if retry:
         patch["retry"] = retry
-    for name in ("name", "target", "lease_s", "jitter_s", "timeout_s"):
+    for name in ("name", "target", "lease_s", "jitter_s", "timeout_s", "overlap"):
         if getattr(args, name) is not None:
             patch[name] = getattr(args, name)
     labels: dict[str, str | None] = dict.fromkeys(args.remove_labels or ())
@@ -845,8 +849,8 @@ def _add_runs_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]")
     cancel.add_argument("id", help="the run ID (r_...)")
     listing = _subparser(actions, "list", "runs of every job, newest first", "tempo runs list --status failed",
                          "tempo runs list --since 2030-01-01T00:00:00Z --limit 20")
-    listing.add_argument("--status", help="only runs in this status: waiting, claimed, done, failed or cancelled; "
-                                          "missed: only the ranges of slots that got no run")
+    listing.add_argument("--status", help="only runs in this status: waiting, claimed, done, failed, cancelled "
+                                          "or skipped; missed: only the ranges of slots that got no run")
     listing.add_argument("--since", metavar="TIME", help="listed at or after this RFC 3339 time (a finished run: its end)")
     listing.add_argument("--until", metavar="TIME", help="listed before this RFC 3339 time")
     listing.add_argument("--limit", type=int, metavar="N", help="at most N on a page (1-1000, default 100)")

@@ -589,3 +589,19 @@ timeout_s_min = 1
 timeout_s_max = 86_400
 
 assert 1 <= timeout_s_min <= timeout_s_max
+
+# -- Overlap (docs/semantics.md "Overlap")
+# Runs of a `buffer_all` job waiting for the running one to end; a slot past
+# it is skipped. Apply reads a job's open runs when one of them is claimed
+# or ends, so this bounds that read too.
+overlap_buffered_runs_max = 100
+# The due time a buffered run is stored with until apply releases it (the
+# last millisecond of year 9999, which views still show as a date): far past
+# any read-ahead window, so the dispatcher never loads it.
+overlap_buffered_due_ms = 253_402_300_799_999
+# Due runs of such jobs the dispatcher hands apply in one `OverlapRuns`.
+overlap_runs_per_command_max = 1000
+
+assert overlap_buffered_runs_max >= 1
+assert 1 <= overlap_runs_per_command_max <= commit_batch_commands_max
+assert readahead_ms < overlap_buffered_due_ms <= time_ms_max

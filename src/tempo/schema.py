@@ -16,6 +16,8 @@ from msgspec import Meta
 from tempo import limits
 
 Instant = Annotated[datetime, Meta(tz=True, description="RFC 3339 with an offset")]
+# A job's overlap policy (docs/semantics.md "Overlap"), as `records.OverlapPolicy`.
+Overlap = Literal["allow", "skip", "buffer_one", "buffer_all", "cancel_other"]
 QueueName = Annotated[
     str, Meta(min_length=1, max_length=limits.queue_name_chars_max, pattern=r"^[A-Za-z0-9._-]+$")
 ]
@@ -154,6 +156,9 @@ class JobCreate(_Request):
     labels: Labels | None = None
     # Bounds one attempt, counted from its claim (docs/semantics.md "Run timeouts").
     timeout_s: Annotated[int, Meta(ge=limits.timeout_s_min, le=limits.timeout_s_max)] | None = None
+    # What a slot that comes due while an earlier run runs does (docs/semantics.md
+    # "Overlap"); repeating schedules only. None: `allow`.
+    overlap: Overlap | None = None
 
 
 class JobPatch(_Request):
@@ -183,6 +188,7 @@ class JobPatch(_Request):
     # Merged as an object; null: back to the owner's default.
     notify: NotifyIn | None = None
     timeout_s: Annotated[int, Meta(ge=limits.timeout_s_min, le=limits.timeout_s_max)] | None = None
+    overlap: Overlap | None = None  # null: back to `allow`
 
 
 class JobBatchCreate(_Request):
@@ -196,9 +202,11 @@ class BackfillIn(_Request):
 
     from_: Annotated[Instant, Meta(description="the first instant of the range")] = msgspec.field(name="from")
     until: Annotated[Instant, Meta(description="the end of the range, excluded; not in the future")]
-    # Jobs have no overlap policy yet: `allow` (runs of a job may overlap)
-    # is the only one; another value is 400 saying so (engine/jobs.py).
-    overlap: Annotated[str, Meta(max_length=50, description='only "allow" for now')] | None = None
+    # Backfill runs are not held to the job's overlap policy (docs/semantics.md
+    # "Backfill"): `allow` is the only value; another is 400 (engine/jobs.py).
+    overlap: Annotated[
+        str, Meta(max_length=50, description="only \"allow\": backfill runs are not held to the job's overlap policy")
+    ] | None = None
 
 
 class PauseIn(_Request):
@@ -286,6 +294,7 @@ class RunCountsOut(msgspec.Struct):
     done: int = 0
     failed: int = 0
     cancelled: int = 0
+    skipped: int = 0  # by the job's overlap policy
 
 
 class JobOut(msgspec.Struct, gc=False):  # untracked, as _Request: a batch reply holds 1,000
@@ -310,6 +319,7 @@ class JobOut(msgspec.Struct, gc=False):  # untracked, as _Request: a batch reply
     timeout_s: int | None = None  # bounds one attempt from its claim; null: none
     paused: PausedOut | None = None  # set while the job is paused
     runs_left: int | None = None  # slots left to run under schedule.max_runs; null: no max_runs
+    overlap: Overlap = "allow"  # what a slot due while an earlier run runs does
 
 
 class RunOut(msgspec.Struct):
@@ -319,7 +329,8 @@ class RunOut(msgspec.Struct):
     due_at: str
     # `missed`: a history row for a range of slots that got no run
     # (docs/semantics.md "Catch-up after missed slots").
-    status: Literal["waiting", "claimed", "done", "failed", "cancelled", "missed"]
+    # `skipped`: a slot the job's overlap policy did not run (docs/semantics.md "Overlap").
+    status: Literal["waiting", "claimed", "done", "failed", "cancelled", "missed", "skipped"]
     attempt: int
     worker: str | None
     lease_expires_at: str | None
@@ -331,7 +342,8 @@ class RunOut(msgspec.Struct):
     # A `missed` row's range, null on other runs: why its slots got no run,
     # the first slot after them (the first is `nominal_at`), and how many
     # they are (null: too many to count).
-    reason: Literal["outside_window", "policy", "paused"] | None = None
+    # A `skipped` row's reason is `overlap`.
+    reason: Literal["outside_window", "policy", "paused", "overlap"] | None = None
     missed_from: str | None = None
     missed_until: str | None = None
     count: int | None = None
@@ -339,6 +351,9 @@ class RunOut(msgspec.Struct):
     # "Cancelling a run"); and when the claimed attempt's timeout ends it.
     cancel_requested: bool = False
     timeout_at: str | None = None
+    # A waiting run its job's overlap policy holds back until the running
+    # run ends; its `due_at` is 9999-12-31T23:59:59.999Z until then.
+    buffered: bool = False
 
 
 class AttemptOut(msgspec.Struct):

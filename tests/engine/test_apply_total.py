@@ -33,6 +33,7 @@ from tempo.engine.commands import (
     DropHistory,
     ExpireLeases,
     Expiry,
+    OverlapRuns,
     PatchJob,
     PauseJob,
     ReportResults,
@@ -119,10 +120,11 @@ schedules = st.sampled_from([
 
 @st.composite
 def create_bodies(draw: st.DrawFn) -> dict:
+    schedule = draw(schedules)
     return {
         "target": draw(st.sampled_from(["queue:q", "queue:" + "Q" * limits.queue_name_chars_max,
                                         "https://example.com/" + "a" * (limits.target_chars_max - 20)])),
-        "schedule": draw(schedules),
+        "schedule": schedule,
         "name": draw(st.none() | st.text(multibyte, max_size=limits.name_chars_max) | st.just(CLEF * limits.name_chars_max)),
         "payload": draw(payloads),
         "retry": draw(st.sampled_from([
@@ -132,6 +134,9 @@ def create_bodies(draw: st.DrawFn) -> dict:
         "lease_s": draw(st.sampled_from([limits.lease_s_min, limits.lease_s_max])),
         "jitter_s": draw(st.sampled_from([0, limits.jitter_s_max])),
         "labels": draw(label_sets),
+        # A repeating schedule's overlap policy (a one-off's is `allow`).
+        "overlap": draw(st.sampled_from([None, "allow", "skip", "buffer_one", "buffer_all", "cancel_other"]))
+        if "at" not in schedule else None,
     }
 
 
@@ -179,6 +184,10 @@ def check_outcome(command: Command, outcome) -> None:
             return
         if isinstance(outcome, ClaimKeyEntry | errors.ClaimKeyReused):
             return  # a key recorded: nothing taken
+    if isinstance(command, OverlapRuns):
+        assert isinstance(outcome, list) and len(outcome) == len(command.runs)
+        assert all(isinstance(o, bool) for o in outcome)
+        return
     if isinstance(command, CreateJobs | ClaimRuns | ReportResults | ExpireLeases):
         items = {CreateJobs: "jobs", ClaimRuns: "claims", ReportResults: "results", ExpireLeases: "expiries"}
         assert isinstance(outcome, list) and len(outcome) == len(getattr(command, items[type(command)]))
@@ -386,6 +395,14 @@ def claim_of(draw: st.DrawFn, run: Run, at_ms: int) -> Claim:
     return claim
 
 
+def overlap_command(draw: st.DrawFn, world: World, at_ms: int) -> OverlapRuns:
+    """Due runs the dispatcher set aside (now and then others), with a next slot now and then."""
+    runs = world.open_runs()
+    due = [r for r in runs if r.status == "waiting" and r.due_ms <= at_ms]
+    picked = draw(st.lists(st.sampled_from(due or runs), max_size=4)) if runs else []
+    return OverlapRuns(at_ms, [claim_of(draw, r, at_ms) for r in picked])
+
+
 def cancel_command(draw: st.DrawFn, runs: list[Run], at_ms: int) -> CancelRun:
     """A cancel of an open run (a finished one, an unknown one, another
     owner's now and then), planned or not, with a next slot or none."""
@@ -405,7 +422,7 @@ def entries(draw: st.DrawFn, world: World) -> list[Command]:
     at_ms = draw(times)
     commands: list[Command] = []
     for _ in range(draw(st.integers(1, 3))):
-        kind = draw(st.sampled_from(["create", "create", "job", "job", "runs", "runs", "other"]))
+        kind = draw(st.sampled_from(["create", "create", "job", "job", "runs", "runs", "overlap", "other"]))
         if kind == "create":
             commands.append(create_command(draw, world, at_ms))
         elif kind == "job":
@@ -416,6 +433,8 @@ def entries(draw: st.DrawFn, world: World) -> list[Command]:
             commands.append(command)
         elif kind == "runs":
             commands.append(run_command(draw, world, at_ms))
+        elif kind == "overlap":
+            commands.append(overlap_command(draw, world, at_ms))
         elif draw(st.booleans()):
             commands.append(DropHistory(at_ms, draw(st.sampled_from([0, at_ms // limits.day_ms, 1 << 40]))))
         else:

@@ -18,13 +18,14 @@ JOB_FIELDS = {
     "id", "name", "owner", "target", "payload", "schedule", "retry", "lease_s",
     "jitter_s", "state", "created_at", "next_run_at",
     "notify", "last_run", "runs", "catchup", "version", "labels", "timeout_s",
-    "paused", "runs_left",
+    "paused", "runs_left", "overlap",
 }
 RUN_FIELDS = {
     "id", "job_id", "nominal_at", "due_at", "status", "attempt", "worker",
     "lease_expires_at", "started_at", "finished_at", "output", "error", "backfill",
     "reason", "missed_from", "missed_until", "count",  # a missed row's range; null on other runs
     "cancel_requested", "timeout_at",  # what may stop a claimed run
+    "buffered",  # a waiting run the job's overlap policy holds back
 }
 MSGPACK = "application/msgpack"
 

@@ -48,7 +48,7 @@ def test_a_failed_one_off_shows_its_last_run_and_counts(http):
     assert got["last_run"]["status"] == "failed"
     assert got["last_run"]["attempt"] == 2 and got["last_run"]["error"] == "boom 2"
     assert got["last_run"]["finished_at"] is not None and got["last_run"]["id"].startswith("r_")
-    assert got["runs"] == {"done": 0, "failed": 1, "cancelled": 0}
+    assert got["runs"] == {"done": 0, "failed": 1, "cancelled": 0, "skipped": 0}
     listed = [j for j in http.get("/v1/jobs", params={"limit": 1000}).json()["jobs"] if j["id"] == job["id"]]
     assert listed and listed[0]["last_run"]["status"] == "failed"
 
@@ -56,7 +56,7 @@ def test_a_failed_one_off_shows_its_last_run_and_counts(http):
 def test_a_new_job_has_no_last_run(http):
     job = http.post("/v1/jobs", json=job_body()).json()
     got = http.get(f"/v1/jobs/{job['id']}").json()
-    assert got["last_run"] is None and got["runs"] == {"done": 0, "failed": 0, "cancelled": 0}
+    assert got["last_run"] is None and got["runs"] == {"done": 0, "failed": 0, "cancelled": 0, "skipped": 0}
 
 
 def test_a_run_shows_every_attempt(http):

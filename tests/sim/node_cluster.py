@@ -56,10 +56,16 @@ from tempo.engine.commands import (
     ReportResults,
     Result,
 )
-from tempo.engine.dispatch_core import ClaimedRun, ClaimProposal, DispatchCore, feed_size
+from tempo.engine.dispatch_core import (
+    ClaimedRun,
+    ClaimProposal,
+    DispatchCore,
+    OverlapProposal,
+    feed_size,
+)
 from tempo.engine.jobs import due_ms, first_slot_ms, queues_hash
 from tempo.engine.raftlog import RaftLog
-from tempo.engine.records import ClaimKeyEntry, Job, Run, Schedule
+from tempo.engine.records import ClaimKeyEntry, Job, OverlapPolicy, Run, Schedule
 from tempo.engine.store import Changes, Created, Store
 from tempo.node.replica import Phase, Replica, Write
 from tempo.raft import MESSAGE_DECODER, MESSAGE_ENCODER, Message
@@ -75,6 +81,8 @@ QUEUES_HASH = queues_hash(["q"])
 STORE_MAP_BYTES = 1 << 24
 # Repeating jobs per run at most: more would outrun the workers.
 REPEATING_MAX = 4
+# The overlap policies a repeating job gets (invariant 6, node_invariants.py).
+OVERLAPS: tuple[OverlapPolicy | None, ...] = (None, "skip", "buffer_one", "buffer_all")
 
 
 @dataclass
@@ -186,6 +194,7 @@ class SimNode:
         self.claims: list[ClaimInFlight] = []
         self.pending: list[Pending] = []
         self.expiring: Pending | None = None
+        self.overlapping: Pending | None = None  # an `OverlapRuns` being committed
 
     # -- clocks ---------------------------------------------------------------
 
@@ -223,6 +232,7 @@ class SimNode:
         self.claims = []
         self.pending = []
         self.expiring = None
+        self.overlapping = None
         self.alive = True
 
     def crash(self) -> None:
@@ -239,6 +249,7 @@ class SimNode:
         self.claims = []
         self.pending = []
         self.expiring = None
+        self.overlapping = None
         self.dispatching = False
         self.sim.invariants.node_crashed(self)
 
@@ -294,6 +305,9 @@ class SimNode:
         if self.expiring is not None and self.expiring.waiter.done.is_set():
             expiring, self.expiring = self.expiring, None
             expiring.done(expiring.waiter.outcome)
+        if self.overlapping is not None and self.overlapping.waiter.done.is_set():
+            overlapping, self.overlapping = self.overlapping, None
+            overlapping.done(overlapping.waiter.outcome)
 
     def submit(self, command: Command, done: Callable[[object], None]) -> bool:
         assert self.replica is not None
@@ -339,7 +353,30 @@ class SimNode:
             command = core.expire(now_ms, mono_s)
             if command is not None:
                 self._expire(command, mono_s)
+        if self.overlapping is None:
+            proposal = core.propose_overlap(now_ms)
+            if proposal is not None:
+                self._overlap(proposal)
         self.sim.invariants.check_core(self)
+
+    def _overlap(self, proposal: OverlapProposal) -> None:
+        """`Dispatcher._overlap_loop`, one round: apply decides on the due
+        runs of jobs with an overlap policy."""
+        core = self.core
+        assert core is not None and self.replica is not None
+        try:
+            waiter = self.replica.submit_now(proposal.command)
+        except errors.TempoError:
+            core.overlap_failed(proposal)
+            return
+
+        def done(outcome: object) -> None:
+            if isinstance(outcome, list):
+                core.overlap_applied(proposal, outcome)
+            else:
+                core.overlap_failed(proposal)
+
+        self.overlapping = Pending(waiter, done)
 
     def _expire(self, command: ExpireLeases, mono_s: float) -> None:
         core = self.core
@@ -792,6 +829,10 @@ class NodeSimulator:
         job.next_run_at_ms = due_ms(job, slot, at_ms)
         # Labelled, so the replicas' digests cover the jobs-by-label index too.
         job.labels = {"kind": "repeating" if repeating else "one-off"}
+        if repeating:
+            # An overlap policy picked by the job's ID, not the seed's
+            # generator, so every other choice of a seed stays as it was.
+            job.overlap = OVERLAPS[ord(job_id[-1]) % len(OVERLAPS)]
         command = CreateJobs(at_ms, [NewJob(job, job.next_run_at_ms, b"")])
         self.creates += 1
 

@@ -19,7 +19,11 @@ seed, the invariant and the command that replays it:
    claim's key is that worker's again within `KEYED_BOUND_S`;
 5. replicas' digests agree: every node that applied the same index has
    byte-identical tables (`Store.digest`); and none is left behind: by
-   the end each has applied what the leader had `CATCH_UP_S` before.
+   the end each has applied what the leader had `CATCH_UP_S` before;
+6. the overlap policy holds across failovers: a job whose policy is
+   `skip`, `buffer_one` or `buffer_all` never has two runs running (open,
+   with an attempt begun) at once, and a `buffer_one` job never has two
+   runs buffered (docs/semantics.md "Overlap").
 
 Besides, the dispatcher core's own invariants (`check_leases`, and
 `check_memory` now and then) hold on the leader between steps.
@@ -27,6 +31,7 @@ Besides, the dispatcher core's own invariants (`check_leases`, and
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import TYPE_CHECKING
 
 from tempo.engine.records import Job, Run
@@ -64,6 +69,8 @@ CHECK_EVERY_S = 0.5
 DIGEST_EVERY_S = 1.0
 
 Slot = tuple[str, int]
+# Overlap policies that allow one run running at a time (invariant 6).
+_HOLDING = ("skip", "buffer_one", "buffer_all")
 
 
 class NodeSimFailure(SimFailure):
@@ -243,8 +250,14 @@ class NodeInvariants:
             for w in sim.workers if w.alive
             for h in [*(h for h in w.holds.values() if sim.now_s < h.held_until_s), *w.reporting.values()]
         }
+        running: Counter[str] = Counter()
+        buffered: Counter[str] = Counter()
         for minute in store.open_minutes(0, 1 << 40, 1 << 30):
             for runs_key, run, job in store.scan_minute(minute, 0, 1 << 62):
+                if job.overlap in _HOLDING and not run.backfill:
+                    running[job.id] += run.attempt > 0
+                    buffered[job.id] += run.buffered
+                    self._check_overlap(job, running[job.id], buffered[job.id])
                 if run.status == "waiting" and job.state == "active" and run.due_ms <= now_ms:
                     self._check_due(runs_key, run, now_ms, counting=counting, since_s=since_s)
                 elif run.status == "claimed" and (run.job_id, run.nominal_ms, run.attempt) not in held:
@@ -255,6 +268,15 @@ class NodeInvariants:
             for job_id in self.jobs:
                 if store.get_job_any(job_id) is None:
                     raise sim.fail(f"invariant 1, an acknowledged job is lost: {job_id} is not on the leader")
+
+    def _check_overlap(self, job: Job, running: int, buffered: int) -> None:
+        """Invariant 6, for one job's open runs counted so far."""
+        if running > 1:
+            raise self.sim.fail(f"invariant 6, the overlap policy holds: {job.overlap} job {job.id} has {running} "
+                                f"runs running at once")
+        if job.overlap == "buffer_one" and buffered > 1:
+            raise self.sim.fail(f"invariant 6, the overlap policy holds: buffer_one job {job.id} has {buffered} "
+                                f"runs buffered")
 
     def _check_due(self, runs_key: bytes, run: Run, now_ms: int, *, counting: bool, since_s: float) -> None:
         sim = self.sim

@@ -69,3 +69,15 @@ def test_a_follower_that_acknowledges_before_it_persists_is_caught() -> None:
     failure = first_failure("acks_before_persisting")
     assert failure is not None, f"planted bug acks_before_persisting survived {PLANTED_SEEDS} seeds"
     assert "commit beyond the log" in failure.what or "invariant" in failure.what, failure
+
+
+def test_an_apply_that_ignores_the_overlap_policy_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Invariant 6: with apply letting every run of a job with a policy go
+    on (the rule forgotten in the store, where no planted core or replica
+    reaches), a seed soon has two runs of a `skip` or buffering job running."""
+    from tempo.engine import store
+
+    monkeypatch.setattr(store._Tx, "_overlap_holds", lambda self, job, run, runs_key, at_ms: None)
+    failure = first_failure("")
+    assert failure is not None, f"an apply that ignores the overlap policy survived {PLANTED_SEEDS} seeds"
+    assert "invariant 6," in failure.what, failure

@@ -200,6 +200,19 @@ class BackfillJob(msgspec.Struct, tag="backfill_job", array_like=True):
     slots_ms: list[Ms]
 
 
+class OverlapRuns(msgspec.Struct, tag="overlap_runs", array_like=True):
+    """Due runs of jobs whose overlap policy is not `allow`, which the
+    dispatcher set aside as they fell due (docs/semantics.md "Overlap"):
+    apply decides each from the replicated tables, and answers whether it
+    goes on to its claim, or was skipped or buffered (`Store.overlap_runs`).
+    Each is named by the claim the dispatcher would make of it: a slot run
+    held back hands the schedule on to the claim's next slot, as its claim
+    would have; its lease and timeout are not used."""
+
+    at_ms: Ms
+    runs: list[Claim]
+
+
 class SetMember(msgspec.Struct, tag="set_member", array_like=True):
     """A cluster member's URL (`url` empty: the member was removed). Raft's
     configuration knows members by number only; this is where to reach them."""
@@ -229,7 +242,7 @@ class NotifyCursor(msgspec.Struct, tag="notify_cursor", array_like=True):
 
 Command = (
     CreateJobs | PauseJob | ResumeJob | DeleteJob | TriggerJob | ClaimRuns | ReportResults | ExpireLeases
-    | SetMember | DropHistory | NotifyCursor | BackfillJob | PatchJob | CancelRun
+    | SetMember | DropHistory | NotifyCursor | BackfillJob | PatchJob | CancelRun | OverlapRuns
 )
 # One log entry is a batch of commands: the unit of group commit.
 _entry_encoder = msgspec.msgpack.Encoder()

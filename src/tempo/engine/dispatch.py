@@ -197,6 +197,9 @@ class Dispatcher:
                 await trio.lowlevel.checkpoint()
             self.core.feed(changes, start, start + slice_runs)
             self._signal()
+        if changes.skipped:
+            # Every node counts the skips of the entries it applies.
+            self.core.counters["skipped_overlap"] += changes.skipped
         if changes.stopping:
             self.core.stop_requested(changes.stopping)
             for listener in self.stop_listeners:
@@ -210,12 +213,33 @@ class Dispatcher:
         self.load(self.now_ms())
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._expire_loop)
+            nursery.start_soon(self._overlap_loop)
             task_status.started()
             while True:
                 if self.tick(self.now_ms()):
                     await trio.lowlevel.checkpoint()
                 else:
                     await trio.sleep(limits.dispatch_tick_ms / 1000)
+
+    async def _overlap_loop(self) -> None:
+        """Has apply decide on the due runs of jobs with an overlap policy
+        that `tick` set aside (docs/semantics.md "Overlap"), a command at a
+        time, each dispatch tick."""
+        while True:
+            await trio.sleep(limits.dispatch_tick_ms / 1000)
+            proposal = self.core.propose_overlap(self.now_ms())
+            if proposal is None:
+                continue
+            try:
+                outcomes = await self.committer.submit(proposal.command)
+            except (errors.Overloaded, errors.NotLeader):
+                # Not written: the runs stay set aside for the next round
+                # (a node that stopped leading is reset, which forgets them).
+                self.core.overlap_failed(proposal)
+                continue
+            assert _bool_each(outcomes)
+            self.core.overlap_applied(proposal, outcomes)
+            self._signal()
 
     async def _expire_loop(self) -> None:
         while True:
@@ -388,6 +412,11 @@ def _run_or_none_each(answer: Answer) -> TypeGuard[list[Run | None]]:
     """Whether `answer` is what apply answers an `ExpireLeases`, or a
     `ClaimRuns` that took its runs: a run or None, one per item."""
     return isinstance(answer, list) and all(o is None or isinstance(o, Run) for o in answer)
+
+
+def _bool_each(answer: Answer) -> TypeGuard[list[bool]]:
+    """Whether `answer` is what apply answers an `OverlapRuns`: one bool an item."""
+    return isinstance(answer, list) and all(isinstance(o, bool) for o in answer)
 
 
 def _run_or_error_each(answer: Answer) -> TypeGuard[list[Run | errors.TempoError]]:

@@ -32,6 +32,9 @@ What it takes, and what it gives back:
 | `expire_failed(command, mono_s)` | that command was not written | its leases stay expired in memory, for the next check |
 | `expire_applied(outcomes)` | that command applied | (counters) |
 | `reported(outcomes)` | a `ReportResults` applied | (counters) |
+| `propose_overlap(now_ms)` | due runs of jobs with an overlap policy were set aside by `tick` | `OverlapProposal`, its `command` to propose (None: none) |
+| `overlap_applied(proposal, outcomes)` | that command applied | the runs apply let go on into their ready queues |
+| `overlap_failed(proposal)` | that command was not written | its runs set aside again, for the next proposal |
 | `take_wakeups()` | after any call | the queues (`HTTP_QUEUE`: the http ones) that got ready runs, and the owners a limit held back whose room freed |
 
 The order the driver keeps, as apply and the group commit answer: an
@@ -68,7 +71,7 @@ import msgspec
 from tempo import errors, ids, limits
 from tempo.config import UNLIMITED, OwnerLimits
 from tempo.engine import keys
-from tempo.engine.commands import Claim, ClaimRuns, ExpireLeases, Expiry
+from tempo.engine.commands import Claim, ClaimRuns, ExpireLeases, Expiry, OverlapRuns
 from tempo.engine.jobs import catch_up
 from tempo.engine.records import Job, Run, RunCancel
 from tempo.rate import TokenBucket
@@ -191,6 +194,15 @@ class ClaimProposal:
 
 
 @dataclass(slots=True)
+class OverlapProposal:
+    """Due runs set aside for apply to decide on (`propose_overlap`)."""
+
+    generation: int
+    runs_keys: list[bytes]
+    command: OverlapRuns
+
+
+@dataclass(slots=True)
 class Wakeups:
     queues: set[str] = field(default_factory=set)
     owners: set[str] = field(default_factory=set)
@@ -281,6 +293,11 @@ class DispatchCore:
         self.held: set[str] = set()
         # Owners' http queues with ready runs, least recently served first.
         self.http_ready: dict[str, None] = {}
+        # Runs keys of due runs whose job has an overlap policy other than
+        # `allow`, set aside by `tick` (still in `queue_of`, in neither the
+        # wheel nor a ready queue) until apply decides on them
+        # (`propose_overlap`, docs/semantics.md "Overlap").
+        self.overlap_due: list[bytes] = []
 
     # -- memory from the tables ----------------------------------------------
 
@@ -570,6 +587,10 @@ class DispatchCore:
             entry = self.queue_of.get(runs_key)
             if entry is None:
                 continue
+            if entry[1].overlap is not None:
+                # Apply decides first whether the policy lets it run now.
+                self.overlap_due.append(runs_key)
+                continue
             queue = entry[0]
             self.ready.setdefault(queue, deque()).append(runs_key)
             self.counters["due"] += 1
@@ -811,32 +832,93 @@ class DispatchCore:
         jobs: dict[str, Job] = {}
         claims: list[Claim] = []
         for runs_key, loaded_job in runs:
-            # The job a run was remembered with is its own (`queue_of`), so
-            # its ID is the one in the runs key.
-            job_id = loaded_job.id
-            nominal_ms = keys.nominal_of(runs_key)
-            job = jobs.get(job_id)
-            if job is None:
-                job = self.reader.get_job_any(job_id) if loaded_job.schedule.repeating else loaded_job
-                if job is None:
-                    continue
-                jobs[job_id] = job
-            # The attempt's timeout counts from the claim's stamp (records.Run).
-            timeout_at_ms = None if job.timeout_s is None else now_ms + job.timeout_s * 1000
-            if not job.schedule.repeating:
-                claims.append(Claim(job_id, nominal_ms, now_ms + job.lease_s * 1000, one_off=True,
-                                    timeout_at_ms=timeout_at_ms))
-                continue
-            claim = Claim(job_id, nominal_ms, now_ms + job.lease_s * 1000, timeout_at_ms=timeout_at_ms)
-            if job.state == "active" and job.slot_ms == nominal_ms:
-                nxt = catch_up(job, nominal_ms, now_ms)
-                if nxt is not None:
-                    claim.next_slot_ms, claim.next_due_ms = nxt.slot_ms, nxt.due_ms
-                    claim.missed, claim.catchup_until_ms, claim.catchup_decided_ms = nxt.missed, nxt.until_ms, nxt.decided_ms
-                    job.slot_ms = nxt.slot_ms  # a later run of this batch is not the slot run
-            claims.append(claim)
+            claim = self._claim_of(runs_key, loaded_job, jobs, now_ms)
+            if claim is not None:
+                claims.append(claim)
         command = ClaimRuns(now_ms, worker, claims) if claims else None
         return ClaimProposal(self.generation, runs, command, jobs, mono_s)
+
+    def _claim_of(self, runs_key: bytes, loaded_job: Job, jobs: dict[str, Job], now_ms: int) -> Claim | None:
+        """The claim of the run at `runs_key`, stamped `now_ms`; None when its
+        job is gone. `jobs`: the jobs read for this command so far (a
+        repeating job is read again, since its slot moves)."""
+        # The job a run was remembered with is its own (`queue_of`), so
+        # its ID is the one in the runs key.
+        job_id = loaded_job.id
+        nominal_ms = keys.nominal_of(runs_key)
+        job = jobs.get(job_id)
+        if job is None:
+            job = self.reader.get_job_any(job_id) if loaded_job.schedule.repeating else loaded_job
+            if job is None:
+                return None
+            jobs[job_id] = job
+        # The attempt's timeout counts from the claim's stamp (records.Run).
+        timeout_at_ms = None if job.timeout_s is None else now_ms + job.timeout_s * 1000
+        if not job.schedule.repeating:
+            return Claim(job_id, nominal_ms, now_ms + job.lease_s * 1000, one_off=True, timeout_at_ms=timeout_at_ms)
+        claim = Claim(job_id, nominal_ms, now_ms + job.lease_s * 1000, timeout_at_ms=timeout_at_ms)
+        if job.state == "active" and job.slot_ms == nominal_ms:
+            nxt = catch_up(job, nominal_ms, now_ms)
+            if nxt is not None:
+                claim.next_slot_ms, claim.next_due_ms = nxt.slot_ms, nxt.due_ms
+                claim.missed, claim.catchup_until_ms, claim.catchup_decided_ms = nxt.missed, nxt.until_ms, nxt.decided_ms
+                job.slot_ms = nxt.slot_ms  # a later run of this batch is not the slot run
+        return claim
+
+    # -- overlap (docs/semantics.md "Overlap") -----------------------------------
+
+    def propose_overlap(self, now_ms: int) -> OverlapProposal | None:
+        """The command that has apply decide on the due runs `tick` set
+        aside (at most `limits.overlap_runs_per_command_max`), stamped
+        `now_ms`; None when there are none (or they left memory since)."""
+        if not self.overlap_due:
+            return None
+        taken = self.overlap_due[: limits.overlap_runs_per_command_max]
+        del self.overlap_due[: limits.overlap_runs_per_command_max]
+        jobs: dict[str, Job] = {}
+        runs_keys: list[bytes] = []
+        claims: list[Claim] = []
+        for runs_key in taken:
+            entry = self.queue_of.get(runs_key)
+            if entry is None or runs_key in self.wheel:
+                continue  # left memory (claimed, deleted, moved) or came back to the wheel
+            claim = self._claim_of(runs_key, entry[1], jobs, now_ms)
+            if claim is not None:
+                runs_keys.append(runs_key)
+                claims.append(claim)
+        if not claims:
+            return None
+        return OverlapProposal(self.generation, runs_keys, OverlapRuns(now_ms, claims))
+
+    def overlap_applied(self, proposal: OverlapProposal, outcomes: list[bool]) -> None:
+        """The runs apply let go on move to their ready queues; the others
+        (skipped, buffered) left memory with the entry's changes."""
+        if proposal.generation != self.generation:
+            return
+        for runs_key, goes_on in zip(proposal.runs_keys, outcomes, strict=True):
+            if goes_on:
+                self._to_ready(runs_key)
+            else:
+                self.counters["overlap_held"] += 1
+
+    def overlap_failed(self, proposal: OverlapProposal) -> None:
+        """The command was not written: its runs wait set aside for the next."""
+        if proposal.generation == self.generation:
+            self.overlap_due[:0] = proposal.runs_keys
+
+    def _to_ready(self, runs_key: bytes) -> None:
+        """A due run still in memory into the ready queue of its queue (as `tick` moves one)."""
+        entry = self.queue_of.get(runs_key)
+        if entry is None or runs_key in self.wheel:
+            return
+        queue = entry[0]
+        self.ready.setdefault(queue, deque()).append(runs_key)
+        self.counters["due"] += 1
+        if is_http(queue):
+            self.http_ready[queue] = None
+            self._wakeups.queues.add(HTTP_QUEUE)
+        else:
+            self._wakeups.queues.add(queue)
 
     def claimed(self, proposal: ClaimProposal, outcomes: list[Run | None]) -> list[ClaimedRun]:
         """The claim command applied (its entry fed first): a lease for each

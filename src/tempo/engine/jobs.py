@@ -44,6 +44,7 @@ from tempo.engine.records import (
     Missed,
     Notify,
     NotifyEvent,
+    OverlapPolicy,
     Run,
     Schedule,
 )
@@ -160,6 +161,8 @@ class JobSpec(Protocol):
     def labels(self) -> dict[str, Any] | None: ...
     @property
     def timeout_s(self) -> int | None: ...
+    @property
+    def overlap(self) -> OverlapPolicy | None: ...
 
 
 class PreviewSpec(Protocol):
@@ -301,6 +304,15 @@ def _check_fields(value: ScheduleSpec, loc: str) -> None:
         for name in ("end_at", "max_runs"):
             if getattr(value, name) is not None:
                 raise errors.Invalid.at(f"{loc}.{name}", f"{name} goes only with a repeating schedule (cron or every_s)")
+
+
+def overlap_record(value: OverlapPolicy | None, sched: Schedule) -> OverlapPolicy | None:
+    """A job's overlap policy as stored; None for `allow`, the default."""
+    if value is None or value == "allow":
+        return None
+    if not sched.repeating:
+        raise errors.Invalid.at("overlap", "overlap goes only with a repeating schedule (cron or every_s)")
+    return value
 
 
 def catchup_record(value: CatchupSpec | None, sched: Schedule) -> Catchup | None:
@@ -650,7 +662,7 @@ def _backfill_range_ms(job: Job, body: BackfillSpec, now_ms: int) -> tuple[int, 
     """A backfill's [from, until) in ms, checked against the job and now."""
     if body.overlap not in (None, "allow"):
         raise errors.Invalid.at(
-            "overlap", 'jobs have no overlap policy yet: only "allow" (runs of a job may overlap) is accepted'
+            "overlap", 'backfill runs are not held to the job\'s overlap policy: only "allow" is accepted'
         )
     if not job.schedule.repeating:
         raise errors.Invalid.at("", "a one-off job has one slot: trigger it instead")
@@ -735,6 +747,8 @@ def _body_digest(
             fields += (("labels", labels),)
         if body.timeout_s is not None:
             fields += (("timeout_s", body.timeout_s),)
+        if body.overlap not in (None, "allow"):
+            fields += (("overlap", body.overlap),)
         return hashlib.blake2b(_hash_encoder.encode(fields), digest_size=16).digest()
     except OverflowError:
         # JSON allows any integer; records are MessagePack, which holds
@@ -805,6 +819,7 @@ class Jobs:
         backoff_s = body.retry.backoff_s
         notify = None if body.notify is None else self.notify_record(body.notify)
         labels = labels_record(body.labels)
+        overlap = overlap_record(body.overlap, sched)
         digest = _body_digest(body, sched, notify, catchup, labels, payload_passed=payload_passed)
         # Positional, in Job's field order (a batch makes 1,000): id, owner,
         # name, target, payload, schedule, max_attempts, backoff_s, lease_s,
@@ -820,6 +835,7 @@ class Jobs:
             job.labels = labels
         if body.timeout_s is not None:
             job.timeout_s = body.timeout_s
+        job.overlap = overlap
         if sched.at_ms is not None and body.jitter_s == 0:
             # `first_slot_ms` and `due_ms` of a one-off without jitter, inline.
             job.slot_ms = sched.at_ms
@@ -1024,7 +1040,7 @@ def _mutable(job: Job) -> tuple[object, ...]:
     """What a patch may change of a job."""
     return (
         job.name, job.target, job.payload, job.schedule, job.max_attempts, job.backoff_s, job.lease_s, job.jitter_s,
-        job.labels, job.notify, job.timeout_s,
+        job.labels, job.notify, job.timeout_s, job.overlap,
     )
 
 

@@ -153,7 +153,7 @@ def parse_event_key(key: bytes) -> tuple[str, int]:
 
 # -- the runs index by owner and status (store.py "runs by status") ----------
 
-STATUSES = ("waiting", "claimed", "done", "failed", "cancelled", "missed")
+STATUSES = ("waiting", "claimed", "done", "failed", "cancelled", "missed", "skipped")
 STATUS_CODE = {status: code for code, status in enumerate(STATUSES)}
 # A finished status that `STATUSES` does not name (one a later change adds
 # before this index learns it) is kept under this code, and listed only when

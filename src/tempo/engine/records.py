@@ -21,7 +21,8 @@ from tempo import ids, limits
 
 JobState = Literal["active", "paused", "completed"]
 # `missed`: a history row for a range of slots that got no run (`Missed`).
-RunStatus = Literal["waiting", "claimed", "done", "failed", "cancelled", "missed"]
+# `skipped`: a slot the job's overlap policy did not run (`Run.reason`).
+RunStatus = Literal["waiting", "claimed", "done", "failed", "cancelled", "missed", "skipped"]
 # Why a run's worker is to stop: its owner asked (`POST /v1/runs/{id}/cancel`),
 # or the attempt's timeout passed.
 RunCancel = Literal["requested", "timeout"]
@@ -72,6 +73,11 @@ class Notify(msgspec.Struct, array_like=True, frozen=True, gc=False):
 
 CatchupPolicy = Literal["latest", "all", "none"]
 MissedReason = Literal["outside_window", "policy", "paused"]
+SkippedReason = Literal["overlap"]
+# What a repeating job does with a slot that comes due while an earlier run
+# of it is running (docs/semantics.md "Overlap"); a job's `overlap` None is
+# `allow`, the behaviour of records from before the field.
+OverlapPolicy = Literal["allow", "skip", "buffer_one", "buffer_all", "cancel_other"]
 
 
 class Catchup(msgspec.Struct, array_like=True, frozen=True, gc=False):
@@ -151,6 +157,9 @@ class Job(msgspec.Struct, array_like=True, gc=False):
     # each; retries, triggered and backfill runs are not counted): what
     # `schedule.max_runs` is held to (docs/semantics.md "End conditions").
     runs_done: Count = 0
+    # The overlap policy (docs/semantics.md "Overlap"); None: `allow`, so a
+    # claim of an `allow` job reads nothing more than it did before.
+    overlap: OverlapPolicy | None = None
 
 
 class Attempt(msgspec.Struct, array_like=True, gc=False):
@@ -199,7 +208,8 @@ class Run(msgspec.Struct, array_like=True, gc=False):
     # A `missed` row only (`Store.record_missed`): why its slots got no run,
     # the first slot after them (the first is `nominal_ms`) and how many
     # they are (None: too many to count, as `Missed.count`).
-    reason: MissedReason | None = None
+    # A `skipped` row's reason is `overlap` (`Store.skip_run`).
+    reason: MissedReason | SkippedReason | None = None
     missed_until_ms: int | None = None
     missed_count: Count | None = None
     # A claimed run asked to stop (`requested`, docs/semantics.md
@@ -211,6 +221,11 @@ class Run(msgspec.Struct, array_like=True, gc=False):
     # stamp and the job's `timeout_s`; None: no timeout. Replicated, so a
     # new leader holds the attempt to the same instant.
     timeout_at_ms: Ms | None = None
+    # A waiting run the job's overlap policy holds back until the running
+    # run ends (`buffer_one`, `buffer_all`): its due time is
+    # `limits.overlap_buffered_due_ms`, past any the dispatcher loads, until
+    # apply releases it (docs/semantics.md "Overlap").
+    buffered: bool = False
 
 
 class JobOutcome(msgspec.Struct, array_like=True, gc=False):
@@ -227,6 +242,7 @@ class JobOutcome(msgspec.Struct, array_like=True, gc=False):
     last_attempt: Count = 0
     last_finished_ms: Ms | None = None
     last_error: str | None = None
+    skipped: Count = 0  # runs the job's overlap policy skipped
 
 
 class Event(msgspec.Struct, array_like=True):

@@ -43,6 +43,7 @@ from tempo.engine.commands import (
     Expiry,
     NewJob,
     NotifyCursor,
+    OverlapRuns,
     PatchJob,
     PauseJob,
     ReportResults,
@@ -98,7 +99,9 @@ _RUN_INDEX = b"run_index"
 # job (`_build_label_index`, at open, for a store of a version without it).
 _LABEL_INDEX = b"label_index"
 _OPEN = ("waiting", "claimed")
-_FINISHED = ("done", "failed", "cancelled", "missed")  # `missed`: a row record_missed writes
+_FINISHED = ("done", "failed", "cancelled", "missed", "skipped")  # `missed`: a row record_missed writes
+# Overlap policies that hold a slot's run back while an earlier run runs.
+_BUFFERING = ("buffer_one", "buffer_all")
 _U64 = struct.Struct(">Q")
 _MINUTE = struct.Struct(">I")
 # History buckets (limits.py "Retention"): finished runs and events, in a ring
@@ -180,6 +183,8 @@ class Changes:
     stopping: list[tuple[str, int]] = field(default_factory=list)
     # The highest command stamp applied so far (the store's `stamp_ms`).
     stamp_ms: int = 0
+    # Runs the overlap policy of their job skipped in this entry (`skip_run`).
+    skipped: int = 0
 
 
 # What apply answers for one command: a value, or the operating error the
@@ -187,7 +192,7 @@ class Changes:
 # leaves the others (and the transaction) alone.
 Outcome = (
     Created | Job | Run | None | errors.TempoError | ClaimKeyEntry
-    | list[Created | errors.TempoError] | list[Run | None] | list[Run | errors.TempoError] | list[Run]
+    | list[Created | errors.TempoError] | list[Run | None] | list[Run | errors.TempoError] | list[Run] | list[bool]
 )
 
 
@@ -1212,6 +1217,11 @@ class _Tx:
         one put, whatever the history holds. `by_job_key` is
         `keys.by_job_key(run.job_id, run.nominal_ms)` when the caller has it."""
         assert run.status in _FINISHED and old_status in _OPEN
+        if run.buffered:
+            # Cancelled while buffered (a pause, a cancel): it never fell
+            # due, and is listed at when it ended, not at the far due time.
+            run.buffered = False
+            run.due_ms = at_ms
         if by_job_key is None:
             by_job_key = keys.by_job_key(run.job_id, run.nominal_ms)
         _delete_at(self.runs_cursor(), runs_key)
@@ -1324,7 +1334,7 @@ class _Tx:
         match command:
             case CreateJobs() | PauseJob() | ResumeJob() | DeleteJob() | TriggerJob():
                 return self.apply_to_jobs(command)
-            case ClaimRuns() | ReportResults() | ExpireLeases():
+            case ClaimRuns() | ReportResults() | ExpireLeases() | OverlapRuns():
                 return self.apply_to_runs(command)
             case PatchJob():
                 return self._fresh_outcome(self.patch_job(command))
@@ -1360,8 +1370,10 @@ class _Tx:
                 return self.trigger_job(command)
         raise AssertionError(f"unknown job command {type(command).__name__}")
 
-    def apply_to_runs(self, command: ClaimRuns | ReportResults | ExpireLeases) -> Outcome:
+    def apply_to_runs(self, command: ClaimRuns | ReportResults | ExpireLeases | OverlapRuns) -> Outcome:
         match command:
+            case OverlapRuns():
+                return [self.overlap_due(command.at_ms, claim) for claim in command.runs]
             case ClaimRuns():
                 if command.key is not None:
                     return self.claim_keyed(command, command.key)
@@ -1532,6 +1544,9 @@ class _Tx:
             return run.due_ms if run.status == "waiting" else None
         run.status = "waiting"
         run.due_ms = max(run.due_ms, at_ms)
+        if run.buffered:  # a fresh wait: the policy decides on it again when it falls due
+            run.buffered = False
+            run.due_ms = at_ms
         self.put_run(run, runs_key, "cancelled", job)
         return run.due_ms
 
@@ -1544,6 +1559,9 @@ class _Tx:
         assert self.txn.delete(_HIST_STATUS + _status_key_of(job.owner, run), db=bucket)
         run.status = "waiting"
         run.due_ms = max(run.due_ms, at_ms)
+        if run.buffered:  # a fresh wait: the policy decides on it again when it falls due
+            run.buffered = False
+            run.due_ms = at_ms
         self.put_run(run, job=job)
         return run.due_ms
 
@@ -1564,7 +1582,7 @@ class _Tx:
             old, name=new.name, target=new.target, payload=new.payload, schedule=new.schedule,
             max_attempts=new.max_attempts, backoff_s=new.backoff_s, lease_s=new.lease_s, jitter_s=new.jitter_s,
             catchup=new.catchup, version=old.version + 1, labels=new.labels,
-            notify=new.notify if cmd.sets_notify else old.notify, timeout_s=new.timeout_s,
+            notify=new.notify if cmd.sets_notify else old.notify, timeout_s=new.timeout_s, overlap=new.overlap,
         )
         if old.labels != job.labels:
             self._relabel(old, job)
@@ -1572,6 +1590,8 @@ class _Tx:
             # A catch-up under way was decided on the old schedule's slots.
             job.catchup_until_ms = job.catchup_decided_ms = None
             self._replan(old, job, cmd)
+        if old.overlap in _BUFFERING and job.overlap not in _BUFFERING:
+            self._release_all(job, cmd.at_ms)
         fed = {runs_key for runs_key, _, with_job in self.changes.woken if with_job is job}
         kept = RetryKept(old.max_attempts, old.backoff_s)
         waiting: list[tuple[bytes, Run]] = []
@@ -1646,7 +1666,7 @@ class _Tx:
             return
         runs_key, run = found
         if run.status == "waiting":
-            if run.attempt == 0:
+            if run.attempt == 0 and not run.buffered:  # a buffered run waits for its release
                 run.due_ms = cmd.due_ms
                 self.put_run(run, runs_key, "waiting", job)
             job.next_run_at_ms = run.due_ms
@@ -1784,12 +1804,21 @@ class _Tx:
 
     def claim_run(self, cmd: ClaimRuns, claim: Claim) -> Run | None:
         """Claims a run that is still waiting and due; None when it is not any
-        more (paused, deleted or claimed since the dispatcher picked it)."""
+        more (paused, deleted or claimed since the dispatcher picked it), or
+        when the job's overlap policy holds it back (`_overlap_holds`:
+        skipped or buffered instead)."""
         job_key = keys.job_key(claim.job_id)
         found = self._slot_run(claim.job_id, claim.nominal_ms, keys.by_job_key_of(job_key, claim.nominal_ms))
-        if found is None or found[1].status != "waiting" or found[1].due_ms > cmd.at_ms:
+        if found is None or found[1].status != "waiting" or found[1].due_ms > cmd.at_ms or found[1].buffered:
             return None
         runs_key, run = found
+        # A one-off's claim reads no job; nor does its policy hold anything back.
+        job = None if claim.one_off else self._job_any(run.job_id, job_key)
+        if job is not None and job.overlap is not None:
+            buffered = self._overlap_holds(job, run, runs_key, cmd.at_ms)
+            if buffered is not None:
+                self._held(job, run, claim, cmd.at_ms, buffered)
+                return None
         run.status = "claimed"
         run.attempt += 1
         run.worker = cmd.worker
@@ -1797,22 +1826,46 @@ class _Tx:
         run.started_ms = cmd.at_ms
         run.cancel = None  # a new attempt: what ended the last one is past
         run.timeout_at_ms = claim.timeout_at_ms
-        if claim.one_off:
+        if job is None:
             self.put_run_in_place(run, runs_key, "waiting", job_key=job_key)
             # The job's `next_run_at` still names this run's due time; reads
             # show it only while the run waits (`_Tx.fresh`).
             return run
-        job = self._job_any(run.job_id, job_key)
         self.put_run_in_place(run, runs_key, "waiting", job, job_key)
+        counted = job.schedule.repeating and run.attempt == 1 and not run.triggered and not run.backfill
+        if counted:
+            # The first claim of a slot's run (`schedule.max_runs`): the
+            # schedule's own run, or one its overlap policy buffered.
+            job.runs_done += 1
+        if self._hand_on(job, run, claim, cmd.at_ms) or counted:
+            self.put_job(job, job_key)
+        return run
+
+    def _held(self, job: Job, run: Run, claim: Claim, at_ms: int, buffered: int) -> None:
+        """A run the job's overlap policy held back (skipped, or buffered:
+        `run.buffered`), of which the job now has `buffered`: the slot is
+        over for the schedule as a claim would end it. A skipped slot
+        after which no slot is planned completes the job (`_settle`)."""
+        if self._hand_on(job, run, claim, at_ms, buffered):
+            self.put_job(job)
+        if run.status == "skipped":
+            self._settle(job, run, at_ms)
+
+    def _hand_on(self, job: Job, run: Run, claim: Claim, at_ms: int, pending: int = 0) -> bool:
+        """The slot run of `job` leaves waiting (claimed, skipped or
+        buffered): the schedule moves on to the claim's next slot, whose
+        run is made in the same commit, unless an end condition leaves it
+        unplanned (`_past_end`, counting `pending` buffered runs that will
+        run yet). Answers whether `job` changed (not for a retry, a
+        re-delivery, a triggered or a backfill run: the schedule moved on
+        already)."""
         if job.slot_ms != run.nominal_ms or run.triggered or run.backfill:
-            return run  # a retry, a re-delivery or a triggered run: the schedule moved on already
-        if job.schedule.repeating and run.attempt == 1:
-            job.runs_done += 1  # the first claim of a slot's run (`schedule.max_runs`)
+            return False
         next_slot_ms = claim.next_slot_ms
-        if next_slot_ms is not None and _past_end(job, next_slot_ms):
-            # The run just claimed is the job's last: its end completes the
-            # job (`_settle`). Decided here from `runs_done` as replicated,
-            # so every replica, and the next leader, agree on it.
+        if next_slot_ms is not None and _past_end(job, next_slot_ms, pending):
+            # The run just claimed (or buffered) is the job's last: its end
+            # completes the job (`_settle`). Decided here from `runs_done`
+            # as replicated, so every replica, and the next leader, agree on it.
             next_slot_ms = None
         if job.schedule.repeating and job.state == "active" and next_slot_ms is not None:
             assert claim.next_due_ms is not None and next_slot_ms > run.nominal_ms
@@ -1824,13 +1877,133 @@ class _Tx:
             job.slot_ms = next_slot_ms
             job.next_run_at_ms = claim.next_due_ms
             for missed in claim.missed:
-                self.record_missed(job, missed, cmd.at_ms)
+                self.record_missed(job, missed, at_ms)
             job.catchup_until_ms = claim.catchup_until_ms
             job.catchup_decided_ms = claim.catchup_decided_ms
         else:
             job.next_run_at_ms = None
-        self.put_job(job)
-        return run
+        return True
+
+    # -- overlap (docs/semantics.md "Overlap") -----------------------------------
+
+    def overlap_state(self, job: Job, but_ms: int | None = None) -> tuple[list[tuple[bytes, Run]], list[tuple[bytes, Run]]]:
+        """The job's running runs (open, with an attempt begun: claimed, or
+        waiting for the next attempt after one that ended) and its buffered
+        runs, each with its runs key, oldest slot first; the run of slot
+        `but_ms` and backfill runs (which the policy neither holds back nor
+        is held by) left out. Reads the job's open runs: at most its
+        buffered ones and a few more."""
+        running: list[tuple[bytes, Run]] = []
+        buffered: list[tuple[bytes, Run]] = []
+        for nominal_ms, runs_key in self.slots_desc(job.id, 0, 1 << 63):
+            if nominal_ms == but_ms:
+                continue
+            run = _run_dec.decode(_present(self.txn.get(runs_key, db=self.runs)))
+            if run.backfill:
+                continue
+            if run.attempt > 0:
+                running.append((runs_key, run))
+            elif run.buffered:
+                buffered.append((runs_key, run))
+        running.reverse()
+        buffered.reverse()
+        return running, buffered
+
+    def _overlap_holds(self, job: Job, run: Run, runs_key: bytes, at_ms: int) -> int | None:
+        """Whether the policy of `job` (not `allow`) holds `run` back: None
+        when its claim goes ahead, else how many runs of the job wait
+        buffered now (this one too, when it was buffered rather than
+        skipped). A retry or re-delivery (attempt > 0) and a backfill run
+        always go ahead; any other run of a job with a running run is
+        skipped or buffered, as the policy says, or (`cancel_other`) the
+        running runs are asked to stop and it goes ahead. Decided here, from
+        the replicated tables, so a new leader decides alike."""
+        if run.attempt > 0 or run.backfill or not job.schedule.repeating:
+            return None
+        running, buffered = self.overlap_state(job, run.nominal_ms)
+        policy = job.overlap
+        if policy in _BUFFERING:
+            # Buffered runs run in slot order: one older than this run holds it back too.
+            ahead = [one for one in buffered if one[1].nominal_ms < run.nominal_ms]
+            if not running and not ahead:
+                return None
+            room = 1 if policy == "buffer_one" else limits.overlap_buffered_runs_max
+            if len(buffered) >= room:
+                self.skip_run(job, run, runs_key, at_ms)
+                return len(buffered)
+            run.buffered = True
+            run.due_ms = limits.overlap_buffered_due_ms
+            self.put_run(run, runs_key, "waiting", job)
+            return len(buffered) + 1
+        if not running:
+            return None
+        if policy == "skip":
+            self.skip_run(job, run, runs_key, at_ms)
+            return 0
+        assert policy == "cancel_other", f"an overlap policy: {policy}"
+        for other_key, other in running:
+            if other.status == "claimed":
+                self.request_cancel(job, other, other_key, at_ms)
+            else:  # waiting for its next attempt: it has none
+                other.status = "cancelled"
+                other.finished_ms = at_ms
+                other.retry_kept = None
+                self.finish_run(other, other_key, "waiting", at_ms, job=job)
+                self._cancelled_event(job, other, at_ms)
+        return None
+
+    def overlap_due(self, at_ms: int, claim: Claim) -> bool:
+        """A due run the dispatcher set aside (`OverlapRuns`): True when it
+        goes on to be claimed (its policy lets it run now: nothing of the
+        job runs, or `cancel_other` asked the running runs to stop); False
+        when the policy skipped or buffered it, or it is no longer waiting
+        and due."""
+        found = self._slot_run(claim.job_id, claim.nominal_ms)
+        if found is None or found[1].status != "waiting" or found[1].due_ms > at_ms or found[1].buffered:
+            return False
+        runs_key, run = found
+        job = self._job_any(run.job_id)
+        buffered = None if job.overlap is None else self._overlap_holds(job, run, runs_key, at_ms)
+        if buffered is None:
+            return True
+        self._held(job, run, claim, at_ms, buffered)
+        return False
+
+    def skip_run(self, job: Job, run: Run, runs_key: bytes, at_ms: int) -> None:
+        """A waiting run its job's overlap policy does not run: a `skipped`
+        row of the job's history (reason `overlap`) and a `run.skipped`
+        event."""
+        run.status = "skipped"
+        run.reason = "overlap"
+        run.finished_ms = at_ms
+        self.finish_run(run, runs_key, "waiting", at_ms, job=job)
+        self.changes.skipped += 1
+        detail = {"reason": "overlap"}
+        self.append_event(job.owner, Event("run.skipped", at_ms, job.id, ids.run_id(job.id, run.nominal_ms), detail))
+
+    def _ended(self, job: Job, run: Run, at_ms: int) -> None:
+        """A run that was running finished (done, failed for good,
+        cancelled): the oldest buffered run of its job, if any, is due at
+        `at_ms` once no other run of the job is running."""
+        if job.overlap not in _BUFFERING or run.attempt == 0 or run.backfill or job.state == "paused":
+            return
+        running, buffered = self.overlap_state(job)
+        if not running and buffered:
+            self._release(job, buffered[0][1], buffered[0][0], at_ms)
+
+    def _release_all(self, job: Job, at_ms: int) -> None:
+        """A patch took the job's policy away from buffering: nothing holds
+        its buffered runs back any more, and they are due at `at_ms` (the
+        new policy decides on each as it is claimed)."""
+        for runs_key, run in self.overlap_state(job)[1]:
+            self._release(job, run, runs_key, at_ms)
+
+    def _release(self, job: Job, run: Run, runs_key: bytes, at_ms: int) -> None:
+        """A buffered run becomes due at `at_ms`: the dispatcher gets it."""
+        assert run.buffered and run.status == "waiting"
+        run.buffered = False
+        run.due_ms = at_ms
+        self.put_run(run, runs_key, "waiting", job)
 
     def claim_keyed(self, cmd: ClaimRuns, key: ClaimKey) -> list[Run | None] | ClaimKeyEntry | errors.TempoError:
         """A claim that carries a key (docs/semantics.md "Idempotent claims").
@@ -1936,6 +2109,7 @@ class _Tx:
             if job.failed_runs > 0:
                 self._recovered(job, run, cmd.at_ms, job_key)
             self._settle(job, run, cmd.at_ms, job_key)
+            self._ended(job, run, cmd.at_ms)
             return run
         backoff_s = job.backoff_s if run.retry_kept is None else run.retry_kept.backoff_s
         gap_s = backoff_s[min(run.attempt - 1, len(backoff_s) - 1)]
@@ -2026,6 +2200,7 @@ class _Tx:
         self._cancelled_event(job, run, cmd.at_ms)
         if not slot_run:
             self._settle(job, run, cmd.at_ms)
+            self._ended(job, run, cmd.at_ms)
             return
         if cmd.next_slot_ms is None or _past_end(job, cmd.next_slot_ms):
             self._complete(job, cmd.at_ms)  # the schedule has no occurrence left
@@ -2052,6 +2227,7 @@ class _Tx:
         self.finish_run(run, runs_key, "claimed", at_ms, by_job_key, job)
         self._cancelled_event(job, run, at_ms)
         self._settle(job, run, at_ms)
+        self._ended(job, run, at_ms)
 
     def _cancelled_event(self, job: Job, run: Run, at_ms: int) -> None:
         detail = {"attempt": run.attempt, "claimed": run.attempt > 0 and run.cancel == "requested"}
@@ -2078,6 +2254,7 @@ class _Tx:
         job.failed_runs += 1
         self.put_job(job)
         self._settle(job, run, at_ms)
+        self._ended(job, run, at_ms)
 
     def _recovered(self, job: Job, run: Run, at_ms: int, job_key: bytes) -> None:
         """A run ended done after `job.failed_runs` runs that failed for good."""
@@ -2099,14 +2276,15 @@ class _Tx:
         self._complete(job, at_ms, run)
 
 
-def _past_end(job: Job, slot_ms: int) -> bool:
+def _past_end(job: Job, slot_ms: int, pending: int = 0) -> bool:
     """Whether a repeating job's end conditions leave `slot_ms` unplanned:
     it lies after `schedule.end_at`, or the job ran `schedule.max_runs`
-    slots already (docs/semantics.md "End conditions")."""
+    slots already (docs/semantics.md "End conditions"), counting `pending`
+    runs its overlap policy buffered, which run yet."""
     sched = job.schedule
     if sched.end_at_ms is not None and slot_ms > sched.end_at_ms:
         return True
-    return sched.max_runs is not None and job.runs_done >= sched.max_runs
+    return sched.max_runs is not None and job.runs_done + pending >= sched.max_runs
 
 
 def _end_reason(job: Job) -> str:
@@ -2158,7 +2336,7 @@ def _index_ms(run: Run) -> int:
     for `done` and `failed`, when it was recorded for a `missed` row, else
     its due time. Read from the run alone, so
     an index built from the tables equals one kept by apply."""
-    if run.status in ("done", "failed", "missed") and run.finished_ms is not None:
+    if run.status in ("done", "failed", "missed", "skipped") and run.finished_ms is not None:
         return run.finished_ms
     return run.due_ms
 
@@ -2185,6 +2363,8 @@ def _add_to_outcome(outcome: JobOutcome, run: Run) -> None:
         outcome.failed += 1
     elif run.status == "cancelled":
         outcome.cancelled += 1
+    elif run.status == "skipped":
+        outcome.skipped += 1
     if run.status in ("done", "failed") and run.finished_ms is not None and (
         outcome.last_finished_ms is None
         or (run.finished_ms, run.nominal_ms) >= (outcome.last_finished_ms, outcome.last_nominal_ms or 0)

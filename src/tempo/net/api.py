@@ -1142,6 +1142,8 @@ class Api:
                 f"# TYPE tempo_runs_{metric}_total counter",
                 f"tempo_runs_{metric}_total {d.counters[name]}",
             ]
+        lines += prom.head("tempo_runs_skipped_total", "counter", "Runs skipped, by reason (an overlap policy).")
+        lines.append(prom.sample("tempo_runs_skipped_total", d.counters["skipped_overlap"], {"reason": "overlap"}))
         lines += prom.head(
             "tempo_run_cancels_total", "counter",
             "POST /v1/runs/{id}/cancel answered, by what it did (a waiting run cancelled, a claimed run asked to stop).",
@@ -1183,6 +1185,7 @@ def _bind(handler: Callable[[Request, str], Awaitable[Response]], arg: str) -> H
 # the other fields of a job's view.
 _PATCHABLE = frozenset({
     "name", "target", "payload", "schedule", "retry", "lease_s", "jitter_s", "labels", "notify", "timeout_s",
+    "overlap",
 })
 # Objects a patch merges into the job's key by key (RFC 7396); the other
 # fields it names are replaced whole.
@@ -1191,7 +1194,7 @@ _FIXED_WHY = dict.fromkeys(
     ("id", "owner", "state", "created_at", "next_run_at", "request_key", "version", "last_run", "runs",
      "catchup", "paused", "runs_left"),
     "cannot be changed by a patch",
-) | dict.fromkeys(("overlap",), "not supported by this server yet")
+)
 _patch_body = decoders(dict[str, Any])
 _no_body = decoders(CancelIn)
 _create_json = _create[0]

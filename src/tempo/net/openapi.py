@@ -205,10 +205,10 @@ def _paths() -> dict[str, Any]:
             "get": _op("Runs of the owner's jobs (an admin token's: every owner's), newest first",
                        {"200": _json(schema.RunsPage, "a page")}, params=[
                 _param("status", "query",
-                       {"type": "string", "enum": ["waiting", "claimed", "done", "failed", "cancelled", "missed"]},
+                       {"type": "string", "enum": ["waiting", "claimed", "done", "failed", "cancelled", "missed", "skipped"]},
                        "only runs in this status"),
                 _param("since", "query", {"type": "string", "format": "date-time"},
-                       "listed at >= since (finished_at of done, failed and missed runs, due_at of the others)"),
+                       "listed at >= since (finished_at of done, failed, missed and skipped runs, due_at of the others)"),
                 _param("until", "query", {"type": "string", "format": "date-time"}, "listed at < until"),
                 *_PAGE,
             ]),

@@ -17,6 +17,7 @@ from tempo.engine.records import (
     Run,
     RunStatus,
     Schedule,
+    SkippedReason,
 )
 from tempo.schema import (
     AttemptOut,
@@ -108,6 +109,7 @@ def job_view(job: Job, shared: dict[Any, Any] | None = None, outcome: JobOutcome
         timeout_s=job.timeout_s,
         paused=None if job.paused is None else _paused_view(job.paused),
         runs_left=None if job.schedule.max_runs is None else max(0, job.schedule.max_runs - job.runs_done),
+        overlap=job.overlap or "allow",
     )
 
 
@@ -127,7 +129,7 @@ def _outcome_fields(job: Job, outcome: JobOutcome | None) -> tuple[LastRunOut | 
             clock.iso_or_none(outcome.last_finished_ms),
             outcome.last_error,
         )
-    return last, RunCountsOut(outcome.done, outcome.failed, outcome.cancelled)
+    return last, RunCountsOut(outcome.done, outcome.failed, outcome.cancelled, outcome.skipped)
 
 
 def run_detail_view(run: Run, view: RunOut) -> RunDetailOut:
@@ -156,7 +158,7 @@ def _catchup_view(catchup: Catchup) -> CatchupOut:
 # row's reason, first slot, first slot after and count.
 _RunFields = tuple[
     str, str, str, str, RunStatus, int, str | None, str | None, str | None, str | None, str | None, str | None,
-    bool, MissedReason | None, str | None, str | None, int | None,
+    bool, MissedReason | SkippedReason | None, str | None, str | None, int | None,
 ]
 
 
@@ -184,14 +186,17 @@ def _run_fields(run: Run) -> _RunFields:
 
 
 def _stop_fields(run: Run) -> dict[str, Any]:
-    """What may stop a claimed run: a cancel asked of it, its timeout."""
+    """What may stop a claimed run: a cancel asked of it, its timeout; and
+    whether a waiting run is buffered (docs/semantics.md "Overlap")."""
+    if run.buffered:
+        return {"buffered": True}
     if run.status != "claimed":
         return {}
     return {"cancel_requested": run.cancel == "requested", "timeout_at": clock.iso_or_none(run.timeout_at_ms)}
 
 
 def run_view(run: Run) -> RunOut:
-    if run.status == "claimed" and (run.cancel is not None or run.timeout_at_ms is not None):
+    if run.buffered or (run.status == "claimed" and (run.cancel is not None or run.timeout_at_ms is not None)):
         return RunOut(*_run_fields(run), **_stop_fields(run))
     return RunOut(*_run_fields(run))
 

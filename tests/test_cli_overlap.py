@@ -1,0 +1,35 @@
+"""`--overlap POLICY` on `tempo jobs create` and `tempo jobs update`."""
+
+import json
+import os
+import subprocess
+
+from conftest import tempo_command
+
+
+def tempo(*args: str, url: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "TEMPO_URL"}
+    done = subprocess.run([*tempo_command(), *args, "--url", url], capture_output=True, text=True, env=env, timeout=60)
+    if check:
+        assert done.returncode == 0, done.stderr
+    return done
+
+
+def test_create_and_update_set_the_overlap_policy(server) -> None:
+    job = json.loads(tempo(
+        "jobs", "create", "--target", "queue:cli", "--every-s", "60", "--overlap", "skip", "--json", url=server.url,
+    ).stdout)
+    assert job["overlap"] == "skip"
+    changed = json.loads(tempo("jobs", "update", job["id"], "--overlap", "buffer_all", "--json", url=server.url).stdout)
+    assert (changed["overlap"], changed["version"]) == ("buffer_all", 2)
+    plain = json.loads(tempo("jobs", "create", "--target", "queue:cli", "--every-s", "60", "--json", url=server.url).stdout)
+    assert plain["overlap"] == "allow"
+
+
+def test_a_bad_policy_names_the_flag(server) -> None:
+    bad = tempo("jobs", "create", "--target", "queue:cli", "--every-s", "60", "--overlap", "sometimes",
+                url=server.url, check=False)
+    assert bad.returncode != 0 and "--overlap" in bad.stderr and "400" in bad.stderr
+    one_off = tempo("jobs", "create", "--target", "queue:cli", "--at", "2030-01-01T00:00:00Z", "--overlap", "skip",
+                    url=server.url, check=False)
+    assert one_off.returncode != 0 and "--overlap" in one_off.stderr and "repeating" in one_off.stderr
