@@ -430,8 +430,8 @@ def _show(args: argparse.Namespace, value: Any, columns: Sequence[str] | None = 
         print(table(rows, job_columns(rows) if columns is JOB_COLUMNS else columns))
         if value.get("next_cursor"):
             print(f"next page: --cursor {value['next_cursor']}")
-    else:
-        print(record(value))
+    else:  # one job, or one run (a trigger's)
+        print(record(run_record(value) if "job_id" in value else value))
 
 
 def _jobs(args: argparse.Namespace, client: Client) -> int:
