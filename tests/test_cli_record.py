@@ -2,8 +2,11 @@
 several lines (a command's output, a stderr tail) stays in the value's
 column, without an empty line for its final line break."""
 
+import json
+
 import pytest
 
+from conftest import Server
 from tempo import cli
 
 
@@ -37,3 +40,14 @@ def test_a_run_shows_the_missed_fields_only_on_a_missed_row() -> None:
     missed = {**run, "status": "missed", "reason": "outside_window", "missed_from": "2027-01-01T08:01:00.000Z",
               "missed_until": "2027-01-02T07:00:00.000Z", "count": 1379}
     assert list(cli.run_record(missed)) == ["id", "status", "reason", "missed_from", "missed_until", "count"]
+
+
+def test_a_triggered_run_is_printed_as_runs_get_prints_it(
+    server: Server, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TEMPO_TOKEN", raising=False)
+    assert cli.main(["jobs", "create", "--target", "queue:cli", "--every-s", "3600", "--url", server.url, "--json"]) == 0
+    job = json.loads(capsys.readouterr().out)
+    assert cli.main(["jobs", "trigger", job["id"], "--url", server.url]) == 0
+    fields = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
+    assert "status" in fields and not set(cli.MISSED_FIELDS) & set(fields)

@@ -137,18 +137,20 @@ def _seconds(text: str) -> float:
 
 
 def _label_pair(text: str) -> tuple[str, str]:
-    """`--label team=payments`: a key and its value (which may hold `=`)."""
-    name, equals, value = text.partition("=")
-    if not equals or not name:
+    """`--label team=payments` (or `team:payments`, as the API's filter
+    writes it): a key and its value. A key holds neither `=` nor `:`, so the
+    first of them ends it; the value may hold both."""
+    cut = min((i for i in (text.find("="), text.find(":")) if i >= 0), default=-1)
+    if cut <= 0:
         raise argparse.ArgumentTypeError(f"KEY=VALUE, e.g. team=payments (got {text!r})")
-    return name, value
+    return text[:cut], text[cut + 1:]
 
 
 def _label_filter(text: str) -> str:
-    """`tempo jobs list --label team:payments`: as the API takes it."""
-    if ":" not in text:
-        raise argparse.ArgumentTypeError(f"KEY:VALUE, e.g. team:payments (got {text!r})")
-    return text
+    """`tempo jobs list --label team=payments` (or `team:payments`): the
+    API's `key:value`, so a label is written alike on create and list."""
+    name, value = _label_pair(text)
+    return f"{name}:{value}"
 
 
 def _worker_id(text: str) -> str:
@@ -428,8 +430,8 @@ def _show(args: argparse.Namespace, value: Any, columns: Sequence[str] | None = 
         print(table(rows, job_columns(rows) if columns is JOB_COLUMNS else columns))
         if value.get("next_cursor"):
             print(f"next page: --cursor {value['next_cursor']}")
-    else:
-        print(record(value))
+    else:  # one job, or one run (a trigger's)
+        print(record(run_record(value) if "job_id" in value else value))
 
 
 def _jobs(args: argparse.Namespace, client: Client) -> int:
@@ -628,8 +630,9 @@ def _add_jobs_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]")
     listing.add_argument("--state", help="only jobs in this state: active, paused or completed")
     listing.add_argument("--target", help="only jobs with exactly this target")
     listing.add_argument("--name-prefix", dest="name_prefix", help="only jobs whose name starts with this")
-    listing.add_argument("--label", dest="labels", action="append", type=_label_filter, metavar="KEY:VALUE",
-                         help="only jobs with this label, e.g. team:payments; repeat: jobs with all of them")
+    listing.add_argument("--label", dest="labels", action="append", type=_label_filter, metavar="KEY=VALUE",
+                         help="only jobs with this label, e.g. team=payments (or team:payments); repeat: jobs "
+                              "with all of them")
     runs = _subparser(actions, "runs", "a job's runs, newest first",
                       "tempo jobs runs j_01J... --since 2030-01-01T00:00:00Z")
     runs.add_argument("id", help="the job's ID")

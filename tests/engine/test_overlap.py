@@ -122,7 +122,11 @@ def test_skip_records_the_slot_skipped_and_plans_the_next(store: Store) -> None:
     assert third is not None and third.status == "claimed"
 
 
-def test_a_run_waiting_for_its_next_attempt_is_still_running(store: Store) -> None:
+def test_a_run_waiting_for_its_next_attempt_is_not_running_and_its_retry_waits_its_turn(store: Store) -> None:
+    """A run is running from its claim until its result, or until its lease
+    or timeout ends it: between attempts it is not, and the next slot runs.
+    Its retry, no new slot, is never skipped: due while that slot's run
+    runs, it waits buffered, and is due the moment that run ends."""
     log = _Log(store)
     _, job = _create(store, log, overlap="skip", retry={"max_attempts": 3, "backoff_s": [30]})
     slot = job.slot_ms
@@ -130,11 +134,29 @@ def test_a_run_waiting_for_its_next_attempt_is_still_running(store: Store) -> No
     _claim(log, job, slot)
     _report(log, job, slot, slot + 10, ok=False)
     assert _run(store, job, slot).status == "waiting"
-    assert _claim(log, job, slot + MIN)[0] is None
-    assert _run(store, job, slot + MIN).status == "skipped"
-    # Its retry is never held back.
-    retried, _ = _claim(log, job, slot, slot + 2 * MIN + 1, plain=True)
+    second, _ = _claim(log, job, slot + MIN)
+    assert second is not None and second.status == "claimed"
+    held, changes = _claim(log, job, slot, slot + MIN + 30, plain=True)
+    assert held is None and changes.skipped == 0
+    retry = _run(store, job, slot)
+    assert retry.status == "waiting" and retry.buffered and retry.attempt == 1
+    _report(log, job, slot + MIN, slot + MIN + 40)
+    released = _run(store, job, slot)
+    assert not released.buffered and released.due_ms == slot + MIN + 40
+    retried, _ = _claim(log, job, slot, slot + MIN + 41, plain=True)
     assert retried is not None and retried.attempt == 2
+
+
+def test_an_expired_lease_ends_the_running_run_and_the_next_slot_runs(store: Store) -> None:
+    log = _Log(store)
+    _, job = _create(store, log, overlap="skip", retry={"max_attempts": 3, "backoff_s": [30]})
+    slot = job.slot_ms
+    assert slot is not None
+    _claim(log, job, slot)
+    log.apply(ExpireLeases(slot + MIN, [Expiry(job.id, slot, 1)]))
+    assert _run(store, job, slot).status == "waiting"
+    second, changes = _claim(log, job, slot + MIN, slot + MIN + 1)
+    assert second is not None and second.status == "claimed" and changes.skipped == 0
 
 
 def test_buffer_one_holds_one_run_and_skips_the_rest(store: Store) -> None:
@@ -220,12 +242,12 @@ def test_cancel_other_asks_the_running_run_to_stop_and_runs_the_new_one(store: S
     assert new is not None and new.status == "claimed"
     assert changes.stopping == [(job.id, slot)]
     assert _run(store, job, slot).cancel == "requested"
-    # A running run waiting for its next attempt is cancelled outright.
+    # A run waiting for its next attempt is not running: nothing to stop.
     _report(log, job, slot + MIN, slot + MIN + 10, ok=False)
     assert _run(store, job, slot + MIN).status == "waiting"
-    third, _ = _claim(log, job, slot + 2 * MIN)
-    assert third is not None and third.status == "claimed"
-    assert _run(store, job, slot + MIN).status == "cancelled"
+    third, changes = _claim(log, job, slot + 2 * MIN)
+    assert third is not None and third.status == "claimed" and changes.stopping == []
+    assert _run(store, job, slot + MIN).status == "waiting"
 
 
 def test_triggered_runs_obey_the_policy_and_backfill_is_exempt(store: Store) -> None:

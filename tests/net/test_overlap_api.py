@@ -125,6 +125,21 @@ def test_skip_records_slots_skipped_while_a_run_runs(http: httpx.Client) -> None
     assert later["nominal_at"] > first["nominal_at"]
 
 
+def test_a_timeout_ends_the_running_run(http: httpx.Client) -> None:
+    """Running is from the claim until the result, or until the lease or
+    timeout ends it: a `skip` job's next slot runs once a run's timeout
+    ended its attempt, while that run waits a minute for its retry."""
+    _job, queue = _every_second(http, "skip", timeout_s=1, retry={"max_attempts": 3, "backoff_s": [60]})
+    [first] = _claim(http, queue)
+    # It heartbeats on: the timeout ends the attempt whatever the heartbeats say.
+    def told_to_stop() -> bool:
+        beat = http.post(f"/v1/runs/{first['id']}/heartbeat", json={"attempt": 1}).json()
+        return beat.get("cancel") == "timeout"
+    _eventually(told_to_stop)
+    [later] = _claim(http, queue)
+    assert later["id"] != first["id"]
+
+
 def test_buffer_one_runs_one_slot_after_the_running_one(http: httpx.Client) -> None:
     job, queue = _every_second(http, "buffer_one")
     [first] = _claim(http, queue)

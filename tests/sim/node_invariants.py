@@ -21,9 +21,9 @@ seed, the invariant and the command that replays it:
    byte-identical tables (`Store.digest`); and none is left behind: by
    the end each has applied what the leader had `CATCH_UP_S` before;
 6. the overlap policy holds across failovers: a job whose policy is
-   `skip`, `buffer_one` or `buffer_all` never has two runs running (open,
-   with an attempt begun) at once, and a `buffer_one` job never has two
-   runs buffered (docs/semantics.md "Overlap").
+   `skip`, `buffer_one` or `buffer_all` never has two runs running
+   (claimed) at once, and a `buffer_one` job never has two slots' runs
+   buffered (docs/semantics.md "Overlap").
 
 Besides, the dispatcher core's own invariants (`check_leases`, and
 `check_memory` now and then) hold on the leader between steps.
@@ -255,8 +255,8 @@ class NodeInvariants:
         for minute in store.open_minutes(0, 1 << 40, 1 << 30):
             for runs_key, run, job in store.scan_minute(minute, 0, 1 << 62):
                 if job.overlap in _HOLDING and not run.backfill:
-                    running[job.id] += run.attempt > 0
-                    buffered[job.id] += run.buffered
+                    running[job.id] += run.status == "claimed"
+                    buffered[job.id] += run.buffered and run.attempt == 0
                     self._check_overlap(job, running[job.id], buffered[job.id])
                 if run.status == "waiting" and job.state == "active" and run.due_ms <= now_ms:
                     self._check_due(runs_key, run, now_ms, counting=counting, since_s=since_s)

@@ -1632,7 +1632,8 @@ class _Tx:
             # A catch-up under way was decided on the old schedule's slots.
             job.catchup_until_ms = job.catchup_decided_ms = None
             self._replan(old, job, cmd)
-        if old.overlap in _BUFFERING and job.overlap not in _BUFFERING:
+        if old.overlap is not None and job.overlap not in _BUFFERING:
+            # Buffered slots' runs, and retries any policy held back.
             self._release_all(job, cmd.at_ms)
         fed = {runs_key for runs_key, _, with_job in self.changes.woken if with_job is job}
         kept = RetryKept(old.max_attempts, old.backoff_s)
@@ -1891,7 +1892,7 @@ class _Tx:
         `run.buffered`), of which the job now has `buffered`: the slot is
         over for the schedule as a claim would end it. A skipped slot
         after which no slot is planned completes the job (`_settle`)."""
-        if self._hand_on(job, run, claim, at_ms, buffered):
+        if run.attempt == 0 and self._hand_on(job, run, claim, at_ms, buffered):
             self.put_job(job)
         if run.status == "skipped":
             self._settle(job, run, at_ms)
@@ -1927,12 +1928,13 @@ class _Tx:
     # -- overlap (docs/semantics.md "Overlap") -----------------------------------
 
     def overlap_state(self, job: Job, but_ms: int | None = None) -> tuple[list[tuple[bytes, Run]], list[tuple[bytes, Run]]]:
-        """The job's running runs (open, with an attempt begun: claimed, or
-        waiting for the next attempt after one that ended) and its buffered
-        runs, each with its runs key, oldest slot first; the run of slot
-        `but_ms` and backfill runs (which the policy neither holds back nor
-        is held by) left out. Reads the job's open runs: at most its
-        buffered ones and a few more."""
+        """The job's running runs (claimed: an attempt under way) and its
+        buffered runs (slots' runs, and retries held back), each with its
+        runs key, oldest slot first; the run of slot `but_ms` and backfill
+        runs (which the policy neither holds back nor is held by) left out.
+        A run waiting for its next attempt is neither: its lease or timeout
+        (or a failed result) ended the attempt. Reads the job's open runs:
+        at most its buffered ones and a few more."""
         running: list[tuple[bytes, Run]] = []
         buffered: list[tuple[bytes, Run]] = []
         for nominal_ms, runs_key in self.slots_desc(job.id, 0, 1 << 63):
@@ -1941,7 +1943,7 @@ class _Tx:
             run = _run_dec.decode(_present(self.txn.get(runs_key, db=self.runs)))
             if run.backfill:
                 continue
-            if run.attempt > 0:
+            if run.status == "claimed":
                 running.append((runs_key, run))
             elif run.buffered:
                 buffered.append((runs_key, run))
@@ -1951,16 +1953,24 @@ class _Tx:
 
     def _overlap_holds(self, job: Job, run: Run, runs_key: bytes, at_ms: int) -> int | None:
         """Whether the policy of `job` (not `allow`) holds `run` back: None
-        when its claim goes ahead, else how many runs of the job wait
+        when its claim goes ahead, else how many slots' runs of the job wait
         buffered now (this one too, when it was buffered rather than
-        skipped). A retry or re-delivery (attempt > 0) and a backfill run
-        always go ahead; any other run of a job with a running run is
-        skipped or buffered, as the policy says, or (`cancel_other`) the
-        running runs are asked to stop and it goes ahead. Decided here, from
-        the replicated tables, so a new leader decides alike."""
-        if run.attempt > 0 or run.backfill or not job.schedule.repeating:
+        skipped). A backfill run always goes ahead. A retry or re-delivery
+        (attempt > 0) is no new slot: it is never skipped, and while another
+        run of the job runs it waits buffered (whatever the policy), to be
+        released as that one ends. Any other run of a job with a running
+        run is skipped or buffered, as the policy says, or (`cancel_other`)
+        the running runs are asked to stop and it goes ahead. Decided here,
+        from the replicated tables, so a new leader decides alike."""
+        if run.backfill or not job.schedule.repeating:
             return None
         running, buffered = self.overlap_state(job, run.nominal_ms)
+        slots = sum(1 for _, one in buffered if one.attempt == 0)
+        if run.attempt > 0:
+            if not running:
+                return None
+            self._buffer(job, run, runs_key)
+            return slots
         policy = job.overlap
         if policy in _BUFFERING:
             # Buffered runs run in slot order: one older than this run holds it back too.
@@ -1968,29 +1978,27 @@ class _Tx:
             if not running and not ahead:
                 return None
             room = 1 if policy == "buffer_one" else limits.overlap_buffered_runs_max
-            if len(buffered) >= room:
+            if slots >= room:
                 self.skip_run(job, run, runs_key, at_ms)
-                return len(buffered)
-            run.buffered = True
-            run.due_ms = limits.overlap_buffered_due_ms
-            self.put_run(run, runs_key, "waiting", job)
-            return len(buffered) + 1
+                return slots
+            self._buffer(job, run, runs_key)
+            return slots + 1
         if not running:
             return None
         if policy == "skip":
             self.skip_run(job, run, runs_key, at_ms)
-            return 0
+            return slots
         assert policy == "cancel_other", f"an overlap policy: {policy}"
         for other_key, other in running:
-            if other.status == "claimed":
-                self.request_cancel(job, other, other_key, at_ms)
-            else:  # waiting for its next attempt: it has none
-                other.status = "cancelled"
-                other.finished_ms = at_ms
-                other.retry_kept = None
-                self.finish_run(other, other_key, "waiting", at_ms, job=job)
-                self._cancelled_event(job, other, at_ms)
+            self.request_cancel(job, other, other_key, at_ms)
         return None
+
+    def _buffer(self, job: Job, run: Run, runs_key: bytes) -> None:
+        """`run` waits buffered: out of the dispatcher's sight (a far due
+        time) until a running run of its job ends (`_ended`)."""
+        run.buffered = True
+        run.due_ms = limits.overlap_buffered_due_ms
+        self.put_run(run, runs_key, "waiting", job)
 
     def overlap_due(self, at_ms: int, claim: Claim) -> bool:
         """A due run the dispatcher set aside (`OverlapRuns`): True when it
@@ -2022,12 +2030,13 @@ class _Tx:
         self.append_event(job.owner, Event("run.skipped", at_ms, job.id, ids.run_id(job.id, run.nominal_ms), detail))
 
     def _ended(self, job: Job, run: Run, at_ms: int) -> None:
-        """A run that was running finished (done, failed for good,
-        cancelled): the oldest buffered run of its job, if any, is due at
-        `at_ms` once no other run of the job is running; on a paused job
-        too, where only a run triggered after the pause can be buffered
-        (the pause cancelled the others), and it still runs."""
-        if job.overlap not in _BUFFERING or run.attempt == 0 or run.backfill:
+        """A run that was running stopped running (it finished, or its
+        attempt ended and it waits for the next): the oldest buffered run
+        of its job, if any, is due at `at_ms` once no other run of the job
+        is running; on a paused job too, where only a run triggered after
+        the pause can be buffered (the pause cancelled the others), and it
+        still runs."""
+        if job.overlap is None or run.attempt == 0 or run.backfill:
             return
         running, buffered = self.overlap_state(job)
         if not running and buffered:
@@ -2035,8 +2044,8 @@ class _Tx:
 
     def _release_all(self, job: Job, at_ms: int) -> None:
         """A patch took the job's policy away from buffering: nothing holds
-        its buffered runs back any more, and they are due at `at_ms` (the
-        new policy decides on each as it is claimed)."""
+        its buffered runs (or held retries) back any more, and they are due
+        at `at_ms` (the new policy decides on each as it is claimed)."""
         for runs_key, run in self.overlap_state(job)[1]:
             self._release(job, run, runs_key, at_ms)
 
@@ -2293,6 +2302,7 @@ class _Tx:
             self.finish_run(run, runs_key, "claimed", at_ms, job=job)
             if _mark_taken(job, run.nominal_ms):
                 self.put_job(job)
+            self._ended(job, run, at_ms)
             return
         if run.attempt < max_attempts:
             run.status = "waiting"
@@ -2301,6 +2311,7 @@ class _Tx:
             if job.slot_ms == run.nominal_ms and not job.schedule.repeating and not run.triggered:
                 job.next_run_at_ms = run.due_ms
                 self.put_job(job)
+            self._ended(job, run, at_ms)  # waiting for its next attempt, it runs no more
             return
         run.status = "failed"
         run.finished_ms = at_ms
