@@ -560,8 +560,14 @@ assert catchup_count_days_max * 86_400 >= catchup_window_s_max
 # commit, it is merged again onto the newer version, at most this many
 # times in all before the client is told to retry (409 conflict).
 patch_tries_max = 5
+# A resume, a re-plan, a claim or a cancel that hands a repeating job's
+# schedule on steps over the slots that hold a run already (its owner
+# cancelled it, it finished, or a triggered run took that millisecond), at
+# most this many.
+taken_slots_stepped_max = 1000
 
 assert patch_tries_max >= 1
+assert taken_slots_stepped_max >= 1
 
 # -- Labels (docs/api.md "Labels") ----------------------------------------------
 # A job carries at most `job_labels_max` labels, key -> value: a key is 1-63

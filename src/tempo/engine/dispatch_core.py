@@ -64,6 +64,7 @@ import heapq
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Protocol
 
 import msgspec
@@ -72,7 +73,7 @@ from tempo import errors, ids, limits
 from tempo.config import UNLIMITED, OwnerLimits
 from tempo.engine import keys
 from tempo.engine.commands import Claim, ClaimRuns, ExpireLeases, Expiry, OverlapRuns
-from tempo.engine.jobs import catch_up
+from tempo.engine.jobs import catch_up, step_over_taken
 from tempo.engine.records import Job, Run, RunCancel
 from tempo.rate import TokenBucket
 from tempo.wheel import TimingWheel
@@ -859,6 +860,8 @@ class DispatchCore:
         claim = Claim(job_id, nominal_ms, now_ms + job.lease_s * 1000, timeout_at_ms=timeout_at_ms)
         if job.state == "active" and job.slot_ms == nominal_ms:
             nxt = catch_up(job, nominal_ms, now_ms)
+            if nxt is not None:
+                nxt = step_over_taken(job, nxt, now_ms, partial(self.reader.get_run_any, job_id))
             if nxt is not None:
                 claim.next_slot_ms, claim.next_due_ms = nxt.slot_ms, nxt.due_ms
                 claim.missed, claim.catchup_until_ms, claim.catchup_decided_ms = nxt.missed, nxt.until_ms, nxt.decided_ms

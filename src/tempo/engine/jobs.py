@@ -429,6 +429,32 @@ def next_slot_after_claim(job: Job, nominal_ms: int, now_ms: int) -> tuple[int, 
     return None if found is None else (found.slot_ms, found.due_ms)
 
 
+def step_over_taken(
+    job: Job, found: "CatchUp", now_ms: int, run_at: Callable[[int], Run | None]
+) -> "CatchUp | None":
+    """`found`, the next slot a claim or a cancel of the job's slot run
+    hands the schedule on to, stepped over the slots that hold a run
+    already: an open one (a triggered run took that millisecond), or one
+    that finished or that its owner cancelled. A run a pause or a patch
+    cancelled does not hold its slot: it waits again (store.py
+    `_schedule_at`). Only a slot at or before `job.taken_until_ms` can
+    hold one, so a job without re-plans, cancels or triggers reads
+    nothing. None: the schedule has no slot left."""
+    slot_ms: int | None = found.slot_ms
+    for _ in range(limits.taken_slots_stepped_max):
+        if slot_ms is None or job.taken_until_ms is None or slot_ms > job.taken_until_ms:
+            break
+        run = run_at(slot_ms)
+        if run is None or (run.status == "cancelled" and not run.owner_cancelled):
+            break
+        slot_ms = slot_after_ms(job.schedule, job.created_at_ms, slot_ms, inclusive=False)
+    if slot_ms is None:
+        return None
+    if slot_ms == found.slot_ms:
+        return found
+    return found._replace(slot_ms=slot_ms, due_ms=due_ms(job, slot_ms, now_ms))
+
+
 class CatchUp(NamedTuple):
     """What the claim of a job's slot run at `now_ms` decides: the slot of
     the next run and its due time, the ranges of slots it leaves without a
@@ -949,7 +975,8 @@ class Jobs:
         ran_all = job.schedule.max_runs is not None and job.runs_done >= job.schedule.max_runs
         if job.schedule.repeating:
             # Nothing to plan after max_runs (apply decides it again, from the job as replicated).
-            slot_ms = None if ran_all else slot_after_ms(job.schedule, job.created_at_ms, at_ms, inclusive=False)
+            slot_ms = None if ran_all else self._slot_not_cancelled(job, job.schedule, slot_after_ms(
+                job.schedule, job.created_at_ms, at_ms, inclusive=False))
         else:
             slot_ms = job.slot_ms  # its one run, made anew if retention dropped the cancelled one
         next_due_ms = None if slot_ms is None else due_ms(job, slot_ms, at_ms)
@@ -984,10 +1011,29 @@ class Jobs:
         slot_ms = due = None
         if replan:
             sched = made.schedule
-            slot_ms = slot_after_ms(sched, job.created_at_ms, at_ms, inclusive=False) if sched.repeating else sched.at_ms
+            if sched.repeating:
+                slot_ms = self._slot_not_cancelled(job, sched, slot_after_ms(
+                    sched, job.created_at_ms, at_ms, inclusive=False))
+            else:
+                slot_ms = sched.at_ms
             due = None if slot_ms is None else due_ms(made, slot_ms, at_ms)
         command = PatchJob(at_ms, job.owner, job.id, job.version, made, replan, slot_ms, due, sets_notify=True)
         return _ok(await self.committer.submit(command), Job)
+
+    def _slot_not_cancelled(self, job: Job, sched: Schedule, slot_ms: int | None) -> int | None:
+        """The first slot of `sched` from `slot_ms` on whose run its owner
+        did not cancel: a resume or a re-plan of a repeating job never
+        brings such a run back, it goes on to the next slot (as the cancel
+        did). Read here, by the node that makes the command; apply leaves
+        a run its owner cancelled as it is."""
+        for _ in range(limits.taken_slots_stepped_max):
+            if slot_ms is None:
+                return None
+            run = self.store.get_run_any(job.id, slot_ms)
+            if run is None or not run.owner_cancelled:
+                return slot_ms
+            slot_ms = slot_after_ms(sched, job.created_at_ms, slot_ms, inclusive=False)
+        return slot_ms
 
     async def delete(self, owner: str, job_id: str) -> None:
         _ok(await self.committer.submit(DeleteJob(self.now_ms(), owner, job_id)), type(None))
@@ -1011,6 +1057,8 @@ class Jobs:
             if job.schedule.repeating and job.state == "active" and job.slot_ms == nominal_ms:
                 command.planned = True
                 nxt = catch_up(job, nominal_ms, at_ms)
+                if nxt is not None:
+                    nxt = step_over_taken(job, nxt, at_ms, functools.partial(self.store.get_run_any, job.id))
                 if nxt is not None:
                     command.next_slot_ms, command.next_due_ms = nxt.slot_ms, nxt.due_ms
                     command.missed, command.catchup_until_ms = nxt.missed, nxt.until_ms

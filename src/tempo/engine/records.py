@@ -160,6 +160,14 @@ class Job(msgspec.Struct, array_like=True, gc=False):
     # The overlap policy (docs/semantics.md "Overlap"); None: `allow`, so a
     # claim of an `allow` job reads nothing more than it did before.
     overlap: OverlapPolicy | None = None
+    # The latest slot of the job that may hold a run already, apart from
+    # the run of its current slot and those before it: a run a pause, a
+    # patch or a cancel ended without running, or a triggered run (which
+    # takes the millisecond it was made at). The schedule's next slot at or
+    # before it is checked against the job's runs, open and finished, so
+    # one slot never gets two runs; after it, no run can be there, and the
+    # claim of a slot run reads no history. None: no such slot.
+    taken_until_ms: Ms | None = None
 
 
 class Attempt(msgspec.Struct, array_like=True, gc=False):
@@ -226,6 +234,10 @@ class Run(msgspec.Struct, array_like=True, gc=False):
     # `limits.overlap_buffered_due_ms`, past any the dispatcher loads, until
     # apply releases it (docs/semantics.md "Overlap").
     buffered: bool = False
+    # A cancelled run its owner cancelled (`POST /v1/runs/{id}/cancel`),
+    # not a pause or a patch: no resume or re-plan of a repeating job's
+    # schedule brings it back (docs/semantics.md "Pause, resume, delete").
+    owner_cancelled: bool = False
 
 
 class JobOutcome(msgspec.Struct, array_like=True, gc=False):

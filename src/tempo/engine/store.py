@@ -1285,6 +1285,18 @@ class _Tx:
             outcome = self.outcome_counts[job_key] = JobOutcome() if raw is None else _outcome_dec.decode(raw)
         _add_to_outcome(outcome, run)
 
+    def _uncount_cancelled(self, job_key: bytes) -> None:
+        """A cancelled run of the job came back to waiting (a resume): it
+        no longer counts in the job's `cancelled`, so a cancel after it
+        counts it once."""
+        outcome = self.outcome_counts.get(job_key)
+        if outcome is None:
+            raw = self.outcomes_cursor().get(job_key)
+            assert raw is not None, "a cancelled run was counted"
+            outcome = self.outcome_counts[job_key] = _outcome_dec.decode(raw)
+        assert outcome.cancelled > 0, "a cancelled run was counted"
+        outcome.cancelled -= 1
+
     def _count_open(self, old_key: bytes | None, new_key: bytes | None) -> None:
         old_minute = None if old_key is None else _MINUTE.unpack(old_key[:4])[0]
         new_minute = None if new_key is None else _MINUTE.unpack(new_key[:4])[0]
@@ -1464,6 +1476,7 @@ class _Tx:
         for runs_key, run in waiting:
             run.status = "cancelled"
             self.finish_run(run, runs_key, "waiting", cmd.at_ms, job=job)
+            _mark_taken(job, run.nominal_ms)
         job.state = "paused"
         job.next_run_at_ms = None
         by_owner = cmd.owner if cmd.by_owner is None else cmd.by_owner
@@ -1550,20 +1563,49 @@ class _Tx:
         self.put_run(run, runs_key, "cancelled", job)
         return run.due_ms
 
-    def _revive(self, job: Job, bucket: lmdb._Database, run: Run, at_ms: int) -> int | None:
-        """A finished run of the slot a resume wakes: the run pause cancelled
-        comes back from its history bucket as waiting."""
-        if run.status != "cancelled":
+    def _revive(
+        self, job: Job, bucket: lmdb._Database, run: Run, at_ms: int, due_ms: int | None = None
+    ) -> int | None:
+        """A finished run of the slot a resume or a re-plan wakes: the run a
+        pause or a patch cancelled comes back from its history bucket as
+        waiting (due at `due_ms`, else when it was due, not before
+        `at_ms`). One its owner cancelled stays, unless the job is a
+        one-off (a patch gave it that `at` again)."""
+        if run.status != "cancelled" or (run.owner_cancelled and job.schedule.repeating):
             return None
         assert self.txn.delete(_HIST_RUN + keys.by_job_key(run.job_id, run.nominal_ms), db=bucket)
         assert self.txn.delete(_HIST_STATUS + _status_key_of(job.owner, run), db=bucket)
+        self._uncount_cancelled(keys.job_key(job.id))
         run.status = "waiting"
-        run.due_ms = max(run.due_ms, at_ms)
+        run.owner_cancelled = False
+        run.finished_ms = None
+        run.due_ms = max(run.due_ms, at_ms) if due_ms is None else due_ms
         if run.buffered:  # a fresh wait: the policy decides on it again when it falls due
             run.buffered = False
             run.due_ms = at_ms
         self.put_run(run, job=job)
         return run.due_ms
+
+    def _schedule_at(self, job: Job, slot_ms: int, due_ms: int, at_ms: int) -> int | None:
+        """The run of the job's next slot, which a claim or a cancel hands
+        the schedule on to: a new waiting run, due at `due_ms`; or the run a
+        pause or a patch cancelled there, waiting again. A slot that holds
+        another run keeps it (the node that made the command stepped over
+        such slots; it holds one only when the command raced a change).
+        Answers the scheduled run's due time, None when none waits. Open
+        runs only, unless the slot is at or before `taken_until_ms`: the
+        claim of a slot run reads no history."""
+        runs_key = self.run_key_at_slot(job.id, slot_ms)
+        if runs_key is not None:
+            run = _run_dec.decode(_present(self.txn.get(runs_key, db=self.runs)))
+            return run.due_ms if run.status == "waiting" and not run.triggered else None
+        held = None
+        if job.taken_until_ms is not None and slot_ms <= job.taken_until_ms:
+            held = self.history_run(job.id, slot_ms)
+        if held is None:
+            self.put_run(Run(job.id, slot_ms, due_ms, "waiting"), job=job)
+            return due_ms
+        return self._revive(job, held[0], held[1], at_ms, due_ms)
 
     def patch_job(self, cmd: PatchJob) -> Job | errors.TempoError:
         """A job changed in place (docs/semantics.md "Changing a job"). Runs
@@ -1660,10 +1702,10 @@ class _Tx:
             if held is None:
                 self.put_run(Run(job.id, cmd.slot_ms, cmd.due_ms, "waiting"), job=job)
                 job.next_run_at_ms = cmd.due_ms
-            elif held[1].status == "cancelled" and held[1].attempt == 0:
-                # The slot's run an earlier patch (or a pause) cancelled
-                # before it ran: it waits again, as a resume revives it.
-                job.next_run_at_ms = self._revive(job, held[0], held[1], cmd.at_ms)
+            else:
+                # The run an earlier re-plan (or a pause) cancelled at this
+                # slot waits again: one slot never has two runs.
+                job.next_run_at_ms = self._revive(job, held[0], held[1], cmd.at_ms, cmd.due_ms)
             return
         runs_key, run = found
         if run.status == "waiting":
@@ -1681,6 +1723,7 @@ class _Tx:
             run.status = "cancelled"
             run.finished_ms = at_ms
             self.finish_run(run, runs_key, "waiting", at_ms, job=job)
+            _mark_taken(job, slot_ms)
 
     def delete_job(self, cmd: DeleteJob) -> errors.TempoError | None:
         job = self.job(cmd.owner, cmd.job_id)
@@ -1721,6 +1764,8 @@ class _Tx:
             if not self.slot_taken(job.id, slot_ms):
                 run = Run(job.id, slot_ms, slot_ms, "waiting", triggered=True)
                 self.put_run(run, job=job)
+                if _mark_taken(job, slot_ms):
+                    self.put_job(job)
                 return run
         return errors.Conflict(f"job {job.id} has no free run slot near {cmd.at_ms}")
 
@@ -1870,13 +1915,8 @@ class _Tx:
             next_slot_ms = None
         if job.schedule.repeating and job.state == "active" and next_slot_ms is not None:
             assert claim.next_due_ms is not None and next_slot_ms > run.nominal_ms
-            # Open runs only: a claim reads no history. A finished run in the
-            # next slot would have to be a triggered run that took exactly
-            # that millisecond and finished before the slot came round.
-            if self.run_key_at_slot(job.id, next_slot_ms) is None:
-                self.put_run(Run(job.id, next_slot_ms, claim.next_due_ms, "waiting"), job=job)
             job.slot_ms = next_slot_ms
-            job.next_run_at_ms = claim.next_due_ms
+            job.next_run_at_ms = self._schedule_at(job, next_slot_ms, claim.next_due_ms, at_ms)
             for missed in claim.missed:
                 self.record_missed(job, missed, at_ms)
             job.catchup_until_ms = claim.catchup_until_ms
@@ -1993,8 +2033,10 @@ class _Tx:
         """A run that was running stopped running (it finished, or its
         attempt ended and it waits for the next): the oldest buffered run
         of its job, if any, is due at `at_ms` once no other run of the job
-        is running."""
-        if job.overlap is None or run.attempt == 0 or run.backfill or job.state == "paused":
+        is running; on a paused job too, where only a run triggered after
+        the pause can be buffered (the pause cancelled the others), and it
+        still runs."""
+        if job.overlap is None or run.attempt == 0 or run.backfill:
             return
         running, buffered = self.overlap_state(job)
         if not running and buffered:
@@ -2096,7 +2138,9 @@ class _Tx:
             if run.cancel == "timeout":
                 return errors.StaleAttempt(f"attempt {result.attempt} ended by its timeout")
             if run.status == "cancelled":
-                same = run.cancel == "requested"
+                # Asked to stop, any result ended it; else a failed one did
+                # (its job was paused).
+                same = run.cancel == "requested" or (not result.ok and not run.owner_cancelled)
             else:
                 same = run.status == "done" if result.ok else run.status in ("waiting", "failed")
             repeat = same and run.attempt >= 1 and (run.output, run.error) == (result.output, result.error)
@@ -2204,6 +2248,7 @@ class _Tx:
         one-off's ends the job (`_settle`: completed)."""
         slot_run = _is_slot_run(job, run)
         run.status = "cancelled"
+        run.owner_cancelled = True
         run.finished_ms = cmd.at_ms
         self.finish_run(run, runs_key, "waiting", cmd.at_ms, job=job)
         self._cancelled_event(job, run, cmd.at_ms)
@@ -2215,10 +2260,9 @@ class _Tx:
             self._complete(job, cmd.at_ms)  # the schedule has no occurrence left
             return
         assert cmd.next_due_ms is not None and cmd.next_slot_ms > run.nominal_ms
-        if not self.slot_taken(job.id, cmd.next_slot_ms):
-            self.put_run(Run(job.id, cmd.next_slot_ms, cmd.next_due_ms, "waiting"), job=job)
+        _mark_taken(job, run.nominal_ms)
         job.slot_ms = cmd.next_slot_ms
-        job.next_run_at_ms = cmd.next_due_ms
+        job.next_run_at_ms = self._schedule_at(job, cmd.next_slot_ms, cmd.next_due_ms, cmd.at_ms)
         for missed in cmd.missed:
             self.record_missed(job, missed, cmd.at_ms)
         job.catchup_until_ms = cmd.catchup_until_ms
@@ -2231,6 +2275,7 @@ class _Tx:
         """A claimed run asked to stop ends `cancelled` (its attempt kept by
         the caller): by its result, or by the end of its lease."""
         run.status = "cancelled"
+        run.owner_cancelled = True
         run.finished_ms = at_ms
         run.retry_kept = None
         self.finish_run(run, runs_key, "claimed", at_ms, by_job_key, job)
@@ -2247,6 +2292,18 @@ class _Tx:
         (by the retry policy the attempt was claimed under: `Run.retry_kept`)."""
         max_attempts = job.max_attempts if run.retry_kept is None else run.retry_kept.max_attempts
         run.retry_kept = None  # the next attempt is claimed under the job's policy
+        if run.attempt < max_attempts and job.state == "paused" and not run.triggered:
+            # A paused job has no run waiting: the retry is cancelled as the
+            # pause cancelled the job's waiting runs, due when it would have
+            # been, and a resume of a one-off brings it back.
+            run.status = "cancelled"
+            run.due_ms = retry_due_ms
+            run.finished_ms = at_ms
+            self.finish_run(run, runs_key, "claimed", at_ms, job=job)
+            if _mark_taken(job, run.nominal_ms):
+                self.put_job(job)
+            self._ended(job, run, at_ms)
+            return
         if run.attempt < max_attempts:
             run.status = "waiting"
             run.due_ms = retry_due_ms
@@ -2305,6 +2362,16 @@ def _end_reason(job: Job) -> str:
     if sched.max_runs is not None and job.runs_done >= sched.max_runs:
         return "max_runs"
     return "no_slot_left" if sched.end_at_ms is None else "end_at"
+
+
+def _mark_taken(job: Job, nominal_ms: int) -> bool:
+    """A run of the job's slot `nominal_ms` is in its history, or was
+    triggered there (`Job.taken_until_ms`); answers whether the job
+    changed (the caller writes it)."""
+    if job.taken_until_ms is not None and job.taken_until_ms >= nominal_ms:
+        return False
+    job.taken_until_ms = nominal_ms
+    return True
 
 
 def _is_slot_run(job: Job, run: Run) -> bool:
