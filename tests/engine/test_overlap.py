@@ -553,3 +553,22 @@ def _run_at_or_none(store: Store, job: Job, slot: int) -> Run | None:
         return _run(store, job, slot)
     except errors.NotFound:
         return None
+
+
+def test_a_run_asked_to_stop_by_a_later_claim_of_the_same_batch_is_handed_out_so(store: Store) -> None:
+    """One claim takes a `cancel_other` job's slot run and then its
+    triggered run: the second asks the first to stop, and the first's
+    outcome (from which the dispatcher makes its lease, and so its
+    heartbeats' answer) says so, as the stored run does."""
+    log = _Log(store)
+    _, job = _create(store, log, overlap="cancel_other")
+    slot = job.slot_ms
+    assert slot is not None
+    [triggered], _ = log.apply(TriggerJob(slot + 1, OWNER, job.id))
+    assert isinstance(triggered, Run)
+    claims = [_slot_claim(slot, job), Claim(job.id, triggered.nominal_ms, slot + 10 * MIN)]
+    [[first, second]], changes = log.apply(ClaimRuns(slot + 5, "w1", claims))
+    assert isinstance(first, Run) and isinstance(second, Run)
+    assert changes.stopping == [(job.id, slot)]
+    assert _run(store, job, slot).cancel == "requested"
+    assert first.cancel == "requested" and second.cancel is None

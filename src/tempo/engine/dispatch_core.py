@@ -938,7 +938,10 @@ class DispatchCore:
                 continue
             job = proposal.jobs[claim.job_id]
             timeout_s = None if claim.timeout_at_ms is None else at_s + (claim.timeout_at_ms - at_ms) / 1000
-            self._grant(job.owner, run.job_id, run.nominal_ms, run.attempt, at_s + job.lease_s, job.lease_s, timeout_s)
+            # Asked to stop by a later claim of the same command (`cancel_other`):
+            # the entry's `stopping`, fed before this lease existed, missed it.
+            self._grant(job.owner, run.job_id, run.nominal_ms, run.attempt, at_s + job.lease_s, job.lease_s, timeout_s,
+                        run.cancel == "requested")
             lateness_s.append((at_ms - run.due_ms) / 1000)
             claimed.append(ClaimedRun(run, job))
         self.observe_lateness(lateness_s)

@@ -1389,7 +1389,7 @@ class _Tx:
             case ClaimRuns():
                 if command.key is not None:
                     return self.claim_keyed(command, command.key)
-                return [self.claim_run(command, claim) for claim in command.claims]
+                return self.claim_runs(command)
             case ReportResults():
                 return [self.report_result(command, result) for result in command.results]
             case ExpireLeases():
@@ -1848,6 +1848,20 @@ class _Tx:
         assert raw is not None, f"run of a missing job {job_id}"
         return _job_dec.decode(raw)
 
+    def claim_runs(self, cmd: ClaimRuns) -> list[Run | None]:
+        """Each of the command's claims (`claim_run`). A run claimed here and
+        then asked to stop by a later claim of the same command (its job's
+        policy is `cancel_other`) is handed out asked to stop, as it is
+        stored: the dispatcher makes its lease, and its heartbeats' answer,
+        from these outcomes."""
+        outcomes = [self.claim_run(cmd, claim) for claim in cmd.claims]
+        if self.changes.stopping:
+            stopping = set(self.changes.stopping)
+            for run in outcomes:
+                if run is not None and (run.job_id, run.nominal_ms) in stopping:
+                    run.cancel = "requested"
+        return outcomes
+
     def claim_run(self, cmd: ClaimRuns, claim: Claim) -> Run | None:
         """Claims a run that is still waiting and due; None when it is not any
         more (paused, deleted or claimed since the dispatcher picked it), or
@@ -2079,7 +2093,7 @@ class _Tx:
                 return entry
             # Expired, not yet dropped: a new claim may use the key again.
             self._drop_claim_key(record_key, entry.expires_ms)
-        outcomes = [self.claim_run(cmd, claim) for claim in cmd.claims]
+        outcomes = self.claim_runs(cmd)
         taken = [Taken(run.job_id, run.nominal_ms, run.attempt) for run in outcomes if run is not None]
         # A record that would expire by its own stamp would never answer.
         if taken and key.expires_ms > cmd.at_ms:
