@@ -174,10 +174,13 @@ def metric(client: httpx.Client, name: str) -> float:
     return float(found.group(1))
 
 
-def wait_for(predicate, timeout_s: float = 10.0) -> None:
-    """Returns once `predicate()` holds; fails after `timeout_s`."""
+def wait_for(predicate, timeout_s: float = 10.0):
+    """The first truthy answer of `predicate()`; fails after `timeout_s`."""
     deadline_s = time.monotonic() + timeout_s
-    while not predicate():
+    while True:
+        found = predicate()
+        if found:
+            return found
         assert time.monotonic() < deadline_s, "timed out"
         time.sleep(0.02)
 

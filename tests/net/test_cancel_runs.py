@@ -3,12 +3,11 @@
 "Run timeouts", "Cancelling a run")."""
 
 import re
-import time
 
 import httpx
 import pytest
 
-from conftest import configured_server, job_body, tokens_config, unique
+from conftest import configured_server, job_body, tokens_config, unique, wait_for
 
 MERGE = {"content-type": "application/merge-patch+json"}
 EVENTUALLY_S = 20.0  # a generous bound for what the lease check does within a second or two
@@ -23,17 +22,6 @@ def _create(http: httpx.Client, **overrides) -> dict:
 def _claim_one(http: httpx.Client, queue: str) -> dict:
     [run] = http.post("/v1/claim", json={"worker": "w", "queues": [queue], "wait_s": 10}).json()["runs"]
     return run
-
-
-def _eventually(check, timeout_s: float = EVENTUALLY_S):
-    """The first truthy answer of `check()`; fails after `timeout_s`."""
-    deadline_s = time.monotonic() + timeout_s
-    while True:
-        found = check()
-        if found:
-            return found
-        assert time.monotonic() < deadline_s, "timed out"
-        time.sleep(0.05)
 
 
 def _events(http: httpx.Client, job_id: str) -> list[dict]:
@@ -86,7 +74,7 @@ def test_a_timeout_ends_the_attempt_whatever_heartbeats_say(http: httpx.Client) 
         assert answer.status_code == 200, answer.text
         return answer.json() if answer.json()["cancel"] is not None else None
 
-    assert _eventually(told_to_stop) == {"lease_expires_at": None, "cancel": "timeout"}
+    assert wait_for(told_to_stop, EVENTUALLY_S) == {"lease_expires_at": None, "cancel": "timeout"}
     # In the batch form too: accepted, with a `cancel` entry.
     ack = http.post("/v1/heartbeats", json={"heartbeats": [{"run_id": run["id"], "attempt": 1}]}).json()
     assert ack == {"accepted": [run["id"]], "rejected": [], "cancel": {run["id"]: "timeout"}}
@@ -110,7 +98,7 @@ def test_a_timeout_with_no_attempt_left_fails_the_run(http: httpx.Client) -> Non
     job = _create(http, target=f"queue:{queue}", schedule={"at": "2020-01-01T00:00:00Z"}, timeout_s=1,
                   retry={"max_attempts": 1, "backoff_s": [0]})
     run = _claim_one(http, queue)
-    failed = _eventually(lambda: (r := http.get(f"/v1/runs/{run['id']}").json())["status"] == "failed" and r)
+    failed = wait_for(lambda: (r := http.get(f"/v1/runs/{run['id']}").json())["status"] == "failed" and r, EVENTUALLY_S)
     assert failed["error"] == "timeout"
     assert [e["type"] for e in _events(http, job["id"])] == ["run.failed", "job.completed"]
 
@@ -178,7 +166,7 @@ def test_a_run_asked_to_stop_ends_cancelled_when_no_result_comes_within_its_leas
     _create(http, target=f"queue:{queue}", schedule={"at": "2020-01-01T00:00:00Z"}, lease_s=1)
     run = _claim_one(http, queue)
     http.post(f"/v1/runs/{run['id']}/cancel").raise_for_status()
-    ended = _eventually(lambda: (r := http.get(f"/v1/runs/{run['id']}").json())["status"] == "cancelled" and r)
+    ended = wait_for(lambda: (r := http.get(f"/v1/runs/{run['id']}").json())["status"] == "cancelled" and r, EVENTUALLY_S)
     assert ended["attempt"] == 1 and ended["error"] == "lease expired"
     late = http.post(f"/v1/runs/{run['id']}/heartbeat", json={"attempt": 1})
     assert late.json() == {"lease_expires_at": None, "cancel": "requested"}

@@ -3,12 +3,11 @@ serve` (docs/api.md "Jobs", docs/semantics.md "End conditions"): shown,
 previewed, patched, held by the runs a worker claims, and every bad
 value a problem naming its field."""
 
-import time
 from datetime import UTC, datetime, timedelta
 
 import httpx
 
-from conftest import job_body, unique
+from conftest import job_body, unique, wait_for
 
 MERGE = {"content-type": "application/merge-patch+json"}
 EVENTUALLY_S = 30.0
@@ -24,23 +23,13 @@ def _create(http: httpx.Client, **overrides) -> dict:
     return answer.json()
 
 
-def _eventually(check, timeout_s: float = EVENTUALLY_S):
-    deadline_s = time.monotonic() + timeout_s
-    while True:
-        found = check()
-        if found:
-            return found
-        assert time.monotonic() < deadline_s, "timed out"
-        time.sleep(0.05)
-
-
 def _claim(http: httpx.Client, queue: str) -> dict:
     """One run of `queue`, waiting for it as long as needed."""
     def one():
         runs = http.post("/v1/claim", json={"worker": "w", "queues": [queue], "wait_s": 5}).json()["runs"]
         return runs[0] if runs else None
 
-    return _eventually(one)
+    return wait_for(one, EVENTUALLY_S)
 
 
 def _done(http: httpx.Client, run: dict) -> None:
@@ -78,7 +67,7 @@ def test_max_runs_runs_that_many_slots_then_the_job_is_completed(http: httpx.Cli
         assert run["id"] != triggered["id"]
         seen.append(run["id"])
         _done(http, run)
-    final = _eventually(lambda: (j := http.get(f"/v1/jobs/{job['id']}").json())["state"] == "completed" and j)
+    final = wait_for(lambda: (j := http.get(f"/v1/jobs/{job['id']}").json())["state"] == "completed" and j, EVENTUALLY_S)
     assert final["runs_left"] == 0 and final["next_run_at"] is None
     assert http.post("/v1/claim", json={"worker": "w", "queues": [queue], "wait_s": 2}).json()["runs"] == []
     assert _completions(http, job["id"]) == [{"status": "done", "reason": "max_runs"}]

@@ -3,12 +3,11 @@
 apart and a worker that holds a run."""
 
 import re
-import time
 
 import httpx
 import pytest
 
-from conftest import job_body, unique
+from conftest import job_body, unique, wait_for
 
 MERGE = {"content-type": "application/merge-patch+json"}
 EVENTUALLY_S = 20.0
@@ -35,16 +34,6 @@ def _claim(http: httpx.Client, queue: str, wait_s: float = 10) -> list[dict]:
 def _runs(http: httpx.Client, job_id: str) -> list[dict]:
     """The job's runs, oldest slot first."""
     return list(reversed(http.get(f"/v1/jobs/{job_id}/runs", params={"limit": 1000}).json()["runs"]))
-
-
-def _eventually(check, timeout_s: float = EVENTUALLY_S):
-    deadline_s = time.monotonic() + timeout_s
-    while True:
-        found = check()
-        if found:
-            return found
-        assert time.monotonic() < deadline_s, "timed out"
-        time.sleep(0.05)
 
 
 def _counter(http: httpx.Client, name: str, labels: str = "") -> float:
@@ -135,7 +124,7 @@ def test_a_timeout_ends_the_running_run(http: httpx.Client) -> None:
     def told_to_stop() -> bool:
         beat = http.post(f"/v1/runs/{first['id']}/heartbeat", json={"attempt": 1}).json()
         return beat.get("cancel") == "timeout"
-    _eventually(told_to_stop)
+    wait_for(told_to_stop, EVENTUALLY_S)
     [later] = _claim(http, queue)
     assert later["id"] != first["id"]
 
@@ -189,5 +178,5 @@ def test_triggered_runs_obey_the_policy(http: httpx.Client) -> None:
     assert claimed["id"] == first["id"]
     second = http.post(f"/v1/jobs/{job['id']}/trigger").json()
     assert _claim(http, queue, wait_s=1) == []
-    shown = _eventually(lambda: (r := http.get(f"/v1/runs/{second['id']}").json())["status"] == "skipped" and r)
+    shown = wait_for(lambda: (r := http.get(f"/v1/runs/{second['id']}").json())["status"] == "skipped" and r, EVENTUALLY_S)
     assert shown["reason"] == "overlap"
