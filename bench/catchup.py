@@ -46,7 +46,7 @@ OWNER = "bench"
 DAY_MS = 86_400_000
 T_MS = 1_798_761_600_000 + 30_000  # 2027-01-01T00:00:30Z
 BATCH = 1000
-_LIBFAKETIME = glob.glob("/usr/lib/*/faketime/libfaketime.so.1") + glob.glob("/usr/lib/faketime/libfaketime.so.1")
+_LIBFAKETIME = glob.glob("/usr/lib/*/faketime/libfaketimeMT.so.1") + glob.glob("/usr/lib/faketime/libfaketimeMT.so.1")
 
 
 def engine_round(root: str, jobs_n: int, policy: str, timezone: str) -> tuple[float, float, int, int]:

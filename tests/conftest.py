@@ -5,6 +5,7 @@ Module-scoped servers are shared by tests that use their own request keys and
 names; crash tests take a function-scoped one, which they kill at will.
 """
 
+import glob
 import hashlib
 import re
 import signal
@@ -207,6 +208,18 @@ def job_count(http: httpx.Client) -> int:
             return count
 
 
+# libfaketime's thread-safe build (Debian's package `faketime`, which
+# .ci/run installs, ships both). The plain one parses the offset file into a
+# static buffer that another thread's clock read can overwrite half-way, so
+# a multi-threaded server now and then reads the real time for one call: a
+# step the test never made.
+LIBFAKETIME = sorted(
+    {
+        *glob.glob("/usr/lib/*/faketime/libfaketimeMT.so.1"),
+        *glob.glob("/usr/lib/faketime/libfaketimeMT.so.1"),
+        *glob.glob("/usr/local/lib/faketime/libfaketimeMT.so.1"),
+    }
+)
 
 
 SMALL_DISK_BYTES = 24 << 20

@@ -41,9 +41,12 @@ class FakeClocks:
         # bracket a wall-clock read (a thread held up there).
         self.held_up_ns = 0
         self._reads = 0
+        self.glitch_ns = 0
 
     def wall_ns(self) -> int:
-        return self.wall
+        # A torn read: the next wall-clock read alone is off by this much.
+        off_ns, self.glitch_ns = self.glitch_ns, 0
+        return self.wall + off_ns
 
     def monotonic_ns(self) -> int:
         self._reads += 1
@@ -134,6 +137,25 @@ def test_a_read_held_up_between_the_two_clocks_is_not_taken_for_a_step():
     assert c.steps == {"backward": 0, "forward": 0}
     fake.held_up_ns = 0
     assert c.now_ms() >= before_ms
+
+
+def test_one_wall_clock_read_off_alone_is_not_a_step():
+    """A read that disagrees with the one after it (a torn read, a clock
+    source that hiccups) is neither counted nor followed: a step is a
+    change that the next read confirms."""
+    fake = FakeClocks()
+    c = fake.clock()
+    c.now_ms()
+    for glitch_s in (3600, -3600, 0.05):
+        fake.advance(0.01)
+        fake.glitch_ns = int(glitch_s * 1e9)
+        assert c.now_ms() == fake.wall // 1_000_000
+        fake.advance(0.01)
+        assert c.now_ms() == fake.wall // 1_000_000
+    assert c.steps == {"backward": 0, "forward": 0} and c.lead_ms() == 0
+    fake.step(-0.05)  # a real step: the next read agrees with it
+    c.now_ms()
+    assert c.steps == {"backward": 1, "forward": 0}
 
 
 def test_the_clock_starts_from_the_last_applied_stamp_and_observes_later_ones():

@@ -6,7 +6,6 @@ monotonic clock alone, as an NTP step or a clock set by hand would. The test
 process itself keeps the real clock: it measures on its own monotonic clock
 and compares the server's times only with each other."""
 
-import glob
 import re
 import threading
 import time
@@ -15,15 +14,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from conftest import Server, unique
+from conftest import LIBFAKETIME, Server, unique
 
-# Debian's package `faketime` (.ci/run installs it) puts it here.
-_LIBFAKETIME = [
-    *glob.glob("/usr/lib/*/faketime/libfaketime.so.1"),
-    *glob.glob("/usr/lib/faketime/libfaketime.so.1"),
-    *glob.glob("/usr/local/lib/faketime/libfaketime.so.1"),
-]
-pytestmark = pytest.mark.skipif(not _LIBFAKETIME, reason="libfaketime not found (Debian package faketime)")
+pytestmark = pytest.mark.skipif(not LIBFAKETIME, reason="libfaketime not found (Debian package faketime)")
 
 # How soon after a step runs must come again: a repeating job of one
 # second runs at least every two seconds while a backward step is absorbed.
@@ -50,7 +43,7 @@ class FakeClock:
 
     def env(self) -> dict[str, str]:
         return {
-            "LD_PRELOAD": _LIBFAKETIME[0],
+            "LD_PRELOAD": LIBFAKETIME[0],
             "FAKETIME_TIMESTAMP_FILE": str(self.path),
             "FAKETIME_NO_CACHE": "1",
             "FAKETIME_DONT_FAKE_MONOTONIC": "1",

@@ -16,8 +16,8 @@ Two clocks, two uses:
   stamp in the store, so a restart and a new leader continue from it.
 
 A step of the wall clock shows as a change of wall minus monotonic time;
-`Clock` notices one of more than `limits.clock_step_ms_min`, logs it once and
-counts it by direction. Forward, scheduler time follows at once. Backward, it
+`Clock` notices one of more than `limits.clock_step_ms_min` that the next
+read confirms, logs it once and counts it by direction. Forward, scheduler time follows at once. Backward, it
 does not: it runs on from where it was, at `limits.clock_ahead_pace_percent`
 of real time, until the wall clock meets it again, so runs keep coming
 (at that pace) and nothing that already ran comes due again.
@@ -115,6 +115,11 @@ class Clock:
         if after_ns - before_ns <= _READ_NS_MAX:
             mono_ns, clean = (before_ns + after_ns) // 2, True
         else:
+            mono_ns, wall_ns, clean = self._read()
+        if clean and abs(wall_ns - mono_ns - self._offset_ns) > _STEP_NS:
+            # A step is a change the next read confirms: one read alone may
+            # be torn (a clock source's hiccup), and following it forward
+            # would move scheduler time for good.
             mono_ns, wall_ns, clean = self._read()
         if clean:
             offset_ns = wall_ns - mono_ns

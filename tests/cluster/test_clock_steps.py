@@ -5,20 +5,16 @@ claimed run is handed out again after a full lease from the takeover, and
 new jobs list first. The clocks are shifted with libfaketime, as in
 tests/test_clock_steps.py."""
 
-import glob
 import time
 from pathlib import Path
 
 import pytest
 
+from conftest import LIBFAKETIME
+
 from .conftest import Cluster, client
 
-_LIBFAKETIME = [
-    *glob.glob("/usr/lib/*/faketime/libfaketime.so.1"),
-    *glob.glob("/usr/lib/faketime/libfaketime.so.1"),
-    *glob.glob("/usr/local/lib/faketime/libfaketime.so.1"),
-]
-pytestmark = pytest.mark.skipif(not _LIBFAKETIME, reason="libfaketime not found (Debian package faketime)")
+pytestmark = pytest.mark.skipif(not LIBFAKETIME, reason="libfaketime not found (Debian package faketime)")
 
 
 def set_offset(path: Path, offset_s: float) -> None:
@@ -48,7 +44,7 @@ def test_a_new_leader_an_hour_behind_continues_from_the_stamps(tmp_path: Path):
         files[node.id] = tmp_path / f"{node.id}.faketime"
         set_offset(files[node.id], 0.0)
         node.env = {
-            "LD_PRELOAD": _LIBFAKETIME[0],
+            "LD_PRELOAD": LIBFAKETIME[0],
             "FAKETIME_TIMESTAMP_FILE": str(files[node.id]),
             "FAKETIME_NO_CACHE": "1",
             "FAKETIME_DONT_FAKE_MONOTONIC": "1",

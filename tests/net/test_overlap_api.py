@@ -102,8 +102,11 @@ def test_skip_records_slots_skipped_while_a_run_runs(http: httpx.Client) -> None
     assert skipped and all(r["reason"] == "overlap" and r["attempt"] == 0 for r in skipped)
     listed = http.get("/v1/runs", params={"status": "skipped", "limit": 1000}).json()["runs"]
     assert {r["id"] for r in skipped} <= {r["id"] for r in listed}
+    # Slots go on being skipped while the test reads: the job's count lies
+    # between what the history held before and after it was read.
     shown = http.get(f"/v1/jobs/{job['id']}").json()
-    assert shown["runs"]["skipped"] == len(skipped)
+    after = [r for r in _runs(http, job["id"]) if r["status"] == "skipped"]
+    assert len(skipped) <= shown["runs"]["skipped"] <= len(after)
     assert [r["status"] for r in _runs(http, job["id"])].count("waiting") == 1  # the next slot's run
     assert _counter(http, "tempo_runs_skipped_total", '{reason="overlap"}') >= before + len(skipped)
     events = http.get("/v1/events", params={"limit": 1000}).json()["events"]
