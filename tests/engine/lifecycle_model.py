@@ -51,9 +51,6 @@ QUEUES = ("a", "b")
 T0_MS = 1_800_000_000_000  # 2027-01-15T08:00:00Z
 JOBS_MAX = 4
 
-# Checks of faults known and not fixed yet: the machine does not fail on
-# them (each has a small strict-xfail test of its own).
-TOLERATED: set[str] = {"next_run_at_released"}
 
 
 def drive(coro: Coroutine[Any, Any, Any]) -> Any:
@@ -245,10 +242,8 @@ def _schedule_spec(drawn: tuple[Any, ...], now_ms: int, end: tuple[str, int] | N
     """A schedule; `end`: an end condition for a repeating one, `end_at`
     that many seconds from now, or `max_runs`."""
     if drawn[0] == "at":
-        # 7 ms off the second: a one-off patched onto the very millisecond
-        # a triggered run took is a fault not fixed yet
-        # (test_lifecycle_faults.py, xfail), which the model steps around.
-        return {"at": clock.iso_from_ms(now_ms + drawn[1] * 1000 + 7)}
+        # On the second, where triggered runs take their millisecond too.
+        return {"at": clock.iso_from_ms(now_ms + drawn[1] * 1000)}
     if drawn[0] == "every":
         sched: dict[str, Any] = {"every_s": drawn[1]}
     elif drawn[0] == "every_start":
@@ -303,8 +298,7 @@ class LifecycleModel(RuleBasedStateMachine):
     # -- helpers ---------------------------------------------------------------
 
     def fault(self, name: str, message: str) -> None:
-        if name not in TOLERATED:
-            raise Fault(f"{name}: {message}")
+        raise Fault(f"{name}: {message}")
 
     def live(self) -> list[MJob]:
         return [j for j in self.jobs if not j.deleted]
@@ -524,6 +518,8 @@ class LifecycleModel(RuleBasedStateMachine):
         """The job's scheduled run is to wait at `slot_ms`: the run there, or a new one."""
         there = job.runs.get(slot_ms)
         event(f"plant ({how}): {'new' if there is None else there.status}")
+        if there is not None and there.status in ("waiting", "claimed", "cancelled"):
+            there.triggered = False  # a run triggered on the very slot is the slot's run now
         if there is None:
             self.new_ok[job.id] = "slot"
         elif there.status == "waiting":
@@ -916,10 +912,7 @@ class LifecycleModel(RuleBasedStateMachine):
             self.fault("one_waiting", f"active repeating job with slot {stored.slot_ms} has waiting "
                        f"{[r.nominal_ms for r in scheduled]}")
         elif stored.next_run_at_ms != scheduled[0].due_ms:
-            # A buffered slot run released shows no next_run_at (a fault not
-            # fixed yet: test_lifecycle_faults.py, xfail).
-            name = "next_run_at_released" if job.had_overlap else "one_waiting"
-            self.fault(name, f"next_run_at {stored.next_run_at_ms}, its run due {scheduled[0].due_ms}")
+            self.fault("one_waiting", f"next_run_at {stored.next_run_at_ms}, its run due {scheduled[0].due_ms}")
 
     def check_overlap(self, job: MJob, runs: dict[int, Run]) -> None:
         """The overlap policy's promises (docs/semantics.md "Overlap"), once

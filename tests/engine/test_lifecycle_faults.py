@@ -146,7 +146,6 @@ def test_a_trigger_on_a_later_slot_of_the_grid_does_not_stop_the_schedule(engine
     assert _runs(engine, job.id)[T0_MS + 180_000].status == "waiting"
 
 
-@pytest.mark.xfail(strict=True, reason="a one-off's `at` patched onto a triggered run's millisecond: not fixed yet")
 def test_a_one_off_patched_onto_a_triggered_runs_millisecond_still_completes(engine: Engine) -> None:
     job = engine.create(_spec({"every_s": 60}, retry={"max_attempts": 1, "backoff_s": [0]}))
     triggered = drive(engine.jobs.trigger(OWNER, job.id))
@@ -155,6 +154,17 @@ def test_a_one_off_patched_onto_a_triggered_runs_millisecond_still_completes(eng
     [claimed] = engine.claim(["a"], 10)
     engine.report(job.id, claimed.nominal_ms, 1, False, "boom")
     # The one-off's one slot has had its run: the job is over.
+    assert engine.store.get_job(OWNER, job.id).state == "completed"
+
+
+def test_a_one_off_patched_onto_a_claimed_triggered_runs_millisecond_completes_when_it_ends(engine: Engine) -> None:
+    job = engine.create(_spec({"every_s": 60}))
+    triggered = drive(engine.jobs.trigger(OWNER, job.id))
+    [claimed] = engine.claim(["a"], 10)
+    assert claimed.nominal_ms == triggered.nominal_ms
+    _patch(engine, job.id, _spec({"at": clock.iso_from_ms(triggered.nominal_ms)}))
+    assert engine.claim(["a"], 10) == []  # the slot's run is the one claimed
+    engine.report(job.id, claimed.nominal_ms, 1, True, None)
     assert engine.store.get_job(OWNER, job.id).state == "completed"
 
 
@@ -173,7 +183,6 @@ def test_a_run_triggered_after_a_pause_and_buffered_is_released_when_the_running
     assert claimed.nominal_ms == triggered.nominal_ms
 
 
-@pytest.mark.xfail(strict=True, reason="a released buffered slot run shows no next_run_at: not fixed yet")
 def test_a_buffered_slot_run_released_is_the_jobs_next_run(engine: Engine) -> None:
     end_at = clock.iso_from_ms(T0_MS + 2_000)
     job = engine.create(_spec({"every_s": 1, "end_at": end_at}, overlap="buffer_one"))
@@ -185,3 +194,16 @@ def test_a_buffered_slot_run_released_is_the_jobs_next_run(engine: Engine) -> No
     released = engine.store.get_run_any(job.id, T0_MS + 2_000)
     assert released is not None and released.status == "waiting" and not released.buffered
     assert engine.store.get_job(OWNER, job.id).next_run_at_ms == released.due_ms
+
+
+def test_a_paused_one_off_patched_onto_a_triggered_runs_millisecond_completes_after_its_resume(engine: Engine) -> None:
+    job = engine.create(_spec({"at": clock.iso_from_ms(T0_MS - 120_000)}))
+    triggered = drive(engine.jobs.trigger(OWNER, job.id))
+    drive(engine.jobs.pause(OWNER, job.id))
+    _patch(engine, job.id, _spec({"at": clock.iso_from_ms(triggered.nominal_ms)}))
+    engine.advance(1)
+    drive(engine.jobs.resume(OWNER, job.id))
+    [claimed] = engine.claim(["a"], 10)
+    assert claimed.nominal_ms == triggered.nominal_ms
+    engine.report(job.id, claimed.nominal_ms, 1, True, None)
+    assert engine.store.get_job(OWNER, job.id).state == "completed"

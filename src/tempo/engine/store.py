@@ -1554,14 +1554,25 @@ class _Tx:
             return due_ms
         run = _run_dec.decode(_present(self.txn.get(runs_key, db=self.runs)))
         if run.status != "cancelled":
+            self._adopt(job, run, runs_key)
             return run.due_ms if run.status == "waiting" else None
         run.status = "waiting"
         run.due_ms = max(run.due_ms, at_ms)
+        run.triggered = run.backfill = False  # the slot's run now, as `_revive` makes it
         if run.buffered:  # a fresh wait: the policy decides on it again when it falls due
             run.buffered = False
             run.due_ms = at_ms
         self.put_run(run, runs_key, "cancelled", job)
         return run.due_ms
+
+    def _adopt(self, job: Job, run: Run, runs_key: bytes) -> None:
+        """An open run at the slot the job's schedule is planted on is that
+        slot's run: one a trigger (or a backfill) made on the very
+        millisecond that a one-off's `at` was moved to, as one slot never
+        has two runs. Its end then ends the one-off."""
+        if (run.triggered or run.backfill) and run.status in _OPEN:
+            run.triggered = run.backfill = False
+            self.put_run_in_place(run, runs_key, run.status, job)
 
     def _revive(
         self, job: Job, bucket: lmdb._Database, run: Run, at_ms: int, due_ms: int | None = None
@@ -1579,6 +1590,9 @@ class _Tx:
         run.status = "waiting"
         run.owner_cancelled = False
         run.finished_ms = None
+        # The slot's run now, whoever made it (a one-off's `at` moved onto
+        # the millisecond of a triggered run a pause cancelled).
+        run.triggered = run.backfill = False
         run.due_ms = max(run.due_ms, at_ms) if due_ms is None else due_ms
         if run.buffered:  # a fresh wait: the policy decides on it again when it falls due
             run.buffered = False
@@ -1708,6 +1722,7 @@ class _Tx:
                 job.next_run_at_ms = self._revive(job, held[0], held[1], cmd.at_ms, cmd.due_ms)
             return
         runs_key, run = found
+        self._adopt(job, run, runs_key)
         if run.status == "waiting":
             if run.attempt == 0 and not run.buffered:  # a buffered run waits for its release
                 run.due_ms = cmd.due_ms
@@ -2069,6 +2084,11 @@ class _Tx:
         run.buffered = False
         run.due_ms = at_ms
         self.put_run(run, runs_key, "waiting", job)
+        if job.state == "active" and job.slot_ms == run.nominal_ms and not run.triggered and job.next_run_at_ms != at_ms:
+            # The run of the job's own slot (its last, when the schedule
+            # planned none after it): the job's next run is this one.
+            job.next_run_at_ms = at_ms
+            self.put_job(job)
 
     def claim_keyed(self, cmd: ClaimRuns, key: ClaimKey) -> list[Run | None] | ClaimKeyEntry | errors.TempoError:
         """A claim that carries a key (docs/semantics.md "Idempotent claims").
