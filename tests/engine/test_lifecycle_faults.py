@@ -207,3 +207,21 @@ def test_a_paused_one_off_patched_onto_a_triggered_runs_millisecond_completes_af
     assert claimed.nominal_ms == triggered.nominal_ms
     engine.report(job.id, claimed.nominal_ms, 1, True, None)
     assert engine.store.get_job(OWNER, job.id).state == "completed"
+
+
+def test_a_released_retry_of_the_last_slot_is_not_the_jobs_next_run(engine: Engine) -> None:
+    """A repeating job's next run is a slot's: the retry of its last slot,
+    held back while a triggered run ran and released as that run's lease
+    ran out, leaves `next_run_at` empty, as any retry of it does."""
+    job = engine.create(_spec({"every_s": 1, "end_at": clock.iso_from_ms(T0_MS + 1_000)}, overlap="skip"))
+    engine.advance(2)
+    [last] = engine.claim(["a"], 10)
+    engine.report(job.id, last.nominal_ms, 1, False, "boom")  # its retry is due in 10 s
+    drive(engine.jobs.trigger(OWNER, job.id))
+    [triggered] = engine.claim(["a"], 10)
+    engine.advance(60)
+    assert engine.claim(["a"], 10) == []  # the retry waits buffered behind the triggered run
+    engine.expire()  # the triggered run's lease ran out: the retry is released
+    released = engine.store.get_run_any(job.id, last.nominal_ms)
+    assert released is not None and released.status == "waiting" and not released.buffered
+    assert engine.store.get_job(OWNER, job.id).next_run_at_ms is None

@@ -2084,9 +2084,11 @@ class _Tx:
         run.buffered = False
         run.due_ms = at_ms
         self.put_run(run, runs_key, "waiting", job)
-        if job.state == "active" and job.slot_ms == run.nominal_ms and not run.triggered and job.next_run_at_ms != at_ms:
-            # The run of the job's own slot (its last, when the schedule
-            # planned none after it): the job's next run is this one.
+        if (job.state == "active" and job.slot_ms == run.nominal_ms and run.attempt == 0 and not run.triggered
+                and job.next_run_at_ms != at_ms):
+            # The first run of the job's own slot (its last, when the
+            # schedule planned none after it): the job's next run is this
+            # one. (A retry is not: a repeating job's next run is a slot's.)
             job.next_run_at_ms = at_ms
             self.put_job(job)
 
