@@ -89,6 +89,9 @@ def test_pause_resume_trigger_runs_delete(server):
     window = tempo("jobs", "runs", job["id"], "--since", run["nominal_at"], "--until", job["next_run_at"], "--json", url=server.url)
     assert run["id"] in [r["id"] for r in json.loads(window.stdout)["runs"]]
 
+    other = json.loads(tempo("jobs", "create", "--target", "queue:cli", "--every-s", "60", "--json", url=server.url).stdout)
+    deleted = json.loads(tempo("jobs", "delete", other["id"], "--json", url=server.url).stdout)
+    assert deleted == {"id": other["id"], "deleted": True}
     assert tempo("jobs", "delete", job["id"], url=server.url).stdout.strip() == "deleted"
     gone = tempo("jobs", "get", job["id"], url=server.url, check=False)
     assert gone.returncode == 1 and "404" in gone.stderr and "not_found" in gone.stderr

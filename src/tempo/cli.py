@@ -421,10 +421,10 @@ def job_columns(jobs: Sequence[dict[str, Any]]) -> Sequence[str]:
 
 
 def _show(args: argparse.Namespace, value: Any, columns: Sequence[str] | None = None) -> None:
-    if args.json:
+    if value is None:  # a delete, which the server answers with no body
+        print(json.dumps({"id": args.id, "deleted": True}, indent=2) if args.json else "deleted")
+    elif args.json:
         print(json.dumps(value, indent=2))
-    elif value is None:
-        print("deleted")
     elif isinstance(value, dict) and columns is not None and "next_cursor" in value:  # a page (a job has `runs` too)
         rows = value["jobs"] if "jobs" in value else value["runs"]
         print(table(rows, job_columns(rows) if columns is JOB_COLUMNS else columns))

@@ -380,7 +380,9 @@ async def _serve_member(
                     partial(hypercorn.trio.serve, api, _hypercorn_config(options, config.tls), shutdown_trigger=stop.wait)
                 )
                 api.started = True
-                print(f"tempo serving on {binds[0]} as {cluster.me.id} of {len(cluster.members)}", flush=True)
+                # A node started with --join is no member until the cluster adds it.
+                role = "waiting to be added" if options.join else f"of {len(cluster.members)}"
+                print(f"tempo serving on {binds[0]} as {cluster.me.id} {role}", flush=True)
                 task_status.started(binds[0])
             # Nothing is in flight any more; what this node wrote is durable,
             # and the others go on without it.

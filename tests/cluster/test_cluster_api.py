@@ -102,6 +102,8 @@ def test_a_dead_node_is_replaced_by_a_fresh_one(make_cluster):
         jobs.append(create(leader))
         index = cluster.digest(leader)["applied_index"]
         cluster.wait_applied(fresh, index, timeout_s=15)
+        # It said it was no member yet, rather than "n4 of 3".
+        assert f"as {fresh.id} waiting to be added" in fresh.log_tail()
         digests = {cluster.digest(n)["digest"] for n in [*survivors, fresh]}
         assert len(digests) == 1
         for job in jobs:
@@ -119,6 +121,10 @@ def test_a_dead_node_is_replaced_by_a_fresh_one(make_cluster):
     leader.kill()
     new_leader = cluster.wait_leader(among=[n for n in survivors if n is not leader] + [fresh], timeout_s=15)
     create(new_leader)
+    # A pre-vote is logged as the question it asks, not as a candidacy in
+    # the term the node is in already.
+    tail = new_leader.log_tail()
+    assert "asking whether it could win term" in tail and "candidate in term" not in tail
 
 
 def test_sigterm_on_the_leader_hands_leadership_over(make_cluster):

@@ -217,8 +217,8 @@ def test_a_released_retry_of_the_last_slot_is_not_the_jobs_next_run(engine: Engi
     engine.advance(2)
     [last] = engine.claim(["a"], 10)
     engine.report(job.id, last.nominal_ms, 1, False, "boom")  # its retry is due in 10 s
-    drive(engine.jobs.trigger(OWNER, job.id))
-    [triggered] = engine.claim(["a"], 10)
+    triggered = drive(engine.jobs.trigger(OWNER, job.id))
+    assert [r.nominal_ms for r in engine.claim(["a"], 10)] == [triggered.nominal_ms]
     engine.advance(60)
     assert engine.claim(["a"], 10) == []  # the retry waits buffered behind the triggered run
     engine.expire()  # the triggered run's lease ran out: the retry is released

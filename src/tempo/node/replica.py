@@ -502,10 +502,17 @@ class Replica:
         if self.phase in (Phase.LEADING, Phase.ELECTED) and phase not in (Phase.LEADING, Phase.ELECTED):
             self._intake.fail(errors.NotLeader("this node is no longer the leader"))
             self._fail_proposed(errors.NotLeader("this node is no longer the leader"))
-        log.info(
-            "%s: %s in term %d (leader: %s)",
-            self.name_of(self.node.id), phase.value, self.node.term, self.name_of(leader_id) if leader_id else "none",
-        )
+        if role == Role.PRE_CANDIDATE:
+            # A pre-vote asks whether an election could be won; the term
+            # moves only once it could.
+            log.info("%s: %s, asking whether it could win term %d", self.name_of(self.node.id), phase.value,
+                     self.node.term + 1)
+        else:
+            log.info(
+                "%s: %s in term %d (leader: %s)",
+                self.name_of(self.node.id), phase.value, self.node.term,
+                self.name_of(leader_id) if leader_id else "none",
+            )
         if leader_id and leader_id != self.leader_id:
             self.leader_changes += 1
         self.phase = phase
