@@ -83,6 +83,7 @@ _TABLES = (
     "runs_by_status",
     "job_outcomes",
     "jobs_by_label",
+    "runs_held",
 )
 # Tables a later version added: created in an existing store that lacks them.
 # `runs_by_status` and `job_outcomes` (`_RUN_INDEX_TABLES`) are built at open
@@ -91,13 +92,19 @@ _TABLES = (
 # runs live in the history bucket of the run, at b"s" + `keys.status_key(...)`,
 # so they go with it.
 _RUN_INDEX_TABLES = ("runs_by_status", "job_outcomes")
-_ADDED_TABLES = ("claim_keys", *_RUN_INDEX_TABLES, "jobs_by_label")
+_ADDED_TABLES = ("claim_keys", *_RUN_INDEX_TABLES, "jobs_by_label", "runs_held")
 _HIST_STATUS = b"s"
 # In `meta`: present once the tables above and the b"s" rows are complete.
 _RUN_INDEX = b"run_index"
 # In `meta`: present once `jobs_by_label` holds a row for each label of each
 # job (`_build_label_index`, at open, for a store of a version without it).
 _LABEL_INDEX = b"label_index"
+# In `meta`: present once `runs_held` holds a row (at the runs-by-job key)
+# for each open run an overlap policy looks at: claimed, or waiting
+# buffered, and not a backfill run (`_held`). The policy's decisions read
+# these rows, not every open run of the job (`_build_held_index`, at open,
+# for a store of a version without it).
+_HELD_INDEX = b"held_index"
 _OPEN = ("waiting", "claimed")
 _FINISHED = ("done", "failed", "cancelled", "missed", "skipped")  # `missed`: a row record_missed writes
 # Overlap policies that hold a slot's run back while an earlier run runs.
@@ -292,6 +299,8 @@ class Store:
                 _build_run_index(txn, self.db, self.buckets)
             if txn.get(_LABEL_INDEX, db=self.db["meta"]) is None:
                 _build_label_index(txn, self.db)
+            if txn.get(_HELD_INDEX, db=self.db["meta"]) is None:
+                _build_held_index(txn, self.db)
         self.db.update((bucket_name(slot), db) for slot, db in enumerate(self.buckets))
         return stored, adopted
 
@@ -510,6 +519,8 @@ class Store:
             _build_run_index(txn, self.db, self.buckets)  # a snapshot of a version without it
         if txn.get(_LABEL_INDEX, db=self.db["meta"]) is None:
             _build_label_index(txn, self.db)
+        if txn.get(_HELD_INDEX, db=self.db["meta"]) is None:
+            _build_held_index(txn, self.db)
 
     def digest(self) -> tuple[int, str]:
         """(applied index, SHA-256 of every table at it): equal on replicas
@@ -647,6 +658,24 @@ class Store:
             txn.delete(_LABEL_INDEX, db=self.db["meta"])
 
         self.write(work)
+
+    def forget_held_index_for_tests(self) -> None:
+        """Leaves the store as a version without the held-runs index left
+        it: the table empty and unmarked (rebuilt when the store opens next)."""
+
+        def work(txn: "lmdb.Transaction[bytes]") -> None:
+            txn.drop(self.db["runs_held"], delete=False)
+            txn.delete(_HELD_INDEX, db=self.db["meta"])
+
+        self.write(work)
+
+    def held_rows_for_tests(self) -> set[tuple[str, int]]:
+        """(job ID, nominal ms) of every row of the held-runs index."""
+        with self.env.begin() as txn:
+            return {
+                (keys.job_id_of(bytes(key[: keys.JOB_KEY_BYTES])), _U64.unpack(key[keys.JOB_KEY_BYTES :])[0])
+                for key in txn.cursor(db=self.db["runs_held"]).iternext(values=False)
+            }
 
     def get_run(self, owner: str, run_id_text: str) -> tuple[Run, Job]:
         parsed = ids.parse_run_id(run_id_text)
@@ -926,7 +955,7 @@ class _Tx:
     __slots__ = (
         "_bucket_of_day", "_by_job_cur", "_by_status_cur", "_hist_curs", "_history", "_jobs_cur", "_outcomes_cur",
         "_owners", "_runs_cur", "buckets", "by_job", "by_label", "by_owner", "by_status",
-        "changes", "claim_keys", "event_seq", "events", "hist_days", "jobs", "members", "meta",
+        "changes", "claim_keys", "event_seq", "events", "held", "hist_days", "jobs", "members", "meta",
         "open", "open_deltas", "outcome_counts", "outcomes", "reqkeys", "runs", "txn",
     )
 
@@ -947,6 +976,7 @@ class _Tx:
         self.by_status = db["runs_by_status"]
         self.outcomes = db["job_outcomes"]
         self.by_label = db["jobs_by_label"]
+        self.held = db["runs_held"]
         self._owners: dict[str, str] = {}  # job ID -> owner, read once per transaction
         # Within one transaction: the buckets in use, and the bucket of each
         # day a run finished in, looked up once.
@@ -1274,6 +1304,12 @@ class _Tx:
         if new is not None:
             new_key = keys.status_key_of(owner, keys.STATUS_CODE[new[0]], new[1], job_key, run.nominal_ms)
             cur.put(new_key, b"")
+        # The held-runs index: `run` is the new state; of the old one only
+        # (status, due) is known, which tells whether it may have been held.
+        if new is not None and _held(run):
+            self.txn.put(keys.by_job_key_of(job_key, run.nominal_ms), b"", db=self.held)
+        elif old is not None and _may_be_held(*old):
+            self.txn.delete(keys.by_job_key_of(job_key, run.nominal_ms), db=self.held)
 
     def _count_outcome(self, job_key: bytes, run: Run) -> None:
         """Counts a run that just finished into its job's outcome, kept in
@@ -1571,6 +1607,8 @@ class _Tx:
         millisecond that a one-off's `at` was moved to, as one slot never
         has two runs. Its end then ends the one-off."""
         if (run.triggered or run.backfill) and run.status in _OPEN:
+            if run.backfill and run.status == "claimed":  # now a run the job's policy looks at
+                self.txn.put(keys.by_job_key(job.id, run.nominal_ms), b"", db=self.held)
             run.triggered = run.backfill = False
             self.put_run_in_place(run, runs_key, run.status, job)
 
@@ -1966,18 +2004,18 @@ class _Tx:
         at most its buffered ones and a few more."""
         running: list[tuple[bytes, Run]] = []
         buffered: list[tuple[bytes, Run]] = []
-        for nominal_ms, runs_key in self.slots_desc(job.id, 0, 1 << 63):
-            if nominal_ms == but_ms:
+        job_key = keys.job_key(job.id)
+        cur = self.txn.cursor(db=self.held)
+        found = cur.set_range(job_key)
+        while found and cur.key().startswith(job_key):
+            by_job_key = bytes(cur.key())
+            found = cur.next()
+            if _U64.unpack(by_job_key[keys.JOB_KEY_BYTES :])[0] == but_ms:
                 continue
+            runs_key = _present(self.txn.get(by_job_key, db=self.by_job))
             run = _run_dec.decode(_present(self.txn.get(runs_key, db=self.runs)))
-            if run.backfill:
-                continue
-            if run.status == "claimed":
-                running.append((runs_key, run))
-            elif run.buffered:
-                buffered.append((runs_key, run))
-        running.reverse()
-        buffered.reverse()
+            assert _held(run), "a held row of a run no policy holds"
+            (running if run.status == "claimed" else buffered).append((runs_key, run))
         return running, buffered
 
     def _overlap_holds(self, job: Job, run: Run, runs_key: bytes, at_ms: int) -> int | None:
@@ -2543,6 +2581,31 @@ def _label_keys(job: Job, job_key: bytes) -> list[bytes]:
     if not job.labels or not keys.owner_fits(job.owner):
         return []
     return [keys.label_key(job.owner, name, value, job_key) for name, value in job.labels.items()]
+
+
+def _held(run: Run) -> bool:
+    """Whether `run` has a row in `runs_held`: an open run an overlap
+    policy looks at (`Tx.overlap_state`), claimed or waiting buffered, not
+    a backfill run."""
+    return not run.backfill and (run.status == "claimed" or (run.status == "waiting" and run.buffered))
+
+
+def _may_be_held(status: str, due_ms: int) -> bool:
+    """Whether an open run in `status`, due at `due_ms`, may have a row in
+    `runs_held`: claimed, or waiting at the far due time `_buffer` parks a
+    buffered run at (a run due then by its schedule has none)."""
+    return status == "claimed" or (status == "waiting" and due_ms == limits.overlap_buffered_due_ms)
+
+
+def _build_held_index(txn: "lmdb.Transaction[bytes]", db: dict[str, lmdb._Database]) -> None:
+    """Builds the held-runs index from the runs table, as apply would have
+    kept it, and marks it built: a store of a version without it."""
+    txn.drop(db["runs_held"], delete=False)
+    for _, raw in txn.cursor(db=db["runs"]):
+        run = _run_dec.decode(raw)
+        if _held(run):
+            txn.put(keys.by_job_key(run.job_id, run.nominal_ms), b"", db=db["runs_held"])
+    txn.put(_HELD_INDEX, b"1", db=db["meta"])
 
 
 def _build_label_index(txn: "lmdb.Transaction[bytes]", db: dict[str, lmdb._Database]) -> None:
