@@ -783,8 +783,9 @@ class LifecycleModel(RuleBasedStateMachine):
 
     def check_held_index(self) -> None:
         """The index the overlap decisions read holds exactly the open runs
-        a policy looks at: claimed, or waiting buffered, and no backfill."""
-        expected = {(job.id, run.nominal_ms) for job in self.live()
+        a policy looks at, of the jobs that have one: claimed, or waiting
+        buffered, and no backfill."""
+        expected = {(job.id, run.nominal_ms) for job in self.live() if job.overlap != "allow"
                     for run in self.engine.runs_of(job.id).values()
                     if not run.backfill and (run.status == "claimed" or (run.status == "waiting" and run.buffered))}
         held = self.engine.store.held_rows_for_tests()

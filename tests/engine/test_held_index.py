@@ -77,3 +77,25 @@ def test_a_store_without_the_index_builds_it_when_it_opens(engine: Engine, tmp_p
     finally:
         reopened.close()
         engine.store = Store(str(tmp_path / "data"), map_bytes=64 << 20)  # for the fixture to close
+
+
+def test_a_job_without_a_policy_has_no_rows_until_a_patch_gives_it_one(engine: Engine) -> None:
+    """The index costs the jobs without a policy nothing (their claims and
+    results write no row); a patch that gives a job a policy reads its
+    open runs once for the runs it then holds, and one that takes the
+    policy away drops them."""
+    from .test_lifecycle_faults import _patch
+
+    spec = {"target": "queue:a", "schedule": {"every_s": 1}}
+    job = engine.create(spec)
+    engine.advance(1)
+    [running] = engine.claim(["a"], 1)
+    assert engine.store.held_rows_for_tests() == set()
+    _patch(engine, job.id, {**spec, "overlap": "skip"})
+    assert engine.store.held_rows_for_tests() == {(job.id, running.nominal_ms)}
+    engine.advance(1)
+    assert engine.claim(["a"], 1) == []  # the run claimed before the policy still runs: the slot is skipped
+    _patch(engine, job.id, {**spec, "overlap": None})
+    assert engine.store.held_rows_for_tests() == set()
+    engine.report(job.id, running.nominal_ms, 1, True, None)
+    assert engine.store.held_rows_for_tests() == set()

@@ -953,7 +953,7 @@ class _Tx:
     """One transaction's view of the tables, with the apply functions."""
 
     __slots__ = (
-        "_bucket_of_day", "_by_job_cur", "_by_status_cur", "_hist_curs", "_history", "_jobs_cur", "_outcomes_cur",
+        "_bucket_of_day", "_by_job_cur", "_by_status_cur", "_held_cur", "_hist_curs", "_history", "_jobs_cur", "_outcomes_cur",
         "_owners", "_runs_cur", "buckets", "by_job", "by_label", "by_owner", "by_status",
         "changes", "claim_keys", "event_seq", "events", "held", "hist_days", "jobs", "members", "meta",
         "open", "open_deltas", "outcome_counts", "outcomes", "reqkeys", "runs", "txn",
@@ -996,6 +996,7 @@ class _Tx:
         self._runs_cur: lmdb.Cursor[bytes] | None = None
         self._by_job_cur: lmdb.Cursor[bytes] | None = None
         self._by_status_cur: lmdb.Cursor[bytes] | None = None
+        self._held_cur: lmdb.Cursor[bytes] | None = None
         self._jobs_cur: lmdb.Cursor[bytes] | None = None
         self._outcomes_cur: lmdb.Cursor[bytes] | None = None
         # History: one cursor per (day, part of the bucket: runs, their
@@ -1016,6 +1017,11 @@ class _Tx:
         if self._by_status_cur is None:
             self._by_status_cur = self.txn.cursor(db=self.by_status)
         return self._by_status_cur
+
+    def held_cursor(self) -> "lmdb.Cursor[bytes]":
+        if self._held_cur is None:
+            self._held_cur = self.txn.cursor(db=self.held)
+        return self._held_cur
 
     def outcomes_cursor(self) -> "lmdb.Cursor[bytes]":
         if self._outcomes_cur is None:
@@ -1304,12 +1310,20 @@ class _Tx:
         if new is not None:
             new_key = keys.status_key_of(owner, keys.STATUS_CODE[new[0]], new[1], job_key, run.nominal_ms)
             cur.put(new_key, b"")
-        # The held-runs index: `run` is the new state; of the old one only
-        # (status, due) is known, which tells whether it may have been held.
-        if new is not None and _held(run):
-            self.txn.put(keys.by_job_key_of(job_key, run.nominal_ms), b"", db=self.held)
+        # The held-runs index, of jobs with an overlap policy only (a job
+        # without one has no rows: `_hold_rows` when a patch changes that).
+        # `run` is the new state; of the old one only (status, due) is
+        # known, which tells whether it may have been held. A caller
+        # without the job at hand is one whose run becomes held only for a
+        # job without a policy (a one-off's claim).
+        if job is not None and job.overlap is None:
+            return
+        if new is not None and job is not None and _is_held(run):
+            self.held_cursor().put(keys.by_job_key_of(job_key, run.nominal_ms), b"")
         elif old is not None and _may_be_held(*old):
-            self.txn.delete(keys.by_job_key_of(job_key, run.nominal_ms), db=self.held)
+            held = self.held_cursor()
+            if held.set_key(keys.by_job_key_of(job_key, run.nominal_ms)):
+                held.delete()
 
     def _count_outcome(self, job_key: bytes, run: Run) -> None:
         """Counts a run that just finished into its job's outcome, kept in
@@ -1607,7 +1621,7 @@ class _Tx:
         millisecond that a one-off's `at` was moved to, as one slot never
         has two runs. Its end then ends the one-off."""
         if (run.triggered or run.backfill) and run.status in _OPEN:
-            if run.backfill and run.status == "claimed":  # now a run the job's policy looks at
+            if run.backfill and run.status == "claimed" and job.overlap is not None:  # now a run its policy looks at
                 self.txn.put(keys.by_job_key(job.id, run.nominal_ms), b"", db=self.held)
             run.triggered = run.backfill = False
             self.put_run_in_place(run, runs_key, run.status, job)
@@ -1684,9 +1698,7 @@ class _Tx:
             # A catch-up under way was decided on the old schedule's slots.
             job.catchup_until_ms = job.catchup_decided_ms = None
             self._replan(old, job, cmd)
-        if old.overlap is not None and job.overlap not in _BUFFERING:
-            # Buffered slots' runs, and retries any policy held back.
-            self._release_all(job, cmd.at_ms)
+        self._repolicy(old, job, cmd.at_ms)
         fed = {runs_key for runs_key, _, with_job in self.changes.woken if with_job is job}
         kept = RetryKept(old.max_attempts, old.backoff_s)
         waiting: list[tuple[bytes, Run]] = []
@@ -1750,6 +1762,10 @@ class _Tx:
         assert cmd.due_ms is not None
         found = self._slot_run(job.id, cmd.slot_ms)
         if found is None:
+            # A `missed` row at the slot is history of slots that got no
+            # run, not a run: the slot's run takes its place, as a
+            # backfill's does.
+            self._drop_missed_row(job, cmd.slot_ms)
             held = self.history_run(job.id, cmd.slot_ms)
             if held is None:
                 self.put_run(Run(job.id, cmd.slot_ms, cmd.due_ms, "waiting"), job=job)
@@ -2014,7 +2030,7 @@ class _Tx:
                 continue
             runs_key = _present(self.txn.get(by_job_key, db=self.by_job))
             run = _run_dec.decode(_present(self.txn.get(runs_key, db=self.runs)))
-            assert _held(run), "a held row of a run no policy holds"
+            assert _is_held(run), "a held row of a run no policy holds"
             (running if run.status == "claimed" else buffered).append((runs_key, run))
         return running, buffered
 
@@ -2115,6 +2131,30 @@ class _Tx:
         at `at_ms` (the new policy decides on each as it is claimed)."""
         for runs_key, run in self.overlap_state(job)[1]:
             self._release(job, run, runs_key, at_ms)
+
+    def _repolicy(self, old: Job, job: Job, at_ms: int) -> None:
+        """What a patch that may change the overlap policy from `old`'s to
+        `job`'s does: a policy that no longer buffers releases the runs it
+        held back; the held-runs index follows the job having a policy."""
+        if old.overlap is not None and job.overlap not in _BUFFERING:
+            # Buffered slots' runs, and retries any policy held back.
+            self._release_all(job, at_ms)
+        if (old.overlap is None) != (job.overlap is None):
+            self._hold_rows(job)
+
+    def _hold_rows(self, job: Job) -> None:
+        """The job's rows of the held-runs index after a patch gave it an
+        overlap policy (a row for each run it holds: its claimed runs, read
+        from all its open runs once) or took its policy away (none)."""
+        job_key = keys.job_key(job.id)
+        cur = self.held_cursor()
+        while cur.set_range(job_key) and cur.key().startswith(job_key):
+            cur.delete()
+        if job.overlap is None:
+            return
+        for nominal_ms, runs_key in self.slots_desc(job.id, 0, 1 << 63):
+            if _is_held(_run_dec.decode(_present(self.txn.get(runs_key, db=self.runs)))):
+                cur.put(keys.by_job_key_of(job_key, nominal_ms), b"")
 
     def _release(self, job: Job, run: Run, runs_key: bytes, at_ms: int) -> None:
         """A buffered run becomes due at `at_ms`: the dispatcher gets it."""
@@ -2583,7 +2623,7 @@ def _label_keys(job: Job, job_key: bytes) -> list[bytes]:
     return [keys.label_key(job.owner, name, value, job_key) for name, value in job.labels.items()]
 
 
-def _held(run: Run) -> bool:
+def _is_held(run: Run) -> bool:
     """Whether `run` has a row in `runs_held`: an open run an overlap
     policy looks at (`Tx.overlap_state`), claimed or waiting buffered, not
     a backfill run."""
@@ -2601,9 +2641,11 @@ def _build_held_index(txn: "lmdb.Transaction[bytes]", db: dict[str, lmdb._Databa
     """Builds the held-runs index from the runs table, as apply would have
     kept it, and marks it built: a store of a version without it."""
     txn.drop(db["runs_held"], delete=False)
+    # Which jobs have a policy: only their runs have rows.
+    policy = {job.id: job.overlap is not None for job in (_job_dec.decode(raw) for _, raw in txn.cursor(db=db["jobs"]))}
     for _, raw in txn.cursor(db=db["runs"]):
         run = _run_dec.decode(raw)
-        if _held(run):
+        if _is_held(run) and policy.get(run.job_id, False):
             txn.put(keys.by_job_key(run.job_id, run.nominal_ms), b"", db=db["runs_held"])
     txn.put(_HELD_INDEX, b"1", db=db["meta"])
 
