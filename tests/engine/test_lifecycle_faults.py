@@ -242,3 +242,15 @@ def test_a_one_off_patched_onto_the_first_slot_of_a_missed_range_runs(engine: En
     run = engine.store.get_run_any(job.id, first_ms)
     assert run is not None and run.status == "waiting"
     assert engine.store.get_job(OWNER, job.id).next_run_at_ms == run.due_ms
+
+
+def test_a_paused_one_off_made_repeating_stays_paused_when_its_claimed_run_ends(engine: Engine) -> None:
+    job = engine.create(_spec({"at": clock.iso_from_ms(T0_MS - 120_000)}, retry={"max_attempts": 1, "backoff_s": [0]}))
+    [claimed] = engine.claim(["a"], 10)
+    drive(engine.jobs.pause(OWNER, job.id))
+    _patch(engine, job.id, _spec({"every_s": 1}, retry={"max_attempts": 1, "backoff_s": [0]}))
+    engine.report(job.id, claimed.nominal_ms, 1, False, "boom")
+    assert engine.store.get_job(OWNER, job.id).state == "paused"
+    drive(engine.jobs.resume(OWNER, job.id))
+    resumed = engine.store.get_job(OWNER, job.id)
+    assert resumed.state == "active" and resumed.next_run_at_ms is not None

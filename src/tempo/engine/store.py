@@ -1731,7 +1731,11 @@ class _Tx:
         slot: a paused job only remembers a one-off's new slot; a completed
         job becomes active when the new slot lies after the command."""
         if job.state == "paused":
-            if not job.schedule.repeating and cmd.slot_ms is not None:
+            # A paused job remembers a one-off's new slot; and a one-off's
+            # that became repeating moves off its one slot, so that slot's
+            # run ending (it was claimed) does not complete the job: its
+            # resume plans the schedule's slots.
+            if (not job.schedule.repeating or not old.schedule.repeating) and cmd.slot_ms is not None:
                 job.slot_ms = cmd.slot_ms
             return
         # An end condition the patch reached leaves nothing to plan
