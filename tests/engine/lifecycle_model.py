@@ -447,6 +447,10 @@ class LifecycleModel(RuleBasedStateMachine):
         if changed.version != job.version:
             self.fault("version", f"a patch made version {changed.version}, not {job.version}")
         if old["schedule"] != spec["schedule"] or old["jitter_s"] != spec["jitter_s"]:
+            if "at" not in old["schedule"]:
+                # A repeating job's slot is the store's, as last checked: a
+                # patch that leaves it completed keeps it.
+                job.slot_ms = self.store_slot_before_step(job)
             self.replan(job)
         self.remember(job)
 
@@ -772,9 +776,21 @@ class LifecycleModel(RuleBasedStateMachine):
         for job in self.jobs:
             self.check_job(job)
         self.check_events()
+        self.check_held_index()
         self.new_ok = {}
         engine.core.check_memory()
         engine.core.check_leases()
+
+    def check_held_index(self) -> None:
+        """The index the overlap decisions read holds exactly the open runs
+        a policy looks at, of the jobs that have one: claimed, or waiting
+        buffered, and no backfill."""
+        expected = {(job.id, run.nominal_ms) for job in self.live() if job.overlap != "allow"
+                    for run in self.engine.runs_of(job.id).values()
+                    if not run.backfill and (run.status == "claimed" or (run.status == "waiting" and run.buffered))}
+        held = self.engine.store.held_rows_for_tests()
+        if held != expected:
+            self.fault("held_index", f"rows {sorted(held - expected)} too many, {sorted(expected - held)} missing")
 
     def check_deleted(self, job: MJob) -> None:
         store = self.engine.store

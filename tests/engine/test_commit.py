@@ -98,7 +98,10 @@ def test_a_store_sized_to_the_disk_takes_its_free_space_within_the_bounds(tmp_pa
         map_bytes = store.usage()[2]
         assert store.map_grows
         assert limits.lmdb_map_bytes_min <= map_bytes <= limits.lmdb_map_bytes_max
-        assert map_bytes <= max(limits.lmdb_map_bytes_min, free_bytes + store.usage()[0])
+        # The disk's free space is read again here, after the store sized
+        # its map: other writers on the machine may have taken a little.
+        slack_bytes = 16 << 20
+        assert map_bytes <= max(limits.lmdb_map_bytes_min, free_bytes + store.usage()[0] + slack_bytes)
     finally:
         store.close()
 

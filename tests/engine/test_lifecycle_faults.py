@@ -225,3 +225,32 @@ def test_a_released_retry_of_the_last_slot_is_not_the_jobs_next_run(engine: Engi
     released = engine.store.get_run_any(job.id, last.nominal_ms)
     assert released is not None and released.status == "waiting" and not released.buffered
     assert engine.store.get_job(OWNER, job.id).next_run_at_ms is None
+
+
+def test_a_one_off_patched_onto_the_first_slot_of_a_missed_range_runs(engine: Engine) -> None:
+    """The first slot of a range that got no run holds the range's `missed`
+    row, not a run: a one-off's `at` moved there gets its run."""
+    every = _spec({"every_s": 1})
+    job = engine.create(every)
+    engine.advance(122)
+    engine.claim(["a"], 10)  # catch-up `latest`: slots before the latest are missed
+    listed, _ = engine.store.list_runs(OWNER, job.id, since_ms=None, until_ms=None, limit=1000, cursor_ms=None)
+    missed = [r for r in listed if r.status == "missed"]
+    assert missed, "a missed range"
+    first_ms = missed[0].nominal_ms
+    _patch(engine, job.id, _spec({"at": clock.iso_from_ms(first_ms)}))
+    run = engine.store.get_run_any(job.id, first_ms)
+    assert run is not None and run.status == "waiting"
+    assert engine.store.get_job(OWNER, job.id).next_run_at_ms == run.due_ms
+
+
+def test_a_paused_one_off_made_repeating_stays_paused_when_its_claimed_run_ends(engine: Engine) -> None:
+    job = engine.create(_spec({"at": clock.iso_from_ms(T0_MS - 120_000)}, retry={"max_attempts": 1, "backoff_s": [0]}))
+    [claimed] = engine.claim(["a"], 10)
+    drive(engine.jobs.pause(OWNER, job.id))
+    _patch(engine, job.id, _spec({"every_s": 1}, retry={"max_attempts": 1, "backoff_s": [0]}))
+    engine.report(job.id, claimed.nominal_ms, 1, False, "boom")
+    assert engine.store.get_job(OWNER, job.id).state == "paused"
+    drive(engine.jobs.resume(OWNER, job.id))
+    resumed = engine.store.get_job(OWNER, job.id)
+    assert resumed.state == "active" and resumed.next_run_at_ms is not None

@@ -83,6 +83,7 @@ _TABLES = (
     "runs_by_status",
     "job_outcomes",
     "jobs_by_label",
+    "runs_held",
 )
 # Tables a later version added: created in an existing store that lacks them.
 # `runs_by_status` and `job_outcomes` (`_RUN_INDEX_TABLES`) are built at open
@@ -91,13 +92,19 @@ _TABLES = (
 # runs live in the history bucket of the run, at b"s" + `keys.status_key(...)`,
 # so they go with it.
 _RUN_INDEX_TABLES = ("runs_by_status", "job_outcomes")
-_ADDED_TABLES = ("claim_keys", *_RUN_INDEX_TABLES, "jobs_by_label")
+_ADDED_TABLES = ("claim_keys", *_RUN_INDEX_TABLES, "jobs_by_label", "runs_held")
 _HIST_STATUS = b"s"
 # In `meta`: present once the tables above and the b"s" rows are complete.
 _RUN_INDEX = b"run_index"
 # In `meta`: present once `jobs_by_label` holds a row for each label of each
 # job (`_build_label_index`, at open, for a store of a version without it).
 _LABEL_INDEX = b"label_index"
+# In `meta`: present once `runs_held` holds a row (at the runs-by-job key)
+# for each open run an overlap policy looks at: claimed, or waiting
+# buffered, and not a backfill run (`_held`). The policy's decisions read
+# these rows, not every open run of the job (`_build_held_index`, at open,
+# for a store of a version without it).
+_HELD_INDEX = b"held_index"
 _OPEN = ("waiting", "claimed")
 _FINISHED = ("done", "failed", "cancelled", "missed", "skipped")  # `missed`: a row record_missed writes
 # Overlap policies that hold a slot's run back while an earlier run runs.
@@ -292,6 +299,8 @@ class Store:
                 _build_run_index(txn, self.db, self.buckets)
             if txn.get(_LABEL_INDEX, db=self.db["meta"]) is None:
                 _build_label_index(txn, self.db)
+            if txn.get(_HELD_INDEX, db=self.db["meta"]) is None:
+                _build_held_index(txn, self.db)
         self.db.update((bucket_name(slot), db) for slot, db in enumerate(self.buckets))
         return stored, adopted
 
@@ -510,6 +519,8 @@ class Store:
             _build_run_index(txn, self.db, self.buckets)  # a snapshot of a version without it
         if txn.get(_LABEL_INDEX, db=self.db["meta"]) is None:
             _build_label_index(txn, self.db)
+        if txn.get(_HELD_INDEX, db=self.db["meta"]) is None:
+            _build_held_index(txn, self.db)
 
     def digest(self) -> tuple[int, str]:
         """(applied index, SHA-256 of every table at it): equal on replicas
@@ -647,6 +658,24 @@ class Store:
             txn.delete(_LABEL_INDEX, db=self.db["meta"])
 
         self.write(work)
+
+    def forget_held_index_for_tests(self) -> None:
+        """Leaves the store as a version without the held-runs index left
+        it: the table empty and unmarked (rebuilt when the store opens next)."""
+
+        def work(txn: "lmdb.Transaction[bytes]") -> None:
+            txn.drop(self.db["runs_held"], delete=False)
+            txn.delete(_HELD_INDEX, db=self.db["meta"])
+
+        self.write(work)
+
+    def held_rows_for_tests(self) -> set[tuple[str, int]]:
+        """(job ID, nominal ms) of every row of the held-runs index."""
+        with self.env.begin() as txn:
+            return {
+                (keys.job_id_of(bytes(key[: keys.JOB_KEY_BYTES])), _U64.unpack(key[keys.JOB_KEY_BYTES :])[0])
+                for key in txn.cursor(db=self.db["runs_held"]).iternext(values=False)
+            }
 
     def get_run(self, owner: str, run_id_text: str) -> tuple[Run, Job]:
         parsed = ids.parse_run_id(run_id_text)
@@ -924,9 +953,9 @@ class _Tx:
     """One transaction's view of the tables, with the apply functions."""
 
     __slots__ = (
-        "_bucket_of_day", "_by_job_cur", "_by_status_cur", "_hist_curs", "_history", "_jobs_cur", "_outcomes_cur",
+        "_bucket_of_day", "_by_job_cur", "_by_status_cur", "_held_cur", "_hist_curs", "_history", "_jobs_cur", "_outcomes_cur",
         "_owners", "_runs_cur", "buckets", "by_job", "by_label", "by_owner", "by_status",
-        "changes", "claim_keys", "event_seq", "events", "hist_days", "jobs", "members", "meta",
+        "changes", "claim_keys", "event_seq", "events", "held", "hist_days", "jobs", "members", "meta",
         "open", "open_deltas", "outcome_counts", "outcomes", "reqkeys", "runs", "txn",
     )
 
@@ -947,6 +976,7 @@ class _Tx:
         self.by_status = db["runs_by_status"]
         self.outcomes = db["job_outcomes"]
         self.by_label = db["jobs_by_label"]
+        self.held = db["runs_held"]
         self._owners: dict[str, str] = {}  # job ID -> owner, read once per transaction
         # Within one transaction: the buckets in use, and the bucket of each
         # day a run finished in, looked up once.
@@ -966,6 +996,7 @@ class _Tx:
         self._runs_cur: lmdb.Cursor[bytes] | None = None
         self._by_job_cur: lmdb.Cursor[bytes] | None = None
         self._by_status_cur: lmdb.Cursor[bytes] | None = None
+        self._held_cur: lmdb.Cursor[bytes] | None = None
         self._jobs_cur: lmdb.Cursor[bytes] | None = None
         self._outcomes_cur: lmdb.Cursor[bytes] | None = None
         # History: one cursor per (day, part of the bucket: runs, their
@@ -986,6 +1017,11 @@ class _Tx:
         if self._by_status_cur is None:
             self._by_status_cur = self.txn.cursor(db=self.by_status)
         return self._by_status_cur
+
+    def held_cursor(self) -> "lmdb.Cursor[bytes]":
+        if self._held_cur is None:
+            self._held_cur = self.txn.cursor(db=self.held)
+        return self._held_cur
 
     def outcomes_cursor(self) -> "lmdb.Cursor[bytes]":
         if self._outcomes_cur is None:
@@ -1274,6 +1310,20 @@ class _Tx:
         if new is not None:
             new_key = keys.status_key_of(owner, keys.STATUS_CODE[new[0]], new[1], job_key, run.nominal_ms)
             cur.put(new_key, b"")
+        # The held-runs index, of jobs with an overlap policy only (a job
+        # without one has no rows: `_hold_rows` when a patch changes that).
+        # `run` is the new state; of the old one only (status, due) is
+        # known, which tells whether it may have been held. A caller
+        # without the job at hand is one whose run becomes held only for a
+        # job without a policy (a one-off's claim).
+        if job is not None and job.overlap is None:
+            return
+        if new is not None and job is not None and _is_held(run):
+            self.held_cursor().put(keys.by_job_key_of(job_key, run.nominal_ms), b"")
+        elif old is not None and _may_be_held(*old):
+            held = self.held_cursor()
+            if held.set_key(keys.by_job_key_of(job_key, run.nominal_ms)):
+                held.delete()
 
     def _count_outcome(self, job_key: bytes, run: Run) -> None:
         """Counts a run that just finished into its job's outcome, kept in
@@ -1571,6 +1621,8 @@ class _Tx:
         millisecond that a one-off's `at` was moved to, as one slot never
         has two runs. Its end then ends the one-off."""
         if (run.triggered or run.backfill) and run.status in _OPEN:
+            if run.backfill and run.status == "claimed" and job.overlap is not None:  # now a run its policy looks at
+                self.txn.put(keys.by_job_key(job.id, run.nominal_ms), b"", db=self.held)
             run.triggered = run.backfill = False
             self.put_run_in_place(run, runs_key, run.status, job)
 
@@ -1646,9 +1698,7 @@ class _Tx:
             # A catch-up under way was decided on the old schedule's slots.
             job.catchup_until_ms = job.catchup_decided_ms = None
             self._replan(old, job, cmd)
-        if old.overlap is not None and job.overlap not in _BUFFERING:
-            # Buffered slots' runs, and retries any policy held back.
-            self._release_all(job, cmd.at_ms)
+        self._repolicy(old, job, cmd.at_ms)
         fed = {runs_key for runs_key, _, with_job in self.changes.woken if with_job is job}
         kept = RetryKept(old.max_attempts, old.backoff_s)
         waiting: list[tuple[bytes, Run]] = []
@@ -1681,7 +1731,11 @@ class _Tx:
         slot: a paused job only remembers a one-off's new slot; a completed
         job becomes active when the new slot lies after the command."""
         if job.state == "paused":
-            if not job.schedule.repeating and cmd.slot_ms is not None:
+            # A paused job remembers a one-off's new slot; and a one-off's
+            # that became repeating moves off its one slot, so that slot's
+            # run ending (it was claimed) does not complete the job: its
+            # resume plans the schedule's slots.
+            if (not job.schedule.repeating or not old.schedule.repeating) and cmd.slot_ms is not None:
                 job.slot_ms = cmd.slot_ms
             return
         # An end condition the patch reached leaves nothing to plan
@@ -1712,6 +1766,10 @@ class _Tx:
         assert cmd.due_ms is not None
         found = self._slot_run(job.id, cmd.slot_ms)
         if found is None:
+            # A `missed` row at the slot is history of slots that got no
+            # run, not a run: the slot's run takes its place, as a
+            # backfill's does.
+            self._drop_missed_row(job, cmd.slot_ms)
             held = self.history_run(job.id, cmd.slot_ms)
             if held is None:
                 self.put_run(Run(job.id, cmd.slot_ms, cmd.due_ms, "waiting"), job=job)
@@ -1966,18 +2024,18 @@ class _Tx:
         at most its buffered ones and a few more."""
         running: list[tuple[bytes, Run]] = []
         buffered: list[tuple[bytes, Run]] = []
-        for nominal_ms, runs_key in self.slots_desc(job.id, 0, 1 << 63):
-            if nominal_ms == but_ms:
+        job_key = keys.job_key(job.id)
+        cur = self.txn.cursor(db=self.held)
+        found = cur.set_range(job_key)
+        while found and cur.key().startswith(job_key):
+            by_job_key = bytes(cur.key())
+            found = cur.next()
+            if _U64.unpack(by_job_key[keys.JOB_KEY_BYTES :])[0] == but_ms:
                 continue
+            runs_key = _present(self.txn.get(by_job_key, db=self.by_job))
             run = _run_dec.decode(_present(self.txn.get(runs_key, db=self.runs)))
-            if run.backfill:
-                continue
-            if run.status == "claimed":
-                running.append((runs_key, run))
-            elif run.buffered:
-                buffered.append((runs_key, run))
-        running.reverse()
-        buffered.reverse()
+            assert _is_held(run), "a held row of a run no policy holds"
+            (running if run.status == "claimed" else buffered).append((runs_key, run))
         return running, buffered
 
     def _overlap_holds(self, job: Job, run: Run, runs_key: bytes, at_ms: int) -> int | None:
@@ -2077,6 +2135,30 @@ class _Tx:
         at `at_ms` (the new policy decides on each as it is claimed)."""
         for runs_key, run in self.overlap_state(job)[1]:
             self._release(job, run, runs_key, at_ms)
+
+    def _repolicy(self, old: Job, job: Job, at_ms: int) -> None:
+        """What a patch that may change the overlap policy from `old`'s to
+        `job`'s does: a policy that no longer buffers releases the runs it
+        held back; the held-runs index follows the job having a policy."""
+        if old.overlap is not None and job.overlap not in _BUFFERING:
+            # Buffered slots' runs, and retries any policy held back.
+            self._release_all(job, at_ms)
+        if (old.overlap is None) != (job.overlap is None):
+            self._hold_rows(job)
+
+    def _hold_rows(self, job: Job) -> None:
+        """The job's rows of the held-runs index after a patch gave it an
+        overlap policy (a row for each run it holds: its claimed runs, read
+        from all its open runs once) or took its policy away (none)."""
+        job_key = keys.job_key(job.id)
+        cur = self.held_cursor()
+        while cur.set_range(job_key) and cur.key().startswith(job_key):
+            cur.delete()
+        if job.overlap is None:
+            return
+        for nominal_ms, runs_key in self.slots_desc(job.id, 0, 1 << 63):
+            if _is_held(_run_dec.decode(_present(self.txn.get(runs_key, db=self.runs)))):
+                cur.put(keys.by_job_key_of(job_key, nominal_ms), b"")
 
     def _release(self, job: Job, run: Run, runs_key: bytes, at_ms: int) -> None:
         """A buffered run becomes due at `at_ms`: the dispatcher gets it."""
@@ -2543,6 +2625,33 @@ def _label_keys(job: Job, job_key: bytes) -> list[bytes]:
     if not job.labels or not keys.owner_fits(job.owner):
         return []
     return [keys.label_key(job.owner, name, value, job_key) for name, value in job.labels.items()]
+
+
+def _is_held(run: Run) -> bool:
+    """Whether `run` has a row in `runs_held`: an open run an overlap
+    policy looks at (`Tx.overlap_state`), claimed or waiting buffered, not
+    a backfill run."""
+    return not run.backfill and (run.status == "claimed" or (run.status == "waiting" and run.buffered))
+
+
+def _may_be_held(status: str, due_ms: int) -> bool:
+    """Whether an open run in `status`, due at `due_ms`, may have a row in
+    `runs_held`: claimed, or waiting at the far due time `_buffer` parks a
+    buffered run at (a run due then by its schedule has none)."""
+    return status == "claimed" or (status == "waiting" and due_ms == limits.overlap_buffered_due_ms)
+
+
+def _build_held_index(txn: "lmdb.Transaction[bytes]", db: dict[str, lmdb._Database]) -> None:
+    """Builds the held-runs index from the runs table, as apply would have
+    kept it, and marks it built: a store of a version without it."""
+    txn.drop(db["runs_held"], delete=False)
+    # Which jobs have a policy: only their runs have rows.
+    policy = {job.id: job.overlap is not None for job in (_job_dec.decode(raw) for _, raw in txn.cursor(db=db["jobs"]))}
+    for _, raw in txn.cursor(db=db["runs"]):
+        run = _run_dec.decode(raw)
+        if _is_held(run) and policy.get(run.job_id, False):
+            txn.put(keys.by_job_key(run.job_id, run.nominal_ms), b"", db=db["runs_held"])
+    txn.put(_HELD_INDEX, b"1", db=db["meta"])
 
 
 def _build_label_index(txn: "lmdb.Transaction[bytes]", db: dict[str, lmdb._Database]) -> None:

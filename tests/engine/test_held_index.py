@@ -1,0 +1,101 @@
+"""The held-runs index (engine/store.py `runs_held`): the open runs an
+overlap policy looks at, claimed or waiting buffered, and no backfill run.
+The policy's decisions read it rather than every open run of the job, so
+a job with many backfill runs waiting decides as fast as one without. The
+lifecycle model (lifecycle_model.py) checks the index after every step;
+these are the cases it reaches seldom."""
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from tempo import clock
+from tempo.engine.store import Store
+from tempo.schema import BackfillIn
+
+from .lifecycle_model import OWNER, T0_MS, Engine, drive
+
+
+@pytest.fixture
+def engine(tmp_path: Path) -> Iterator[Engine]:
+    made = Engine(str(tmp_path / "data"))
+    yield made
+    made.close()
+
+
+def _backfill(engine: Engine, job_id: str, from_ms: int, until_ms: int) -> tuple[int, int]:
+    body = msgspec.json.decode(
+        msgspec.json.encode({"from": clock.iso_from_ms(from_ms), "until": clock.iso_from_ms(until_ms)}), type=BackfillIn
+    )
+    return drive(engine.jobs.backfill(OWNER, job_id, body))
+
+
+def _skip_job_with_backfill(engine: Engine) -> tuple[str, int]:
+    """A `buffer_one` job of one-second slots, its first slot run, with 300
+    backfill runs waiting before its slot: (job ID, its slot run's ms)."""
+    job = engine.create({"target": "queue:a", "schedule": {"every_s": 1}, "overlap": "buffer_one"})
+    engine.advance(400)
+    [first] = engine.claim(["a"], 1)
+    engine.report(job.id, first.nominal_ms, 1, True, None)
+    assert _backfill(engine, job.id, T0_MS + 2_000, T0_MS + 302_000) == (300, 0)
+    return job.id, first.nominal_ms
+
+
+def test_only_claimed_and_buffered_runs_are_held_never_backfill(engine: Engine) -> None:
+    job_id, _ = _skip_job_with_backfill(engine)
+    assert engine.store.held_rows_for_tests() == set()  # 300 backfill runs wait: none is held
+    claimed = engine.claim(["a"], 3)
+    slot_runs = [r for r in claimed if not r.backfill]
+    assert len(slot_runs) == 1 and len(claimed) == 3
+    held = engine.store.held_rows_for_tests()
+    assert held == {(job_id, r.nominal_ms) for r in slot_runs}  # claimed backfill runs are not held either
+    engine.advance(1)
+    engine.claim(["a"], 0)  # a tick: the next slot comes due behind the running run
+    buffered = {(job_id, r.nominal_ms) for r in engine.runs_of(job_id).values() if r.buffered}
+    assert buffered and engine.store.held_rows_for_tests() == held | buffered
+    for run in slot_runs:
+        engine.report(job_id, run.nominal_ms, 1, True, None)
+    # The running run ended: the buffered one is released, and nothing is held.
+    assert engine.store.held_rows_for_tests() == set()
+
+
+def test_a_store_without_the_index_builds_it_when_it_opens(engine: Engine, tmp_path: Path) -> None:
+    _skip_job_with_backfill(engine)
+    engine.claim(["a"], 3)
+    engine.advance(1)
+    engine.claim(["a"], 0)
+    kept = engine.store.held_rows_for_tests()
+    assert len(kept) >= 2
+    engine.store.forget_held_index_for_tests()
+    assert engine.store.held_rows_for_tests() == set()
+    engine.store.close()
+    reopened = Store(str(tmp_path / "data"), map_bytes=64 << 20)
+    try:
+        assert reopened.held_rows_for_tests() == kept
+    finally:
+        reopened.close()
+        engine.store = Store(str(tmp_path / "data"), map_bytes=64 << 20)  # for the fixture to close
+
+
+def test_a_job_without_a_policy_has_no_rows_until_a_patch_gives_it_one(engine: Engine) -> None:
+    """The index costs the jobs without a policy nothing (their claims and
+    results write no row); a patch that gives a job a policy reads its
+    open runs once for the runs it then holds, and one that takes the
+    policy away drops them."""
+    from .test_lifecycle_faults import _patch
+
+    spec = {"target": "queue:a", "schedule": {"every_s": 1}}
+    job = engine.create(spec)
+    engine.advance(1)
+    [running] = engine.claim(["a"], 1)
+    assert engine.store.held_rows_for_tests() == set()
+    _patch(engine, job.id, {**spec, "overlap": "skip"})
+    assert engine.store.held_rows_for_tests() == {(job.id, running.nominal_ms)}
+    engine.advance(1)
+    assert engine.claim(["a"], 1) == []  # the run claimed before the policy still runs: the slot is skipped
+    _patch(engine, job.id, {**spec, "overlap": None})
+    assert engine.store.held_rows_for_tests() == set()
+    engine.report(job.id, running.nominal_ms, 1, True, None)
+    assert engine.store.held_rows_for_tests() == set()
