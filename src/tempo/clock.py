@@ -17,10 +17,11 @@ Two clocks, two uses:
 
 A step of the wall clock shows as a change of wall minus monotonic time;
 `Clock` notices one of more than `limits.clock_step_ms_min` that the next
-read confirms, logs it once and counts it by direction. Forward, scheduler time follows at once. Backward, it
-does not: it runs on from where it was, at `limits.clock_ahead_pace_percent`
-of real time, until the wall clock meets it again, so runs keep coming
-(at that pace) and nothing that already ran comes due again.
+read confirms, logs it once and counts it by direction. Forward, scheduler
+time follows at once. Backward, it does not: it runs on from where it
+was, at `limits.clock_ahead_pace_percent` of real time, until the wall
+clock meets it again, so runs keep coming (at that pace) and nothing that
+already ran comes due again.
 """
 
 import functools

@@ -101,7 +101,7 @@ _RUN_INDEX = b"run_index"
 _LABEL_INDEX = b"label_index"
 # In `meta`: present once `runs_held` holds a row (at the runs-by-job key)
 # for each open run an overlap policy looks at: claimed, or waiting
-# buffered, and not a backfill run (`_held`). The policy's decisions read
+# buffered, and not a backfill run (`_is_held`). The policy's decisions read
 # these rows, not every open run of the job (`_build_held_index`, at open,
 # for a store of a version without it).
 _HELD_INDEX = b"held_index"
@@ -650,22 +650,19 @@ class Store:
             return _page_of_jobs(tx, rows, limit, carries)
 
     def forget_label_index_for_tests(self) -> None:
-        """Leaves the store as a version without the jobs-by-label index left
-        it: the table empty and unmarked (rebuilt when the store opens next)."""
-
-        def work(txn: "lmdb.Transaction[bytes]") -> None:
-            txn.drop(self.db["jobs_by_label"], delete=False)
-            txn.delete(_LABEL_INDEX, db=self.db["meta"])
-
-        self.write(work)
+        """Leaves the store as a version without the jobs-by-label index left it."""
+        self._forget_index("jobs_by_label", _LABEL_INDEX)
 
     def forget_held_index_for_tests(self) -> None:
-        """Leaves the store as a version without the held-runs index left
-        it: the table empty and unmarked (rebuilt when the store opens next)."""
+        """Leaves the store as a version without the held-runs index left it."""
+        self._forget_index("runs_held", _HELD_INDEX)
+
+    def _forget_index(self, table: str, mark: bytes) -> None:
+        """An index table empty and unmarked: rebuilt when the store opens next."""
 
         def work(txn: "lmdb.Transaction[bytes]") -> None:
-            txn.drop(self.db["runs_held"], delete=False)
-            txn.delete(_HELD_INDEX, db=self.db["meta"])
+            txn.drop(self.db[table], delete=False)
+            txn.delete(mark, db=self.db["meta"])
 
         self.write(work)
 
@@ -1622,7 +1619,7 @@ class _Tx:
         has two runs. Its end then ends the one-off."""
         if (run.triggered or run.backfill) and run.status in _OPEN:
             if run.backfill and run.status == "claimed" and job.overlap is not None:  # now a run its policy looks at
-                self.txn.put(keys.by_job_key(job.id, run.nominal_ms), b"", db=self.held)
+                self.held_cursor().put(keys.by_job_key(job.id, run.nominal_ms), b"")
             run.triggered = run.backfill = False
             self.put_run_in_place(run, runs_key, run.status, job)
 
@@ -2020,8 +2017,8 @@ class _Tx:
         runs key, oldest slot first; the run of slot `but_ms` and backfill
         runs (which the policy neither holds back nor is held by) left out.
         A run waiting for its next attempt is neither: its lease or timeout
-        (or a failed result) ended the attempt. Reads the job's open runs:
-        at most its buffered ones and a few more."""
+        (or a failed result) ended the attempt. Reads the job's rows of the
+        held-runs index (`runs_held`), not all its open runs."""
         running: list[tuple[bytes, Run]] = []
         buffered: list[tuple[bytes, Run]] = []
         job_key = keys.job_key(job.id)
