@@ -201,3 +201,38 @@ def test_a_wall_clock_outside_what_records_hold_is_clamped_not_asserted():
     assert c.now_ms() == limits.time_ms_max
     c.observe(limits.time_ms_max + 10)
     assert c.now_ms() == limits.time_ms_max
+
+
+def test_a_follower_that_observes_stamps_answers_its_wall_clock_when_it_leads():
+    """A node that followed (observing the leader's stamps, reading its own
+    clock rarely) and then leads answers its wall clock, not its last stamp
+    plus half of all the time since it last read its clock: a raise moves
+    the monotonic reference with it."""
+    fake = FakeClocks()
+    c = fake.clock()
+    c.now_ms()
+    for _ in range(4):
+        fake.advance(1)
+        c.observe(fake.wall // 1_000_000)  # the leader's stamp, with equal clocks
+    assert c.now_ms() == fake.wall // 1_000_000
+    assert c.lead_ms() == 0
+    # A day of following, and no read of its own clock in between.
+    for _ in range(24):
+        fake.advance(3600)
+        c.observe(fake.wall // 1_000_000)
+    fake.advance(0.5)
+    assert c.now_ms() == fake.wall // 1_000_000
+    assert c.steps == {"backward": 0, "forward": 0}
+
+
+def test_a_stamp_ahead_of_the_wall_clock_is_absorbed_at_the_pace_from_when_it_was_observed():
+    fake = FakeClocks()
+    c = fake.clock()
+    c.now_ms()
+    fake.advance(60)
+    ahead_ms = fake.wall // 1_000_000 + 1_000  # a leader whose clock ran a second ahead
+    c.observe(ahead_ms)
+    fake.advance(1)
+    assert c.now_ms() == ahead_ms + 1000 * limits.clock_ahead_pace_percent // 100
+    fake.advance(10)
+    assert c.now_ms() == fake.wall // 1_000_000

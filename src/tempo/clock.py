@@ -141,8 +141,17 @@ class Clock:
 
     def observe(self, at_ms: int) -> None:
         """A stamp applied to the store (by this node or another leader's):
-        no later answer is below it."""
-        self._last_ns = min(max(self._last_ns, at_ms * _MS_NS), _LAST_NS)
+        no later answer is below it.
+
+        A raise moves the monotonic reference with it: pacing runs from the
+        moment the stamp was learnt, not from this node's last read of its
+        own clock. Otherwise a node that followed for an hour, reading its
+        clock rarely, would lead by half an hour when it next answered
+        (docs/semantics.md "Clocks")."""
+        at_ns = min(at_ms * _MS_NS, _LAST_NS)
+        if at_ns > self._last_ns:
+            self._last_ns = at_ns
+            self._last_mono_ns = self._monotonic_ns()
 
     def lead_ms(self) -> int:
         """How far the last answer is ahead of the wall clock (0 when it is
