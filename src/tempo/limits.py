@@ -270,8 +270,9 @@ assert batch_body_bytes_max <= body_bytes_in_flight_setting_min
 follower_lag_entries_max = 32
 # A node whose applied index has not moved for this long while work is
 # pending (a leader's own writes, a follower's entries its leader has not
-# committed, a single node's batch) answers `/readyz` 503 with the reason:
-# a write stuck that long is no hiccup (an election takes 1-2 s).
+# committed, a single node's batch) answers `/readyz` 503 with the reason
+# (docs/operations.md "Readiness and health"): a write stuck that long is
+# no hiccup (an election takes 1-2 s).
 progress_stall_s = 3.0
 assert progress_stall_s * 1000 > 2 * raft_election_ticks * raft_tick_ms
 # A leader does not compact its log while it sends a follower a snapshot

@@ -40,5 +40,9 @@ def test_the_issues_requests_leave_every_node_up_and_the_cluster_writable(make_c
         assert time.monotonic() - started < 5.0
     cluster.assert_running()
     cluster.wait_converged()
-    for node in cluster.nodes:
-        assert node.ready(), f"{node.id} is not ready:\n{node.log_tail(30)}"
+    with client() as http:
+        for node in cluster.nodes:
+            assert node.ready(), f"{node.id} is not ready:\n{node.log_tail(30)}"
+            metrics = http.get(f"{node.url}/metrics").text.splitlines()
+            assert "tempo_raft_entries_refused_total 0" in metrics
+            assert "tempo_commit_commands_undecodable_total 0" in metrics

@@ -152,7 +152,7 @@ class Intake:
 
     def checked(self, batch: list[tuple[Command, Waiter]]) -> tuple[list[tuple[Command, Waiter]], bytes]:
         """`batch` (from `take`), less the commands that the log's decoder
-        refuses, and the log entry of the rest (docs/operations.md "Readiness").
+        refuses, and the log entry of the rest (docs/operations.md "Readiness and health").
 
         Every node decodes an entry with `decode_entry` before it applies
         it, a follower as soon as it arrives (net/peer.py); its types bound
@@ -163,7 +163,7 @@ class Intake:
         alone, applied). A command it refuses slipped past the checks of
         the edge: it is answered 400, logged and counted, and the rest go
         on. Cost: one decode of the entry, some 0.15-1.7 µs a command
-        (docs/operations.md "Readiness"); per command only when one fails."""
+        (docs/operations.md "Readiness and health"); per command only when one fails."""
         data = encode_entry([command for command, _ in batch])
         try:
             decode_entry(data)

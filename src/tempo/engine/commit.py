@@ -100,7 +100,7 @@ class Committer:
     def stalled(self) -> str | None:
         """Why this node is not ready: a batch has been written for
         `limits.progress_stall_s` or more without committing (docs/operations.md
-        "Readiness"); None otherwise."""
+        "Readiness and health"); None otherwise."""
         if self._batch_taken_at_s is None:
             return None
         stalled_s = trio.current_time() - self._batch_taken_at_s

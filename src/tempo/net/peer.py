@@ -50,7 +50,7 @@ def encode_frames(frames: list[bytes]) -> bytes:
 
 class EntryCheck:
     """A follower's check of its leader's entries, shared by every stream
-    of the node (docs/operations.md "Readiness").
+    of the node (docs/operations.md "Readiness and health").
 
     A leader decodes each entry before it proposes it, with the decoder
     every node has (engine/commandlog.py `Intake.checked`), so a follower

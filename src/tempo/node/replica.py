@@ -330,7 +330,7 @@ class Replica:
     def stalled(self) -> str | None:
         """Why this node is not ready although it knows a leader: work has
         been pending for `limits.progress_stall_s` without its applied index
-        moving (docs/operations.md "Readiness"); None when it moves."""
+        moving (docs/operations.md "Readiness and health"); None when it moves."""
         stalled_s = trio.current_time() - self._progress_at_s
         if stalled_s < limits.progress_stall_s:
             return None
