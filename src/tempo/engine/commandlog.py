@@ -119,7 +119,7 @@ class Intake:
         self.wake = wake
         self.pending: list[tuple[Command, Waiter]] = []
         self.closing = False
-        # Commands `take_checked` refused: the log's decoder would refuse
+        # Commands `checked` refused: the log's decoder would refuse
         # them, so no node could apply them (for /metrics).
         self.undecodable = 0
 
@@ -162,8 +162,9 @@ class Intake:
         here, by that one decoder, before it is proposed (or, on a node
         alone, applied). A command it refuses slipped past the checks of
         the edge: it is answered 400, logged and counted, and the rest go
-        on. Cost: one decode of the entry, some 0.15-1.7 µs a command
-        (docs/operations.md "Readiness and health"); per command only when one fails."""
+        on. Cost: one decode of the entry, some 0.15-1.4 µs a command
+        (docs/operations.md "Readiness and health"), and on a node alone its
+        encoding too; command by command only when one fails."""
         data = encode_entry([command for command, _ in batch])
         try:
             decode_entry(data)
