@@ -185,3 +185,23 @@ def test_the_key_encodings_hold_both_ends_of_the_stored_domain():
     assert keys.due_of(key) == limits.time_ms_max
     with pytest.raises(AssertionError, match="stored time domain"):
         keys.by_job_key(JOB, limits.stored_ms_min - 1)
+
+
+def test_jitter_never_moves_a_due_time_past_the_last_instant_answered():
+    """Found probing issue 26: an `at` of 9999-12-31T23:59:59.999Z with
+    jitter_s 3600 answered `next_run_at` "10000-01-01T00:13:13.746Z", a
+    time RFC 3339 cannot spell (docs/api.md "Times")."""
+    body = msgspec.json.decode(
+        b'{"target":"queue:q","schedule":{"at":"9999-12-31T23:59:59.999Z"},"jitter_s":3600}', type=JobCreate
+    )
+    made = [MAKER.new_job("default", body, 1_800_000_000_000, from_msgpack=False, job_id=ids.job_id_from_int(
+        1_800_000_000_000, n)).job.next_run_at_ms for n in range(20)]
+    assert all(due_ms == limits.stored_ms_max for due_ms in made), made
+    body = msgspec.json.decode(
+        b'{"target":"queue:q","schedule":{"at":"9999-12-31T23:00:00Z"},"jitter_s":3600}', type=JobCreate
+    )
+    made = [MAKER.new_job("default", body, 1_800_000_000_000, from_msgpack=False, job_id=ids.job_id_from_int(
+        1_800_000_000_000, n)).job.next_run_at_ms for n in range(20)]
+    slot_ms = limits.stored_ms_max - 3_599_999
+    assert all(slot_ms <= due_ms <= limits.stored_ms_max for due_ms in made), made
+    assert len(set(made)) > 1, "jitter still spreads the runs within the last hour"

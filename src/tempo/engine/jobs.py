@@ -636,10 +636,14 @@ def paused_ranges(job: Job, now_ms: int, next_slot_ms: int | None) -> list[Misse
 
 
 def due_ms(job: Job, slot_ms: int, now_ms: int) -> int:
-    """A scheduled run's due time: its slot plus its jitter, never in the past."""
+    """A scheduled run's due time: its slot plus its jitter, never in the past.
+    Jitter never moves it past the last instant RFC 3339 spells
+    (limits.stored_ms_max, docs/api.md "Times"): a slot in the last hour of
+    9999 is due by then at the latest."""
     if job.jitter_s == 0:
         return max(slot_ms, now_ms)  # no jitter: the run ID need not be made
-    return max(slot_ms + ids.jitter_ms(ids.run_id(job.id, slot_ms), job.jitter_s), now_ms)
+    jittered_ms = slot_ms + ids.jitter_ms(ids.run_id(job.id, slot_ms), job.jitter_s)
+    return max(min(jittered_ms, limits.stored_ms_max), slot_ms, now_ms)
 
 
 Occurrence = tuple[int, schedule.DstMark | None]
