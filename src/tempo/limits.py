@@ -63,8 +63,13 @@ trigger_slot_probe_max = 1000
 
 # Time (API.md: times are kept to the millisecond).
 minute_ms = 60_000
-# The latest UNIX millisecond a stored record may hold: runs keys carry the
-# due minute in 32 bits (engine/keys.py). Decoding checks it (records.py).
+# The time domain of what tempo stores (docs/api.md "Times"): every instant
+# a record or a key holds lies in [stored_ms_min, time_ms_max]. Keys hold
+# unsigned milliseconds, so nothing before 1970; runs keys carry the due
+# minute in 32 bits, so nothing after year 10136. engine/keys.py asserts
+# that its encodings hold both ends; decoding checks them (records.py `Ms`),
+# on every node alike.
+stored_ms_min = 0  # 1970-01-01T00:00:00.000Z
 time_ms_max = (1 << 32) * minute_ms - 1
 
 # Shutdown: how long the HTTP server waits for what is still in flight once
@@ -263,6 +268,13 @@ assert batch_body_bytes_max <= body_bytes_in_flight_setting_min
 # `tempo cluster status` counts it as lagging. A follower that keeps up is a
 # round trip behind: a few entries, each a group-commit batch.
 follower_lag_entries_max = 32
+# A node whose applied index has not moved for this long while work is
+# pending (a leader's own writes, a follower's entries its leader has not
+# committed, a single node's batch) answers `/readyz` 503 with the reason
+# (docs/operations.md "Readiness and health"): a write stuck that long is
+# no hiccup (an election takes 1-2 s).
+progress_stall_s = 3.0
+assert progress_stall_s * 1000 > 2 * raft_election_ticks * raft_tick_ms
 # A leader does not compact its log while it sends a follower a snapshot
 # (the follower would need the entries after it), as long as the follower
 # answered a chunk within `snapshot_transfer_idle_s`, and never past this many
@@ -448,6 +460,15 @@ instant_ms_min = -62_135_596_800_000  # 0001-01-01T00:00:00.000Z
 instant_ms_max = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
 
 assert instant_ms_min < 0 < instant_ms_max <= time_ms_max
+# Of those, what a request may give in a field that is stored or reaches a
+# key (`schedule.at`, `schedule.start_at`, `schedule.end_at`, a backfill's
+# `from` and `until`): from the first instant keys hold to the last that
+# RFC 3339 spells; outside, 400 at the field. The margin up to `time_ms_max`
+# holds what tempo adds to such an instant (jitter, a retry's backoff).
+stored_ms_max = instant_ms_max
+
+assert instant_ms_min < stored_ms_min < stored_ms_max <= time_ms_max
+assert stored_ms_max + (jitter_s_max + backoff_gap_s_max) * 1000 <= time_ms_max
 
 # Idempotent claims (docs/semantics.md "Idempotent claims"). A claim key is
 # 1-`claim_key_chars_max` characters of `CLAIM_KEY_PATTERN` (ASCII, so as

@@ -107,7 +107,7 @@ schedules = st.sampled_from([
     {"at": "9999-12-31T23:59:59.999Z"},
     {"every_s": 1},
     {"every_s": limits.every_s_max, "start_at": "9999-12-31T23:59:59Z"},
-    {"every_s": 60, "start_at": "0001-01-01T00:00:00Z"},
+    {"every_s": 60, "start_at": "1970-01-01T00:00:00Z"},
     {"cron": "* * * * *", "timezone": "Europe/Berlin"},
     {"cron": "0 0 29 2 *"},
     # End conditions: a single run, the largest count, an end soon after T0

@@ -157,3 +157,65 @@ async def test_the_trio_thread_runs_while_apply_works(store, monkeypatch):
     assert isinstance(outcome, Created)
     # A 10 ms ticker through 200 ms of apply: about 20 ticks; blocked, none.
     assert ticks_while_applying >= 5
+
+
+async def test_a_command_no_node_could_decode_is_400_and_never_applied(store, monkeypatch):
+    """Issue 26: a backfill slot before 1970 reached apply on a node alone
+    and crashed it (struct.error). The batch is checked as a cluster's
+    leader checks an entry (engine/commandlog.py `Intake.checked`)."""
+    from tempo.engine.commands import BackfillJob
+
+    committer = Committer(store)
+    created = new_job(T0)
+    planted = BackfillJob(T0, "default", created.job.id, [-3_600_000])
+    applied: list = []
+    apply_commands = store.apply_commands
+    monkeypatch.setattr(store, "apply_commands", lambda i, cs: applied.append(cs) or apply_commands(i, cs))
+    answers: list = []
+
+    async def submit(command) -> None:
+        try:
+            answers.append(await committer.submit(command))
+        except errors.Invalid as exc:
+            answers.append(exc)
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(committer.run)
+        async with trio.open_nursery() as clients:
+            clients.start_soon(submit, planted)
+            clients.start_soon(submit, CreateJobs(T0, [created]))
+        committer.close()
+    refused = [a for a in answers if isinstance(a, errors.Invalid)]
+    assert len(refused) == 1 and "outside what tempo stores" in refused[0].detail
+    assert all(planted not in commands for commands in applied)
+    assert committer.commands_undecodable == 1 and committer.commands_committed == 1
+
+
+async def test_a_batch_stuck_past_the_bound_makes_the_node_stalled(store, monkeypatch, autojump_clock):
+    committer = Committer(store)
+    release = trio.Event()
+
+    async def stuck_apply(index, commands):
+        await release.wait()
+        return await trio.to_thread.run_sync(store.apply_commands, index, commands)
+
+    monkeypatch.setattr(committer, "_apply", stuck_apply)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(committer.run)
+        assert committer.stalled() is None
+        done = trio.Event()
+
+        async def submit() -> None:
+            await committer.submit(CreateJobs(T0, [new_job(T0)]))
+            done.set()
+
+        nursery.start_soon(submit)
+        await trio.sleep(limits.progress_stall_s - 0.5)
+        assert committer.stalled() is None
+        await trio.sleep(1.0)
+        reason = committer.stalled()
+        assert reason is not None and reason.startswith("no progress for 3.5 s: a batch is being written")
+        release.set()
+        await done.wait()
+        assert committer.stalled() is None
+        committer.close()

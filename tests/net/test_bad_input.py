@@ -89,6 +89,13 @@ BODIES = {
     "at not a time": (with_(schedule__at="tomorrow"), "schedule.at"),
     "at date only": (with_(schedule__at="2030-01-01"), "schedule.at"),
     "at before 1970": (with_(schedule__at="1969-12-31T23:59:59Z"), "schedule.at"),
+    "start_at before 1970": (
+        {"target": "queue:a", "schedule": {"every_s": 60, "start_at": "1969-12-31T23:59:59.999Z"}},
+        "schedule.start_at",
+    ),
+    "end_at before 1970": (
+        {"target": "queue:a", "schedule": {"every_s": 60, "end_at": "0001-01-01T00:00:00Z"}}, "schedule.end_at",
+    ),
     "start_at without offset": (
         {"target": "queue:a", "schedule": {"every_s": 60, "start_at": "2030-01-01T00:00:00"}},
         "schedule.start_at",

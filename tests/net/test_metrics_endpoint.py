@@ -51,6 +51,9 @@ def test_metrics_parse_and_cover_api_commit_storage_dispatch(http):
     assert ratio == pytest.approx(used_bytes / map_bytes, rel=1e-9) and 0 < ratio < 1
     assert samples_of(families, "tempo_http_connections_open")[0] >= 1
     assert samples_of(families, "tempo_runs_claimed_total")[0] >= 1
+    # Nothing got past the request checks that the log's decoder refuses.
+    assert kinds["tempo_commit_commands_undecodable_total"] == "counter"
+    assert samples_of(families, "tempo_commit_commands_undecodable_total") == [0]
     # A single node has no raft.
     assert not any(name.startswith("tempo_raft_") for name in families)
 

@@ -18,7 +18,7 @@ from tempo.engine.commands import DeleteJob, encode_entry
 from tempo.net.api import Api, _entry_problem
 from tempo.net.asgi import Request
 from tempo.net.auth import PeerAuth
-from tempo.net.peer import FrameReader, encode_frames
+from tempo.net.peer import EntryCheck, FrameReader, encode_frames
 from tempo.raft import (
     MESSAGE_DECODER,
     MESSAGE_ENCODER,
@@ -170,6 +170,7 @@ async def test_the_raft_route_steps_good_frames_and_counts_the_corrupt_one():
     api.on_peer_messages = stepped.extend
     api.peer_auth = PeerAuth(None)
     api.peer_frames_dropped = 0
+    api.entry_check = EntryCheck(_entry_problem)
     api._peer_streams, api._peer_streams_closed = set(), False
     body = _frame(GOOD) + _raw_frame(["hb", -1, 1, 2, 0, b""]) + _frame(GOOD)
     chunks = [body[:7], body[7:20], body[20:]]
@@ -190,6 +191,7 @@ async def test_closing_the_peer_streams_ends_an_open_one_and_refuses_new_ones():
     api.on_peer_messages = [].extend
     api.peer_auth = PeerAuth(None)
     api.peer_frames_dropped = 0
+    api.entry_check = EntryCheck(_entry_problem)
     api._peer_streams, api._peer_streams_closed = set(), False
     outcome = []
 

@@ -196,9 +196,17 @@ def test_instants_outside_years_1_to_9999_are_400(http, body, loc):
         assert loc in problem_locs(r)
 
 
-def test_the_first_instants_of_year_1_are_fine(http):
-    times = preview(http, {"every_s": 60, "start_at": "0001-01-01T00:00:00Z"}, "0001-01-01T00:00:00Z", 2)["times"]
+def test_the_first_instants_of_year_1_are_fine_as_after(http):
+    # `after` is stored nowhere: it keeps years 1 to 9999 (docs/api.md "Times").
+    times = preview(http, {"every_s": 60}, "0001-01-01T00:00:00Z", 2)["times"]
     assert times == ["0001-01-01T00:01:00.000Z", "0001-01-01T00:02:00.000Z"]
+    times = preview(http, {"every_s": 60, "start_at": "1970-01-01T00:00:00Z"}, "0001-01-01T00:00:00Z", 2)["times"]
+    assert times == ["1970-01-01T00:00:00.000Z", "1970-01-01T00:01:00.000Z"]
+
+
+def test_a_previewed_start_at_before_1970_is_400_as_in_a_create(http):
+    body = {"schedule": {"every_s": 60, "start_at": "0001-01-01T00:00:00Z"}, "after": "0001-01-01T00:00:00Z"}
+    assert problem_locs(http.post("/v1/schedules/preview", json=body)) == ["schedule.start_at"]
 
 
 @pytest.mark.parametrize("value", ["0001-01-01T00:00:00+01:00", "9999-12-31T23:30:00-01:00"])

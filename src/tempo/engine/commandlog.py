@@ -11,16 +11,20 @@ queue with a `Waiter`, the loop writes what waits as one batch, and the
 waiter is answered once the batch is durable and applied here, or fails.
 """
 
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 import trio
 
 from tempo import errors, limits
-from tempo.engine.commands import Command
+from tempo.engine.commands import Command, decode_entry, encode_entry
+from tempo.engine.records import Corrupt
 from tempo.engine.storage_guard import StorageGuard
 from tempo.engine.store import Changes, Outcome
 from tempo.metrics import Histogram
+
+log = logging.getLogger("tempo.commit")
 
 # What a command's waiter is answered: the outcome of its command (a list
 # for a batch command), or the failure that kept it from committing.
@@ -58,12 +62,22 @@ class CommandLog(Protocol):
         ...
 
     @property
+    def commands_undecodable(self) -> int:
+        """Commands refused before they were proposed (`Intake.checked`)."""
+        ...
+
+    @property
     def batch_commands(self) -> Histogram:
         """Commands per batch: per group-commit batch alone, per log entry
         this node proposed in a cluster."""
         ...
 
     async def submit(self, command: Command) -> Answer: ...
+
+    def stalled(self) -> str | None:
+        """Why writes here make no progress, or None: work has been pending
+        for `limits.progress_stall_s` without being applied (/readyz)."""
+        ...
 
     def close(self) -> None: ...
 
@@ -105,6 +119,9 @@ class Intake:
         self.wake = wake
         self.pending: list[tuple[Command, Waiter]] = []
         self.closing = False
+        # Commands `checked` refused: the log's decoder would refuse
+        # them, so no node could apply them (for /metrics).
+        self.undecodable = 0
 
     async def submit(self, command: Command) -> Answer:
         return await self.enqueue(command).answer()
@@ -132,6 +149,52 @@ class Intake:
         batch = self.pending[:count]
         del self.pending[: len(batch)]
         return batch
+
+    def checked(self, batch: list[tuple[Command, Waiter]]) -> tuple[list[tuple[Command, Waiter]], bytes]:
+        """`batch` (from `take`), less the commands that the log's decoder
+        refuses, and the log entry of the rest (docs/operations.md "Readiness and health").
+
+        Every node decodes an entry with `decode_entry` before it applies
+        it, a follower as soon as it arrives (net/peer.py); its types bound
+        what keys and records hold (records.py `Ms`: no instant before
+        1970). A leader that appended an entry its followers refuse would
+        stop every write of the cluster after it, so the batch is decoded
+        here, by that one decoder, before it is proposed (or, on a node
+        alone, applied). A command it refuses slipped past the checks of
+        the edge: it is answered 400, logged and counted, and the rest go
+        on. Cost: one decode of the entry, some 0.15-1.4 µs a command
+        (docs/operations.md "Readiness and health"), and on a node alone its
+        encoding too; command by command only when one fails."""
+        data = encode_entry([command for command, _ in batch])
+        try:
+            decode_entry(data)
+        except Corrupt:
+            batch = [item for item in batch if self._decodes(*item)]
+            data = encode_entry([command for command, _ in batch])
+            try:
+                decode_entry(data)
+            except Corrupt as exc:  # each decodes alone, not together: refuse them all
+                for command, waiter in batch:
+                    self._refuse(command, waiter, str(exc))
+                batch, data = [], encode_entry([])
+        return batch, data
+
+    def _decodes(self, command: Command, waiter: Waiter) -> bool:
+        try:
+            decode_entry(encode_entry([command]))
+        except Corrupt as exc:
+            self._refuse(command, waiter, str(exc))
+            return False
+        return True
+
+    def _refuse(self, command: Command, waiter: Waiter, problem: str) -> None:
+        self.undecodable += 1
+        if self.undecodable == 1 or self.undecodable % 100 == 0:
+            log.error(
+                "refused a %s command before it was proposed (%d so far): %s; the request's checks let through "
+                "a value no node can store", type(command).__name__, self.undecodable, problem,
+            )
+        waiter.finish(errors.Invalid.at("", f"a value in this request is outside what tempo stores ({problem})"))
 
     def fail(self, failure: BaseException) -> None:
         """Answers every waiting command `failure`."""

@@ -36,6 +36,12 @@ class Committer:
         self.batch_commands = Histogram(COUNT_BUCKETS)
         self.storage = StorageGuard()
         self._intake = Intake(self.storage, self._wake_up)
+        # When the batch being written was taken (trio time), for readiness.
+        self._batch_taken_at_s: float | None = None
+
+    @property
+    def commands_undecodable(self) -> int:
+        return self._intake.undecodable
 
     def _wake_up(self) -> None:
         self._wake.set()
@@ -79,6 +85,30 @@ class Committer:
                 index += 1
 
     async def _commit(self, index: int, batch: list[tuple[Command, Waiter]]) -> bool:
+        # Checked as a cluster's leader checks an entry before it proposes
+        # it (`Intake.checked`), so a command no node could apply is
+        # answered 400 here too, never handed to apply.
+        batch, _ = self._intake.checked(batch)
+        if not batch:
+            return False
+        self._batch_taken_at_s = trio.current_time()
+        try:
+            return await self._write(index, batch)
+        finally:
+            self._batch_taken_at_s = None
+
+    def stalled(self) -> str | None:
+        """Why this node is not ready: a batch has been written for
+        `limits.progress_stall_s` or more without committing (docs/operations.md
+        "Readiness and health"); None otherwise."""
+        if self._batch_taken_at_s is None:
+            return None
+        stalled_s = trio.current_time() - self._batch_taken_at_s
+        if stalled_s < limits.progress_stall_s:
+            return None
+        return f"no progress for {stalled_s:.1f} s: a batch is being written, {len(self._intake.pending)} writes waiting"
+
+    async def _write(self, index: int, batch: list[tuple[Command, Waiter]]) -> bool:
         # No log to write: apply takes the commands themselves, not their encoding.
         commands = [command for command, _ in batch]
         try:

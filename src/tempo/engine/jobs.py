@@ -262,16 +262,29 @@ def instant_ms(value: datetime, loc: str) -> int:
     return at_ms
 
 
+STORED_RANGE = (
+    f"a time from {clock.iso_from_ms(limits.stored_ms_min)} to {clock.iso_from_ms(limits.stored_ms_max)}"
+    " in UTC, the instants tempo stores"
+)
+
+
+def stored_instant_ms(value: datetime, loc: str) -> int:
+    """A time from a request for a field that is stored or reaches a key
+    (docs/api.md "Times"), in UNIX ms, or 400 at `loc` when it lies outside
+    [limits.stored_ms_min, limits.stored_ms_max]: keys hold unsigned
+    milliseconds, and a slot computed from such a time lies within it too."""
+    at_ms = clock.ms_from_datetime(value)
+    if not limits.stored_ms_min <= at_ms <= limits.stored_ms_max:
+        raise errors.Invalid.at(loc, STORED_RANGE)
+    return at_ms
+
+
 def schedule_record(value: ScheduleSpec, loc: str = "schedule") -> Schedule:
     """Checks the cross-field rules of a schedule and returns its record."""
     _check_fields(value, loc)
     if value.at is not None:
-        at_ms = instant_ms(value.at, f"{loc}.at")
-        if at_ms < 0:
-            # Run IDs and keys hold unsigned milliseconds.
-            raise errors.Invalid.at(f"{loc}.at", "a time before 1970-01-01T00:00:00Z")
-        return Schedule(at_ms=at_ms)
-    end_ms = None if value.end_at is None else instant_ms(value.end_at, f"{loc}.end_at")
+        return Schedule(at_ms=stored_instant_ms(value.at, f"{loc}.at"))
+    end_ms = None if value.end_at is None else stored_instant_ms(value.end_at, f"{loc}.end_at")
     if value.cron is not None:
         timezone = value.timezone or "UTC"
         try:
@@ -284,7 +297,7 @@ def schedule_record(value: ScheduleSpec, loc: str = "schedule") -> Schedule:
             cron=value.cron, timezone=timezone, dst_gap=value.dst.gap, dst_repeat=value.dst.repeat,
             end_at_ms=end_ms, max_runs=value.max_runs,
         )
-    start = None if value.start_at is None else instant_ms(value.start_at, f"{loc}.start_at")
+    start = None if value.start_at is None else stored_instant_ms(value.start_at, f"{loc}.start_at")
     if start is not None and end_ms is not None and end_ms <= start:
         raise errors.Invalid.at(f"{loc}.end_at", "must be after start_at")
     return Schedule(every_s=value.every_s, start_at_ms=start, end_at_ms=end_ms, max_runs=value.max_runs)
@@ -623,10 +636,14 @@ def paused_ranges(job: Job, now_ms: int, next_slot_ms: int | None) -> list[Misse
 
 
 def due_ms(job: Job, slot_ms: int, now_ms: int) -> int:
-    """A scheduled run's due time: its slot plus its jitter, never in the past."""
+    """A scheduled run's due time: its slot plus its jitter, never in the past.
+    Jitter never moves it past the last instant RFC 3339 spells
+    (limits.stored_ms_max, docs/api.md "Times"): a slot in the last hour of
+    9999 is due by then at the latest."""
     if job.jitter_s == 0:
         return max(slot_ms, now_ms)  # no jitter: the run ID need not be made
-    return max(slot_ms + ids.jitter_ms(ids.run_id(job.id, slot_ms), job.jitter_s), now_ms)
+    jittered_ms = slot_ms + ids.jitter_ms(ids.run_id(job.id, slot_ms), job.jitter_s)
+    return max(min(jittered_ms, limits.stored_ms_max), slot_ms, now_ms)
 
 
 Occurrence = tuple[int, schedule.DstMark | None]
@@ -692,7 +709,7 @@ def _backfill_range_ms(job: Job, body: BackfillSpec, now_ms: int) -> tuple[int, 
         )
     if not job.schedule.repeating:
         raise errors.Invalid.at("", "a one-off job has one slot: trigger it instead")
-    from_ms, until_ms = instant_ms(body.from_, "from"), instant_ms(body.until, "until")
+    from_ms, until_ms = stored_instant_ms(body.from_, "from"), stored_instant_ms(body.until, "until")
     if until_ms <= from_ms:
         raise errors.Invalid.at("until", "must be after from")
     if until_ms > now_ms:

@@ -42,6 +42,16 @@ _NOMINAL_AT = 39
 assert _SLOT_AT + _SLOT.size == RUN_KEY_BYTES and _NOMINAL_AT + _NOMINAL.size == RUN_KEY_BYTES
 JOB_KEY_BYTES = ids.ULID_CHARS
 assert limits.job_key_bytes == JOB_KEY_BYTES and _SEQ.size == limits.event_seq_bytes
+# The time domain (limits.py `stored_ms_min`): every millisecond field of a
+# key is unsigned, so it holds nothing before `_MS_MIN`; a runs key's 32-bit
+# minute holds up to `limits.time_ms_max`. Each key maker asserts the lower
+# end (an instant below it is a gap in the checks before apply, which must
+# stop the node with a message rather than a struct.error); the upper end
+# of an instant is checked where it is decoded (records.py `Ms`), and a
+# lookup by a client's run ID may go past it, up to what a u64 holds.
+_MS_MIN = limits.stored_ms_min
+assert _MS_MIN == 0 and limits.time_ms_max // limits.minute_ms < 1 << 32
+assert len(_RUN.pack(limits.time_ms_max // limits.minute_ms, 255, limits.time_ms_max, bytes(26), (1 << 64) - 1)) == RUN_KEY_BYTES
 
 
 def job_key(job_id: str) -> bytes:
@@ -62,6 +72,7 @@ def run_key_of(job_key_bytes: bytes, job_id: str, nominal_ms: int, due_ms: int) 
     """The runs key of a run of job `job_id`, whose key (`job_key(job_id)`)
     the caller has at hand."""
     assert len(job_key_bytes) == JOB_KEY_BYTES
+    assert due_ms >= _MS_MIN and nominal_ms >= _MS_MIN, "an instant before the stored time domain reached a key"
     return _RUN.pack(due_ms // limits.minute_ms, ids.shard_of(job_id), due_ms, job_key_bytes, nominal_ms)
 
 
@@ -69,6 +80,7 @@ def new_run_keys(job_key_bytes: bytes, job_id: str, nominal_ms: int, due_ms: int
     """(`run_key_of(...)`, `by_job_key_of(job_key_bytes, nominal_ms)`) in
     one call: a batch of creates makes 1,000 of each."""
     assert len(job_key_bytes) == JOB_KEY_BYTES
+    assert due_ms >= _MS_MIN and nominal_ms >= _MS_MIN, "an instant before the stored time domain reached a key"
     return (
         _RUN.pack(due_ms // limits.minute_ms, ids.shard_of(job_id), due_ms, job_key_bytes, nominal_ms),
         job_key_bytes + _NOMINAL.pack(nominal_ms),
@@ -99,11 +111,13 @@ def minute_prefix(minute: int) -> bytes:
 
 
 def by_job_key(job_id: str, nominal_ms: int) -> bytes:
+    assert nominal_ms >= _MS_MIN, "an instant before the stored time domain reached a key"
     return job_key(job_id) + _NOMINAL.pack(nominal_ms)
 
 
 def by_job_key_of(job_key_bytes: bytes, nominal_ms: int) -> bytes:
     assert len(job_key_bytes) == JOB_KEY_BYTES
+    assert nominal_ms >= _MS_MIN, "an instant before the stored time domain reached a key"
     return job_key_bytes + _NOMINAL.pack(nominal_ms)
 
 
@@ -184,12 +198,14 @@ def _status_owner(owner: str) -> bytes:
 def status_key(owner: str, status_code: int, at_ms: int, job_id: str, nominal_ms: int) -> bytes:
     """The index key of a run of `owner`'s job `job_id` with `status_code`
     (`STATUS_CODE`), at `at_ms`."""
+    assert at_ms >= _MS_MIN and nominal_ms >= _MS_MIN, "an instant before the stored time domain reached a key"
     return _status_owner(owner) + _STATUS_TAIL.pack(status_code, at_ms, job_key(job_id), nominal_ms)
 
 
 def status_key_of(owner: str, status_code: int, at_ms: int, job_key_bytes: bytes, nominal_ms: int) -> bytes:
     """`status_key` from the job's key (`job_key(job_id)`), which apply has at hand."""
     assert len(job_key_bytes) == JOB_KEY_BYTES
+    assert at_ms >= _MS_MIN and nominal_ms >= _MS_MIN, "an instant before the stored time domain reached a key"
     return _status_owner(owner) + _STATUS_TAIL.pack(status_code, at_ms, job_key_bytes, nominal_ms)
 
 
@@ -205,6 +221,7 @@ def parse_status_tail(tail: bytes) -> tuple[int, int, str, int]:
 
 def order_tail(at_ms: int, job_id: str, nominal_ms: int) -> bytes:
     """(ms, job ID, nominal ms) as bytes: the order of a runs listing and its cursor."""
+    assert at_ms >= _MS_MIN and nominal_ms >= _MS_MIN, "an instant before the stored time domain reached a key"
     return _AFTER_STATUS.pack(at_ms, job_key(job_id), nominal_ms)
 
 
@@ -239,6 +256,7 @@ def claim_key_expiry(expires_ms: int, owner: str, key: str) -> bytes:
 def claim_key_expiry_of(expires_ms: int, record_key: bytes) -> bytes:
     """The expiry index key of the record at `record_key` (a `claim_key`)."""
     assert record_key.startswith(CLAIM_KEY_HEAD)
+    assert expires_ms >= _MS_MIN, "an instant before the stored time domain reached a key"
     return CLAIM_KEY_EXPIRY_HEAD + _EXPIRES.pack(expires_ms) + record_key[limits.claim_key_head_bytes :]
 
 

@@ -52,7 +52,7 @@ from tempo.net.auth import Authenticator
 from tempo.net.http import GATE, ConnectionGate
 from tempo.net.notify import NotifyCounts
 from tempo.net.notify import metric_lines as notify_metric_lines
-from tempo.net.peer import FrameReader
+from tempo.net.peer import EntryCheck, FrameReader
 from tempo.node import ClusterMember, Standalone
 from tempo.node.membership import Membership
 from tempo.node.replica import Phase, Replica
@@ -213,6 +213,8 @@ class Api:
         self.durations: dict[str, prom.Histogram] = {}
         # Corrupt raft frames from peers, dropped unread (net/peer.py).
         self.peer_frames_dropped = 0
+        # The leader's entries this node could not decode (net/peer.py).
+        self.entry_check = EntryCheck(_entry_problem)
         # Event-loop lag and GC pauses, observed by server.py.
         self.pauses = prom.Pauses()
         self.previews_computing = trio.CapacityLimiter(limits.previews_computing_max)
@@ -929,7 +931,11 @@ class Api:
         elif refused is not None:
             reason = f"writes refused: {refused.detail}"
         else:
-            reason = self.node.not_ready()
+            reason = (
+                self.entry_check.refusal(self.node.view().applied_index)
+                or self.node.not_ready()
+                or self.jobs.committer.stalled()
+            )
         if reason is None:
             return encode(request, Health("ready"))
         return Response(503, _json_enc.encode(Health("not ready", reason)), headers=[(b"retry-after", b"1")])
@@ -976,7 +982,7 @@ class Api:
         assert receive is not None
         if self._peer_streams_closed:
             raise errors.ShuttingDown("the node is shutting down")
-        reader = FrameReader(_entry_problem)
+        reader = FrameReader(entries=self.entry_check)
         # Cancelled by `close_peer_streams`: the stream ends at once.
         scope = trio.CancelScope()
         self._peer_streams.add(scope)
@@ -1012,12 +1018,22 @@ class Api:
             "# TYPE tempo_commit_commands_total counter",
             f"tempo_commit_commands_total {committer.commands_committed}",
         ]
+        lines += prom.head(
+            "tempo_commit_commands_undecodable_total", "counter",
+            "Commands refused (400) before they were proposed: the log's decoder refuses them.",
+        )
+        lines.append(prom.sample("tempo_commit_commands_undecodable_total", committer.commands_undecodable))
         if isinstance(self.node, ClusterMember):
             lines += _raft_metrics(self.node.replica)
             lines += prom.head(
                 "tempo_peer_frames_dropped_total", "counter", "Corrupt raft frames from peers, dropped unread."
             )
             lines.append(prom.sample("tempo_peer_frames_dropped_total", self.peer_frames_dropped))
+            lines += prom.head(
+                "tempo_raft_entries_refused_total", "counter",
+                "The leader's log entries this node could not decode, each counted once.",
+            )
+            lines.append(prom.sample("tempo_raft_entries_refused_total", self.entry_check.refused))
         else:
             lines += prom.head("tempo_commit_batch_commands", "histogram", "Commands per group-commit batch.")
             lines += prom.lines("tempo_commit_batch_commands", committer.batch_commands)

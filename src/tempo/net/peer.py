@@ -33,6 +33,7 @@ from tempo.raft import (
     MESSAGE_DECODER,
     MESSAGE_ENCODER,
     AppendRequest,
+    Entry,
     EntryKind,
     Message,
     malformed,
@@ -47,6 +48,58 @@ def encode_frames(frames: list[bytes]) -> bytes:
     return b"".join(_LEN.pack(len(frame)) + frame for frame in frames)
 
 
+class EntryCheck:
+    """A follower's check of its leader's entries, shared by every stream
+    of the node (docs/operations.md "Readiness and health").
+
+    A leader decodes each entry before it proposes it, with the decoder
+    every node has (engine/commandlog.py `Intake.checked`), so a follower
+    refuses one only when it decodes otherwise: a node of another version,
+    or damage. The leader sends the entry again and again (about ten times
+    a second); the follower must not spin on it. Each entry (term, index)
+    is decoded and logged once: the latest refused one is remembered and
+    its copies are dropped unread. It is counted once (`refused`, in
+    /metrics), and the node is not ready (`refusal`) until its applied
+    index reaches that entry's (a leader that replaced it)."""
+
+    def __init__(self, entry_problem: Callable[[bytes], str | None]) -> None:
+        self._entry_problem = entry_problem
+        self.refused = 0
+        # (term, index, why) of the latest entry refused, or None.
+        self.last: tuple[int, int, str] | None = None
+
+    def problem(self, message: AppendRequest) -> str | None:
+        """Why `message` carries an entry this node cannot apply, or None."""
+        for entry in message.entries:
+            if entry.kind != EntryKind.NORMAL or not entry.data:
+                continue
+            why = self._problem_of(entry)
+            if why is not None:
+                return why
+        return None
+
+    def _problem_of(self, entry: Entry) -> str | None:
+        last = self.last
+        if last is not None and (last[0], last[1]) == (entry.term, entry.index):
+            return last[2]
+        why = self._entry_problem(entry.data)
+        if why is not None:
+            self.refused += 1
+            self.last = (entry.term, entry.index, why)
+            log.error(
+                "the leader's log entry %d (term %d) does not decode on this node, which is not ready until "
+                "it applies past it (a node of another version?): %s", entry.index, entry.term, why,
+            )
+        return why
+
+    def refusal(self, applied_index: int) -> str | None:
+        """Why this node is not ready on account of an entry it refused, or None."""
+        last = self.last
+        if last is None or applied_index >= last[1]:
+            return None
+        return f"the leader's log entry {last[1]} (term {last[0]}) does not decode on this node: {last[2]}"
+
+
 class FrameReader:
     """Splits a stream of length-prefixed frames into raft messages, as the
     chunks of a request body arrive.
@@ -59,9 +112,13 @@ class FrameReader:
     it ends the stream (`errors.TooLarge`), as does a stream that ends inside
     a frame (`errors.Invalid`)."""
 
-    def __init__(self, entry_problem: Callable[[bytes], str | None] | None = None) -> None:
+    def __init__(
+        self, entry_problem: Callable[[bytes], str | None] | None = None, *, entries: EntryCheck | None = None
+    ) -> None:
         self._buffer = bytearray()
         self._entry_problem = entry_problem
+        # The node's check of its leader's entries, in place of `entry_problem`.
+        self._entries = entries
         self.dropped = 0
 
     def feed(self, chunk: bytes) -> list[Message]:
@@ -90,8 +147,14 @@ class FrameReader:
             self._drop(f"not a raft message: {exc}")
             return None
         problem = malformed(message)
-        if problem is None and self._entry_problem is not None and isinstance(message, AppendRequest):
-            problem = next(filter(None, map(self._entry_problem, _normal_data(message))), None)
+        if problem is None and isinstance(message, AppendRequest):
+            if self._entries is not None:
+                problem = self._entries.problem(message)
+                if problem is not None:
+                    self.dropped += 1  # logged once per entry by the check
+                    return None
+            elif self._entry_problem is not None:
+                problem = next(filter(None, map(self._entry_problem, _normal_data(message))), None)
         if problem is not None:
             self._drop(f"{type(message).__name__} from {message.src}: {problem}")
             return None

@@ -43,7 +43,7 @@ import trio
 
 from tempo import errors, limits
 from tempo.engine.commandlog import Answer, Intake, Listener, Waiter
-from tempo.engine.commands import Command, encode_entry
+from tempo.engine.commands import Command
 from tempo.engine.raftlog import Applied, RaftLog, apply_entries, write_ready
 from tempo.engine.storage_guard import StorageGuard
 from tempo.engine.store import STORAGE_ERRNOS, Changes, Outcome, Store
@@ -169,6 +169,11 @@ class Replica:
         self._intake = Intake(self.storage, self._wake_up)
         # A compaction that did not fit on the disk is not tried again before this (trio time).
         self._snapshot_after = 0.0
+        # Progress, for readiness (`stalled`): the last time (trio time) this
+        # node had no work pending or saw its applied index move, and the
+        # applied index it saw then. Sampled each tick.
+        self._progress_at_s = 0.0
+        self._progress_index = self.applied_index
 
     # -- the CommandLog face ----------------------------------------------------------
 
@@ -183,6 +188,10 @@ class Replica:
         if not self._intake.closing and self.phase is not Phase.LEADING:
             raise errors.NotLeader("this node is not the leader")
         return self._intake.enqueue(command)
+
+    @property
+    def commands_undecodable(self) -> int:
+        return self._intake.undecodable
 
     def close(self) -> None:
         """Refuses new commands; what is pending still goes out."""
@@ -284,14 +293,51 @@ class Replica:
                     await self._handle(rd)
 
     async def _ticker(self) -> None:
+        self._progress_at_s = trio.current_time()
         while True:
             await trio.sleep(limits.raft_tick_ms / 1000)
             self.node.tick()
             self._wake.set()
+            self._note_progress()
             if self.storage.refused is not None:
                 # The loop waits to write a Ready again; the role it shows
                 # follows the core meanwhile (a new leader elsewhere).
                 self._update_phase()
+
+    # -- readiness --------------------------------------------------------------------
+
+    def _pending(self) -> str | None:
+        """The work this node waits on, or None: a leader's own proposals
+        not yet applied; a follower's entries that its leader has not
+        committed, or committed entries not yet applied here."""
+        applied = self.applied_index
+        if self.node.role == Role.LEADER:
+            waiting = len(self._proposed) + len(self._intake.pending)
+            return f"{waiting} of its own writes waiting, applied index {applied}" if waiting else None
+        last, leader_commit = self.raft_log.last_index(), self.leader_commit_index
+        if last > applied or leader_commit > applied:
+            leader = self.name_of(self.node.leader_id) if self.node.leader_id else "none"
+            return (f"the leader ({leader}) has not committed what it holds: log index {last}, "
+                    f"the leader's commit index {leader_commit}, applied index {applied}")
+        return None
+
+    def _note_progress(self) -> None:
+        """Each tick: progress is no work pending, or the applied index moved."""
+        if self.applied_index != self._progress_index or self._pending() is None:
+            self._progress_index = self.applied_index
+            self._progress_at_s = trio.current_time()
+
+    def stalled(self) -> str | None:
+        """Why this node is not ready although it knows a leader: work has
+        been pending for `limits.progress_stall_s` without its applied index
+        moving (docs/operations.md "Readiness and health"); None when it moves."""
+        stalled_s = trio.current_time() - self._progress_at_s
+        if stalled_s < limits.progress_stall_s:
+            return None
+        pending = self._pending()
+        if pending is None:
+            return None
+        return f"no progress for {stalled_s:.1f} s: {pending}"
 
     async def _handle(self, rd: Ready) -> None:
         """`steps(rd)`, with each write on a worker thread (one at a time)
@@ -440,9 +486,14 @@ class Replica:
                 size_bytes += _size_hint(command)
                 if size_bytes >= limits.raft_entry_bytes_target:
                     break
-            batch = intake.take(count)
+            # Decoded before it is proposed, by the decoder every follower
+            # decodes it with: an entry a follower would refuse is never
+            # appended (`Intake.checked`).
+            batch, data = intake.checked(intake.take(count))
+            if not batch:
+                continue
             try:
-                index = self.node.propose(encode_entry([command for command, _ in batch]))
+                index = self.node.propose(data)
             except (NotLeader, TransferInProgress):
                 self._fail([w for _, w in batch], errors.NotLeader("this node is not the leader"))
                 continue
