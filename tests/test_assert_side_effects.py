@@ -28,10 +28,11 @@ def asserts_with_side_effects(src: Path) -> list[str]:
         for node in ast.walk(tree):
             if not isinstance(node, ast.Assert):
                 continue
-            for inner in ast.walk(node):
-                if (isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute)
-                        and inner.func.attr in _CHANGING):
-                    found.append(f"{path.relative_to(src)}:{node.lineno}: {inner.func.attr}")
+            found.extend(
+                f"{path.relative_to(src)}:{node.lineno}: {inner.func.attr}"
+                for inner in ast.walk(node)
+                if isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute) and inner.func.attr in _CHANGING
+            )
     return sorted(found, key=lambda f: (f.split(":")[0], int(f.split(":")[1])))
 
 

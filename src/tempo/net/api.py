@@ -31,6 +31,7 @@ from tempo.net.asgi import (
     Request,
     Response,
     check_head,
+    check_repeated,
     declared_length,
     decode,
     decoders,
@@ -251,6 +252,8 @@ class Api:
         try:
             try:
                 check_head(scope)
+                if len(request.headers) != len(scope["headers"]):
+                    check_repeated(scope["headers"], request.headers)
                 request.raw_query = scope.get("query_string", b"")
                 request.query = parse_query(request.raw_query)
                 route, handler = self.route(request)
