@@ -252,8 +252,9 @@ class Api:
         try:
             try:
                 check_head(scope)
-                if len(request.headers) != len(scope["headers"]):
-                    check_repeated(scope["headers"], request.headers)
+                raw_headers = scope["headers"]
+                if not isinstance(raw_headers, list) or len(request.headers) != len(raw_headers):
+                    check_repeated(raw_headers, request.headers)
                 request.raw_query = scope.get("query_string", b"")
                 request.query = parse_query(request.raw_query)
                 route, handler = self.route(request)
