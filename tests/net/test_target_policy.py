@@ -129,3 +129,12 @@ def test_without_tokens_a_loopback_target_is_delivered(tmp_path, receiver):
         refused = c.post("/v1/jobs", json=job_body(target="http://169.254.169.254/latest/meta-data/"))
         assert refused.status_code == 400 and refused.json()["errors"][0]["loc"] == "target"
     assert receiver.arrived_at("/local") == 1
+
+
+def test_a_batch_names_the_refused_item(secured, receiver):
+    with as_token(secured, "tenant") as c:
+        answer = c.post("/v1/jobs/batch", json={"jobs": [job_body(), job_body(target=f"{receiver.url}/batch")]})
+    assert answer.status_code == 200, answer.text
+    first, second = answer.json()["results"]
+    assert first["status"] == 201
+    assert second["status"] == 400 and second["problem"]["errors"][0]["loc"] == "target", second
