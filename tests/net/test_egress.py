@@ -40,7 +40,7 @@ async def test_a_name_that_rebinds_to_loopback_is_refused_at_connect_time(answer
     assert TENANTS.why_url_refused("http://rebind.example/") is None  # create time: a name passes
     backend = egress.PolicyBackend(TENANTS)
     assert await backend.addresses("rebind.example", 80, 5.0) == ["93.184.216.34"]
-    with pytest.raises(egress.TargetRefused, match=r"rebind\.example resolves to 127\.0\.0\.1, which is a loopback"):
+    with pytest.raises(egress.TargetRefused, match=r"rebind\.example resolves to a loopback address"):
         await backend.addresses("rebind.example", 80, 5.0)
 
 

@@ -88,7 +88,9 @@ class PolicyBackend(httpcore.AsyncNetworkBackend):
         for address in resolved:
             why = self.policy.why_address_refused(ipaddress.ip_address(address.partition("%")[0]))
             if why is not None:
-                raise TargetRefused(targets.explain(f"{name} resolves to {address}, which is {why}"))
+                # Not the address itself: the run's `error` is the tenant's to
+                # read, and the answers of the cluster's DNS are not.
+                raise TargetRefused(targets.explain(f"{name} resolves to {why}"))
         if not resolved:
             raise httpcore.ConnectError(f"{name} resolves to no address")
         return resolved
