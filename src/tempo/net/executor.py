@@ -20,7 +20,6 @@ backlog of due runs does not queue ahead of another owner's run.
 
 import contextlib
 import logging
-from functools import partial
 
 import httpx
 import msgspec
@@ -68,8 +67,9 @@ class HttpExecutor:
         # Made on a worker thread: loading the system's CA certificates (and
         # httpx's first imports) takes 40-120 ms, which would hold the event
         # loop at start-up (docs/operations.md "Event-loop lag").
-        made = await trio.to_thread.run_sync(partial(
-            httpx.AsyncClient, limits=limits_, follow_redirects=False, headers={"user-agent": USER_AGENT},
+        # The transport (with its TLS context) is made on that thread too.
+        made = await trio.to_thread.run_sync(lambda: httpx.AsyncClient(
+            limits=limits_, follow_redirects=False, headers={"user-agent": USER_AGENT},
             transport=policy_transport(self.policy, limits_), trust_env=False,
         ))
         self.dispatcher.stop_listeners.append(self._stop)
