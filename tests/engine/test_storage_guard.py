@@ -10,6 +10,7 @@ import pytest
 import trio
 
 from tempo import errors, limits
+from tempo.engine.commands import NotifyCursor
 from tempo.engine.commit import Committer
 from tempo.engine.store import Changes
 
@@ -41,7 +42,7 @@ class _Disk:
 
 async def _write(committer: Committer) -> str:
     try:
-        await committer.submit(object())  # type: ignore[arg-type] - the fake store applies nothing
+        await committer.submit(NotifyCursor(1_800_000_000_000, 1))
     except errors.StorageFault:
         return "507"
     return "ok"
