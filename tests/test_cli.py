@@ -6,6 +6,7 @@ import random
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 
@@ -124,6 +125,20 @@ def test_serve_refuses_a_public_address_without_insecure(tmp_path):
     )
     assert done.returncode != 0
     assert "--insecure" in done.stderr and "0.0.0.0" in done.stderr
+
+
+@pytest.mark.parametrize("how", ["-O", "PYTHONOPTIMIZE"])
+def test_serve_refuses_python_optimize(tmp_path, how):
+    """apply's invariants are asserts, which -O drops: the node refuses to
+    start with one line, before it makes its data directory."""
+    env = {**os.environ, "PYTHONOPTIMIZE": "1"} if how == "PYTHONOPTIMIZE" else None
+    argv = [sys.executable, *(["-O"] if how == "-O" else []), "-m", "tempo.cli", "serve",
+            "--data-dir", str(tmp_path / "d"), "--listen", f"127.0.0.1:{free_port()}"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=30, env=env)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("tempo serve: ") and "-O" in lines[0], done.stderr
+    assert not (tmp_path / "d").exists()
 
 
 def test_serve_rejects_a_bad_listen_address(tmp_path):

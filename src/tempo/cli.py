@@ -1025,6 +1025,13 @@ def ca_file_from(args: argparse.Namespace) -> str | None:
 def _serve(args: argparse.Namespace) -> int:
     from tempo import server
 
+    if sys.flags.optimize:
+        # apply's invariants are asserts (docs/operations.md "Running under
+        # python -O"): -O would drop them, and a broken invariant would be
+        # written to disk instead of stopping the node.
+        print("tempo serve: refuses to run under python -O or PYTHONOPTIMIZE: apply's invariants are asserts, "
+              "which -O removes", file=sys.stderr)
+        return 2
     try:
         cluster = server.parse_cluster(args.node, args.peers)
         host, port = server.parse_listen(args.listen or server.default_listen(cluster))

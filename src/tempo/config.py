@@ -71,6 +71,12 @@ name = "acme"
 url = "https://hooks.example.com/tempo"
 events = ["run.failed", "job.recovered"]  # default: all three
 
+# The target policy (docs/operations.md "Target policy"): with tokens, the
+# HTTP executor and notifications reach globally routable addresses only;
+# these networks and host names are opened as well.
+[executor]
+allow = ["10.0.0.0/8", "hooks.internal.example"]
+
 # The data directory (docs/operations.md "Disk full").
 [storage]
 map_bytes = 68719476736  # the LMDB map: the most data.mdb may hold. Left out,
@@ -96,8 +102,9 @@ import ssl
 import tomllib
 from dataclasses import dataclass, field, fields
 from typing import Any, TypeGuard
+from urllib.parse import urlsplit
 
-from tempo import limits
+from tempo import limits, targets
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _QUEUE = re.compile(rf"[A-Za-z0-9._-]{{1,{limits.queue_name_chars_max}}}")  # ASCII: as many bytes
@@ -163,6 +170,16 @@ class Storage:
     map_bytes: int | None = None  # None: sized to the disk, and grows
 
 
+@dataclass(frozen=True)
+class ExecutorConfig:
+    """The `[executor]` table: the networks and host names that tempo's HTTP
+    requests (targets and notifications) may reach although the target
+    policy would refuse them (docs/operations.md "Target policy")."""
+
+    allow_networks: tuple[targets.Network, ...] = ()
+    allow_hosts: frozenset[str] = frozenset()
+
+
 NOTIFY_EVENTS = ("run.failed", "job.completed", "job.recovered")
 
 
@@ -194,9 +211,20 @@ class Config:
     http: HttpLimits = field(default_factory=HttpLimits)
     storage: Storage = field(default_factory=Storage)
     notify: NotifyConfig | None = None
+    executor: ExecutorConfig = field(default_factory=ExecutorConfig)
 
     def limits_of(self, owner: str) -> OwnerLimits:
         return self.owners.get(owner, self.limits)
+
+    def target_policy(self, peer_hosts: frozenset[str] = frozenset()) -> targets.TargetPolicy:
+        """The target policy of this config: with tokens, clients are
+        tenants, and loopback and the cluster's own nodes (`peer_hosts`)
+        are refused too; without, the node listens on loopback only, its
+        clients are local users, and a local try-out may target loopback."""
+        return targets.TargetPolicy(
+            loopback_allowed=not self.tokens, allow_networks=self.executor.allow_networks,
+            allow_hosts=self.executor.allow_hosts, peer_hosts=peer_hosts if self.tokens else frozenset(),
+        )
 
 
 _OWNER_RULE = (
@@ -380,7 +408,7 @@ def parse(text: str, base_dir: str = ".") -> Config:
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"not TOML: {exc}") from None
     unknown = set(data) - {"tokens", "peer_token", "retention_days", "limits", "owners", "tls", "http", "storage",
-                          "notify"}
+                          "notify", "executor"}
     if unknown:
         raise ConfigError(f"unknown keys {sorted(unknown)}")
     raw_tokens = data.get("tokens", [])
@@ -403,16 +431,46 @@ def parse(text: str, base_dir: str = ".") -> Config:
         tokens, peer_token, retention_days, defaults, owners, tls, _http(data.get("http", {})),
         storage=_storage(data.get("storage", {})),
         notify=_notify(data["notify"], os.path.abspath(base_dir)) if "notify" in data else None,
+        executor=_executor(data.get("executor", {})),
     )
+
+
+def _executor(raw: object) -> ExecutorConfig:
+    raw = _table("executor", raw, {"allow"}, shape="a table ([executor])")
+    entries = raw.get("allow", [])
+    if not isinstance(entries, list) or not all(isinstance(e, str) for e in entries):
+        raise ConfigError("executor.allow: a list of networks (10.0.0.0/8) and host names (hooks.internal.example)")
+    if len(entries) > limits.executor_allow_entries_max:
+        raise ConfigError(f"executor.allow: at most {limits.executor_allow_entries_max} entries")
+    networks: list[targets.Network] = []
+    hosts: set[str] = set()
+    for i, entry in enumerate(entries):
+        try:
+            parsed = targets.parse_allow(entry)
+        except targets.PolicyError as exc:
+            raise ConfigError(f"executor.allow[{i}]: {exc}") from None
+        if isinstance(parsed, str):
+            hosts.add(parsed)
+        else:
+            networks.append(parsed)
+    return ExecutorConfig(tuple(networks), frozenset(hosts))
 
 
 def notify_url_ok(url: object) -> bool:
-    """An http(s) URL of printable ASCII without spaces, within its bound
-    (the executor's rule for targets)."""
-    return (
+    """An http(s) URL of printable ASCII without spaces, within its bound,
+    with a host and a valid port (the executor's rule for targets): a URL
+    such as `http:///nohost` could never be delivered."""
+    if not (
         isinstance(url, str) and url.startswith(("http://", "https://"))
         and len(url) <= limits.notify_url_chars_max and url.isascii() and url.isprintable() and " " not in url
-    )
+    ):
+        return False
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a bad port
+    except ValueError:
+        return False
+    return bool(parts.hostname)
 
 
 def _notify(raw: object, base_dir: str) -> NotifyConfig:
@@ -454,7 +512,7 @@ def _notify_owner(where: str, item: object) -> tuple[str, NotifyTarget]:
     if not isinstance(name, str) or not _owner_name_ok(name):
         raise ConfigError(f"{where}.name: {_OWNER_RULE}")
     if not isinstance(url, str) or not notify_url_ok(url):
-        raise ConfigError(f"{where}.url: an http:// or https:// URL of printable ASCII, "
+        raise ConfigError(f"{where}.url: an http:// or https:// URL of printable ASCII with a host, "
                           f"at most {limits.notify_url_chars_max} characters")
     events = item.get("events", list(NOTIFY_EVENTS))
     if not isinstance(events, list) or not events or not all(e in NOTIFY_EVENTS for e in events):

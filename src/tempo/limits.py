@@ -243,6 +243,10 @@ assert lmdb_max_dbs >= lmdb_fixed_dbs_max + history_buckets
 # before it looks again, so a bucket that is nearly full is not polled.
 owner_limit_max = 10_000_000
 config_owners_max = 10_000
+# `[executor] allow` lists at most this many networks and host names
+# (docs/operations.md "Target policy"): each delivery's addresses are
+# compared with every network, so the list stays short.
+executor_allow_entries_max = 1000
 claim_refill_wait_ms_min = 5
 
 assert claim_runs_max <= owner_limit_max

@@ -41,6 +41,7 @@ from tempo.node import ClusterMember, Member, Standalone, raft_id_of
 from tempo.node.membership import Membership
 from tempo.node.replica import Phase, Replica
 from tempo.raft import Message
+from tempo.targets import TargetPolicy
 
 _NODE_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 log = logging.getLogger("tempo.server")
@@ -66,6 +67,22 @@ class ServeOptions:
     # Tests only (docs/operations.md "Retention"): days added to the clock
     # the retention service reads, so a test can age history.
     retention_skew_days: int = 0
+
+
+def peer_hosts(options: ServeOptions) -> frozenset[str]:
+    """The hosts of this node's `--listen` and of every `--peers` URL, as
+    the target policy compares them (tempo/targets.py): an address in its
+    canonical form, a name in lower case."""
+    hosts = [options.host]
+    if options.cluster is not None:
+        hosts += [urlsplit(m.url).hostname or "" for m in options.cluster.members]
+    found = set()
+    for host in filter(None, hosts):
+        try:
+            found.add(str(ipaddress.ip_address(host)))
+        except ValueError:
+            found.add(host.lower().rstrip("."))
+    return frozenset(found)
 
 
 class ServeError(Exception):
@@ -275,6 +292,7 @@ async def _serve_alone(
     committer = Committer(store)
     committer.listeners.append(_observe_stamps(node_clock))
     jobs = Jobs(store, committer, now_ms=node_clock.now_ms)
+    policy = jobs.target_policy = config.target_policy(peer_hosts(options))
     dispatcher = Dispatcher(store, committer, limits_of=config.limits_of, now_ms=node_clock.now_ms)
     retention = _retention(options, config, store, committer, node_clock)
     node = Standalone(store.applied_index)
@@ -292,7 +310,7 @@ async def _serve_alone(
             await nursery.start(committer.run)
             async with trio.open_nursery() as services:
                 await services.start(dispatcher.run)
-                await services.start(HttpExecutor(dispatcher).run)
+                await services.start(HttpExecutor(dispatcher, policy=policy).run)
                 await services.start(retention.run)
                 if notifier is not None:
                     await services.start(notifier.run)
@@ -339,6 +357,7 @@ async def _serve_member(
     )
     replica.listeners.append(_observe_stamps(node_clock))
     jobs = Jobs(store, replica, now_ms=node_clock.now_ms)
+    jobs.target_policy = config.target_policy(peer_hosts(options))
     dispatcher = Dispatcher(store, replica, limits_of=config.limits_of, now_ms=node_clock.now_ms)
     node = ClusterMember(replica, cluster.me, list(cluster.members))
     node.refresh(store.members())
@@ -371,7 +390,7 @@ async def _serve_member(
             await nursery.start(transport.run)
             await nursery.start(replica.run)
             await nursery.start(
-                partial(_lead, notifier=notifier), replica, dispatcher,
+                partial(_lead, notifier=notifier, policy=jobs.target_policy), replica, dispatcher,
                 _retention(options, config, store, replica, node_clock),
             )
             nursery.start_soon(_watch_signals, signals, stop, stopping, api, replica)
@@ -408,7 +427,8 @@ def _notifier(
         return None
     jobs.notify_enabled = True
     notifier = Notifier(
-        store, committer, config.notify, now_ms=node_clock.now_ms, events_changed=lambda: dispatcher.events_changed
+        store, committer, config.notify, now_ms=node_clock.now_ms, events_changed=lambda: dispatcher.events_changed,
+        policy=jobs.target_policy,
     )
     api.notify_counts = notifier.counts
     return notifier
@@ -420,6 +440,7 @@ async def _lead(
     retention: Retention,
     *,
     notifier: Notifier | None = None,
+    policy: TargetPolicy | None = None,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Runs the dispatcher, the HTTP executor, retention and the notifier
@@ -439,7 +460,7 @@ async def _lead(
         try:
             async with trio.open_nursery() as services:
                 await services.start(dispatcher.run)
-                await services.start(HttpExecutor(dispatcher).run)
+                await services.start(HttpExecutor(dispatcher, policy=policy).run)
                 await services.start(retention.run)
                 if notifier is not None:
                     await services.start(notifier.run)

@@ -83,3 +83,62 @@ def test_tokens_allow_a_non_loopback_listen_and_no_tokens_refuse_it(tmp_path):
     (tmp_path / "bad.toml").write_text('[[tokens]]\nsha256 = "xyz"\nowner = "a"\nrole = "client"\n')
     bad = subprocess.run([*argv, "--config", str(tmp_path / "bad.toml")], capture_output=True, text=True, timeout=30)
     assert bad.returncode == 2 and "tokens[0].sha256" in bad.stderr
+
+
+# -- repeated headers that auth or routing reads ---------------------------------
+
+
+def _raw(srv, method: str, path: str, headers: list[tuple[str, str]], body: bytes = b"") -> tuple[int, dict, bytes]:
+    """One request sent as written, repeated headers included (an HTTP
+    client would merge or refuse them)."""
+    import json
+    import socket
+
+    from net.raw_http import read_answer
+
+    host, port = srv.url.removeprefix("http://").rsplit(":", 1)
+    head = f"{method} {path} HTTP/1.1\r\n"
+    if not any(name.lower() == "host" for name, _ in headers):
+        head += f"host: {host}\r\n"
+    head += "".join(f"{name}: {value}\r\n" for name, value in headers)
+    head += f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(head.encode("latin-1") + body)
+        status, answer_headers, answer = read_answer(sock)
+    return status, answer_headers, json.loads(answer) if answer else {}
+
+
+@pytest.mark.parametrize("values", [
+    ["Bearer nope", "Bearer acme-client"],
+    ["Bearer acme-client", "Bearer nope"],
+    ["Bearer acme-client", "Bearer globex-client"],
+    ["Bearer acme-client", "Bearer acme-client"],
+])
+@pytest.mark.parametrize("path", ["/v1/jobs", "/healthz", "/v1/cluster", "/v1/events"])
+def test_two_authorization_headers_are_400_on_every_route(secured, values, path):
+    status, headers, problem = _raw(secured, "GET", path, [("authorization", v) for v in values])
+    assert status == 400, (status, problem)
+    assert headers["content-type"] == "application/problem+json"
+    assert problem["errors"][0]["loc"] == "header.authorization" and "once" in problem["errors"][0]["msg"]
+
+
+@pytest.mark.parametrize("name", ["content-type", "if-match", "host"])
+def test_other_repeated_headers_that_routing_reads_are_400(secured, name):
+    with as_token(secured, "acme-client") as c:
+        job = c.post("/v1/jobs", json={"target": "queue:reports", "schedule": {"at": "2030-01-01T00:00:00Z"}}).json()
+    value = {"content-type": "application/json", "if-match": '"1"', "host": "127.0.0.1"}[name]
+    status, headers, problem = _raw(secured, "PATCH", f"/v1/jobs/{job['id']}",
+                                    [("authorization", "Bearer acme-client"), (name, value), (name, value)],
+                                    b'{"name": "renamed"}')
+    assert status == 400 and headers["content-type"] == "application/problem+json", (status, problem)
+    # h11 refuses a second Host before the request reaches tempo's routes.
+    if name != "host":
+        assert problem["errors"][0]["loc"] == f"header.{name}"
+    with as_token(secured, "acme-client") as c:
+        assert c.get(f"/v1/jobs/{job['id']}").json()["name"] is None
+
+
+def test_one_of_each_header_is_served(secured):
+    status, _, body = _raw(secured, "GET", "/v1/jobs", [("authorization", "Bearer acme-client"),
+                                                        ("accept", "application/json"), ("accept", "*/*")])
+    assert status == 200 and "jobs" in body

@@ -149,7 +149,7 @@ class Committer:
             self.store.grow_map()
         fault = await trio.to_thread.run_sync(self.store.probe)
         if fault is None:
-            self.storage.succeeded()
+            self.storage.probed()
         else:
             self.storage.failed(fault)
 

@@ -23,7 +23,7 @@ from typing import Any, NamedTuple, Protocol, TypeGuard, TypeVar
 import msgspec
 import trio
 
-from tempo import clock, errors, ids, limits, schedule
+from tempo import clock, errors, ids, limits, schedule, targets
 from tempo.config import notify_url_ok
 from tempo.engine.commandlog import Answer, CommandLog
 from tempo.engine.commands import (
@@ -206,6 +206,20 @@ def check_target(target: str) -> None:
             raise errors.Invalid.at("target", "a URL target needs a host")
         return
     raise errors.Invalid.at("target", "must be queue:<name> or an http:// or https:// URL")
+
+
+@functools.lru_cache(maxsize=1024)
+def _why_refused(policy: targets.TargetPolicy, url: str) -> str | None:
+    """Cached as `check_target` is: a batch's items mostly share a few URLs."""
+    return policy.why_url_refused(url)
+
+
+def check_policy(policy: targets.TargetPolicy, url: str, loc: str) -> None:
+    """`400` at `loc` when the target policy refuses the http(s) URL by what
+    it says (tempo/targets.py; docs/operations.md "Target policy")."""
+    why = _why_refused(policy, url)
+    if why is not None:
+        raise errors.Invalid.at(loc, targets.explain(why))
 
 
 def check_request_key(key: str) -> None:
@@ -832,6 +846,10 @@ class Jobs:
         # Whether the server sends notifications (a `[notify]` config table):
         # without, a job that asks for them is refused at `notify`.
         self.notify_enabled = False
+        # Where a job's http(s) target and notify URL may point (the server
+        # sets it from its config; the default allows loopback, as a node
+        # without tokens does).
+        self.target_policy = targets.TargetPolicy()
 
     def new_job(
         self,
@@ -850,6 +868,8 @@ class Jobs:
         the body is a job after a patch, whose schedule may end before now
         (an `end_at` in the past completes the job, docs/semantics.md)."""
         check_target(body.target)
+        if body.target[0] == "h":  # http:// or https://, which check_target passed
+            check_policy(self.target_policy, body.target, "target")
         if body.request_key is not None:
             check_request_key(body.request_key)
         if not payload_passed:
@@ -892,8 +912,9 @@ class Jobs:
             raise errors.Invalid.at("notify", "this server sends no notifications: its config has no [notify] table")
         if not notify_url_ok(body.url):
             raise errors.Invalid.at(
-                "notify.url", "an http:// or https:// URL of printable ASCII without spaces"
+                "notify.url", "an http:// or https:// URL of printable ASCII without spaces, with a host"
             )
+        check_policy(self.target_policy, body.url, "notify.url")
         return Notify(body.url, tuple(dict.fromkeys(body.events)))
 
     async def create(

@@ -1188,7 +1188,7 @@ class _Tx:
             job_key = keys.job_key(run.job_id)
         key = keys.run_key_of(job_key, run.job_id, run.nominal_ms, run.due_ms)
         if old_key is not None and old_key != key:
-            assert self.txn.delete(old_key, db=self.runs)
+            _must(self.txn.delete(old_key, db=self.runs), "a run moves from the row it had")
         self.txn.put(key, _enc.encode(run), db=self.runs)
         if old_key != key:
             self.txn.put(keys.by_job_key_of(job_key, run.nominal_ms), key, db=self.by_job)
@@ -1227,7 +1227,7 @@ class _Tx:
             self.changes.gone.append(runs_key)
 
     def drop_run(self, runs_key: bytes, run: Run, job: Job | None = None) -> None:
-        assert self.txn.delete(runs_key, db=self.runs)
+        _must(self.txn.delete(runs_key, db=self.runs), "a run dropped has its row")
         self._count_open(runs_key if run.status in _OPEN else None, None)
         if run.status in _OPEN:
             self._move_open_row(run, (run.status, keys.due_of(runs_key)), None, job)
@@ -1450,7 +1450,7 @@ class _Tx:
         for key, value in list(self.txn.cursor(db=self.hist_days)):
             if _DAY.unpack(value)[0] < cmd.before_day:
                 self.txn.drop(self.buckets[_SLOT.unpack(key)[0]], delete=False)
-                assert self.txn.delete(key, db=self.hist_days)
+                _must(self.txn.delete(key, db=self.hist_days), "a day read from the index has its row")
         self._history = None
         self._bucket_of_day.clear()
         self._hist_curs.clear()
@@ -1633,8 +1633,10 @@ class _Tx:
         one-off (a patch gave it that `at` again)."""
         if run.status != "cancelled" or (run.owner_cancelled and job.schedule.repeating):
             return None
-        assert self.txn.delete(_HIST_RUN + keys.by_job_key(run.job_id, run.nominal_ms), db=bucket)
-        assert self.txn.delete(_HIST_STATUS + _status_key_of(job.owner, run), db=bucket)
+        _must(self.txn.delete(_HIST_RUN + keys.by_job_key(run.job_id, run.nominal_ms), db=bucket),
+              "a cancelled run in history has its row")
+        _must(self.txn.delete(_HIST_STATUS + _status_key_of(job.owner, run), db=bucket),
+              "a cancelled run in history has its status row")
         self._uncount_cancelled(keys.job_key(job.id))
         run.status = "waiting"
         run.owner_cancelled = False
@@ -1719,7 +1721,7 @@ class _Tx:
         job_key = keys.job_key(job.id)
         before, after = set(_label_keys(old, job_key)), set(_label_keys(job, job_key))
         for key in sorted(before - after):
-            assert self.txn.delete(key, db=self.by_label), "a labelled job had its index row"
+            _must(self.txn.delete(key, db=self.by_label), "a labelled job had its index row")
         for key in sorted(after - before):
             self.txn.put(key, b"", db=self.by_label)
 
@@ -1812,14 +1814,16 @@ class _Tx:
             found = cur.set_range(head)
             while found and cur.key().startswith(head):
                 held = _run_dec.decode(cur.value())
-                assert self.txn.delete(_HIST_STATUS + _status_key_of(job.owner, held), db=db)
+                _must(self.txn.delete(_HIST_STATUS + _status_key_of(job.owner, held), db=db),
+                      "a run in history has its status row")
                 found = cur.delete()
         self.outcome_counts.pop(keys.job_key(job.id), None)  # its runs' counts go with it
         self.txn.delete(keys.job_key(job.id), db=self.outcomes)
-        assert self.txn.delete(keys.job_key(job.id), db=self.jobs)
-        assert self.txn.delete(keys.owner_job_key(job.owner, job.id), db=self.by_owner)
+        _must(self.txn.delete(keys.job_key(job.id), db=self.jobs), "a job deleted has its row")
+        _must(self.txn.delete(keys.owner_job_key(job.owner, job.id), db=self.by_owner),
+              "a job deleted has its row in its owner's index")
         for key in _label_keys(job, keys.job_key(job.id)):
-            assert self.txn.delete(key, db=self.by_label), "a labelled job had its index row"
+            _must(self.txn.delete(key, db=self.by_label), "a labelled job had its index row")
         if job.request_key is not None:
             # Deleting a job releases its request key: a later create with that
             # key makes a new job rather than answering with a deleted one.
@@ -1875,8 +1879,9 @@ class _Tx:
         if held is None or held[1].status != "missed":
             return
         bucket, row = held
-        assert self.txn.delete(_HIST_RUN + keys.by_job_key(job.id, slot_ms), db=bucket)
-        assert self.txn.delete(_HIST_STATUS + _status_key_of(job.owner, row), db=bucket)
+        _must(self.txn.delete(_HIST_RUN + keys.by_job_key(job.id, slot_ms), db=bucket), "a missed run read has its row")
+        _must(self.txn.delete(_HIST_STATUS + _status_key_of(job.owner, row), db=bucket),
+              "a missed run read has its status row")
 
     def backfill_job(self, cmd: BackfillJob) -> list[Run] | errors.TempoError:
         """A waiting run, due at `cmd.at_ms` and marked `backfill`, for each
@@ -2225,7 +2230,7 @@ class _Tx:
     def _drop_claim_key(self, record_key: bytes, expires_ms: int) -> None:
         """A record and its expiry index entry."""
         index_key = keys.claim_key_expiry_of(expires_ms, record_key)
-        assert self.txn.delete(index_key, db=self.claim_keys), "a claim key's record has its expiry entry"
+        _must(self.txn.delete(index_key, db=self.claim_keys), "a claim key's record has its expiry entry")
         raw = self.txn.get(record_key, db=self.claim_keys)
         # The record under that key may be a later one (the key used again
         # after it expired): only the one that expires then goes.
@@ -2507,6 +2512,15 @@ def _key_fault(job: Job) -> errors.TempoError | None:
     if job.request_key is not None and not keys.request_key_fits(job.owner, job.request_key):
         return errors.Invalid.at("request_key", f"at most {limits.request_key_bytes_max} bytes in UTF-8")
     return None
+
+
+def _must(done: bool, why: str) -> None:
+    """An invariant of a call that does work, such as a row delete: checked
+    with `if`, never inside `assert`, which `python -O` drops together with
+    the call it holds (docs/operations.md "Running under python -O").
+    Raises AssertionError, as an assert would, under either flag."""
+    if not done:
+        raise AssertionError(why)
 
 
 def _delete_at(cur: "lmdb.Cursor[bytes]", key: bytes, missing: str = "a row apply deletes is there") -> None:

@@ -31,6 +31,7 @@ from tempo.net.asgi import (
     Request,
     Response,
     check_head,
+    check_repeated,
     declared_length,
     decode,
     decoders,
@@ -253,6 +254,9 @@ class Api:
         try:
             try:
                 check_head(scope)
+                raw_headers = scope["headers"]
+                if not isinstance(raw_headers, list) or len(request.headers) != len(raw_headers):
+                    check_repeated(raw_headers, request.headers)
                 request.raw_query = scope.get("query_string", b"")
                 request.query = parse_query(request.raw_query)
                 route, handler = self.route(request)

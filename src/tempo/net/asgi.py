@@ -7,7 +7,7 @@ microsecond of routing shows in the single-create rate.
 
 import re
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -254,6 +254,30 @@ def check_head(scope: HTTPScope) -> None:
     size += sum(len(name) + len(value) + 4 for name, value in scope["headers"])
     if size > limits.header_bytes_max:
         raise errors.HeadersTooLarge(f"the request line and headers are over {limits.header_bytes_max} bytes")
+
+
+# Headers that decide who asks, which job version a write is for, or how
+# the body is framed and read: sent twice, a proxy in front may have checked
+# one and tempo would read another (docs/api.md "Repeated headers").
+SINGLE_HEADERS = (b"authorization", b"content-type", b"content-length", b"host", b"if-match")
+
+
+def check_repeated(raw_headers: Iterable[tuple[bytes, bytes]], headers: dict[bytes, bytes]) -> None:
+    """Called when `headers`, the request's headers by name, is shorter than
+    the list it came from: some name came more than once. One of
+    SINGLE_HEADERS is `400` at `header.<name>`; a repeated `Accept` (a
+    list, RFC 9110 section 12.5.1) is read as its values joined; any other
+    keeps its last value, which nothing in tempo reads."""
+    seen: dict[bytes, list[bytes]] = {}
+    for name, value in raw_headers:
+        seen.setdefault(name, []).append(value)
+    for name in SINGLE_HEADERS:
+        if len(seen.get(name, ())) > 1:
+            header = name.decode()
+            raise errors.Invalid.at(f"header.{header}", f"{header} was sent {len(seen[name])} times; send it once")
+    accept = seen.get(b"accept", [])
+    if len(accept) > 1:
+        headers[b"accept"] = b", ".join(accept)
 
 
 def parse_query(raw: bytes) -> dict[str, str]:

@@ -20,16 +20,16 @@ backlog of due runs does not queue ahead of another owner's run.
 
 import contextlib
 import logging
-from functools import partial
 
 import httpx
 import msgspec
 import trio
 
-from tempo import errors, ids, limits
+from tempo import errors, ids, limits, targets
 from tempo.engine.commands import Result
 from tempo.engine.dispatch import HTTP_QUEUE, ClaimedRun, Dispatcher
 from tempo.net.agent import USER_AGENT
+from tempo.net.egress import TargetRefused, policy_transport
 
 WORKER_NAME = "tempo-http-executor"
 _claim_wait_s = 1.0
@@ -39,8 +39,15 @@ log = logging.getLogger("tempo.executor")
 
 
 class HttpExecutor:
-    def __init__(self, dispatcher: Dispatcher, *, concurrency: int = limits.http_executor_concurrency):
+    def __init__(
+        self, dispatcher: Dispatcher, *, concurrency: int = limits.http_executor_concurrency,
+        policy: targets.TargetPolicy | None = None,
+    ):
+        """`policy`: where deliveries may connect (docs/operations.md
+        "Target policy"); the default allows loopback, as a node without
+        tokens does."""
         self.dispatcher = dispatcher
+        self.policy = targets.TargetPolicy() if policy is None else policy
         self.concurrency = concurrency
         self.in_flight = 0
         self._slot_freed = trio.Event()
@@ -60,8 +67,10 @@ class HttpExecutor:
         # Made on a worker thread: loading the system's CA certificates (and
         # httpx's first imports) takes 40-120 ms, which would hold the event
         # loop at start-up (docs/operations.md "Event-loop lag").
-        made = await trio.to_thread.run_sync(partial(
-            httpx.AsyncClient, limits=limits_, follow_redirects=False, headers={"user-agent": USER_AGENT}
+        # The transport (with its TLS context) is made on that thread too.
+        made = await trio.to_thread.run_sync(lambda: httpx.AsyncClient(
+            limits=limits_, follow_redirects=False, headers={"user-agent": USER_AGENT},
+            transport=policy_transport(self.policy, limits_), trust_env=False,
         ))
         self.dispatcher.stop_listeners.append(self._stop)
         try:
@@ -123,6 +132,10 @@ class HttpExecutor:
             # InvalidURL is no HTTPError: a target stored before the create
             # check refused such URLs fails its attempt, never the node.
             error = f"{type(exc).__name__}: {str(exc)[:_error_chars_max]}"
+        except TargetRefused as exc:
+            # Its host resolves to an address the policy refuses now (or a
+            # job created before the policy was): nothing was sent.
+            error = str(exc)[:_error_chars_max]
         finally:
             if self._scopes.get(slot, (None,))[0] == run.attempt:
                 del self._scopes[slot]

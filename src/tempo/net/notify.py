@@ -30,7 +30,6 @@ import hmac
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -38,7 +37,7 @@ import httpx
 import msgspec
 import trio
 
-from tempo import clock, errors, limits
+from tempo import clock, errors, limits, targets
 from tempo import metrics as prom
 from tempo.config import NOTIFY_EVENTS, NotifyConfig, NotifyTarget
 from tempo.engine.commandlog import CommandLog
@@ -46,6 +45,7 @@ from tempo.engine.commands import NotifyCursor
 from tempo.engine.records import Event
 from tempo.engine.store import Store
 from tempo.net.agent import USER_AGENT
+from tempo.net.egress import TargetRefused, policy_transport
 from tempo.net.tls import client_context
 
 log = logging.getLogger("tempo.notify")
@@ -94,10 +94,14 @@ class Notifier:
         now_ms: Callable[[], int],
         events_changed: Callable[[], trio.Event] | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
+        policy: targets.TargetPolicy | None = None,
     ) -> None:
         """`events_changed` gives the event that is set when events were
         written (the dispatcher's); without it the feed is polled.
-        `transport`: tests' stand-in for the network."""
+        `transport`: tests' stand-in for the network. `policy`: where
+        notices may connect (docs/operations.md "Target policy"); the
+        default allows loopback, as a node without tokens does."""
+        self.policy = targets.TargetPolicy() if policy is None else policy
         self.store = store
         self.committer = committer
         self.config = config
@@ -139,9 +143,12 @@ class Notifier:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         verify = client_context(self.config.ca_file)
-        made = await trio.to_thread.run_sync(partial(
-            httpx.AsyncClient, verify=verify, follow_redirects=False, headers={"user-agent": USER_AGENT},
-            limits=httpx.Limits(max_connections=limits.notify_concurrency), transport=self.transport,
+        pool = httpx.Limits(max_connections=limits.notify_concurrency)
+        # On a worker thread, transport and its TLS context included: loading
+        # CA certificates holds the thread that does it for 40-120 ms.
+        made = await trio.to_thread.run_sync(lambda: httpx.AsyncClient(
+            verify=verify, follow_redirects=False, headers={"user-agent": USER_AGENT}, limits=pool, trust_env=False,
+            transport=self.transport or policy_transport(self.policy, pool, verify),
         ))
         async with made as client, trio.open_nursery() as nursery:
             committed = self.store.notify_cursor()
@@ -282,6 +289,8 @@ class Notifier:
             return f"no answer within {limits.notify_timeout_s:g} s"
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
             return f"{type(exc).__name__}: {str(exc)[:limits.notify_error_chars_max]}"
+        except TargetRefused as exc:
+            return str(exc)[:limits.notify_error_chars_max]
         if 200 <= response.status_code < 300:
             return ""
         return f"HTTP {response.status_code}"
