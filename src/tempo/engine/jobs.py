@@ -1088,7 +1088,7 @@ def _mutable(job: Job) -> tuple[object, ...]:
     """What a patch may change of a job."""
     return (
         job.name, job.target, job.payload, job.schedule, job.max_attempts, job.backoff_s, job.lease_s, job.jitter_s,
-        job.labels, job.notify, job.timeout_s, job.overlap,
+        job.labels, job.notify, job.timeout_s, job.overlap, job.catchup,
     )
 
 
