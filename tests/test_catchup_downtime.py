@@ -55,6 +55,9 @@ def runs_of(http: httpx.Client, job_id: str) -> list[int]:
 
 
 def test_each_catch_up_policy_after_a_downtime(fresh_server):
+    """The run that was waiting when the server stopped is the first missed
+    slot: the policy decides on it as on the others (none of them ran it
+    before its next slot)."""
     with httpx.Client(base_url=fresh_server.url, timeout=10) as http:
         jobs = {
             "default": create(http, None),
@@ -62,40 +65,45 @@ def test_each_catch_up_policy_after_a_downtime(fresh_server):
             "all": create(http, {"policy": "all", "max_runs": 2}),
             "none": create(http, {"policy": "none"}),
             "window": create(http, {"policy": "all", "window_s": 2}),
+            "window0": create(http, {"window_s": 0}),
         }
     fresh_server.stop()
     time.sleep(DOWNTIME_S)
     fresh_server.start()
     with httpx.Client(base_url=fresh_server.url, timeout=10) as http:
-        claimed = {name: claim_all(http, queue, 2 if name != "all" else 3) for name, (_, queue, _) in jobs.items()}
+        claimed = {name: claim_all(http, queue, 2) for name, (_, queue, _) in jobs.items()}
         for name in ("default", "latest"):
             job_id, _, s0 = jobs[name]
-            # The run that was waiting, then the latest slot; the slots between are one record.
-            first, latest = claimed[name]
-            assert first == s0 and latest >= s0 + 4000
-            assert missed_of(http, job_id) == [("policy", s0 + 1000, latest, (latest - s0) // 1000 - 1)]
+            # One run, at the latest slot; the slots before it, the waiting one first, are recorded.
+            latest = claimed[name][0]
+            assert latest >= s0 + 4000
+            assert missed_of(http, job_id) == [("policy", s0, latest, (latest - s0) // 1000)]
 
         job_id, _, s0 = jobs["all"]
         [(reason, start, end, count)] = missed_of(http, job_id)
-        # The first two missed slots in order, the rest up to the latest recorded.
-        assert claimed["all"] == [s0, s0 + 1000, s0 + 2000]
-        assert (reason, start) == ("policy", s0 + 3000) and count == (end - start) // 1000
-        assert [t for t in runs_of(http, job_id) if t < end] == claimed["all"]
+        # Two runs in all: the waiting one and the slot after it; the rest up to the latest recorded.
+        assert claimed["all"][:2] == [s0, s0 + 1000]
+        assert (reason, start) == ("policy", s0 + 2000) and count == (end - start) // 1000
+        assert [t for t in runs_of(http, job_id) if t < end] == [s0, s0 + 1000]
 
         job_id, _, s0 = jobs["none"]
         [(reason, start, end, count)] = missed_of(http, job_id)
-        assert (reason, start) == ("policy", s0 + 1000) and count == (end - start) // 1000 >= 3
-        # No missed slot ran: the waiting run, then the schedule after the outage.
-        assert claimed["none"][0] == s0
-        assert all(t == s0 or t >= end for t in runs_of(http, job_id))
+        assert (reason, start) == ("policy", s0) and count == (end - start) // 1000 >= 4
+        # No missed slot ran, the waiting one included: the schedule after the outage.
+        assert all(t >= end for t in claimed["none"])
+        assert all(t >= end for t in runs_of(http, job_id))
 
         job_id, _, s0 = jobs["window"]
         [(reason, start, end, count)] = missed_of(http, job_id)
-        assert (reason, start) == ("outside_window", s0 + 1000) and count == (end - start) // 1000
+        assert (reason, start) == ("outside_window", s0) and count == (end - start) // 1000
         # The slots of the last two seconds ran, in order, from the one after the range.
-        assert claimed["window"] == [s0, end]
-        in_window = [t for t in runs_of(http, job_id) if t > s0]
-        assert in_window[:2] == [end, end + 1000]
+        assert claimed["window"] == [end, end + 1000]
+        assert [t for t in runs_of(http, job_id) if t < end] == []
+
+        job_id, _, s0 = jobs["window0"]
+        ranges = missed_of(http, job_id)
+        assert ranges[0][:2] == ("outside_window", s0)
+        assert s0 not in runs_of(http, job_id)
 
 
 def test_slots_passed_while_paused_are_one_record(fresh_server):

@@ -182,6 +182,7 @@ SCHEDULE_FLAGS = {
     "schedule": "--at/--cron/--every-s", "schedule.at": "--at", "schedule.cron": "--cron",
     "schedule.timezone": "--timezone", "schedule.every_s": "--every-s", "schedule.start_at": "--start-at",
     "schedule.end_at": "--end-at", "schedule.max_runs": "--max-runs",
+    "schedule.dst": "--dst-gap/--dst-repeat", "schedule.dst.gap": "--dst-gap", "schedule.dst.repeat": "--dst-repeat",
 }
 CREATE_FLAGS = SCHEDULE_FLAGS | {
     "target": "--target", "name": "--name", "payload": "--payload", "retry": "--max-attempts/--backoff-s",
@@ -389,7 +390,31 @@ def _schedule_body(args: argparse.Namespace) -> dict[str, Any]:
         schedule["timezone"] = args.timezone
     if args.start_at is not None:
         schedule["start_at"] = args.start_at
-    return schedule | _end_fields(args)
+    return schedule | _dst_field(args) | _end_fields(args)
+
+
+def _dst_field(args: argparse.Namespace) -> dict[str, Any]:
+    """The schedule's `dst` from --dst-gap and --dst-repeat (a patch merges
+    it key by key, so one flag alone keeps the other's value)."""
+    dst = {name: getattr(args, f"dst_{name}") for name in ("gap", "repeat") if getattr(args, f"dst_{name}") is not None}
+    return {"dst": dst} if dst else {}
+
+
+def _schedule_patch(args: argparse.Namespace) -> dict[str, Any]:
+    """The `schedule` of `jobs update`'s merge patch: only the keys given,
+    merged into the job's schedule by the server (docs/api.md "Change a
+    job"), so --cron alone keeps the zone and the DST policy, and
+    --timezone alone changes only the zone. A kind flag removes the other
+    kinds (null), so --every-s turns a cron job into a periodic one."""
+    schedule: dict[str, Any] = {}
+    for kind in ("at", "cron", "every_s"):
+        if getattr(args, kind) is not None:
+            schedule = dict.fromkeys(k for k in ("at", "cron", "every_s") if k != kind)
+            schedule[kind] = getattr(args, kind)
+    for name in ("timezone", "start_at"):
+        if getattr(args, name) is not None:
+            schedule[name] = getattr(args, name)
+    return schedule | _dst_field(args) | _end_fields(args)
 
 
 def _end_fields(args: argparse.Namespace) -> dict[str, Any]:
@@ -569,12 +594,29 @@ def _add_schedule_flags(parser: argparse.ArgumentParser, *, with_file: bool, rem
                            "request_key may be sent again safely")
     group.add_argument("--timezone", help="IANA time zone of --cron, e.g. Europe/Berlin (default UTC)")
     group.add_argument("--start-at", dest="start_at", help="RFC 3339 start of the --every-s grid (default: now)")
+    group.add_argument("--dst-gap", dest="dst_gap", metavar="POLICY",
+                       help="with --cron: a local time that a DST change skips runs at the first instant after "
+                            "the gap (shift, the default) or not at all (skip)")
+    group.add_argument("--dst-repeat", dest="dst_repeat", metavar="POLICY",
+                       help="with --cron: a local time that a DST change repeats runs at its first pass (first, "
+                            "the default), its last (last) or both (both)")
     removes = "; none removes it" if removable else ""
     group.add_argument("--end-at", dest="end_at", metavar="TIME",
                        help=f"with --cron or --every-s: no run after this RFC 3339 time, e.g. 2030-06-30T23:59:59Z{removes}")
     group.add_argument("--max-runs", dest="max_runs", type=_max_runs, metavar="N",
                        help=f"with --cron or --every-s: run N slots (triggered runs not counted), then the job is "
                             f"completed, e.g. --max-runs 10 (1-{limits.schedule_runs_max}){removes}")
+
+
+def _add_catchup_flags(parser: argparse.ArgumentParser) -> None:
+    """The --catchup-* flags, as `jobs create` and `jobs update` take them."""
+    parser.add_argument("--catchup-policy", dest="catchup_policy", metavar="POLICY",
+                        help="slots missed while down or paused: latest (default: run the latest), all (each, "
+                             "in order) or none")
+    parser.add_argument("--catchup-window-s", dest="catchup_window_s", type=int, metavar="S",
+                        help="catch up only slots missed in the last S seconds (default: no window)")
+    parser.add_argument("--catchup-max-runs", dest="catchup_max_runs", type=int, metavar="N",
+                        help="with --catchup-policy all: at most N catch-up runs (default 1000)")
 
 
 def _add_jobs_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
@@ -596,13 +638,7 @@ def _add_jobs_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]")
     )
     create.add_argument("--request-key", dest="request_key", metavar="KEY",
                         help="makes the create safe to repeat: a second create with it answers the first job")
-    create.add_argument("--catchup-policy", dest="catchup_policy", metavar="POLICY",
-                        help="slots missed while down or paused: latest (default: run the latest), all (each, "
-                             "in order) or none")
-    create.add_argument("--catchup-window-s", dest="catchup_window_s", type=int, metavar="S",
-                        help="catch up only slots missed in the last S seconds (default: no window)")
-    create.add_argument("--catchup-max-runs", dest="catchup_max_runs", type=int, metavar="N",
-                        help="with --catchup-policy all: at most N catch-up runs (default 1000)")
+    _add_catchup_flags(create)
     create.set_defaults(flags=CREATE_FLAGS)
     one = {"get": "show a job", "resume": "resume a paused job", "delete": "delete a job and its waiting runs",
            "trigger": "make a run of a job due now, beside its schedule"}
@@ -728,29 +764,22 @@ def _add_preview_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser
 
 
 def _update(args: argparse.Namespace, client: Client) -> Any:
-    """`tempo jobs update`. With --end-at or --max-runs and no other
-    schedule flag, the job's schedule is read and sent back with them
-    changed, at the version read (unless --if-version names one), so a
-    change made meanwhile is not overwritten: 412, and the user tries again."""
-    if not _end_fields(args) or any(
-        getattr(args, k) is not None for k in ("at", "cron", "every_s", "timezone", "start_at")
-    ):
-        return client.update_job(args.id, _update_body(args), args.if_version)
-    job = client.get_job(args.id)
-    version = job["version"] if args.if_version is None else args.if_version
-    return client.update_job(args.id, _update_body(args, job["schedule"]), version)
+    """`tempo jobs update`: one merge patch, which the server merges into
+    the job as it is when the patch arrives (so nothing is read first)."""
+    return client.update_job(args.id, _update_body(args), args.if_version)
 
 
-def _update_body(args: argparse.Namespace, current_schedule: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The merge patch of `tempo jobs update`: the fields given, a schedule
-    whole (docs/api.md "Change a job")."""
+def _update_body(args: argparse.Namespace) -> dict[str, Any]:
+    """The merge patch of `tempo jobs update`: the fields given; objects
+    (`schedule`, `retry`, `catchup`, ...) merged key by key by the server
+    (docs/api.md "Change a job")."""
     patch: dict[str, Any] = {}
-    if any(getattr(args, k) is not None for k in ("at", "cron", "every_s", "timezone", "start_at")):
-        patch["schedule"] = _schedule_body(args)
-    elif current_schedule is not None:
-        # --end-at/--max-runs alone: the job's schedule with them changed
-        # (a patch replaces the schedule whole).
-        patch["schedule"] = {k: v for k, v in (current_schedule | _end_fields(args)).items() if v is not None}
+    schedule = _schedule_patch(args)
+    if schedule:
+        patch["schedule"] = schedule
+    catchup = _catchup_body(args)
+    if catchup:
+        patch["catchup"] = catchup
     if args.payload is not None:
         patch["payload"] = args.payload
     retry = _retry_body(args)
@@ -785,13 +814,15 @@ def _add_update_parser(actions: "argparse._SubParsersAction[argparse.ArgumentPar
     update = _subparser(
         actions, "update", "change a job in place: its ID, runs and history stay",
         "tempo jobs update j_01J... --cron '30 4 * * *' --timezone Europe/Berlin --if-version 1",
+        "tempo jobs update j_01J... --timezone America/New_York --dst-repeat last",
         "tempo jobs update j_01J... --target queue:reports-v2 --max-attempts 2",
         "tempo jobs update j_01J... --label env=prod --remove-label tier",
         "tempo jobs update j_01J... --notify-url https://hooks.example.com/tempo --notify-event run.failed",
         "tempo jobs update j_01J... --max-runs 20 --end-at 2030-12-31T23:59:59Z",
-        epilog="A schedule flag replaces the schedule whole, but --end-at and --max-runs alone change only "
-               "those in the job's schedule; --label adds or changes one label and keeps the others; other "
-               "fields keep their values.",
+        epilog="Each flag changes only its own field: --cron alone keeps the time zone and the DST policy, "
+               "--timezone alone changes only the zone, and --at, --cron or --every-s replaces the schedule's "
+               "kind (a cron's zone and DST policy go with it); --label adds or changes one label and keeps the "
+               "others; the --catchup-* flags change only their key of the job's catch-up policy.",
     )
     update.add_argument("id", help="the job's ID")
     update.add_argument("--target", help="queue:<name> or an http(s):// URL")
@@ -804,6 +835,7 @@ def _add_update_parser(actions: "argparse._SubParsersAction[argparse.ArgumentPar
                         help="remove the label KEY; repeat for more")
     update.add_argument("--no-timeout", dest="no_timeout", action="store_true",
                         help="remove the job's timeout_s: attempts are bounded by their lease only")
+    _add_catchup_flags(update)
     update.add_argument("--if-version", dest="if_version", type=int, metavar="N",
                         help="change it only if it is at version N (else 412 version_mismatch)")
     update.set_defaults(flags=CREATE_FLAGS)

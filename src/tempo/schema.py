@@ -164,10 +164,12 @@ class JobCreate(_Request):
 class JobPatch(_Request):
     """`PATCH /v1/jobs/{id}`: a JSON merge patch (RFC 7396) of the job's
     mutable fields. A field left out keeps its value; `null` sets it back
-    to its default (a required one is then `400`). `retry` merges key by
-    key; `schedule` and `payload` are replaced whole. The result is checked
-    as a create would be. Documents the body: the route reads it as a merge
-    patch onto the job (net/api.py)."""
+    to its default (a required one is then `400`). Objects merge key by key
+    (`retry`, `catchup`, `labels`, `notify`, and `schedule`, where one that
+    would leave two kinds is `400` naming both and `null` removes the old
+    kind); `payload` is replaced whole. The result is checked as a create
+    would be. Documents the body: the route reads it as a merge patch onto
+    the job (net/api.py)."""
 
     name: Annotated[str, Meta(max_length=limits.name_chars_max)] | None = None
     target: Annotated[
@@ -175,7 +177,13 @@ class JobPatch(_Request):
         Meta(min_length=1, max_length=limits.target_chars_max, extra_json_schema={"pattern": _TARGET_PATTERN}),
     ] | None = None
     payload: Any = None
-    schedule: Annotated[ScheduleIn, Meta(extra_json_schema=_ONE_SCHEDULE)] | None = None
+    # Not one kind each: a patch names only what it changes (`timezone`
+    # alone), and removes the old kind with null when it names a new one.
+    schedule: Annotated[
+        ScheduleIn,
+        Meta(description="merged into the job's schedule key by key; a key set to null is removed "
+                         "(the old kind, when the patch names another)"),
+    ] | None = None
     retry: RetryIn | None = None
     lease_s: Annotated[int, Meta(ge=limits.lease_s_min, le=limits.lease_s_max)] | None = None
     jitter_s: Annotated[int, Meta(ge=0, le=limits.jitter_s_max)] | None = None
@@ -189,6 +197,8 @@ class JobPatch(_Request):
     notify: NotifyIn | None = None
     timeout_s: Annotated[int, Meta(ge=limits.timeout_s_min, le=limits.timeout_s_max)] | None = None
     overlap: Overlap | None = None  # null: back to `allow`
+    # Merged key by key; null: no policy of the job's own (`latest`).
+    catchup: CatchupIn | None = None
 
 
 class JobBatchCreate(_Request):

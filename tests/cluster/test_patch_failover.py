@@ -14,7 +14,7 @@ def test_a_patch_survives_the_leader(make_cluster) -> None:
         }).json()
         patched = http.patch(
             f"{leader.url}/v1/jobs/{job['id']}",
-            json={"name": "after", "schedule": {"every_s": 3600}},
+            json={"name": "after", "schedule": {"cron": None, "every_s": 3600}},
             headers={"content-type": "application/merge-patch+json", "if-match": '"1"'},
         )
         assert patched.status_code == 200, patched.text

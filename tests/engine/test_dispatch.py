@@ -173,15 +173,16 @@ async def test_missed_occurrences_coalesce_into_one_run_due_at_once(node, fast_c
     job_id = await node.create(schedule=ScheduleIn(every_s=10), lease_s=600)
     created_ms = node.store.get_job(OWNER, job_id).created_at_ms
     [_c1] = await node.claim(wait_s=11)
-    # Nobody claims for 65 s: the run due at +20 waits, +30..+70 are missed.
+    # Nobody claims for 65 s: the run due at +20 waits past its next slot,
+    # so it is missed with +30..+60, and the latest missed slot runs.
     await trio.sleep(65)
-    [c2] = await node.claim()
-    assert c2.run.nominal_ms == created_ms + 20_000
-    slot_ms = node.store.get_job(OWNER, job_id).slot_ms
-    assert slot_ms == created_ms + 70_000  # the latest missed slot, not +30
-    [c3] = await node.claim(wait_s=1)
-    assert c3.run.nominal_ms == created_ms + 70_000
-    assert c3.run.due_ms == c2.run.started_ms  # due at once: when c2 was claimed
+    [c2] = await node.claim(wait_s=1)
+    assert c2.run.nominal_ms == created_ms + 70_000  # the latest missed slot, not +20 or +30
+    [row] = [r for r in node.store.list_runs(OWNER, job_id, since_ms=None, until_ms=None, limit=10, cursor_ms=None)[0]
+             if r.status == "missed"]
+    assert (row.nominal_ms, row.missed_until_ms, row.missed_count) == (created_ms + 20_000, created_ms + 70_000, 5)
+    assert c2.run.due_ms <= c2.run.started_ms  # due at once
+    assert node.store.get_job(OWNER, job_id).slot_ms == created_ms + 80_000
 
 
 async def test_pause_and_delete_take_runs_out_of_the_ready_queue(node, fast_clock):

@@ -139,7 +139,12 @@ def test_a_trigger_on_a_later_slot_of_the_grid_does_not_stop_the_schedule(engine
     triggered = drive(engine.jobs.trigger(OWNER, job.id))
     assert triggered.nominal_ms == T0_MS + 120_000  # the ms of the slot the schedule missed
     claimed = engine.claim(["a"], 10)
-    assert sorted(r.nominal_ms for r in claimed) == [T0_MS + 60_000, T0_MS + 120_000]
+    # The waiting run's next slot passed: it is missed (the triggered run
+    # holds the latest slot, the one the catch-up would run).
+    assert sorted(r.nominal_ms for r in claimed) == [T0_MS + 120_000]
+    missed = engine.store.list_runs(OWNER, job.id, since_ms=T0_MS + 60_000, until_ms=T0_MS + 60_001, limit=1,
+                                    cursor_ms=None)[0]
+    assert [(r.status, r.reason, r.missed_count) for r in missed] == [("missed", "policy", 1)]
     # The schedule steps over the slot the triggered run holds.
     stored = engine.store.get_job(OWNER, job.id)
     assert (stored.slot_ms, stored.next_run_at_ms) == (T0_MS + 180_000, T0_MS + 180_000)

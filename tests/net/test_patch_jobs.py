@@ -47,7 +47,7 @@ def test_a_new_job_has_version_1_and_its_etag(http: httpx.Client) -> None:
         ({"retry": {"max_attempts": 2}}, "retry", {"max_attempts": 2, "backoff_s": [10, 60, 600]}),
         ({"lease_s": 120}, "lease_s", 120),
         ({"jitter_s": 5}, "jitter_s", 5),
-        ({"schedule": {"every_s": 3600}}, "schedule", {"every_s": 3600}),
+        ({"schedule": {"at": None, "every_s": 3600}}, "schedule", {"every_s": 3600}),
     ],
 )
 def test_each_mutable_field_changes(http: httpx.Client, patch: dict, field: str, shown: object) -> None:
@@ -92,7 +92,7 @@ def test_if_match_that_matches_applies(http: httpx.Client) -> None:
 def test_the_waiting_run_is_replanned_at_once(http: httpx.Client) -> None:
     job = _create(http, schedule={"cron": "0 0 1 1 *"})
     before = job["next_run_at"]
-    answer = _patch(http, job["id"], {"schedule": {"every_s": 60}})
+    answer = _patch(http, job["id"], {"schedule": {"cron": None, "every_s": 60}})
     now = datetime.now(UTC)
     after = datetime.fromisoformat(answer.json()["next_run_at"])
     assert answer.json()["next_run_at"] != before
@@ -180,7 +180,6 @@ def test_a_paused_job_stays_paused(http: httpx.Client) -> None:
         ({"request_key": "k"}, "request_key"),
         ({"version": 3}, "version"),
         ({"overlap": "skip"}, "overlap"),
-        ({"catchup": {"policy": "all"}}, "catchup"),
         ({"bogus": 1}, "bogus"),
     ],
 )
@@ -195,8 +194,8 @@ def test_immutable_and_unknown_fields_are_400(http: httpx.Client, patch: dict, l
 @pytest.mark.parametrize(
     ("patch", "loc"),
     [
-        ({"schedule": {"cron": "nope"}}, "schedule.cron"),
-        ({"schedule": {"every_s": 60, "timezone": "UTC"}}, "schedule.timezone"),
+        ({"schedule": {"at": None, "cron": "nope"}}, "schedule.cron"),
+        ({"schedule": {"at": None, "every_s": 60, "timezone": "UTC"}}, "schedule.timezone"),
         ({"schedule": None}, "schedule"),
         ({"target": None}, "target"),
         ({"target": "ftp://x"}, "target"),
@@ -246,9 +245,9 @@ def test_a_weak_or_listed_if_match_and_a_star(http: httpx.Client) -> None:
 
 def test_a_catchup_policy_is_kept_and_checked_with_the_new_schedule(http: httpx.Client) -> None:
     job = _create(http, schedule={"every_s": 60}, catchup={"policy": "none"})
-    kept = _patch(http, job["id"], {"schedule": {"cron": "0 * * * *"}})
+    kept = _patch(http, job["id"], {"schedule": {"every_s": None, "cron": "0 * * * *"}})
     assert kept.status_code == 200 and kept.json()["catchup"]["policy"] == "none"
-    one_off = _patch(http, job["id"], {"schedule": {"at": "2030-01-01T00:00:00Z"}})
+    one_off = _patch(http, job["id"], {"schedule": {"cron": None, "at": "2030-01-01T00:00:00Z"}})
     assert one_off.status_code == 400
     assert [e["loc"] for e in one_off.json()["errors"]] == ["catchup"]
 
@@ -267,3 +266,88 @@ def test_a_claimed_attempt_ends_by_the_retry_policy_it_was_claimed_with(http: ht
     [again] = http.post("/v1/claim", json={"worker": "w", "queues": [queue], "wait_s": 5}).json()["runs"]
     final = http.post(f"/v1/runs/{again['id']}/result", json={"attempt": 2, "ok": False, "error": "x"}).json()
     assert final["status"] == "failed"
+
+
+# -- `schedule` merges key by key (RFC 7396; docs/api.md "Change a job") ------
+
+BERLIN = {"cron": "30 2 * * *", "timezone": "Europe/Berlin", "dst": {"gap": "skip", "repeat": "both"}}
+
+
+def test_a_new_cron_keeps_the_time_zone_and_the_dst_policy(http: httpx.Client) -> None:
+    job = _create(http, schedule=BERLIN)
+    answer = _patch(http, job["id"], {"schedule": {"cron": "0 3 * * *"}})
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["schedule"] == BERLIN | {"cron": "0 3 * * *"}
+    assert http.get(f"/v1/jobs/{job['id']}").json()["schedule"] == BERLIN | {"cron": "0 3 * * *"}
+
+
+def test_a_zone_or_a_dst_key_alone_changes_only_itself(http: httpx.Client) -> None:
+    job = _create(http, schedule=BERLIN)
+    zoned = _patch(http, job["id"], {"schedule": {"timezone": "Asia/Tokyo"}})
+    assert zoned.status_code == 200, zoned.text
+    assert zoned.json()["schedule"] == BERLIN | {"timezone": "Asia/Tokyo"}
+    repeat = _patch(http, job["id"], {"schedule": {"dst": {"repeat": "last"}}})
+    assert repeat.json()["schedule"]["dst"] == {"gap": "skip", "repeat": "last"}
+
+
+def test_end_conditions_are_kept_by_a_patch_of_the_period(http: httpx.Client) -> None:
+    job = _create(http, schedule={"every_s": 60, "max_runs": 5, "end_at": "2031-01-01T00:00:00Z"})
+    answer = _patch(http, job["id"], {"schedule": {"every_s": 120}})
+    assert answer.json()["schedule"] == {"every_s": 120, "max_runs": 5, "end_at": "2031-01-01T00:00:00.000Z"}
+
+
+@pytest.mark.parametrize(
+    ("schedule", "patch", "kinds"),
+    [
+        (BERLIN, {"every_s": 60}, ["cron", "every_s"]),
+        (BERLIN, {"at": "2030-01-01T00:00:00Z"}, ["at", "cron"]),
+        ({"at": "2030-01-01T00:00:00Z"}, {"every_s": 60}, ["at", "every_s"]),
+        ({"every_s": 60}, {"cron": "0 3 * * *"}, ["cron", "every_s"]),
+    ],
+)
+def test_a_patch_that_leaves_two_kinds_is_400_naming_both(
+    http: httpx.Client, schedule: dict, patch: dict, kinds: list[str]
+) -> None:
+    job = _create(http, schedule=schedule)
+    answer = _patch(http, job["id"], {"schedule": patch})
+    assert answer.status_code == 400, answer.text
+    problem = answer.json()
+    assert [e["loc"] for e in problem["errors"]] == [f"schedule.{kind}" for kind in kinds]
+    assert all(kind in problem["detail"] for kind in kinds)
+    assert "null" in problem["detail"]  # how to remove the old kind
+    assert http.get(f"/v1/jobs/{job['id']}").json()["version"] == 1
+
+
+def test_null_removes_the_old_kind_with_the_keys_only_it_has(http: httpx.Client) -> None:
+    job = _create(http, schedule=BERLIN | {"max_runs": 3})
+    answer = _patch(http, job["id"], {"schedule": {"cron": None, "every_s": 60}})
+    assert answer.status_code == 200, answer.text
+    # The zone and the DST policy went with cron; the end condition stays.
+    assert answer.json()["schedule"] == {"every_s": 60, "max_runs": 3}
+    back = _patch(http, job["id"], {"schedule": {"every_s": None, "cron": "0 3 * * *"}})
+    assert back.json()["schedule"] == {"cron": "0 3 * * *", "timezone": "UTC", "max_runs": 3}
+    one_off = _patch(http, job["id"], {"schedule": {"cron": None, "at": "2030-01-01T00:00:00Z"}})
+    # A one-off has no end conditions: they go with the repeating kind.
+    assert one_off.json()["schedule"] == {"at": "2030-01-01T00:00:00.000Z"}
+
+
+def test_a_key_the_new_kind_does_not_take_is_400_when_the_patch_names_it(http: httpx.Client) -> None:
+    job = _create(http, schedule=BERLIN)
+    answer = _patch(http, job["id"], {"schedule": {"cron": None, "every_s": 60, "timezone": "UTC"}})
+    assert answer.status_code == 400
+    assert [e["loc"] for e in answer.json()["errors"]] == ["schedule.timezone"]
+    kept_zone = _patch(http, job["id"], {"schedule": {"cron": None}})
+    assert kept_zone.status_code == 400  # no kind left
+    assert [e["loc"] for e in kept_zone.json()["errors"]] == ["schedule"]
+
+
+def test_catchup_merges_key_by_key_and_null_removes_it(http: httpx.Client) -> None:
+    job = _create(http, schedule={"every_s": 60}, catchup={"policy": "all", "max_runs": 5})
+    answer = _patch(http, job["id"], {"catchup": {"window_s": 600}})
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["catchup"] == {"policy": "all", "max_runs": 5, "window_s": 600}
+    bad = _patch(http, job["id"], {"catchup": {"policy": "sometimes"}})
+    assert bad.status_code == 400
+    assert [e["loc"] for e in bad.json()["errors"]] == ["catchup.policy"]
+    cleared = _patch(http, job["id"], {"catchup": None})
+    assert cleared.json()["catchup"] is None

@@ -833,16 +833,21 @@ class DispatchCore:
         jobs: dict[str, Job] = {}
         claims: list[Claim] = []
         for runs_key, loaded_job in runs:
-            claim = self._claim_of(runs_key, loaded_job, jobs, now_ms)
+            claim = self._claim_of(runs_key, loaded_job, jobs, now_ms, claiming=True)
             if claim is not None:
                 claims.append(claim)
         command = ClaimRuns(now_ms, worker, claims) if claims else None
         return ClaimProposal(self.generation, runs, command, jobs, mono_s)
 
-    def _claim_of(self, runs_key: bytes, loaded_job: Job, jobs: dict[str, Job], now_ms: int) -> Claim | None:
+    def _claim_of(
+        self, runs_key: bytes, loaded_job: Job, jobs: dict[str, Job], now_ms: int, *, claiming: bool = False
+    ) -> Claim | None:
         """The claim of the run at `runs_key`, stamped `now_ms`; None when its
         job is gone. `jobs`: the jobs read for this command so far (a
-        repeating job is read again, since its slot moves)."""
+        repeating job is read again, since its slot moves). `claiming`: a
+        claim, which may find the slot itself missed (`catch_up`), rather
+        than an overlap decision, which hands the slot on only when its
+        policy holds the run back (the run is buffered or skipped, not missed)."""
         # The job a run was remembered with is its own (`queue_of`), so
         # its ID is the one in the runs key.
         job_id = loaded_job.id
@@ -859,7 +864,7 @@ class DispatchCore:
             return Claim(job_id, nominal_ms, now_ms + job.lease_s * 1000, one_off=True, timeout_at_ms=timeout_at_ms)
         claim = Claim(job_id, nominal_ms, now_ms + job.lease_s * 1000, timeout_at_ms=timeout_at_ms)
         if job.state == "active" and job.slot_ms == nominal_ms:
-            nxt = catch_up(job, nominal_ms, now_ms)
+            nxt = catch_up(job, nominal_ms, now_ms, claiming=claiming)
             if nxt is not None:
                 nxt = step_over_taken(job, nxt, now_ms, partial(self.reader.get_run_any, job_id))
             if nxt is not None:

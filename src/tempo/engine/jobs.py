@@ -538,9 +538,10 @@ def _nth_slot_ms(sched: Schedule, created_at_ms: int, first_ms: int, n: int) -> 
     return found
 
 
-def catch_up(job: Job, nominal_ms: int, now_ms: int) -> CatchUp | None:
-    """The catch-up decision a claim of the job's slot run `nominal_ms`
-    takes at `now_ms` (docs/semantics.md "Catch-up after missed slots").
+def catch_up(job: Job, nominal_ms: int, now_ms: int, *, claiming: bool = False) -> CatchUp | None:
+    """The catch-up decision a claim (or a cancel) of the job's slot run
+    `nominal_ms` takes at `now_ms` (docs/semantics.md "Catch-up after
+    missed slots").
 
     When the next slot is still ahead, it is the next run. When it is past
     already (the node was down, the clock stepped, no worker claimed), the
@@ -550,7 +551,13 @@ def catch_up(job: Job, nominal_ms: int, now_ms: int) -> CatchUp | None:
     (`all`, one after another: each claim makes the next, up to `until_ms`),
     or none (`none`: the next run is the first slot ahead), and the slots it
     does not run are `policy`. Bounded: a few bisections and counts, never
-    a walk over the missed slots. None: the schedule has no slot left."""
+    a walk over the missed slots. None: the schedule has no slot left.
+
+    `claiming`: a claim, whose slot `nominal_ms` is then missed too (its
+    run waited past the next slot: the node was down, or no worker came),
+    so the window and the policy decide on it as on the slots after it
+    (`_decide_claimed`). A cancel's slot is not: its run is cancelled. A
+    slot an `all` catch-up under way runs was decided on already."""
     nxt = _slot_after_claim_ms(job, nominal_ms)
     if nxt is None:
         return None
@@ -558,7 +565,27 @@ def catch_up(job: Job, nominal_ms: int, now_ms: int) -> CatchUp | None:
         return CatchUp(nxt, due_ms(job, nxt, now_ms), [], job.catchup_until_ms, job.catchup_decided_ms)
     if nxt > now_ms:
         return CatchUp(nxt, due_ms(job, nxt, now_ms), [], None)
+    if claiming and (job.catchup_until_ms is None or nominal_ms > job.catchup_until_ms):
+        return _decide_claimed(job, nominal_ms, nxt, now_ms)
     return _decide(job, nxt, now_ms)
+
+
+def _decide_claimed(job: Job, nominal_ms: int, nxt: int, now_ms: int) -> CatchUp | None:
+    """`catch_up` of a claim whose slot `nominal_ms` is the first missed
+    slot (`nxt`, the slot after it, is past too). When the decision does
+    not run that slot, its first range starts at it, which is how apply
+    knows not to hand the run out (store.py `claim_run`). When it does
+    (`all`, the slot first in the window), the run goes on and the next
+    run is the slot after it, or, when it is the only one the catch-up
+    runs, the first slot after the latest decided on."""
+    found = _decide(job, nominal_ms, now_ms)
+    if found is None or found.slot_ms != nominal_ms:
+        return found
+    assert found.until_ms is not None and found.decided_ms is not None, "only `all` runs the first missed slot"
+    if found.until_ms > nominal_ms:
+        return found._replace(slot_ms=nxt, due_ms=due_ms(job, nxt, now_ms))
+    ahead = slot_after_ms(job.schedule, job.created_at_ms, found.decided_ms, inclusive=False)
+    return None if ahead is None else CatchUp(ahead, due_ms(job, ahead, now_ms), found.missed, None)
 
 
 def _slot_after_claim_ms(job: Job, nominal_ms: int) -> int | None:
@@ -1126,7 +1153,7 @@ def _mutable(job: Job) -> tuple[object, ...]:
     """What a patch may change of a job."""
     return (
         job.name, job.target, job.payload, job.schedule, job.max_attempts, job.backoff_s, job.lease_s, job.jitter_s,
-        job.labels, job.notify, job.timeout_s, job.overlap,
+        job.labels, job.notify, job.timeout_s, job.overlap, job.catchup,
     )
 
 

@@ -1949,6 +1949,9 @@ class _Tx:
         runs_key, run = found
         # A one-off's claim reads no job; nor does its policy hold anything back.
         job = None if claim.one_off else self._job_any(run.job_id, job_key)
+        if job is not None and _misses_itself(job, run, claim):
+            self._miss(job, run, runs_key, claim, cmd.at_ms)
+            return None
         if job is not None and job.overlap is not None:
             buffered = self._overlap_holds(job, run, runs_key, cmd.at_ms)
             if buffered is not None:
@@ -1975,6 +1978,25 @@ class _Tx:
         if self._hand_on(job, run, claim, cmd.at_ms) or counted:
             self.put_job(job, job_key)
         return run
+
+    def _miss(self, job: Job, run: Run, runs_key: bytes, claim: Claim, at_ms: int) -> None:
+        """The slot run the claim's catch-up decision does not run (its first
+        range starts at the run's slot: `_misses_itself`): the run becomes
+        that range's `missed` row, with its reason, and the schedule moves
+        on as a claim moves it, recording the ranges and making the next
+        run. A slot after which none is planned completes the job."""
+        missed = claim.missed[0]
+        run.status = "missed"
+        run.reason = missed.reason
+        run.finished_ms = at_ms
+        run.due_ms = run.nominal_ms  # as every missed row shows it
+        run.missed_until_ms = missed.until_ms
+        run.missed_count = missed.count
+        self.finish_run(run, runs_key, "waiting", at_ms, job=job)
+        # The range's row is this run's now; `record_missed` adds its event.
+        if self._hand_on(job, run, claim, at_ms):
+            self.put_job(job)
+        self._settle(job, run, at_ms)
 
     def _held(self, job: Job, run: Run, claim: Claim, at_ms: int, buffered: int) -> None:
         """A run the job's overlap policy held back (skipped, or buffered:
@@ -2461,6 +2483,17 @@ class _Tx:
         if job.schedule.repeating and job.next_run_at_ms is not None:
             return
         self._complete(job, at_ms, run)
+
+
+def _misses_itself(job: Job, run: Run, claim: Claim) -> bool:
+    """Whether the claim's catch-up decision, taken from the stamped time
+    of the command, leaves the run of the job's own slot without a run:
+    its first missed range starts at that slot (engine/jobs.py
+    `catch_up`; an entry written before such ranges existed has none)."""
+    return (
+        bool(claim.missed) and claim.missed[0].from_ms == run.nominal_ms and job.slot_ms == run.nominal_ms
+        and run.attempt == 0 and not run.triggered and not run.backfill and job.state == "active"
+    )
 
 
 def _past_end(job: Job, slot_ms: int, pending: int = 0) -> bool:

@@ -1205,16 +1205,23 @@ def _bind(handler: Callable[[Request, str], Awaitable[Response]], arg: str) -> H
 # the other fields of a job's view.
 _PATCHABLE = frozenset({
     "name", "target", "payload", "schedule", "retry", "lease_s", "jitter_s", "labels", "notify", "timeout_s",
-    "overlap",
+    "overlap", "catchup",
 })
 # Objects a patch merges into the job's key by key (RFC 7396); the other
-# fields it names are replaced whole.
-_MERGED = frozenset({"retry", "labels", "notify"})
+# fields it names are replaced whole. `schedule` merges too, with the rule
+# for its kinds (`_merge_schedule`).
+_MERGED = frozenset({"retry", "labels", "notify", "catchup"})
 _FIXED_WHY = dict.fromkeys(
     ("id", "owner", "state", "created_at", "next_run_at", "request_key", "version", "last_run", "runs",
-     "catchup", "paused", "runs_left"),
+     "paused", "runs_left"),
     "cannot be changed by a patch",
 )
+# A schedule's kinds, which exclude each other, and the keys that go only
+# with one kind (or, for the end conditions, only with a repeating one):
+# they leave with the kind a patch removes (docs/api.md "Change a job").
+_SCHEDULE_KINDS = ("at", "cron", "every_s")
+_KIND_ONLY_KEYS = {"at": (), "cron": ("timezone", "dst"), "every_s": ("start_at",)}
+_REPEATING_ONLY_KEYS = ("end_at", "max_runs")
 _patch_body = decoders(dict[str, Any])
 _no_body = decoders(CancelIn)
 _create_json = _create[0]
@@ -1258,11 +1265,41 @@ def _merge_patch(target: object, patch: object) -> object:
     return merged
 
 
+def _merge_schedule(current: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+    """`patch` merged into the job's schedule key by key (RFC 7396, `dst`
+    too), so a new `cron` keeps the zone and the DST policy. A schedule has
+    one kind: a patch that would leave two is `400` naming both, and one
+    that removes the kind (`"cron": null`) removes the keys only that kind
+    takes (a cron's `timezone` and `dst`, an `every_s`'s `start_at`; a
+    repeating schedule's end conditions when the new kind is `at`), unless
+    the patch names them, when they are checked with the new kind as a
+    create checks them (docs/api.md "Change a job")."""
+    merged = _merge_patch(current, patch)
+    assert isinstance(merged, dict)
+    kinds = [kind for kind in _SCHEDULE_KINDS if merged.get(kind) is not None]
+    if len(kinds) > 1:
+        old = [kind for kind in kinds if current.get(kind) is not None]
+        both = " and ".join(kinds)
+        why = (
+            f"a schedule has one kind, and this patch leaves {both}: remove the old one with null, "
+            f'e.g. {{"schedule": {{"{old[0] if old else kinds[0]}": null, ...}}}}'
+        )
+        raise errors.Invalid(f"schedule: {why}", [(f"schedule.{kind}", why) for kind in kinds])
+    for kind in _SCHEDULE_KINDS:
+        if current.get(kind) is None or merged.get(kind) is not None:
+            continue  # not the old kind, or kept
+        gone = _KIND_ONLY_KEYS[kind] + (_REPEATING_ONLY_KEYS if kinds == ["at"] else ())
+        for key in gone:
+            if key not in patch:
+                merged.pop(key, None)
+    return merged
+
+
 def _patched(view: Any, patch: dict[str, Any]) -> JobCreate:
     """The job's create body after `patch`, decoded as a create is, so a
-    field it leaves invalid is `400` at the same `loc`. `schedule` and
-    `payload` are replaced whole, never merged: a schedule's kinds exclude
-    each other, and a payload is the client's own value (docs/api.md)."""
+    field it leaves invalid is `400` at the same `loc`. `payload` is
+    replaced whole, never merged: it is the client's own value; `schedule`
+    merges by `_merge_schedule` (docs/api.md)."""
     current = msgspec.to_builtins(view)
     # `notify` only when the patch names it: a job's own setting is kept
     # as it is otherwise, even where the server's config has none now.
@@ -1270,12 +1307,12 @@ def _patched(view: Any, patch: dict[str, Any]) -> JobCreate:
         name: current[name] for name in _PATCHABLE
         if current.get(name) is not None and (name != "notify" or name in patch)
     }
-    if current.get("catchup") is not None:
-        # Kept as it is, and checked with the new schedule as a create checks it.
-        base["catchup"] = current["catchup"]
+    # A kept `catchup` is checked with the new schedule as a create checks it.
     for name, value in patch.items():
         if value is None:
             base.pop(name, None)
+        elif name == "schedule" and isinstance(value, dict) and isinstance(base.get(name), dict):
+            base[name] = _merge_schedule(base[name], value)
         elif name in _MERGED:
             base[name] = _merge_patch(base.get(name), value)
         else:
