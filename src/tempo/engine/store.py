@@ -2253,21 +2253,28 @@ class _Tx:
             if run.cancel == "timeout":
                 return errors.StaleAttempt(f"attempt {result.attempt} ended by its timeout")
             if run.status == "cancelled":
-                # Asked to stop, any result ended it; else a failed one did
-                # (its job was paused).
-                same = run.cancel == "requested" or (not result.ok and not run.owner_cancelled)
+                # Asked to stop, a failed result ended it (an ok one would
+                # have made it done); else a failed one did (its job was
+                # paused).
+                same = not result.ok and (run.cancel == "requested" or not run.owner_cancelled)
             else:
                 same = run.status == "done" if result.ok else run.status in ("waiting", "failed")
             repeat = same and run.attempt >= 1 and (run.output, run.error) == (result.output, result.error)
             return run if repeat else errors.StaleAttempt(f"attempt {result.attempt} already ended")
         assert runs_key is not None, "a claimed run is open"
+        if run.timeout_at_ms is not None and cmd.at_ms >= run.timeout_at_ms:
+            # The attempt ended at its timeout, whether or not the lease
+            # check has committed that yet; its expiry records it
+            # (docs/semantics.md "Run timeouts").
+            return errors.StaleAttempt(f"attempt {result.attempt} ended by its timeout")
         _keep_attempt(run, cmd.at_ms, result.ok, result.output, result.error)
         run.lease_expires_ms = None
         run.output = result.output
         run.error = result.error
-        if run.cancel == "requested":
-            # Whatever it says, the result of a run asked to stop ends it
-            # cancelled, with no retry (docs/semantics.md "Cancelling a run").
+        if run.cancel == "requested" and not result.ok:
+            # A run asked to stop that did not succeed ends cancelled, with
+            # no retry; one that succeeded before the stop reached it is
+            # done, as it happened (docs/semantics.md "Cancelling a run").
             self._end_cancelled(job, run, runs_key, cmd.at_ms, by_job_key)
             return run
         if result.ok:
