@@ -1134,6 +1134,12 @@ class DispatchCore:
             # backlog): it gets the full lease a loaded run would get.
             self._grant_claimed(run, job, now_ms, mono_s)
             lease = self.leases[parsed]
+        return self._extend(parsed, lease, now_ms, mono_s)
+
+    def _extend(self, slot: tuple[str, int], lease: Lease, now_ms: int, mono_s: float) -> Beat:
+        """`beat` of a lease held at the attempt named: moved on to
+        `lease_s` from `mono_s`, unless its run was asked to stop or its
+        timeout has passed."""
         if lease.cancel_requested:
             return _expiry_ms(lease, lease.deadline_s, now_ms, mono_s), "requested"
         if lease.timeout_deadline_s is not None and lease.timeout_deadline_s <= mono_s:
@@ -1144,7 +1150,7 @@ class DispatchCore:
         deadline_s = mono_s + lease.lease_s
         if lease.timeout_deadline_s is not None and lease.timeout_deadline_s < deadline_s:
             deadline_s = lease.timeout_deadline_s
-        self._move_deadline(parsed, lease, deadline_s)
+        self._move_deadline(slot, lease, deadline_s)
         return _expiry_ms(lease, deadline_s, now_ms, mono_s), None
 
     def stop_of(self, owner: str | None, run_id: str, attempt: int, mono_s: float) -> RunCancel | None:

@@ -2247,20 +2247,7 @@ class _Tx:
         if run.attempt != result.attempt:
             return errors.StaleAttempt(f"attempt {result.attempt} is not the current one ({run.attempt})")
         if run.status != "claimed":
-            # This attempt's result was applied before: the same report again is
-            # harmless; any other one for an attempt that ended (by a result,
-            # an expired lease or its timeout) is stale.
-            if run.cancel == "timeout":
-                return errors.StaleAttempt(f"attempt {result.attempt} ended by its timeout")
-            if run.status == "cancelled":
-                # Asked to stop, a failed result ended it (an ok one would
-                # have made it done); else a failed one did (its job was
-                # paused).
-                same = not result.ok and (run.cancel == "requested" or not run.owner_cancelled)
-            else:
-                same = run.status == "done" if result.ok else run.status in ("waiting", "failed")
-            repeat = same and run.attempt >= 1 and (run.output, run.error) == (result.output, result.error)
-            return run if repeat else errors.StaleAttempt(f"attempt {result.attempt} already ended")
+            return _repeat_or_stale(run, result)
         assert runs_key is not None, "a claimed run is open"
         if run.timeout_at_ms is not None and cmd.at_ms >= run.timeout_at_ms:
             # The attempt ended at its timeout, whether or not the lease
@@ -2573,6 +2560,23 @@ def _add_to_outcome(outcome: JobOutcome, run: Run) -> None:
         outcome.last_attempt = run.attempt
         outcome.last_finished_ms = run.finished_ms
         outcome.last_error = run.error
+
+
+def _repeat_or_stale(run: Run, result: Result) -> Run | errors.TempoError:
+    """A result for an attempt that ended: the same report as the one that
+    ended it again is harmless (the run as it is); any other one for an
+    attempt that ended (by a result, an expired lease or its timeout) is
+    stale."""
+    if run.cancel == "timeout":
+        return errors.StaleAttempt(f"attempt {result.attempt} ended by its timeout")
+    if run.status == "cancelled":
+        # Asked to stop, a failed result ended it (an ok one would have
+        # made it done); else a failed one did (its job was paused).
+        same = not result.ok and (run.cancel == "requested" or not run.owner_cancelled)
+    else:
+        same = run.status == "done" if result.ok else run.status in ("waiting", "failed")
+    repeat = same and run.attempt >= 1 and (run.output, run.error) == (result.output, result.error)
+    return run if repeat else errors.StaleAttempt(f"attempt {result.attempt} already ended")
 
 
 def _keep_attempt(run: Run, at_ms: int, ok: bool, output: str | None, error: str | None) -> None:
