@@ -240,3 +240,35 @@ def _run(server: Server, run_id: str) -> dict:
     response = httpx.get(f"{server.url}/v1/runs/{run_id}", timeout=10)
     assert response.status_code == 200, response.text
     return response.json()
+
+
+async def test_the_library_cancels_the_handler_within_a_second_whatever_the_lease(server: Server) -> None:
+    """Its signals poll, not its next heartbeat (a third of 300 s), tells it."""
+    queue = unique("q")
+    job = create(server, queue, lease_s=300)
+    started, cancelled = trio.Event(), trio.Event()
+
+    async def handler(run: dict) -> str:
+        started.set()
+        try:
+            await trio.sleep(600)
+        finally:
+            cancelled.set()
+        return "never"
+
+    worker = Worker([server.url], "w-cancel-fast", {queue: handler}, wait_s=1)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(worker.run)
+        with trio.fail_after(EVENTUALLY_S):
+            await started.wait()
+        run_id = await _run_id_when_claimed(server, job["id"])
+        await trio.sleep(0.5)  # the poll that names it is waiting by now
+        asked_s = trio.current_time()
+        httpx.post(f"{server.url}/v1/runs/{run_id}/cancel", timeout=10).raise_for_status()
+        with trio.fail_after(EVENTUALLY_S):
+            await cancelled.wait()
+        told_s = trio.current_time() - asked_s
+        await wait_for_status(server, job["id"], "cancelled", EVENTUALLY_S)
+        with trio.fail_after(10):
+            await worker.stop(grace_s=1)
+    assert told_s < 1.0, told_s
