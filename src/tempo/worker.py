@@ -569,7 +569,7 @@ class Worker:
         body = {"worker": self.worker_id, "runs": [{"run_id": a.run["id"], "attempt": a.run["attempt"]} for a in watched],
                 "wait_s": signals_wait_s}
         try:
-            status, answer = await self.transport.post(
+            status, answer, headers = await self.transport.post_answer(
                 "/v1/signals", body, timeout_s=signals_wait_s + request_timeout_s,
                 deadline_s=trio.current_time() + signals_wait_s,
             )
@@ -585,6 +585,11 @@ class Worker:
             await trio.sleep(signals_retry_s)
             return
         stop = answer.get("cancel") or {}
+        if not stop:
+            # A node that stops answers at once, empty, with `Retry-After`:
+            # the pause keeps the next poll from spinning against it.
+            await trio.sleep(_retry_after_s(headers))
+            return
         for a in watched:
             why = stop.get(a.run["id"])
             if why is not None and self._active.get(a.run["id"]) is a:
