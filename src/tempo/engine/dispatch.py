@@ -4,7 +4,8 @@ each owner's limits, as a pure state machine; DESIGN.md "Dispatch on the
 leader").
 
 The driver owns what the core may not: the loops (a tick every
-`limits.dispatch_tick_ms`, a lease check every `limits.lease_check_ms`),
+`limits.dispatch_tick_ms`, a lease check every `limits.lease_check_ms`
+and at the earliest lease or timeout in between),
 the clocks (scheduler time from `now_ms`, monotonic time from
 `trio.current_time()`), the events claimers wait on, the commit of the
 commands the core hands back (`committer.submit`), the slices of an

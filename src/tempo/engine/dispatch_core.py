@@ -28,6 +28,8 @@ What it takes, and what it gives back:
 | `settle(proposal)` | the claim is over, either way (always, once) | its owners' room held while it committed frees |
 | `heartbeat(owner, run_id, attempt, now_ms, mono_s)` | a worker's heartbeat | the lease's new expiry (UNIX ms); `NotFound`, `StaleAttempt` |
 | `release(runs, mono_s)` | a claim's answer never reached its worker | the leases end at `mono_s` |
+| `stop_of(owner, run_id, attempt, mono_s)` | a worker's signals poll looks at a run | why its worker is to stop (None: it goes on); no lease moves |
+| `next_expiry_s()` | the lease check plans its next wake-up | the earliest lease heap entry (monotonic), or None |
 | `expire(now_ms, mono_s)` | the lease check | an `ExpireLeases` command, or None |
 | `expire_failed(command, mono_s)` | that command was not written | its leases stay expired in memory, for the next check |
 | `expire_applied(outcomes)` | that command applied | (counters) |
