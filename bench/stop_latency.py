@@ -26,7 +26,6 @@ import argparse
 import statistics
 import sys
 import tempfile
-import time
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
@@ -35,9 +34,8 @@ import httpx
 import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _server import Node, SpawnError, start, table  # noqa: E402
-
-from tempo.worker import Worker  # noqa: E402
+from _server import Node, SpawnError, start, table
+from tempo.worker import Worker
 
 cancel_target_s = 1.0
 timeout_target_s = 0.1
