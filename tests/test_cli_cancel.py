@@ -39,8 +39,8 @@ def test_runs_cancel_a_waiting_and_a_claimed_run(server) -> None:
     asked = json.loads(tempo("runs", "cancel", run["id"], "--json", url=server.url).stdout)
     assert asked["status"] == "claimed" and asked["cancel_requested"] is True
 
-    ended = httpx.post(f"{server.url}/v1/runs/{run['id']}/result", json={"attempt": 1, "ok": True}, timeout=10)
-    assert ended.json()["status"] == "cancelled"  # asked to stop: its result ends it cancelled
+    ended = httpx.post(f"{server.url}/v1/runs/{run['id']}/result", json={"attempt": 1, "ok": False}, timeout=10)
+    assert ended.json()["status"] == "cancelled"  # asked to stop, it stopped: recorded cancelled
     again = tempo("runs", "cancel", run["id"], url=server.url)  # cancelled already: answered as it is
     assert "cancelled" in again.stdout
     missing = tempo("runs", "cancel", "r_nope", url=server.url, check=False)

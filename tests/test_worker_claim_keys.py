@@ -27,7 +27,7 @@ RUN = {
 
 class FakeServer:
     """Answers the worker's claims from a script; heartbeats and results
-    are accepted."""
+    are accepted; signals polls are not served."""
 
     def __init__(self, script: list):
         self.script = script
@@ -46,6 +46,9 @@ class FakeServer:
             if isinstance(step, Exception):
                 raise step
             return step
+        if request.url.path == "/v1/signals":
+            # As a server without signals: the worker learns cancels from heartbeats.
+            return httpx.Response(404, json={"type": "not_found", "detail": "no such path /v1/signals"})
         if request.url.path == "/v1/results":
             self.results += body["results"]
             return httpx.Response(200, json={"accepted": [r["run_id"] for r in body["results"]], "rejected": []})

@@ -1099,7 +1099,10 @@ def _add_worker_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]
                         help="its name in runs and logs (default: HOST-PID)")
     worker.add_argument("--log-format", choices=("text", "json"), default="text",
                         help="log lines as text (default) or as one JSON object per line")
-    worker.add_argument("--grace-s", dest="grace_s", type=_seconds, default=30.0, metavar="S", help="on SIGTERM/SIGINT, how long running commands may finish")
+    worker.add_argument("--grace-s", dest="grace_s", type=_seconds, default=10.0, metavar="S",
+                        help="how long a command told to stop (a cancel, its timeout, a lost lease) has between "
+                             "SIGTERM and SIGKILL; and on SIGTERM/SIGINT, how long running commands may finish "
+                             "(default 10)")
     worker.add_argument("argv", nargs=argparse.REMAINDER, help="-- COMMAND...: gets the payload as JSON on stdin")
 
 

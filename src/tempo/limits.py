@@ -47,6 +47,10 @@ preview_count_default = 10
 claim_runs_max = 1000
 claim_wait_s_max = 60
 batch_items_max = 1000
+# A worker's long poll of its signals (docs/api.md "Signals"): as long as a
+# claim may wait, and the runs one poll names, as a heartbeats batch.
+signals_wait_s_max = claim_wait_s_max
+signals_runs_max = batch_items_max
 
 # Group commit: commands waiting for the next batch, and commands per batch.
 # Past the pending bound a write is refused with 503 instead of queueing
@@ -175,7 +179,7 @@ dispatch_owner_low_water_runs = 12_500
 
 assert readahead_ms >= 1000
 assert long_polls_max < requests_in_flight_max <= connections_max
-assert read_timeout_s > max(claim_wait_s_max, events_wait_s_max)
+assert read_timeout_s > max(claim_wait_s_max, events_wait_s_max, signals_wait_s_max)
 assert claim_runs_max * 10 <= dispatch_memory_runs_max
 assert claim_runs_max <= dispatch_owner_low_water_runs < dispatch_owner_runs_max
 assert dispatch_owner_runs_max * 4 <= dispatch_memory_runs_max

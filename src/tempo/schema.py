@@ -564,6 +564,22 @@ class BatchAck(msgspec.Struct):
     rejected: list[Rejected]
 
 
+class SignalsIn(_Request):
+    """`POST /v1/signals`: a worker's long poll of the runs it holds, answered
+    as soon as one of them is to stop (docs/api.md "Signals")."""
+
+    worker: Annotated[str, Meta(min_length=1, max_length=limits.worker_chars_max)]
+    runs: Annotated[list[HeartbeatItem], Meta(min_length=1, max_length=limits.signals_runs_max)]
+    wait_s: Annotated[float, Meta(ge=0, le=limits.signals_wait_s_max)] = 0
+
+
+class SignalsOut(msgspec.Struct):
+    """For each run of the poll whose worker is to stop, why (as its
+    heartbeat would answer `cancel`); empty when the wait ended with none."""
+
+    cancel: dict[str, RunCancel]
+
+
 class HeartbeatsAck(BatchAck, omit_defaults=True):
     """`POST /v1/heartbeats`: also, for each accepted run whose worker is to
     stop, why (as a single heartbeat's `cancel`); runs that go on are not in

@@ -27,13 +27,20 @@ What it does, in the terms of API.md:
   all due ones in one `POST /v1/heartbeats`. A run the server rejects
   (`stale_attempt`, `not_found`), or whose lease passes without a heartbeat
   getting through, is lost: its handler is cancelled and no result is sent.
-- Stopping a run (docs/semantics.md "Run timeouts", "Cancelling a run"): a
-  heartbeat answer that names a run in its `cancel` map cancels its
-  handler's task scope. `timeout`: the attempt ended on the server, and no
-  result is sent (it would be stale). `requested`: its owner cancelled it;
-  the result is sent, `ok=false` ("cancelled"), and the server records the
-  run cancelled. A run with a `timeout_s` is heartbeated as its timeout
-  passes too, so the worker learns of it at once.
+- Stopping a run (docs/semantics.md "Run timeouts", "Cancelling a run"):
+  one long poll `POST /v1/signals` at a time names the runs the handlers
+  hold and is answered as soon as one of them is to stop, so a cancel, a
+  `cancel_other` or a timeout reaches the handler within a second whatever
+  the lease; runs claimed while it waits are added by sending it again,
+  at most every `signals_settle_s`. Its answer, or a heartbeat answer,
+  that names a run in its `cancel` map cancels its handler's task scope.
+  `timeout`: the attempt ended on the server, and no result is sent (it
+  would be stale). `requested`: its owner cancelled it; the result is
+  sent, `ok=false` ("cancelled"), and the server records the run
+  cancelled. A handler that finished before the stop reached it reports
+  what it did (`done`, when it succeeded). A run with a `timeout_s` is
+  heartbeated as its timeout passes too. A server without `/v1/signals`
+  (`404`) is told by heartbeats alone.
 - Results: `POST /v1/results`, batching whatever finished while the previous
   batch was in flight. A handler that raises reports `ok=false` with the
   exception's text as `error`; the server then retries per the job's backoff.
@@ -87,6 +94,15 @@ backoff_s_max = 5.0
 # Redirects followed within one round over the URLs (a leader that moves).
 redirects_max = 5
 heartbeat_tick_s = 0.25
+# How long the signals poll lets claims settle before it is sent again with
+# their runs: a burst of claims costs one poll, and a run that finishes
+# within it none. Well inside the second in which a cancel must arrive.
+signals_settle_s = 0.2
+# The wait of one signals poll; it is sent again at once when it ends.
+signals_wait_s = 20
+# After a signals poll failed (no server, an error answer): the pause
+# before the next, heartbeats carrying cancels meanwhile.
+signals_retry_s = 1.0
 flush_timeout_s = 10.0
 claim_wait_s_default = 20
 # The longest `Retry-After` of an empty claim answer the worker waits out.
@@ -319,6 +335,10 @@ class Worker:
         self._results: list[dict[str, Any]] = []
         self._results_ready = trio.Event()
         self._claiming = trio.CancelScope()
+        # Set (and replaced) when a run is started: the signals poll is sent
+        # again with it (`_signals_loop`).
+        self._runs_added = trio.Event()
+        self._signals_served = True  # False once a server answered 404: heartbeats alone
         self._stopping = False
         self.stopped = trio.Event()  # set when run() has returned
         self._handlers_nursery: trio.Nursery | None = None
@@ -333,6 +353,7 @@ class Worker:
         try:
             async with trio.open_nursery() as service:
                 service.start_soon(self._heartbeat_loop)
+                service.start_soon(self._signals_loop)
                 service.start_soon(self._results_loop)
                 async with trio.open_nursery() as handlers:
                     self._handlers_nursery = handlers
@@ -425,6 +446,8 @@ class Worker:
         self._limiter.acquire_on_behalf_of_nowait(active)
         self.counts["claimed"] += 1
         self._handlers_nursery.start_soon(self._run_handler, active)
+        self._runs_added.set()
+        self._runs_added = trio.Event()
 
     async def _run_handler(self, active: _Active) -> None:
         run = active.run
@@ -455,7 +478,10 @@ class Worker:
             self._slot_freed.set()
             self._slot_freed = trio.Event()
         self.counts["ok" if outcome["ok"] else "failed"] += 1
-        self._log_run(run, "ok" if outcome["ok"] else "failed", trio.current_time() - started_s, outcome.get("error"))
+        # The line says what happened: a handler stopped by a cancel is
+        # `cancelled` (and so recorded), one that finished first is `ok`.
+        said = "ok" if outcome["ok"] else "cancelled" if active.cancel.cancelled_caught and active.stop_requested else "failed"
+        self._log_run(run, said, trio.current_time() - started_s, outcome.get("error"))
         self._results.append(outcome)
         self._results_ready.set()
 
@@ -520,6 +546,54 @@ class Worker:
         for item in answer.get("rejected", ()):
             attempt = next((a.run["attempt"] for a in due if a.run["id"] == item["run_id"]), -1)
             self._lose(item["run_id"], attempt, item.get("type", "rejected"))
+
+    # -- signals ---------------------------------------------------------------
+
+    async def _signals_loop(self) -> None:
+        """Keeps one `POST /v1/signals` waiting for the runs whose handlers
+        run; it is sent again when it ends, and when runs were added (after
+        `signals_settle_s`, so a burst of claims costs one poll)."""
+        while self._signals_served:
+            added = self._runs_added
+            watched = [a for a in self._active.values() if not (a.finished or a.lost or a.cancel.cancel_called)]
+            if not watched:
+                await added.wait()
+                await trio.sleep(signals_settle_s)
+                continue
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_cancel_when_set, added, nursery.cancel_scope)
+                await self._poll_signals(watched[: limits.signals_runs_max])
+                nursery.cancel_scope.cancel()
+
+    async def _poll_signals(self, watched: list[_Active]) -> None:
+        body = {"worker": self.worker_id, "runs": [{"run_id": a.run["id"], "attempt": a.run["attempt"]} for a in watched],
+                "wait_s": signals_wait_s}
+        try:
+            status, answer, headers = await self.transport.post_answer(
+                "/v1/signals", body, timeout_s=signals_wait_s + request_timeout_s,
+                deadline_s=trio.current_time() + signals_wait_s,
+            )
+        except Unavailable:
+            await trio.sleep(signals_retry_s)
+            return
+        if status == 404:
+            log.info("the server has no /v1/signals: cancels reach handlers with heartbeats only")
+            self._signals_served = False
+            return
+        if status != 200 or not isinstance(answer, dict):
+            log.error("POST /v1/signals answered %s: %s", status, answer)
+            await trio.sleep(signals_retry_s)
+            return
+        stop = answer.get("cancel") or {}
+        if not stop:
+            # A node that stops answers at once, empty, with `Retry-After`:
+            # the pause keeps the next poll from spinning against it.
+            await trio.sleep(_retry_after_s(headers))
+            return
+        for a in watched:
+            why = stop.get(a.run["id"])
+            if why is not None and self._active.get(a.run["id"]) is a:
+                self._stop_run(a, why)
 
     def _stop_run(self, active: _Active, why: str) -> None:
         """A heartbeat answer says the run is to stop: its handler is
@@ -599,7 +673,18 @@ class Worker:
 # -- `tempo worker -- COMMAND...` ------------------------------------------------
 
 command_stream_bytes_max = limits.output_bytes_max
-kill_grace_s = 5.0
+# The default time a command has to exit after SIGTERM before SIGKILL
+# (`tempo worker --grace-s`), and how long the worker then waits for the
+# killed command to be reaped.
+kill_grace_s = 10.0
+kill_wait_s = 5.0
+
+
+async def _cancel_when_set(event: trio.Event, scope: trio.CancelScope) -> None:
+    """Cancels `scope` `signals_settle_s` after `event` is set."""
+    await event.wait()
+    await trio.sleep(signals_settle_s)
+    scope.cancel()
 
 
 async def _read_head(stream: trio.abc.ReceiveStream, keep: bytearray, total: list[int]) -> None:
@@ -627,15 +712,17 @@ def _head_text(raw: bytearray, total_bytes: int) -> str:
     return clip_text(raw[:keep].decode("utf-8", "ignore") + note)
 
 
-def command_handler(argv: Sequence[str], base_env: dict[str, str] | None = None) -> Handler:
+def command_handler(
+    argv: Sequence[str], base_env: dict[str, str] | None = None, *, grace_s: float = kill_grace_s
+) -> Handler:
     """A handler running `argv` per run: the payload as JSON on stdin, and
     `TEMPO_RUN_ID`, `TEMPO_ATTEMPT`, `TEMPO_JOB_ID` in its environment.
 
     Exit 0 is success with stdout (cut to 64 KiB, with a note) as output; any
     other exit is a failure with the tail of stderr as error. Cancellation (a
     lost lease, the run's timeout or a cancel of it, a stop past its grace)
-    sends the command SIGTERM, and SIGKILL if it has not exited
-    `kill_grace_s` later. The command runs in a session of its own and the
+    sends the command SIGTERM, and SIGKILL if it has not exited `grace_s`
+    later (`tempo worker --grace-s`). The command runs in a session of its own and the
     signals go to its whole process group, so that what a shell script
     started stops with it, and the terminal's Ctrl-C reaches the worker
     only, which lets commands finish for its grace.
@@ -645,6 +732,8 @@ def command_handler(argv: Sequence[str], base_env: dict[str, str] | None = None)
 
     if not argv:
         raise ValueError("argv: give a command")
+    if not (isinstance(grace_s, int | float) and 0 <= grace_s < math.inf):
+        raise ValueError(f"grace_s: a number of seconds, at least 0 (got {grace_s!r})")
     argv = list(argv)
     if len(argv) == 1 and any(c.isspace() for c in argv[0]):
         argv = ["sh", "-c", argv[0]]
@@ -674,7 +763,7 @@ def command_handler(argv: Sequence[str], base_env: dict[str, str] | None = None)
                 code = await proc.wait()
         finally:
             if proc.returncode is None:
-                await _terminate(proc)
+                await _terminate(proc, grace_s)
         if code != 0:
             tail = err[-command_stream_bytes_max:].decode("utf-8", "replace").strip()
             raise CommandFailed(f"exit status {code}" + (f": {tail}" if tail else ""))
@@ -683,16 +772,16 @@ def command_handler(argv: Sequence[str], base_env: dict[str, str] | None = None)
     return handle
 
 
-async def _terminate(proc: trio.Process) -> None:
+async def _terminate(proc: trio.Process, grace_s: float) -> None:
     """SIGTERM to the command's process group, then SIGKILL after
-    `kill_grace_s`; shielded (it runs as the handler is cancelled) and
+    `grace_s`; shielded (it runs as the handler is cancelled) and
     bounded."""
     with trio.CancelScope(shield=True):
         _signal_group(proc, signal.SIGTERM)
-        with trio.move_on_after(kill_grace_s):
+        with trio.move_on_after(grace_s):
             await proc.wait()
             return
-        with trio.move_on_after(kill_grace_s):
+        with trio.move_on_after(kill_wait_s):
             _signal_group(proc, signal.SIGKILL)
             await proc.wait()
 
@@ -718,7 +807,7 @@ async def serve_command(
     """`tempo worker`: runs `argv` per run until SIGTERM or SIGINT."""
     import signal
 
-    handler = command_handler(argv)
+    handler = command_handler(argv, grace_s=grace_s)
     worker = Worker(urls, worker_id, dict.fromkeys(queues, handler),
                     max_runs=min(concurrency, limits.claim_runs_max), concurrency=concurrency, token=token,
                     ca_file=ca_file)

@@ -32,7 +32,7 @@ def test_a_cancel_request_survives_the_leader(make_cluster) -> None:
         assert http.get(f"{new.url}/v1/runs/{run['id']}").json()["cancel_requested"] is True
         beat = http.post(f"{new.url}/v1/runs/{run['id']}/heartbeat", json={"attempt": 1})
         assert beat.status_code == 200 and beat.json()["cancel"] == "requested"
-        ended = http.post(f"{new.url}/v1/runs/{run['id']}/result", json={"attempt": 1, "ok": True})
+        ended = http.post(f"{new.url}/v1/runs/{run['id']}/result", json={"attempt": 1, "ok": False, "error": "stopped"})
         assert ended.status_code == 200 and ended.json()["status"] == "cancelled"
 
 

@@ -333,7 +333,9 @@ class LifecycleModel(RuleBasedStateMachine):
         """The claimed attempt of `run` ended (a result, its lease, its timeout)."""
         run.ended += 1
         run.last_error = error
-        if run.cancel_requested:
+        if run.cancel_requested and not ok:
+            # Asked to stop, it ends cancelled; one that succeeded before
+            # the stop reached it is done (docs/semantics.md "Cancelling a run").
             run.cancelled_by = "owner"
             self.end_run(job, run, "cancelled")
         elif ok:
@@ -669,6 +671,12 @@ class LifecycleModel(RuleBasedStateMachine):
         error = None if ok else "boom"
         retry_due_ms = self.backoff_due_ms(run)
         answer = engine.report(job.id, run.nominal_ms, run.attempt, ok, error)
+        if run.timeout_s is not None and run.timeout_s <= engine.mono_s:
+            # The attempt ended at its timeout (both clocks move together
+            # here); the lease check records it.
+            if not isinstance(answer, errors.StaleAttempt):
+                self.fault("timeout", f"a result after the attempt's timeout answered {answer!r}")
+            return
         if not isinstance(answer, Run):
             self.fault("result", f"the result of the current attempt answered {answer!r}")
             return
@@ -689,6 +697,10 @@ class LifecycleModel(RuleBasedStateMachine):
         if run.cancel_requested:
             if cancel != "requested":
                 self.fault("cancel", f"a heartbeat of a run asked to stop answered {cancel!r}")
+            return
+        if run.timeout_s is not None and run.timeout_s <= engine.mono_s:
+            if (expires_ms, cancel) != (None, "timeout"):
+                self.fault("timeout", f"a heartbeat at or after the timeout answered {(expires_ms, cancel)}")
             return
         deadline_s = engine.mono_s + run.lease_s
         if run.timeout_s is not None:

@@ -180,3 +180,38 @@ def test_a_timeout_ends_the_attempt_failed_and_the_retry_policy_applies(store: S
     [[failed]], _ = log.apply(ExpireLeases(T0 + 11_005, [Expiry(job.id, T0, 2, "timeout")]))
     assert failed.status == "failed" and failed.error == "timeout" and failed.cancel == "timeout"
     assert "run.failed" in _events(store)
+
+
+def test_a_run_asked_to_stop_that_ends_ok_first_is_done(store: Store) -> None:
+    """The recorded outcome is what happened: a command that finished well
+    before the stop reached it is `done`, not `cancelled`."""
+    log = _Log(store)
+    _jobs, job = _create(store, log, schedule={"at": "2027-01-15T08:00:00Z"}, retry={"max_attempts": 3})
+    _claim(log, job, T0, T0 + 5, one_off=True)
+    log.apply(CancelRun(T0 + 10, OWNER, job.id, T0))
+    [[ended]], _ = log.apply(ReportResults(T0 + 20, OWNER, [Result(job.id, T0, 1, True, "sent", None)]))
+    assert ended.status == "done" and ended.output == "sent" and ended.finished_ms == T0 + 20
+    assert store.get_job(OWNER, job.id).state == "completed"
+    assert "run.cancelled" not in _events(store)
+    # The same result again is harmless; a failure of that attempt now is stale.
+    [[repeat]], _ = log.apply(ReportResults(T0 + 21, OWNER, [Result(job.id, T0, 1, True, "sent", None)]))
+    assert isinstance(repeat, Run) and repeat.status == "done"
+    [[other]], _ = log.apply(ReportResults(T0 + 21, OWNER, [Result(job.id, T0, 1, False, None, "stopped")]))
+    assert isinstance(other, errors.StaleAttempt)
+
+
+def test_a_result_at_or_after_the_timeout_is_stale(store: Store) -> None:
+    """An attempt ends at its `timeout_at`: a result stamped then or later
+    does not end it (the timeout's expiry does), one stamped before does."""
+    log = _Log(store)
+    _, job = _create(store, log, schedule={"at": "2027-01-15T08:00:00Z"}, timeout_s=2,
+                     retry={"max_attempts": 2, "backoff_s": [7]})
+    _claim(log, job, T0, T0 + 5, one_off=True, timeout_at_ms=T0 + 2005)
+    [[late]], _ = log.apply(ReportResults(T0 + 2005, OWNER, [Result(job.id, T0, 1, True, "late", None)]))
+    assert isinstance(late, errors.StaleAttempt) and "timeout" in str(late)
+    assert store.get_run(OWNER, ids.run_id(job.id, T0))[0].status == "claimed"
+    [[ended]], _ = log.apply(ExpireLeases(T0 + 2006, [Expiry(job.id, T0, 1, "timeout")]))
+    assert ended.status == "waiting" and ended.error == "timeout"
+    again = _claim(log, job, T0, T0 + 9006, one_off=True, timeout_at_ms=T0 + 11_006)
+    [[done]], _ = log.apply(ReportResults(T0 + 11_004, OWNER, [Result(job.id, T0, again.attempt, True, "ok", None)]))
+    assert isinstance(done, Run) and done.status == "done"

@@ -120,3 +120,32 @@ def test_a_run_asked_to_stop_before_a_failover_is_told_so_by_the_new_leader(rig:
     assert fresh.beat(OWNER, ids.run_id(claimed.run.job_id, claimed.run.nominal_ms), 1, rig.now_ms, 901.0)[1] == (
         "requested"
     )
+
+
+def test_no_lease_is_answered_past_the_timeout_and_one_at_it_has_ended(rig: StopRig) -> None:
+    """Scheduler time a few ms ahead of the monotonic clock (a slewed wall
+    clock) does not carry a lease past `timeout_at`; a heartbeat at the
+    timeout is told the attempt ended, before the lease check commits it."""
+    rig.create(timeout_s=5, lease_s=60)
+    rig.tick()
+    [claimed] = rig.claim()
+    timeout_at_ms = claimed.run.timeout_at_ms
+    assert timeout_at_ms == T0_MS + 5_000
+    rig.advance(2, wall_ms=17)
+    expires_ms, cancel = rig.core.beat(OWNER, run_id(claimed), 1, rig.now_ms, rig.mono_s)
+    assert cancel is None and expires_ms == timeout_at_ms
+    rig.advance(3)  # the monotonic deadline of the timeout, exactly
+    assert rig.core.beat(OWNER, run_id(claimed), 1, rig.now_ms, rig.mono_s) == (None, "timeout")
+    assert rig.core.lease_of(claimed.run.job_id, claimed.run.nominal_ms, 1, rig.now_ms, rig.mono_s) == timeout_at_ms
+    [ended] = rig.expire()
+    assert ended.error == "timeout"
+
+
+def test_the_next_expiry_is_the_earliest_deadline_in_the_lease_heap(rig: StopRig) -> None:
+    """What the lease check sleeps until (`Dispatcher._expire_loop`): the
+    timeout, not the next lease check after it."""
+    assert rig.core.next_expiry_s() is None
+    rig.create(timeout_s=3, lease_s=60)
+    rig.tick()
+    rig.claim()
+    assert rig.core.next_expiry_s() == rig.mono_s + 3

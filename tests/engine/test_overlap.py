@@ -295,7 +295,7 @@ def test_an_expired_lease_or_a_cancel_ends_the_running_run(store: Store) -> None
     _claim(log, job, slot + 2 * MIN, slot + 2 * MIN + 2)
     assert _run(store, job, slot + 2 * MIN).buffered
     log.apply(CancelRun(slot + 2 * MIN + 3, OWNER, job.id, slot + MIN))
-    _report(log, job, slot + MIN, slot + 2 * MIN + 4)
+    _report(log, job, slot + MIN, slot + 2 * MIN + 4, ok=False)  # stopped, as asked
     assert _run(store, job, slot + MIN).status == "cancelled"
     assert _run(store, job, slot + 2 * MIN).due_ms == slot + 2 * MIN + 4
 

@@ -11,7 +11,7 @@ SERVED = {
     ("/v1/jobs/{id}/trigger", "post"), ("/v1/jobs/{id}/runs", "get"), ("/v1/jobs/{id}/backfill", "post"),
     ("/v1/runs/{run_id}", "get"), ("/v1/runs/{run_id}/heartbeat", "post"),
     ("/v1/runs/{run_id}/result", "post"), ("/v1/claim", "post"),
-    ("/v1/heartbeats", "post"), ("/v1/results", "post"), ("/v1/events", "get"),
+    ("/v1/heartbeats", "post"), ("/v1/signals", "post"), ("/v1/results", "post"), ("/v1/events", "get"),
     ("/v1/schedules/preview", "post"), ("/healthz", "get"), ("/readyz", "get"),
     ("/metrics", "get"), ("/v1/openapi.json", "get"), ("/v1/cluster", "get"),
     ("/v1/cluster/digest", "get"), ("/v1/cluster/nodes", "post"), ("/v1/cluster/nodes/{node_id}", "delete"),

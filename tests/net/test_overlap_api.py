@@ -169,8 +169,9 @@ def test_cancel_other_asks_the_running_run_to_stop(http: httpx.Client) -> None:
     beat = http.post(f"/v1/runs/{first['id']}/heartbeat", json={"attempt": 1}).json()
     assert beat["cancel"] == "requested"
     assert http.get(f"/v1/runs/{first['id']}").json()["cancel_requested"] is True
-    ended = _done(http, first)
-    assert ended["status"] == "cancelled"
+    # Stopped as asked, it reports a failure: recorded cancelled, no retry.
+    stopped = http.post(f"/v1/runs/{first['id']}/result", json={"attempt": 1, "ok": False, "error": "stopped"})
+    assert stopped.status_code == 200 and stopped.json()["status"] == "cancelled", stopped.text
 
 
 def test_triggered_runs_obey_the_policy(http: httpx.Client) -> None:

@@ -4,7 +4,8 @@ each owner's limits, as a pure state machine; DESIGN.md "Dispatch on the
 leader").
 
 The driver owns what the core may not: the loops (a tick every
-`limits.dispatch_tick_ms`, a lease check every `limits.lease_check_ms`),
+`limits.dispatch_tick_ms`, a lease check every `limits.lease_check_ms`
+and at the earliest lease or timeout in between),
 the clocks (scheduler time from `now_ms`, monotonic time from
 `trio.current_time()`), the events claimers wait on, the commit of the
 commands the core hands back (`committer.submit`), the slices of an
@@ -41,7 +42,8 @@ from tempo.engine.dispatch_core import (
     owner_of,
     queue_key,
 )
-from tempo.engine.records import ClaimKeyEntry, Job, Run
+from tempo.engine.records import ClaimKeyEntry, Job, Run, RunCancel
+from tempo.engine.signals import StopWaiters
 from tempo.engine.store import Changes, Store
 from tempo.wheel import TimingWheel
 
@@ -78,6 +80,9 @@ class Dispatcher:
         # applied entry asked to stop: the HTTP executor aborts their
         # deliveries (it sends no heartbeats to learn it from).
         self.stop_listeners: list[Callable[[list[tuple[str, int]]], None]] = []
+        # Workers' long polls of their signals (`signals`), woken by the
+        # runs they name when those are asked to stop or time out.
+        self.stop_waiters = StopWaiters()
         committer.listeners.append(self.on_changes)
 
     # The core's state, as the API's metrics and the tests read it.
@@ -157,6 +162,7 @@ class Dispatcher:
         for event in self._ready_events.values():
             event.set()
         self._ready_events = {}
+        self.stop_waiters.wake_all()
 
     def load(self, now_ms: int) -> None:
         self.core.load(now_ms, trio.current_time())
@@ -202,6 +208,7 @@ class Dispatcher:
             self.core.counters["skipped_overlap"] += changes.skipped
         if changes.stopping:
             self.core.stop_requested(changes.stopping)
+            self.stop_waiters.wake(changes.stopping)
             for listener in self.stop_listeners:
                 listener(changes.stopping)
         if changes.event_owners:
@@ -242,13 +249,32 @@ class Dispatcher:
             self._signal()
 
     async def _expire_loop(self) -> None:
+        check_s, gap_s = limits.lease_check_ms / 1000, limits.dispatch_tick_ms / 1000
         while True:
-            await trio.sleep(limits.lease_check_ms / 1000)
+            # Every lease check round, and at the earliest lease or timeout
+            # in between, so an attempt ends at its timeout rather than up
+            # to a round after it (docs/semantics.md "Run timeouts"). One
+            # granted meanwhile ends at least a second on: the next round
+            # sees it first. Wake-ups are at least a dispatch tick apart, so
+            # leases ending at many instants cost at most 100 a second, each
+            # taking every lease run out by then. Leases run out already
+            # (more than one command's worth, or an expiry not written) wait
+            # for the next round, as before.
+            now_s = trio.current_time()
+            next_s = self.core.next_expiry_s()
+            if next_s is None or next_s <= now_s:
+                wake_s = now_s + check_s
+            else:
+                wake_s = min(now_s + check_s, max(next_s, now_s + gap_s))
+            await trio.sleep_until(wake_s)
             now_s = trio.current_time()
             command = self.core.expire(self.now_ms(), now_s)
             self._signal()
             if command is None:
                 continue
+            timed_out = [(e.job_id, e.nominal_ms) for e in command.expiries if e.reason == "timeout"]
+            if timed_out:
+                self.stop_waiters.wake(timed_out)
             try:
                 outcomes = await self.committer.submit(command)
             except errors.Overloaded:
@@ -378,6 +404,38 @@ class Dispatcher:
                 continue
             answered.append(ClaimedRun(run, job))
         return answered
+
+    async def signals(self, owner: str | None, runs: list[tuple[str, int]], wait_s: float) -> dict[str, RunCancel]:
+        """A worker's signals (docs/api.md "Signals"): of `runs` (run ID,
+        attempt), those whose worker is to stop, and why, as their
+        heartbeats would answer; waits up to `wait_s` for one when none is.
+        Leases are not extended. Raises `NotLeader` when this node stops
+        leading while it waits."""
+        deadline_s = trio.current_time() + wait_s
+        generation = self.core.generation
+        slots = [parsed for run_id, _ in runs if (parsed := ids.parse_run_id(run_id)) is not None]
+        while True:
+            if generation != self.core.generation:
+                raise errors.NotLeader("this node stopped leading; ask the new leader")
+            now_s = trio.current_time()
+            found: dict[str, RunCancel] = {}
+            for run_id, attempt in runs:
+                why = self.core.stop_of(owner, run_id, attempt, now_s)
+                if why is not None:
+                    found[run_id] = why
+            if found or now_s >= deadline_s:
+                return found
+            event = trio.Event()
+            self.stop_waiters.add(slots, event)
+            try:
+                with trio.move_on_at(deadline_s):
+                    await event.wait()
+            finally:
+                self.stop_waiters.discard(slots, event)
+
+    def stop_waiters_count(self) -> int:
+        """Runs some worker's signals poll waits on (tests, metrics)."""
+        return len(self.stop_waiters)
 
     def heartbeat(self, owner: str | None, run_id: str, attempt: int) -> int:
         """Extends a lease in memory to `lease_s` from now (monotonic); answers

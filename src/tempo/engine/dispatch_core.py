@@ -28,6 +28,8 @@ What it takes, and what it gives back:
 | `settle(proposal)` | the claim is over, either way (always, once) | its owners' room held while it committed frees |
 | `heartbeat(owner, run_id, attempt, now_ms, mono_s)` | a worker's heartbeat | the lease's new expiry (UNIX ms); `NotFound`, `StaleAttempt` |
 | `release(runs, mono_s)` | a claim's answer never reached its worker | the leases end at `mono_s` |
+| `stop_of(owner, run_id, attempt, mono_s)` | a worker's signals poll looks at a run | why its worker is to stop (None: it goes on); no lease moves |
+| `next_expiry_s()` | the lease check plans its next wake-up | the earliest lease heap entry (monotonic), or None |
 | `expire(now_ms, mono_s)` | the lease check | an `ExpireLeases` command, or None |
 | `expire_failed(command, mono_s)` | that command was not written | its leases stay expired in memory, for the next check |
 | `expire_applied(outcomes)` | that command applied | (counters) |
@@ -162,6 +164,10 @@ class Lease(msgspec.Struct, gc=False):
     # The run was asked to stop (`Run.cancel`): heartbeats no longer move
     # the deadline on, and answer `cancel: requested`.
     cancel_requested: bool = False
+    # The attempt's timeout as the claim fixed it (UNIX ms; None: no
+    # timeout): no answer shows a lease past it, whatever the drift of
+    # scheduler time from the monotonic clock since the claim.
+    timeout_at_ms: int | None = None
 
 
 @dataclass(slots=True)
@@ -946,7 +952,7 @@ class DispatchCore:
             # Asked to stop by a later claim of the same command (`cancel_other`):
             # the entry's `stopping`, fed before this lease existed, missed it.
             self._grant(job.owner, run.job_id, run.nominal_ms, run.attempt, at_s + job.lease_s, job.lease_s, timeout_s,
-                        run.cancel == "requested")
+                        run.cancel == "requested", claim.timeout_at_ms)
             lateness_s.append((at_ms - run.due_ms) / 1000)
             claimed.append(ClaimedRun(run, job))
         self.observe_lateness(lateness_s)
@@ -1013,6 +1019,7 @@ class DispatchCore:
         lease_s: int,
         timeout_deadline_s: float | None = None,
         cancel_requested: bool = False,
+        timeout_at_ms: int | None = None,
     ) -> None:
         # `_enter_lease`, inline: this runs once per run claimed. A new
         # lease adds one to the leases and one entry to the heap, which
@@ -1022,7 +1029,8 @@ class DispatchCore:
             deadline_s = timeout_deadline_s
         self._lease_entries += 1
         entry = self._lease_entries
-        lease = Lease(attempt, deadline_s, lease_s, owner, entry, deadline_s, timeout_deadline_s, cancel_requested)
+        lease = Lease(attempt, deadline_s, lease_s, owner, entry, deadline_s, timeout_deadline_s, cancel_requested,
+                      timeout_at_ms)
         replaced = self._put_lease((job_id, nominal_ms), lease)
         heapq.heappush(self._lease_heap, (deadline_s, entry, job_id, nominal_ms))
         if replaced:
@@ -1035,7 +1043,7 @@ class DispatchCore:
         timeout_s = None if run.timeout_at_ms is None else mono_s + (run.timeout_at_ms - now_ms) / 1000
         lease_s = claimed_lease_s(run, job)
         self._grant(job.owner, run.job_id, run.nominal_ms, run.attempt, mono_s + lease_s, lease_s, timeout_s,
-                    run.cancel == "requested")
+                    run.cancel == "requested", run.timeout_at_ms)
 
     def _enter_lease(self, key: tuple[str, int], lease: Lease) -> None:
         """Gives the lease a new entry in the heap, at its deadline; the
@@ -1133,14 +1141,59 @@ class DispatchCore:
             # backlog): it gets the full lease a loaded run would get.
             self._grant_claimed(run, job, now_ms, mono_s)
             lease = self.leases[parsed]
-            return now_ms + round((lease.deadline_s - mono_s) * 1000), "requested" if lease.cancel_requested else None
+        return self._extend(parsed, lease, now_ms, mono_s)
+
+    def _extend(self, slot: tuple[str, int], lease: Lease, now_ms: int, mono_s: float) -> Beat:
+        """`beat` of a lease held at the attempt named: moved on to
+        `lease_s` from `mono_s`, unless its run was asked to stop or its
+        timeout has passed."""
         if lease.cancel_requested:
-            return now_ms + round(max(0.0, lease.deadline_s - mono_s) * 1000), "requested"
+            return _expiry_ms(lease, lease.deadline_s, now_ms, mono_s), "requested"
+        if lease.timeout_deadline_s is not None and lease.timeout_deadline_s <= mono_s:
+            # Its timeout has passed: the attempt has ended, though the lease
+            # check may not have committed that yet (docs/semantics.md "Run
+            # timeouts").
+            return None, "timeout"
         deadline_s = mono_s + lease.lease_s
         if lease.timeout_deadline_s is not None and lease.timeout_deadline_s < deadline_s:
             deadline_s = lease.timeout_deadline_s
-        self._move_deadline(parsed, lease, deadline_s)
-        return now_ms + round(max(0.0, deadline_s - mono_s) * 1000), None
+        self._move_deadline(slot, lease, deadline_s)
+        return _expiry_ms(lease, deadline_s, now_ms, mono_s), None
+
+    def stop_of(self, owner: str | None, run_id: str, attempt: int, mono_s: float) -> RunCancel | None:
+        """Whether the worker holding `attempt` of `run_id` is to stop, and
+        why, as its heartbeat would answer, without extending its lease (a
+        worker's signals, docs/api.md "Signals"). None for a run that goes
+        on, and for one that is not this owner's, unknown or stale (its
+        heartbeats say so)."""
+        parsed = ids.parse_run_id(run_id)
+        if parsed is None:
+            return None
+        lease = self.leases.get(parsed)
+        if lease is not None:
+            if lease.attempt != attempt or (owner is not None and lease.owner != owner):
+                return None
+            if lease.cancel_requested:
+                return "requested"
+            timeout_s = lease.timeout_deadline_s
+            return "timeout" if timeout_s is not None and timeout_s <= mono_s else None
+        if self.expiring.get(parsed) == attempt and parsed in self.timing_out:
+            return "timeout"
+        job = self.reader.get_job_any(parsed[0])
+        if job is None or (owner is not None and job.owner != owner):
+            return None
+        run = self.reader.get_run_any(*parsed)
+        if run is None or run.attempt != attempt:
+            return None
+        return _ended_by(run)
+
+    def next_expiry_s(self) -> float | None:
+        """The earliest instant (monotonic) at which a lease or a timeout
+        may run out, for the lease check to wake at; None with no lease.
+        An entry may be stale (its lease moved on or ended): waking for it
+        costs one look."""
+        heap = self._lease_heap
+        return heap[0][0] if heap else None
 
     def release(self, claimed: list[ClaimedRun], mono_s: float) -> None:
         """Claimed runs whose answer never reached their worker: each lease
@@ -1160,8 +1213,7 @@ class DispatchCore:
         lease = self.leases.get((job_id, nominal_ms))
         if lease is None or lease.attempt != attempt:
             return None
-        left_s = max(0.0, lease.deadline_s - mono_s)
-        return now_ms + round(left_s * 1000)
+        return _expiry_ms(lease, lease.deadline_s, now_ms, mono_s)
 
     def check_leases(self) -> None:
         """Asserts the invariants of the leases and the lease heap (for
@@ -1199,6 +1251,14 @@ def claimed_lease_s(run: Run, job: Job) -> int:
         if lease_ms >= 1000:
             return lease_ms // 1000
     return job.lease_s
+
+
+def _expiry_ms(lease: Lease, deadline_s: float, now_ms: int, mono_s: float) -> int:
+    """A lease's expiry at the monotonic `deadline_s`, as an instant of
+    scheduler time (UNIX ms), never past the attempt's `timeout_at`."""
+    expires_ms = now_ms + round(max(0.0, deadline_s - mono_s) * 1000)
+    timeout_at_ms = lease.timeout_at_ms
+    return expires_ms if timeout_at_ms is None or expires_ms < timeout_at_ms else timeout_at_ms
 
 
 def _due_of(runs_key: bytes) -> int:

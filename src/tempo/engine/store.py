@@ -2274,27 +2274,21 @@ class _Tx:
         if run.attempt != result.attempt:
             return errors.StaleAttempt(f"attempt {result.attempt} is not the current one ({run.attempt})")
         if run.status != "claimed":
-            # This attempt's result was applied before: the same report again is
-            # harmless; any other one for an attempt that ended (by a result,
-            # an expired lease or its timeout) is stale.
-            if run.cancel == "timeout":
-                return errors.StaleAttempt(f"attempt {result.attempt} ended by its timeout")
-            if run.status == "cancelled":
-                # Asked to stop, any result ended it; else a failed one did
-                # (its job was paused).
-                same = run.cancel == "requested" or (not result.ok and not run.owner_cancelled)
-            else:
-                same = run.status == "done" if result.ok else run.status in ("waiting", "failed")
-            repeat = same and run.attempt >= 1 and (run.output, run.error) == (result.output, result.error)
-            return run if repeat else errors.StaleAttempt(f"attempt {result.attempt} already ended")
+            return _repeat_or_stale(run, result)
         assert runs_key is not None, "a claimed run is open"
+        if run.timeout_at_ms is not None and cmd.at_ms >= run.timeout_at_ms:
+            # The attempt ended at its timeout, whether or not the lease
+            # check has committed that yet; its expiry records it
+            # (docs/semantics.md "Run timeouts").
+            return errors.StaleAttempt(f"attempt {result.attempt} ended by its timeout")
         _keep_attempt(run, cmd.at_ms, result.ok, result.output, result.error)
         run.lease_expires_ms = None
         run.output = result.output
         run.error = result.error
-        if run.cancel == "requested":
-            # Whatever it says, the result of a run asked to stop ends it
-            # cancelled, with no retry (docs/semantics.md "Cancelling a run").
+        if run.cancel == "requested" and not result.ok:
+            # A run asked to stop that did not succeed ends cancelled, with
+            # no retry; one that succeeded before the stop reached it is
+            # done, as it happened (docs/semantics.md "Cancelling a run").
             self._end_cancelled(job, run, runs_key, cmd.at_ms, by_job_key)
             return run
         if result.ok:
@@ -2613,6 +2607,23 @@ def _add_to_outcome(outcome: JobOutcome, run: Run) -> None:
         outcome.last_attempt = run.attempt
         outcome.last_finished_ms = run.finished_ms
         outcome.last_error = run.error
+
+
+def _repeat_or_stale(run: Run, result: Result) -> Run | errors.TempoError:
+    """A result for an attempt that ended: the same report as the one that
+    ended it again is harmless (the run as it is); any other one for an
+    attempt that ended (by a result, an expired lease or its timeout) is
+    stale."""
+    if run.cancel == "timeout":
+        return errors.StaleAttempt(f"attempt {result.attempt} ended by its timeout")
+    if run.status == "cancelled":
+        # Asked to stop, a failed result ended it (an ok one would have
+        # made it done); else a failed one did (its job was paused).
+        same = not result.ok and (run.cancel == "requested" or not run.owner_cancelled)
+    else:
+        same = run.status == "done" if result.ok else run.status in ("waiting", "failed")
+    repeat = same and run.attempt >= 1 and (run.output, run.error) == (result.output, result.error)
+    return run if repeat else errors.StaleAttempt(f"attempt {result.attempt} already ended")
 
 
 def _keep_attempt(run: Run, at_ms: int, ok: bool, output: str | None, error: str | None) -> None:

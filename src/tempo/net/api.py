@@ -20,7 +20,7 @@ from tempo.engine import keys
 from tempo.engine.commands import ClaimKey, Result, decode_entry
 from tempo.engine.dispatch import LATENESS_BUCKETS_S, ClaimedRun, Dispatcher
 from tempo.engine.jobs import Jobs
-from tempo.engine.records import Corrupt, Event, Job, Run
+from tempo.engine.records import Corrupt, Event, Job, Run, RunCancel
 from tempo.engine.store import Created, Store
 from tempo.net import auth, openapi, views
 from tempo.net import auth as auth_module  # `auth` is also a parameter name below
@@ -91,6 +91,8 @@ from tempo.schema import (
     ResultsIn,
     RunOut,
     RunsPage,
+    SignalsIn,
+    SignalsOut,
 )
 
 log = logging.getLogger("tempo.http")
@@ -112,6 +114,7 @@ NEEDS = {
     "run_heartbeat": auth.WORKER,
     "run_result": auth.WORKER,
     "heartbeats": auth.WORKER,
+    "signals": auth.WORKER,
     "results": auth.WORKER,
 }  # every other route: a client's or an admin's token
 # The query parameters each route and method takes (API.md); any other is
@@ -156,6 +159,7 @@ _node_in = decoders(NodeIn)
 _claim = decoders(ClaimIn)
 _heartbeat = decoders(HeartbeatIn)
 _heartbeats = decoders(HeartbeatsIn)
+_signals = decoders(SignalsIn)
 _result = decoders(ResultIn)
 _results = decoders(ResultsIn)
 _json_enc = msgspec.json.Encoder()
@@ -491,6 +495,8 @@ class Api:
                 return "claim", {"POST": self.claim}
             case ["heartbeats"]:
                 return "heartbeats", {"POST": self.heartbeats}
+            case ["signals"]:
+                return "signals", {"POST": self.signals}
             case ["results"]:
                 return "results", {"POST": self.results}
             case ["events"]:
@@ -830,6 +836,22 @@ class Api:
                 if cancel is not None:
                     ack.cancel[item.run_id] = cancel
         return encode(request, ack)
+
+    async def signals(self, request: Request) -> Response:
+        """A worker's long poll of its runs' signals (docs/api.md "Signals"):
+        answered as soon as one of them is to stop, or empty after `wait_s`.
+        It extends no lease. Runs this token may not touch are left out, as
+        unknown ones are: their heartbeats say what became of them."""
+        body = decode(request, _signals)
+        runs = [(item.run_id, item.attempt) for item in body.runs if self._may_touch(request, item.run_id)]
+        found: dict[str, RunCancel] = {}
+        # A poll ends when its client leaves (a worker that polls again
+        # with more runs), and frees its slot at once.
+        async with watching(request.receive) as client:
+            with self._long_poll(body.wait_s), client.scope:
+                found = await self.dispatcher.signals(self.owner(request), runs, body.wait_s)
+        response = encode(request, SignalsOut(found))
+        return response if found else self._retry_hint(response)
 
     async def result(self, request: Request, run_id: str) -> Response:
         body = decode(request, _result)

@@ -32,6 +32,8 @@ _STRUCTS = (
     schema.HeartbeatIn,
     schema.HeartbeatOut,
     schema.HeartbeatsIn,
+    schema.SignalsIn,
+    schema.SignalsOut,
     schema.ResultIn,
     schema.ResultsIn,
     schema.BatchAck,
@@ -270,6 +272,10 @@ def _worker_paths() -> dict[str, Any]:
         "/v1/heartbeats": {"post": _op(
             "Extend many leases", {"200": _json(schema.HeartbeatsAck, "accepted and rejected runs, and which to stop")},
             body=schema.HeartbeatsIn)},
+        "/v1/signals": {"post": _op(
+            "Wait for any of a worker's runs to be asked to stop (a cancel, cancel_other, its timeout)",
+            {"200": _json(schema.SignalsOut, "the runs to stop and why; empty when the wait ended with none")},
+            body=schema.SignalsIn)},
         "/v1/results": {"post": _op("Report many results", {"200": ack, "413": _problem("output too large")},
                                     body=schema.ResultsIn)},
         "/v1/events": {"get": _op("The owner's events (an admin token's: every owner's), oldest first", {
@@ -302,6 +308,7 @@ OPERATION_IDS = {
     ("/v1/runs/{run_id}/heartbeat", "post"): "heartbeat",
     ("/v1/runs/{run_id}/result", "post"): "reportResult",
     ("/v1/heartbeats", "post"): "heartbeats",
+    ("/v1/signals", "post"): "signals",
     ("/v1/results", "post"): "reportResults",
     ("/v1/events", "get"): "listEvents",
     ("/healthz", "get"): "healthz",
