@@ -117,7 +117,7 @@ def test_history_is_kept_and_an_event_is_recorded(http: httpx.Client) -> None:
     assert {r["status"] for r in runs} == {"done", "waiting"}
     events = http.get("/v1/events", params={"after": events_before["next_cursor"]}).json()["events"]
     updated = [e for e in events if e["type"] == "job.updated" and e["job_id"] == job["id"]]
-    assert [e["detail"] for e in updated] == [{"old_version": 1, "new_version": 2}]
+    assert [e["detail"] for e in updated] == [{"old_version": 1, "new_version": 2, "changed": ["schedule"]}]
 
 
 def test_a_completed_one_off_with_a_past_at_stays_completed(http: httpx.Client) -> None:

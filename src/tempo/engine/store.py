@@ -1504,6 +1504,8 @@ class _Tx:
         rows.by_owner.append((keys.owner_prefix(job.owner) + key, b""))
         if job.labels:
             rows.by_label += [(k, b"") for k in _label_keys(job, key)]
+        # `created_at_ms` is the command's stamp (docs/api.md "Events").
+        self.append_event(job.owner, Event("job.created", job.created_at_ms, job.id, None, {"version": job.version}))
         return Created(job, new=True)
 
     def pause_job(self, cmd: PauseJob) -> Job | errors.TempoError:
@@ -1529,6 +1531,8 @@ class _Tx:
         by_owner = cmd.owner if cmd.by_owner is None else cmd.by_owner
         job.paused = Paused(cmd.at_ms, by_owner, cmd.by_role, cmd.note)
         self.put_job(job)
+        detail = {"version": job.version, "note": cmd.note, "by": {"owner": by_owner, "role": cmd.by_role}}
+        self.append_event(job.owner, Event("job.paused", cmd.at_ms, job.id, None, detail))
         return job
 
     def resume_job(self, cmd: ResumeJob) -> Job | errors.TempoError:
@@ -1540,6 +1544,7 @@ class _Tx:
         job.state = "active"
         job.paused = None
         job.next_run_at_ms = None
+        self.append_event(job.owner, Event("job.resumed", cmd.at_ms, job.id, None, {"version": job.version}))
         for missed in cmd.missed:
             self.record_missed(job, missed, cmd.at_ms)
         # An `all` catch-up under way at the pause ends with it: the slots it
@@ -1710,7 +1715,7 @@ class _Tx:
             self.changes.left.append(runs_key)
             self.changes.woken.append((runs_key, run, job))
         self.put_job(job)
-        detail = {"old_version": old.version, "new_version": job.version}
+        detail = {"old_version": old.version, "new_version": job.version, "changed": _changed_fields(old, job)}
         self.append_event(job.owner, Event("job.updated", cmd.at_ms, job.id, None, detail))
         return job
 
@@ -1824,6 +1829,7 @@ class _Tx:
             # Deleting a job releases its request key: a later create with that
             # key makes a new job rather than answering with a deleted one.
             self.txn.delete(keys.request_key(job.owner, job.request_key), db=self.reqkeys)
+        self.append_event(job.owner, Event("job.deleted", cmd.at_ms, job.id, None, {"version": job.version}))
         return None
 
     def trigger_job(self, cmd: TriggerJob) -> Run | errors.TempoError:
@@ -2507,6 +2513,21 @@ def _key_fault(job: Job) -> errors.TempoError | None:
     if job.request_key is not None and not keys.request_key_fits(job.owner, job.request_key):
         return errors.Invalid.at("request_key", f"at most {limits.request_key_bytes_max} bytes in UTF-8")
     return None
+
+
+# A job's record fields a patch may change, by the name of the body's
+# field that sets them (`retry` sets two), for `job.updated`'s `changed`.
+_PATCHED_FIELDS = (
+    ("backoff_s", "retry"), ("catchup", "catchup"), ("jitter_s", "jitter_s"), ("labels", "labels"),
+    ("lease_s", "lease_s"), ("max_attempts", "retry"), ("name", "name"), ("notify", "notify"),
+    ("overlap", "overlap"), ("payload", "payload"), ("schedule", "schedule"), ("target", "target"),
+    ("timeout_s", "timeout_s"),
+)
+
+
+def _changed_fields(old: Job, job: Job) -> list[str]:
+    """The body's fields whose values `job` changed from `old`, sorted."""
+    return sorted({name for attr, name in _PATCHED_FIELDS if getattr(old, attr) != getattr(job, attr)})
 
 
 def _delete_at(cur: "lmdb.Cursor[bytes]", key: bytes, missing: str = "a row apply deletes is there") -> None:
