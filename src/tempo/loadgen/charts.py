@@ -88,7 +88,8 @@ def _failover_marks(ax: Axes, fail: Figures | None) -> list[float]:
     if not fail or fail.get("kill_at_s") is None:
         return []
     kill_s = float(fail["kill_at_s"])
-    marks = [(kill_s, "--", "#444", f"SIGKILL {fail['node']} at {kill_s:+.2f} s")]
+    drained = " (the load had drained: see the warnings)" if fail.get("drained_before_kill_s") is not None else ""
+    marks = [(kill_s, "--", "#444", f"SIGKILL {fail['node']} at {kill_s:+.2f} s{drained}")]
     if fail.get("first_write_s") is not None:
         marks.append((kill_s + fail["first_write_s"], ":", "#9467bd",
                       f"first write after it: {fail['first_write_s']:.2f} s later"))

@@ -250,6 +250,8 @@ def run(opts: Options) -> int:
         fig["node_exit_status"] = stopped
     fig |= about_run(opts, started_s)
     print(summary(fig))
+    for warning in fig.get("failover", {}).get("warnings", []):
+        print(f"tempo loadgen: warning: {warning}", file=sys.stderr)
     if json_path is not None:
         written = write_reports(fig, json_path, html_path)
         print(f"report: {', '.join(written)}")
