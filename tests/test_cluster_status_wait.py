@@ -14,7 +14,6 @@ import pytest
 from conftest import free_port, tempo_command
 from tempo import cli
 from tempo.loadgen import spawn
-
 from test_cli import A, B, C, cluster_answer, fake_client
 
 

@@ -6,7 +6,7 @@ note. A request that changes nothing writes nothing (docs/api.md "Events")."""
 
 import trio
 
-from tempo.engine.commands import DeleteJob, PauseJob, ResumeJob
+from tempo.engine.commands import DeleteJob, PauseJob
 from tempo.engine.records import Event, Job
 from tempo.engine.store import Store
 

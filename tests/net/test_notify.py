@@ -134,7 +134,7 @@ def test_each_event_is_sent_signed(api: httpx.Client, endpoint: Endpoint) -> Non
     # The ids are the events' cursors in the feed.
     # The job's audit events (`job.created`) are in the feed, never sent.
     feed = api.get("/v1/events").json()["events"]
-    assert [e["type"] for e in feed if e["job_id"] == job["id"]][0] == "job.created"
+    assert next(e["type"] for e in feed if e["job_id"] == job["id"]) == "job.created"
     sent = [e["cursor"] for e in feed if e["job_id"] == job["id"] and e["type"] != "job.created"]
     assert [n["id"] for n in _wait_notices(endpoint, "/all", 3)] == sent
     for received in endpoint.at("/all"):

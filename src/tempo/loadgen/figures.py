@@ -355,7 +355,7 @@ def kill_timing(plan: Failover, tally: Tally, origin_s: float) -> Figures:
     drained = None if killed is None or last_s is None or last_s >= killed else rounded(killed - last_s)
     late = None if killed is None else rounded(killed - plan.kill_at_s)
     warnings = []
-    if drained is not None and last_s is not None:
+    if drained is not None and last_s is not None and killed is not None:
         warnings.append(
             f"the load had drained {drained:.2f} s before the SIGKILL (last claim at {last_s - origin_s:+.2f} s, "
             f"the SIGKILL at {killed - origin_s:+.2f} s): the failover tested nothing of it; give a "

@@ -9,6 +9,7 @@ kept as it is rather than guessed at.
 """
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -50,33 +51,43 @@ def type_words(spelled: str) -> str:
     return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " or " + words[-1]
 
 
+def _enum(m: re.Match[str], kind: Any, path: str) -> str:
+    values = enum_values(kind, path)
+    if not values:
+        return f"{m.group('value')} is not a valid value here"
+    listed = ", ".join(msgspec.json.encode(v).decode() for v in values)
+    return f"{m.group('value')} is not a valid value: use one of {listed}"
+
+
+def _length(m: re.Match[str]) -> str:
+    size = _SIZE_WORDS.get(m.group("type"), "items")
+    return f"expected {type_words(m.group('type'))} of {_BOUND_WORDS[m.group('op')]} {m.group('bound')} {size}"
+
+
+# msgspec's messages, each with its words: (pattern, words of the match).
+_RULES: tuple[tuple[re.Pattern[str], Callable[[re.Match[str], Any, str], str]], ...] = (
+    (_ENUM, _enum),
+    (_EXPECTED_GOT, lambda m, _k, _p: f"expected {type_words(m.group('want'))}, got {type_words(m.group('got'))}"),
+    (_TIME, lambda _m, _k, _p: f"not an RFC 3339 time: write it as {TIME_EXAMPLE} (UTC) "
+                               "or with an offset, 2027-01-01T10:00:00+01:00"),
+    (_NO_OFFSET, lambda _m, _k, _p: f"a time needs an offset: write it as {TIME_EXAMPLE} (UTC) "
+                                    "or 2027-01-01T10:00:00+01:00"),
+    (_BOUND, lambda m, _k, _p: f"expected {type_words(m.group('type'))} {_BOUND_WORDS[m.group('op')]} "
+                               f"{m.group('bound')}"),
+    (_LENGTH, lambda m, _k, _p: _length(m)),
+    (_PATTERN, lambda m, _k, _p: f"expected a string matching the pattern {m.group('pattern')}"),
+    (_UNKNOWN, lambda _m, _k, _p: "unknown field: this object has no field of that name"),
+    (_MISSING, lambda _m, _k, _p: "a required field is missing"),
+)
+
+
 def plain(msg: str, kind: Any = None, path: str = "") -> str:
     """msgspec's `msg` about the value at `path` (`.schedule.cron`,
     `.jobs[0]`) of a body decoded as `kind`, in plain words."""
-    if m := _ENUM.match(msg):
-        values = enum_values(kind, path)
-        if not values:
-            return f"{m.group('value')} is not a valid value here"
-        return f"{m.group('value')} is not a valid value: use one of " + ", ".join(
-            msgspec.json.encode(v).decode() for v in values
-        )
-    if m := _EXPECTED_GOT.match(msg):
-        return f"expected {type_words(m.group('want'))}, got {type_words(m.group('got'))}"
-    if _TIME.match(msg):
-        return f"not an RFC 3339 time: write it as {TIME_EXAMPLE} (UTC) or with an offset, 2027-01-01T10:00:00+01:00"
-    if _NO_OFFSET.match(msg):
-        return f"a time needs an offset: write it as {TIME_EXAMPLE} (UTC) or 2027-01-01T10:00:00+01:00"
-    if m := _BOUND.match(msg):
-        return f"expected {type_words(m.group('type'))} {_BOUND_WORDS[m.group('op')]} {m.group('bound')}"
-    if m := _LENGTH.match(msg):
-        size = _SIZE_WORDS.get(m.group("type"), "items")
-        return f"expected {type_words(m.group('type'))} of {_BOUND_WORDS[m.group('op')]} {m.group('bound')} {size}"
-    if m := _PATTERN.match(msg):
-        return f"expected a string matching the pattern {m.group('pattern')}"
-    if _UNKNOWN.match(msg):
-        return "unknown field: this object has no field of that name"
-    if _MISSING.match(msg):
-        return "a required field is missing"
+    for pattern, words in _RULES:
+        m = pattern.match(msg)
+        if m:
+            return words(m, kind, path)
     return msg
 
 
