@@ -921,7 +921,7 @@ class _NewRows:
     """Rows of new jobs, their runs and index entries, put per table in one
     call: py-lmdb's `putmulti` costs half what one `put` a row does."""
 
-    __slots__ = ("by_job", "by_label", "by_owner", "by_status", "jobs", "runs")
+    __slots__ = ("by_job", "by_label", "by_owner", "by_status", "events", "jobs", "runs")
 
     def __init__(self) -> None:
         self.jobs: list[tuple[bytes, bytes]] = []
@@ -930,6 +930,7 @@ class _NewRows:
         self.by_owner: list[tuple[bytes, bytes]] = []
         self.by_status: list[tuple[bytes, bytes]] = []
         self.by_label: list[tuple[bytes, bytes]] = []
+        self.events: list[tuple[int, tuple[bytes, bytes]]] = []  # (at_ms, row): their `job.created`
 
     def put(self, tx: "_Tx") -> None:
         """Puts what is gathered and empties the lists. Every key is new (it
@@ -944,6 +945,15 @@ class _NewRows:
                     consumed, added = cursor.putmulti(rows, overwrite=False)
                 assert consumed == added == len(rows), "a new job's row existed"
                 rows.clear()
+        # Each event goes to the bucket of its day: one `putmulti` a day
+        # (a command's jobs share its stamp, so one in all).
+        days: dict[int, tuple[int, list[tuple[bytes, bytes]]]] = {}
+        for at_ms, row in self.events:
+            days.setdefault(at_ms // limits.day_ms, (at_ms, []))[1].append(row)
+        for at_ms, day_rows in days.values():
+            consumed, added = tx.history_cursor(at_ms, _HIST_EVENT).putmulti(day_rows, overwrite=False)
+            assert consumed == added == len(day_rows), "an event's sequence number was taken"
+        self.events.clear()
 
 
 class _Tx:
@@ -1379,13 +1389,18 @@ class _Tx:
             self.outcome_counts.clear()
 
     def append_event(self, owner: str, event: Event) -> None:
+        self.history_cursor(event.at_ms, _HIST_EVENT).put(*self.event_row(owner, event))
+
+    def event_row(self, owner: str, event: Event) -> tuple[bytes, bytes]:
+        """The next event's key and value in its day's history bucket, its
+        sequence number taken; the caller puts them (`append_event`, or
+        `_NewRows.put` for a batch's `job.created`, in one `putmulti`)."""
         if self.event_seq is None:
             raw = self.txn.get(_EVENT_SEQ, db=self.meta)
             self.event_seq = 0 if raw is None else _U64.unpack(raw)[0]
         self.event_seq += 1
-        seq = self.event_seq
-        self.history_cursor(event.at_ms, _HIST_EVENT).put(_HIST_EVENT + keys.event_key(owner, seq), _enc.encode(event))
         self.changes.event_owners.add(owner)
+        return _HIST_EVENT + keys.event_key(owner, self.event_seq), _enc.encode(event)
 
     # -- apply ---------------------------------------------------------------
 
@@ -1505,7 +1520,8 @@ class _Tx:
         if job.labels:
             rows.by_label += [(k, b"") for k in _label_keys(job, key)]
         # `created_at_ms` is the command's stamp (docs/api.md "Events").
-        self.append_event(job.owner, Event("job.created", job.created_at_ms, job.id, None, {"version": job.version}))
+        event = Event("job.created", job.created_at_ms, job.id, None, {"version": job.version})
+        rows.events.append((event.at_ms, self.event_row(job.owner, event)))
         return Created(job, new=True)
 
     def pause_job(self, cmd: PauseJob) -> Job | errors.TempoError:
