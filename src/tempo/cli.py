@@ -991,9 +991,10 @@ def cluster_status_waiting(
 ) -> tuple[list[tuple[str, dict[str, Any]]], dict[str, tuple[str, str]], int, str]:
     """`cluster_views` and `cluster_verdict`, asked again every
     `limits.cluster_status_poll_s` while no leader is agreed, up to `wait_s`:
-    nodes started in the background a moment ago (README "Run a cluster")
-    are not listening yet, then electing; the first answer would call them
-    unreachable or leaderless when they are only starting."""
+    nodes started in the background a moment ago are not listening yet,
+    then electing; the first answer would call them unreachable or
+    leaderless when they are only starting (docs/operations.md "Checking
+    the cluster")."""
     deadline_s = monotonic() + wait_s
     while True:
         answers, failures = cluster_views(client, urls)
