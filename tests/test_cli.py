@@ -207,9 +207,9 @@ def test_cluster_status_of_a_single_node(server):
     assert any(line.split()[1:3] == [dead, "unreachable"] for line in with_dead.splitlines())
     assert with_dead.splitlines()[-1] == "leader: n1"  # the dead URL is no node of the cluster
 
-    nobody = tempo("cluster", "status", url=dead, check=False)
+    nobody = tempo("cluster", "status", "--wait-s", "0", url=dead, check=False)
     assert nobody.returncode == 1 and "unreachable" in nobody.stdout
-    assert json.loads(tempo("cluster", "status", "--json", url=dead, check=False).stdout) == []
+    assert json.loads(tempo("cluster", "status", "--json", "--wait-s", "0", url=dead, check=False).stdout) == []
 
 
 A, B, C = "http://a.test:8701", "http://b.test:8702", "http://c.test:8703"

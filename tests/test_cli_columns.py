@@ -169,3 +169,53 @@ def test_jobs_list_shows_an_admin_the_owner_of_each_job(
     monkeypatch.setenv("TEMPO_TOKEN", "globex-client")
     code, out, err = tempo(capsys, "jobs", "list", "--url", secured.url, "--name-prefix", name)
     assert code == 0 and "OWNER" not in out.splitlines()[0], err
+
+
+MISSED = {"id": "r_1", "job_id": "j_1", "status": "missed", "attempt": 0, "nominal_at": "2027-01-01T00:00:00.000Z",
+          "due_at": "2027-01-01T00:00:00.000Z", "reason": "paused", "missed_from": "2027-01-01T00:00:00.000Z",
+          "missed_until": "2027-01-01T01:00:00.000Z", "count": 60, "backfill": False}
+SKIPPED = {"id": "r_2", "job_id": "j_1", "status": "skipped", "attempt": 0, "nominal_at": "2027-01-01T02:00:00.000Z",
+           "due_at": "2027-01-01T02:00:00.000Z", "reason": "overlap", "backfill": False}
+BACKFILLED = {"id": "r_3", "job_id": "j_1", "status": "waiting", "attempt": 0, "nominal_at": "2026-12-01T00:00:00.000Z",
+              "due_at": "2027-01-01T03:00:00.000Z", "reason": None, "backfill": True}
+PLAIN = {"id": "r_4", "job_id": "j_1", "status": "done", "attempt": 1, "nominal_at": "2027-01-01T04:00:00.000Z",
+         "due_at": "2027-01-01T04:00:00.000Z", "reason": None, "backfill": False}
+
+
+@pytest.mark.parametrize("columns", [cli.RUN_COLUMNS, cli.ALL_RUN_COLUMNS])
+def test_the_runs_table_shows_reason_range_and_backfill(columns: tuple[str, ...]) -> None:
+    header, missed, skipped, backfilled, plain = cli.table(
+        [MISSED, SKIPPED, BACKFILLED, PLAIN], cli.run_columns([MISSED, SKIPPED, BACKFILLED, PLAIN], columns)
+    ).splitlines()
+    assert "REASON" in header and "RANGE" in header and header.split()[-1] == "ERROR"
+    at = header.index("REASON"), header.index("RANGE")
+    assert missed[at[0]:].startswith("paused ") and missed[at[1]:].startswith(
+        "2027-01-01T00:00:00.000Z..2027-01-01T01:00:00.000Z (60 slots)")
+    assert skipped[at[0]:].startswith("overlap ") and skipped[at[1]:].startswith("- ")
+    assert backfilled[at[0]:].startswith("backfill ")
+    assert plain[at[0]:].startswith("- ")
+    uncounted = dict(MISSED, count=None)
+    assert "(too many to count)" in cli.table([uncounted], cli.run_columns([uncounted], columns))
+
+
+@pytest.mark.parametrize("columns", [cli.RUN_COLUMNS, cli.ALL_RUN_COLUMNS])
+def test_plain_runs_keep_the_table_narrow(columns: tuple[str, ...]) -> None:
+    assert cli.run_columns([PLAIN], columns) == columns
+    assert cli.run_columns([], columns) == columns
+
+
+def test_jobs_runs_marks_backfilled_runs(server: Server, capsys: pytest.CaptureFixture[str]) -> None:
+    url = ("--url", server.url)
+    code, out, err = tempo(capsys, "jobs", "create", *url, "--target", f"queue:{unique('bf')}", "--cron", "0 0 * * *",
+                           "--json")
+    assert code == 0, err
+    job_id = __import__("json").loads(out)["id"]
+    code, out, err = tempo(capsys, "jobs", "backfill", *url, job_id, "--from", "2026-01-01T00:00:00Z",
+                           "--until", "2026-01-03T00:00:00Z")
+    assert code == 0, err
+    code, out, err = tempo(capsys, "jobs", "runs", *url, job_id)
+    assert code == 0, err
+    header, *rows = out.splitlines()
+    assert "REASON" in header, out
+    marked = [row for row in rows if row[header.index("REASON"):].startswith("backfill")]
+    assert len(marked) == 2, out

@@ -214,6 +214,8 @@ def test_events_follow_prints_new_events_as_they_come(server: Server) -> None:
             time.sleep(0.5)
             ids = failed_run(server)
             assert proc.stdout is not None
+            created = json.loads(proc.stdout.readline())  # the job's audit trail comes first
+            assert created["job_id"] == ids["job_id"] and created["type"] == "job.created"
             event = json.loads(proc.stdout.readline())
             assert event["run_id"] == ids["run_id"] and event["type"] == "run.failed"
         finally:

@@ -9,6 +9,7 @@ import gc
 import json
 import os
 import sys
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import IO, Any
 
@@ -266,6 +267,8 @@ def local_time(at: str, timezone: str) -> str | None:
 
 def _cell(row: dict[str, Any], column: str) -> str:
     value = row.get(column)
+    if column in ("reason", "range") and "job_id" in row:
+        return _run_cell(row, column)
     if column == "schedule" and isinstance(value, dict):
         return _schedule_text(value)
     if column == "outcome":
@@ -288,6 +291,29 @@ def _cell(row: dict[str, Any], column: str) -> str:
             text = text[: detail_chars_max - 1] + "…"
         return text
     return "-" if value is None else str(value)
+
+
+def run_columns(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> Sequence[str]:
+    """`columns` with REASON and RANGE before ERROR when a row needs them
+    (a missed row, a skipped one, a backfilled run), so a table of plain
+    runs stays as narrow as it was."""
+    if not any(row.get("reason") or row.get("backfill") or row.get("missed_until") for row in rows):
+        return columns
+    at = list(columns).index("error")
+    return (*columns[:at], "reason", "range", *columns[at:])
+
+
+def _run_cell(row: dict[str, Any], column: str) -> str:
+    """A run's REASON (why a row got no run, or `backfill`) or RANGE (a
+    missed row's slots `[from, until)` and how many, docs/api.md "Runs")."""
+    if column == "reason":
+        marks = [row["reason"]] if row.get("reason") else []
+        return ",".join(marks + (["backfill"] if row.get("backfill") else [])) or "-"
+    if row.get("missed_until") is None:
+        return "-"
+    count = row.get("count")
+    slots = "too many to count" if count is None else f"{count} slot{'' if count == 1 else 's'}"
+    return f"{row.get('missed_from') or row.get('nominal_at')}..{row['missed_until']} ({slots})"
 
 
 def labels_text(labels: dict[str, Any]) -> str:
@@ -452,7 +478,11 @@ def _show(args: argparse.Namespace, value: Any, columns: Sequence[str] | None = 
         print(json.dumps(value, indent=2))
     elif isinstance(value, dict) and columns is not None and "next_cursor" in value:  # a page (a job has `runs` too)
         rows = value["jobs"] if "jobs" in value else value["runs"]
-        print(table(rows, job_columns(rows) if columns is JOB_COLUMNS else columns))
+        if columns is JOB_COLUMNS:
+            columns = job_columns(rows)
+        elif columns in (RUN_COLUMNS, ALL_RUN_COLUMNS):
+            columns = run_columns(rows, columns)
+        print(table(rows, columns))
         if value.get("next_cursor"):
             print(f"next page: --cursor {value['next_cursor']}")
     else:  # one job, or one run (a trigger's)
@@ -987,6 +1017,26 @@ def cluster_verdict(answers: Sequence[tuple[str, dict[str, Any]]]) -> tuple[int,
     return STATUS_HEALTHY, f"leader: {leader}"
 
 
+def cluster_status_waiting(
+    client: Client, urls: Sequence[str], *, wait_s: float,
+    monotonic: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
+) -> tuple[list[tuple[str, dict[str, Any]]], dict[str, tuple[str, str]], int, str]:
+    """`cluster_views` and `cluster_verdict`, asked again every
+    `limits.cluster_status_poll_s` while no leader is agreed, up to `wait_s`:
+    nodes started in the background a moment ago are not listening yet,
+    then electing; the first answer would call them unreachable or
+    leaderless when they are only starting (docs/operations.md "Checking
+    the cluster")."""
+    deadline_s = monotonic() + wait_s
+    while True:
+        answers, failures = cluster_views(client, urls)
+        status, verdict = cluster_verdict(answers)
+        left_s = deadline_s - monotonic()
+        if status != STATUS_NO_LEADER or left_s <= 0:
+            return answers, failures, status, verdict
+        sleep(min(limits.cluster_status_poll_s, left_s))
+
+
 def _cluster(args: argparse.Namespace, client: Client) -> int:
     if args.action in ("add", "remove"):
         if args.action == "add":
@@ -999,8 +1049,13 @@ def _cluster(args: argparse.Namespace, client: Client) -> int:
             voters = [n["id"] for n in answer["nodes"] if n["role"] != "unknown"]
             print(f"{args.action} {args.id}: done; voters now {', '.join(voters)}")
         return 0
-    answers, failures = cluster_views(client, urls_from(getattr(args, "url", None)))
-    status, verdict = cluster_verdict(answers)
+    if not 0 <= args.wait_s <= limits.cluster_status_wait_s_max:  # NaN too
+        raise Usage(f"--wait-s: {args.wait_s:g} is not a number of seconds from 0 to {limits.cluster_status_wait_s_max}")
+    answers, failures, status, verdict = cluster_status_waiting(
+        client, urls_from(getattr(args, "url", None)), wait_s=args.wait_s
+    )
+    if status == STATUS_NO_LEADER and args.wait_s > 0:
+        verdict += f" (asked for {args.wait_s:g} s, --wait-s)"
     if args.json:
         print(json.dumps([answer for _, answer in answers], indent=2))
     else:
@@ -1019,6 +1074,9 @@ def _add_cluster_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser
         actions, "status", "every node's view: role, term, leader, commit and applied index",
         "tempo cluster status --url http://10.0.0.1:8700,http://10.0.0.2:8700", epilog=CLUSTER_STATUS_EXITS,
     )
+    status.add_argument("--wait-s", type=float, default=limits.cluster_status_wait_s_default, metavar="S",
+                        help="while no leader is agreed (nodes still starting or electing), ask again for up to S "
+                             f"seconds (default {limits.cluster_status_wait_s_default:g}; 0: ask once)")
     add = _subparser(actions, "add", "make a node started with `tempo serve --join` a voter",
                      "tempo cluster add n4 http://10.0.0.4:8700")
     add.add_argument("id", help="the new node's ID, as its --node")

@@ -640,3 +640,14 @@ overlap_runs_per_command_max = 1000
 assert overlap_buffered_runs_max >= 1
 assert 1 <= overlap_runs_per_command_max <= commit_batch_commands_max
 assert readahead_ms < overlap_buffered_due_ms <= time_ms_max
+
+# -- `tempo cluster status` (docs/operations.md "Running a cluster")
+# How long it asks again, by default, while no leader is agreed: nodes
+# started in the background a moment ago are still binding their ports and
+# electing (an election takes up to two election timeouts). `--wait-s 0`
+# asks once.
+cluster_status_wait_s_default = 5.0
+cluster_status_wait_s_max = 600
+cluster_status_poll_s = 0.25  # the gap between two rounds of asking every node
+
+assert 0 < cluster_status_poll_s <= cluster_status_wait_s_default <= cluster_status_wait_s_max

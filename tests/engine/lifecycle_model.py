@@ -385,6 +385,7 @@ class LifecycleModel(RuleBasedStateMachine):
             assert "end_at" in spec["schedule"], "only an end_at with no slot before it is refused"
             return
         job = MJob(made.id, spec, made.created_at_ms, slot_ms=made.slot_ms)
+        job.events["job.created"] += 1
         job.plain = job.overlap == "allow" and not job.end_conditions()
         job.had_overlap = job.overlap != "allow"
         self.jobs.append(job)
@@ -767,6 +768,7 @@ class LifecycleModel(RuleBasedStateMachine):
         if job.state != "active":
             return
         job.state = "paused"
+        job.events["job.paused"] += 1
         for run in job.runs.values():
             if run.status == "waiting":
                 run.status = "cancelled"
@@ -781,6 +783,7 @@ class LifecycleModel(RuleBasedStateMachine):
         if job.state != "paused":
             return
         job.state = "active"
+        job.events["job.resumed"] += 1
         now_ms = self.engine.now_ms
         if job.repeating:
             sched = schedule_record(_body(job.spec).schedule)
@@ -811,6 +814,7 @@ class LifecycleModel(RuleBasedStateMachine):
         job = self.pick_job(data)
         drive(self.engine.jobs.delete(OWNER, job.id))
         job.deleted = True
+        job.events["job.deleted"] += 1
 
     @rule(by=seconds)
     def advance(self, by: int) -> None:
@@ -1011,7 +1015,8 @@ class LifecycleModel(RuleBasedStateMachine):
         """The events of the kinds the model follows, job by job."""
         seen: dict[str, Counter[str]] = {}
         for _, ev in self.engine.store.list_events(OWNER, 0, 1 << 20):
-            if ev.type in ("run.failed", "run.cancelled", "job.completed", "job.updated"):
+            if ev.type in ("run.failed", "run.cancelled", "job.completed", "job.updated", "job.created",
+                           "job.paused", "job.resumed", "job.deleted"):
                 seen.setdefault(ev.job_id, Counter())[ev.type] += 1
         for job in self.jobs:
             if not job.plain:

@@ -78,7 +78,7 @@ def test_a_finished_run_moves_to_the_bucket_of_the_day_it_finished(store):
     finished_at = (D0 + 1) * DAY + 5  # just after midnight: the next day's bucket
     run = log.finish(job.id, job.slot_ms, finished_at)
     assert run.status == "done"
-    assert store.history_days() == [D0 + 1]
+    assert store.history_days() == [D0, D0 + 1]  # D0: the jobs' `job.created` events
     dump = store.dump()
     assert [keys.slot_of(k)[0] for k, _ in dump["runs"]] == [later.id]
     assert [keys.parse_by_job_key(k)[0] for k, _ in dump["runs_by_job"]] == [later.id]
@@ -95,10 +95,12 @@ def test_a_failed_run_and_its_events_go_to_the_bucket(store):
     run = log.finish(job.id, job.slot_ms, T0 + 1000, ok=False)
     assert run.status == "failed"
     events = store.list_events(OWNER, 0, 10)
-    assert [(e.type, e.at_ms) for _, e in events] == [("run.failed", T0 + 1000), ("job.completed", T0 + 1000)]
+    assert [(e.type, e.at_ms) for _, e in events] == [
+        ("job.created", T0), ("run.failed", T0 + 1000), ("job.completed", T0 + 1000)
+    ]
     assert store.dump()["events"] == []
-    assert len(bucket_rows(store, D0)) == 4  # the run, its runs-by-status row and two events
-    assert [seq for seq, _ in store.list_events(OWNER, events[0][0], 10)] == [events[1][0]]
+    assert len(bucket_rows(store, D0)) == 5  # the run, its runs-by-status row and three events
+    assert [seq for seq, _ in store.list_events(OWNER, events[1][0], 10)] == [events[2][0]]
     assert store.list_events("someone-else", 0, 10) == []
 
 
@@ -158,7 +160,7 @@ def test_resume_brings_the_cancelled_run_back_from_history(store):
     assert store.get_run(OWNER, ids.run_id(jid, slot))[0].status == "cancelled"
     [job] = log.apply(ResumeJob(T0 + 2000, OWNER, jid, slot, slot))
     assert job.state == "active" and job.next_run_at_ms == slot
-    assert bucket_rows(store, D0) == []
+    assert bucket_rows(store, D0, b"r") == []  # the job's events stay: created, paused, resumed
     run, _ = store.get_run(OWNER, ids.run_id(jid, slot))
     assert run.status == "waiting" and run.due_ms == slot
     assert store.open_minutes(0, 1 << 32, 10) == [keys.minute_of(slot)]
@@ -224,7 +226,8 @@ def test_drop_history_drops_exactly_the_buckets_before_the_day(store):
     log = Log(store)
     jobs = history_scenario(log)
     assert store.history_days() == [D0, D0 + 1, D0 + 2, D0 + 3]
-    assert len(store.list_events(OWNER, 0, 10)) == 5  # four job.completed, one run.failed
+    # Six job.created, four job.completed, one run.failed.
+    assert len(store.list_events(OWNER, 0, 20)) == 11
     before = store.dump()
     log.apply(DropHistory(T0 + 3 * DAY, D0 + 2))
     assert store.history_days() == [D0 + 2, D0 + 3]
@@ -240,14 +243,16 @@ def test_drop_history_drops_exactly_the_buckets_before_the_day(store):
         assert store.get_run(OWNER, ids.run_id(jobs[day].id, jobs[day].slot_ms))[0].status == "done"
     assert store.get_run(OWNER, ids.run_id(jobs["waiting"].id, jobs["waiting"].slot_ms))[0].status == "waiting"
     assert store.get_run(OWNER, ids.run_id(jobs["claimed"].id, jobs["claimed"].slot_ms))[0].status == "claimed"
-    kept = store.list_events(OWNER, 0, 10)
-    assert [seq for seq, _ in kept] == [4, 5]  # the job.completed of days 2 and 3
-    assert [e.job_id for _, e in kept] == [jobs[2].id, jobs[3].id]
+    kept = store.list_events(OWNER, 0, 20)
+    assert [seq for seq, _ in kept] == [6, 7, 8, 9]  # the job.created and job.completed of days 2 and 3
+    assert [e.job_id for _, e in kept] == [jobs[2].id, jobs[2].id, jobs[3].id, jobs[3].id]
     # The feed goes on from a cursor of a dropped event.
     late = one_off(log, T0 + 3 * DAY, retry={"max_attempts": 1})
     log.finish(late.id, late.slot_ms, T0 + 3 * DAY, ok=False)
-    assert [(seq, e.type) for seq, e in store.list_events(OWNER, 2, 10)][2:] == [(6, "run.failed"), (7, "job.completed")]
-    assert [seq for seq, _ in store.list_events(OWNER, 5, 10)] == [6, 7]
+    assert [(seq, e.type) for seq, e in store.list_events(OWNER, 2, 20)][4:] == [
+        (12, "job.created"), (13, "run.failed"), (14, "job.completed")
+    ]
+    assert [seq for seq, _ in store.list_events(OWNER, 10, 20)] == [12, 13, 14]
     [nothing] = log.apply(DropHistory(T0 + 3 * DAY, D0 + 2))
     assert nothing is None and store.history_days() == [D0 + 2, D0 + 3]
 

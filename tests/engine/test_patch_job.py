@@ -78,8 +78,10 @@ def test_the_waiting_run_moves_in_the_same_command(store: Store) -> None:
     assert changed.next_run_at_ms == after.due_ms
     cancelled = store.get_run(OWNER, ids.run_id(job.id, before.nominal_ms))[0]
     assert cancelled.status == "cancelled"
-    [(_, event)] = store.list_events(OWNER, 0, 100)
-    assert (event.type, event.detail) == ("job.updated", {"old_version": 1, "new_version": 2})
+    [(_, event)] = [(seq, e) for seq, e in store.list_events(OWNER, 0, 100) if e.type != "job.created"]
+    assert (event.type, event.detail) == (
+        "job.updated", {"old_version": 1, "new_version": 2, "changed": ["schedule", "target"]}
+    )
 
 
 def test_the_dispatcher_learns_the_new_target_of_every_waiting_run(store: Store) -> None:

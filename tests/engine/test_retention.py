@@ -54,7 +54,7 @@ def test_history_past_the_period_disappears_and_open_work_stays(tmp_path: Path):
             assert client.get(f"/v1/runs/{done_run['id']}").json()["status"] == "done"
             assert report(client, done_run, True).status_code == 200
             events = client.get("/v1/events").json()
-            assert {e["type"] for e in events["events"]} == {"run.failed", "job.completed"}
+            assert {e["type"] for e in events["events"]} == {"run.failed", "job.completed", "job.created", "job.paused"}
         server.stop()
 
         # The same data, with a one-day period and the retention clock three days ahead.

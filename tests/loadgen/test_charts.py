@@ -189,3 +189,25 @@ def test_a_steady_stream_also_shows_lateness_by_claim_time_with_p50_above_the_p9
     for ax in drawn.axes:
         legend = ax.get_legend()
         assert legend is not None and not legend.get_window_extent(renderer).overlaps(ax.get_window_extent(renderer))
+
+
+def test_the_claims_legend_states_the_measured_rate_not_one_batch_as_a_rate() -> None:
+    """Workers claim 1,000 runs at a time: a whole batch lands in one narrow
+    bin, and "1,000 per 10 ms = 100,000 runs/s" was a rate nobody measured
+    (issue 25 finding 7). The legend gives the busiest bin as a count, and
+    the rate over the drain, which is what was measured."""
+    batch, batches = 1000, 5
+    tally = Tally(claims=[
+        Claim(f"r{b}-{k}", f"j{b}-{k}", 1, due_at_s=due_s, claimed_at_s=due_s + 0.02 + 0.0625 * b + k * 1e-6,
+              planned_s=due_s)
+        for b in range(batches) for k in range(batch)
+    ])
+    opts = Options(urls=["http://127.0.0.1:9"], jobs=batch * batches, spawn=1)
+    fig = figures(opts, [f"j{b}-{k}" for b in range(batches) for k in range(batch)], 1.0, due_s, tally)
+    fig |= about_run(opts, due_s - 10.0)
+    bin_rate = batch / fig["bin_s"]
+    assert bin_rate > 5 * fig["runs_per_s"]  # the trap: one batch per bin, as a rate
+    [label] = [p.get_label() for p in charts.draw(fig).axes[0].patches if type(p).__name__ == "StepPatch"]
+    assert f"{bin_rate:,.0f}" not in label, label
+    assert f"{fig['runs_per_s']:,} runs/s" in label and "over the drain" in label, label
+    assert f"busiest {round(fig['bin_s'] * 1000)} ms: {batch:,} claims" in label, label

@@ -23,9 +23,13 @@ def _claim_one(http: httpx.Client, queue: str) -> dict:
     [run] = http.post("/v1/claim", json={"worker": "w", "queues": [queue], "wait_s": 10}).json()["runs"]
     return run
 
+AUDIT = ("job.created", "job.updated", "job.paused", "job.resumed", "job.deleted")
+
 
 def _events(http: httpx.Client, job_id: str) -> list[dict]:
-    return [e for e in http.get("/v1/events", params={"limit": 1000}).json()["events"] if e["job_id"] == job_id]
+    """The events of the job's runs and outcome, not its audit trail (`job.created`, ...)."""
+    feed = http.get("/v1/events", params={"limit": 1000}).json()["events"]
+    return [e for e in feed if e["job_id"] == job_id and e["type"] not in AUDIT]
 
 
 def _counter(http: httpx.Client, name: str, labels: str = "") -> float:

@@ -117,7 +117,7 @@ def test_history_is_kept_and_an_event_is_recorded(http: httpx.Client) -> None:
     assert {r["status"] for r in runs} == {"done", "waiting"}
     events = http.get("/v1/events", params={"after": events_before["next_cursor"]}).json()["events"]
     updated = [e for e in events if e["type"] == "job.updated" and e["job_id"] == job["id"]]
-    assert [e["detail"] for e in updated] == [{"old_version": 1, "new_version": 2}]
+    assert [e["detail"] for e in updated] == [{"old_version": 1, "new_version": 2, "changed": ["schedule"]}]
 
 
 def test_a_completed_one_off_with_a_past_at_stays_completed(http: httpx.Client) -> None:
@@ -240,7 +240,7 @@ def test_a_weak_or_listed_if_match_and_a_star(http: httpx.Client) -> None:
     job = _create(http)
     assert _patch(http, job["id"], {"name": "a"}, **{"if-match": 'W/"1", "9"'}).status_code == 200
     assert _patch(http, job["id"], {"name": "b"}, **{"if-match": "*"}).json()["version"] == 3
-    assert _patch(http, job["id"], {"name": "c"}, **{"if-match": "3"}).status_code == 412  # not a quoted tag
+    assert _patch(http, job["id"], {"name": "c"}, **{"if-match": "3"}).status_code == 400  # not a quoted tag
 
 
 def test_a_catchup_policy_is_kept_and_checked_with_the_new_schedule(http: httpx.Client) -> None:

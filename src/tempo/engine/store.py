@@ -921,7 +921,7 @@ class _NewRows:
     """Rows of new jobs, their runs and index entries, put per table in one
     call: py-lmdb's `putmulti` costs half what one `put` a row does."""
 
-    __slots__ = ("by_job", "by_label", "by_owner", "by_status", "jobs", "runs")
+    __slots__ = ("by_job", "by_label", "by_owner", "by_status", "events", "jobs", "runs")
 
     def __init__(self) -> None:
         self.jobs: list[tuple[bytes, bytes]] = []
@@ -930,6 +930,7 @@ class _NewRows:
         self.by_owner: list[tuple[bytes, bytes]] = []
         self.by_status: list[tuple[bytes, bytes]] = []
         self.by_label: list[tuple[bytes, bytes]] = []
+        self.events: list[tuple[int, tuple[bytes, bytes]]] = []  # (at_ms, row): their `job.created`
 
     def put(self, tx: "_Tx") -> None:
         """Puts what is gathered and empties the lists. Every key is new (it
@@ -944,6 +945,15 @@ class _NewRows:
                     consumed, added = cursor.putmulti(rows, overwrite=False)
                 assert consumed == added == len(rows), "a new job's row existed"
                 rows.clear()
+        # Each event goes to the bucket of its day: one `putmulti` a day
+        # (a command's jobs share its stamp, so one in all).
+        days: dict[int, tuple[int, list[tuple[bytes, bytes]]]] = {}
+        for at_ms, row in self.events:
+            days.setdefault(at_ms // limits.day_ms, (at_ms, []))[1].append(row)
+        for at_ms, day_rows in days.values():
+            consumed, added = tx.history_cursor(at_ms, _HIST_EVENT).putmulti(day_rows, overwrite=False)
+            assert consumed == added == len(day_rows), "an event's sequence number was taken"
+        self.events.clear()
 
 
 class _Tx:
@@ -1379,13 +1389,18 @@ class _Tx:
             self.outcome_counts.clear()
 
     def append_event(self, owner: str, event: Event) -> None:
+        self.history_cursor(event.at_ms, _HIST_EVENT).put(*self.event_row(owner, event))
+
+    def event_row(self, owner: str, event: Event) -> tuple[bytes, bytes]:
+        """The next event's key and value in its day's history bucket, its
+        sequence number taken; the caller puts them (`append_event`, or
+        `_NewRows.put` for a batch's `job.created`, in one `putmulti`)."""
         if self.event_seq is None:
             raw = self.txn.get(_EVENT_SEQ, db=self.meta)
             self.event_seq = 0 if raw is None else _U64.unpack(raw)[0]
         self.event_seq += 1
-        seq = self.event_seq
-        self.history_cursor(event.at_ms, _HIST_EVENT).put(_HIST_EVENT + keys.event_key(owner, seq), _enc.encode(event))
         self.changes.event_owners.add(owner)
+        return _HIST_EVENT + keys.event_key(owner, self.event_seq), _enc.encode(event)
 
     # -- apply ---------------------------------------------------------------
 
@@ -1504,6 +1519,9 @@ class _Tx:
         rows.by_owner.append((keys.owner_prefix(job.owner) + key, b""))
         if job.labels:
             rows.by_label += [(k, b"") for k in _label_keys(job, key)]
+        # `created_at_ms` is the command's stamp (docs/api.md "Events").
+        event = Event("job.created", job.created_at_ms, job.id, None, {"version": job.version})
+        rows.events.append((event.at_ms, self.event_row(job.owner, event)))
         return Created(job, new=True)
 
     def pause_job(self, cmd: PauseJob) -> Job | errors.TempoError:
@@ -1529,6 +1547,8 @@ class _Tx:
         by_owner = cmd.owner if cmd.by_owner is None else cmd.by_owner
         job.paused = Paused(cmd.at_ms, by_owner, cmd.by_role, cmd.note)
         self.put_job(job)
+        detail = {"version": job.version, "note": cmd.note, "by": {"owner": by_owner, "role": cmd.by_role}}
+        self.append_event(job.owner, Event("job.paused", cmd.at_ms, job.id, None, detail))
         return job
 
     def resume_job(self, cmd: ResumeJob) -> Job | errors.TempoError:
@@ -1540,6 +1560,7 @@ class _Tx:
         job.state = "active"
         job.paused = None
         job.next_run_at_ms = None
+        self.append_event(job.owner, Event("job.resumed", cmd.at_ms, job.id, None, {"version": job.version}))
         for missed in cmd.missed:
             self.record_missed(job, missed, cmd.at_ms)
         # An `all` catch-up under way at the pause ends with it: the slots it
@@ -1712,7 +1733,7 @@ class _Tx:
             self.changes.left.append(runs_key)
             self.changes.woken.append((runs_key, run, job))
         self.put_job(job)
-        detail = {"old_version": old.version, "new_version": job.version}
+        detail = {"old_version": old.version, "new_version": job.version, "changed": _changed_fields(old, job)}
         self.append_event(job.owner, Event("job.updated", cmd.at_ms, job.id, None, detail))
         return job
 
@@ -1828,6 +1849,7 @@ class _Tx:
             # Deleting a job releases its request key: a later create with that
             # key makes a new job rather than answering with a deleted one.
             self.txn.delete(keys.request_key(job.owner, job.request_key), db=self.reqkeys)
+        self.append_event(job.owner, Event("job.deleted", cmd.at_ms, job.id, None, {"version": job.version}))
         return None
 
     def trigger_job(self, cmd: TriggerJob) -> Run | errors.TempoError:
@@ -2548,6 +2570,21 @@ def _must(done: bool, why: str) -> None:
     Raises AssertionError, as an assert would, under either flag."""
     if not done:
         raise AssertionError(why)
+
+
+# A job's record fields a patch may change, by the name of the body's
+# field that sets them (`retry` sets two), for `job.updated`'s `changed`.
+_PATCHED_FIELDS = (
+    ("backoff_s", "retry"), ("catchup", "catchup"), ("jitter_s", "jitter_s"), ("labels", "labels"),
+    ("lease_s", "lease_s"), ("max_attempts", "retry"), ("name", "name"), ("notify", "notify"),
+    ("overlap", "overlap"), ("payload", "payload"), ("schedule", "schedule"), ("target", "target"),
+    ("timeout_s", "timeout_s"),
+)
+
+
+def _changed_fields(old: Job, job: Job) -> list[str]:
+    """The body's fields whose values `job` changed from `old`, sorted."""
+    return sorted({name for attr, name in _PATCHED_FIELDS if getattr(old, attr) != getattr(job, attr)})
 
 
 def _delete_at(cur: "lmdb.Cursor[bytes]", key: bytes, missing: str = "a row apply deletes is there") -> None:

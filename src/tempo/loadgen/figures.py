@@ -49,6 +49,9 @@ late_bound_s = 5.0
 # starts an election within its 1 s election timeout), so they do not count
 # as the first claim or result after it.
 dying_answer_window_s = 0.1
+# A SIGKILL later than asked by more than this is said in the report: the
+# leader is looked up a second ahead, and a busy leader can answer late.
+kill_late_bound_s = 0.1
 # The charts' histogram of claims: the span from the first claim to the last
 # gets at least `chart_bins_min` bins of a round width (1, 2 or 5 × 10^k s),
 # no narrower than `chart_bin_s_min` (a claim's arrival is timed to the
@@ -338,7 +341,28 @@ def failover_figures(plan: Failover, tally: Tally, origin_s: float) -> Figures:
         "restart_s": after(plan.restarted_at_s),
         "ready_again_s": after(plan.ready_again_at_s),
         "error": plan.error,
+        **kill_timing(plan, tally, origin_s),
     }
+
+
+def kill_timing(plan: Failover, tally: Tally, origin_s: float) -> Figures:
+    """Whether the SIGKILL came when asked and while runs were still being
+    claimed. A kill after the last claim tested nothing of the load (a
+    5,000-run spike drains in a fraction of a second, before
+    `--kill-leader-at-s 1`); the report says so rather than nothing."""
+    killed = plan.killed_at_s
+    last_s = max((c.claimed_at_s for c in tally.claims), default=None)
+    drained = None if killed is None or last_s is None or last_s >= killed else rounded(killed - last_s)
+    late = None if killed is None else rounded(killed - plan.kill_at_s)
+    warnings = []
+    if drained is not None and last_s is not None and killed is not None:
+        warnings.append(
+            f"the load had drained {drained:.2f} s before the SIGKILL (last claim at {last_s - origin_s:+.2f} s, "
+            f"the SIGKILL at {killed - origin_s:+.2f} s): the failover tested nothing of it; give a "
+            f"--kill-leader-at-s below {last_s - origin_s:.2f}, or more jobs")
+    if late is not None and late > kill_late_bound_s:
+        warnings.append(f"the SIGKILL came {late:.2f} s later than asked (at {plan.kill_at_s - origin_s:+.2f} s)")
+    return {"kill_late_s": late, "drained_before_kill_s": drained, "warnings": warnings}
 
 
 # -- event-loop lag, from each node's /metrics ---------------------------------

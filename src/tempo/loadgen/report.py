@@ -79,6 +79,7 @@ def failover_rows(fail: Figures | None) -> list[tuple[str, str]]:
     ]
     if fail["error"]:
         rows.append(("failover error", fail["error"]))
+    rows += [("WARNING", warning) for warning in fail.get("warnings", [])]
     return rows
 
 

@@ -250,6 +250,7 @@ def run(opts: Options) -> int:
         fig["node_exit_status"] = stopped
     fig |= about_run(opts, started_s)
     print(summary(fig))
+    _warn(fig)
     if json_path is not None:
         written = write_reports(fig, json_path, html_path)
         print(f"report: {', '.join(written)}")
@@ -258,6 +259,13 @@ def run(opts: Options) -> int:
     if fig["lost"] or fig["duplicated"]:
         return 1
     return 2 if fig.get("failover", {}).get("error") else 0
+
+
+def _warn(fig: Figures) -> None:
+    """The report's warnings on stderr too: a figure that measured less than
+    asked (a SIGKILL after the load drained) must not pass unseen."""
+    for warning in fig.get("failover", {}).get("warnings", []):
+        print(f"tempo loadgen: warning: {warning}", file=sys.stderr)
 
 
 def _start(cluster: Cluster) -> None:

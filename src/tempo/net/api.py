@@ -607,7 +607,7 @@ class Api:
                 items.append(decoder.decode(raw))
                 continue
             except msgspec.MsgspecError as exc:
-                items.append(invalid_from_msgspec(exc))
+                items.append(invalid_from_msgspec(exc, kind=decoder.type))
             except RecursionError:
                 items.append(errors.Invalid.at("", "the item is nested too deeply"))
             key = _rejected_key(raw, which)
@@ -1256,8 +1256,9 @@ def _tagged(response: Response, version: int) -> Response:
 
 def _if_match(request: Request) -> set[int] | None:
     """The versions `If-Match` names; None without the header (or with
-    `*`, any version of a job that exists). A tag that is not a version
-    this server gave out matches none."""
+    `*`, any version of a job that exists). A well-formed tag that is not
+    a version this server gave out matches none (`412`); a header that is
+    not `*` or a list of quoted tags is `400` (docs/api.md "Versions")."""
     raw = request.headers.get(b"if-match")
     if raw is None:
         return None
@@ -1267,7 +1268,11 @@ def _if_match(request: Request) -> set[int] | None:
     versions: set[int] = set()
     for tag in text.split(","):
         tag = tag.strip().removeprefix("W/")
-        inner = tag[1:-1] if len(tag) >= 2 and tag[0] == tag[-1] == '"' else ""
+        if not (len(tag) >= 2 and tag[0] == tag[-1] == '"' and '"' not in tag[1:-1]):
+            raise errors.Invalid.at(
+                "header.if-match", 'expected "*" or the job\'s version as its ETag gives it, in quotes: "<version>", e.g. "3"'
+            )
+        inner = tag[1:-1]
         if inner.isdecimal() and len(inner) <= 19:
             versions.add(int(inner))
     return versions
@@ -1342,7 +1347,7 @@ def _patched(view: Any, patch: dict[str, Any]) -> JobCreate:
     try:
         return _create_json.decode(_json_enc.encode(base))
     except msgspec.MsgspecError as exc:
-        raise invalid_from_msgspec(exc) from None
+        raise invalid_from_msgspec(exc, kind=JobCreate) from None
     except RecursionError:
         raise errors.Invalid.at("", "the body is nested too deeply") from None
 

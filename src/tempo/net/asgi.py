@@ -10,7 +10,7 @@ import secrets
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 from urllib.parse import parse_qsl
 
 import msgspec
@@ -25,6 +25,7 @@ from hypercorn.typing import (
 )
 
 from tempo import errors, limits
+from tempo.net import words
 from tempo.net.auth import Principal
 from tempo.schema import InternalProblem, Problem, ProblemItem
 
@@ -192,17 +193,19 @@ def internal_response(error_id: str) -> Response:
     return Response(500, _json_enc.encode(problem), PROBLEM)
 
 
-def invalid_from_msgspec(exc: msgspec.MsgspecError, prefix: str = "") -> errors.Invalid:
-    """Turns msgspec's message into a problem naming the field (API.md `loc`)."""
+def invalid_from_msgspec(exc: msgspec.MsgspecError, prefix: str = "", kind: Any = None) -> errors.Invalid:
+    """Turns msgspec's message into a problem naming the field (API.md
+    `loc`), in plain words (`words.plain`); `kind` is the type decoded,
+    whose enums' values the words list."""
     match = _AT.match(str(exc))
     assert match is not None  # the pattern matches any string
-    msg = match.group("msg")
+    msg = words.plain(match.group("msg"), kind, match.group("path") or "")
     path = (match.group("path") or "").removeprefix(".")
-    named = _NAMED.match(msg)
+    named = _NAMED.match(match.group("msg"))
     if named:
         path = f"{path}.{named.group('name')}" if path else named.group("name")
     if isinstance(exc, msgspec.DecodeError) and not isinstance(exc, msgspec.ValidationError):
-        path, msg = "", f"malformed body: {msg}"
+        path, msg = "", f"malformed body: {match.group('msg')}"
     loc = f"{prefix}.{path}" if prefix and path else (prefix or path)
     return errors.Invalid.at(loc, msg)
 
@@ -234,14 +237,15 @@ def malformed(body: bytes, is_msgpack: bool) -> errors.Invalid | None:
 
 
 def decode(request: Request, pair: tuple[msgspec.json.Decoder[T], msgspec.msgpack.Decoder[T]]) -> T:
+    decoder = pair[1 if request.is_msgpack else 0]
     try:
-        return pair[1 if request.is_msgpack else 0].decode(request.body)
+        return decoder.decode(request.body)
     except msgspec.ValidationError as exc:
         # A malformed body is malformed at `loc` "" whatever field the
-        # parser met first (API.md "General"); only a whole one has fields.
-        raise (malformed(request.body, request.is_msgpack) or invalid_from_msgspec(exc)) from None
+        # parser met first (docs/api.md "Errors"); only a whole one has fields.
+        raise (malformed(request.body, request.is_msgpack) or invalid_from_msgspec(exc, kind=decoder.type)) from None
     except msgspec.MsgspecError as exc:
-        raise invalid_from_msgspec(exc) from None
+        raise invalid_from_msgspec(exc, kind=decoder.type) from None
     except RecursionError:
         # msgspec raises this, not a MsgspecError, past its nesting depth.
         raise errors.Invalid.at("", "the body is nested too deeply") from None

@@ -130,7 +130,11 @@ class Notifier:
 
     def target_of(self, owner: str, event: Event) -> NotifyTarget | None:
         """Where the notice of `event` goes: the job's own setting, else the
-        owner's default; None when neither asks for this event."""
+        owner's default; None when neither asks for this event. Only the
+        events a `notify` may name are sent: a job's audit events
+        (`job.created`, `job.updated`, ...) never are, and cost no read."""
+        if event.type not in NOTIFY_EVENTS:
+            return None
         job = self.store.get_job_any(event.job_id)
         target: NotifyTarget | None
         if job is not None and job.owner == owner and job.notify is not None:

@@ -143,7 +143,8 @@ def _patch_op(job: dict[str, Any]) -> dict[str, Any]:
          "412": _problem("version_mismatch: `If-Match` names another version than the job's")},
         body=schema.JobPatch,
         params=[_JOB_ID, _param("If-Match", "header", {"type": "string"},
-                                'only if the job is at this version: its ETag, `"<version>"`')],
+                                'only if the job is at this version: its ETag, `"<version>"` (a list of '
+                                'them, or `*`); any other form is `400` at `If-Match`')],
     )
     operation["requestBody"]["content"] = {"application/merge-patch+json": {"schema": _ref(schema.JobPatch)}} | (
         operation["requestBody"]["content"]
