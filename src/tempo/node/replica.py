@@ -195,7 +195,7 @@ class Replica:
         self._read_next: _ReadRound | None = None
         self._read_in_flight: _ReadRound | None = None
         self._reads_applying: list[_ReadRound] = []
-        self._read_rounds = 0  # started, for the contexts and /metrics
+        self._read_rounds = 0  # rounds started; the next one's context
 
     # -- the CommandLog face ----------------------------------------------------------
 
