@@ -213,8 +213,18 @@ peer_backoff_s_max = 1.0
 # this long at most (a transfer to a follower that is caught up takes a few
 # heartbeats; this keeps the whole stop within 2 s, see "Stopping" below).
 transfer_wait_s = 1.0
+# A read on the leader waits at most this long for its ReadIndex round (a
+# heartbeat quorum confirming it still leads) and for its applied index to
+# reach the commit index of that round (docs/semantics.md "Reads"); past it,
+# `503 no_quorum`. A leader cut off from its majority steps down within two
+# election timeouts (CheckQuorum), which fails its reads sooner; this bounds
+# the rest (a majority that is slow, not gone).
+read_confirm_timeout_s = 2 * 2 * raft_election_ticks * raft_tick_ms / 1000
 
 assert raft_election_ticks > raft_heartbeat_ticks >= 1
+# A read waits out at least the longest election timeout: a cluster that
+# is merely electing, or a follower that answers slowly, is not a lost quorum.
+assert read_confirm_timeout_s >= 2 * raft_election_ticks * raft_tick_ms / 1000
 assert batch_body_bytes_max + (8 << 20) <= peer_frame_bytes_max
 assert raft_entry_bytes_target <= peer_post_bytes_target
 

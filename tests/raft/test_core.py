@@ -112,6 +112,39 @@ def test_a_deposed_leader_never_answers_a_read() -> None:
     assert c.read_states[1] == []
 
 
+# The planted bug (tests/sim/planted.py) answers without a quorum: this test catches it.
+PLANTED_READ_BUG = pytest.param("read_without_quorum", marks=pytest.mark.xfail(strict=True, raises=AssertionError))
+
+
+@pytest.mark.parametrize("test_bug", ["", PLANTED_READ_BUG])
+def test_a_read_index_round_cut_off_from_quorum_never_confirms(test_bug: str) -> None:
+    """The old leader of a partition, still believing it leads, starts a
+    round while the majority elects a new leader and commits a write: the
+    round never confirms, not in the cut, nor once the heal lets its stale
+    heartbeats through (the others answer with their later term), so the
+    old leader never reads a state older than that write."""
+    c = Cluster(3, check_quorum=False, test_bug=test_bug)  # it must not step down on its own
+    c.elect(1)
+    c.propose(1, b"before")
+    c.settle()
+    c.isolate(1)
+    c.nodes[1].read_index(b"old")
+    c.process(1)
+    c.tick(1, 3 * ELECTION_TICKS)  # heartbeats for the round, all lost
+    c.run_election(2)
+    c.settle()
+    c.propose(2, b"after")
+    c.settle()
+    assert c.role(2) == Role.LEADER and c.applied_data(2)[-1] == b"after"
+    assert c.role(1) == Role.LEADER  # it does not know it was deposed
+    assert c.read_states[1] == []
+    c.heal()
+    c.tick(1)
+    c.settle()
+    assert c.role(1) == Role.FOLLOWER and c.term(1) == c.term(2)
+    assert c.read_states[1] == []
+
+
 def test_add_then_remove_replaces_a_node_one_change_at_a_time() -> None:
     c = Cluster(3)
     c.elect(1)

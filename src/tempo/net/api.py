@@ -313,6 +313,7 @@ class Api:
             # clients. Its frames are bounded by `peer_frame_bytes_max`.
             return await self.raft(request, receive)
         request.principal = self.auth.check(NEEDS.get(route, auth.CLIENT), request.headers.get(b"authorization"))
+        stale = request.method == "GET" and request.query.get("stale") == "true" and route not in LOCAL
         response = self._elsewhere(route, request, scope)
         if response is None:
             limit = limits.batch_body_bytes_max if request.path == "/v1/jobs/batch" else limits.body_bytes_max
@@ -321,7 +322,18 @@ class Api:
                 share=share, declared_bytes=declared_length(request.headers),
             )
             _check_query(route, request)
-            response = await handler(request)
+            if stale:
+                # Answered from what this node applied, which may lag the
+                # leader; the header says how far it got (docs/api.md "Reads").
+                applied = str(self.node.applied_index()).encode()
+                response = await handler(request)
+                response.headers.append((b"tempo-applied-index", applied))
+            else:
+                if request.method == "GET" and route not in LOCAL:
+                    # Linearizable by default: the leader confirms it still
+                    # leads before it answers (docs/semantics.md "Reads").
+                    await self.node.confirm_read()
+                response = await handler(request)
         return response
 
     @contextmanager

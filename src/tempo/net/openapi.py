@@ -81,7 +81,8 @@ def _op(
     problems.append(("404", "not found"))
     if body is not None:
         problems.append(("413", "the body is too large"))
-    problems.append(("503", "no leader known, or overloaded; retry after `Retry-After` seconds"))
+    problems.append(("503", "no leader known, a read the leader could not confirm, or overloaded; "
+                     "retry after `Retry-After` seconds"))
     for status, text in problems:
         operation["responses"].setdefault(status, _problem(text))
     operation["responses"]["500"] = _INTERNAL
@@ -127,6 +128,11 @@ def _param(name: str, where: str, kind: dict[str, Any], description: str, requir
     return {"name": name, "in": where, "required": required, "schema": kind, "description": description}
 
 
+_STALE = _param(
+    "stale", "query", {"type": "string", "enum": ["true"]},
+    "`true`: answered by the node asked from what it has applied, which may lag the leader (header "
+    "`Tempo-Applied-Index`), without the leader's ReadIndex round; any other value is as if absent",
+)
 _JOB_ID = _param("id", "path", {"type": "string"}, "the job ID", True)
 _PAGE = [
     _param("limit", "query", {"type": "integer", "minimum": 1, "maximum": 1000}, "page size (default 100)"),
@@ -349,6 +355,11 @@ def document() -> dict[str, Any]:
                 "insufficient_storage: the disk or the data file is full; writes resume by themselves once "
                 "there is room (`Retry-After`)"
             )
+        if method == "get" and "307" in paths[path][method]["responses"]:
+            # Every read that goes to the leader may opt out of its
+            # confirmation (docs/semantics.md "Reads").
+            operation = paths[path][method]
+            operation["parameters"] = [*operation.get("parameters", []), _STALE]
     return {
         "openapi": "3.1.0",
         "info": {"title": "tempo", "version": "1", "description": "The tempo job scheduler's HTTP API."},

@@ -71,6 +71,12 @@ class Standalone:
     def not_ready(self) -> str | None:
         return None
 
+    async def confirm_read(self) -> None:
+        """Nothing to confirm: no other node can lead (docs/semantics.md "Reads")."""
+
+    def applied_index(self) -> int:
+        return self._applied_index()
+
     def view(self) -> View:
         applied = self._applied_index()
         return View(self.node_id, self.node_id, 0, applied, applied, [(Member(self.node_id, self.url, 1), "leader")])
@@ -108,6 +114,15 @@ class ClusterMember:
     def serves(self) -> bool:
         """Leads, with an entry of its term applied: the state is complete."""
         return self.replica.phase is Phase.LEADING
+
+    async def confirm_read(self) -> None:
+        """Returns once this node, leading, holds every write acknowledged
+        before the call (a ReadIndex round, `Replica.confirm_read`); raises
+        `errors.NotLeader` or `errors.NoQuorum` when it cannot confirm that."""
+        await self.replica.confirm_read()
+
+    def applied_index(self) -> int:
+        return self.replica.applied_index
 
     def leader(self) -> Member | None:
         return self.by_raft_id.get(self.replica.leader_id)

@@ -61,6 +61,7 @@ from tempo.raft import (
     ProgressState,
     ProposalDropped,
     RawNode,
+    ReadIndexDropped,
     Ready,
     Role,
     SnapshotResponse,
@@ -103,6 +104,23 @@ class Notify:
 
 
 Step = Write | Notify
+
+
+class _ReadRound:
+    """One ReadIndex round (docs/semantics.md "Reads"): every read that
+    arrived before it started waits on it. `index` is the commit index the
+    leader had when it started, once a heartbeat quorum confirmed that it
+    still led then; the round is done once `applied_index` reaches it, or
+    failed (`failure`) when this node stops leading first."""
+
+    __slots__ = ("context", "done", "failure", "index", "term")
+
+    def __init__(self) -> None:
+        self.context = b""
+        self.term = 0  # the leader's term when the round started
+        self.index: int | None = None
+        self.failure: errors.TempoError | None = None
+        self.done = trio.Event()
 
 
 class Replica:
@@ -174,6 +192,15 @@ class Replica:
         # applied index it saw then. Sampled each tick.
         self._progress_at_s = 0.0
         self._progress_index = self.applied_index
+        # Linearizable reads (`confirm_read`): the round that reads arriving
+        # now join, started once no round is in flight; the one in flight
+        # (sent, not yet confirmed); the confirmed ones waiting to be applied.
+        # One round in flight at a time batches the reads: a round serves
+        # every read that arrived while the one before it was in flight.
+        self._read_next: _ReadRound | None = None
+        self._read_in_flight: _ReadRound | None = None
+        self._reads_applying: list[_ReadRound] = []
+        self._read_rounds = 0  # rounds started; the next one's context
 
     # -- the CommandLog face ----------------------------------------------------------
 
@@ -196,6 +223,86 @@ class Replica:
     def close(self) -> None:
         """Refuses new commands; what is pending still goes out."""
         self._intake.close()
+
+    async def confirm_read(self) -> None:
+        """Returns once this node's state holds every write acknowledged
+        before the call, by any leader: a ReadIndex round confirmed that it
+        still led when the call came (a heartbeat quorum, Raft dissertation
+        §6.4, etcd's ReadOnlySafe) and it applied the commit index it had
+        then. A lone voter needs no round. Raises `errors.NotLeader` if it
+        stops leading first, `errors.NoQuorum` if no quorum confirms within
+        `limits.read_confirm_timeout_s`: never a stale answer."""
+        if self.phase is not Phase.LEADING:
+            raise errors.NotLeader("this node is not the leader")
+        if self.node.voters == (self.node.id,):
+            return  # its own quorum: no other node can have been elected
+        round_ = self._read_next
+        if round_ is None:
+            round_ = self._read_next = _ReadRound()
+            self._wake.set()
+        with trio.move_on_after(limits.read_confirm_timeout_s):
+            await round_.done.wait()
+        if round_.failure is not None:
+            raise round_.failure
+        if not round_.done.is_set():
+            raise errors.NoQuorum(
+                f"this node could not confirm within {limits.read_confirm_timeout_s:g} s that it still leads "
+                "(no majority answered); retry shortly"
+            )
+
+    def _start_read(self) -> None:
+        """Starts the next ReadIndex round, if reads wait for one and none is in flight."""
+        in_flight = self._read_in_flight
+        if in_flight is not None and in_flight.term != self.node.term:
+            # Deposed and elected again between two looks at the phase: the
+            # core dropped the round with its old term.
+            self._read_in_flight = None
+            self._finish_read(in_flight, errors.NotLeader("this node lost leadership before it could confirm the read"))
+        round_ = self._read_next
+        if round_ is None or self._read_in_flight is not None:
+            return
+        self._read_next = None
+        if self.phase is not Phase.LEADING:
+            self._finish_read(round_, errors.NotLeader("this node stopped leading before it could confirm the read"))
+            return
+        self._read_rounds += 1
+        round_.context = self._read_rounds.to_bytes(8, "big")
+        round_.term = self.node.term
+        try:
+            self.node.read_index(round_.context)
+        except ReadIndexDropped as dropped:
+            self._finish_read(round_, errors.NoQuorum(f"the read could not be confirmed ({dropped}); retry shortly"))
+            return
+        self._read_in_flight = round_
+
+    def _confirmed_reads(self, rd: Ready) -> None:
+        """The rounds a Ready confirms wait for their index to be applied;
+        those whose index is applied are done."""
+        for state in rd.read_states:
+            round_ = self._read_in_flight
+            if round_ is not None and state.context == round_.context:
+                round_.index = state.index
+                self._reads_applying.append(round_)
+                self._read_in_flight = None
+        waiting = []
+        for round_ in self._reads_applying:
+            assert round_.index is not None
+            if round_.index <= self.applied_index:
+                self._finish_read(round_, None)
+            else:
+                waiting.append(round_)
+        self._reads_applying = waiting
+
+    def _fail_reads(self, failure: errors.TempoError) -> None:
+        rounds = [r for r in (self._read_next, self._read_in_flight) if r is not None] + self._reads_applying
+        self._read_next = self._read_in_flight = None
+        self._reads_applying = []
+        for round_ in rounds:
+            self._finish_read(round_, failure)
+
+    def _finish_read(self, round_: _ReadRound, failure: errors.TempoError | None) -> None:
+        round_.failure = failure
+        round_.done.set()
 
     def _wake_up(self) -> None:
         self._wake.set()
@@ -374,9 +481,11 @@ class Replica:
         # A role change alone (CheckQuorum stepping down) makes no Ready.
         self._update_phase()
         self._propose_pending()
+        self._start_read()
         while self.node.has_ready():
             yield self.node.ready()
             self._propose_pending()
+            self._start_read()
 
     def steps(self, rd: Ready) -> Iterator[Step]:
         """The handling of one Ready, in the order of raft/types.py `Ready`:
@@ -423,6 +532,7 @@ class Replica:
             self.applied_index = entry.index
             yield Notify(changes)
             self._answer(entry, outcomes)
+        self._confirmed_reads(rd)
         self.node.advance(rd)
         self._update_phase()
 
@@ -553,6 +663,9 @@ class Replica:
         if self.phase in (Phase.LEADING, Phase.ELECTED) and phase not in (Phase.LEADING, Phase.ELECTED):
             self._intake.fail(errors.NotLeader("this node is no longer the leader"))
             self._fail_proposed(errors.NotLeader("this node is no longer the leader"))
+        if self.phase is Phase.LEADING and phase is not Phase.LEADING:
+            # The core dropped the rounds in flight: no ReadState comes for them.
+            self._fail_reads(errors.NotLeader("this node stopped leading before it could confirm the read"))
         if role == Role.PRE_CANDIDATE:
             # A pre-vote asks whether an election could be won; the term
             # moves only once it could.
