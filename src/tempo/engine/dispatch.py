@@ -20,7 +20,8 @@ the truth.
 
 import logging
 from collections import Counter, deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass
 from typing import TypeGuard
 
 import trio
@@ -28,7 +29,7 @@ import trio
 from tempo import clock, errors, ids, limits
 from tempo.config import UNLIMITED, OwnerLimits
 from tempo.engine.commandlog import Answer, CommandLog
-from tempo.engine.commands import ClaimKey, ReportResults, Result
+from tempo.engine.commands import ClaimKey, Command, ReportResults, Result
 from tempo.engine.dispatch_core import (
     HTTP_QUEUE,
     LATENESS_BUCKETS_S,
@@ -46,10 +47,30 @@ from tempo.engine.store import Changes, Store
 from tempo.wheel import TimingWheel
 
 __all__ = [
-    "HTTP_QUEUE", "LATENESS_BUCKETS_S", "Beat", "ClaimedRun", "Dispatcher", "Lease", "is_http", "log_failed_attempts",
-    "owner_of", "queue_key",
+    "HTTP_QUEUE", "LATENESS_BUCKETS_S", "Beat", "ClaimStep", "ClaimedRun", "Commit", "Dispatcher", "Lease", "Wait",
+    "is_http", "log_failed_attempts", "owner_of", "queue_key",
 ]
 log = logging.getLogger("tempo.dispatch")
+
+
+@dataclass(frozen=True, slots=True)
+class Commit:
+    """A step of a claim (`Dispatcher.claim_steps`): commit `command`, and
+    send its answer back (or throw the `TempoError` it raised)."""
+
+    command: Command
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """A step of a claim: wait until runs of `queues` may be claimable
+    (`Dispatcher._wait_ready`) or until `wake_s` (monotonic), then send None."""
+
+    queues: list[str]
+    wake_s: float
+
+
+ClaimStep = Commit | Wait
 
 
 class Dispatcher:
@@ -272,12 +293,46 @@ class Dispatcher:
         are still held at their attempt; the recorded state decides, here or
         in apply when the first claim with the key is still being committed.
 
+        The trio driver of `claim_steps`, which decides everything: this
+        commits what it hands out and waits where it says.
+
         Cancelling it is safe: cancelled while it waits, it has taken
         nothing; once it has taken runs, their commit finishes (shielded: a
         waiter of the committer is answered when its batch commits or the
         node stops leading) and it returns them, claimed. A caller whose
         client has gone meanwhile hands them to `release`."""
-        deadline_s = trio.current_time() + wait_s
+        steps = self.claim_steps(queues, worker, runs_max, trio.current_time() + wait_s, key)
+        try:
+            step = next(steps)
+            while True:
+                if isinstance(step, Commit):
+                    with trio.CancelScope(shield=True):
+                        try:
+                            answer = await self.committer.submit(step.command)
+                        except errors.TempoError as exc:
+                            step = steps.throw(exc)
+                            continue
+                    step = steps.send(answer)
+                else:
+                    with trio.move_on_at(step.wake_s):
+                        await self._wait_ready(step.queues)
+                    step = steps.send(None)
+        except StopIteration as stop:
+            claimed: list[ClaimedRun] = stop.value
+            return claimed
+        finally:
+            steps.close()
+
+    def claim_steps(
+        self, queues: list[str], worker: str, runs_max: int, deadline_s: float, key: ClaimKey | None = None
+    ) -> Generator[ClaimStep, Answer, list[ClaimedRun]]:
+        """The claim sequence of `claim`, without I/O (as `Replica.steps`):
+        it hands out a `Commit` (the driver commits its command and sends
+        back the answer, or throws the exception) or a `Wait` (the driver
+        waits as it says, then sends None), and returns the claimed runs.
+        The trio driver is `claim`; the whole-node simulator
+        (tests/sim/node_cluster.py) runs the same steps on its own thread.
+        Monotonic time is `trio.current_time()`, scheduler time `now_ms`."""
         generation = self.core.generation
         if key is not None:
             entry = self.store.claim_key_entry(key.owner, key.key, self.now_ms())
@@ -292,8 +347,7 @@ class Dispatcher:
             self.tick(self.now_ms())
             taken = self.core.take(queues, runs_max, trio.current_time())
             if taken.runs:
-                with trio.CancelScope(shield=True):
-                    claimed = await self._commit_claims(worker, taken.runs, key)
+                claimed = yield from self._commit_claims(worker, taken.runs, key)
                 if isinstance(claimed, ClaimKeyEntry):
                     assert key is not None
                     return self._answer_key(claimed, worker, key)
@@ -307,8 +361,7 @@ class Dispatcher:
             # claim held back by a claim rate looks again when one is due.
             refill_ms = taken.refill_ms
             wake_s = deadline_s if refill_ms is None else min(deadline_s, now_s + refill_ms / 1000)
-            with trio.move_on_at(wake_s):
-                await self._wait_ready(queues)
+            yield Wait(queues, wake_s)
 
     async def _wait_ready(self, queues: list[str]) -> None:
         event = trio.Event()
@@ -321,9 +374,9 @@ class Dispatcher:
             await event.wait()
             nursery.cancel_scope.cancel()
 
-    async def _commit_claims(
+    def _commit_claims(
         self, worker: str, taken: list[tuple[bytes, Job]], key: ClaimKey | None = None
-    ) -> list[ClaimedRun] | ClaimKeyEntry:
+    ) -> Generator[ClaimStep, Answer, list[ClaimedRun] | ClaimKeyEntry]:
         # Leases count from the claim's stamp, on the monotonic clock.
         proposal = self.core.propose_claims(worker, taken, self.now_ms(), trio.current_time())
         try:
@@ -334,7 +387,7 @@ class Dispatcher:
                 # "Idempotent claims"); apply drops it then.
                 expires_ms = proposal.command.at_ms + limits.claim_key_kept_ms
                 proposal.command.key = ClaimKey(key.owner, key.key, key.queues_hash, expires_ms)
-            outcomes = await self.committer.submit(proposal.command)
+            outcomes = yield Commit(proposal.command)
             if isinstance(outcomes, ClaimKeyEntry):
                 # The key was recorded first (a retry raced its claim): this
                 # command took nothing, and its runs are still waiting.
