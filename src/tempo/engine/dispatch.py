@@ -20,7 +20,7 @@ the truth.
 
 import logging
 from collections import Counter, deque
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Awaitable, Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import TypeGuard
 
@@ -204,20 +204,33 @@ class Dispatcher:
             for queue in [q for q in events if q == HTTP_QUEUE or q.startswith(prefix)]:
                 events.pop(queue).set()
 
-    async def on_changes(self, changes: Changes) -> None:
+    def on_changes(self, changes: Changes) -> Awaitable[None] | None:
         """Feeds an entry's changes to the core (and so drops the leases of
         the runs that finished), `limits.dispatch_slice_runs` runs at a
         time with a checkpoint between slices (a batch of 1,000 creates or
         claims is one step of 10-15 ms otherwise). Other tasks run between
         slices, but no other entry is applied until this returns (the
         commit loop awaits it), and no request of this entry is answered
-        before."""
+        before. An entry of one slice is fed at once, and None is answered:
+        nothing to await (a driver on its own thread, the whole-node
+        simulator, needs that)."""
+        if feed_size(changes) <= limits.dispatch_slice_runs:
+            self.core.feed(changes, 0, limits.dispatch_slice_runs)
+            self._signal()
+            self._changes_fed(changes)
+            return None
+        return self._feed_slices(changes)
+
+    async def _feed_slices(self, changes: Changes) -> None:
         slice_runs = limits.dispatch_slice_runs
         for start in range(0, feed_size(changes), slice_runs):
             if start:
                 await trio.lowlevel.checkpoint()
             self.core.feed(changes, start, start + slice_runs)
             self._signal()
+        self._changes_fed(changes)
+
+    def _changes_fed(self, changes: Changes) -> None:
         if changes.skipped:
             # Every node counts the skips of the entries it applies.
             self.core.counters["skipped_overlap"] += changes.skipped
@@ -245,22 +258,36 @@ class Dispatcher:
     async def _overlap_loop(self) -> None:
         """Has apply decide on the due runs of jobs with an overlap policy
         that `tick` set aside (docs/semantics.md "Overlap"), a command at a
-        time, each dispatch tick."""
+        time, each dispatch tick: the trio driver of `overlap_steps`."""
         while True:
             await trio.sleep(limits.dispatch_tick_ms / 1000)
-            proposal = self.core.propose_overlap(self.now_ms())
-            if proposal is None:
+            steps = self.overlap_steps()
+            step = next(steps, None)
+            if step is None:
                 continue
             try:
-                outcomes = await self.committer.submit(proposal.command)
-            except (errors.Overloaded, errors.NotLeader):
-                # Not written: the runs stay set aside for the next round
-                # (a node that stopped leading is reset, which forgets them).
-                self.core.overlap_failed(proposal)
+                answer = await self.committer.submit(step.command)
+            except errors.TempoError as exc:
+                _finish(steps, fault=exc)
                 continue
-            assert _bool_each(outcomes)
-            self.core.overlap_applied(proposal, outcomes)
-            self._signal()
+            _finish(steps, answer)
+
+    def overlap_steps(self) -> Generator[Commit, Answer, None]:
+        """One round of `_overlap_loop`, without I/O (as `claim_steps`): at
+        most one `Commit`, its answer sent back or its fault thrown."""
+        proposal = self.core.propose_overlap(self.now_ms())
+        if proposal is None:
+            return
+        try:
+            outcomes = yield Commit(proposal.command)
+        except (errors.Overloaded, errors.NotLeader):
+            # Not written: the runs stay set aside for the next round
+            # (a node that stopped leading is reset, which forgets them).
+            self.core.overlap_failed(proposal)
+            return
+        assert _bool_each(outcomes)
+        self.core.overlap_applied(proposal, outcomes)
+        self._signal()
 
     async def _expire_loop(self) -> None:
         while True:
@@ -493,6 +520,21 @@ def log_failed_attempts(outcomes: Sequence[object]) -> None:
                      run.error, clock.iso_from_ms(run.due_ms), extra=fields)
     if len(ended) > limits.run_log_lines_max:
         log.warning("and %d more failed attempts in the same commit", len(ended) - limits.run_log_lines_max)
+
+
+def _finish(
+    steps: Generator[Commit, Answer, None], answer: Answer = None, *, fault: errors.TempoError | None = None
+) -> None:
+    """Sends the answer of a generator's last `Commit` (or throws its
+    `fault`), which ends it."""
+    try:
+        if fault is not None:
+            steps.throw(fault)
+        else:
+            steps.send(answer)
+    except StopIteration:
+        return
+    raise AssertionError("a step generator handed out a second Commit")
 
 
 async def _wait_then_set(source: trio.Event, target: trio.Event) -> None:
