@@ -38,37 +38,32 @@ import os
 import random
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 
 import trio
 import trio.testing
 
-from tempo import clock, errors, ids, limits
-from tempo.engine.commandlog import Waiter
+from tempo import clock, errors, ids
+from tempo.engine.commandlog import Answer, Waiter
 from tempo.engine.commands import (
     ClaimKey,
     Command,
     CreateJobs,
-    ExpireLeases,
     NewJob,
     PauseJob,
     ReportResults,
     Result,
 )
-from tempo.engine.dispatch_core import (
-    ClaimedRun,
-    ClaimProposal,
-    DispatchCore,
-    OverlapProposal,
-    feed_size,
-)
+from tempo.engine.dispatch import ClaimStep, Commit, Dispatcher
+from tempo.engine.dispatch_core import ClaimedRun, DispatchCore
 from tempo.engine.jobs import due_ms, first_slot_ms, queues_hash
 from tempo.engine.raftlog import RaftLog
 from tempo.engine.records import ClaimKeyEntry, Job, OverlapPolicy, Run, Schedule
-from tempo.engine.store import Changes, Created, Store
+from tempo.engine.store import Created, Store
 from tempo.node.replica import Phase, Replica, Write
 from tempo.raft import MESSAGE_DECODER, MESSAGE_ENCODER, Message
+from tempo.server import _observe_stamps
 
 from .node_invariants import NodeInvariants, NodeSimFailure
 from .node_planted import PLANTED
@@ -153,12 +148,16 @@ class Crash(Exception):
 
 @dataclass
 class ClaimInFlight:
+    """A claim of `Dispatcher.claim_steps` whose `Commit` is being committed."""
+
     worker: SimWorker
-    proposal: ClaimProposal
+    steps: Generator[ClaimStep, Answer, list[ClaimedRun]]
     waiter: Waiter
     sent_s: float
-    generation: int
-    key: str | None
+    # Whether the answer comes from what a recorded claim key took (the
+    # commit's outcome was the key's entry): the worker's own attempts again.
+    keyed: bool = False
+    wall_ms: int = 0  # the node's wall clock when its last step was decided (invariants 7, 8)
 
 
 @dataclass
@@ -188,7 +187,7 @@ class SimNode:
         self.mono_origin_s = 0.0
         self.store: Store | None = None
         self.replica: Replica | None = None
-        self.core: DispatchCore | None = None
+        self.dispatcher: Dispatcher | None = None
         self.clock: clock.Clock | None = None
         self.dispatching = False
         self.claims: list[ClaimInFlight] = []
@@ -198,19 +197,22 @@ class SimNode:
 
     # -- clocks ---------------------------------------------------------------
 
+    def wall_ms(self) -> int:
+        return self.sim.wall_ms() + self.skew_ms
+
     def wall_ns(self) -> int:
-        return (self.sim.wall_ms() + self.skew_ms) * 1_000_000
+        return self.wall_ms() * 1_000_000
 
     def mono_ns(self) -> int:
         return round((self.sim.now_s + self.mono_origin_s) * 1e9)
 
-    @property
-    def mono_s(self) -> float:
-        return self.sim.now_s + self.mono_origin_s
-
     def now_ms(self) -> int:
         assert self.clock is not None
         return self.clock.now_ms()
+
+    @property
+    def core(self) -> DispatchCore | None:
+        return None if self.dispatcher is None else self.dispatcher.core
 
     # -- life -------------------------------------------------------------------
 
@@ -225,9 +227,14 @@ class SimNode:
             self.store, raft_log, self.id, lambda messages: sim.send(self.id, incarnation, messages),
             rng=random.Random(sim.rng.getrandbits(64)), snapshot_entries=sim.params.snapshot_entries,
         )
-        self.clock = clock.Clock(floor_ms=self.store.stamp_ms(), wall_ns=self.wall_ns, monotonic_ns=self.mono_ns)
-        self.core = sim.planted.core(self.store, self.clock.now_ms())
-        self.replica.listeners.append(self._on_changes)
+        self.clock = sim.planted.clock(floor_ms=self.store.stamp_ms(), wall_ns=self.wall_ns, monotonic_ns=self.mono_ns)
+        # server.py `_serve_member`'s wiring: the clock observes each applied
+        # stamp, then the dispatcher (the production driver, on the core a
+        # planted bug may replace) is fed each entry's changes. Its
+        # monotonic time is `trio.current_time()`, the simulator's MockClock.
+        self.replica.listeners.append(_observe_stamps(self.clock))
+        self.dispatcher = Dispatcher(self.store, self.replica, now_ms=self.clock.now_ms)
+        self.dispatcher.core = sim.planted.core(self.store, self.clock.now_ms())
         self.dispatching = False
         self.claims = []
         self.pending = []
@@ -242,7 +249,7 @@ class SimNode:
         for claim in self.claims:
             claim.worker.claiming = False
         self.store.close()
-        self.store = self.replica = self.core = self.clock = None
+        self.store = self.replica = self.dispatcher = self.clock = None
         self.inbox = []
         self.paused_until_s = 0.0
         self.alive = False
@@ -252,13 +259,6 @@ class SimNode:
         self.overlapping = None
         self.dispatching = False
         self.sim.invariants.node_crashed(self)
-
-    def _on_changes(self, changes: Changes) -> None:
-        """The listeners of server.py: the clock observes each stamp, and
-        the dispatcher's core is fed each entry's changes, whole."""
-        assert self.clock is not None and self.core is not None
-        self.clock.observe(changes.stamp_ms)
-        self.core.feed(changes, 0, feed_size(changes))
 
     # -- the replica loop's driver ------------------------------------------------
 
@@ -330,57 +330,54 @@ class SimNode:
         return self.running and self.replica is not None and self.replica.phase is Phase.LEADING
 
     def dispatch(self) -> None:
-        """server.py's rule: the dispatcher runs while the node leads; it is
-        reset and loaded when it starts, reset when it stops. Then a tick and
-        a lease check (engine/dispatch.py `run`, `_expire_loop`)."""
-        core = self.core
-        assert core is not None
+        """server.py's rule: the dispatcher runs while the node leads
+        (`Dispatcher.run`: reset, then loaded), and is reset when it stops.
+        Then its tick, a round of its overlap loop (`overlap_steps`) and a
+        lease check."""
+        dispatcher = self.dispatcher
+        assert dispatcher is not None
         if not self.leading():
             if self.dispatching:
-                core.reset(self.now_ms())
+                dispatcher.reset()
                 self.dispatching = False
             return
-        now_ms, mono_s = self.now_ms(), self.mono_s
         if not self.dispatching:
-            core.reset(now_ms)
-            core.load(now_ms, mono_s)
+            dispatcher.reset()
+            dispatcher.load(dispatcher.now_ms())
             self.dispatching = True
             self.sim.invariants.took_over(self)
-        while core.tick(now_ms, mono_s):
+        while dispatcher.tick(dispatcher.now_ms()):
             pass
-        core.take_wakeups()
         if self.expiring is None:
-            command = core.expire(now_ms, mono_s)
-            if command is not None:
-                self._expire(command, mono_s)
+            self._expire()
         if self.overlapping is None:
-            proposal = core.propose_overlap(now_ms)
-            if proposal is not None:
-                self._overlap(proposal)
+            self._overlap()
         self.sim.invariants.check_core(self)
 
-    def _overlap(self, proposal: OverlapProposal) -> None:
-        """`Dispatcher._overlap_loop`, one round: apply decides on the due
-        runs of jobs with an overlap policy."""
-        core = self.core
-        assert core is not None and self.replica is not None
-        try:
-            waiter = self.replica.submit_now(proposal.command)
-        except errors.TempoError:
-            core.overlap_failed(proposal)
+    def _overlap(self) -> None:
+        """`Dispatcher._overlap_loop`, one round: its steps, the `Commit`
+        submitted here and its answer sent back when it comes."""
+        assert self.dispatcher is not None and self.replica is not None
+        steps = self.dispatcher.overlap_steps()
+        step = next(steps, None)
+        if step is None:
             return
+        try:
+            waiter = self.replica.submit_now(step.command)
+        except errors.TempoError as exc:
+            _finish(steps, exc)
+            return
+        self.overlapping = Pending(waiter, lambda outcome: _finish(steps, outcome))
 
-        def done(outcome: object) -> None:
-            if isinstance(outcome, list):
-                core.overlap_applied(proposal, outcome)
-            else:
-                core.overlap_failed(proposal)
-
-        self.overlapping = Pending(waiter, done)
-
-    def _expire(self, command: ExpireLeases, mono_s: float) -> None:
-        core = self.core
-        assert core is not None and self.replica is not None
+    def _expire(self) -> None:
+        """`Dispatcher._expire_loop`, one round. Still a copy: the lease
+        check is being reworked with exact timeouts (branch cancel), which
+        is where it becomes steps of the production driver too."""
+        assert self.dispatcher is not None and self.replica is not None
+        core, mono_s = self.dispatcher.core, trio.current_time()
+        command = core.expire(self.now_ms(), mono_s)
+        if command is None:
+            return
         try:
             waiter = self.replica.submit_now(command)
         except errors.TempoError:
@@ -396,90 +393,61 @@ class SimNode:
         self.expiring = Pending(waiter, done)
 
     def claim(self, worker: SimWorker, runs_max: int, key: str | None) -> bool:
-        """`Dispatcher.claim`, one try, with its claim key if any: False if
-        this node does not lead."""
+        """`Dispatcher.claim` without a wait (`claim_steps` with its deadline
+        now), with its claim key if any: False if this node does not lead."""
         if not self.leading():
             return False
-        core, store = self.core, self.store
-        assert core is not None and store is not None and self.replica is not None
-        now_ms, mono_s = self.now_ms(), self.mono_s
-        if key is not None:
-            entry = store.claim_key_entry(OWNER, key, now_ms)
-            if entry is not None:
-                self._answer_key(worker, entry, self.sim.now_s)
+        assert self.dispatcher is not None
+        claim_key = None if key is None else ClaimKey(OWNER, key, QUEUES_HASH, 0)
+        steps = self.dispatcher.claim_steps([QUEUE], worker.name, runs_max, trio.current_time(), claim_key)
+        return self._claim_step(ClaimInFlight(worker, steps, Waiter(), self.sim.now_s, wall_ms=self.wall_ms()), None)
+
+    def _claim_step(self, claim: ClaimInFlight, answer: Answer | BaseException) -> bool:
+        """Runs a claim's steps on until its next `Commit` (submitted, the
+        claim kept in `claims` until it is answered) or its end. False if
+        the node turned out not to lead (the worker tries another)."""
+        assert self.replica is not None
+        worker, steps = claim.worker, claim.steps
+        while True:
+            try:
+                if isinstance(answer, errors.TempoError):
+                    step = steps.throw(answer)
+                else:
+                    step = steps.send(answer)  # None first: `send(None)` starts it
+            except StopIteration as stop:
+                worker.claiming = False
+                repeat = claim.keyed or not claim.waiter.done.is_set()
+                if not repeat:  # a key's runs again were handed out (and stamped) before
+                    self.sim.invariants.handed_out(self, stop.value, claim.wall_ms)
+                self._answer(worker, stop.value, claim.sent_s, repeat=repeat)
+                if not stop.value:
+                    worker.answered()
                 return True
-        core.tick(now_ms, mono_s)
-        taken = core.take([QUEUE], runs_max, mono_s)
-        if not taken.runs:
-            worker.answered()
+            except errors.ClaimKeyReused:
+                worker.answered()  # a new key next time
+                return True
+            except errors.Overloaded:
+                worker.claiming = False
+                return True
+            except errors.TempoError:
+                worker.claiming = False
+                return False
+            assert isinstance(step, Commit), "a claim without a wait waits for nothing"
+            claim.wall_ms = self.wall_ms()
+            try:
+                claim.waiter = self.replica.submit_now(step.command)
+            except errors.TempoError as exc:
+                answer = exc
+                continue
+            worker.claiming = True
+            self.claims.append(claim)
             return True
-        proposal = core.propose_claims(worker.name, taken.runs, now_ms, mono_s)
-        if proposal.command is None:
-            core.settle(proposal)
-            worker.answered()
-            return True
-        if key is not None:
-            expires_ms = proposal.command.at_ms + limits.claim_key_kept_ms
-            proposal.command.key = ClaimKey(OWNER, key, QUEUES_HASH, expires_ms)
-        try:
-            waiter = self.replica.submit_now(proposal.command)
-        except errors.Overloaded:
-            core.give_back(proposal)
-            core.settle(proposal)
-            return True
-        except errors.TempoError:
-            core.give_back(proposal)
-            core.settle(proposal)
-            return False
-        worker.claiming = True
-        self.claims.append(ClaimInFlight(worker, proposal, waiter, self.sim.now_s, core.generation, key))
-        return True
 
     def _claim_answered(self, claim: ClaimInFlight) -> None:
-        core = self.core
-        assert core is not None
         outcome = claim.waiter.outcome
-        claim.worker.claiming = False
-        claimed: list[ClaimedRun] = []
-        keyed: ClaimKeyEntry | None = None
-        try:
-            if isinstance(outcome, errors.Overloaded | errors.NotLeader | errors.ClaimKeyReused):
-                core.give_back(claim.proposal)
-            elif isinstance(outcome, ClaimKeyEntry):
-                # The key was recorded first (a retry raced its claim).
-                core.give_back(claim.proposal)
-                keyed = outcome
-            elif isinstance(outcome, list):
-                claimed = core.claimed(claim.proposal, outcome)
-        finally:
-            core.settle(claim.proposal)
-        if keyed is not None:
-            self._answer_key(claim.worker, keyed, claim.sent_s)
-        elif isinstance(outcome, list):
-            self._answer(claim.worker, claimed, claim.sent_s, repeat=False)
-
-    def _answer_key(self, worker: SimWorker, entry: ClaimKeyEntry, sent_s: float) -> None:
-        """`Dispatcher._answer_key`: what the key took that its attempt still
-        holds, each lease renewed as by a heartbeat."""
-        store, core = self.store, self.core
-        assert store is not None and core is not None
-        if entry.worker != worker.name or entry.queues_hash != QUEUES_HASH:
-            worker.answered()  # ClaimKeyReused: a new key next time
-            return
-        answered: list[ClaimedRun] = []
-        for taken in entry.runs:
-            run = store.get_run_any(taken.job_id, taken.nominal_ms)
-            job = store.get_job_any(taken.job_id)
-            if run is None or job is None or run.status != "claimed" or run.attempt != taken.attempt:
-                continue
-            try:
-                run.lease_expires_ms = core.heartbeat(
-                    None, ids.run_id(run.job_id, run.nominal_ms), run.attempt, self.now_ms(), self.mono_s
-                )
-            except (errors.StaleAttempt, errors.NotFound):
-                continue
-            answered.append(ClaimedRun(run, job))
-        self._answer(worker, answered, sent_s, repeat=True)
+        claim.keyed = isinstance(outcome, ClaimKeyEntry)
+        assert not isinstance(outcome, BaseException) or isinstance(outcome, errors.TempoError), outcome
+        self._claim_step(claim, outcome)
 
     def _answer(self, worker: SimWorker, claimed: list[ClaimedRun], sent_s: float, *, repeat: bool) -> None:
         """A claim's answer on its way to its worker: lost, or there."""
@@ -489,19 +457,32 @@ class SimNode:
             if self.sim.rng.random() < 0.5:
                 # The client left before the answer's head went out, and the
                 # node saw it (net/api.py `claim`): the runs go back at once.
-                assert self.core is not None
-                self.core.release(claimed, self.mono_s)
+                assert self.dispatcher is not None
+                self.dispatcher.release(claimed)
             return
         worker.got(self, claimed, sent_s, repeat=repeat)
 
     def heartbeat(self, run: Run, attempt: int) -> int | BaseException:
         if not self.leading():
             return errors.NotLeader("not the leader")
-        assert self.core is not None
+        assert self.dispatcher is not None
         try:
-            return self.core.heartbeat(OWNER, ids.run_id(run.job_id, run.nominal_ms), attempt, self.now_ms(), self.mono_s)
+            return self.dispatcher.heartbeat(OWNER, ids.run_id(run.job_id, run.nominal_ms), attempt)
         except errors.TempoError as exc:
             return exc
+
+
+def _finish(steps: Generator[Commit, Answer, None], outcome: object) -> None:
+    """Sends a step generator's last `Commit` its answer (or throws its
+    fault), which ends it (engine/dispatch.py `_finish`)."""
+    try:
+        if isinstance(outcome, errors.TempoError):
+            steps.throw(outcome)
+        else:
+            steps.send(outcome)  # type: ignore[arg-type]
+    except StopIteration:
+        return
+    raise AssertionError("a step generator handed out a second Commit")
 
 
 @dataclass
@@ -663,7 +644,7 @@ class SimWorker:
             if not isinstance(outcome, list):
                 return  # tried again (results of an attempt are idempotent)
             assert node.core is not None
-            node.core.reported(outcome)
+            node.core.reported(outcome)  # `Dispatcher.report` after its commit
             for hold, answer in zip(batch, outcome, strict=True):
                 self.reporting.pop((hold.run.job_id, hold.run.nominal_ms), None)
                 if isinstance(answer, Run):
@@ -674,7 +655,10 @@ class SimWorker:
 
 
 class NodeSimulator:
-    def __init__(self, seed: int, bug: str = "", verbose: bool = False, *, core_checks: bool = True) -> None:
+    def __init__(
+        self, seed: int, bug: str = "", verbose: bool = False, *, core_checks: bool = True,
+        off: frozenset[int] = frozenset(),
+    ) -> None:
         self.seed = seed
         # The dispatcher core's own invariants too (`check_leases`,
         # `check_memory`); off, only the end-to-end ones judge.
@@ -686,6 +670,7 @@ class NodeSimulator:
         self.planted = PLANTED[bug]
         self.now_s = 0.0
         self.wall_offset_ms = 0
+        self.backward_ms = 0  # every backward step of the wall clock, added up (invariants 7, 8)
         self.trace = hashlib.blake2b(digest_size=16)
         self.network: list[tuple[float, int, int, int, bytes]] = []
         self.msg_seq = 0
@@ -695,7 +680,7 @@ class NodeSimulator:
         self.dir = tempfile.mkdtemp(prefix="tempo-nodesim-", dir=_tmp_root())
         self.nodes = {i: SimNode(self, i, f"{self.dir}/n{i}") for i in self.voters}
         self.workers: list[SimWorker] = []
-        self.invariants = NodeInvariants(self)
+        self.invariants = NodeInvariants(self, off)
         self.creates = 0
         self.repeating = 0  # repeating jobs asked for
 
@@ -792,6 +777,7 @@ class NodeSimulator:
         if rng.random() < p.wall_step_rate:
             step_ms = rng.choice((-1, 1)) * rng.randint(1_000, 120_000)
             self.wall_offset_ms += step_ms
+            self.backward_ms += max(0, -step_ms)
             self.log(f"wall clock steps {step_ms:+d} ms")
 
     # -- clients ---------------------------------------------------------------------

@@ -23,7 +23,15 @@ seed, the invariant and the command that replays it:
 6. the overlap policy holds across failovers: a job whose policy is
    `skip`, `buffer_one` or `buffer_all` never has two runs running
    (claimed) at once, and a `buffer_one` job never has two slots' runs
-   buffered (docs/semantics.md "Overlap").
+   buffered (docs/semantics.md "Overlap");
+7. nothing is handed out early: no run is handed out before its due time
+   by the wall clock of the node that handed it out, beyond the skew the
+   test injects (`skew_ms`: the spread of the nodes' skews, plus every
+   backward step of the wall clock so far, which scheduler time may run
+   ahead by until the wall clock catches up; docs/semantics.md "Clocks");
+8. no stamp lies in the future: every `created_at` is within the
+   injected skew of the stamping node's wall clock, and no claim's stamp
+   (a run's `started_at`) is ahead of it by more.
 
 Besides, the dispatcher core's own invariants (`check_leases`, and
 `check_memory` now and then) hold on the leader between steps.
@@ -66,6 +74,9 @@ LEADER_BOUND_S = 8.0
 # a snapshot's transfer).
 CATCH_UP_S = 4.0
 CHECK_EVERY_S = 0.5
+# Invariants 7 and 8: the simulator's wall clock moves a step (0.1 s) at a
+# time, and a stamp learnt from another node may be a step newer.
+SKEW_SLACK_MS = 100
 DIGEST_EVERY_S = 1.0
 
 Slot = tuple[str, int]
@@ -82,8 +93,11 @@ class NodeSimFailure(SimFailure):
 
 
 class NodeInvariants:
-    def __init__(self, sim: NodeSimulator) -> None:
+    def __init__(self, sim: NodeSimulator, off: frozenset[int] = frozenset()) -> None:
         self.sim = sim
+        # Invariants not checked (a test shows each new one catches a
+        # planted bug alone).
+        self.off = off
         self.jobs: dict[str, Job] = {}  # acknowledged creates
         self.executed: dict[tuple[str, int, int], str] = {}  # (job, nominal, attempt) -> worker
         self.last_attempt: dict[Slot, int] = {}
@@ -180,6 +194,39 @@ class NodeInvariants:
     def took_over(self, node: SimNode) -> None:
         self.takeover_s = self.sim.now_s
         self.sim.log(f"n{node.id} leads")
+
+    # -- clocks (invariants 7 and 8) ---------------------------------------------
+
+    def skew_ms(self) -> int:
+        """The skew the test injects so far: how far a node's scheduler
+        time may be from its own wall clock."""
+        sim = self.sim
+        skews = [node.skew_ms for node in sim.nodes.values()]
+        return max(skews) - min(skews) + sim.backward_ms + SKEW_SLACK_MS
+
+    def handed_out(self, node: SimNode, claimed: list[ClaimedRun], wall_ms: int) -> None:
+        """Invariant 7 (and 8 for the claim's stamp): `node` handed out
+        `claimed`, decided when its wall clock read `wall_ms`."""
+        skew_ms = self.skew_ms()
+        for one in claimed:
+            run = one.run
+            if 7 not in self.off and run.due_ms > wall_ms + skew_ms:
+                raise self.sim.fail(f"invariant 7, a run handed out early: n{node.id} handed out "
+                                    f"{run.job_id}@{run.nominal_ms}, due {run.due_ms - wall_ms} ms after its wall "
+                                    f"clock (injected skew {skew_ms} ms)")
+            if run.started_ms is not None and run.started_ms > wall_ms:
+                # Only the future side: an answer may carry runs claimed
+                # before (a planted bug that hands them out again, caught
+                # by invariant 3), whose stamps are older.
+                self.stamped(node, f"the claim of {run.job_id}@{run.nominal_ms}", run.started_ms, wall_ms)
+
+    def stamped(self, node: SimNode, what: str, at_ms: int, wall_ms: int) -> None:
+        """Invariant 8: `at_ms`, stamped by `node` when its wall clock read
+        `wall_ms`."""
+        skew_ms = self.skew_ms()
+        if 8 not in self.off and abs(at_ms - wall_ms) > skew_ms:
+            raise self.sim.fail(f"invariant 8, a stamp off the wall clock: {what} was stamped by n{node.id} "
+                                f"{at_ms - wall_ms:+d} ms from its wall clock (injected skew {skew_ms} ms)")
 
     # -- checks ------------------------------------------------------------------
 
