@@ -38,8 +38,9 @@ import os
 import random
 import shutil
 import tempfile
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Coroutine, Generator
 from dataclasses import dataclass, field
+from typing import Any
 
 import trio
 import trio.testing
@@ -49,35 +50,28 @@ from tempo.engine.commandlog import Answer, Waiter
 from tempo.engine.commands import (
     ClaimKey,
     Command,
-    CreateJobs,
-    NewJob,
-    PauseJob,
     ReportResults,
     Result,
 )
 from tempo.engine.dispatch import ClaimStep, Commit, Dispatcher
 from tempo.engine.dispatch_core import ClaimedRun, DispatchCore
-from tempo.engine.jobs import due_ms, first_slot_ms, queues_hash
+from tempo.engine.jobs import Jobs, queues_hash
 from tempo.engine.raftlog import RaftLog
-from tempo.engine.records import ClaimKeyEntry, Job, OverlapPolicy, Run, Schedule
-from tempo.engine.store import Created, Store
+from tempo.engine.records import ClaimKeyEntry, Run
+from tempo.engine.store import Store
 from tempo.node.replica import Phase, Replica, Write
-from tempo.raft import MESSAGE_DECODER, MESSAGE_ENCODER, Message
+from tempo.raft import MESSAGE_DECODER, MESSAGE_ENCODER, Message, Role
 from tempo.server import _observe_stamps
 
 from .node_invariants import NodeInvariants, NodeSimFailure
 from .node_planted import PLANTED
+from .node_workload import OWNER, JobsCommitter, Submitted, Workload, before_1970_refused
 
 STEP_S = 0.1  # one raft tick (limits.raft_tick_ms): the simulator's step
 WALL_START_MS = 1_800_000_000_000
-OWNER = "o1"
 QUEUE = f"{OWNER}\x00q"
 QUEUES_HASH = queues_hash(["q"])
 STORE_MAP_BYTES = 1 << 24
-# Repeating jobs per run at most: more would outrun the workers.
-REPEATING_MAX = 4
-# The overlap policies a repeating job gets (invariant 6, node_invariants.py).
-OVERLAPS: tuple[OverlapPolicy | None, ...] = (None, "skip", "buffer_one", "buffer_all")
 
 
 @dataclass
@@ -101,7 +95,8 @@ class Params:
     answer_loss_rate: float  # a claim's answer that never reaches its worker
     create_rate: float  # per step
     repeating_share: float
-    pause_rate: float  # a job paused, per step
+    change_rate: float  # per step: a job paused, resumed, patched, deleted, triggered, cancelled or backfilled
+    outage_rate: float  # per step: every node crashes at once, down for 2-6 s (catch-up of the slots missed)
     workers: int
     worker_pause_rate: float  # per worker and step
     worker_vanish_rate: float  # per worker and step
@@ -132,7 +127,8 @@ class Params:
             answer_loss_rate=maybe(0.5, 0.2),
             create_rate=rng.uniform(0.02, 0.15),
             repeating_share=rng.uniform(0.0, 0.5),
-            pause_rate=maybe(0.3, 0.02),
+            change_rate=maybe(0.6, 0.08),
+            outage_rate=maybe(0.3, 0.03),
             workers=rng.choice((2, 3)),
             worker_pause_rate=maybe(0.4, 0.02),
             worker_vanish_rate=maybe(0.4, 0.01),
@@ -188,6 +184,7 @@ class SimNode:
         self.store: Store | None = None
         self.replica: Replica | None = None
         self.dispatcher: Dispatcher | None = None
+        self.jobs: Jobs | None = None
         self.clock: clock.Clock | None = None
         self.dispatching = False
         self.claims: list[ClaimInFlight] = []
@@ -235,6 +232,8 @@ class SimNode:
         self.replica.listeners.append(_observe_stamps(self.clock))
         self.dispatcher = Dispatcher(self.store, self.replica, now_ms=self.clock.now_ms)
         self.dispatcher.core = sim.planted.core(self.store, self.clock.now_ms())
+        # The API's creates and changes go through `Jobs` (node_workload.py).
+        self.jobs = Jobs(self.store, JobsCommitter(), now_ms=self.clock.now_ms)  # type: ignore[arg-type]
         self.dispatching = False
         self.claims = []
         self.pending = []
@@ -249,7 +248,7 @@ class SimNode:
         for claim in self.claims:
             claim.worker.claiming = False
         self.store.close()
-        self.store = self.replica = self.dispatcher = self.clock = None
+        self.store = self.replica = self.dispatcher = self.jobs = self.clock = None
         self.inbox = []
         self.paused_until_s = 0.0
         self.alive = False
@@ -269,11 +268,20 @@ class SimNode:
         assert replica is not None
         rate = self.sim.params.crash_mid_ready_rate if self.sim.faulty else 0.0
         for rd in replica.readies_due():
+            if rd.role == Role.LEADER and rd.entries:
+                self.sim.invariants.appended(self, rd.entries)
             for step in replica.steps(rd):
                 if rate and self.sim.rng.random() < rate:
                     raise Crash
                 if isinstance(step, Write):
-                    replica.write_now(step)
+                    try:
+                        replica.write_now(step)
+                    except (AssertionError, errors.TempoError, ValueError, OverflowError, KeyError) as exc:
+                        # Apply's own assertions and what a bad entry
+                        # raises (a record out of range, `Corrupt`).
+                        raise self.sim.fail(f"invariant 10, an entry did not apply on n{self.id} (a "
+                                            f"{'leader' if rd.role == Role.LEADER else 'follower'}): "
+                                            f"{type(exc).__name__}: {exc} ({_where(exc)})") from exc
                 else:
                     for listener in replica.listeners:
                         assert listener(step.changes) is None
@@ -308,6 +316,36 @@ class SimNode:
         if self.overlapping is not None and self.overlapping.waiter.done.is_set():
             overlapping, self.overlapping = self.overlapping, None
             overlapping.done(overlapping.waiter.outcome)
+
+    def call(self, coro: Coroutine[Any, Any, Any], done: Callable[[object], None], what: str) -> None:
+        """Runs a `Jobs` coroutine (node_workload.py) up to its next command,
+        which is submitted here; its answer is sent in when it comes
+        (`_called`). `done` gets its result, or the `TempoError` it raised."""
+        self.sim.log(f"n{self.id}: {what}")
+        self._called(coro, done, None)
+
+    def _called(self, coro: Coroutine[Any, Any, Any], done: Callable[[object], None], answer: object) -> None:
+        assert self.replica is not None
+        while True:
+            try:
+                if isinstance(answer, BaseException):
+                    step = coro.throw(answer)
+                else:
+                    step = coro.send(answer)
+            except StopIteration as stop:
+                done(stop.value)
+                return
+            except errors.TempoError as exc:
+                done(exc)
+                return
+            assert isinstance(step, Submitted), f"a Jobs call awaited {step!r}, not a command"
+            try:
+                waiter = self.replica.submit_now(step.command)
+            except errors.TempoError as exc:
+                answer = exc
+                continue
+            self.pending.append(Pending(waiter, lambda outcome: self._called(coro, done, outcome)))
+            return
 
     def submit(self, command: Command, done: Callable[[object], None]) -> bool:
         assert self.replica is not None
@@ -657,7 +695,7 @@ class SimWorker:
 class NodeSimulator:
     def __init__(
         self, seed: int, bug: str = "", verbose: bool = False, *, core_checks: bool = True,
-        off: frozenset[int] = frozenset(),
+        off: frozenset[int] = frozenset(), before_1970: bool | None = None,
     ) -> None:
         self.seed = seed
         # The dispatcher core's own invariants too (`check_leases`,
@@ -681,8 +719,7 @@ class NodeSimulator:
         self.nodes = {i: SimNode(self, i, f"{self.dir}/n{i}") for i in self.voters}
         self.workers: list[SimWorker] = []
         self.invariants = NodeInvariants(self, off)
-        self.creates = 0
-        self.repeating = 0  # repeating jobs asked for
+        self.workload = Workload(self, before_1970=before_1970)
 
     # -- the world --------------------------------------------------------------------
 
@@ -699,7 +736,8 @@ class NodeSimulator:
             print(f"{self.now_s:7.1f} {what}")
 
     def fail(self, what: str) -> NodeSimFailure:
-        return NodeSimFailure(self.seed, what, self.bug)
+        forced = self.workload.before_1970 and not before_1970_refused()
+        return NodeSimFailure(self.seed, what, self.bug, before_1970=forced)
 
     def add_worker(self) -> None:
         self.workers.append(SimWorker(self, f"w{len(self.workers) + 1}", node_guess=self.rng.choice(self.voters)))
@@ -758,9 +796,23 @@ class NodeSimulator:
             self.partition_until_s = self.now_s + rng.uniform(0.5, 4.0)
             self.log(f"partition {sorted(side)}")
 
+    def outage(self) -> None:
+        """Every node down at once for a while: slots pass that no leader
+        runs, which catch-up decides on afterwards (docs/semantics.md
+        "Catch-up after missed slots")."""
+        if not all(n.alive for n in self.nodes.values()):
+            return
+        down_s = self.rng.uniform(2.0, 6.0)
+        self.log(f"outage for {down_s:.1f} s")
+        for node in self.nodes.values():
+            node.crash()
+            node.down_until_s = self.now_s + down_s
+
     def node_faults(self) -> None:
         """Crashes (of the leader, too), leadership transfers, wall-clock steps."""
         p, rng = self.params, self.rng
+        if p.outage_rate and rng.random() < p.outage_rate:
+            self.outage()
         for node in self.nodes.values():
             if node.alive and rng.random() < (p.leader_crash_rate if node.leading() else 0.0) + p.crash_rate:
                 node.crash()
@@ -782,58 +834,11 @@ class NodeSimulator:
 
     # -- clients ---------------------------------------------------------------------
 
-    def clients(self) -> None:
-        rng, p = self.rng, self.params
-        if rng.random() < p.create_rate:
-            self.create()
-        if p.pause_rate and self.faulty and rng.random() < p.pause_rate:
-            self.pause()
-
     def leader_guess(self) -> SimNode | None:
         leaders = [n for n in self.nodes.values() if n.leading()]
         if not leaders:
             return None
         return self.rng.choice(leaders)
-
-    def create(self) -> None:
-        node = self.leader_guess()
-        if node is None:
-            return
-        at_ms = node.now_ms()
-        repeating = self.rng.random() < self.params.repeating_share and self.repeating < REPEATING_MAX
-        if repeating:
-            self.repeating += 1
-            sched = Schedule(every_s=self.rng.choice((3, 5)))
-        else:
-            sched = Schedule(at_ms=at_ms + self.rng.randint(-2_000, 6_000))
-        job_id = ids.job_ids_from_int(at_ms, self.rng.getrandbits(79), 1)[0]
-        job = Job(job_id, OWNER, None, "queue:q", None, sched, 100, (1,), self.params.lease_s, 0, "active", at_ms,
-                  None, None, None)
-        slot = first_slot_ms(sched, at_ms)
-        assert slot is not None
-        job.slot_ms = slot
-        job.next_run_at_ms = due_ms(job, slot, at_ms)
-        # Labelled, so the replicas' digests cover the jobs-by-label index too.
-        job.labels = {"kind": "repeating" if repeating else "one-off"}
-        if repeating:
-            # An overlap policy picked by the job's ID, not the seed's
-            # generator, so every other choice of a seed stays as it was.
-            job.overlap = OVERLAPS[ord(job_id[-1]) % len(OVERLAPS)]
-        command = CreateJobs(at_ms, [NewJob(job, job.next_run_at_ms, b"")])
-        self.creates += 1
-
-        def done(outcome: object) -> None:
-            if isinstance(outcome, list) and isinstance(outcome[0], Created):
-                self.invariants.acknowledged(outcome[0].job)
-
-        node.submit(command, done)
-
-    def pause(self) -> None:
-        node = self.leader_guess()
-        if node is None or not self.invariants.jobs:
-            return
-        job_id = self.rng.choice(sorted(self.invariants.jobs))
-        node.submit(PauseJob(node.now_ms(), OWNER, job_id), lambda outcome: None)
 
     # -- the run -----------------------------------------------------------------------
 
@@ -889,7 +894,7 @@ class NodeSimulator:
         for node in self.nodes.values():
             if node.running:
                 node.dispatch()
-        self.clients()
+        self.workload.step()
         for worker in list(self.workers):
             worker.step()
         self.pump_all()

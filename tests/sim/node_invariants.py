@@ -31,7 +31,13 @@ seed, the invariant and the command that replays it:
    ahead by until the wall clock catches up; docs/semantics.md "Clocks");
 8. no stamp lies in the future: every `created_at` is within the
    injected skew of the stamping node's wall clock, and no claim's stamp
-   (a run's `started_at`) is ahead of it by more.
+   (a run's `started_at`) is ahead of it by more;
+9. every active repeating job has a planned run: on the leader, its
+   `slot_ms` is set and the run of that slot is waiting (the schedule
+   moves on in the commit that claims, skips or buffers it);
+10. every entry a leader appends decodes with the followers' decoder
+   (`commands.decode_entry`), and applies on every node (apply raises
+   nothing, its assertions hold).
 
 Besides, the dispatcher core's own invariants (`check_leases`, and
 `check_memory` now and then) hold on the leader between steps.
@@ -42,7 +48,9 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from tempo.engine.records import Job, Run
+from tempo.engine.commands import decode_entry
+from tempo.engine.records import Corrupt, Job, Run
+from tempo.raft import Entry, EntryKind
 
 from .invariants import SimFailure
 
@@ -85,8 +93,9 @@ _HOLDING = ("skip", "buffer_one", "buffer_all")
 
 
 class NodeSimFailure(SimFailure):
-    def __init__(self, seed: int, what: str, bug: str = "") -> None:
-        replay = f"python -m tests.sim.node --seed {seed}" + (f" --bug {bug}" if bug else "")
+    def __init__(self, seed: int, what: str, bug: str = "", *, before_1970: bool = False) -> None:
+        replay = (f"python -m tests.sim.node --seed {seed}" + (f" --bug {bug}" if bug else "")
+                  + (" --before-1970" if before_1970 else ""))
         Exception.__init__(self, f"seed {seed}: {what}\n  replay: {replay}")
         self.seed = seed
         self.what = what
@@ -194,6 +203,23 @@ class NodeInvariants:
     def took_over(self, node: SimNode) -> None:
         self.takeover_s = self.sim.now_s
         self.sim.log(f"n{node.id} leads")
+
+    def deleting(self, job_id: str) -> None:
+        """A delete was asked for: the job may go (its answer may be lost)."""
+        self.jobs.pop(job_id, None)
+
+    def appended(self, node: SimNode, entries: list[Entry]) -> None:
+        """Invariant 10, its first half: what the leader appends decodes as
+        the followers decode it."""
+        if 10 in self.off:
+            return
+        for entry in entries:
+            if entry.kind == EntryKind.NORMAL and entry.data:
+                try:
+                    decode_entry(entry.data)
+                except Corrupt as exc:
+                    raise self.sim.fail(f"invariant 10, an entry the leader n{node.id} appended does not decode "
+                                        f"on a follower: index {entry.index}: {exc}") from None
 
     # -- clocks (invariants 7 and 8) ---------------------------------------------
 
@@ -315,6 +341,25 @@ class NodeInvariants:
             for job_id in self.jobs:
                 if store.get_job_any(job_id) is None:
                     raise sim.fail(f"invariant 1, an acknowledged job is lost: {job_id} is not on the leader")
+        self._check_planned(leader)
+
+    def _check_planned(self, leader: SimNode) -> None:
+        """Invariant 9, on the leader's tables: each active repeating job
+        the workload made (and did not ask to delete) has its next run."""
+        store = leader.store
+        assert store is not None
+        if 9 in self.off:
+            return
+        for job_id in sorted(self.sim.workload.specs):
+            job = store.get_job_any(job_id)
+            if job is None or job.state != "active" or not job.schedule.repeating:
+                continue
+            run = None if job.slot_ms is None else store.get_run_any(job.id, job.slot_ms)
+            if run is None or run.status != "waiting":
+                status = None if run is None else run.status
+                raise self.sim.fail(f"invariant 9, an active repeating job has no planned run: {job.id} "
+                                    f"({job.schedule}) has slot {job.slot_ms}, whose run on n{leader.id} is "
+                                    f"{status}, not waiting")
 
     def _check_overlap(self, job: Job, running: int, buffered: int) -> None:
         """Invariant 6, for one job's open runs counted so far."""
