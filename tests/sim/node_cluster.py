@@ -233,7 +233,9 @@ class SimNode:
         self.dispatcher = Dispatcher(self.store, self.replica, now_ms=self.clock.now_ms)
         self.dispatcher.core = sim.planted.core(self.store, self.clock.now_ms())
         # The API's creates and changes go through `Jobs` (node_workload.py).
-        self.jobs = Jobs(self.store, JobsCommitter(), now_ms=self.clock.now_ms)  # type: ignore[arg-type]
+        self.jobs = Jobs(
+            self.store, JobsCommitter(), now_ms=self.clock.now_ms, random_bytes=sim.rng.randbytes,  # type: ignore[arg-type]
+        )
         self.dispatching = False
         self.claims = []
         self.pending = []
