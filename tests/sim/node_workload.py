@@ -213,11 +213,16 @@ class Workload:
                 cron, zone = rng.choice(CRONS)
                 body["schedule"] = {"cron": cron, "timezone": zone}
         elif what == "overlap" and "at" not in sched:
-            # Within its kind: a policy that holds runs back given to a job
-            # with runs running lets those run on (docs/semantics.md
-            # "Changing a job"), which invariant 6 does not model.
-            holding = body.get("overlap") in _HOLDING
-            body["overlap"] = rng.choice([o for o in OVERLAPS if (o in _HOLDING) == holding])
+            # Within its kind: the policy applies from the patch on
+            # (docs/semantics.md "Changing a job"), so one that holds runs
+            # back, given to a job with runs running, lets those run on, and
+            # `buffer_one` given to a `buffer_all` job keeps the runs it
+            # buffered: states invariant 6 does not model.
+            old = body.get("overlap")
+            holding = old in _HOLDING
+            body["overlap"] = rng.choice([
+                o for o in OVERLAPS if (o in _HOLDING) == holding and not (old == "buffer_all" and o == "buffer_one")
+            ])
         else:
             body["name"] = f"n{rng.randint(0, 9)}"
         self.specs[job.id] = body
