@@ -1,32 +1,39 @@
 """Deterministic simulator of whole nodes: raft, the replica loop, apply on
-a real store, the dispatcher's core on the leader, clients and workers.
+a real store, the production dispatcher and `Jobs` on the leader, clients
+and workers (docs/raft.md "The whole-node simulator").
 
 From one seed (`random.Random(seed)`), with nothing from the wall clock:
 
 - each node is the real `Replica` (node/replica.py) on a real `Store` and
   `RaftLog` in a temporary directory, its Readies handled by this module's
-  driver running `Replica.steps` (the steps the trio driver runs), with the
-  real `DispatchCore` (engine/dispatch_core.py) on the leader, reset and
-  loaded when the node starts leading and reset when it stops, as
-  server.py's driver does;
-- a node's scheduler time is a real `clock.Clock` over a simulated wall
-  clock (stepped forward and backward, a small skew per node) and a
-  monotonic clock of its own (a new origin at each restart);
+  driver running `Replica.steps` (the steps the trio driver runs);
+- on each node, as server.py's `_serve_member` wires them: a real
+  `clock.Clock` over a simulated wall clock (stepped forward and backward,
+  a small skew per node) and a monotonic clock of its own (a new origin at
+  each restart), fed each applied stamp by server.py's `_observe_stamps`;
+  the production `Dispatcher` (engine/dispatch.py), whose claim sequence
+  (`claim_steps`) and overlap rounds (`overlap_steps`) are step generators
+  this module runs step by step, reset and loaded when the node starts
+  leading and reset when it stops, as server.py does; and the production
+  `Jobs` for every client request (node_workload.py);
 - the network loses, duplicates, delays and reorders messages, and
   partitions nodes; a node crashes (between any two steps of a Ready, too)
   and restarts from its store: LMDB commits with sync=True, so what a
   committed transaction wrote survives and nothing else does; a node's
-  process pauses (it neither ticks nor handles nor answers meanwhile);
-- clients create one-off and repeating jobs and pause some; workers claim
-  (with a claim key or without, a claim whose answer did not come again
-  with its key), heartbeat, report (some attempts failed), pause (a long
-  GC) and vanish, and the answers they are sent may be lost.
+  process pauses (it neither ticks nor handles nor answers meanwhile); the
+  whole cluster goes down for a while (an outage: catch-up afterwards);
+- clients create, patch, delete, pause, resume, trigger, cancel and
+  backfill jobs (node_workload.py); workers claim (with a claim key or
+  without, a claim whose answer did not come again with its key),
+  heartbeat, report (some attempts failed), pause (a long GC) and vanish,
+  and the answers they are sent may be lost.
 
 A run has a fault phase, then a healed phase in which every invariant of
 node_invariants.py must hold within its bound. The invariants are checked
 after every step; a violation raises `NodeSimFailure` naming the seed and the
 command that replays it. The whole run happens inside one `trio.run` with a
-`MockClock` (the replica reads `trio.current_time()`), without awaiting.
+`MockClock` (the replica and the dispatcher read `trio.current_time()`),
+without awaiting.
 """
 
 from __future__ import annotations
