@@ -56,11 +56,9 @@ from tempo import clock, errors, ids
 from tempo.engine.commandlog import Answer, Waiter
 from tempo.engine.commands import (
     ClaimKey,
-    Command,
-    ReportResults,
     Result,
 )
-from tempo.engine.dispatch import ClaimStep, Commit, Dispatcher
+from tempo.engine.dispatch import Beat, ClaimStep, Commit, Dispatcher
 from tempo.engine.dispatch_core import ClaimedRun, DispatchCore
 from tempo.engine.jobs import Jobs, queues_hash
 from tempo.engine.raftlog import RaftLog
@@ -72,7 +70,7 @@ from tempo.server import _observe_stamps
 
 from .node_invariants import NodeInvariants, NodeSimFailure
 from .node_planted import PLANTED
-from .node_workload import OWNER, JobsCommitter, Submitted, Workload, before_1970_refused
+from .node_workload import OWNER, HandingCommitter, Submitted, Workload, before_1970_refused
 
 STEP_S = 0.1  # one raft tick (limits.raft_tick_ms): the simulator's step
 WALL_START_MS = 1_800_000_000_000
@@ -239,9 +237,12 @@ class SimNode:
         self.replica.listeners.append(_observe_stamps(self.clock))
         self.dispatcher = Dispatcher(self.store, self.replica, now_ms=self.clock.now_ms)
         self.dispatcher.core = sim.planted.core(self.store, self.clock.now_ms())
+        # Its coroutines (`report`) hand their commands out to `call`; its
+        # claim and overlap rounds run as steps (`claim_steps`, `overlap_steps`).
+        self.dispatcher.committer = HandingCommitter()  # type: ignore[assignment]
         # The API's creates and changes go through `Jobs` (node_workload.py).
         self.jobs = Jobs(
-            self.store, JobsCommitter(), now_ms=self.clock.now_ms, random_bytes=sim.rng.randbytes,  # type: ignore[arg-type]
+            self.store, HandingCommitter(), now_ms=self.clock.now_ms, random_bytes=sim.rng.randbytes,  # type: ignore[arg-type]
         )
         self.dispatching = False
         self.claims = []
@@ -355,15 +356,6 @@ class SimNode:
                 continue
             self.pending.append(Pending(waiter, lambda outcome: self._called(coro, done, outcome)))
             return
-
-    def submit(self, command: Command, done: Callable[[object], None]) -> bool:
-        assert self.replica is not None
-        try:
-            waiter = self.replica.submit_now(command)
-        except errors.TempoError:
-            return False
-        self.pending.append(Pending(waiter, done))
-        return True
 
     # -- the dispatcher's driver (engine/dispatch.py, synchronously) ------------------
 
@@ -509,12 +501,13 @@ class SimNode:
             return
         worker.got(self, claimed, sent_s, repeat=repeat)
 
-    def heartbeat(self, run: Run, attempt: int) -> int | BaseException:
+    def heartbeat(self, run: Run, attempt: int) -> Beat | BaseException:
+        """A worker's heartbeat, as net/api.py answers one (`Dispatcher.beat`)."""
         if not self.leading():
             return errors.NotLeader("not the leader")
         assert self.dispatcher is not None
         try:
-            return self.dispatcher.heartbeat(OWNER, ids.run_id(run.job_id, run.nominal_ms), attempt)
+            return self.dispatcher.beat(OWNER, ids.run_id(run.job_id, run.nominal_ms), attempt)
         except errors.TempoError as exc:
             return exc
 
@@ -662,11 +655,16 @@ class SimWorker:
         node = self.node()
         sent_s = self.sim.now_s
         answer = errors.NotLeader("down") if node is None else node.heartbeat(hold.run, hold.attempt)
-        if isinstance(answer, int):
+        if isinstance(answer, tuple) and answer[0] is not None:
             assert node is not None
             hold.held_until_s = sent_s + hold.lease_s
             hold.margin_s = self.sim.invariants.margin_of(node)
             hold.heartbeat_at_s = sent_s + hold.lease_s / 3
+            if answer[1] is not None:
+                # Asked to stop (a cancel, `cancel_other`): it stops now and
+                # reports, as `tempo worker` does.
+                self.sim.log(f"{self.name} is asked to stop {hold.run.job_id}@{hold.run.nominal_ms} ({answer[1]})")
+                hold.done_at_s = min(hold.done_at_s, sent_s)
         elif isinstance(answer, errors.NotLeader):
             self.next_node()
             hold.heartbeat_at_s = sent_s + STEP_S
@@ -685,20 +683,17 @@ class SimWorker:
                    error=None if h.ok else "boom")
             for h in batch
         ]
-        command = ReportResults(node.now_ms(), OWNER, results)
 
         def done(outcome: object) -> None:
             if not isinstance(outcome, list):
                 return  # tried again (results of an attempt are idempotent)
-            assert node.core is not None
-            node.core.reported(outcome)  # `Dispatcher.report` after its commit
             for hold, answer in zip(batch, outcome, strict=True):
                 self.reporting.pop((hold.run.job_id, hold.run.nominal_ms), None)
                 if isinstance(answer, Run):
                     self.sim.invariants.reported(hold, answer)
 
-        if not node.submit(command, done):
-            self.next_node()
+        assert node.dispatcher is not None
+        node.call(node.dispatcher.report(OWNER, results), done, f"{self.name} reports {len(results)}")
 
 
 class NodeSimulator:

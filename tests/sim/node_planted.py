@@ -17,7 +17,7 @@ from collections.abc import Iterator
 import msgspec
 
 from tempo import clock, ids
-from tempo.engine.dispatch_core import ClaimedRun, ClaimProposal, DispatchCore, Fed, feed_size
+from tempo.engine.dispatch_core import Beat, ClaimedRun, ClaimProposal, DispatchCore, Fed, feed_size
 from tempo.engine.records import Job, Run
 from tempo.node.replica import Replica, Step
 from tempo.raft import Entry, Ready, Role
@@ -47,6 +47,16 @@ class HeartbeatNotKept(DispatchCore):
         lease = None if parsed is None else self.leases.get(parsed)
         deadline_s = None if lease is None else lease.deadline_s
         answer = super().heartbeat(owner, run_id, attempt, now_ms, mono_s)
+        if lease is not None and deadline_s is not None and parsed is not None and self.leases.get(parsed) is lease:
+            lease.deadline_s = deadline_s
+        return answer
+
+    def beat(self, owner: str | None, run_id: str, attempt: int, now_ms: int, mono_s: float) -> Beat:
+        # A worker's heartbeat (net/api.py), the same rule broken.
+        parsed = ids.parse_run_id(run_id)
+        lease = None if parsed is None else self.leases.get(parsed)
+        deadline_s = None if lease is None else lease.deadline_s
+        answer = super().beat(owner, run_id, attempt, now_ms, mono_s)
         if lease is not None and deadline_s is not None and parsed is not None and self.leases.get(parsed) is lease:
             lease.deadline_s = deadline_s
         return answer

@@ -69,9 +69,10 @@ class Submitted:
         return answer
 
 
-class JobsCommitter:
-    """The `CommandLog` a simulated node's `Jobs` sees: `submit` hands the
-    command out (`Submitted`); faults come back thrown into the coroutine."""
+class HandingCommitter:
+    """The `CommandLog` a simulated node's `Jobs` (and its `Dispatcher`, for
+    `report`) sees: `submit` hands the command out (`Submitted`); faults
+    come back thrown into the coroutine (`SimNode.call`)."""
 
     def submit(self, command: Command) -> Submitted:
         return Submitted(command)
