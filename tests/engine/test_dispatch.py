@@ -17,9 +17,9 @@ import trio.testing
 
 from tempo import clock, errors, ids
 from tempo.engine import keys
-from tempo.engine.commands import Result
+from tempo.engine.commands import ClaimRuns, Result
 from tempo.engine.commit import Committer
-from tempo.engine.dispatch import Dispatcher
+from tempo.engine.dispatch import Commit, Dispatcher, Wait
 from tempo.engine.jobs import Jobs
 from tempo.engine.store import Store
 from tempo.schema import JobCreate, RetryIn, ScheduleIn
@@ -99,6 +99,31 @@ async def test_a_one_off_is_claimed_when_due_not_before(node, fast_clock):
     # bench/spike.py rather than asserted on a shared machine.
     assert lateness_ms >= 0
     assert claimed.run.attempt == 1 and claimed.run.status == "claimed"
+
+
+async def test_the_claim_sequence_runs_step_by_step_without_io(node, fast_clock):
+    """`claim_steps`, driven by hand as the node simulator drives it: a
+    `Wait` while nothing is due, a `Commit` of the claim once it is; a
+    fault thrown in gives the runs back, an answer sent in claims them."""
+    await node.create(schedule=at(5))
+    steps = node.dispatcher.claim_steps([QUEUE], "w1", 10, trio.current_time() + 10)
+    step = next(steps)
+    assert isinstance(step, Wait) and step.queues == [QUEUE]
+    steps.close()
+    await trio.sleep(6)
+    steps = node.dispatcher.claim_steps([QUEUE], "w1", 10, trio.current_time())
+    step = next(steps)
+    assert isinstance(step, Commit) and isinstance(step.command, ClaimRuns)
+    with pytest.raises(errors.Overloaded):
+        steps.throw(errors.Overloaded("too many writes"))
+    steps = node.dispatcher.claim_steps([QUEUE], "w2", 10, trio.current_time())
+    step = next(steps)
+    assert isinstance(step, Commit)
+    answer = await node.committer.submit(step.command)
+    with pytest.raises(StopIteration) as done:
+        steps.send(answer)
+    [claimed] = done.value.value
+    assert claimed.run.attempt == 1 and claimed.run.worker == "w2" and claimed.run.status == "claimed"
 
 
 async def test_an_expired_lease_redelivers_with_a_new_attempt_and_fences_the_old(node, fast_clock):

@@ -16,10 +16,14 @@ def main(argv: list[str] | None = None) -> int:
     seed_arguments(parser, PLANTED, "tests/sim/node_planted.py")
     parser.add_argument("--no-core-checks", action="store_true",
                         help="judge by the end-to-end invariants only, not the dispatcher core's own")
+    parser.add_argument("--before-1970", action="store_true",
+                        help="backfills before 1970 and in year 1 too, before validation refuses them "
+                             "(tests/sim/node_workload.py)")
     args = parser.parse_args(argv)
     return run_seeds(
         args,
-        lambda seed: NodeSimulator(seed, args.bug, args.verbose, core_checks=not args.no_core_checks),
+        lambda seed: NodeSimulator(seed, args.bug, args.verbose, core_checks=not args.no_core_checks,
+                                   before_1970=args.before_1970 or None),
         NodeSimFailure,
     )
 

@@ -1,32 +1,39 @@
 """Deterministic simulator of whole nodes: raft, the replica loop, apply on
-a real store, the dispatcher's core on the leader, clients and workers.
+a real store, the production dispatcher and `Jobs` on the leader, clients
+and workers (docs/raft.md "The whole-node simulator").
 
 From one seed (`random.Random(seed)`), with nothing from the wall clock:
 
 - each node is the real `Replica` (node/replica.py) on a real `Store` and
   `RaftLog` in a temporary directory, its Readies handled by this module's
-  driver running `Replica.steps` (the steps the trio driver runs), with the
-  real `DispatchCore` (engine/dispatch_core.py) on the leader, reset and
-  loaded when the node starts leading and reset when it stops, as
-  server.py's driver does;
-- a node's scheduler time is a real `clock.Clock` over a simulated wall
-  clock (stepped forward and backward, a small skew per node) and a
-  monotonic clock of its own (a new origin at each restart);
+  driver running `Replica.steps` (the steps the trio driver runs);
+- on each node, as server.py's `_serve_member` wires them: a real
+  `clock.Clock` over a simulated wall clock (stepped forward and backward,
+  a small skew per node) and a monotonic clock of its own (a new origin at
+  each restart), fed each applied stamp by server.py's `_observe_stamps`;
+  the production `Dispatcher` (engine/dispatch.py), whose claim sequence
+  (`claim_steps`) and overlap rounds (`overlap_steps`) are step generators
+  this module runs step by step, reset and loaded when the node starts
+  leading and reset when it stops, as server.py does; and the production
+  `Jobs` for every client request (node_workload.py);
 - the network loses, duplicates, delays and reorders messages, and
   partitions nodes; a node crashes (between any two steps of a Ready, too)
   and restarts from its store: LMDB commits with sync=True, so what a
   committed transaction wrote survives and nothing else does; a node's
-  process pauses (it neither ticks nor handles nor answers meanwhile);
-- clients create one-off and repeating jobs and pause some; workers claim
-  (with a claim key or without, a claim whose answer did not come again
-  with its key), heartbeat, report (some attempts failed), pause (a long
-  GC) and vanish, and the answers they are sent may be lost.
+  process pauses (it neither ticks nor handles nor answers meanwhile); the
+  whole cluster goes down for a while (an outage: catch-up afterwards);
+- clients create, patch, delete, pause, resume, trigger, cancel and
+  backfill jobs (node_workload.py); workers claim (with a claim key or
+  without, a claim whose answer did not come again with its key),
+  heartbeat, report (some attempts failed), pause (a long GC) and vanish,
+  and the answers they are sent may be lost.
 
 A run has a fault phase, then a healed phase in which every invariant of
 node_invariants.py must hold within its bound. The invariants are checked
 after every step; a violation raises `NodeSimFailure` naming the seed and the
 command that replays it. The whole run happens inside one `trio.run` with a
-`MockClock` (the replica reads `trio.current_time()`), without awaiting.
+`MockClock` (the replica and the dispatcher read `trio.current_time()`),
+without awaiting.
 """
 
 from __future__ import annotations
@@ -38,51 +45,38 @@ import os
 import random
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine, Generator
 from dataclasses import dataclass, field
+from typing import Any
 
 import trio
 import trio.testing
 
-from tempo import clock, errors, ids, limits
-from tempo.engine.commandlog import Waiter
+from tempo import clock, errors, ids
+from tempo.engine.commandlog import Answer, Waiter
 from tempo.engine.commands import (
     ClaimKey,
-    Command,
-    CreateJobs,
-    ExpireLeases,
-    NewJob,
-    PauseJob,
-    ReportResults,
     Result,
 )
-from tempo.engine.dispatch_core import (
-    ClaimedRun,
-    ClaimProposal,
-    DispatchCore,
-    OverlapProposal,
-    feed_size,
-)
-from tempo.engine.jobs import due_ms, first_slot_ms, queues_hash
+from tempo.engine.dispatch import Beat, ClaimStep, Commit, Dispatcher
+from tempo.engine.dispatch_core import ClaimedRun, DispatchCore
+from tempo.engine.jobs import Jobs, queues_hash
 from tempo.engine.raftlog import RaftLog
-from tempo.engine.records import ClaimKeyEntry, Job, OverlapPolicy, Run, Schedule
-from tempo.engine.store import Changes, Created, Store
+from tempo.engine.records import ClaimKeyEntry, Run
+from tempo.engine.store import Store
 from tempo.node.replica import Phase, Replica, Write
-from tempo.raft import MESSAGE_DECODER, MESSAGE_ENCODER, Message
+from tempo.raft import MESSAGE_DECODER, MESSAGE_ENCODER, Message, Role
+from tempo.server import _observe_stamps
 
 from .node_invariants import NodeInvariants, NodeSimFailure
 from .node_planted import PLANTED
+from .node_workload import OWNER, HandingCommitter, Submitted, Workload, before_1970_refused
 
 STEP_S = 0.1  # one raft tick (limits.raft_tick_ms): the simulator's step
 WALL_START_MS = 1_800_000_000_000
-OWNER = "o1"
 QUEUE = f"{OWNER}\x00q"
 QUEUES_HASH = queues_hash(["q"])
 STORE_MAP_BYTES = 1 << 24
-# Repeating jobs per run at most: more would outrun the workers.
-REPEATING_MAX = 4
-# The overlap policies a repeating job gets (invariant 6, node_invariants.py).
-OVERLAPS: tuple[OverlapPolicy | None, ...] = (None, "skip", "buffer_one", "buffer_all")
 
 
 @dataclass
@@ -106,7 +100,8 @@ class Params:
     answer_loss_rate: float  # a claim's answer that never reaches its worker
     create_rate: float  # per step
     repeating_share: float
-    pause_rate: float  # a job paused, per step
+    change_rate: float  # per step: a job paused, resumed, patched, deleted, triggered, cancelled or backfilled
+    outage_rate: float  # per step: every node crashes at once, down for 2-6 s (catch-up of the slots missed)
     workers: int
     worker_pause_rate: float  # per worker and step
     worker_vanish_rate: float  # per worker and step
@@ -137,7 +132,8 @@ class Params:
             answer_loss_rate=maybe(0.5, 0.2),
             create_rate=rng.uniform(0.02, 0.15),
             repeating_share=rng.uniform(0.0, 0.5),
-            pause_rate=maybe(0.3, 0.02),
+            change_rate=maybe(0.6, 0.08),
+            outage_rate=maybe(0.3, 0.03),
             workers=rng.choice((2, 3)),
             worker_pause_rate=maybe(0.4, 0.02),
             worker_vanish_rate=maybe(0.4, 0.01),
@@ -153,12 +149,16 @@ class Crash(Exception):
 
 @dataclass
 class ClaimInFlight:
+    """A claim of `Dispatcher.claim_steps` whose `Commit` is being committed."""
+
     worker: SimWorker
-    proposal: ClaimProposal
+    steps: Generator[ClaimStep, Answer, list[ClaimedRun]]
     waiter: Waiter
     sent_s: float
-    generation: int
-    key: str | None
+    # Whether the answer comes from what a recorded claim key took (the
+    # commit's outcome was the key's entry): the worker's own attempts again.
+    keyed: bool = False
+    wall_ms: int = 0  # the node's wall clock when its last step was decided (invariants 7, 8)
 
 
 @dataclass
@@ -188,7 +188,8 @@ class SimNode:
         self.mono_origin_s = 0.0
         self.store: Store | None = None
         self.replica: Replica | None = None
-        self.core: DispatchCore | None = None
+        self.dispatcher: Dispatcher | None = None
+        self.jobs: Jobs | None = None
         self.clock: clock.Clock | None = None
         self.dispatching = False
         self.claims: list[ClaimInFlight] = []
@@ -198,19 +199,22 @@ class SimNode:
 
     # -- clocks ---------------------------------------------------------------
 
+    def wall_ms(self) -> int:
+        return self.sim.wall_ms() + self.skew_ms
+
     def wall_ns(self) -> int:
-        return (self.sim.wall_ms() + self.skew_ms) * 1_000_000
+        return self.wall_ms() * 1_000_000
 
     def mono_ns(self) -> int:
         return round((self.sim.now_s + self.mono_origin_s) * 1e9)
 
-    @property
-    def mono_s(self) -> float:
-        return self.sim.now_s + self.mono_origin_s
-
     def now_ms(self) -> int:
         assert self.clock is not None
         return self.clock.now_ms()
+
+    @property
+    def core(self) -> DispatchCore | None:
+        return None if self.dispatcher is None else self.dispatcher.core
 
     # -- life -------------------------------------------------------------------
 
@@ -225,9 +229,21 @@ class SimNode:
             self.store, raft_log, self.id, lambda messages: sim.send(self.id, incarnation, messages),
             rng=random.Random(sim.rng.getrandbits(64)), snapshot_entries=sim.params.snapshot_entries,
         )
-        self.clock = clock.Clock(floor_ms=self.store.stamp_ms(), wall_ns=self.wall_ns, monotonic_ns=self.mono_ns)
-        self.core = sim.planted.core(self.store, self.clock.now_ms())
-        self.replica.listeners.append(self._on_changes)
+        self.clock = sim.planted.clock(floor_ms=self.store.stamp_ms(), wall_ns=self.wall_ns, monotonic_ns=self.mono_ns)
+        # server.py `_serve_member`'s wiring: the clock observes each applied
+        # stamp, then the dispatcher (the production driver, on the core a
+        # planted bug may replace) is fed each entry's changes. Its
+        # monotonic time is `trio.current_time()`, the simulator's MockClock.
+        self.replica.listeners.append(_observe_stamps(self.clock))
+        self.dispatcher = Dispatcher(self.store, self.replica, now_ms=self.clock.now_ms)
+        self.dispatcher.core = sim.planted.core(self.store, self.clock.now_ms())
+        # Its coroutines (`report`) hand their commands out to `call`; its
+        # claim and overlap rounds run as steps (`claim_steps`, `overlap_steps`).
+        self.dispatcher.committer = HandingCommitter()  # type: ignore[assignment]
+        # The API's creates and changes go through `Jobs` (node_workload.py).
+        self.jobs = Jobs(
+            self.store, HandingCommitter(), now_ms=self.clock.now_ms, random_bytes=sim.rng.randbytes,  # type: ignore[arg-type]
+        )
         self.dispatching = False
         self.claims = []
         self.pending = []
@@ -242,7 +258,7 @@ class SimNode:
         for claim in self.claims:
             claim.worker.claiming = False
         self.store.close()
-        self.store = self.replica = self.core = self.clock = None
+        self.store = self.replica = self.dispatcher = self.jobs = self.clock = None
         self.inbox = []
         self.paused_until_s = 0.0
         self.alive = False
@@ -253,13 +269,6 @@ class SimNode:
         self.dispatching = False
         self.sim.invariants.node_crashed(self)
 
-    def _on_changes(self, changes: Changes) -> None:
-        """The listeners of server.py: the clock observes each stamp, and
-        the dispatcher's core is fed each entry's changes, whole."""
-        assert self.clock is not None and self.core is not None
-        self.clock.observe(changes.stamp_ms)
-        self.core.feed(changes, 0, feed_size(changes))
-
     # -- the replica loop's driver ------------------------------------------------
 
     def pump(self) -> None:
@@ -269,11 +278,20 @@ class SimNode:
         assert replica is not None
         rate = self.sim.params.crash_mid_ready_rate if self.sim.faulty else 0.0
         for rd in replica.readies_due():
+            if rd.role == Role.LEADER and rd.entries:
+                self.sim.invariants.appended(self, rd.entries)
             for step in replica.steps(rd):
                 if rate and self.sim.rng.random() < rate:
                     raise Crash
                 if isinstance(step, Write):
-                    replica.write_now(step)
+                    try:
+                        replica.write_now(step)
+                    except (AssertionError, errors.TempoError, ValueError, OverflowError, KeyError) as exc:
+                        # Apply's own assertions and what a bad entry
+                        # raises (a record out of range, `Corrupt`).
+                        raise self.sim.fail(f"invariant 10, an entry did not apply on n{self.id} (a "
+                                            f"{'leader' if rd.role == Role.LEADER else 'follower'}): "
+                                            f"{type(exc).__name__}: {exc} ({_where(exc)})") from exc
                 else:
                     for listener in replica.listeners:
                         assert listener(step.changes) is None
@@ -309,14 +327,35 @@ class SimNode:
             overlapping, self.overlapping = self.overlapping, None
             overlapping.done(overlapping.waiter.outcome)
 
-    def submit(self, command: Command, done: Callable[[object], None]) -> bool:
+    def call(self, coro: Coroutine[Any, Any, Any], done: Callable[[object], None], what: str) -> None:
+        """Runs a `Jobs` coroutine (node_workload.py) up to its next command,
+        which is submitted here; its answer is sent in when it comes
+        (`_called`). `done` gets its result, or the `TempoError` it raised."""
+        self.sim.log(f"n{self.id}: {what}")
+        self._called(coro, done, None)
+
+    def _called(self, coro: Coroutine[Any, Any, Any], done: Callable[[object], None], answer: object) -> None:
         assert self.replica is not None
-        try:
-            waiter = self.replica.submit_now(command)
-        except errors.TempoError:
-            return False
-        self.pending.append(Pending(waiter, done))
-        return True
+        while True:
+            try:
+                if isinstance(answer, BaseException):
+                    step = coro.throw(answer)
+                else:
+                    step = coro.send(answer)
+            except StopIteration as stop:
+                done(stop.value)
+                return
+            except errors.TempoError as exc:
+                done(exc)
+                return
+            assert isinstance(step, Submitted), f"a Jobs call awaited {step!r}, not a command"
+            try:
+                waiter = self.replica.submit_now(step.command)
+            except errors.TempoError as exc:
+                answer = exc
+                continue
+            self.pending.append(Pending(waiter, lambda outcome: self._called(coro, done, outcome)))
+            return
 
     # -- the dispatcher's driver (engine/dispatch.py, synchronously) ------------------
 
@@ -330,57 +369,54 @@ class SimNode:
         return self.running and self.replica is not None and self.replica.phase is Phase.LEADING
 
     def dispatch(self) -> None:
-        """server.py's rule: the dispatcher runs while the node leads; it is
-        reset and loaded when it starts, reset when it stops. Then a tick and
-        a lease check (engine/dispatch.py `run`, `_expire_loop`)."""
-        core = self.core
-        assert core is not None
+        """server.py's rule: the dispatcher runs while the node leads
+        (`Dispatcher.run`: reset, then loaded), and is reset when it stops.
+        Then its tick, a round of its overlap loop (`overlap_steps`) and a
+        lease check."""
+        dispatcher = self.dispatcher
+        assert dispatcher is not None
         if not self.leading():
             if self.dispatching:
-                core.reset(self.now_ms())
+                dispatcher.reset()
                 self.dispatching = False
             return
-        now_ms, mono_s = self.now_ms(), self.mono_s
         if not self.dispatching:
-            core.reset(now_ms)
-            core.load(now_ms, mono_s)
+            dispatcher.reset()
+            dispatcher.load(dispatcher.now_ms())
             self.dispatching = True
             self.sim.invariants.took_over(self)
-        while core.tick(now_ms, mono_s):
+        while dispatcher.tick(dispatcher.now_ms()):
             pass
-        core.take_wakeups()
         if self.expiring is None:
-            command = core.expire(now_ms, mono_s)
-            if command is not None:
-                self._expire(command, mono_s)
+            self._expire()
         if self.overlapping is None:
-            proposal = core.propose_overlap(now_ms)
-            if proposal is not None:
-                self._overlap(proposal)
+            self._overlap()
         self.sim.invariants.check_core(self)
 
-    def _overlap(self, proposal: OverlapProposal) -> None:
-        """`Dispatcher._overlap_loop`, one round: apply decides on the due
-        runs of jobs with an overlap policy."""
-        core = self.core
-        assert core is not None and self.replica is not None
-        try:
-            waiter = self.replica.submit_now(proposal.command)
-        except errors.TempoError:
-            core.overlap_failed(proposal)
+    def _overlap(self) -> None:
+        """`Dispatcher._overlap_loop`, one round: its steps, the `Commit`
+        submitted here and its answer sent back when it comes."""
+        assert self.dispatcher is not None and self.replica is not None
+        steps = self.dispatcher.overlap_steps()
+        step = next(steps, None)
+        if step is None:
             return
+        try:
+            waiter = self.replica.submit_now(step.command)
+        except errors.TempoError as exc:
+            _finish(steps, exc)
+            return
+        self.overlapping = Pending(waiter, lambda outcome: _finish(steps, outcome))
 
-        def done(outcome: object) -> None:
-            if isinstance(outcome, list):
-                core.overlap_applied(proposal, outcome)
-            else:
-                core.overlap_failed(proposal)
-
-        self.overlapping = Pending(waiter, done)
-
-    def _expire(self, command: ExpireLeases, mono_s: float) -> None:
-        core = self.core
-        assert core is not None and self.replica is not None
+    def _expire(self) -> None:
+        """`Dispatcher._expire_loop`, one round. Still a copy: the lease
+        check is being reworked with exact timeouts (branch cancel), which
+        is where it becomes steps of the production driver too."""
+        assert self.dispatcher is not None and self.replica is not None
+        core, mono_s = self.dispatcher.core, trio.current_time()
+        command = core.expire(self.now_ms(), mono_s)
+        if command is None:
+            return
         try:
             waiter = self.replica.submit_now(command)
         except errors.TempoError:
@@ -396,90 +432,61 @@ class SimNode:
         self.expiring = Pending(waiter, done)
 
     def claim(self, worker: SimWorker, runs_max: int, key: str | None) -> bool:
-        """`Dispatcher.claim`, one try, with its claim key if any: False if
-        this node does not lead."""
+        """`Dispatcher.claim` without a wait (`claim_steps` with its deadline
+        now), with its claim key if any: False if this node does not lead."""
         if not self.leading():
             return False
-        core, store = self.core, self.store
-        assert core is not None and store is not None and self.replica is not None
-        now_ms, mono_s = self.now_ms(), self.mono_s
-        if key is not None:
-            entry = store.claim_key_entry(OWNER, key, now_ms)
-            if entry is not None:
-                self._answer_key(worker, entry, self.sim.now_s)
+        assert self.dispatcher is not None
+        claim_key = None if key is None else ClaimKey(OWNER, key, QUEUES_HASH, 0)
+        steps = self.dispatcher.claim_steps([QUEUE], worker.name, runs_max, trio.current_time(), claim_key)
+        return self._claim_step(ClaimInFlight(worker, steps, Waiter(), self.sim.now_s, wall_ms=self.wall_ms()), None)
+
+    def _claim_step(self, claim: ClaimInFlight, answer: Answer | BaseException) -> bool:
+        """Runs a claim's steps on until its next `Commit` (submitted, the
+        claim kept in `claims` until it is answered) or its end. False if
+        the node turned out not to lead (the worker tries another)."""
+        assert self.replica is not None
+        worker, steps = claim.worker, claim.steps
+        while True:
+            try:
+                if isinstance(answer, errors.TempoError):
+                    step = steps.throw(answer)
+                else:
+                    step = steps.send(answer)  # None first: `send(None)` starts it
+            except StopIteration as stop:
+                worker.claiming = False
+                repeat = claim.keyed or not claim.waiter.done.is_set()
+                if not repeat:  # a key's runs again were handed out (and stamped) before
+                    self.sim.invariants.handed_out(self, stop.value, claim.wall_ms)
+                self._answer(worker, stop.value, claim.sent_s, repeat=repeat)
+                if not stop.value:
+                    worker.answered()
                 return True
-        core.tick(now_ms, mono_s)
-        taken = core.take([QUEUE], runs_max, mono_s)
-        if not taken.runs:
-            worker.answered()
+            except errors.ClaimKeyReused:
+                worker.answered()  # a new key next time
+                return True
+            except errors.Overloaded:
+                worker.claiming = False
+                return True
+            except errors.TempoError:
+                worker.claiming = False
+                return False
+            assert isinstance(step, Commit), "a claim without a wait waits for nothing"
+            claim.wall_ms = self.wall_ms()
+            try:
+                claim.waiter = self.replica.submit_now(step.command)
+            except errors.TempoError as exc:
+                answer = exc
+                continue
+            worker.claiming = True
+            self.claims.append(claim)
             return True
-        proposal = core.propose_claims(worker.name, taken.runs, now_ms, mono_s)
-        if proposal.command is None:
-            core.settle(proposal)
-            worker.answered()
-            return True
-        if key is not None:
-            expires_ms = proposal.command.at_ms + limits.claim_key_kept_ms
-            proposal.command.key = ClaimKey(OWNER, key, QUEUES_HASH, expires_ms)
-        try:
-            waiter = self.replica.submit_now(proposal.command)
-        except errors.Overloaded:
-            core.give_back(proposal)
-            core.settle(proposal)
-            return True
-        except errors.TempoError:
-            core.give_back(proposal)
-            core.settle(proposal)
-            return False
-        worker.claiming = True
-        self.claims.append(ClaimInFlight(worker, proposal, waiter, self.sim.now_s, core.generation, key))
-        return True
 
     def _claim_answered(self, claim: ClaimInFlight) -> None:
-        core = self.core
-        assert core is not None
         outcome = claim.waiter.outcome
-        claim.worker.claiming = False
-        claimed: list[ClaimedRun] = []
-        keyed: ClaimKeyEntry | None = None
-        try:
-            if isinstance(outcome, errors.Overloaded | errors.NotLeader | errors.ClaimKeyReused):
-                core.give_back(claim.proposal)
-            elif isinstance(outcome, ClaimKeyEntry):
-                # The key was recorded first (a retry raced its claim).
-                core.give_back(claim.proposal)
-                keyed = outcome
-            elif isinstance(outcome, list):
-                claimed = core.claimed(claim.proposal, outcome)
-        finally:
-            core.settle(claim.proposal)
-        if keyed is not None:
-            self._answer_key(claim.worker, keyed, claim.sent_s)
-        elif isinstance(outcome, list):
-            self._answer(claim.worker, claimed, claim.sent_s, repeat=False)
-
-    def _answer_key(self, worker: SimWorker, entry: ClaimKeyEntry, sent_s: float) -> None:
-        """`Dispatcher._answer_key`: what the key took that its attempt still
-        holds, each lease renewed as by a heartbeat."""
-        store, core = self.store, self.core
-        assert store is not None and core is not None
-        if entry.worker != worker.name or entry.queues_hash != QUEUES_HASH:
-            worker.answered()  # ClaimKeyReused: a new key next time
-            return
-        answered: list[ClaimedRun] = []
-        for taken in entry.runs:
-            run = store.get_run_any(taken.job_id, taken.nominal_ms)
-            job = store.get_job_any(taken.job_id)
-            if run is None or job is None or run.status != "claimed" or run.attempt != taken.attempt:
-                continue
-            try:
-                run.lease_expires_ms = core.heartbeat(
-                    None, ids.run_id(run.job_id, run.nominal_ms), run.attempt, self.now_ms(), self.mono_s
-                )
-            except (errors.StaleAttempt, errors.NotFound):
-                continue
-            answered.append(ClaimedRun(run, job))
-        self._answer(worker, answered, sent_s, repeat=True)
+        claim.keyed = isinstance(outcome, ClaimKeyEntry)
+        assert not isinstance(outcome, BaseException) or isinstance(outcome, errors.TempoError), outcome
+        self._claim_step(claim, outcome)
 
     def _answer(self, worker: SimWorker, claimed: list[ClaimedRun], sent_s: float, *, repeat: bool) -> None:
         """A claim's answer on its way to its worker: lost, or there."""
@@ -489,19 +496,33 @@ class SimNode:
             if self.sim.rng.random() < 0.5:
                 # The client left before the answer's head went out, and the
                 # node saw it (net/api.py `claim`): the runs go back at once.
-                assert self.core is not None
-                self.core.release(claimed, self.mono_s)
+                assert self.dispatcher is not None
+                self.dispatcher.release(claimed)
             return
         worker.got(self, claimed, sent_s, repeat=repeat)
 
-    def heartbeat(self, run: Run, attempt: int) -> int | BaseException:
+    def heartbeat(self, run: Run, attempt: int) -> Beat | BaseException:
+        """A worker's heartbeat, as net/api.py answers one (`Dispatcher.beat`)."""
         if not self.leading():
             return errors.NotLeader("not the leader")
-        assert self.core is not None
+        assert self.dispatcher is not None
         try:
-            return self.core.heartbeat(OWNER, ids.run_id(run.job_id, run.nominal_ms), attempt, self.now_ms(), self.mono_s)
+            return self.dispatcher.beat(OWNER, ids.run_id(run.job_id, run.nominal_ms), attempt)
         except errors.TempoError as exc:
             return exc
+
+
+def _finish(steps: Generator[Commit, Answer, None], outcome: object) -> None:
+    """Sends a step generator's last `Commit` its answer (or throws its
+    fault), which ends it (engine/dispatch.py `_finish`)."""
+    try:
+        if isinstance(outcome, errors.TempoError):
+            steps.throw(outcome)
+        else:
+            steps.send(outcome)  # type: ignore[arg-type]
+    except StopIteration:
+        return
+    raise AssertionError("a step generator handed out a second Commit")
 
 
 @dataclass
@@ -634,11 +655,16 @@ class SimWorker:
         node = self.node()
         sent_s = self.sim.now_s
         answer = errors.NotLeader("down") if node is None else node.heartbeat(hold.run, hold.attempt)
-        if isinstance(answer, int):
+        if isinstance(answer, tuple) and answer[0] is not None:
             assert node is not None
             hold.held_until_s = sent_s + hold.lease_s
             hold.margin_s = self.sim.invariants.margin_of(node)
             hold.heartbeat_at_s = sent_s + hold.lease_s / 3
+            if answer[1] is not None:
+                # Asked to stop (a cancel, `cancel_other`): it stops now and
+                # reports, as `tempo worker` does.
+                self.sim.log(f"{self.name} is asked to stop {hold.run.job_id}@{hold.run.nominal_ms} ({answer[1]})")
+                hold.done_at_s = min(hold.done_at_s, sent_s)
         elif isinstance(answer, errors.NotLeader):
             self.next_node()
             hold.heartbeat_at_s = sent_s + STEP_S
@@ -657,24 +683,24 @@ class SimWorker:
                    error=None if h.ok else "boom")
             for h in batch
         ]
-        command = ReportResults(node.now_ms(), OWNER, results)
 
         def done(outcome: object) -> None:
             if not isinstance(outcome, list):
                 return  # tried again (results of an attempt are idempotent)
-            assert node.core is not None
-            node.core.reported(outcome)
             for hold, answer in zip(batch, outcome, strict=True):
                 self.reporting.pop((hold.run.job_id, hold.run.nominal_ms), None)
                 if isinstance(answer, Run):
                     self.sim.invariants.reported(hold, answer)
 
-        if not node.submit(command, done):
-            self.next_node()
+        assert node.dispatcher is not None
+        node.call(node.dispatcher.report(OWNER, results), done, f"{self.name} reports {len(results)}")
 
 
 class NodeSimulator:
-    def __init__(self, seed: int, bug: str = "", verbose: bool = False, *, core_checks: bool = True) -> None:
+    def __init__(
+        self, seed: int, bug: str = "", verbose: bool = False, *, core_checks: bool = True,
+        off: frozenset[int] = frozenset(), before_1970: bool | None = None,
+    ) -> None:
         self.seed = seed
         # The dispatcher core's own invariants too (`check_leases`,
         # `check_memory`); off, only the end-to-end ones judge.
@@ -686,6 +712,7 @@ class NodeSimulator:
         self.planted = PLANTED[bug]
         self.now_s = 0.0
         self.wall_offset_ms = 0
+        self.backward_ms = 0  # every backward step of the wall clock, added up (invariants 7, 8)
         self.trace = hashlib.blake2b(digest_size=16)
         self.network: list[tuple[float, int, int, int, bytes]] = []
         self.msg_seq = 0
@@ -695,9 +722,8 @@ class NodeSimulator:
         self.dir = tempfile.mkdtemp(prefix="tempo-nodesim-", dir=_tmp_root())
         self.nodes = {i: SimNode(self, i, f"{self.dir}/n{i}") for i in self.voters}
         self.workers: list[SimWorker] = []
-        self.invariants = NodeInvariants(self)
-        self.creates = 0
-        self.repeating = 0  # repeating jobs asked for
+        self.invariants = NodeInvariants(self, off)
+        self.workload = Workload(self, before_1970=before_1970)
 
     # -- the world --------------------------------------------------------------------
 
@@ -714,7 +740,8 @@ class NodeSimulator:
             print(f"{self.now_s:7.1f} {what}")
 
     def fail(self, what: str) -> NodeSimFailure:
-        return NodeSimFailure(self.seed, what, self.bug)
+        forced = self.workload.before_1970 and not before_1970_refused()
+        return NodeSimFailure(self.seed, what, self.bug, before_1970=forced)
 
     def add_worker(self) -> None:
         self.workers.append(SimWorker(self, f"w{len(self.workers) + 1}", node_guess=self.rng.choice(self.voters)))
@@ -773,9 +800,23 @@ class NodeSimulator:
             self.partition_until_s = self.now_s + rng.uniform(0.5, 4.0)
             self.log(f"partition {sorted(side)}")
 
+    def outage(self) -> None:
+        """Every node down at once for a while: slots pass that no leader
+        runs, which catch-up decides on afterwards (docs/semantics.md
+        "Catch-up after missed slots")."""
+        if not all(n.alive for n in self.nodes.values()):
+            return
+        down_s = self.rng.uniform(2.0, 6.0)
+        self.log(f"outage for {down_s:.1f} s")
+        for node in self.nodes.values():
+            node.crash()
+            node.down_until_s = self.now_s + down_s
+
     def node_faults(self) -> None:
         """Crashes (of the leader, too), leadership transfers, wall-clock steps."""
         p, rng = self.params, self.rng
+        if p.outage_rate and rng.random() < p.outage_rate:
+            self.outage()
         for node in self.nodes.values():
             if node.alive and rng.random() < (p.leader_crash_rate if node.leading() else 0.0) + p.crash_rate:
                 node.crash()
@@ -792,62 +833,16 @@ class NodeSimulator:
         if rng.random() < p.wall_step_rate:
             step_ms = rng.choice((-1, 1)) * rng.randint(1_000, 120_000)
             self.wall_offset_ms += step_ms
+            self.backward_ms += max(0, -step_ms)
             self.log(f"wall clock steps {step_ms:+d} ms")
 
     # -- clients ---------------------------------------------------------------------
-
-    def clients(self) -> None:
-        rng, p = self.rng, self.params
-        if rng.random() < p.create_rate:
-            self.create()
-        if p.pause_rate and self.faulty and rng.random() < p.pause_rate:
-            self.pause()
 
     def leader_guess(self) -> SimNode | None:
         leaders = [n for n in self.nodes.values() if n.leading()]
         if not leaders:
             return None
         return self.rng.choice(leaders)
-
-    def create(self) -> None:
-        node = self.leader_guess()
-        if node is None:
-            return
-        at_ms = node.now_ms()
-        repeating = self.rng.random() < self.params.repeating_share and self.repeating < REPEATING_MAX
-        if repeating:
-            self.repeating += 1
-            sched = Schedule(every_s=self.rng.choice((3, 5)))
-        else:
-            sched = Schedule(at_ms=at_ms + self.rng.randint(-2_000, 6_000))
-        job_id = ids.job_ids_from_int(at_ms, self.rng.getrandbits(79), 1)[0]
-        job = Job(job_id, OWNER, None, "queue:q", None, sched, 100, (1,), self.params.lease_s, 0, "active", at_ms,
-                  None, None, None)
-        slot = first_slot_ms(sched, at_ms)
-        assert slot is not None
-        job.slot_ms = slot
-        job.next_run_at_ms = due_ms(job, slot, at_ms)
-        # Labelled, so the replicas' digests cover the jobs-by-label index too.
-        job.labels = {"kind": "repeating" if repeating else "one-off"}
-        if repeating:
-            # An overlap policy picked by the job's ID, not the seed's
-            # generator, so every other choice of a seed stays as it was.
-            job.overlap = OVERLAPS[ord(job_id[-1]) % len(OVERLAPS)]
-        command = CreateJobs(at_ms, [NewJob(job, job.next_run_at_ms, b"")])
-        self.creates += 1
-
-        def done(outcome: object) -> None:
-            if isinstance(outcome, list) and isinstance(outcome[0], Created):
-                self.invariants.acknowledged(outcome[0].job)
-
-        node.submit(command, done)
-
-    def pause(self) -> None:
-        node = self.leader_guess()
-        if node is None or not self.invariants.jobs:
-            return
-        job_id = self.rng.choice(sorted(self.invariants.jobs))
-        node.submit(PauseJob(node.now_ms(), OWNER, job_id), lambda outcome: None)
 
     # -- the run -----------------------------------------------------------------------
 
@@ -903,7 +898,7 @@ class NodeSimulator:
         for node in self.nodes.values():
             if node.running:
                 node.dispatch()
-        self.clients()
+        self.workload.step()
         for worker in list(self.workers):
             worker.step()
         self.pump_all()

@@ -23,7 +23,21 @@ seed, the invariant and the command that replays it:
 6. the overlap policy holds across failovers: a job whose policy is
    `skip`, `buffer_one` or `buffer_all` never has two runs running
    (claimed) at once, and a `buffer_one` job never has two slots' runs
-   buffered (docs/semantics.md "Overlap").
+   buffered (docs/semantics.md "Overlap");
+7. nothing is handed out early: no run is handed out before its due time
+   by the wall clock of the node that handed it out, beyond the skew the
+   test injects (`skew_ms`: the spread of the nodes' skews, plus every
+   backward step of the wall clock so far, which scheduler time may run
+   ahead by until the wall clock catches up; docs/semantics.md "Clocks");
+8. no stamp lies in the future: every `created_at` is within the
+   injected skew of the stamping node's wall clock, and no claim's stamp
+   (a run's `started_at`) is ahead of it by more;
+9. every active repeating job has a planned run: on the leader, its
+   `slot_ms` is set and the run of that slot is waiting (the schedule
+   moves on in the commit that claims, skips or buffers it);
+10. every entry a leader appends decodes with the followers' decoder
+   (`commands.decode_entry`), and applies on every node (apply raises
+   nothing, its assertions hold).
 
 Besides, the dispatcher core's own invariants (`check_leases`, and
 `check_memory` now and then) hold on the leader between steps.
@@ -34,7 +48,9 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from tempo.engine.records import Job, Run
+from tempo.engine.commands import decode_entry
+from tempo.engine.records import Corrupt, Job, Run
+from tempo.raft import Entry, EntryKind
 
 from .invariants import SimFailure
 
@@ -66,6 +82,9 @@ LEADER_BOUND_S = 8.0
 # a snapshot's transfer).
 CATCH_UP_S = 4.0
 CHECK_EVERY_S = 0.5
+# Invariants 7 and 8: the simulator's wall clock moves a step (0.1 s) at a
+# time, and a stamp learnt from another node may be a step newer.
+SKEW_SLACK_MS = 100
 DIGEST_EVERY_S = 1.0
 
 Slot = tuple[str, int]
@@ -74,16 +93,20 @@ _HOLDING = ("skip", "buffer_one", "buffer_all")
 
 
 class NodeSimFailure(SimFailure):
-    def __init__(self, seed: int, what: str, bug: str = "") -> None:
-        replay = f"python -m tests.sim.node --seed {seed}" + (f" --bug {bug}" if bug else "")
+    def __init__(self, seed: int, what: str, bug: str = "", *, before_1970: bool = False) -> None:
+        replay = (f"python -m tests.sim.node --seed {seed}" + (f" --bug {bug}" if bug else "")
+                  + (" --before-1970" if before_1970 else ""))
         Exception.__init__(self, f"seed {seed}: {what}\n  replay: {replay}")
         self.seed = seed
         self.what = what
 
 
 class NodeInvariants:
-    def __init__(self, sim: NodeSimulator) -> None:
+    def __init__(self, sim: NodeSimulator, off: frozenset[int] = frozenset()) -> None:
         self.sim = sim
+        # Invariants not checked (a test shows each new one catches a
+        # planted bug alone).
+        self.off = off
         self.jobs: dict[str, Job] = {}  # acknowledged creates
         self.executed: dict[tuple[str, int, int], str] = {}  # (job, nominal, attempt) -> worker
         self.last_attempt: dict[Slot, int] = {}
@@ -181,6 +204,56 @@ class NodeInvariants:
         self.takeover_s = self.sim.now_s
         self.sim.log(f"n{node.id} leads")
 
+    def deleting(self, job_id: str) -> None:
+        """A delete was asked for: the job may go (its answer may be lost)."""
+        self.jobs.pop(job_id, None)
+
+    def appended(self, node: SimNode, entries: list[Entry]) -> None:
+        """Invariant 10, its first half: what the leader appends decodes as
+        the followers decode it."""
+        if 10 in self.off:
+            return
+        for entry in entries:
+            if entry.kind == EntryKind.NORMAL and entry.data:
+                try:
+                    decode_entry(entry.data)
+                except Corrupt as exc:
+                    raise self.sim.fail(f"invariant 10, an entry the leader n{node.id} appended does not decode "
+                                        f"on a follower: index {entry.index}: {exc}") from None
+
+    # -- clocks (invariants 7 and 8) ---------------------------------------------
+
+    def skew_ms(self) -> int:
+        """The skew the test injects so far: how far a node's scheduler
+        time may be from its own wall clock."""
+        sim = self.sim
+        skews = [node.skew_ms for node in sim.nodes.values()]
+        return max(skews) - min(skews) + sim.backward_ms + SKEW_SLACK_MS
+
+    def handed_out(self, node: SimNode, claimed: list[ClaimedRun], wall_ms: int) -> None:
+        """Invariant 7 (and 8 for the claim's stamp): `node` handed out
+        `claimed`, decided when its wall clock read `wall_ms`."""
+        skew_ms = self.skew_ms()
+        for one in claimed:
+            run = one.run
+            if 7 not in self.off and run.due_ms > wall_ms + skew_ms:
+                raise self.sim.fail(f"invariant 7, a run handed out early: n{node.id} handed out "
+                                    f"{run.job_id}@{run.nominal_ms}, due {run.due_ms - wall_ms} ms after its wall "
+                                    f"clock (injected skew {skew_ms} ms)")
+            if run.started_ms is not None and run.started_ms > wall_ms:
+                # Only the future side: an answer may carry runs claimed
+                # before (a planted bug that hands them out again, caught
+                # by invariant 3), whose stamps are older.
+                self.stamped(node, f"the claim of {run.job_id}@{run.nominal_ms}", run.started_ms, wall_ms)
+
+    def stamped(self, node: SimNode, what: str, at_ms: int, wall_ms: int) -> None:
+        """Invariant 8: `at_ms`, stamped by `node` when its wall clock read
+        `wall_ms`."""
+        skew_ms = self.skew_ms()
+        if 8 not in self.off and abs(at_ms - wall_ms) > skew_ms:
+            raise self.sim.fail(f"invariant 8, a stamp off the wall clock: {what} was stamped by n{node.id} "
+                                f"{at_ms - wall_ms:+d} ms from its wall clock (injected skew {skew_ms} ms)")
+
     # -- checks ------------------------------------------------------------------
 
     def applied(self, node: SimNode) -> None:
@@ -268,6 +341,25 @@ class NodeInvariants:
             for job_id in self.jobs:
                 if store.get_job_any(job_id) is None:
                     raise sim.fail(f"invariant 1, an acknowledged job is lost: {job_id} is not on the leader")
+        self._check_planned(leader)
+
+    def _check_planned(self, leader: SimNode) -> None:
+        """Invariant 9, on the leader's tables: each active repeating job
+        the workload made (and did not ask to delete) has its next run."""
+        store = leader.store
+        assert store is not None
+        if 9 in self.off:
+            return
+        for job_id in sorted(self.sim.workload.specs):
+            job = store.get_job_any(job_id)
+            if job is None or job.state != "active" or not job.schedule.repeating:
+                continue
+            run = None if job.slot_ms is None else store.get_run_any(job.id, job.slot_ms)
+            if run is None or run.status != "waiting":
+                status = None if run is None else run.status
+                raise self.sim.fail(f"invariant 9, an active repeating job has no planned run: {job.id} "
+                                    f"({job.schedule}) has slot {job.slot_ms}, whose run on n{leader.id} is "
+                                    f"{status}, not waiting")
 
     def _check_overlap(self, job: Job, running: int, buffered: int) -> None:
         """Invariant 6, for one job's open runs counted so far."""

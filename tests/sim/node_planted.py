@@ -16,8 +16,8 @@ from collections.abc import Iterator
 
 import msgspec
 
-from tempo import ids
-from tempo.engine.dispatch_core import ClaimedRun, ClaimProposal, DispatchCore, Fed, feed_size
+from tempo import clock, ids
+from tempo.engine.dispatch_core import Beat, ClaimedRun, ClaimProposal, DispatchCore, Fed, feed_size
 from tempo.engine.records import Job, Run
 from tempo.node.replica import Replica, Step
 from tempo.raft import Entry, Ready, Role
@@ -47,6 +47,16 @@ class HeartbeatNotKept(DispatchCore):
         lease = None if parsed is None else self.leases.get(parsed)
         deadline_s = None if lease is None else lease.deadline_s
         answer = super().heartbeat(owner, run_id, attempt, now_ms, mono_s)
+        if lease is not None and deadline_s is not None and parsed is not None and self.leases.get(parsed) is lease:
+            lease.deadline_s = deadline_s
+        return answer
+
+    def beat(self, owner: str | None, run_id: str, attempt: int, now_ms: int, mono_s: float) -> Beat:
+        # A worker's heartbeat (net/api.py), the same rule broken.
+        parsed = ids.parse_run_id(run_id)
+        lease = None if parsed is None else self.leases.get(parsed)
+        deadline_s = None if lease is None else lease.deadline_s
+        answer = super().beat(owner, run_id, attempt, now_ms, mono_s)
         if lease is not None and deadline_s is not None and parsed is not None and self.leases.get(parsed) is lease:
             lease.deadline_s = deadline_s
         return answer
@@ -125,10 +135,25 @@ class AcksBeforePersisting(Replica):
         return super().steps(rd)
 
 
+class ObserveKeepsReference(clock.Clock):
+    """The failover clock bug of issue 25, back: `observe` raises the last
+    answer but leaves the monotonic reference at this node's last read of
+    its own clock, so the next answer adds half of all the time since then.
+    A follower that becomes leader runs ahead of its wall clock by half the
+    time it followed. (Invariant 7: nothing is handed out before its due
+    time by the handing node's wall clock; invariant 8: `created_at`.)"""
+
+    def observe(self, at_ms: int) -> None:
+        at_ns = min(at_ms * 1_000_000, clock._LAST_NS)
+        if at_ns > self._last_ns:
+            self._last_ns = at_ns
+
+
 @dataclasses.dataclass(frozen=True)
 class Planted:
     core: type[DispatchCore] = DispatchCore
     replica: type[Replica] = Replica
+    clock: type[clock.Clock] = clock.Clock
     caught_by: str = ""  # the invariant that must catch it (node_invariants.py)
 
 
@@ -145,4 +170,5 @@ PLANTED: dict[str, Planted] = {
     # A lost committed entry shows in several places (raft's own assertions,
     # the digests, an acknowledged job): any of them.
     "acks_before_persisting": Planted(replica=AcksBeforePersisting),
+    "observe_keeps_reference": Planted(clock=ObserveKeepsReference, caught_by="invariant 7,"),
 }

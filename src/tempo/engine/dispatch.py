@@ -21,7 +21,8 @@ the truth.
 
 import logging
 from collections import Counter, deque
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Generator, Sequence
+from dataclasses import dataclass
 from typing import TypeGuard
 
 import trio
@@ -29,7 +30,7 @@ import trio
 from tempo import clock, errors, ids, limits
 from tempo.config import UNLIMITED, OwnerLimits
 from tempo.engine.commandlog import Answer, CommandLog
-from tempo.engine.commands import ClaimKey, ReportResults, Result
+from tempo.engine.commands import ClaimKey, Command, ReportResults, Result
 from tempo.engine.dispatch_core import (
     HTTP_QUEUE,
     LATENESS_BUCKETS_S,
@@ -48,10 +49,30 @@ from tempo.engine.store import Changes, Store
 from tempo.wheel import TimingWheel
 
 __all__ = [
-    "HTTP_QUEUE", "LATENESS_BUCKETS_S", "Beat", "ClaimedRun", "Dispatcher", "Lease", "is_http", "log_failed_attempts",
-    "owner_of", "queue_key",
+    "HTTP_QUEUE", "LATENESS_BUCKETS_S", "Beat", "ClaimStep", "ClaimedRun", "Commit", "Dispatcher", "Lease", "Wait",
+    "is_http", "log_failed_attempts", "owner_of", "queue_key",
 ]
 log = logging.getLogger("tempo.dispatch")
+
+
+@dataclass(frozen=True, slots=True)
+class Commit:
+    """A step of a claim (`Dispatcher.claim_steps`): commit `command`, and
+    send its answer back (or throw the `TempoError` it raised)."""
+
+    command: Command
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """A step of a claim: wait until runs of `queues` may be claimable
+    (`Dispatcher._wait_ready`) or until `wake_s` (monotonic), then send None."""
+
+    queues: list[str]
+    wake_s: float
+
+
+ClaimStep = Commit | Wait
 
 
 class Dispatcher:
@@ -189,20 +210,33 @@ class Dispatcher:
             for queue in [q for q in events if q == HTTP_QUEUE or q.startswith(prefix)]:
                 events.pop(queue).set()
 
-    async def on_changes(self, changes: Changes) -> None:
+    def on_changes(self, changes: Changes) -> Awaitable[None] | None:
         """Feeds an entry's changes to the core (and so drops the leases of
         the runs that finished), `limits.dispatch_slice_runs` runs at a
         time with a checkpoint between slices (a batch of 1,000 creates or
         claims is one step of 10-15 ms otherwise). Other tasks run between
         slices, but no other entry is applied until this returns (the
         commit loop awaits it), and no request of this entry is answered
-        before."""
+        before. An entry of one slice is fed at once, and None is answered:
+        nothing to await (a driver on its own thread, the whole-node
+        simulator, needs that)."""
+        if feed_size(changes) <= limits.dispatch_slice_runs:
+            self.core.feed(changes, 0, limits.dispatch_slice_runs)
+            self._signal()
+            self._changes_fed(changes)
+            return None
+        return self._feed_slices(changes)
+
+    async def _feed_slices(self, changes: Changes) -> None:
         slice_runs = limits.dispatch_slice_runs
         for start in range(0, feed_size(changes), slice_runs):
             if start:
                 await trio.lowlevel.checkpoint()
             self.core.feed(changes, start, start + slice_runs)
             self._signal()
+        self._changes_fed(changes)
+
+    def _changes_fed(self, changes: Changes) -> None:
         if changes.skipped:
             # Every node counts the skips of the entries it applies.
             self.core.counters["skipped_overlap"] += changes.skipped
@@ -231,22 +265,36 @@ class Dispatcher:
     async def _overlap_loop(self) -> None:
         """Has apply decide on the due runs of jobs with an overlap policy
         that `tick` set aside (docs/semantics.md "Overlap"), a command at a
-        time, each dispatch tick."""
+        time, each dispatch tick: the trio driver of `overlap_steps`."""
         while True:
             await trio.sleep(limits.dispatch_tick_ms / 1000)
-            proposal = self.core.propose_overlap(self.now_ms())
-            if proposal is None:
+            steps = self.overlap_steps()
+            step = next(steps, None)
+            if step is None:
                 continue
             try:
-                outcomes = await self.committer.submit(proposal.command)
-            except (errors.Overloaded, errors.NotLeader):
-                # Not written: the runs stay set aside for the next round
-                # (a node that stopped leading is reset, which forgets them).
-                self.core.overlap_failed(proposal)
+                answer = await self.committer.submit(step.command)
+            except errors.TempoError as exc:
+                _finish(steps, fault=exc)
                 continue
-            assert _bool_each(outcomes)
-            self.core.overlap_applied(proposal, outcomes)
-            self._signal()
+            _finish(steps, answer)
+
+    def overlap_steps(self) -> Generator[Commit, Answer, None]:
+        """One round of `_overlap_loop`, without I/O (as `claim_steps`): at
+        most one `Commit`, its answer sent back or its fault thrown."""
+        proposal = self.core.propose_overlap(self.now_ms())
+        if proposal is None:
+            return
+        try:
+            outcomes = yield Commit(proposal.command)
+        except (errors.Overloaded, errors.NotLeader):
+            # Not written: the runs stay set aside for the next round
+            # (a node that stopped leading is reset, which forgets them).
+            self.core.overlap_failed(proposal)
+            return
+        assert _bool_each(outcomes)
+        self.core.overlap_applied(proposal, outcomes)
+        self._signal()
 
     async def _expire_loop(self) -> None:
         check_s, gap_s = limits.lease_check_ms / 1000, limits.dispatch_tick_ms / 1000
@@ -298,12 +346,46 @@ class Dispatcher:
         are still held at their attempt; the recorded state decides, here or
         in apply when the first claim with the key is still being committed.
 
+        The trio driver of `claim_steps`, which decides everything: this
+        commits what it hands out and waits where it says.
+
         Cancelling it is safe: cancelled while it waits, it has taken
         nothing; once it has taken runs, their commit finishes (shielded: a
         waiter of the committer is answered when its batch commits or the
         node stops leading) and it returns them, claimed. A caller whose
         client has gone meanwhile hands them to `release`."""
-        deadline_s = trio.current_time() + wait_s
+        steps = self.claim_steps(queues, worker, runs_max, trio.current_time() + wait_s, key)
+        try:
+            step = next(steps)
+            while True:
+                if isinstance(step, Commit):
+                    with trio.CancelScope(shield=True):
+                        try:
+                            answer = await self.committer.submit(step.command)
+                        except errors.TempoError as exc:
+                            step = steps.throw(exc)
+                            continue
+                    step = steps.send(answer)
+                else:
+                    with trio.move_on_at(step.wake_s):
+                        await self._wait_ready(step.queues)
+                    step = steps.send(None)
+        except StopIteration as stop:
+            claimed: list[ClaimedRun] = stop.value
+            return claimed
+        finally:
+            steps.close()
+
+    def claim_steps(
+        self, queues: list[str], worker: str, runs_max: int, deadline_s: float, key: ClaimKey | None = None
+    ) -> Generator[ClaimStep, Answer, list[ClaimedRun]]:
+        """The claim sequence of `claim`, without I/O (as `Replica.steps`):
+        it hands out a `Commit` (the driver commits its command and sends
+        back the answer, or throws the exception) or a `Wait` (the driver
+        waits as it says, then sends None), and returns the claimed runs.
+        The trio driver is `claim`; the whole-node simulator
+        (tests/sim/node_cluster.py) runs the same steps on its own thread.
+        Monotonic time is `trio.current_time()`, scheduler time `now_ms`."""
         generation = self.core.generation
         if key is not None:
             entry = self.store.claim_key_entry(key.owner, key.key, self.now_ms())
@@ -318,8 +400,7 @@ class Dispatcher:
             self.tick(self.now_ms())
             taken = self.core.take(queues, runs_max, trio.current_time())
             if taken.runs:
-                with trio.CancelScope(shield=True):
-                    claimed = await self._commit_claims(worker, taken.runs, key)
+                claimed = yield from self._commit_claims(worker, taken.runs, key)
                 if isinstance(claimed, ClaimKeyEntry):
                     assert key is not None
                     return self._answer_key(claimed, worker, key)
@@ -333,8 +414,7 @@ class Dispatcher:
             # claim held back by a claim rate looks again when one is due.
             refill_ms = taken.refill_ms
             wake_s = deadline_s if refill_ms is None else min(deadline_s, now_s + refill_ms / 1000)
-            with trio.move_on_at(wake_s):
-                await self._wait_ready(queues)
+            yield Wait(queues, wake_s)
 
     async def _wait_ready(self, queues: list[str]) -> None:
         event = trio.Event()
@@ -347,9 +427,9 @@ class Dispatcher:
             await event.wait()
             nursery.cancel_scope.cancel()
 
-    async def _commit_claims(
+    def _commit_claims(
         self, worker: str, taken: list[tuple[bytes, Job]], key: ClaimKey | None = None
-    ) -> list[ClaimedRun] | ClaimKeyEntry:
+    ) -> Generator[ClaimStep, Answer, list[ClaimedRun] | ClaimKeyEntry]:
         # Leases count from the claim's stamp, on the monotonic clock.
         proposal = self.core.propose_claims(worker, taken, self.now_ms(), trio.current_time())
         try:
@@ -360,7 +440,7 @@ class Dispatcher:
                 # "Idempotent claims"); apply drops it then.
                 expires_ms = proposal.command.at_ms + limits.claim_key_kept_ms
                 proposal.command.key = ClaimKey(key.owner, key.key, key.queues_hash, expires_ms)
-            outcomes = await self.committer.submit(proposal.command)
+            outcomes = yield Commit(proposal.command)
             if isinstance(outcomes, ClaimKeyEntry):
                 # The key was recorded first (a retry raced its claim): this
                 # command took nothing, and its runs are still waiting.
@@ -498,6 +578,21 @@ def log_failed_attempts(outcomes: Sequence[object]) -> None:
                      run.error, clock.iso_from_ms(run.due_ms), extra=fields)
     if len(ended) > limits.run_log_lines_max:
         log.warning("and %d more failed attempts in the same commit", len(ended) - limits.run_log_lines_max)
+
+
+def _finish(
+    steps: Generator[Commit, Answer, None], answer: Answer = None, *, fault: errors.TempoError | None = None
+) -> None:
+    """Sends the answer of a generator's last `Commit` (or throws its
+    `fault`), which ends it."""
+    try:
+        if fault is not None:
+            steps.throw(fault)
+        else:
+            steps.send(answer)
+    except StopIteration:
+        return
+    raise AssertionError("a step generator handed out a second Commit")
 
 
 async def _wait_then_set(source: trio.Event, target: trio.Event) -> None:

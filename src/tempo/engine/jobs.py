@@ -846,7 +846,8 @@ def _body_digest(
 class _JobIds:
     """ULIDs that increase within one millisecond too, so a batch lists in order."""
 
-    def __init__(self) -> None:
+    def __init__(self, random_bytes: Callable[[int], bytes] = os.urandom) -> None:
+        self._random_bytes = random_bytes
         self._last_ms = -1
         self._last_random = 0
 
@@ -854,7 +855,7 @@ class _JobIds:
         if at_ms > self._last_ms:
             self._last_ms = at_ms
             # 79 random bits: room to count up within the millisecond.
-            first = int.from_bytes(os.urandom(10), "big") >> 1
+            first = int.from_bytes(self._random_bytes(10), "big") >> 1
         else:
             first = self._last_random + 1
         self._last_random = first + count - 1
@@ -862,14 +863,23 @@ class _JobIds:
 
 
 class Jobs:
-    def __init__(self, store: Store, committer: CommandLog, *, now_ms: Callable[[], int] | None = None):
+    def __init__(
+        self,
+        store: Store,
+        committer: CommandLog,
+        *,
+        now_ms: Callable[[], int] | None = None,
+        random_bytes: Callable[[int], bytes] = os.urandom,
+    ):
         self.store = store
         self.committer = committer
         # Scheduler time (clock.py): the node's clock, a test's mock, or
         # else a clock of its own. Job IDs take their time from it too, so
         # newest first stays true after the wall clock steps back.
         self.now_ms = now_ms or clock.Clock().now_ms
-        self._ids = _JobIds()
+        # Job IDs' random bits: injectable, so a seeded simulator replays
+        # the same IDs (tests/sim/node_workload.py).
+        self._ids = _JobIds(random_bytes)
         # Whether the server sends notifications (a `[notify]` config table):
         # without, a job that asks for them is refused at `notify`.
         self.notify_enabled = False
