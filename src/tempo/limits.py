@@ -5,13 +5,13 @@ to each other is asserted at import, so an edit that breaks a relation stops the
 program at start-up instead of misbehaving under load.
 """
 
-# Request bodies (API.md "General").
+# Request bodies (docs/api.md "General rules").
 body_bytes_max = 1 << 20
 batch_body_bytes_max = 32 << 20
 payload_bytes_max = 64 << 10
 output_bytes_max = 64 << 10
 
-# Field bounds (API.md "Jobs").
+# Field bounds (docs/api.md "Jobs").
 name_chars_max = 200
 # The note a pause may carry (`POST /v1/jobs/{id}/pause`), in characters.
 pause_note_chars_max = 1000
@@ -61,7 +61,7 @@ run_shards = 64
 # looking this far at most before giving up with a conflict.
 trigger_slot_probe_max = 1000
 
-# Time (API.md: times are kept to the millisecond).
+# Time (docs/api.md: times are kept to the millisecond).
 minute_ms = 60_000
 # The time domain of what tempo stores (docs/api.md "Times"): every instant
 # a record or a key holds lies in [stored_ms_min, time_ms_max]. Keys hold
@@ -119,7 +119,7 @@ refused_body_discard_gap_s = 0.5
 refused_connection_drain_bytes_max = 64 << 10
 refused_connection_drain_s = 0.5
 # A connection refused for `connections_max` tells the client to come back
-# after this long, as every other `503` does (API.md: `Retry-After: 1`).
+# after this long, as every other `503` does (docs/api.md: `Retry-After: 1`).
 retry_after_s = 1
 # What the config file's `[http]` table may set them to.
 http_setting_max = 1_000_000
@@ -139,7 +139,7 @@ assert 1 <= preview_count_default <= preview_count_max
 assert batch_jobs_max <= commit_batch_commands_max <= commit_pending_max
 assert 0 < run_shards <= 256  # the shard is one byte of the runs key
 
-# Dispatch (DESIGN.md "Dispatch on the leader").
+# Dispatch (docs/design.md "Dispatch on the leader").
 # The loader keeps every waiting run due before the end of the minute after
 # now + readahead in the timing wheel; each (minute) partition is read once.
 readahead_ms = 30_000
@@ -297,7 +297,7 @@ peer_failure_log_s = 10.0
 #   members:            node ID (ASCII)
 # The edge (the request, the config) checks `owner_bytes_max` and
 # `request_key_bytes_max`: owner and request key share the longest key, half
-# each, so 200 ASCII characters of either fit, as API.md promises, and 200
+# each, so 200 ASCII characters of either fit, as docs/api.md promises, and 200
 # four-byte ones do not. Apply checks only what a key can hold
 # (`owner_key_bytes_max`, and owner + request key within LMDB's bound), so an
 # entry an older version logged applies as it did there, or, where that

@@ -44,7 +44,7 @@ def failed_one_off(http: httpx.Client, name: str | None = None) -> tuple[dict, s
 def test_a_failed_one_off_shows_its_last_run_and_counts(http):
     job, _ = failed_one_off(http)
     got = http.get(f"/v1/jobs/{job['id']}").json()
-    assert got["state"] == "completed"  # API.md's states; the outcome is in last_run
+    assert got["state"] == "completed"  # docs/api.md's states; the outcome is in last_run
     assert got["last_run"]["status"] == "failed"
     assert got["last_run"]["attempt"] == 2 and got["last_run"]["error"] == "boom 2"
     assert got["last_run"]["finished_at"] is not None and got["last_run"]["id"].startswith("r_")

@@ -1,4 +1,4 @@
-"""The HTTP API of API.md as an ASGI application."""
+"""The HTTP API of docs/api.md as an ASGI application."""
 
 import logging
 from collections import Counter
@@ -96,7 +96,7 @@ log = logging.getLogger("tempo.http")
 # What answers one route and method; a route's name and its handlers by method.
 Handler = Callable[[Request], Awaitable[Response]]
 Routes = tuple[str, dict[str, Handler]]
-# Routes every node answers itself, never redirected (API.md "General").
+# Routes every node answers itself, never redirected (docs/api.md "General rules").
 LOCAL = frozenset({"healthz", "readyz", "metrics", "openapi", "cluster", "cluster_digest", "unknown"})
 NEEDS = {
     "healthz": auth.PUBLIC,
@@ -113,7 +113,7 @@ NEEDS = {
     "heartbeats": auth.WORKER,
     "results": auth.WORKER,
 }  # every other route: a client's or an admin's token
-# The query parameters each route and method takes (API.md); any other is
+# The query parameters each route and method takes (docs/api.md); any other is
 # `400` at `query.<name>`. `stale` (a follower's read) is taken by every
 # route, and read before these are checked (`_elsewhere`).
 QUERY_PARAMS: dict[tuple[str, str], frozenset[str]] = {
@@ -377,7 +377,7 @@ class Api:
 
     def _elsewhere(self, route: str, request: Request, scope: HTTPScope) -> Response | None:
         """The answer of a node that may not serve `route` itself: a redirect
-        to the leader, or 503 while none is known (API.md "General")."""
+        to the leader, or 503 while none is known (docs/api.md "General rules")."""
         stale = request.query.pop("stale", None)
         if route in LOCAL or self.node.serves():
             return None
@@ -501,8 +501,8 @@ class Api:
         return request.principal.owner  # `default` when auth is off
 
     def _sees_all(self, request: Request) -> bool:
-        """An admin token does everything but claim (API.md "Who may do
-        what"): every owner's jobs and runs are its to list, read and act on."""
+        """An admin token does everything but claim (docs/operations.md
+        "Tokens"): every owner's jobs and runs are its to list, read and act on."""
         return self.auth.enabled and request.principal.role == "admin"
 
     def _owner_of_job(self, request: Request, job_id: str) -> str:
@@ -585,7 +585,7 @@ class Api:
     def _decode_batch_items(self, request: Request) -> tuple[list[JobCreate | errors.TempoError], dict[int, str]]:
         """Item by item, so each item's problem names paths inside that item;
         and the request key of each item the decoder rejected, by its place,
-        so a later item with that key gets its answer (API.md "POST
+        so a later item with that key gets its answer (docs/api.md "POST
         /v1/jobs/batch")."""
         batch = decode(request, _batch)
         which = 1 if request.is_msgpack else 0

@@ -33,7 +33,7 @@ MSGPACK = b"application/msgpack"
 PROBLEM = b"application/problem+json"
 _MSGPACK_TYPES = (b"application/msgpack", b"application/x-msgpack", b"application/vnd.msgpack")
 
-# One table from error type to HTTP status (STYLE.md "Assertions and errors").
+# One table from error type to HTTP status (docs/style.md "Assertions and errors").
 STATUS_OF: dict[type[errors.TempoError], int] = {
     errors.Invalid: 400,
     errors.NotFound: 404,
@@ -193,7 +193,7 @@ def internal_response(error_id: str) -> Response:
 
 
 def invalid_from_msgspec(exc: msgspec.MsgspecError, prefix: str = "") -> errors.Invalid:
-    """Turns msgspec's message into a problem naming the field (API.md `loc`)."""
+    """Turns msgspec's message into a problem naming the field (docs/api.md `loc`)."""
     match = _AT.match(str(exc))
     assert match is not None  # the pattern matches any string
     msg = match.group("msg")
@@ -238,7 +238,7 @@ def decode(request: Request, pair: tuple[msgspec.json.Decoder[T], msgspec.msgpac
         return pair[1 if request.is_msgpack else 0].decode(request.body)
     except msgspec.ValidationError as exc:
         # A malformed body is malformed at `loc` "" whatever field the
-        # parser met first (API.md "General"); only a whole one has fields.
+        # parser met first (docs/api.md "General rules"); only a whole one has fields.
         raise (malformed(request.body, request.is_msgpack) or invalid_from_msgspec(exc)) from None
     except msgspec.MsgspecError as exc:
         raise invalid_from_msgspec(exc) from None
