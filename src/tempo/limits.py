@@ -285,7 +285,7 @@ snapshot_defer_entries_max = 100_000
 # once every this many seconds while they do.
 peer_failure_log_s = 10.0
 
-# Storage bounds (docs/api.md "Bounds", docs/operations.md "Config file").
+# Storage bounds (docs/api.md "Limits", docs/operations.md "Config file").
 # LMDB refuses a key longer than `lmdb_key_bytes_max` (its MDB_MAXKEYSIZE;
 # py-lmdb `Environment.max_key_size()`, checked when the store opens) or
 # empty, and a value longer than `lmdb_value_bytes_max`. A text that ends up
@@ -540,7 +540,7 @@ assert notify_attempts_max >= 1 and notify_timeout_s > 0 and all(b >= 0 for b in
 assert len(notify_backoff_s) == notify_attempts_max - 1
 assert notify_notice_s_max <= 120.0, "a stuck endpoint holds a notice for at most 2 minutes"
 
-# Outcomes and filters (docs/api.md "Outcomes", "Listing runs"). A run keeps
+# Outcomes and filters (docs/api.md "Outcomes", "GET /v1/runs"). A run keeps
 # each attempt's claim, end, worker and texts (each text at most
 # `output_bytes_max`, as the run's own); it keeps at most as many attempts as
 # a retry policy may allow, the newest when an older entry allowed more. A

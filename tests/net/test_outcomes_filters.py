@@ -1,6 +1,6 @@
 """A job's outcome is visible and runs and jobs can be filtered, against a
-real `tempo serve` (docs/api.md "Outcomes", "Listing jobs", "Listing
-runs"): a failed one-off shows `last_run` failed and its counts, a run shows
+real `tempo serve` (docs/api.md "Outcomes", "GET /v1/jobs", "GET
+/v1/runs"): a failed one-off shows `last_run` failed and its counts, a run shows
 every attempt, `GET /v1/jobs` filters by state, target and name prefix, and
 `GET /v1/runs` lists runs across jobs by status and time, cursor-paged;
 each bad filter value is a 400 naming it."""

@@ -722,7 +722,7 @@ class Api:
 
     async def list_all_runs(self, request: Request) -> Response:
         """Runs across the owner's jobs (an admin's: every owner's), from
-        the runs-by-status index (docs/api.md "Listing runs")."""
+        the runs-by-status index (docs/api.md "GET /v1/runs")."""
         limit = _limit(request)
         status = request.query.get("status")
         if status is not None and status not in keys.STATUS_CODE:
@@ -1338,7 +1338,7 @@ _JOB_STATES = ("active", "paused", "completed")
 
 
 def _job_filter(request: Request) -> Callable[[Any], bool] | None:
-    """The filter of `GET /v1/jobs` (docs/api.md "Listing jobs") on what
+    """The filter of `GET /v1/jobs` (docs/api.md "GET /v1/jobs") on what
     a job's record holds, or None; labels are `_label_filter`'s."""
     state = request.query.get("state")
     if state is not None and state not in _JOB_STATES:
@@ -1363,7 +1363,7 @@ def _job_filter(request: Request) -> Callable[[Any], bool] | None:
 
 
 def _label_filter(request: Request) -> list[tuple[str, str]]:
-    """The `label` filters of `GET /v1/jobs` (docs/api.md "Listing jobs"):
+    """The `label` filters of `GET /v1/jobs` (docs/api.md "GET /v1/jobs"):
     `key:value` each, every one a job must carry."""
     given = query_values(request.raw_query, "label") if "label" in request.query else []
     if len(given) > limits.job_labels_max:

@@ -276,7 +276,7 @@ class Client:
         return _object(self.request("GET", f"/v1/jobs/{job_id}"))
 
     def list_jobs(self, limit: int | None = None, cursor: str | None = None, **filters: Any) -> dict[str, Any]:
-        """`filters`: `state`, `target`, `name_prefix` (docs/api.md "Listing jobs")."""
+        """`filters`: `state`, `target`, `name_prefix` (docs/api.md "GET /v1/jobs")."""
         return _object(self.request("GET", "/v1/jobs", params={"limit": limit, "cursor": cursor, **filters}))
 
     def pause_job(self, job_id: str, note: str | None = None) -> dict[str, Any]:
