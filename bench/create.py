@@ -249,7 +249,7 @@ def main() -> int:
     batches = [line for line in metrics.splitlines() if line.startswith(("tempo_commit_batches_total", "tempo_commit_commands_total"))]
     print("leader: " + ", ".join(batches) + ", RSS " + ", ".join(f"{k} {v:.0f} MiB" for k, v in rss.items()))
     if any(code != 0 for code in stopped.values()):
-        print(f"bench/create.py: exit status on SIGTERM: {stopped} (API.md: 0)", file=sys.stderr)
+        print(f"bench/create.py: exit status on SIGTERM: {stopped} (docs/operations.md: 0)", file=sys.stderr)
         return 1
     return 0
 

@@ -249,7 +249,7 @@ def report(rows: list[dict], all_lateness: list[float], writes: Writes, stopped:
           f"late > {loadgen.late_bound_s:g} s {sum(1 for x in all_lateness if x > loadgen.late_bound_s)}; "
           f"lost {lost}, duplicated {dup}; writes acknowledged {len(writes.ok)}, refused or failed {writes.failed}")
     if any(code != 0 for code in stopped.values()):
-        print(f"bench/failover.py: exit status on SIGTERM: {stopped} (API.md: 0)", file=sys.stderr)
+        print(f"bench/failover.py: exit status on SIGTERM: {stopped} (docs/operations.md: 0)", file=sys.stderr)
     for r in rows:
         if r["ready_s"] - r["restart_s"] > 5:
             print(f"round {r['round']}: {r['killed']} took {r['ready_s'] - r['restart_s']:.1f} s from restart to "

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Pages of the job and run listings over a big store: p50/p99/max latency
-of one page of each list and filter path (docs/api.md "Listing jobs",
-"Listing runs").
+of one page of each list and filter path (docs/api.md "GET /v1/jobs",
+"GET /v1/runs").
 
     python bench/listing.py                          # 1,000,000 jobs and their runs, fill within 120 s
     python bench/listing.py --jobs 200000 --fill-s 40 --pages 200

@@ -120,7 +120,7 @@ def main() -> int:
         print(f"event-loop lag: p99 ≤ {ms(lag['loop_lag_p99_s'])} ms (target 10), max {ms(lag['loop_lag_max_s'])} ms "
               f"(target 50 apart from GC); GC pauses: {lag['gc_pauses']}, longest {ms(lag['gc_pause_max_s'])} ms")
     if status != 0:
-        print(f"bench/preview.py: tempo serve exited {status} on SIGTERM (API.md: 0)", file=sys.stderr)
+        print(f"bench/preview.py: tempo serve exited {status} on SIGTERM (docs/operations.md: 0)", file=sys.stderr)
         return 1
     return 0
 

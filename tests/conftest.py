@@ -58,7 +58,7 @@ class Server(spawn.Node):
             return ""
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
-        """A clean stop; the process must exit 0 (API.md "Command line")."""
+        """A clean stop; the process must exit 0 (docs/operations.md "Stopping")."""
         code = super().stop(sig)
         assert code == 0, f"tempo serve exited {code} on signal {sig}: {self.log()}"
 

@@ -1,4 +1,4 @@
-"""One check of a problem+json answer (API.md "Errors"), for every test that
+"""One check of a problem+json answer (docs/api.md "Problems (errors)"), for every test that
 expects one. `type_` and `loc` are keywords: two helpers that took them in
 opposite orders once checked each other's arguments."""
 

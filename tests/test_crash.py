@@ -1,5 +1,5 @@
 """Durability: a job acknowledged with 2xx survives SIGKILL of the server at
-any moment (API.md "General": a 2xx to a write means the change is durable)."""
+any moment (docs/api.md "General rules": a 2xx to a write means the change is durable)."""
 
 import random
 import threading

@@ -1,4 +1,4 @@
-"""A cron schedule's DST policy (docs/semantics.md "Daylight saving"):
+"""A cron schedule's DST policy (docs/semantics.md "Daylight-saving policy"):
 `gap` shift | skip, `repeat` first | last | both, and the mark each time gets."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Job and run IDs: round trips and order (STYLE.md "Tests": hypothesis for keys)."""
+"""Job and run IDs: round trips and order (docs/style.md "Tests": hypothesis for keys)."""
 
 from hypothesis import given
 from hypothesis import strategies as st

@@ -1,4 +1,4 @@
-"""The layer rules of STYLE.md, as import-linter contracts in pyproject.toml."""
+"""The layer rules of docs/style.md, as import-linter contracts in pyproject.toml."""
 
 import subprocess
 import sys

@@ -177,7 +177,7 @@ def _json_value(text: str) -> Any:
         raise argparse.ArgumentTypeError(f"not JSON: {exc}") from None
 
 
-# Where the server's problem `loc`s point among the flags (API.md "Errors"):
+# Where the server's problem `loc`s point among the flags (docs/api.md "Problems (errors)"):
 # an error names the flag the user typed, not the field it became.
 SCHEDULE_FLAGS = {
     "schedule": "--at/--cron/--every-s", "schedule.at": "--at", "schedule.cron": "--cron",

@@ -180,7 +180,7 @@ class Clock:
 
 
 def ms_from_datetime(value: datetime) -> int:
-    """Truncates to the millisecond, as API.md says finer digits are.
+    """Truncates to the millisecond, as docs/api.md says finer digits are.
 
     Not cached: every decoded datetime is a new object, and hashing an
     aware one (for a cache's key) costs more than this arithmetic."""

@@ -1,4 +1,4 @@
-"""Operating errors, each with the problem type API.md names for it.
+"""Operating errors, each with the problem type docs/api.md names for it.
 
 net/ maps these types to HTTP statuses in one table; nothing matches on
 message strings.
@@ -15,12 +15,12 @@ class TempoError(Exception):
     def __init__(self, detail: str = "", errors: list[tuple[str, str]] | None = None):
         super().__init__(detail)
         self.detail = detail
-        # (loc, msg) pairs, loc as API.md spells it: `schedule.cron`, `""`.
+        # (loc, msg) pairs, loc as docs/api.md spells it: `schedule.cron`, `""`.
         self.errors = errors or []
 
     @classmethod
     def at(cls, loc: str, msg: str) -> Self:
-        """The error for one field, `loc` as API.md spells it."""
+        """The error for one field, `loc` as docs/api.md spells it."""
         return cls(f"{loc or 'body'}: {msg}", [(loc, msg)])
 
 

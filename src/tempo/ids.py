@@ -123,7 +123,7 @@ def shard_of(job_id: str) -> int:
 
 
 def jitter_ms(run_id_text: str, jitter_s: int) -> int:
-    """A delay in [0, jitter_s] seconds fixed by the run ID (API.md `jitter_s`)."""
+    """A delay in [0, jitter_s] seconds fixed by the run ID (docs/api.md `jitter_s`)."""
     if jitter_s == 0:
         return 0
     digest = hashlib.blake2b(run_id_text.encode(), digest_size=8).digest()

@@ -5,13 +5,13 @@ to each other is asserted at import, so an edit that breaks a relation stops the
 program at start-up instead of misbehaving under load.
 """
 
-# Request bodies (API.md "General").
+# Request bodies (docs/api.md "General rules").
 body_bytes_max = 1 << 20
 batch_body_bytes_max = 32 << 20
 payload_bytes_max = 64 << 10
 output_bytes_max = 64 << 10
 
-# Field bounds (API.md "Jobs").
+# Field bounds (docs/api.md "Jobs").
 name_chars_max = 200
 # The note a pause may carry (`POST /v1/jobs/{id}/pause`), in characters.
 pause_note_chars_max = 1000
@@ -65,7 +65,7 @@ run_shards = 64
 # looking this far at most before giving up with a conflict.
 trigger_slot_probe_max = 1000
 
-# Time (API.md: times are kept to the millisecond).
+# Time (docs/api.md: times are kept to the millisecond).
 minute_ms = 60_000
 # The time domain of what tempo stores (docs/api.md "Times"): every instant
 # a record or a key holds lies in [stored_ms_min, time_ms_max]. Keys hold
@@ -123,7 +123,7 @@ refused_body_discard_gap_s = 0.5
 refused_connection_drain_bytes_max = 64 << 10
 refused_connection_drain_s = 0.5
 # A connection refused for `connections_max` tells the client to come back
-# after this long, as every other `503` does (API.md: `Retry-After: 1`).
+# after this long, as every other `503` does (docs/api.md: `Retry-After: 1`).
 retry_after_s = 1
 # What the config file's `[http]` table may set them to.
 http_setting_max = 1_000_000
@@ -143,7 +143,7 @@ assert 1 <= preview_count_default <= preview_count_max
 assert batch_jobs_max <= commit_batch_commands_max <= commit_pending_max
 assert 0 < run_shards <= 256  # the shard is one byte of the runs key
 
-# Dispatch (DESIGN.md "Dispatch on the leader").
+# Dispatch (docs/design.md "Dispatch on the leader").
 # The loader keeps every waiting run due before the end of the minute after
 # now + readahead in the timing wheel; each (minute) partition is read once.
 readahead_ms = 30_000
@@ -303,7 +303,7 @@ snapshot_defer_entries_max = 100_000
 # once every this many seconds while they do.
 peer_failure_log_s = 10.0
 
-# Storage bounds (docs/api.md "Bounds", docs/operations.md "Config file").
+# Storage bounds (docs/api.md "Limits", docs/operations.md "Config file").
 # LMDB refuses a key longer than `lmdb_key_bytes_max` (its MDB_MAXKEYSIZE;
 # py-lmdb `Environment.max_key_size()`, checked when the store opens) or
 # empty, and a value longer than `lmdb_value_bytes_max`. A text that ends up
@@ -315,7 +315,7 @@ peer_failure_log_s = 10.0
 #   members:            node ID (ASCII)
 # The edge (the request, the config) checks `owner_bytes_max` and
 # `request_key_bytes_max`: owner and request key share the longest key, half
-# each, so 200 ASCII characters of either fit, as API.md promises, and 200
+# each, so 200 ASCII characters of either fit, as docs/api.md promises, and 200
 # four-byte ones do not. Apply checks only what a key can hold
 # (`owner_key_bytes_max`, and owner + request key within LMDB's bound), so an
 # entry an older version logged applies as it did there, or, where that
@@ -558,7 +558,7 @@ assert notify_attempts_max >= 1 and notify_timeout_s > 0 and all(b >= 0 for b in
 assert len(notify_backoff_s) == notify_attempts_max - 1
 assert notify_notice_s_max <= 120.0, "a stuck endpoint holds a notice for at most 2 minutes"
 
-# Outcomes and filters (docs/api.md "Outcomes", "Listing runs"). A run keeps
+# Outcomes and filters (docs/api.md "Outcomes", "GET /v1/runs"). A run keeps
 # each attempt's claim, end, worker and texts (each text at most
 # `output_bytes_max`, as the run's own); it keeps at most as many attempts as
 # a retry policy may allow, the newest when an older entry allowed more. A

@@ -203,7 +203,7 @@ class JobPatch(_Request):
 
 class JobBatchCreate(_Request):
     # Items stay raw here and are decoded one by one, so each item's problem
-    # names paths inside that item (API.md "POST /v1/jobs/batch").
+    # names paths inside that item (docs/api.md "POST /v1/jobs/batch").
     jobs: Annotated[list[msgspec.Raw], Meta(min_length=1, max_length=limits.batch_jobs_max)]
 
 
@@ -391,7 +391,7 @@ class ProblemItem(msgspec.Struct):
 
 class Problem(msgspec.Struct):
     # `errors` is always present, empty when no field is to blame, so that a
-    # client can read `errors[].loc` from every problem (API.md "General").
+    # client can read `errors[].loc` from every problem (docs/api.md "General rules").
     type: str
     title: str
     status: int

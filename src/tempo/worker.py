@@ -1,6 +1,6 @@
 """A worker library: claim runs from tempo queues, run handlers, report results.
 
-    async def report(run):            # run: the claimed run as a dict (API.md
+    async def report(run):            # run: the claimed run as a dict (docs/api.md
         ...                           # "Workers"): id, attempt, payload, ...
         return "done: 3 pages"        # output text, or None
 
@@ -10,7 +10,7 @@
         ...
         await worker.stop(grace_s=10)
 
-What it does, in the terms of API.md:
+What it does, in the terms of docs/api.md:
 
 - Claims: one long-poll `POST /v1/claim` at a time over all handled queues,
   asking for at most `min(max_runs, free slots)` runs, so a claimed run always

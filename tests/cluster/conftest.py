@@ -7,7 +7,7 @@ connections come from its own 127.0.0.k, so a proxy tells the nodes apart by
 source IP; the test's own clients bind 127.0.0.9 and so are never cut off by a
 partition (they reach every node, the old leader included).
 
-After each scenario `check` asserts (API.md "General"): every job that got a
+After each scenario `check` asserts (docs/api.md "General rules"): every job that got a
 2xx exists on every node, every run of it reached `done`, no (run id, attempt)
 was handed out twice, and all nodes have equal digests at equal applied index.
 """

@@ -1,4 +1,4 @@
-"""The API of a cluster as API.md states it: followers redirect to the leader
+"""The API of a cluster as docs/api.md states it: followers redirect to the leader
 (`307`, same path and query), `?stale=true` reads are served locally, no
 leader means `503` with `Retry-After: 1`, and a dead node can be replaced by
 a fresh one (`--join`, `POST/DELETE /v1/cluster/nodes`)."""

@@ -48,7 +48,7 @@ def store(tmp_path: Path):
 def test_the_bounds_fit_lmdbs_key_bound(store):
     assert store.env.max_key_size() >= limits.lmdb_key_bytes_max
     assert limits.owner_bytes_max + 1 + limits.request_key_bytes_max <= limits.lmdb_key_bytes_max
-    # 200 ASCII characters fit, as API.md promises.
+    # 200 ASCII characters fit, as docs/api.md promises.
     assert limits.request_key_bytes_max >= limits.request_key_chars_max
     assert limits.owner_bytes_max >= limits.owner_chars_max
 

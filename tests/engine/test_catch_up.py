@@ -1,5 +1,5 @@
 """Catch-up after an outage: the latest missed cron slot is found exactly,
-so a claim coalesces what was missed into one run (API.md "Runs")."""
+so a claim coalesces what was missed into one run (docs/api.md "Runs")."""
 
 from datetime import datetime
 

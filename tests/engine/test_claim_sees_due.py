@@ -1,5 +1,5 @@
 """A claim sees every run due by its own time, not only those the dispatch
-tick has moved to a ready queue (API.md "POST /v1/claim": runs "that are due
+tick has moved to a ready queue (docs/api.md "POST /v1/claim": runs "that are due
 now").
 
 The clock here is a mock that stands still unless a test moves it: the

@@ -1,5 +1,5 @@
 """An admin's `GET /v1/events` is every owner's feed (docs/api.md "Events";
-API.md: an admin does everything but claim): each event names its owner,
+docs/api.md: an admin does everything but claim): each event names its owner,
 and the cursor, one sequence over all owners, pages across them. A client
 token still reads its own owner's events only, without an `owner` field.
 Also an admin's label filter, which spans owners too."""

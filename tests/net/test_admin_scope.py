@@ -1,4 +1,4 @@
-"""An admin token does everything but claim (API.md "Who may do what"):
+"""An admin token does everything but claim (docs/operations.md "Tokens"):
 it lists, reads and acts on every owner's jobs and runs, not only its own
 owner's; what it creates is its own owner's; clients stay kept apart."""
 

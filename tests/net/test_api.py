@@ -1,4 +1,4 @@
-"""The HTTP API of API.md against a real `tempo serve` process."""
+"""The HTTP API of docs/api.md against a real `tempo serve` process."""
 
 import re
 import threading

@@ -1,4 +1,4 @@
-"""Bearer tokens against a real server started with --config (API.md "Who may do what")."""
+"""Bearer tokens against a real server started with --config (docs/operations.md "Tokens")."""
 
 import subprocess
 from datetime import UTC, datetime

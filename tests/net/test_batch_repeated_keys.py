@@ -1,7 +1,7 @@
 """In a batch, an item that repeats the request key of an earlier item is
 a repeat of it, and gets that item's result when it was rejected, whether
 the earlier item was rejected while decoding (an unknown field, a wrong
-type) or by the checks after (API.md "POST /v1/jobs/batch")."""
+type) or by the checks after (docs/api.md "POST /v1/jobs/batch")."""
 
 from conftest import job_body, unique
 

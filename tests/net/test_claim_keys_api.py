@@ -1,4 +1,4 @@
-"""Idempotent claims against a real `tempo serve` (API.md "POST /v1/claim",
+"""Idempotent claims against a real `tempo serve` (docs/api.md "POST /v1/claim",
 docs/semantics.md "Idempotent claims"): the same claim sent again with its
 `claim_key` answers the same runs and takes no new ones."""
 

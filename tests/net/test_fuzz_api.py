@@ -93,7 +93,7 @@ def test_api_answers_as_documented(api_schema, server, known_ids, started_s, pat
 
 
 def _bound_long_polls(case) -> None:
-    """A long poll may wait up to 60 s (API.md): cap the generated wait so
+    """A long poll may wait up to 60 s (docs/api.md): cap the generated wait so
     that no example stalls the run; any other value is left as generated."""
     if isinstance(case.body, dict) and isinstance(case.body.get("wait_s"), int | float):
         case.body["wait_s"] = min(case.body["wait_s"], wait_s_max)

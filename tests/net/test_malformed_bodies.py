@@ -1,5 +1,5 @@
 """A body that is not whole JSON (or MessagePack) is malformed, at `loc`
-`""`, on every endpoint that reads a body (API.md "General"), even where
+`""`, on every endpoint that reads a body (docs/api.md "General rules"), even where
 msgspec, which validates as it parses, met an unknown or wrong field before
 it found the body cut short."""
 

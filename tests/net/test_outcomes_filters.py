@@ -1,6 +1,6 @@
 """A job's outcome is visible and runs and jobs can be filtered, against a
-real `tempo serve` (docs/api.md "Outcomes", "Listing jobs", "Listing
-runs"): a failed one-off shows `last_run` failed and its counts, a run shows
+real `tempo serve` (docs/api.md "Outcomes", "GET /v1/jobs", "GET
+/v1/runs"): a failed one-off shows `last_run` failed and its counts, a run shows
 every attempt, `GET /v1/jobs` filters by state, target and name prefix, and
 `GET /v1/runs` lists runs across jobs by status and time, cursor-paged;
 each bad filter value is a 400 naming it."""
@@ -44,7 +44,7 @@ def failed_one_off(http: httpx.Client, name: str | None = None) -> tuple[dict, s
 def test_a_failed_one_off_shows_its_last_run_and_counts(http):
     job, _ = failed_one_off(http)
     got = http.get(f"/v1/jobs/{job['id']}").json()
-    assert got["state"] == "completed"  # API.md's states; the outcome is in last_run
+    assert got["state"] == "completed"  # docs/api.md's states; the outcome is in last_run
     assert got["last_run"]["status"] == "failed"
     assert got["last_run"]["attempt"] == 2 and got["last_run"]["error"] == "boom 2"
     assert got["last_run"]["finished_at"] is not None and got["last_run"]["id"].startswith("r_")

@@ -1,5 +1,5 @@
 """`POST /v1/jobs/{id}/pause` with a note against a real `tempo serve`
-(docs/api.md "Pause and resume"): the job shows who paused it, when and
+(docs/api.md "POST /v1/jobs/{id}/pause"): the job shows who paused it, when and
 why; a bad body is a problem naming its field."""
 
 import httpx

@@ -1,7 +1,7 @@
 """Query parameters are strict: a parameter an endpoint does not take is
 `400 validation` at `query.<name>` (issue: `GET /v1/jobs?state=paused`
-answered every job). The parameters each endpoint takes are API.md's;
-`stale` is taken by every route (a follower's read, API.md "General")."""
+answered every job). The parameters each endpoint takes are docs/api.md's;
+`stale` is taken by every route (a follower's read, docs/api.md "General rules")."""
 
 import pytest
 import trio

@@ -95,7 +95,7 @@ class Claim(msgspec.Struct, array_like=True):
     nominal_ms: Nominal
     lease_expires_ms: Ms
     # For the run in the job's schedule slot of a repeating job: the next slot
-    # and its due time, created in the same commit (API.md "Runs").
+    # and its due time, created in the same commit (docs/api.md "Runs").
     next_slot_ms: Ms | None = None
     next_due_ms: Ms | None = None
     # The job is a one-off (schedules never change): apply need not read or

@@ -1,6 +1,6 @@
 """Dispatch on the leader, the trio driver of `DispatchCore`
 (engine/dispatch_core.py: the timing wheel, the ready queues, the leases and
-each owner's limits, as a pure state machine; DESIGN.md "Dispatch on the
+each owner's limits, as a pure state machine; docs/design.md "Dispatch on the
 leader").
 
 The driver owns what the core may not: the loops (a tick every

@@ -1,5 +1,5 @@
 """The dispatcher's core: loader → timing wheel → ready queues → claims, the
-leases and each owner's limits, as a pure state machine (DESIGN.md "Dispatch
+leases and each owner's limits, as a pure state machine (docs/design.md "Dispatch
 on the leader"; docs/raft.md "The dispatcher's core").
 
 It reads no clock, starts no task or thread, awaits nothing and writes

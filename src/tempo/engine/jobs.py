@@ -417,7 +417,7 @@ def _slot_after_ms(sched: Schedule, created_at_ms: int, after_ms: int, *, inclus
 
 
 def first_slot_ms(sched: Schedule, created_at_ms: int) -> int | None:
-    """The slot of a new job's first run (API.md `schedule`)."""
+    """The slot of a new job's first run (docs/api.md `schedule`)."""
     if sched.at_ms is not None:
         return sched.at_ms  # a time in the past runs at once
     if sched.every_s is not None and sched.start_at_ms is None:
@@ -965,7 +965,7 @@ class Jobs:
         """Creates the valid items in one command; answers one outcome per item.
 
         An item that repeats the request key of an earlier item that was
-        rejected gets that item's answer (API.md "POST /v1/jobs/batch"):
+        rejected gets that item's answer (docs/api.md "POST /v1/jobs/batch"):
         "earlier" is the first item with that key. `rejected_keys_of` names
         the request keys of items rejected before they got here (by the
         decoder), by their place in `items`."""

@@ -17,7 +17,7 @@ owners and request keys in bytes, and apply checks `owner_fits` and
 `request_key_fits` before it makes a key; making a longer one is a
 programmer error.
 
-The runs key carries the nominal time after the job ID (DESIGN.md names
+The runs key carries the nominal time after the job ID (docs/design.md names
 minute, shard, due ms, job ID): a retried run and a triggered run of one job
 can fall due in the same millisecond, and the suffix keeps their rows apart
 without changing the scan order.

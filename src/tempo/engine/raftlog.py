@@ -1,5 +1,5 @@
 """The Raft log and hard state of a cluster node, in the node's LMDB
-environment beside the state tables (DESIGN.md "Data").
+environment beside the state tables (docs/design.md "Data").
 
 `RaftLog` is the `tempo.raft.Storage` the consensus core reads through. Its
 write side works inside a write transaction the replica opens with

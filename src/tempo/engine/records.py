@@ -40,7 +40,7 @@ class Schedule(msgspec.Struct, array_like=True, frozen=True, gc=False):
     """Exactly one of `at_ms`, `cron`, `every_s` is set (checked at the edge)."""
 
     # No time bounds here: they are not keys, and `start_at_ms` may be
-    # before 1970 (a past start, API.md).
+    # before 1970 (a past start, docs/api.md).
     at_ms: int | None = None
     cron: str | None = None
     timezone: str | None = None

@@ -711,7 +711,7 @@ class Store:
             return runs[:limit], runs[limit - 1].nominal_ms
         return runs, None
 
-    # -- outcomes and the runs index (docs/api.md "Outcomes", "Listing runs") --
+    # -- outcomes and the runs index (docs/api.md "Outcomes", "GET /v1/runs") --
 
     def job_outcome(self, job_id: str) -> JobOutcome | None:
         """What the job's runs came to; None for a job none of whose runs
@@ -2602,7 +2602,7 @@ def _present(raw: bytes | None) -> bytes:
 
 
 def _index_ms(run: Run) -> int:
-    """The time a run is listed at (docs/api.md "Listing runs"): its end
+    """The time a run is listed at (docs/api.md "GET /v1/runs"): its end
     for `done` and `failed`, when it was recorded for a `missed` row, else
     its due time. Read from the run alone, so
     an index built from the tables equals one kept by apply."""

@@ -1,4 +1,4 @@
-"""The numbers of a run, from what the workers reported (API.md "Command line").
+"""The numbers of a run, from what the workers reported (docs/operations.md "The load generator").
 
 Lateness = the arrival of each run's first claim answer − the run's planned
 time, its `nominal_at` plus the jitter its run ID gives it (`ids.jitter_ms`;
@@ -12,7 +12,7 @@ claims / drain. A job is lost when none of its runs was claimed by
 attempt) plus every extra run ID of one job. Lateness is one figure per run;
 the claims per second count every hand-out, re-deliveries too. Percentiles
 are nearest-rank on the sorted sample, the same formula as
-shared/tools/spike_tempo.py, so the two agree.
+the first spike measurements, so the two agree.
 
 Steady mode: a job is lost when none of its runs was claimed within
 `--timeout-s` of its own planned time; drain is last claim − last due time;

@@ -8,7 +8,7 @@
    going at the due instant is an overrun: exit 2.
 4. Wait until every created job has a claimed run, or `--timeout-s` past the
    due instant, then 2 s more so a late duplicate claim shows up (as
-   shared/tools/spike_tempo.py does), and stop the workers.
+   the first spike measurements did), and stop the workers.
 5. Print the summary, write the report files (`report.py`) and stop the
    nodes it started with SIGTERM.
 
@@ -276,7 +276,7 @@ def _start(cluster: Cluster) -> None:
 
 
 def _say_bad_exits(cluster: Cluster, stopped: dict[str, int | None]) -> None:
-    """A node that did not exit 0 on SIGTERM (API.md: it should) is shown with its log's tail."""
+    """A node that did not exit 0 on SIGTERM (docs/operations.md "Stopping": it should) is shown with its log's tail."""
     for node in cluster.nodes:
         if node.id in stopped and stopped[node.id] != 0:
             print(f"tempo loadgen: node {node.id} exited with status {stopped.get(node.id)} on SIGTERM; "

@@ -1,6 +1,6 @@
 """Local `tempo serve` processes: one node, or a cluster whose nodes all get
-the same `--peers` (each its own entry included), as API.md "Command line"
-has it.
+the same `--peers` (each its own entry included), as docs/operations.md "Running a
+cluster" has it.
 
 The one process harness of `tempo loadgen --spawn`, of bench/ and of the
 integration tests: start a node and wait until it is ready, find the leader,

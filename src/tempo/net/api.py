@@ -1,4 +1,4 @@
-"""The HTTP API of API.md as an ASGI application."""
+"""The HTTP API of docs/api.md as an ASGI application."""
 
 import logging
 from collections import Counter
@@ -99,7 +99,7 @@ log = logging.getLogger("tempo.http")
 # What answers one route and method; a route's name and its handlers by method.
 Handler = Callable[[Request], Awaitable[Response]]
 Routes = tuple[str, dict[str, Handler]]
-# Routes every node answers itself, never redirected (API.md "General").
+# Routes every node answers itself, never redirected (docs/api.md "General rules").
 LOCAL = frozenset({"healthz", "readyz", "metrics", "openapi", "cluster", "cluster_digest", "unknown"})
 NEEDS = {
     "healthz": auth.PUBLIC,
@@ -117,7 +117,7 @@ NEEDS = {
     "signals": auth.WORKER,
     "results": auth.WORKER,
 }  # every other route: a client's or an admin's token
-# The query parameters each route and method takes (API.md); any other is
+# The query parameters each route and method takes (docs/api.md); any other is
 # `400` at `query.<name>`. `stale` (a follower's read) is taken by every
 # route, and read before these are checked (`_elsewhere`).
 QUERY_PARAMS: dict[tuple[str, str], frozenset[str]] = {
@@ -397,7 +397,7 @@ class Api:
 
     def _elsewhere(self, route: str, request: Request, scope: HTTPScope) -> Response | None:
         """The answer of a node that may not serve `route` itself: a redirect
-        to the leader, or 503 while none is known (API.md "General")."""
+        to the leader, or 503 while none is known (docs/api.md "General rules")."""
         stale = request.query.pop("stale", None)
         if route in LOCAL or self.node.serves():
             return None
@@ -523,8 +523,8 @@ class Api:
         return request.principal.owner  # `default` when auth is off
 
     def _sees_all(self, request: Request) -> bool:
-        """An admin token does everything but claim (API.md "Who may do
-        what"): every owner's jobs and runs are its to list, read and act on."""
+        """An admin token does everything but claim (docs/operations.md
+        "Tokens"): every owner's jobs and runs are its to list, read and act on."""
         return self.auth.enabled and request.principal.role == "admin"
 
     def _owner_of_job(self, request: Request, job_id: str) -> str:
@@ -607,7 +607,7 @@ class Api:
     def _decode_batch_items(self, request: Request) -> tuple[list[JobCreate | errors.TempoError], dict[int, str]]:
         """Item by item, so each item's problem names paths inside that item;
         and the request key of each item the decoder rejected, by its place,
-        so a later item with that key gets its answer (API.md "POST
+        so a later item with that key gets its answer (docs/api.md "POST
         /v1/jobs/batch")."""
         batch = decode(request, _batch)
         which = 1 if request.is_msgpack else 0
@@ -744,7 +744,7 @@ class Api:
 
     async def list_all_runs(self, request: Request) -> Response:
         """Runs across the owner's jobs (an admin's: every owner's), from
-        the runs-by-status index (docs/api.md "Listing runs")."""
+        the runs-by-status index (docs/api.md "GET /v1/runs")."""
         limit = _limit(request)
         status = request.query.get("status")
         if status is not None and status not in keys.STATUS_CODE:
@@ -1418,7 +1418,7 @@ _JOB_STATES = ("active", "paused", "completed")
 
 
 def _job_filter(request: Request) -> Callable[[Any], bool] | None:
-    """The filter of `GET /v1/jobs` (docs/api.md "Listing jobs") on what
+    """The filter of `GET /v1/jobs` (docs/api.md "GET /v1/jobs") on what
     a job's record holds, or None; labels are `_label_filter`'s."""
     state = request.query.get("state")
     if state is not None and state not in _JOB_STATES:
@@ -1443,7 +1443,7 @@ def _job_filter(request: Request) -> Callable[[Any], bool] | None:
 
 
 def _label_filter(request: Request) -> list[tuple[str, str]]:
-    """The `label` filters of `GET /v1/jobs` (docs/api.md "Listing jobs"):
+    """The `label` filters of `GET /v1/jobs` (docs/api.md "GET /v1/jobs"):
     `key:value` each, every one a job must carry."""
     given = query_values(request.raw_query, "label") if "label" in request.query else []
     if len(given) > limits.job_labels_max:

@@ -34,7 +34,7 @@ MSGPACK = b"application/msgpack"
 PROBLEM = b"application/problem+json"
 _MSGPACK_TYPES = (b"application/msgpack", b"application/x-msgpack", b"application/vnd.msgpack")
 
-# One table from error type to HTTP status (STYLE.md "Assertions and errors").
+# One table from error type to HTTP status (docs/style.md "Assertions and errors").
 STATUS_OF: dict[type[errors.TempoError], int] = {
     errors.Invalid: 400,
     errors.NotFound: 404,
@@ -194,7 +194,7 @@ def internal_response(error_id: str) -> Response:
 
 
 def invalid_from_msgspec(exc: msgspec.MsgspecError, prefix: str = "", kind: Any = None) -> errors.Invalid:
-    """Turns msgspec's message into a problem naming the field (API.md
+    """Turns msgspec's message into a problem naming the field (docs/api.md
     `loc`), in plain words (`words.plain`); `kind` is the type decoded,
     whose enums' values the words list."""
     match = _AT.match(str(exc))
@@ -242,7 +242,7 @@ def decode(request: Request, pair: tuple[msgspec.json.Decoder[T], msgspec.msgpac
         return decoder.decode(request.body)
     except msgspec.ValidationError as exc:
         # A malformed body is malformed at `loc` "" whatever field the
-        # parser met first (docs/api.md "Errors"); only a whole one has fields.
+        # parser met first (docs/api.md "General rules"); only a whole one has fields.
         raise (malformed(request.body, request.is_msgpack) or invalid_from_msgspec(exc, kind=decoder.type)) from None
     except msgspec.MsgspecError as exc:
         raise invalid_from_msgspec(exc, kind=decoder.type) from None

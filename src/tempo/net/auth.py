@@ -1,4 +1,4 @@
-"""Bearer tokens: who is asking, and may they (API.md "Who may do what")."""
+"""Bearer tokens: who is asking, and may they (docs/operations.md "Tokens")."""
 
 import hashlib
 import hmac

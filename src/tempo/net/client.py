@@ -3,7 +3,7 @@
 Built on httpx. Errors come back as `ApiError` carrying the problem+json body.
 
 A client is given one or more server URLs (the nodes of a cluster) and follows
-the leader (API.md "General"):
+the leader (docs/api.md "General rules"):
 
 - A `307`/`308` redirect is followed by hand, with the same method, body and
   token (httpx would drop the `Authorization` header on a redirect to another
@@ -54,7 +54,7 @@ redirects_max = 5
 cluster_probe_timeout_s = 2.0
 
 REDIRECTS = (307, 308)
-# Writes that are harmless to repeat (API.md: "Both are idempotent").
+# Writes that are harmless to repeat (docs/api.md: pause and resume are idempotent).
 _IDEMPOTENT_SUFFIXES = ("/pause", "/resume")
 
 
@@ -276,7 +276,7 @@ class Client:
         return _object(self.request("GET", f"/v1/jobs/{job_id}"))
 
     def list_jobs(self, limit: int | None = None, cursor: str | None = None, **filters: Any) -> dict[str, Any]:
-        """`filters`: `state`, `target`, `name_prefix` (docs/api.md "Listing jobs")."""
+        """`filters`: `state`, `target`, `name_prefix` (docs/api.md "GET /v1/jobs")."""
         return _object(self.request("GET", "/v1/jobs", params={"limit": limit, "cursor": cursor, **filters}))
 
     def pause_job(self, job_id: str, note: str | None = None) -> dict[str, Any]:

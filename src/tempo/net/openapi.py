@@ -48,7 +48,7 @@ def _ref(kind: type) -> dict[str, str]:
 
 
 def _json(kind: type, description: str) -> dict[str, Any]:
-    """An answer in JSON, or in MessagePack of the same shape (API.md "General")."""
+    """An answer in JSON, or in MessagePack of the same shape (docs/api.md "General rules")."""
     return {"description": description, "content": _both(kind)}
 
 
@@ -72,7 +72,7 @@ def _op(
     """One operation with the problems every route of its kind may answer:
     400 bad input, 401 no valid token, 403 a role that may not (`role`), 404,
     413 a body over its bound, 307 to the leader (unless `local`: answered
-    by the node asked, API.md "General"), 503 no leader or overloaded, and
+    by the node asked, docs/api.md "General rules"), 503 no leader or overloaded, and
     500 an unexpected error."""
     operation: dict[str, Any] = {"summary": summary, "responses": dict(ok)}
     problems = [("400", "invalid input"), ("401", "no valid bearer token")]

@@ -1,6 +1,6 @@
 """The API's views of the engine's records: what `tempo.schema`'s response
 structs hold, built from `engine/records.py`'s `Job` and `Run`. The engine
-answers with records; only net/ turns them into the shapes of API.md.
+answers with records; only net/ turns them into the shapes of docs/api.md.
 """
 
 import functools

@@ -1,4 +1,4 @@
-"""One node wired together (DESIGN.md "The pieces"): the replica loop that
+"""One node wired together (docs/design.md "The pieces"): the replica loop that
 feeds raft and applies to the engine, and what the API needs to know about
 the node's place in its cluster.
 

@@ -1,4 +1,4 @@
-"""The replica loop: group commit through Raft (DESIGN.md "Flow of one write").
+"""The replica loop: group commit through Raft (docs/design.md "Flow of one write").
 
 `Replica` is a `CommandLog` (engine/commandlog.py), as the single node's
 `Committer` is, so the job service, the dispatcher, retention and the API do
