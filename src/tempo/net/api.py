@@ -324,7 +324,7 @@ class Api:
             _check_query(route, request)
             if stale:
                 # Answered from what this node applied, which may lag the
-                # leader; the header says how far it got (docs/api.md "Reads").
+                # leader; the header says how far it got (docs/semantics.md "Reads").
                 applied = str(self.node.applied_index()).encode()
                 response = await handler(request)
                 response.headers.append((b"tempo-applied-index", applied))
