@@ -409,9 +409,9 @@ class SimNode:
         self.overlapping = Pending(waiter, lambda outcome: _finish(steps, outcome))
 
     def _expire(self) -> None:
-        """`Dispatcher._expire_loop`, one round. Still a copy: the lease
-        check is being reworked with exact timeouts (branch cancel), which
-        is where it becomes steps of the production driver too."""
+        """`Dispatcher._expire_loop`, one round. Still a copy of the
+        production loop's round (its sleep is the only difference); making
+        it steps of the production driver, as claims are, is left to do."""
         assert self.dispatcher is not None and self.replica is not None
         core, mono_s = self.dispatcher.core, trio.current_time()
         command = core.expire(self.now_ms(), mono_s)

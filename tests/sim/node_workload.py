@@ -47,13 +47,12 @@ CATCHUPS: tuple[dict[str, Any] | None, ...] = (
     None, {"policy": "none"}, {"policy": "all", "max_runs": 2}, {"window_s": 0}, {"policy": "latest", "window_s": 5},
 )
 CRONS = (("* * * * *", "UTC"), ("*/2 * * * *", "Europe/Berlin"), ("30 * * * *", "America/New_York"))
-# Backfills of ranges before 1970 (and in year 1) make an entry that the
-# followers cannot decode on main today (issue 25; invariant 10 finds it:
-# `test_backfills_before_1970_are_refused`). Branch `domain` refuses them
-# with a 400 at validation, which the workload takes as their answer. Until
-# it has landed, the workload leaves them out: `before_1970_refused` asks
-# the validation whether it refuses one, so they come in by themselves
-# after the merge.
+# Backfills of ranges before 1970 (and in year 1) once made an entry that
+# the followers could not decode (invariant 10 finds it when validation
+# lets one through: `test_backfills_before_1970_are_refused`). Validation
+# refuses them with a 400 (docs/api.md "Times"), which the workload takes
+# as their answer; `before_1970_refused` asks the validation, so a build
+# that lets them through runs them only when forced (`--before-1970`).
 _YEAR_1_MS = -62_135_596_800_000  # 0001-01-01T00:00:00Z
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -84,7 +83,7 @@ def _backfill_body(from_ms: int, until_ms: int) -> BackfillIn:
 
 
 def before_1970_refused() -> bool:
-    """Whether validation refuses a backfill before 1970 (branch `domain`)."""
+    """Whether validation refuses a backfill before 1970."""
     try:
         body = _backfill_body(-120_000, -60_000)
         instant_ms(body.from_, "from")
@@ -231,8 +230,8 @@ class Workload:
         node.call(node.jobs.patch(job, spec, from_msgpack=False), _ignore, "patch")
 
     def backfill(self) -> None:
-        """A backfill of a repeating job: of its recent past, or (when
-        branch `domain` has landed) before 1970 and in year 1."""
+        """A backfill of a repeating job: of its recent past, or before
+        1970 and in year 1 (refused by validation)."""
         if (found := self._job()) is None or not found[1].schedule.repeating:
             return
         node, job = found

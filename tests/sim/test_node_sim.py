@@ -131,12 +131,6 @@ def test_an_entry_the_followers_cannot_decode_is_caught(monkeypatch: pytest.Monk
     assert "invariant 10," in failure.what and "does not decode" in failure.what, failure
 
 
-@pytest.mark.xfail(
-    reason="branch domain: a backfill before 1970 is refused with a 400 at validation; on main it makes an "
-    "entry the followers cannot decode (issue 25), which invariant 10 finds",
-    raises=NodeSimFailure,
-    strict=False,
-)
 def test_backfills_before_1970_are_refused() -> None:
     """Backfills of ranges before 1970 and in year 1, forced into the
     workload: once validation refuses them, the cluster answers a 400 and
