@@ -9,6 +9,7 @@ import httpx
 import pytest
 
 from net.notify_endpoint import serving
+from net.test_executor_urls import _Reports
 from tempo.engine.dispatch import ClaimedRun
 from tempo.engine.records import Job, Run, Schedule
 from tempo.net import egress
@@ -79,15 +80,6 @@ async def test_the_connection_goes_to_the_checked_address_with_the_names_host_he
             with pytest.raises(egress.TargetRefused):
                 await client.post(f"http://pinned.example:{port}/refused", content=b"{}")
         assert endpoint.at("/refused") == []
-
-
-class _Reports:
-    def __init__(self) -> None:
-        self.results = []
-
-    async def report(self, owner, results):
-        self.results += results
-        return [None] * len(results)
 
 
 async def test_a_refused_delivery_fails_its_attempt_with_a_clear_error_and_a_log_line(caplog):
