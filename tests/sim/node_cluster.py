@@ -377,8 +377,7 @@ class SimNode:
         assert dispatcher is not None
         if not self.leading():
             if self.dispatching:
-                dispatcher.reset()
-                self.dispatching = False
+                self._stop_dispatching()
             return
         if not self.dispatching:
             dispatcher.reset()
@@ -393,43 +392,56 @@ class SimNode:
             self._overlap()
         self.sim.invariants.check_core(self)
 
+    def _stop_dispatching(self) -> None:
+        """server.py's `_lead` stops the dispatcher's tasks (its lease check
+        and overlap rounds, whatever they wait for) and resets it; it runs
+        again, loaded afresh, while the node still leads."""
+        assert self.dispatcher is not None
+        self.dispatcher.reset()
+        self.dispatching = False
+        self.expiring = self.overlapping = None
+
     def _overlap(self) -> None:
-        """`Dispatcher._overlap_loop`, one round: its steps, the `Commit`
-        submitted here and its answer sent back when it comes."""
-        assert self.dispatcher is not None and self.replica is not None
-        steps = self.dispatcher.overlap_steps()
+        """`Dispatcher._overlap_loop`, one round: `overlap_steps`."""
+        assert self.dispatcher is not None
+        self.overlapping = self._commit_one(self.dispatcher.overlap_steps())
+
+    def _expire(self) -> None:
+        """`Dispatcher._expire_loop`, one lease check: `expire_steps`."""
+        assert self.dispatcher is not None
+        self.expiring = self._commit_one(self.dispatcher.expire_steps())
+
+    def _commit_one(self, steps: Generator[Commit, Answer, None]) -> Pending | None:
+        """Runs a step generator of one `Commit` (`overlap_steps`,
+        `expire_steps`): the command submitted here, its answer (or fault)
+        sent back when it comes; None if there was nothing to commit."""
+        assert self.replica is not None
         step = next(steps, None)
         if step is None:
-            return
+            return None
         try:
             waiter = self.replica.submit_now(step.command)
         except errors.TempoError as exc:
-            _finish(steps, exc)
-            return
-        self.overlapping = Pending(waiter, lambda outcome: _finish(steps, outcome))
+            self._finish(steps, exc)
+            return None
+        return Pending(waiter, lambda outcome: self._finish(steps, outcome))
 
-    def _expire(self) -> None:
-        """`Dispatcher._expire_loop`, one round. Still a copy of the
-        production loop's round (its sleep is the only difference); making
-        it steps of the production driver, as claims are, is left to do."""
-        assert self.dispatcher is not None and self.replica is not None
-        core, mono_s = self.dispatcher.core, trio.current_time()
-        command = core.expire(self.now_ms(), mono_s)
-        if command is None:
-            return
+    def _finish(self, steps: Generator[Commit, Answer, None], outcome: object) -> None:
+        """Sends a step generator's `Commit` its answer (or throws its
+        fault), which ends it (engine/dispatch.py `_finish`). A `NotLeader`
+        it lets out (the lease check lets one out, as leadership goes)
+        restarts the dispatcher, as server.py's `_lead` does."""
         try:
-            waiter = self.replica.submit_now(command)
-        except errors.TempoError:
-            core.expire_failed(command, mono_s)
+            if isinstance(outcome, errors.TempoError):
+                steps.throw(outcome)
+            else:
+                steps.send(outcome)  # type: ignore[arg-type]
+        except StopIteration:
             return
-
-        def done(outcome: object) -> None:
-            if isinstance(outcome, errors.Overloaded):
-                core.expire_failed(command, mono_s)
-            elif isinstance(outcome, list):
-                core.expire_applied(outcome)
-
-        self.expiring = Pending(waiter, done)
+        except errors.NotLeader:
+            self._stop_dispatching()
+            return
+        raise AssertionError("a step generator handed out a second Commit")
 
     def claim(self, worker: SimWorker, runs_max: int, key: str | None) -> bool:
         """`Dispatcher.claim` without a wait (`claim_steps` with its deadline
@@ -510,19 +522,6 @@ class SimNode:
             return self.dispatcher.beat(OWNER, ids.run_id(run.job_id, run.nominal_ms), attempt)
         except errors.TempoError as exc:
             return exc
-
-
-def _finish(steps: Generator[Commit, Answer, None], outcome: object) -> None:
-    """Sends a step generator's last `Commit` its answer (or throws its
-    fault), which ends it (engine/dispatch.py `_finish`)."""
-    try:
-        if isinstance(outcome, errors.TempoError):
-            steps.throw(outcome)
-        else:
-            steps.send(outcome)  # type: ignore[arg-type]
-    except StopIteration:
-        return
-    raise AssertionError("a step generator handed out a second Commit")
 
 
 @dataclass

@@ -315,24 +315,41 @@ class Dispatcher:
             else:
                 wake_s = min(now_s + check_s, max(next_s, now_s + gap_s))
             await trio.sleep_until(wake_s)
-            now_s = trio.current_time()
-            command = self.core.expire(self.now_ms(), now_s)
-            self._signal()
-            if command is None:
+            steps = self.expire_steps()
+            step = next(steps, None)
+            if step is None:
                 continue
-            timed_out = [(e.job_id, e.nominal_ms) for e in command.expiries if e.reason == "timeout"]
-            if timed_out:
-                self.stop_waiters.wake(timed_out)
             try:
-                outcomes = await self.committer.submit(command)
-            except errors.Overloaded:
-                # Not written: the leases stay expired in memory, and the next
-                # round tries again.
-                self.core.expire_failed(command, now_s)
+                answer = await self.committer.submit(step.command)
+            except errors.Overloaded as exc:
+                _finish(steps, fault=exc)
                 continue
-            assert _run_or_none_each(outcomes)
-            self.core.expire_applied(outcomes)
-            log_failed_attempts(outcomes)
+            _finish(steps, answer)
+
+    def expire_steps(self) -> Generator[Commit, Answer, None]:
+        """One lease check of `_expire_loop`, without I/O (as `claim_steps`):
+        the leases run out by now end, and at most one `Commit` (their
+        `ExpireLeases`) is handed out, its answer sent back or its fault
+        thrown. The whole-node simulator (tests/sim/node_cluster.py) runs
+        the same steps on its own thread."""
+        now_s = trio.current_time()
+        command = self.core.expire(self.now_ms(), now_s)
+        self._signal()
+        if command is None:
+            return
+        timed_out = [(e.job_id, e.nominal_ms) for e in command.expiries if e.reason == "timeout"]
+        if timed_out:
+            self.stop_waiters.wake(timed_out)
+        try:
+            outcomes = yield Commit(command)
+        except errors.Overloaded:
+            # Not written: the leases stay expired in memory, and the next
+            # round tries again.
+            self.core.expire_failed(command, now_s)
+            return
+        assert _run_or_none_each(outcomes)
+        self.core.expire_applied(outcomes)
+        log_failed_attempts(outcomes)
 
     async def claim(
         self, queues: list[str], worker: str, runs_max: int, wait_s: float, key: ClaimKey | None = None
