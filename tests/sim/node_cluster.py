@@ -52,7 +52,7 @@ from typing import Any
 import trio
 import trio.testing
 
-from tempo import clock, errors, ids
+from tempo import clock, errors, ids, limits
 from tempo.engine.commandlog import Answer, Waiter
 from tempo.engine.commands import (
     ClaimKey,
@@ -64,11 +64,11 @@ from tempo.engine.jobs import Jobs, queues_hash
 from tempo.engine.raftlog import RaftLog
 from tempo.engine.records import ClaimKeyEntry, Run
 from tempo.engine.store import Store
-from tempo.node.replica import Phase, Replica, Write
+from tempo.node.replica import Phase, ReadWait, Replica, Write
 from tempo.raft import MESSAGE_DECODER, MESSAGE_ENCODER, Message, Role
 from tempo.server import _observe_stamps
 
-from .node_invariants import NodeInvariants, NodeSimFailure
+from .node_invariants import NodeInvariants, NodeSimFailure, ReadBegun
 from .node_planted import PLANTED
 from .node_workload import OWNER, HandingCommitter, Submitted, Workload, before_1970_refused
 
@@ -95,6 +95,10 @@ class Params:
     node_pause_rate: float  # per node and step: the process stops (a long GC, SIGSTOP) for up to 3 s
     transfer_rate: float  # per step: the leader hands leadership over
     leader_crash_rate: float  # per step: the leader crashes (a failover)
+    # Per step: the leader's process pauses and it is cut off meanwhile and
+    # for a while after (a virtual machine moved): it comes back believing
+    # it leads while a newer leader serves, until CheckQuorum deposes it.
+    leader_cut_rate: float
     snapshot_entries: int  # entries between a node's compactions
     wall_step_rate: float  # per step
     answer_loss_rate: float  # a claim's answer that never reaches its worker
@@ -108,6 +112,7 @@ class Params:
     lease_s: int
     keyed_share: float  # claims that carry a claim key (and are retried with it)
     fail_share: float  # attempts whose worker reports a failure (retried after the backoff)
+    read_rate: float  # per step: a client reads jobs (a linearizable GET) at a node that believes it leads
 
     @classmethod
     def draw(cls, rng: random.Random) -> Params:
@@ -140,6 +145,8 @@ class Params:
             lease_s=rng.choice((5, 6)),
             keyed_share=rng.choice((0.0, 0.5, 1.0)),
             fail_share=rng.choice((0.0, 0.0, 0.2)),
+            read_rate=rng.uniform(0.1, 0.5),
+            leader_cut_rate=maybe(0.6, 0.05),
         )
 
 
@@ -159,6 +166,15 @@ class ClaimInFlight:
     # commit's outcome was the key's entry): the worker's own attempts again.
     keyed: bool = False
     wall_ms: int = 0  # the node's wall clock when its last step was decided (invariants 7, 8)
+
+
+@dataclass
+class ReadInFlight:
+    """A linearizable read (`Replica.read_steps`) waiting for its round."""
+
+    steps: Generator[ReadWait, None, None]
+    begun: ReadBegun
+    wait: ReadWait | None = None
 
 
 @dataclass
@@ -194,6 +210,7 @@ class SimNode:
         self.dispatching = False
         self.claims: list[ClaimInFlight] = []
         self.pending: list[Pending] = []
+        self.reads: list[ReadInFlight] = []
         self.expiring: Pending | None = None
         self.overlapping: Pending | None = None  # an `OverlapRuns` being committed
 
@@ -247,6 +264,7 @@ class SimNode:
         self.dispatching = False
         self.claims = []
         self.pending = []
+        self.reads = []
         self.expiring = None
         self.overlapping = None
         self.alive = True
@@ -264,6 +282,7 @@ class SimNode:
         self.alive = False
         self.claims = []
         self.pending = []
+        self.reads = []
         self.expiring = None
         self.overlapping = None
         self.dispatching = False
@@ -316,9 +335,11 @@ class SimNode:
         """Hands out the answers of the commands that were answered."""
         for pending in [p for p in self.pending if p.waiter.done.is_set()]:
             self.pending.remove(pending)
+            self._acked(pending.waiter)
             pending.done(pending.waiter.outcome)
         for claim in [c for c in self.claims if c.waiter.done.is_set()]:
             self.claims.remove(claim)
+            self._acked(claim.waiter)
             self._claim_answered(claim)
         if self.expiring is not None and self.expiring.waiter.done.is_set():
             expiring, self.expiring = self.expiring, None
@@ -326,6 +347,41 @@ class SimNode:
         if self.overlapping is not None and self.overlapping.waiter.done.is_set():
             overlapping, self.overlapping = self.overlapping, None
             overlapping.done(overlapping.waiter.outcome)
+        now_s = trio.current_time()
+        for read in [r for r in self.reads if r.wait is None or r.wait.done.is_set() or now_s >= r.wait.deadline_s]:
+            self.reads.remove(read)
+            self._read_on(read)
+
+    def _acked(self, waiter: Waiter) -> None:
+        """A command of a client's (a create, change, delete, claim or
+        result) answered: a write acknowledged, unless it failed (invariant 11)."""
+        if not isinstance(waiter.outcome, BaseException):
+            self.sim.invariants.write_acked(self)
+
+    # -- reads (node/replica.py `read_steps`, as net/api.py's GET awaits `confirm_read`) --
+
+    def read(self, begun: ReadBegun) -> None:
+        """A linearizable GET: `read_steps` (the steps of `confirm_read`)
+        run until they wait; the read goes on once its round ends
+        (`answers`). The simulator's clock moves in whole steps, so a
+        `ReadWait` is looked at again after the next step."""
+        assert self.replica is not None
+        self.sim.log(f"n{self.id}: read")
+        deadline_s = trio.current_time() + limits.read_confirm_timeout_s
+        self._read_on(ReadInFlight(self.replica.read_steps(deadline_s), begun))
+
+    def _read_on(self, read: ReadInFlight) -> None:
+        try:
+            read.wait = next(read.steps)
+        except StopIteration:
+            # Confirmed: the API's handler answers from the tables now.
+            assert self.store is not None
+            self.sim.invariants.read_answered(self, read.begun, self.store)
+            return
+        except errors.TempoError as exc:
+            self.sim.invariants.read_refused(self, read.begun, exc)
+            return
+        self.reads.append(read)
 
     def call(self, coro: Coroutine[Any, Any, Any], done: Callable[[object], None], what: str) -> None:
         """Runs a `Jobs` coroutine (node_workload.py) up to its next command,
@@ -799,6 +855,20 @@ class NodeSimulator:
             self.partition_until_s = self.now_s + rng.uniform(0.5, 4.0)
             self.log(f"partition {sorted(side)}")
 
+    def cut_leader(self) -> None:
+        """The leader pauses for 2.5-3.5 s (a new leader is elected
+        meanwhile) and is cut off from the others until 0.5-2 s after it
+        comes back: a leader deposed without knowing it, which clients
+        still reach (invariant 11)."""
+        leaders = [n for n in self.nodes.values() if n.leading()]
+        if self.blocked or not leaders:
+            return
+        node = leaders[0]
+        node.paused_until_s = self.now_s + self.rng.uniform(2.5, 3.5)
+        self.blocked = {(a, b) for a in self.voters for b in self.voters if (a == node.id) != (b == node.id)}
+        self.partition_until_s = node.paused_until_s + self.rng.uniform(0.5, 2.0)
+        self.log(f"n{node.id} pauses until {node.paused_until_s:.1f}, cut off until {self.partition_until_s:.1f}")
+
     def outage(self) -> None:
         """Every node down at once for a while: slots pass that no leader
         runs, which catch-up decides on afterwards (docs/semantics.md
@@ -816,6 +886,8 @@ class NodeSimulator:
         p, rng = self.params, self.rng
         if p.outage_rate and rng.random() < p.outage_rate:
             self.outage()
+        if p.leader_cut_rate and rng.random() < p.leader_cut_rate:
+            self.cut_leader()
         for node in self.nodes.values():
             if node.alive and rng.random() < (p.leader_crash_rate if node.leading() else 0.0) + p.crash_rate:
                 node.crash()
@@ -824,16 +896,24 @@ class NodeSimulator:
                 node.paused_until_s = self.now_s + rng.uniform(0.3, 3.0)
                 self.log(f"n{node.id} pauses until {node.paused_until_s:.1f}")
         if p.transfer_rate and rng.random() < p.transfer_rate:
-            for node in self.nodes.values():
-                if node.leading():
-                    assert node.replica is not None
-                    if node.replica.transfer_leadership():
-                        self.log(f"n{node.id} hands leadership over")
+            self.transfer()
         if rng.random() < p.wall_step_rate:
-            step_ms = rng.choice((-1, 1)) * rng.randint(1_000, 120_000)
-            self.wall_offset_ms += step_ms
-            self.backward_ms += max(0, -step_ms)
-            self.log(f"wall clock steps {step_ms:+d} ms")
+            self.step_wall()
+
+    def transfer(self) -> None:
+        """The leader hands leadership over."""
+        for node in self.nodes.values():
+            if node.leading():
+                assert node.replica is not None
+                if node.replica.transfer_leadership():
+                    self.log(f"n{node.id} hands leadership over")
+
+    def step_wall(self) -> None:
+        """The wall clock steps forward or back by 1 s to 2 min."""
+        step_ms = self.rng.choice((-1, 1)) * self.rng.randint(1_000, 120_000)
+        self.wall_offset_ms += step_ms
+        self.backward_ms += max(0, -step_ms)
+        self.log(f"wall clock steps {step_ms:+d} ms")
 
     # -- clients ---------------------------------------------------------------------
 

@@ -37,7 +37,13 @@ seed, the invariant and the command that replays it:
    moves on in the commit that claims, skips or buffers it);
 10. every entry a leader appends decodes with the followers' decoder
    (`commands.decode_entry`), and applies on every node (apply raises
-   nothing, its assertions hold).
+   nothing, its assertions hold);
+11. reads are linearizable: a read answered (a `GET` once
+   `Replica.read_steps` let it go on, on a leader or on a leader deposed
+   without knowing it) reflects every write acknowledged before the read
+   began: each job whose create was acknowledged is there, at least at
+   the version a change of it answered, and each job whose delete was
+   acknowledged is gone.
 
 Besides, the dispatcher core's own invariants (`check_leases`, and
 `check_memory` now and then) hold on the leader between steps.
@@ -46,6 +52,7 @@ Besides, the dispatcher core's own invariants (`check_leases`, and
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tempo.engine.commands import decode_entry
@@ -56,6 +63,7 @@ from .invariants import SimFailure
 
 if TYPE_CHECKING:
     from tempo.engine.dispatch_core import ClaimedRun
+    from tempo.engine.store import Store
 
     from .node_cluster import Hold, NodeSimulator, SimNode, SimWorker
 
@@ -90,6 +98,22 @@ DIGEST_EVERY_S = 1.0
 Slot = tuple[str, int]
 # Overlap policies that allow one run running at a time (invariant 6).
 _HOLDING = ("skip", "buffer_one", "buffer_all")
+
+
+@dataclass(frozen=True)
+class ReadBegun:
+    """What a read must reflect (invariant 11): the writes acknowledged
+    before it began."""
+
+    at_s: float
+    # The highest log index a node had applied when it acknowledged a
+    # write, before the read began: committed, so the answer must hold it.
+    index: int
+    versions: dict[str, int]  # job ID -> the version an acknowledged create or change answered
+    gone: frozenset[str]  # jobs whose delete was acknowledged
+    # Whether a leader of a later term had served when it began: a read
+    # of a leader deposed without knowing it.
+    deposed: bool
 
 
 class NodeSimFailure(SimFailure):
@@ -127,12 +151,31 @@ class NodeInvariants:
         self.digested_s = 0.0
         self.leader_applied: list[tuple[float, int]] = []  # (when, the leader's applied index)
         self.memory_checks = 0
+        # Invariant 11: the writes acknowledged so far, and how reads ended
+        # ("answered" or "refused", and "deposed answered" or "deposed
+        # refused" for those begun on a deposed leader).
+        self.acked_versions: dict[str, int] = {}
+        self.acked_index = 0
+        self.led_term_max = 0  # the latest term a leader served in
+        self.acked_gone: set[str] = set()
+        self.delete_asked: set[str] = set()  # a read may show these gone from when it was asked
+        self.reads: Counter[str] = Counter()
 
     # -- events ------------------------------------------------------------------
 
     def acknowledged(self, job: Job) -> None:
         self.jobs[job.id] = job
+        self.acked_versions[job.id] = job.version
         self.sim.log(f"created {job.id}")
+
+    def changed(self, job: Job) -> None:
+        """A change of `job` (a patch, pause, resume) was acknowledged."""
+        if job.id in self.acked_versions:
+            self.acked_versions[job.id] = max(self.acked_versions[job.id], job.version)
+
+    def deleted(self, job_id: str) -> None:
+        """A delete of `job_id` was acknowledged."""
+        self.acked_gone.add(job_id)
 
     def delivered(self, worker: SimWorker, run: Run, sent_s: float, *, repeat: bool = False) -> None:
         """`worker` runs this attempt (the first time it sees it; `repeat`:
@@ -201,12 +244,59 @@ class NodeInvariants:
         self.digested.pop(node.id, None)
 
     def took_over(self, node: SimNode) -> None:
+        assert node.replica is not None
+        self.led_term_max = max(self.led_term_max, node.replica.term)
         self.takeover_s = self.sim.now_s
         self.sim.log(f"n{node.id} leads")
 
     def deleting(self, job_id: str) -> None:
         """A delete was asked for: the job may go (its answer may be lost)."""
         self.jobs.pop(job_id, None)
+        self.acked_versions.pop(job_id, None)
+        self.delete_asked.add(job_id)
+
+    # -- reads (invariant 11) ---------------------------------------------------
+
+    def read_begun(self, node: SimNode) -> ReadBegun:
+        """A read begins at `node`: what it must reflect."""
+        assert node.replica is not None
+        newer = self.led_term_max > node.replica.term
+        return ReadBegun(self.sim.now_s, self.acked_index, dict(self.acked_versions), frozenset(self.acked_gone), newer)
+
+    def write_acked(self, node: SimNode) -> None:
+        """`node` answered a write (a create, change, delete, claim or
+        result) with success: its entry is applied there, so committed."""
+        assert node.replica is not None
+        self.acked_index = max(self.acked_index, node.replica.applied_index)
+
+    def read_refused(self, node: SimNode, begun: ReadBegun, failure: Exception) -> None:
+        self.reads["deposed refused" if begun.deposed else "refused"] += 1
+        self.sim.log(f"n{node.id}: read refused ({type(failure).__name__})")
+
+    def read_answered(self, node: SimNode, begun: ReadBegun, store: Store) -> None:
+        """Invariant 11: the answer `node` gives from `store` now reflects
+        every write acknowledged before the read began."""
+        self.reads["deposed answered" if begun.deposed else "answered"] += 1
+        if 11 in self.off:
+            return
+        where = (f"a read that began at {begun.at_s:.1f} s on n{node.id}"
+                 + (" (a deposed leader)" if begun.deposed else "") + f", answered at {self.sim.now_s:.1f} s,")
+        if store.applied_index() < begun.index:
+            raise self.sim.fail(f"invariant 11, a read older than an acknowledged write: {where} answers from "
+                                f"applied index {store.applied_index()}, below {begun.index}, which a node had "
+                                f"applied when it acknowledged a write before the read began")
+        for job_id, version in sorted(begun.versions.items()):
+            job = store.get_job_any(job_id)
+            if job is None and job_id in self.delete_asked:
+                continue  # its delete, asked for after the read began, may have committed since
+            if job is None or job.version < version:
+                seen = "no job" if job is None else f"version {job.version}"
+                raise self.sim.fail(f"invariant 11, a read older than an acknowledged write: {where} shows {seen} "
+                                    f"for {job_id}, acknowledged at version {version} before it began")
+        for job_id in sorted(begun.gone):
+            if store.get_job_any(job_id) is not None:
+                raise self.sim.fail(f"invariant 11, a read older than an acknowledged write: {where} shows "
+                                    f"{job_id}, whose delete was acknowledged before it began")
 
     def appended(self, node: SimNode, entries: list[Entry]) -> None:
         """Invariant 10, its first half: what the leader appends decodes as

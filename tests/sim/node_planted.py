@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 
 import msgspec
 
-from tempo import clock, ids
+from tempo import clock, errors, ids
 from tempo.engine.dispatch_core import Beat, ClaimedRun, ClaimProposal, DispatchCore, Fed, feed_size
 from tempo.engine.records import Job, Run
-from tempo.node.replica import Replica, Step
+from tempo.node.replica import Phase, ReadWait, Replica, Step
 from tempo.raft import Entry, Ready, Role
 
 
@@ -135,6 +135,19 @@ class AcksBeforePersisting(Replica):
         return super().steps(rd)
 
 
+class ReadsWithoutRound(Replica):
+    """A read is answered as soon as the node believes it leads, without a
+    ReadIndex round (a leader lease without the lease): a leader deposed
+    without knowing it (cut off by a partition, or paused) answers from
+    its old state, missing writes the new leader acknowledged.
+    (Invariant 11: a read reflects every write acknowledged before it.)"""
+
+    def read_steps(self, deadline_s: float) -> Generator[ReadWait, None, None]:
+        if self.phase is not Phase.LEADING:
+            raise errors.NotLeader("this node is not the leader")
+        yield from ()
+
+
 class ObserveKeepsReference(clock.Clock):
     """The failover clock bug of issue 25, back: `observe` raises the last
     answer but leaves the monotonic reference at this node's last read of
@@ -171,4 +184,5 @@ PLANTED: dict[str, Planted] = {
     # the digests, an acknowledged job): any of them.
     "acks_before_persisting": Planted(replica=AcksBeforePersisting),
     "observe_keeps_reference": Planted(clock=ObserveKeepsReference, caught_by="invariant 7,"),
+    "reads_without_round": Planted(replica=ReadsWithoutRound, caught_by="invariant 11,"),
 }

@@ -115,6 +115,8 @@ class Workload:
         if p.change_rate and rng.random() < p.change_rate and self.specs:
             rng.choice((self.pause, self.resume, self.patch, self.delete, self.trigger, self.cancel,
                         self.backfill))()
+        if rng.random() < p.read_rate:
+            self.read()
 
     # -- requests -------------------------------------------------------------------
 
@@ -166,12 +168,31 @@ class Workload:
     def pause(self) -> None:
         if (found := self._job()) is not None:
             node, job = found
-            node.call(node.jobs.pause(OWNER, job.id), _ignore, "pause")
+            node.call(node.jobs.pause(OWNER, job.id), self._changed, "pause")
 
     def resume(self) -> None:
         if (found := self._job()) is not None:
             node, job = found
-            node.call(node.jobs.resume(OWNER, job.id), _ignore, "resume")
+            node.call(node.jobs.resume(OWNER, job.id), self._changed, "resume")
+
+    def _changed(self, outcome: object) -> None:
+        """The answer of a change: the job as changed, or a refusal."""
+        _ignore(outcome)
+        if isinstance(outcome, Job):
+            self.sim.invariants.changed(outcome)
+
+    def read(self) -> None:
+        """A linearizable read (a `GET`) at a node that believes it leads:
+        when two do, half the time the one in the older term, a leader
+        deposed without knowing it (cut off by a partition, or paused)."""
+        leaders = [n for n in self.sim.nodes.values() if n.leading()]
+        if not leaders:
+            return
+        if len(leaders) > 1 and self.rng.random() < 0.5:
+            node = min(leaders, key=lambda n: n.replica.term if n.replica is not None else 0)
+        else:
+            node = self.rng.choice(leaders)
+        node.read(self.sim.invariants.read_begun(node))
 
     def trigger(self) -> None:
         if (found := self._job()) is not None:
@@ -184,7 +205,13 @@ class Workload:
             # Forgotten now: the delete may commit though its answer is lost.
             self.sim.invariants.deleting(job.id)
             self.specs.pop(job.id, None)
-            node.call(node.jobs.delete(OWNER, job.id), _ignore, "delete")
+
+            def done(outcome: object) -> None:
+                _ignore(outcome)
+                if outcome is None:
+                    self.sim.invariants.deleted(job.id)
+
+            node.call(node.jobs.delete(OWNER, job.id), done, "delete")
 
     def cancel(self) -> None:
         """A cancel of the job's slot run (waiting or running)."""
@@ -227,7 +254,7 @@ class Workload:
             body["name"] = f"n{rng.randint(0, 9)}"
         self.specs[job.id] = body
         spec = msgspec.convert(body, JobCreate)
-        node.call(node.jobs.patch(job, spec, from_msgpack=False), _ignore, "patch")
+        node.call(node.jobs.patch(job, spec, from_msgpack=False), self._changed, "patch")
 
     def backfill(self) -> None:
         """A backfill of a repeating job: of its recent past, or before

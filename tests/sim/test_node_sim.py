@@ -6,6 +6,7 @@ them); `python -m tests.sim.node --seeds N` runs more (docs/raft.md)."""
 from __future__ import annotations
 
 import os
+from collections import Counter
 
 import pytest
 
@@ -52,6 +53,7 @@ def first_failure(
         "hands_out_twice",  # invariant 3
         "long_lease_after_takeover",  # invariant 4
         "skips_an_entry",  # invariant 5
+        "reads_without_round",  # invariant 11
     ],
 )
 def test_a_planted_bug_is_caught_by_its_invariant(bug: str) -> None:
@@ -63,6 +65,23 @@ def test_a_planted_bug_is_caught_by_its_invariant(bug: str) -> None:
     with pytest.raises(NodeSimFailure) as again:
         NodeSimulator(failure.seed, bug, core_checks=False).run()
     assert again.value.what == failure.what
+
+
+def test_reads_reach_deposed_leaders_which_refuse_them() -> None:
+    """The workload reads at leaders deposed without knowing it (cut off
+    and paused, `NodeSimulator.cut_leader`), and the production read path
+    (`Replica.read_steps`) refuses every such read: no quorum answers a
+    ReadIndex round of an older term once a leader of a later term served."""
+    reads: Counter[str] = Counter()
+    for seed in range(PLANTED_SEEDS):
+        sim = NodeSimulator(seed)
+        sim.run()
+        reads += sim.invariants.reads
+        if reads["deposed refused"] >= 5:
+            break
+    assert reads["deposed refused"] >= 5, reads
+    assert reads["deposed answered"] == 0, reads
+    assert reads["answered"] > 10 * reads["refused"], reads  # most reads are answered
 
 
 def test_a_follower_that_acknowledges_before_it_persists_is_caught() -> None:
@@ -139,3 +158,5 @@ def test_backfills_before_1970_are_refused() -> None:
     goes on (and the workload has them by itself, node_workload.py)."""
     for seed in range(PLANTED_SEEDS):
         NodeSimulator(seed, before_1970=True).run()
+
+

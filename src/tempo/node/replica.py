@@ -35,7 +35,7 @@ no more heartbeats, so the others elect a leader among themselves and go on
 import enum
 import logging
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from functools import partial
 
@@ -104,6 +104,16 @@ class Notify:
 
 
 Step = Write | Notify
+
+
+@dataclass(frozen=True, slots=True)
+class ReadWait:
+    """A step of a read (`Replica.read_steps`): wait until `done` is set
+    (its ReadIndex round ended) or until `deadline_s` (trio time), then go
+    on."""
+
+    done: trio.Event
+    deadline_s: float
 
 
 class _ReadRound:
@@ -231,7 +241,22 @@ class Replica:
         §6.4, etcd's ReadOnlySafe) and it applied the commit index it had
         then. A lone voter needs no round. Raises `errors.NotLeader` if it
         stops leading first, `errors.NoQuorum` if no quorum confirms within
-        `limits.read_confirm_timeout_s`: never a stale answer."""
+        `limits.read_confirm_timeout_s`: never a stale answer.
+
+        The trio driver of `read_steps`, which decides everything: this
+        waits where it says."""
+        for wait in self.read_steps(trio.current_time() + limits.read_confirm_timeout_s):
+            with trio.move_on_at(wait.deadline_s):
+                await wait.done.wait()
+
+    def read_steps(self, deadline_s: float) -> Generator[ReadWait, None, None]:
+        """The sequence of `confirm_read` without I/O (as `steps`): it joins
+        the next ReadIndex round (which the loop starts, `readies_due`, and
+        ends, `steps`), hands out a `ReadWait` while the round is neither
+        done nor past `deadline_s` (trio time), and returns once the read
+        may be answered, or raises as `confirm_read` does. The whole-node
+        simulator (tests/sim/node_cluster.py) runs the same steps on its
+        own thread."""
         if self.phase is not Phase.LEADING:
             raise errors.NotLeader("this node is not the leader")
         if self.node.voters == (self.node.id,):
@@ -240,8 +265,8 @@ class Replica:
         if round_ is None:
             round_ = self._read_next = _ReadRound()
             self._wake.set()
-        with trio.move_on_after(limits.read_confirm_timeout_s):
-            await round_.done.wait()
+        while not round_.done.is_set() and trio.current_time() < deadline_s:
+            yield ReadWait(round_.done, deadline_s)
         if round_.failure is not None:
             raise round_.failure
         if not round_.done.is_set():
