@@ -68,7 +68,7 @@ from tempo.node.replica import Phase, ReadWait, Replica, Write
 from tempo.raft import MESSAGE_DECODER, MESSAGE_ENCODER, Message, Role
 from tempo.server import _observe_stamps
 
-from .node_invariants import NodeInvariants, NodeSimFailure, ReadBegun
+from .node_invariants import WORKER_HOLDS_MAX, NodeInvariants, NodeSimFailure, ReadBegun
 from .node_planted import PLANTED
 from .node_workload import OWNER, HandingCommitter, Submitted, Workload, before_1970_refused
 
@@ -697,7 +697,7 @@ class SimWorker:
         """A new claim (a new key, for a share of them), or its claim whose
         answer did not come, again with its key."""
         sim, rng, now_s = self.sim, self.sim.rng, self.sim.now_s
-        if not self.claiming and now_s >= self.claim_at_s and (len(self.holds) < 6 or self.key is not None):
+        if not self.claiming and now_s >= self.claim_at_s and (len(self.holds) < WORKER_HOLDS_MAX or self.key is not None):
             self.claim_at_s = now_s + rng.uniform(0.1, 0.5)
             if self.key is None and rng.random() < sim.params.keyed_share:
                 self.keys_made += 1

@@ -4,7 +4,8 @@ seed, the invariant and the command that replays it:
 
 1. every acknowledged job is kept, and its due runs are claimed: in the
    healed phase, no run of an active job waits due longer than
-   `CLAIM_BOUND_S`;
+   `CLAIM_BOUND_S` while a worker has room to claim it (a backlog larger
+   than the workers take, a long backfill, drains at their pace);
 2. no attempt is held by two workers at once: a worker given a run while
    another worker holds another attempt of it by its own reckoning (its
    last claim or heartbeat sent, plus the lease, less `HOLD_MARGIN_S`);
@@ -72,8 +73,11 @@ if TYPE_CHECKING:
 # run past the new leader's by that much.
 HOLD_MARGIN_S = 2.5
 # How long a due run may wait in the healed phase (claims poll every
-# 0.1-0.5 s; a backlog after the faults drains at the workers' pace).
+# 0.1-0.5 s; a backlog after the faults drains at the workers' pace),
+# counted while a worker has room to claim it.
 CLAIM_BOUND_S = 6.0
+# A worker claims while it holds fewer runs than this.
+WORKER_HOLDS_MAX = 6
 # How long past its lease a claimed run that no worker holds may wait (the
 # lease check, the expiry's commit, then a claim).
 ORPHAN_BOUND_S = 3.0
@@ -150,6 +154,9 @@ class NodeInvariants:
         self.checked_s = 0.0
         self.digested_s = 0.0
         self.leader_applied: list[tuple[float, int]] = []  # (when, the leader's applied index)
+        # Invariant 1 counts a due run's wait from the last check at which
+        # no worker had room to claim (each held its most, or was paused).
+        self.workers_full_at_s = 0.0
         self.memory_checks = 0
         # Invariant 11: the writes acknowledged so far, and how reads ended
         # ("answered" or "refused", and "deposed answered" or "deposed
@@ -378,6 +385,7 @@ class NodeInvariants:
         sim = self.sim
         if sim.now_s - self.checked_s < CHECK_EVERY_S:
             return
+        self.note_workers()
         self.checked_s = sim.now_s
         if sim.now_s - self.digested_s >= DIGEST_EVERY_S:
             self.digested_s = sim.now_s
@@ -433,6 +441,13 @@ class NodeInvariants:
                     raise sim.fail(f"invariant 1, an acknowledged job is lost: {job_id} is not on the leader")
         self._check_planned(leader)
 
+    def note_workers(self) -> None:
+        """Invariant 1's clock: whether a worker has room to claim now."""
+        sim = self.sim
+        if not any(w.alive and sim.now_s >= w.paused_until_s and len(w.holds) < WORKER_HOLDS_MAX
+                   for w in sim.workers):
+            self.workers_full_at_s = sim.now_s
+
     def _check_planned(self, leader: SimNode) -> None:
         """Invariant 9, on the leader's tables: each active repeating job
         the workload made (and did not ask to delete) has its next run."""
@@ -463,7 +478,7 @@ class NodeInvariants:
     def _check_due(self, runs_key: bytes, run: Run, now_ms: int, *, counting: bool, since_s: float) -> None:
         sim = self.sim
         first_s = self.next_due_since[runs_key] = self.due_since.get(runs_key, sim.now_s)
-        if counting and sim.now_s - max(first_s, since_s) > CLAIM_BOUND_S:
+        if counting and sim.now_s - max(first_s, since_s, self.workers_full_at_s) > CLAIM_BOUND_S:
             raise sim.fail(f"invariant 1, due runs are claimed: run {run.job_id}@{run.nominal_ms} "
                            f"(attempt {run.attempt}) waits, due {now_ms - run.due_ms} ms ago, for "
                            f"{sim.now_s - first_s:.1f} s")

@@ -6,12 +6,17 @@ them); `python -m tests.sim.node --seeds N` runs more (docs/raft.md)."""
 from __future__ import annotations
 
 import os
+import shutil
 from collections import Counter
+from types import SimpleNamespace
+from typing import cast
 
 import pytest
 
-from .node_cluster import NodeSimulator
-from .node_invariants import NodeSimFailure
+from tempo.engine.records import Run
+
+from .node_cluster import Hold, NodeSimulator
+from .node_invariants import WORKER_HOLDS_MAX, NodeSimFailure
 from .node_planted import PLANTED
 
 SEEDS = int(os.environ.get("TEMPO_SIM_NODE_SEEDS", "500"))
@@ -160,3 +165,35 @@ def test_backfills_before_1970_are_refused() -> None:
         NodeSimulator(seed, before_1970=True).run()
 
 
+
+def test_a_backlog_beyond_the_workers_is_not_blamed_on_the_cluster() -> None:
+    """Invariant 1 counts a due run's wait only while a worker has room to
+    claim it. Soak seed 931824007011 of an earlier workload failed it: a
+    backfill after a wall-clock step forward made 40 runs due at once,
+    both workers held their most (6) for longer than the bound, and the
+    invariant blamed the cluster for the workers' pace. Here: a run due
+    while every worker is full is not late; once one has room, its wait
+    counts, and 6 s later it is."""
+    sim = NodeSimulator(0)
+    shutil.rmtree(sim.dir)
+    invariants = sim.invariants
+    for _ in range(2):
+        sim.add_worker()
+    full = {("j", nominal_ms): cast(Hold, None) for nominal_ms in range(WORKER_HOLDS_MAX)}
+    for worker in sim.workers:
+        worker.holds = dict(full)
+    run = cast(Run, SimpleNamespace(job_id="j", nominal_ms=7, attempt=0, due_ms=0))
+
+    def look(now_s: float) -> None:
+        sim.now_s = now_s
+        invariants.note_workers()
+        invariants._check_due(b"k", run, 0, counting=True, since_s=0.0)
+        invariants.due_since = invariants.next_due_since
+
+    for step in range(40):  # 20 s of checks, every worker full
+        look(step * 0.5)
+    sim.workers[0].holds = {}  # room
+    for step in range(40, 52):  # 6 s more: within the bound
+        look(step * 0.5)
+    with pytest.raises(NodeSimFailure, match="invariant 1, due runs are claimed"):
+        look(26.5)
