@@ -412,9 +412,9 @@ async def _serve_member(
 def _retention(
     options: ServeOptions, config: Config, store: Store, committer: CommandLog, node_clock: clock.Clock
 ) -> Retention:
-    skew_ms = options.retention_skew_days * limits.day_ms
     return Retention(
-        store, committer, retention_days=config.retention_days, now_ms=lambda: node_clock.now_ms() + skew_ms
+        store, committer, retention_days=config.retention_days, now_ms=node_clock.now_ms,
+        skew_ms=options.retention_skew_days * limits.day_ms,
     )
 
 

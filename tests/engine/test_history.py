@@ -349,3 +349,17 @@ async def test_the_service_proposes_a_drop_only_when_a_bucket_is_due(store):
             await trio.sleep(0.01)
         nursery.cancel_scope.cancel()
     assert retention.buckets_dropped == 3
+
+
+async def test_a_skewed_retention_period_stamps_scheduler_time(store):
+    """`--retention-skew-days` (tests) counts the period days ahead, but
+    the drop is stamped with scheduler time: every node's clock takes the
+    stamps it applies as a floor (server.py `_observe_stamps`), so a stamp
+    days ahead would move the cluster's time days ahead for good."""
+    committer = FakeCommitter(store)
+    history_scenario(committer.log)
+    retention = Retention(store, committer, retention_days=1, now_ms=lambda: T0, skew_ms=3 * DAY)
+    assert await retention.drop_due()
+    [drop] = committer.commands
+    assert drop.before_day == D0 + 2  # the period counted from three days on
+    assert drop.at_ms == T0

@@ -38,20 +38,25 @@ class Retention:
         *,
         retention_days: int = limits.retention_days_default,
         now_ms: Callable[[], int] | None = None,
+        skew_ms: int = 0,
     ):
         """`committer`: the node's command log, the single node's committer
-        or the cluster replica."""
+        or the cluster replica. `skew_ms` (tests): how far ahead of
+        scheduler time the period is counted; the command is still stamped
+        with scheduler time, since every node's clock takes the stamps it
+        applies as a floor (server.py `_observe_stamps`)."""
         assert limits.retention_days_min <= retention_days <= limits.retention_days_max
         self.store = store
         self.committer = committer
         self.retention_days = retention_days
-        self.now_ms = now_ms or clock.Clock().now_ms  # scheduler time (clock.py); tests shift it
+        self.now_ms = now_ms or clock.Clock().now_ms  # scheduler time (clock.py)
+        self.skew_ms = skew_ms
         self.buckets_dropped = 0
 
     async def drop_due(self) -> bool:
         """Proposes a drop if a bucket is due; answers whether one was dropped."""
         at_ms = self.now_ms()
-        keep_from = before_day(at_ms, self.retention_days)
+        keep_from = before_day(at_ms + self.skew_ms, self.retention_days)
         due = [day for day in self.store.history_days() if day < keep_from]
         if not due:
             return False
