@@ -12,18 +12,22 @@ From one seed (`random.Random(seed)`), with nothing from the wall clock:
   a small skew per node) and a monotonic clock of its own (a new origin at
   each restart), fed each applied stamp by server.py's `_observe_stamps`;
   the production `Dispatcher` (engine/dispatch.py), whose claim sequence
-  (`claim_steps`) and overlap rounds (`overlap_steps`) are step generators
-  this module runs step by step, reset and loaded when the node starts
+  (`claim_steps`), overlap rounds (`overlap_steps`) and lease checks
+  (`expire_steps`) are step generators this module runs step by step, reset and loaded when the node starts
   leading and reset when it stops, as server.py does; and the production
-  `Jobs` for every client request (node_workload.py);
+  `Jobs` for every client request (node_workload.py); and the production
+  read path, `Replica.read_steps` (the steps of `confirm_read`), for
+  every read;
 - the network loses, duplicates, delays and reorders messages, and
   partitions nodes; a node crashes (between any two steps of a Ready, too)
   and restarts from its store: LMDB commits with sync=True, so what a
   committed transaction wrote survives and nothing else does; a node's
-  process pauses (it neither ticks nor handles nor answers meanwhile); the
-  whole cluster goes down for a while (an outage: catch-up afterwards);
-- clients create, patch, delete, pause, resume, trigger, cancel and
-  backfill jobs (node_workload.py); workers claim (with a claim key or
+  process pauses (it neither ticks nor handles nor answers meanwhile), the
+  leader's too while it is cut off (it comes back deposed without knowing
+  it); the whole cluster goes down for a while (an outage: catch-up
+  afterwards);
+- clients create, patch, delete, pause, resume, trigger, cancel,
+  backfill and read jobs (node_workload.py); workers claim (with a claim key or
   without, a claim whose answer did not come again with its key),
   heartbeat, report (some attempts failed), pause (a long GC) and vanish,
   and the answers they are sent may be lost.

@@ -12,7 +12,8 @@ without trio's scheduler (`JobsCall`).
 The mix (one seed's rates, drawn in `Params`): creates of one-offs, `every_s`
 and cron jobs (some with a catch-up policy, some with an overlap policy,
 `cancel_other` among them), and patch, delete, pause, resume, trigger,
-cancel and backfill of them. A request the cluster refuses (a validation
+cancel and backfill of them; and linearizable reads (node_cluster.py
+`SimNode.read`) at nodes that believe they lead. A request the cluster refuses (a validation
 `400`, a `404` for a job deleted meanwhile, `409`) is an answer like any
 other: the workload goes on.
 """
