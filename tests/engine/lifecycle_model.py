@@ -41,7 +41,8 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from tempo import clock, errors, ids, limits
 from tempo.engine.commands import Command, CreateJobs, ReportResults, Result
 from tempo.engine.dispatch_core import DispatchCore, feed_size
-from tempo.engine.jobs import Jobs, schedule_record, slot_after_ms
+from tempo.engine.jobs import Jobs, schedule_record
+from tempo.engine.plan import slot_after_ms
 from tempo.engine.records import Job, Run
 from tempo.engine.store import Store
 from tempo.schema import JobCreate

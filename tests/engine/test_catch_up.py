@@ -6,7 +6,8 @@ from datetime import datetime
 import pytest
 
 from tempo import errors
-from tempo.engine.jobs import Jobs, latest_slot_ms, next_slot_after_claim
+from tempo.engine.jobs import Jobs
+from tempo.engine.plan import catch_up, latest_slot_ms
 from tempo.engine.records import Job, Schedule
 from tempo.schema import JobCreate, ScheduleIn
 
@@ -66,4 +67,6 @@ def test_next_slot_after_claim_coalesces_to_the_latest():
         4, (10,), 60, 0, "active", ms("2026-12-31T00:00:00Z"), None, None, None,
     )
     now_ms = ms("2027-01-20T00:00:00Z")
-    assert next_slot_after_claim(job, ms("2027-01-01T00:00:00Z"), now_ms) == (ms("2027-01-02T23:59:00Z"), now_ms)
+    found = catch_up(job, ms("2027-01-01T00:00:00Z"), now_ms)
+    assert found is not None
+    assert (found.slot_ms, found.due_ms) == (ms("2027-01-02T23:59:00Z"), now_ms)
