@@ -31,9 +31,10 @@ import pytest
 
 MARKERS = ("process", "sim", "fuzz")
 PROCESS_FIXTURES = frozenset({"server", "fresh_server", "json_server"})
-# What a module that starts `tempo serve` itself spells: the command, the
-# fixture helpers' classes, or the process harness's cluster.
-_STARTS_SERVE = re.compile(r'"serve"|\bServer\(|\bconfigured_server\(|\bspawn\.Cluster\(')
+# What a module that starts `tempo serve` itself spells: the command with
+# its data directory, the fixture helpers' classes, or the process
+# harness's cluster.
+_STARTS_SERVE = re.compile(r'"serve", "--data-dir"|\bServer\(|\bconfigured_server\(|\bspawn\.Cluster\(')
 _FUZZES = re.compile(r"^(from fuzzing import|import schemathesis)", re.MULTILINE)
 _TESTS = Path(__file__).parent
 
@@ -51,6 +52,13 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
 
 
 sys.addaudithook(_audit)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--rewrite", action="store_true", default=False,
+        help="write the raft transcripts' outputs anew (tests/raft/testdata/*.txt) instead of comparing them",
+    )
 
 
 def _source(path: Path, seen: dict[Path, str]) -> str:

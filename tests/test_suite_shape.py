@@ -22,7 +22,7 @@ def test_markers_follow_directory_fixture_and_source():
     seen: dict[Path, str] = {}
     assert suite_shape.markers_for(item(TESTS / "cluster" / "test_pause.py"), seen) == {"process"}
     assert suite_shape.markers_for(item(TESTS / "test_wheel.py", ("http", "server")), seen) == {"process"}
-    assert suite_shape.markers_for(item(TESTS / "cli" / "test_cli.py"), seen) == {"process"}  # spells "serve"
+    assert suite_shape.markers_for(item(TESTS / "cli" / "test_cli.py"), seen) == {"process"}  # spells the command
     assert suite_shape.markers_for(item(TESTS / "sim" / "test_sim.py"), seen) == {"sim"}
     assert suite_shape.markers_for(item(TESTS / "net" / "test_fuzz_api.py", ("server",)), seen) == {"process", "fuzz"}
     assert suite_shape.markers_for(item(TESTS / "engine" / "test_records_fuzz.py"), seen) == {"fuzz"}
@@ -36,9 +36,8 @@ def test_collection_applied_the_markers(request):
 
 def test_an_unmarked_test_that_starts_tempo_serve_fails():
     before = len(suite_shape._spawned)
-    # Split, so that this module does not spell the command its rules look for.
-    suite_shape._audit("subprocess.Popen", ("/x/.venv/bin/tempo", "/x/.venv/bin/tempo serve".split(), None, None))
-    suite_shape._audit("subprocess.Popen", ("/bin/true", "/bin/true serve".split(), None, None))  # not tempo
+    suite_shape._audit("subprocess.Popen", ("/x/.venv/bin/tempo", ["/x/.venv/bin/tempo", "serve"], None, None))
+    suite_shape._audit("subprocess.Popen", ("/bin/true", ["/bin/true", "serve"], None, None))  # not tempo
     assert len(suite_shape._spawned) == before + 1
     try:
         with pytest.raises(AssertionError, match="not marked `process`"):
