@@ -61,7 +61,7 @@ async def test_an_outage_costs_one_catch_up_run_not_hundreds(node, fast_clock):
     assert node.store.get_job(OWNER, job_id).slot_ms == ms("2027-02-01T00:00:00Z")
 
 
-def test_next_slot_after_claim_coalesces_to_the_latest():
+def test_the_catch_up_of_a_claim_coalesces_to_the_latest():
     job = Job(
         "j_x", OWNER, None, "queue:work", None, Schedule(cron="* * 1-2 * *", timezone="UTC"),
         4, (10,), 60, 0, "active", ms("2026-12-31T00:00:00Z"), None, None, None,
