@@ -7,7 +7,7 @@
 (a) Engine level, per policy (and time zone): N jobs `* * * * *` are
 created at T in a temporary store (fsync on, as `tempo serve` opens it);
 at T + 1 day each job's waiting run is claimed as the dispatcher claims it,
-in claim commands of 1,000. Figures: the catch-up decisions (engine/jobs.py
+in claim commands of 1,000. Figures: the catch-up decisions (engine/plan.py
 `catch_up`: the catch-up slot, the missed ranges and their counts), the
 apply of the claim entries that create the catch-up runs and write the
 `run.missed` records, and their sum, the time to create the catch-up runs.
@@ -38,7 +38,8 @@ import httpx
 
 from _server import Node, table
 from tempo.engine.commands import Claim, ClaimRuns, CreateJobs, encode_entry
-from tempo.engine.jobs import Jobs, catch_up
+from tempo.engine.jobs import Jobs
+from tempo.engine.plan import catch_up
 from tempo.engine.store import Store
 from tempo.schema import CatchupIn, JobCreate, ScheduleIn
 

@@ -30,9 +30,13 @@ import time
 from collections.abc import Callable
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
+# The tests' store hooks (tests/engine/store_hooks.py): forgetting an index is
+# what only a test or a benchmark does to a store.
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 
 import msgspec
 
+from engine.store_hooks import forget_label_index, forget_run_index
 from tempo import ids
 from tempo.engine.commands import (
     Claim,
@@ -211,12 +215,12 @@ def main() -> None:
              runs_page(store, owner, "failed", since_ms=T0, until_ms=mid_ms), args.pages)
         walk("GET /v1/runs?status=failed (admin: every owner)", runs_page(store, None, "failed"), args.pages)
         # A store of a version without the indexes builds them when first opened.
-        store.forget_run_index_for_tests()
+        forget_run_index(store)
         store.close()
         started = time.perf_counter()
         store = Store(os.path.join(root, "data"), map_bytes=16 << 30)
         print(f"building the index at first open (an upgraded store of this size): {time.perf_counter() - started:.1f} s")
-        store.forget_label_index_for_tests()
+        forget_label_index(store)
         store.close()
         started = time.perf_counter()
         store = Store(os.path.join(root, "data"), map_bytes=16 << 30)

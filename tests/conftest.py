@@ -29,6 +29,10 @@ from tempo.loadgen import spawn
 from tempo.loadgen.spawn import free_port as free_port
 from tempo.loadgen.spawn import tempo_command as tempo_command
 
+# Markers, the per-test timeout's companion guard and the time per marker
+# (tests/suite_shape.py); the transcript tests' --rewrite (tests/raft/).
+pytest_plugins = ["suite_shape"]
+
 ready_timeout_s = 20.0
 log_tail_chars = 4000
 

@@ -11,10 +11,10 @@ import time
 import httpx
 import pytest
 
+from cli.test_cli import A, B, C, cluster_answer, fake_client
 from conftest import free_port, tempo_command
 from tempo import cli
 from tempo.loadgen import spawn
-from test_cli import A, B, C, cluster_answer, fake_client
 
 
 def _status(*args: str) -> subprocess.CompletedProcess[str]:

@@ -31,6 +31,9 @@ from cronsim import CronSim, CronSimError
 
 from tempo.schedule import ScheduleError, cron_times_ms, validate_cron
 
+# Thousands of random expressions against another engine (tests/suite_shape.py).
+pytestmark = pytest.mark.fuzz
+
 EXPRS = int(os.environ.get("TEMPO_CRON_DIFF_EXPRS", "1500"))
 SEED = int(os.environ.get("TEMPO_CRON_DIFF_SEED", "18"))
 TIMES = 12  # occurrences compared per expression

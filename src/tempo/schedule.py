@@ -779,6 +779,16 @@ def _walk_count(cron: _Cron, timezone: str, after_s: int, until_s: int, gap: Dst
     return count
 
 
+def _day_matches(cron: _Cron, day: int) -> bool:
+    """Whether the date `day` days after 1970-01-01 matches the month and
+    day fields (crontab(5)'s day rule is `cron.days`)."""
+    date = dt.date.fromordinal(day + _EPOCH_ORDINAL)
+    if date.month not in cron.months:
+        return False
+    first_wd_py, days = calendar.monthrange(date.year, date.month)
+    return date.day in cron.days(date.month, days, (first_wd_py + 1) % 7)
+
+
 def _local_count(cron: _Cron, lo_s: int, hi_s: int) -> int:
     """Matching naive wall-clock minutes in (lo_s, hi_s], from the fields:
     per day, its date's match and, for a part of a day, a bisection per hour."""
@@ -788,11 +798,7 @@ def _local_count(cron: _Cron, lo_s: int, hi_s: int) -> int:
     day_lo = max(lo_s // 86_400, 1 - _EPOCH_ORDINAL)
     day_hi = min(hi_s // 86_400, _ORDINAL_MAX - _EPOCH_ORDINAL)
     for day in range(day_lo, day_hi + 1):
-        date = dt.date.fromordinal(day + _EPOCH_ORDINAL)
-        if date.month not in cron.months:
-            continue
-        first_wd_py, days = calendar.monthrange(date.year, date.month)
-        if date.day not in cron.days(date.month, days, (first_wd_py + 1) % 7):
+        if not _day_matches(cron, day):
             continue
         lo, hi = lo_s - day * 86_400, hi_s - day * 86_400  # (lo, hi] within the day
         if lo < 0 and hi >= 86_399:
@@ -881,18 +887,15 @@ def _local_nth(cron: _Cron, lo_s: int, n: int) -> int | None:
     day = max(lo_s // 86_400, 1 - _EPOCH_ORDINAL)
     last_day = min(day + limits.catchup_count_days_max, _ORDINAL_MAX - _EPOCH_ORDINAL)
     while day <= last_day:
-        date = dt.date.fromordinal(day + _EPOCH_ORDINAL)
-        if date.month in cron.months:
-            first_wd_py, days = calendar.monthrange(date.year, date.month)
-            if date.day in cron.days(date.month, days, (first_wd_py + 1) % 7):
-                lo = lo_s - day * 86_400  # after lo within the day
-                for hour in cron.hours:
-                    base = hour * 3600
-                    skip = bisect.bisect_right(minutes, (lo - base) // 60)
-                    here = len(minutes) - skip
-                    if here >= n:
-                        return day * 86_400 + base + minutes[skip + n - 1] * 60
-                    n -= here
+        if _day_matches(cron, day):
+            lo = lo_s - day * 86_400  # after lo within the day
+            for hour in cron.hours:
+                base = hour * 3600
+                skip = bisect.bisect_right(minutes, (lo - base) // 60)
+                here = len(minutes) - skip
+                if here >= n:
+                    return day * 86_400 + base + minutes[skip + n - 1] * 60
+                n -= here
         day += 1
     return None
 

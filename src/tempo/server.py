@@ -309,11 +309,7 @@ async def _serve_alone(
             await nursery.start(_probe_lag, api.pauses, stop)
             await nursery.start(committer.run)
             async with trio.open_nursery() as services:
-                await services.start(dispatcher.run)
-                await services.start(HttpExecutor(dispatcher, policy=policy).run)
-                await services.start(retention.run)
-                if notifier is not None:
-                    await services.start(notifier.run)
+                await _start_leader_services(services, dispatcher, retention, notifier, policy)
                 async with trio.open_nursery() as http:
                     binds = await http.start(
                         partial(hypercorn.trio.serve, api, _hypercorn_config(options, config.tls), shutdown_trigger=stop.wait)
@@ -434,6 +430,19 @@ def _notifier(
     return notifier
 
 
+async def _start_leader_services(
+    services: trio.Nursery, dispatcher: Dispatcher, retention: Retention, notifier: Notifier | None,
+    policy: TargetPolicy | None,
+) -> None:
+    """Starts in `services` what only the leader (or a single node) runs:
+    the dispatcher, the HTTP executor, retention and the notifier."""
+    await services.start(dispatcher.run)
+    await services.start(HttpExecutor(dispatcher, policy=policy).run)
+    await services.start(retention.run)
+    if notifier is not None:
+        await services.start(notifier.run)
+
+
 async def _lead(
     replica: Replica,
     dispatcher: Dispatcher,
@@ -459,11 +468,7 @@ async def _lead(
             changed = trio.Event()
         try:
             async with trio.open_nursery() as services:
-                await services.start(dispatcher.run)
-                await services.start(HttpExecutor(dispatcher, policy=policy).run)
-                await services.start(retention.run)
-                if notifier is not None:
-                    await services.start(notifier.run)
+                await _start_leader_services(services, dispatcher, retention, notifier, policy)
                 while replica.phase is Phase.LEADING:
                     await changed.wait()
                     changed = trio.Event()

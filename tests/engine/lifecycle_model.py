@@ -41,10 +41,13 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from tempo import clock, errors, ids, limits
 from tempo.engine.commands import Command, CreateJobs, ReportResults, Result
 from tempo.engine.dispatch_core import DispatchCore, feed_size
-from tempo.engine.jobs import Jobs, schedule_record, slot_after_ms
+from tempo.engine.jobs import Jobs, schedule_record
+from tempo.engine.plan import slot_after_ms
 from tempo.engine.records import Job, Run
 from tempo.engine.store import Store
 from tempo.schema import JobCreate
+
+from .store_hooks import held_rows
 
 OWNER = "default"
 QUEUES = ("a", "b")
@@ -841,7 +844,7 @@ class LifecycleModel(RuleBasedStateMachine):
         expected = {(job.id, run.nominal_ms) for job in self.live() if job.overlap != "allow"
                     for run in self.engine.runs_of(job.id).values()
                     if not run.backfill and (run.status == "claimed" or (run.status == "waiting" and run.buffered))}
-        held = self.engine.store.held_rows_for_tests()
+        held = held_rows(self.engine.store)
         if held != expected:
             self.fault("held_index", f"rows {sorted(held - expected)} too many, {sorted(expected - held)} missing")
 

@@ -16,6 +16,7 @@ from tempo.engine.commands import (
 )
 from tempo.engine.store import Store
 
+from .store_hooks import forget_run_index
 from .test_history import OWNER, T0, Log, new_job
 
 
@@ -61,7 +62,7 @@ def tables_after(tmp_path: Path, name: str, *, one_entry: bool, delete: bool = F
         outcome = store.job_outcome(job_id)
         assert outcome is not None and (outcome.done, outcome.failed) == (5, 2)
         tables = store.dump()
-        store.forget_run_index_for_tests()
+        forget_run_index(store)
         store.close()
         store = Store(str(tmp_path / name), map_bytes=64 << 20)
         assert store.dump() == tables, "the index and outcomes as a rebuild from the runs makes them"

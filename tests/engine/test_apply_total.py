@@ -43,7 +43,8 @@ from tempo.engine.commands import (
     TriggerJob,
     encode_entry,
 )
-from tempo.engine.jobs import Jobs, slot_after_ms
+from tempo.engine.jobs import Jobs
+from tempo.engine.plan import slot_after_ms
 from tempo.engine.records import ClaimKeyEntry, Job, Missed, RequestKeyEntry, Run
 from tempo.engine.store import Created, Store
 from tempo.schema import JobCreate

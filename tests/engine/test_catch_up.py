@@ -6,7 +6,8 @@ from datetime import datetime
 import pytest
 
 from tempo import errors
-from tempo.engine.jobs import Jobs, latest_slot_ms, next_slot_after_claim
+from tempo.engine.jobs import Jobs
+from tempo.engine.plan import catch_up, latest_slot_ms
 from tempo.engine.records import Job, Schedule
 from tempo.schema import JobCreate, ScheduleIn
 
@@ -60,10 +61,12 @@ async def test_an_outage_costs_one_catch_up_run_not_hundreds(node, fast_clock):
     assert node.store.get_job(OWNER, job_id).slot_ms == ms("2027-02-01T00:00:00Z")
 
 
-def test_next_slot_after_claim_coalesces_to_the_latest():
+def test_the_catch_up_of_a_claim_coalesces_to_the_latest():
     job = Job(
         "j_x", OWNER, None, "queue:work", None, Schedule(cron="* * 1-2 * *", timezone="UTC"),
         4, (10,), 60, 0, "active", ms("2026-12-31T00:00:00Z"), None, None, None,
     )
     now_ms = ms("2027-01-20T00:00:00Z")
-    assert next_slot_after_claim(job, ms("2027-01-01T00:00:00Z"), now_ms) == (ms("2027-01-02T23:59:00Z"), now_ms)
+    found = catch_up(job, ms("2027-01-01T00:00:00Z"), now_ms)
+    assert found is not None
+    assert (found.slot_ms, found.due_ms) == (ms("2027-01-02T23:59:00Z"), now_ms)

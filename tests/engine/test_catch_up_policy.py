@@ -1,4 +1,4 @@
-"""The catch-up decision of a claim (engine/jobs.py `catch_up`) and the
+"""The catch-up decision of a claim (engine/plan.py `catch_up`) and the
 ranges of missed slots it records: bounded work, one record per range
 (docs/semantics.md "Catch-up after missed slots")."""
 
@@ -7,9 +7,8 @@ from datetime import datetime
 
 import pytest
 
-from tempo import schedule
-from tempo.engine import jobs as jobs_module
-from tempo.engine.jobs import catch_up, count_slots, paused_ranges
+from tempo import limits, schedule
+from tempo.engine.plan import catch_up, count_slots, paused_ranges
 from tempo.engine.records import Catchup, Job, Missed, Schedule
 
 MIN_MS = 60_000
@@ -170,7 +169,7 @@ def test_count_of_every_s_is_arithmetic():
 
 
 def test_a_range_too_long_to_count_has_no_count(monkeypatch):
-    monkeypatch.setattr(jobs_module.limits, "catchup_count_days_max", 10)
+    monkeypatch.setattr(limits, "catchup_count_days_max", 10)
     assert schedule.count_cron_ms("* * * * *", "UTC", 0, 11 * DAY_MS + 1) is None
     assert schedule.count_cron_ms("* * * * *", "UTC", 0, 9 * DAY_MS) == 9 * 1440
 

@@ -11,7 +11,8 @@ ran three runs."""
 import pytest
 
 from tempo import errors
-from tempo.engine.jobs import Jobs, catch_up
+from tempo.engine.jobs import Jobs
+from tempo.engine.plan import catch_up
 from tempo.engine.records import Catchup, Missed
 from tempo.schema import CatchupIn, JobCreate, ScheduleIn
 

@@ -325,7 +325,7 @@ async def test_claim_lateness_falls_in_the_first_bucket_whose_bound_it_does_not_
     from tempo.engine.dispatch import LATENESS_BUCKETS_S
 
     d = node.dispatcher
-    d._observe_lateness([-0.5, 0.0, 0.01, 0.0100001, 1.0, 60.0, 60.5, 1e9])
+    d.core.observe_lateness([-0.5, 0.0, 0.01, 0.0100001, 1.0, 60.0, 60.5, 1e9])
     expected = [0] * (len(LATENESS_BUCKETS_S) + 1)
     for i in (0, 0, 0, 1, LATENESS_BUCKETS_S.index(1.0), len(LATENESS_BUCKETS_S) - 1, -1, -1):
         expected[i] += 1

@@ -8,7 +8,7 @@ import datetime as dt
 
 import msgspec
 
-from tempo.engine import jobs
+from tempo.engine import plan
 from tempo.engine.records import Decoder, Schedule
 
 
@@ -35,7 +35,7 @@ AFTER_MS = ms("2027-11-06T12:00:00Z")
 
 def slot(repeat: str, gap: str = "shift") -> int | None:
     sched = Schedule(cron="30 1 * * *", timezone="America/New_York", dst_gap=gap, dst_repeat=repeat)
-    return jobs.slot_after_ms(sched, CREATED_MS, AFTER_MS, inclusive=False)
+    return plan.slot_after_ms(sched, CREATED_MS, AFTER_MS, inclusive=False)
 
 
 def test_the_next_slot_follows_the_repeat_policy():
@@ -43,7 +43,7 @@ def test_the_next_slot_follows_the_repeat_policy():
     assert slot("last") == ms("2027-11-07T06:30:00Z")
     assert slot("both") == ms("2027-11-07T05:30:00Z")
     both = Schedule(cron="30 1 * * *", timezone="America/New_York", dst_repeat="both")
-    assert jobs.slot_after_ms(both, CREATED_MS, ms("2027-11-07T05:30:00Z"), inclusive=False) == ms(
+    assert plan.slot_after_ms(both, CREATED_MS, ms("2027-11-07T05:30:00Z"), inclusive=False) == ms(
         "2027-11-07T06:30:00Z"
     )
 
@@ -54,19 +54,19 @@ def test_the_latest_slot_follows_the_gap_policy():
     created_ms = ms("2027-03-10T00:00:00Z")
     shift = Schedule(cron="30 2 * * *", timezone="America/New_York")
     skip = Schedule(cron="30 2 * * *", timezone="America/New_York", dst_gap="skip")
-    assert jobs.latest_slot_ms(shift, created_ms, now_ms) == ms("2027-03-14T07:00:00Z")
-    assert jobs.latest_slot_ms(skip, created_ms, now_ms) == ms("2027-03-13T07:30:00Z")
+    assert plan.latest_slot_ms(shift, created_ms, now_ms) == ms("2027-03-14T07:00:00Z")
+    assert plan.latest_slot_ms(skip, created_ms, now_ms) == ms("2027-03-13T07:30:00Z")
 
 
 def test_an_every_schedule_ends_with_year_9999():
     sched = Schedule(every_s=86_400, start_at_ms=ms("9999-12-30T00:00:00Z"))
-    assert jobs.slot_after_ms(sched, 0, ms("9999-12-30T00:00:00Z"), inclusive=False) == ms("9999-12-31T00:00:00Z")
-    assert jobs.slot_after_ms(sched, 0, ms("9999-12-31T00:00:00Z"), inclusive=False) is None
+    assert plan.slot_after_ms(sched, 0, ms("9999-12-30T00:00:00Z"), inclusive=False) == ms("9999-12-31T00:00:00Z")
+    assert plan.slot_after_ms(sched, 0, ms("9999-12-31T00:00:00Z"), inclusive=False) is None
 
 
 def test_a_stored_expression_the_dialect_no_longer_has_ends_its_schedule():
     # `L` was accepted before tempo's cron became crontab's: such a stored job
     # has no further slot rather than failing every claim.
     sched = Schedule(cron="0 0 L * *", timezone="UTC")
-    assert jobs.slot_after_ms(sched, 0, ms("2027-01-01T00:00:00Z"), inclusive=False) is None
-    assert jobs.latest_slot_ms(sched, 0, ms("2027-01-01T00:00:00Z")) is None
+    assert plan.slot_after_ms(sched, 0, ms("2027-01-01T00:00:00Z"), inclusive=False) is None
+    assert plan.latest_slot_ms(sched, 0, ms("2027-01-01T00:00:00Z")) is None

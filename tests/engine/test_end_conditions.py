@@ -22,7 +22,8 @@ from tempo.engine.commands import (
     decode_entry,
     encode_entry,
 )
-from tempo.engine.jobs import Jobs, catch_up
+from tempo.engine.jobs import Jobs
+from tempo.engine.plan import catch_up
 from tempo.engine.records import Job, Run
 from tempo.engine.store import Store
 from tempo.schema import JobCreate

@@ -16,6 +16,7 @@ from tempo.engine.store import Store
 from tempo.schema import BackfillIn
 
 from .lifecycle_model import OWNER, T0_MS, Engine, drive
+from .store_hooks import forget_held_index, held_rows
 
 
 @pytest.fixture
@@ -45,20 +46,20 @@ def _skip_job_with_backfill(engine: Engine) -> str:
 
 def test_only_claimed_and_buffered_runs_are_held_never_backfill(engine: Engine) -> None:
     job_id = _skip_job_with_backfill(engine)
-    assert engine.store.held_rows_for_tests() == set()  # 300 backfill runs wait: none is held
+    assert held_rows(engine.store) == set()  # 300 backfill runs wait: none is held
     claimed = engine.claim(["a"], 3)
     slot_runs = [r for r in claimed if not r.backfill]
     assert len(slot_runs) == 1 and len(claimed) == 3
-    held = engine.store.held_rows_for_tests()
+    held = held_rows(engine.store)
     assert held == {(job_id, r.nominal_ms) for r in slot_runs}  # claimed backfill runs are not held either
     engine.advance(1)
     engine.claim(["a"], 0)  # a tick: the next slot comes due behind the running run
     buffered = {(job_id, r.nominal_ms) for r in engine.runs_of(job_id).values() if r.buffered}
-    assert buffered and engine.store.held_rows_for_tests() == held | buffered
+    assert buffered and held_rows(engine.store) == held | buffered
     for run in slot_runs:
         engine.report(job_id, run.nominal_ms, 1, True, None)
     # The running run ended: the buffered one is released, and nothing is held.
-    assert engine.store.held_rows_for_tests() == set()
+    assert held_rows(engine.store) == set()
 
 
 def test_a_store_without_the_index_builds_it_when_it_opens(engine: Engine, tmp_path: Path) -> None:
@@ -66,14 +67,14 @@ def test_a_store_without_the_index_builds_it_when_it_opens(engine: Engine, tmp_p
     engine.claim(["a"], 3)
     engine.advance(1)
     engine.claim(["a"], 0)
-    kept = engine.store.held_rows_for_tests()
+    kept = held_rows(engine.store)
     assert len(kept) >= 2
-    engine.store.forget_held_index_for_tests()
-    assert engine.store.held_rows_for_tests() == set()
+    forget_held_index(engine.store)
+    assert held_rows(engine.store) == set()
     engine.store.close()
     reopened = Store(str(tmp_path / "data"), map_bytes=64 << 20)
     try:
-        assert reopened.held_rows_for_tests() == kept
+        assert held_rows(reopened) == kept
     finally:
         reopened.close()
         engine.store = Store(str(tmp_path / "data"), map_bytes=64 << 20)  # for the fixture to close
@@ -90,12 +91,12 @@ def test_a_job_without_a_policy_has_no_rows_until_a_patch_gives_it_one(engine: E
     job = engine.create(spec)
     engine.advance(1)
     [running] = engine.claim(["a"], 1)
-    assert engine.store.held_rows_for_tests() == set()
+    assert held_rows(engine.store) == set()
     _patch(engine, job.id, {**spec, "overlap": "skip"})
-    assert engine.store.held_rows_for_tests() == {(job.id, running.nominal_ms)}
+    assert held_rows(engine.store) == {(job.id, running.nominal_ms)}
     engine.advance(1)
     assert engine.claim(["a"], 1) == []  # the run claimed before the policy still runs: the slot is skipped
     _patch(engine, job.id, {**spec, "overlap": None})
-    assert engine.store.held_rows_for_tests() == set()
+    assert held_rows(engine.store) == set()
     engine.report(job.id, running.nominal_ms, 1, True, None)
-    assert engine.store.held_rows_for_tests() == set()
+    assert held_rows(engine.store) == set()

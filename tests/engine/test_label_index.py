@@ -18,6 +18,7 @@ from tempo.engine.records import Job
 from tempo.engine.store import Store
 from tempo.schema import JobCreate
 
+from .store_hooks import forget_label_index
 from .test_store import Log
 
 T0 = 1_800_000_000_000  # 2027-01-15T08:00:00Z
@@ -156,7 +157,7 @@ def test_a_store_without_the_index_builds_it_when_it_opens(tmp_path: Path) -> No
         world.create(f"owner-{k % 3}", {"team": f"t{k % 4}", "k": str(k)} if k % 5 else None)
     kept = world.index_rows()
     assert len(kept) == 2 * 16
-    store.forget_label_index_for_tests()
+    forget_label_index(store)
     assert store.dump()["jobs_by_label"] == []
     store.close()
     reopened = Store(str(tmp_path / "s"), map_bytes=64 << 20)

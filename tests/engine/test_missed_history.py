@@ -16,6 +16,7 @@ from tempo.engine.commands import (
 from tempo.engine.records import Missed
 from tempo.engine.store import Store
 
+from .store_hooks import forget_run_index
 from .test_history import OWNER, T0, Log, new_job
 
 MIN_MS = 60_000
@@ -88,7 +89,7 @@ def test_retention_drops_the_row_with_its_bucket(store):
 def test_the_runs_index_rebuilt_at_open_holds_the_row(store, tmp_path):
     log = Log(store)
     _, s0, _ = claim_with_catch_up(log, store)
-    store.forget_run_index_for_tests()
+    forget_run_index(store)
     store.close()
     again = Store(str(tmp_path / "s"), map_bytes=64 << 20)
     try:

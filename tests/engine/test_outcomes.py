@@ -21,6 +21,7 @@ from tempo.engine.commands import (
 )
 from tempo.engine.store import Store
 
+from .store_hooks import forget_run_index
 from .test_history import DAY, OWNER, T0, Log, new_job
 
 
@@ -155,7 +156,7 @@ def test_an_existing_store_without_the_index_gets_it_built_at_open(tmp_path):
     log.apply(CreateJobs(T0, [waiting]))
     expected = {s: page_all(store, OWNER, s) for s in ("failed", "waiting")}
     before = store.dump()
-    store.forget_run_index_for_tests()
+    forget_run_index(store)
     store.close()
     store = Store(path, map_bytes=64 << 20)
     try:

@@ -101,7 +101,7 @@ class Claim(msgspec.Struct, array_like=True):
     # The job is a one-off (schedules never change): apply need not read or
     # write the job to claim its run.
     one_off: bool = False
-    # The catch-up decision (engine/jobs.py `catch_up`), taken by the leader
+    # The catch-up decision (engine/plan.py `catch_up`), taken by the leader
     # that proposed the claim from the job as replicated and `at_ms`, and
     # kept by the next as apply writes it: the ranges of slots that get no
     # run (at most two), and the last slot of an `all` catch-up under way

@@ -172,9 +172,6 @@ class Dispatcher:
     def check_memory(self) -> None:
         self.core.check_memory()
 
-    def _observe_lateness(self, lateness_s: list[float]) -> None:
-        self.core.observe_lateness(lateness_s)
-
     def reset(self) -> None:
         """Forgets all soft state (a leader that stopped leading); the next
         `run` loads it again from the tables. Claims waiting on this node

@@ -75,7 +75,7 @@ from tempo import errors, ids, limits
 from tempo.config import UNLIMITED, OwnerLimits
 from tempo.engine import keys
 from tempo.engine.commands import Claim, ClaimRuns, ExpireLeases, Expiry, OverlapRuns
-from tempo.engine.jobs import catch_up, step_over_taken
+from tempo.engine.plan import catch_up, step_over_taken
 from tempo.engine.records import Job, Run, RunCancel
 from tempo.rate import TokenBucket
 from tempo.wheel import TimingWheel

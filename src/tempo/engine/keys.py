@@ -213,12 +213,6 @@ def status_prefix(owner: str, status_code: int) -> bytes:
     return _status_owner(owner) + bytes((status_code,))
 
 
-def parse_status_tail(tail: bytes) -> tuple[int, int, str, int]:
-    """(status code, ms, job ID, nominal ms) of the last `STATUS_TAIL_BYTES` of a key."""
-    code, at_ms, job, nominal_ms = _STATUS_TAIL.unpack(tail)
-    return code, at_ms, "j_" + job.decode(), nominal_ms
-
-
 def order_tail(at_ms: int, job_id: str, nominal_ms: int) -> bytes:
     """(ms, job ID, nominal ms) as bytes: the order of a runs listing and its cursor."""
     assert at_ms >= _MS_MIN and nominal_ms >= _MS_MIN, "an instant before the stored time domain reached a key"

@@ -24,7 +24,16 @@ import msgspec
 
 from tempo.engine import datadir, records
 from tempo.engine.store import Changes, Outcome, Store
-from tempo.raft import ConfState, Entry, EntryKind, HardState, Ready, Snapshot, SnapshotMeta
+from tempo.raft import (
+    ConfState,
+    Entry,
+    EntryKind,
+    HardState,
+    Ready,
+    Snapshot,
+    SnapshotMeta,
+    TermsBeside,
+)
 
 _U64 = struct.Struct(">Q")
 _HARD_STATE = b"hard_state"
@@ -46,7 +55,7 @@ _meta_dec: records.Decoder[SnapshotMeta] = records.Decoder(SnapshotMeta)
 Applied = tuple[list[Outcome], Changes]
 
 
-class RaftLog:
+class RaftLog(TermsBeside):
     def __init__(self, store: Store, voters: tuple[int, ...]):
         """Opens (or founds, with `voters`, on first start) the raft state in
         `store`'s environment."""
@@ -93,24 +102,7 @@ class RaftLog:
 
     # -- Storage (read side) ---------------------------------------------------
 
-    def hard_state(self) -> HardState:
-        return self._hard_state
-
-    def snapshot(self) -> Snapshot:
-        return self._snapshot
-
-    def first_index(self) -> int:
-        return self._snapshot.meta.index + 1
-
-    def last_index(self) -> int:
-        return self._snapshot.meta.index + len(self._terms)
-
-    def term(self, index: int) -> int:
-        offset = self._snapshot.meta.index
-        if index == offset:
-            return self._snapshot.meta.term
-        assert offset < index <= offset + len(self._terms), f"term({index}) outside the log"
-        return self._terms[index - offset - 1]
+    # hard_state, snapshot, first_index, last_index and term: TermsBeside.
 
     def entries(self, lo: int, hi: int, bytes_max: int) -> list[Entry]:
         assert self.first_index() <= lo < hi <= self.last_index() + 1, f"entries({lo}, {hi}) outside the log"

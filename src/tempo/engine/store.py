@@ -649,31 +649,6 @@ class Store:
             rows = (_present(txn.get(job_key, db=jobs_db)) for job_key in found)
             return _page_of_jobs(tx, rows, limit, carries)
 
-    def forget_label_index_for_tests(self) -> None:
-        """Leaves the store as a version without the jobs-by-label index left it."""
-        self._forget_index("jobs_by_label", _LABEL_INDEX)
-
-    def forget_held_index_for_tests(self) -> None:
-        """Leaves the store as a version without the held-runs index left it."""
-        self._forget_index("runs_held", _HELD_INDEX)
-
-    def _forget_index(self, table: str, mark: bytes) -> None:
-        """An index table empty and unmarked: rebuilt when the store opens next."""
-
-        def work(txn: "lmdb.Transaction[bytes]") -> None:
-            txn.drop(self.db[table], delete=False)
-            txn.delete(mark, db=self.db["meta"])
-
-        self.write(work)
-
-    def held_rows_for_tests(self) -> set[tuple[str, int]]:
-        """(job ID, nominal ms) of every row of the held-runs index."""
-        with self.env.begin() as txn:
-            return {
-                (keys.job_id_of(bytes(key[: keys.JOB_KEY_BYTES])), _U64.unpack(key[keys.JOB_KEY_BYTES :])[0])
-                for key in txn.cursor(db=self.db["runs_held"]).iternext(values=False)
-            }
-
     def get_run(self, owner: str, run_id_text: str) -> tuple[Run, Job]:
         parsed = ids.parse_run_id(run_id_text)
         with self.env.begin() as txn:
@@ -771,22 +746,6 @@ class Store:
                 runs.append(run)
                 tails.append(tail)
         return runs, None
-
-    def forget_run_index_for_tests(self) -> None:
-        """Leaves the store as a version without the runs index left it:
-        without its tables, rows and mark. Close the store next (the
-        tables' handles are gone)."""
-
-        def work(txn: "lmdb.Transaction[bytes]") -> None:
-            for name in _RUN_INDEX_TABLES:
-                txn.drop(self.db[name], delete=True)
-            for bucket in self.buckets:
-                cur = txn.cursor(db=bucket)
-                while cur.set_range(_HIST_STATUS) and cur.key().startswith(_HIST_STATUS):
-                    cur.delete()
-            txn.delete(_RUN_INDEX, db=self.db["meta"])
-
-        self.write(work)
 
     def members(self) -> dict[str, str]:
         """Member URLs set by `SetMember` since the cluster was founded ("" for

@@ -26,8 +26,8 @@ import matplotlib
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from tempo.loadgen.captions import about_line, caption
 from tempo.loadgen.figures import Figures, late_bound_s
-from tempo.loadgen.report import about_line, caption
 
 figure_size_in = (10.0, 7.4)
 _CLAIMS_COLOUR = "#1f77b4"

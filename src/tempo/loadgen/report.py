@@ -16,18 +16,13 @@ import html
 import json
 import os
 from datetime import datetime
-from typing import Any
 
+from tempo.loadgen.captions import about_line, show
 from tempo.loadgen.figures import Figures, late_bound_s
 from tempo.loadgen.options import CannotRun
 
 # What `tempo loadgen` says where the charts cannot be drawn.
 charts_hint = "Install the report extra tempo[report] for them: in the checkout, .venv/bin/pip install -e '.[report]'"
-
-
-def _show(v: Any) -> str:
-    """How a figure reads in the summary: "-" for none, seconds to the ms."""
-    return "-" if v is None else (f"{v:.3f} s" if isinstance(v, float) else str(v))
 
 
 def summary_rows(fig: Figures) -> list[tuple[str, str]]:
@@ -36,18 +31,18 @@ def summary_rows(fig: Figures) -> list[tuple[str, str]]:
         *steady,
         ("jobs", f"{fig['created']}/{fig['jobs']} created in {fig['create_s']:.2f} s"),
         ("create rate", f"{fig['created_per_s']} jobs/s"),
-        ("lateness p50", _show(fig["lateness_p50_s"])),
-        ("lateness p90", _show(fig["lateness_p90_s"])),
-        ("lateness p99", _show(fig["lateness_p99_s"])),
-        ("lateness max", _show(fig["lateness_max_s"])),
-        (f"late > {late_bound_s:g} s", _show(fig.get("late_over_5s"))),
-        ("drain", _show(fig["drain_s"])),
-        ("runs/s", _show(fig["runs_per_s"])),
-        ("claimed", _show(fig["claimed"])),
-        ("lost", _show(fig["lost"])),
-        ("duplicated", _show(fig["duplicated"])),
-        ("failed", _show(fig["failed"])),
-        *([("redelivered", _show(fig["redelivered"]))] if fig.get("redelivered") else []),
+        ("lateness p50", show(fig["lateness_p50_s"])),
+        ("lateness p90", show(fig["lateness_p90_s"])),
+        ("lateness p99", show(fig["lateness_p99_s"])),
+        ("lateness max", show(fig["lateness_max_s"])),
+        (f"late > {late_bound_s:g} s", show(fig.get("late_over_5s"))),
+        ("drain", show(fig["drain_s"])),
+        ("runs/s", show(fig["runs_per_s"])),
+        ("claimed", show(fig["claimed"])),
+        ("lost", show(fig["lost"])),
+        ("duplicated", show(fig["duplicated"])),
+        ("failed", show(fig["failed"])),
+        *([("redelivered", show(fig["redelivered"]))] if fig.get("redelivered") else []),
         *pause_rows(fig),
         *failover_rows(fig.get("failover")),
     ]
@@ -57,9 +52,9 @@ def pause_rows(fig: Figures) -> list[tuple[str, str]]:
     if fig.get("loop_lag_p99_s") is None:
         return []
     return [
-        ("event-loop lag p99", "≤ " + _show(fig["loop_lag_p99_s"])),
-        ("event-loop lag max", _show(fig["loop_lag_max_s"])),
-        ("GC pause max", f"{_show(fig['gc_pause_max_s'])} ({fig['gc_pauses']} collections)"),
+        ("event-loop lag p99", "≤ " + show(fig["loop_lag_p99_s"])),
+        ("event-loop lag max", show(fig["loop_lag_max_s"])),
+        ("GC pause max", f"{show(fig['gc_pause_max_s'])} ({fig['gc_pauses']} collections)"),
     ]
 
 
@@ -71,11 +66,11 @@ def failover_rows(fail: Figures | None) -> list[tuple[str, str]]:
     by = f" (by {fail['first_write_by']})" if fail["first_write_by"] else ""
     rows = [
         ("leader killed", f"{fail['node']} (term {fail['term']}) at {fail['kill_at_s']:+.3f} s after the due instant"),
-        ("first write after", _show(fail["first_write_s"]) + by),
-        ("first claim after", _show(fail["first_claim_s"])),
-        ("first result after", _show(fail["first_result_s"])),
-        ("restarted after", _show(fail["restart_s"])),
-        ("ready again after", _show(fail["ready_again_s"])),
+        ("first write after", show(fail["first_write_s"]) + by),
+        ("first claim after", show(fail["first_claim_s"])),
+        ("first result after", show(fail["first_result_s"])),
+        ("restarted after", show(fail["restart_s"])),
+        ("ready again after", show(fail["ready_again_s"])),
     ]
     if fail["error"]:
         rows.append(("failover error", fail["error"]))
@@ -111,25 +106,6 @@ def chart_path(html_path: str) -> str:
 
 def _esc(text: object) -> str:
     return html.escape(str(text), quote=True)
-
-
-def caption(fig: Figures) -> str:
-    """The headline figures, one line: above the charts and in their alt text."""
-    return (f"tempo loadgen, {fig.get('mode', 'spike')}: {fig.get('jobs'):,} jobs, {fig.get('nodes', 1)} node(s), "
-            f"{fig.get('workers')} workers; lateness p50 {_show(fig.get('lateness_p50_s'))}, "
-            f"p99 {_show(fig.get('lateness_p99_s'))}, {fig.get('late_over_5s', 0):,} runs over {late_bound_s:g} s late; "
-            f"lost {fig.get('lost')}, duplicated {fig.get('duplicated')}"
-            + (f", redelivered {fig['redelivered']:,}" if fig.get("redelivered") else ""))
-
-
-def about_line(fig: Figures) -> str:
-    """When, which tempo and on what: "2026-12-03 22:15:07 UTC · tempo 0.1.0 · 2 CPUs, load 3.1"."""
-    started_at = fig.get("started_at")
-    at = "?" if started_at is None else f"{started_at[:10]} {started_at[11:19]} UTC"
-    host = fig.get("host") or {}
-    load = f", load {host['load_1m']:g} at start" if host.get("load_1m") is not None else ""
-    cpus = f" · {host['cpus']} CPUs{load}" if host.get("cpus") else ""
-    return f"{at} · tempo {fig.get('tempo_version', '?')}{cpus}"
 
 
 def _chart(fig: Figures) -> str | None:

@@ -7,7 +7,7 @@ import functools
 from typing import Any
 
 from tempo import clock, ids, schedule
-from tempo.engine.jobs import Occurrence
+from tempo.engine.plan import Occurrence
 from tempo.engine.records import (
     Catchup,
     Job,

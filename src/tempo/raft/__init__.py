@@ -16,7 +16,7 @@ from .errors import (
     TransferInProgress,
     UncommittedBytesExceeded,
 )
-from .storage import MemoryStorage, Storage
+from .storage import MemoryStorage, Storage, TermsBeside
 from .types import (
     CONF_CHANGE_DECODER,
     MESSAGE_DECODER,
@@ -83,6 +83,7 @@ __all__ = [
     "SnapshotMeta",
     "SnapshotResponse",
     "Storage",
+    "TermsBeside",
     "TimeoutNow",
     "TransferInProgress",
     "UncommittedBytesExceeded",

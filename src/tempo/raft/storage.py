@@ -51,7 +51,38 @@ class Storage(Protocol):
         ...
 
 
-class MemoryStorage:
+class TermsBeside:
+    """The index side of a Storage that keeps its hard state, its latest
+    snapshot and the term of every entry after it (`_terms[k]`: the entry
+    at snapshot index + 1 + k) in memory, so that `term()` is one list
+    index. A durable log (tempo's on LMDB) and `MemoryStorage` share it."""
+
+    _hard_state: HardState
+    _snapshot: Snapshot
+    _terms: list[int]
+
+    def hard_state(self) -> HardState:
+        return self._hard_state
+
+    def snapshot(self) -> Snapshot:
+        return self._snapshot
+
+    def first_index(self) -> int:
+        return self._snapshot.meta.index + 1
+
+    def last_index(self) -> int:
+        return self._snapshot.meta.index + len(self._terms)
+
+    def term(self, index: int) -> int:
+        offset = self._snapshot.meta.index
+        if index == offset:
+            return self._snapshot.meta.term
+        assert index > offset, f"term({index}) below the snapshot"
+        assert index <= offset + len(self._terms), f"term({index}) beyond the log"
+        return self._terms[index - offset - 1]
+
+
+class MemoryStorage(TermsBeside):
     """A Storage in a Python list, plus the write side the application uses.
 
     Everything written is taken as durable at once; the simulator wraps it to
@@ -72,27 +103,7 @@ class MemoryStorage:
         # Term per entry beside the entries, so term() is one list index.
         self._terms: list[int] = []
 
-    # Read side (Storage).
-
-    def hard_state(self) -> HardState:
-        return self._hard_state
-
-    def snapshot(self) -> Snapshot:
-        return self._snapshot
-
-    def first_index(self) -> int:
-        return self._snapshot.meta.index + 1
-
-    def last_index(self) -> int:
-        return self._snapshot.meta.index + len(self._entries)
-
-    def term(self, index: int) -> int:
-        offset = self._snapshot.meta.index
-        if index == offset:
-            return self._snapshot.meta.term
-        assert index > offset, "term() below the snapshot"
-        assert index <= offset + len(self._entries), "term() beyond the log"
-        return self._terms[index - offset - 1]
+    # Read side (Storage): hard_state .. term from TermsBeside.
 
     def entries(self, lo: int, hi: int, bytes_max: int) -> list[Entry]:
         offset = self._snapshot.meta.index + 1

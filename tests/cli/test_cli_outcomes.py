@@ -6,7 +6,8 @@ import json
 
 from conftest import unique
 from net.test_outcomes_filters import claim_one, failed_one_off, now_iso
-from test_cli import tempo
+
+from .test_cli import tempo
 
 
 def test_jobs_list_shows_a_failed_one_off_as_failed(server, http):

@@ -14,7 +14,8 @@ import trio
 
 from conftest import Server, tempo_command, unique
 from tempo.worker import Worker
-from test_worker import _cli_worker, _stop_cli_worker, create, now_iso, runs_of, wait_for_status
+
+from .test_worker import _cli_worker, _stop_cli_worker, create, now_iso, runs_of, wait_for_status
 
 EVENTUALLY_S = 20.0  # generous: a heartbeat comes at lease_s/3, the lease check within a second
 

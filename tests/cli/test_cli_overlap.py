@@ -1,18 +1,8 @@
 """`--overlap POLICY` on `tempo jobs create` and `tempo jobs update`."""
 
 import json
-import os
-import subprocess
 
-from conftest import tempo_command
-
-
-def tempo(*args: str, url: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "TEMPO_URL"}
-    done = subprocess.run([*tempo_command(), *args, "--url", url], capture_output=True, text=True, env=env, timeout=60)
-    if check:
-        assert done.returncode == 0, done.stderr
-    return done
+from .test_cli_update import tempo
 
 
 def test_create_and_update_set_the_overlap_policy(server) -> None:

@@ -4,7 +4,7 @@ it name the flag."""
 
 import json
 
-from test_cli import tempo
+from .test_cli import tempo
 
 
 def test_catchup_flags_set_the_jobs_policy(server):

@@ -6,7 +6,8 @@ import json
 import httpx
 
 from conftest import unique
-from test_cli_update import tempo
+
+from .test_cli_update import tempo
 
 
 def test_timeout_s_on_create_and_update(server) -> None:

@@ -1,7 +1,8 @@
 """The CLI pointed at a URL where something other than tempo answers."""
 
 from conftest import Arrival, endpoint
-from test_cli import tempo
+
+from .test_cli import tempo
 
 
 def html_page(arrival: Arrival) -> tuple[int, bytes]:
