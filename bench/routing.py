@@ -32,7 +32,7 @@ def _api() -> Api:
     """An Api with nothing behind it: routing reads only its handlers."""
     api = object.__new__(Api)
     try:
-        from tempo.net.routes import ROUTES, Router, bind  # noqa: PLC0415 - absent in versions before the table
+        from tempo.net.routes import ROUTES, Router, bind  # absent before the route table
     except ImportError:
         return api
     api.router = Router(bind(ROUTES, api))
