@@ -15,13 +15,29 @@ from tempo import clock, errors, ids, limits
 from tempo import metrics as prom
 from tempo.clock import Clock
 from tempo.config import UNLIMITED, HttpLimits, OwnerLimits
-from tempo.engine import jobs as engine_jobs
-from tempo.engine import keys
-from tempo.engine.commands import ClaimKey, Result, decode_entry
-from tempo.engine.dispatch import LATENESS_BUCKETS_S, ClaimedRun, Dispatcher
-from tempo.engine.jobs import Jobs
-from tempo.engine.records import Corrupt, Event, Job, Run, RunCancel
-from tempo.engine.store import Created, Store
+from tempo.engine import (
+    LATENESS_BUCKETS_S,
+    ORDER_TAIL_BYTES,
+    STATUS_CODE,
+    STATUSES,
+    ClaimedRun,
+    ClaimKey,
+    Corrupt,
+    Created,
+    Dispatcher,
+    Event,
+    Job,
+    Jobs,
+    Result,
+    Run,
+    RunCancel,
+    Store,
+    check_json_value,
+    check_label_key,
+    decode_entry,
+    preview_occurrences,
+    queues_hash,
+)
 from tempo.net import auth as auth_module  # `auth` is also a parameter name below
 from tempo.net import openapi, views
 from tempo.net.asgi import (
@@ -524,7 +540,7 @@ class Api:
             # binary value as a base64 string.
             for name in ("payload", "labels", "notify"):
                 if name in patch:
-                    engine_jobs.check_json_value(patch[name], name)
+                    check_json_value(patch[name], name)
         wanted = _if_match(request)
         for _ in range(limits.patch_tries_max):
             job = self.store.get_job(owner, job_id)
@@ -620,8 +636,8 @@ class Api:
         the runs-by-status index (docs/api.md "GET /v1/runs")."""
         limit = _limit(request)
         status = request.query.get("status")
-        if status is not None and status not in keys.STATUS_CODE:
-            raise errors.Invalid.at("query.status", f"one of {', '.join(keys.STATUSES)}")
+        if status is not None and status not in STATUS_CODE:
+            raise errors.Invalid.at("query.status", f"one of {', '.join(STATUSES)}")
         since_ms = _instant_param(request, "since")
         until_ms = _instant_param(request, "until")
         raw_cursor = request.query.get("cursor") or None
@@ -631,7 +647,7 @@ class Api:
                 cursor = bytes.fromhex(raw_cursor)
             except ValueError:
                 cursor = None
-            if cursor is None or len(cursor) != keys.ORDER_TAIL_BYTES:
+            if cursor is None or len(cursor) != ORDER_TAIL_BYTES:
                 raise errors.Invalid.at("query.cursor", "not a cursor this server gave out")
         owner = None if self._sees_all(request) else self.owner(request)
         found, next_tail = self.store.list_owner_runs(
@@ -666,7 +682,7 @@ class Api:
             # A pattern's `$` also matches before a final newline.
             if body.claim_key.endswith("\n"):
                 raise errors.Invalid.at("claim_key", "must not end with a newline")
-            key = ClaimKey(self.owner(request), body.claim_key, engine_jobs.queues_hash(body.queues))
+            key = ClaimKey(self.owner(request), body.claim_key, queues_hash(body.queues))
         claimed: list[ClaimedRun] = []
         # A claim follows its client (docs/api.md "Claims and disconnects"):
         # one that leaves while the claim waits ends the wait and takes
@@ -820,7 +836,7 @@ class Api:
         # One preview computes at a time: its slices leave the loop free
         # between them only if no other preview's slice is waiting to run.
         async with self.previews_computing:
-            found, timezone = await engine_jobs.preview_occurrences(body, self.jobs.now_ms())
+            found, timezone = await preview_occurrences(body, self.jobs.now_ms())
             # Spelled out in slices too: 1,000 RFC 3339 strings are milliseconds.
             occurrences = []
             for start in range(0, len(found), limits.preview_slice_times):
@@ -1320,7 +1336,7 @@ def _label_filter(request: Request) -> list[tuple[str, str]]:
         name, colon, value = text.partition(":")
         if not colon:
             raise errors.Invalid.at("query.label", f"{text[:80]!r} is not key:value (e.g. team:payments)")
-        if not engine_jobs.check_label_key(name):
+        if not check_label_key(name):
             raise errors.Invalid.at(
                 "query.label", f"the key {name[:80]!r} is not 1-{limits.label_key_chars_max} characters of a-z 0-9 . _ / -"
             )
