@@ -20,14 +20,22 @@ import trio
 from tempo import clock, errors, limits
 from tempo.config import Config, ConfigError, Tls
 from tempo.config import load as load_config
-from tempo.engine import datadir, records
-from tempo.engine.commandlog import CommandLog
-from tempo.engine.commit import Committer
-from tempo.engine.dispatch import Dispatcher
-from tempo.engine.jobs import Jobs
-from tempo.engine.raftlog import RaftLog
-from tempo.engine.retention import Retention
-from tempo.engine.store import Changes, Store
+from tempo.engine import (
+    Changes,
+    CommandLog,
+    Committer,
+    Corrupt,
+    DataDirError,
+    Dispatcher,
+    Identity,
+    Jobs,
+    RaftLog,
+    Retention,
+    Store,
+    hold_data_dir,
+    member_identity,
+    single_identity,
+)
 from tempo.logs import JsonFormatter, NodeFilter, TextFormatter
 from tempo.metrics import Pauses
 from tempo.net import http as http_server
@@ -246,21 +254,21 @@ async def serve(options: ServeOptions, *, task_status: trio.TaskStatus[str] = tr
 
 
 def _hold(path: str) -> int:
-    """`datadir.hold`, its refusal a ServeError (exit status 2)."""
+    """`hold_data_dir`, its refusal a ServeError (exit status 2)."""
     try:
-        return datadir.hold(path)
-    except datadir.DataDirError as exc:
+        return hold_data_dir(path)
+    except DataDirError as exc:
         raise ServeError(str(exc)) from None
 
 
-def identity_of(options: ServeOptions) -> datadir.Identity:
+def identity_of(options: ServeOptions) -> Identity:
     """What this start says the data directory is (docs/operations.md
     "Data directory"): a founder's cluster ID is a fingerprint of --peers."""
     cluster = options.cluster
     if cluster is None:
-        return datadir.single_identity()
+        return single_identity()
     founders = None if options.join else [(m.id, m.url) for m in cluster.members]
-    return datadir.member_identity(cluster.me.id, founders)
+    return member_identity(cluster.me.id, founders)
 
 
 def open_store(options: ServeOptions, config: Config) -> Store:
@@ -268,7 +276,7 @@ def open_store(options: ServeOptions, config: Config) -> Store:
     any damage or mismatch is a ServeError: exit status 2."""
     try:
         store = Store(options.data_dir, identity=identity_of(options), map_bytes=config.storage.map_bytes)
-    except datadir.DataDirError as exc:
+    except DataDirError as exc:
         raise ServeError(str(exc)) from None
     if store.adopted:
         assert store.identity is not None  # an adopted directory is given this node's identity
@@ -336,9 +344,9 @@ async def _serve_member(
     founders = () if options.join else tuple(m.raft_id for m in cluster.members)
     try:
         raft_log = RaftLog(store, voters=founders)
-    except (ValueError, datadir.DataDirError) as exc:
+    except (ValueError, DataDirError) as exc:
         raise ServeError(str(exc)) from None
-    except records.Corrupt as exc:
+    except Corrupt as exc:
         raise ServeError(
             f"{options.data_dir}: {exc}; restore the data directory from a backup, or replace this member "
             "with an empty one (docs/operations.md \"Corrupt data\")"

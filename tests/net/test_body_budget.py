@@ -133,7 +133,8 @@ async def test_a_request_that_fails_unexpectedly_gives_its_share_back(api, monke
     def broken(*args, **kwargs):
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr("tempo.engine.jobs.preview_occurrences", broken)
+    # Where the API looks it up: it imports the name from the engine's face.
+    monkeypatch.setattr("tempo.net.api.preview_occurrences", broken)
     answer = await call(api, "POST", "/v1/schedules/preview", [preview_body(300)], length(300))
     assert answer.status == 500
     assert api.bodies.used_bytes == 0

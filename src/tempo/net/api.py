@@ -2,7 +2,7 @@
 
 import logging
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Annotated, Any
 
@@ -15,15 +15,31 @@ from tempo import clock, errors, ids, limits
 from tempo import metrics as prom
 from tempo.clock import Clock
 from tempo.config import UNLIMITED, HttpLimits, OwnerLimits
-from tempo.engine import jobs as engine_jobs
-from tempo.engine import keys
-from tempo.engine.commands import ClaimKey, Result, decode_entry
-from tempo.engine.dispatch import LATENESS_BUCKETS_S, ClaimedRun, Dispatcher
-from tempo.engine.jobs import Jobs
-from tempo.engine.records import Corrupt, Event, Job, Run, RunCancel
-from tempo.engine.store import Created, Store
-from tempo.net import auth, openapi, views
+from tempo.engine import (
+    LATENESS_BUCKETS_S,
+    ORDER_TAIL_BYTES,
+    STATUS_CODE,
+    STATUSES,
+    ClaimedRun,
+    ClaimKey,
+    Corrupt,
+    Created,
+    Dispatcher,
+    Event,
+    Job,
+    Jobs,
+    Result,
+    Run,
+    RunCancel,
+    Store,
+    check_json_value,
+    check_label_key,
+    decode_entry,
+    preview_occurrences,
+    queues_hash,
+)
 from tempo.net import auth as auth_module  # `auth` is also a parameter name below
+from tempo.net import openapi, views
 from tempo.net.asgi import (
     STATUS_OF,
     BodyBudget,
@@ -54,6 +70,7 @@ from tempo.net.http import GATE, ConnectionGate
 from tempo.net.notify import NotifyCounts
 from tempo.net.notify import metric_lines as notify_metric_lines
 from tempo.net.peer import EntryCheck, FrameReader
+from tempo.net.routes import ROUTES, Handler, Route, Router, bind
 from tempo.node import ClusterMember, Standalone
 from tempo.node.membership import Membership
 from tempo.node.replica import Phase, Replica
@@ -96,40 +113,10 @@ from tempo.schema import (
 )
 
 log = logging.getLogger("tempo.http")
-# What answers one route and method; a route's name and its handlers by method.
-Handler = Callable[[Request], Awaitable[Response]]
-Routes = tuple[str, dict[str, Handler]]
-# Routes every node answers itself, never redirected (docs/api.md "General rules").
-LOCAL = frozenset({"healthz", "readyz", "metrics", "openapi", "cluster", "cluster_digest", "unknown"})
-NEEDS = {
-    "healthz": auth.PUBLIC,
-    "readyz": auth.PUBLIC,
-    "metrics": auth.PUBLIC,
-    "openapi": auth.PUBLIC,
-    "cluster": auth.ANY,
-    "cluster_digest": auth.ANY,
-    "cluster_nodes": auth.ADMIN,
-    "cluster_node": auth.ADMIN,
-    "claim": auth.WORKER,
-    "run_heartbeat": auth.WORKER,
-    "run_result": auth.WORKER,
-    "heartbeats": auth.WORKER,
-    "signals": auth.WORKER,
-    "results": auth.WORKER,
-}  # every other route: a client's or an admin's token
-# The query parameters each route and method takes (docs/api.md); any other is
-# `400` at `query.<name>`. `stale` (a follower's read) is taken by every
-# route, and read before these are checked (`_elsewhere`).
-QUERY_PARAMS: dict[tuple[str, str], frozenset[str]] = {
-    ("jobs", "GET"): frozenset({"limit", "cursor", "state", "target", "name_prefix", "label"}),
-    ("runs", "GET"): frozenset({"status", "since", "until", "limit", "cursor"}),
-    ("job_runs", "GET"): frozenset({"since", "until", "limit", "cursor"}),
-    ("events", "GET"): frozenset({"after", "wait_s", "limit"}),
-}
-# Routes outside `requests_in_flight_max`: peer streams, so replication never
-# starves behind clients, and the probes, so an overloaded node still answers
-# its monitoring (each is answered at once, without waiting on anything).
-UNBOUNDED = frozenset({"raft", "healthz", "readyz", "metrics"})
+# Who may call each route, whether a follower answers it itself and the
+# query parameters it takes are in its entry of net/routes.py. `stale` (a
+# follower's read) is taken by every route, and read before those are
+# checked (`_elsewhere`).
 _create = decoders(JobCreate)
 _batch = decoders(JobBatchCreate)
 
@@ -224,6 +211,7 @@ class Api:
         self.pauses = prom.Pauses()
         self.previews_computing = trio.CapacityLimiter(limits.previews_computing_max)
         self.openapi_body = _json_enc.encode(openapi.document())
+        self.router = Router(bind(ROUTES, self))
         # Shutdown (server.py): once `stopping`, long polls do not wait and
         # are answered empty with a retry hint; once the peer streams are
         # closed, no new one is taken. Client requests in flight carry a
@@ -263,8 +251,9 @@ class Api:
                     check_repeated(raw_headers, request.headers)
                 request.raw_query = scope.get("query_string", b"")
                 request.query = parse_query(request.raw_query)
-                route, handler = self.route(request)
-                if route not in UNBOUNDED:
+                entry, handler, args = self.router.find(request.method, path)
+                route = entry.name
+                if entry.bounded:
                     if self.in_flight >= self.edge.requests_in_flight_max:
                         raise errors.Overloaded("too many requests in flight; retry shortly")
                     self.in_flight += 1
@@ -272,7 +261,7 @@ class Api:
                     seq = self._requests_begun
                     self._requests_begun += 1
                     self._requests_open.add(seq)
-                response = await self._handle(route, handler, request, scope, receive, share)
+                response = await self._handle(entry, handler, args, request, scope, receive, share)
             except Exception as exc:  # noqa: BLE001 - every error is answered (docs/api.md "Errors")
                 response = self._error_response(route, request, exc)
             self.requests[(route, response.status)] += 1
@@ -304,16 +293,16 @@ class Api:
         return internal_response(error_id)
 
     async def _handle(
-        self, route: str, handler: Handler, request: Request, scope: HTTPScope, receive: ASGIReceiveCallable,
-        share: BodyShare,
+        self, route: Route, handler: Handler, args: tuple[str, ...], request: Request, scope: HTTPScope,
+        receive: ASGIReceiveCallable, share: BodyShare,
     ) -> Response:
-        if route == "raft":
+        if route.name == "raft":
             # A peer's stream is outside the body budget, as it is outside
             # `requests_in_flight_max`: replication never waits behind
             # clients. Its frames are bounded by `peer_frame_bytes_max`.
             return await self.raft(request, receive)
-        request.principal = self.auth.check(NEEDS.get(route, auth.CLIENT), request.headers.get(b"authorization"))
-        stale = request.method == "GET" and request.query.get("stale") == "true" and route not in LOCAL
+        request.principal = self.auth.check(route.needs, request.headers.get(b"authorization"))
+        stale = request.method == "GET" and request.query.get("stale") == "true" and not route.local
         response = self._elsewhere(route, request, scope)
         if response is None:
             limit = limits.batch_body_bytes_max if request.path == "/v1/jobs/batch" else limits.body_bytes_max
@@ -326,14 +315,14 @@ class Api:
                 # Answered from what this node applied, which may lag the
                 # leader; the header says how far it got (docs/semantics.md "Reads").
                 applied = str(self.node.applied_index()).encode()
-                response = await handler(request)
+                response = await handler(request, *args)
                 response.headers.append((b"tempo-applied-index", applied))
             else:
-                if request.method == "GET" and route not in LOCAL:
+                if request.method == "GET" and not route.local:
                     # Linearizable by default: the leader confirms it still
                     # leads before it answers (docs/semantics.md "Reads").
                     await self.node.confirm_read()
-                response = await handler(request)
+                response = await handler(request, *args)
         return response
 
     @contextmanager
@@ -395,11 +384,11 @@ class Api:
             response.headers.append((b"retry-after", str(limits.shutdown_retry_after_s).encode()))
         return response
 
-    def _elsewhere(self, route: str, request: Request, scope: HTTPScope) -> Response | None:
+    def _elsewhere(self, route: Route, request: Request, scope: HTTPScope) -> Response | None:
         """The answer of a node that may not serve `route` itself: a redirect
         to the leader, or 503 while none is known (docs/api.md "General rules")."""
         stale = request.query.pop("stale", None)
-        if route in LOCAL or self.node.serves():
+        if route.local or self.node.serves():
             return None
         if stale == "true" and request.method == "GET":
             return None
@@ -413,109 +402,9 @@ class Api:
         problem = errors.NotLeader(f"this node is not the leader; ask {leader_url}")
         return problem_response(problem, [(b"location", location.encode())], status=307)
 
-    def route(self, request: Request) -> tuple[str, Handler]:
-        parts = request.path.strip("/").split("/")
-        method = request.method
-        table = self._routes(parts)
-        if table is None:
-            raise errors.NotFound(f"no such path {request.path}")
-        name, by_method = table
-        handler = by_method.get(method)
-        if handler is None:
-            raise errors.MethodNotAllowed(f"{method} is not allowed on {request.path}")
-        return name, handler
-
-    def _routes(self, parts: list[str]) -> Routes | None:
-        match parts:
-            case ["healthz"]:
-                return "healthz", {"GET": self.healthz}
-            case ["readyz"]:
-                return "readyz", {"GET": self.readyz}
-            case ["metrics"]:
-                return "metrics", {"GET": self.metrics}
-            case ["v1", "cluster", *rest]:
-                return self._cluster_routes(rest)
-            case ["v1", "jobs", *rest]:
-                return self._job_routes(rest)
-            case ["v1", "runs", *rest]:
-                return self._run_routes(rest)
-            case ["v1", *rest]:
-                return self._v1_routes(rest)
-        return None
-
-    def _cluster_routes(self, parts: list[str]) -> Routes | None:
-        """/v1/cluster/..."""
-        match parts:
-            case []:
-                return "cluster", {"GET": self.cluster}
-            case ["digest"]:
-                return "cluster_digest", {"GET": self.cluster_digest}
-            case ["nodes"]:
-                return "cluster_nodes", {"POST": self.add_node}
-            case ["nodes", node_id]:
-                return "cluster_node", {"DELETE": _bind(self.remove_node, node_id)}
-        return None
-
-    def _job_routes(self, parts: list[str]) -> Routes | None:
-        """/v1/jobs/..."""
-        match parts:
-            case []:
-                return "jobs", {"POST": self.create_job, "GET": self.list_jobs}
-            case ["batch"]:
-                return "jobs_batch", {"POST": self.create_batch}
-            case [job_id]:
-                return "job", {
-                    "GET": _bind(self.get_job, job_id),
-                    "DELETE": _bind(self.delete_job, job_id),
-                    "PATCH": _bind(self.patch_job, job_id),
-                }
-            case [job_id, "pause"]:
-                return "job_pause", {"POST": _bind(self.pause_job, job_id)}
-            case [job_id, "resume"]:
-                return "job_resume", {"POST": _bind(self.resume_job, job_id)}
-            case [job_id, "trigger"]:
-                return "job_trigger", {"POST": _bind(self.trigger_job, job_id)}
-            case [job_id, "backfill"]:
-                return "job_backfill", {"POST": _bind(self.backfill_job, job_id)}
-            case [job_id, "runs"]:
-                return "job_runs", {"GET": _bind(self.list_runs, job_id)}
-        return None
-
-    def _run_routes(self, parts: list[str]) -> Routes | None:
-        """/v1/runs/..."""
-        match parts:
-            case []:
-                return "runs", {"GET": self.list_all_runs}
-            case [run_id]:
-                return "run", {"GET": _bind(self.get_run, run_id)}
-            case [run_id, "heartbeat"]:
-                return "run_heartbeat", {"POST": _bind(self.heartbeat, run_id)}
-            case [run_id, "result"]:
-                return "run_result", {"POST": _bind(self.result, run_id)}
-            case [run_id, "cancel"]:
-                return "run_cancel", {"POST": _bind(self.cancel_run, run_id)}
-        return None
-
-    def _v1_routes(self, parts: list[str]) -> Routes | None:
-        """/v1/... but for the cluster, jobs and runs."""
-        match parts:
-            case ["raft"]:
-                return "raft", {"POST": self.raft}
-            case ["openapi.json"]:
-                return "openapi", {"GET": self.openapi}
-            case ["claim"]:
-                return "claim", {"POST": self.claim}
-            case ["heartbeats"]:
-                return "heartbeats", {"POST": self.heartbeats}
-            case ["signals"]:
-                return "signals", {"POST": self.signals}
-            case ["results"]:
-                return "results", {"POST": self.results}
-            case ["events"]:
-                return "events", {"GET": self.events}
-            case ["schedules", "preview"]:
-                return "preview", {"POST": self.preview}
-        return None
+    def route(self, request: Request) -> tuple[Route, Handler, tuple[str, ...]]:
+        """The route of `request` (net/routes.py), its handler and the path's parameters."""
+        return self.router.find(request.method, request.path)
 
     # -- jobs ----------------------------------------------------------------
 
@@ -651,7 +540,7 @@ class Api:
             # binary value as a base64 string.
             for name in ("payload", "labels", "notify"):
                 if name in patch:
-                    engine_jobs.check_json_value(patch[name], name)
+                    check_json_value(patch[name], name)
         wanted = _if_match(request)
         for _ in range(limits.patch_tries_max):
             job = self.store.get_job(owner, job_id)
@@ -747,8 +636,8 @@ class Api:
         the runs-by-status index (docs/api.md "GET /v1/runs")."""
         limit = _limit(request)
         status = request.query.get("status")
-        if status is not None and status not in keys.STATUS_CODE:
-            raise errors.Invalid.at("query.status", f"one of {', '.join(keys.STATUSES)}")
+        if status is not None and status not in STATUS_CODE:
+            raise errors.Invalid.at("query.status", f"one of {', '.join(STATUSES)}")
         since_ms = _instant_param(request, "since")
         until_ms = _instant_param(request, "until")
         raw_cursor = request.query.get("cursor") or None
@@ -758,7 +647,7 @@ class Api:
                 cursor = bytes.fromhex(raw_cursor)
             except ValueError:
                 cursor = None
-            if cursor is None or len(cursor) != keys.ORDER_TAIL_BYTES:
+            if cursor is None or len(cursor) != ORDER_TAIL_BYTES:
                 raise errors.Invalid.at("query.cursor", "not a cursor this server gave out")
         owner = None if self._sees_all(request) else self.owner(request)
         found, next_tail = self.store.list_owner_runs(
@@ -793,7 +682,7 @@ class Api:
             # A pattern's `$` also matches before a final newline.
             if body.claim_key.endswith("\n"):
                 raise errors.Invalid.at("claim_key", "must not end with a newline")
-            key = ClaimKey(self.owner(request), body.claim_key, engine_jobs.queues_hash(body.queues))
+            key = ClaimKey(self.owner(request), body.claim_key, queues_hash(body.queues))
         claimed: list[ClaimedRun] = []
         # A claim follows its client (docs/api.md "Claims and disconnects"):
         # one that leaves while the claim waits ends the wait and takes
@@ -947,7 +836,7 @@ class Api:
         # One preview computes at a time: its slices leave the loop free
         # between them only if no other preview's slice is waiting to run.
         async with self.previews_computing:
-            found, timezone = await engine_jobs.preview_occurrences(body, self.jobs.now_ms())
+            found, timezone = await preview_occurrences(body, self.jobs.now_ms())
             # Spelled out in slices too: 1,000 RFC 3339 strings are milliseconds.
             occurrences = []
             for start in range(0, len(found), limits.preview_slice_times):
@@ -1228,13 +1117,6 @@ class Api:
         return lines
 
 
-def _bind(handler: Callable[[Request, str], Awaitable[Response]], arg: str) -> Handler:
-    async def bound(request: Request) -> Response:
-        return await handler(request, arg)
-
-    return bound
-
-
 # What a patch may name (docs/api.md "Change a job"), and why it may not name
 # the other fields of a job's view.
 _PATCHABLE = frozenset({
@@ -1403,10 +1285,11 @@ def _entry_problem(data: bytes) -> str | None:
     return None
 
 
-def _check_query(route: str, request: Request) -> None:
-    """Refuses a query parameter the route does not take: a filter that
-    does not exist must not answer as if it had matched everything."""
-    takes = QUERY_PARAMS.get((route, request.method), frozenset())
+def _check_query(route: Route, request: Request) -> None:
+    """Refuses a query parameter the route does not take (its `query` in
+    net/routes.py): a filter that does not exist must not answer as if it
+    had matched everything."""
+    takes = route.query
     for name in request.query:
         if name not in takes:
             if takes:
@@ -1453,7 +1336,7 @@ def _label_filter(request: Request) -> list[tuple[str, str]]:
         name, colon, value = text.partition(":")
         if not colon:
             raise errors.Invalid.at("query.label", f"{text[:80]!r} is not key:value (e.g. team:payments)")
-        if not engine_jobs.check_label_key(name):
+        if not check_label_key(name):
             raise errors.Invalid.at(
                 "query.label", f"the key {name[:80]!r} is not 1-{limits.label_key_chars_max} characters of a-z 0-9 . _ / -"
             )

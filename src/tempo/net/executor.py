@@ -26,8 +26,7 @@ import msgspec
 import trio
 
 from tempo import errors, ids, limits, targets
-from tempo.engine.commands import Result
-from tempo.engine.dispatch import HTTP_QUEUE, ClaimedRun, Dispatcher
+from tempo.engine import HTTP_QUEUE, ClaimedRun, Dispatcher, Result
 from tempo.net.agent import USER_AGENT
 from tempo.net.egress import TargetRefused, policy_transport
 

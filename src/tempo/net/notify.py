@@ -40,10 +40,7 @@ import trio
 from tempo import clock, errors, limits, targets
 from tempo import metrics as prom
 from tempo.config import NOTIFY_EVENTS, NotifyConfig, NotifyTarget
-from tempo.engine.commandlog import CommandLog
-from tempo.engine.commands import NotifyCursor
-from tempo.engine.records import Event
-from tempo.engine.store import Store
+from tempo.engine import CommandLog, Event, NotifyCursor, Store
 from tempo.net.agent import USER_AGENT
 from tempo.net.egress import TargetRefused, policy_transport
 from tempo.net.tls import client_context

@@ -7,12 +7,12 @@ import functools
 from typing import Any
 
 from tempo import clock, ids, schedule
-from tempo.engine.plan import Occurrence
-from tempo.engine.records import (
+from tempo.engine import (
     Catchup,
     Job,
     JobOutcome,
     MissedReason,
+    Occurrence,
     Paused,
     Run,
     RunStatus,

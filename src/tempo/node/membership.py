@@ -11,7 +11,7 @@ role "unknown", harmless) and the operator repeats the command.
 from urllib.parse import urlsplit
 
 from tempo import errors
-from tempo.engine.commands import SetMember
+from tempo.engine import SetMember
 from tempo.node import ClusterMember, raft_id_of
 from tempo.raft import ConfChange, ConfChangeOp
 

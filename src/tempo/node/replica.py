@@ -42,11 +42,22 @@ from functools import partial
 import trio
 
 from tempo import errors, limits
-from tempo.engine.commandlog import Answer, Intake, Listener, Waiter
-from tempo.engine.commands import Command
-from tempo.engine.raftlog import Applied, RaftLog, apply_entries, write_ready
-from tempo.engine.storage_guard import StorageGuard
-from tempo.engine.store import STORAGE_ERRNOS, Changes, Outcome, Store
+from tempo.engine import (
+    STORAGE_ERRNOS,
+    Answer,
+    Applied,
+    Changes,
+    Command,
+    Intake,
+    Listener,
+    Outcome,
+    RaftLog,
+    StorageGuard,
+    Store,
+    Waiter,
+    apply_entries,
+    write_ready,
+)
 from tempo.metrics import COUNT_BUCKETS, Histogram
 from tempo.raft import (
     AppendRequest,
