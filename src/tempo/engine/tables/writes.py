@@ -457,7 +457,8 @@ class NewRows:
             self.runs.append((runs_key, enc.encode(run)))
             self.by_job.append((by_job_key, runs_key))
             self.by_status.append((status_key_of(job.owner, run), b""))
-            t.add_open(first_due_ms // limits.minute_ms, 1)
+            minute = first_due_ms // limits.minute_ms  # `add_open`, inline: one call fewer a job
+            t.open_deltas[minute] = t.open_deltas.get(minute, 0) + 1
             t.changes.woken.append((runs_key, run, job))
         self.by_owner.append((keys.owner_prefix(job.owner) + key, b""))
         if job.labels:
