@@ -35,6 +35,7 @@ class Queries:
     env: lmdb.Environment
     db: dict[str, lmdb._Database]
     buckets: list[lmdb._Database]
+
     def get_job(self, owner: str, job_id: str) -> Job:
         with self.env.begin() as txn:
             tx = Reads(txn, self.db, self.buckets)
