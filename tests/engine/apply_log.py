@@ -2,13 +2,25 @@
 after each entry, replayed by tests/engine/test_apply_replay.py to show
 that apply gives byte-identical tables from one version to the next.
 
-The fixture (`testdata/apply_log.msgpack.gz`) was recorded from the engine
-tests' own workloads (the apply-total property test, the lifecycle model,
-and the rule-by-rule tests: overlap, catch-up, end conditions, patches,
-cancels, claim keys, history), with the apply of the version before the
-rules moved out of engine/store.py. To record it again:
+The fixture (`testdata/apply_log.msgpack.gz`: 400 logs, 9,258 entries)
+was recorded from the engine tests' own workloads (the apply-total
+property test, the lifecycle model, and the rule-by-rule tests: overlap,
+catch-up, end conditions, patches, cancels, claim keys, history) and the
+whole-node simulator's seeded workloads (tests/sim/node_workload.py, a
+cluster's stores from the bootstrap snapshot on), with the apply of the
+version before the rules moved out of engine/store.py. To record it again:
 
-    python -m pytest -p tests.engine.apply_log tests/engine/test_overlap.py ...
+    TEMPO_LIFECYCLE_EXAMPLES=60 python -m pytest -p tests.engine.apply_log \
+        tests/engine/test_apply_total.py tests/engine/test_lifecycle_model.py \
+        tests/engine/test_overlap.py tests/engine/test_catch_up*.py \
+        tests/engine/test_end_conditions.py tests/engine/test_patch_job.py \
+        tests/engine/test_cancel_run.py tests/engine/test_claim_keys.py \
+        tests/engine/test_missed_history.py tests/engine/test_history.py \
+        tests/engine/test_outcomes.py tests/engine/test_store.py \
+        tests/engine/test_job_events.py tests/engine/test_label_index.py \
+        tests/engine/test_held_index.py tests/engine/test_dst_policy_records.py \
+        tests/engine/test_create_batch.py tests/engine/test_apply_batched.py
+    python -m pytest -p tests.engine.apply_log tests/sim/test_node_sim.py -k test_seeds
     python -m tests.engine.apply_log build
 
 The first writes every store's entries, and the digest after each write
