@@ -30,7 +30,8 @@ from tempo import ids, limits
 from tempo.engine import keys
 from tempo.engine.commands import DropHistory, encode_entry
 from tempo.engine.records import Run
-from tempo.engine.store import Store, _Tx
+from tempo.engine.store import Store
+from tempo.engine.tables import Tables
 
 DAY = 20_833  # 2027-01-15
 AT_MS = DAY * limits.day_ms + 12 * 3_600_000
@@ -53,7 +54,7 @@ def fill(store: Store, data: list[tuple[bytes, bytes]]) -> object:
     """Writes the rows into the bucket of AT_MS's day; answers the bucket."""
 
     def work(txn):
-        db = _Tx(txn, store.db, store.buckets).bucket_for(AT_MS)
+        db = Tables(txn, store.db, store.buckets).bucket_for(AT_MS)
         txn.cursor(db=db).putmulti(data, append=True)
         return db
 

@@ -57,7 +57,7 @@ def test_a_checked_call_fails_the_same_under_python_optimize():
     import subprocess
     import sys
 
-    code = "from tempo.engine.store import _must; _must(True, 'kept'); _must(False, 'a row apply deletes is there')"
+    code = "from tempo.engine.tables.layout import must; must(True, 'kept'); must(False, 'a row apply deletes is there')"
     for flags in ([], ["-O"]):
         done = subprocess.run([sys.executable, *flags, "-c", code], capture_output=True, text=True, timeout=60)
         assert done.returncode == 1 and "AssertionError: a row apply deletes is there" in done.stderr, done.stderr

@@ -1,13 +1,13 @@
 """What tests do to a store that production never does: forget an index as
 an older version's store lacked it (the next open rebuilds it), and read the
 held-runs index's rows. They reach the tables through the store's own
-handles and names, so a renamed table or mark fails here at once."""
+handles and the tables layout's names, so a renamed table or mark fails here at once."""
 
 from typing import Any
 
 from tempo.engine import keys
-from tempo.engine import store as store_module
 from tempo.engine.store import Store
+from tempo.engine.tables import layout
 
 
 def _forget_index(store: Store, table: str, mark: bytes) -> None:
@@ -22,28 +22,28 @@ def _forget_index(store: Store, table: str, mark: bytes) -> None:
 
 def forget_label_index(store: Store) -> None:
     """Leaves the store as a version without the jobs-by-label index left it."""
-    _forget_index(store, "jobs_by_label", store_module._LABEL_INDEX)
+    _forget_index(store, "jobs_by_label", layout.LABEL_INDEX)
 
 
 def forget_held_index(store: Store) -> None:
     """Leaves the store as a version without the held-runs index left it."""
-    _forget_index(store, "runs_held", store_module._HELD_INDEX)
+    _forget_index(store, "runs_held", layout.HELD_INDEX)
 
 
 def forget_run_index(store: Store) -> None:
     """Leaves the store as a version without the runs index left it: without
     its tables, rows and mark. Close the store next (the tables' handles are
     gone)."""
-    status_head = store_module._HIST_STATUS
+    status_head = layout.HIST_STATUS
 
     def work(txn: Any) -> None:
-        for name in store_module._RUN_INDEX_TABLES:
+        for name in layout.RUN_INDEX_TABLES:
             txn.drop(store.db[name], delete=True)
         for bucket in store.buckets:
             cur = txn.cursor(db=bucket)
             while cur.set_range(status_head) and cur.key().startswith(status_head):
                 cur.delete()
-        txn.delete(store_module._RUN_INDEX, db=store.db["meta"])
+        txn.delete(layout.RUN_INDEX, db=store.db["meta"])
 
     store.write(work)
 
@@ -52,6 +52,6 @@ def held_rows(store: Store) -> set[tuple[str, int]]:
     """(job ID, nominal ms) of every row of the held-runs index."""
     with store.env.begin() as txn:
         return {
-            (keys.job_id_of(bytes(key[: keys.JOB_KEY_BYTES])), store_module._U64.unpack(key[keys.JOB_KEY_BYTES :])[0])
+            (keys.job_id_of(bytes(key[: keys.JOB_KEY_BYTES])), layout.U64.unpack(key[keys.JOB_KEY_BYTES :])[0])
             for key in txn.cursor(db=store.db["runs_held"]).iternext(values=False)
         }

@@ -1,7 +1,7 @@
 """Apply counts a job's outcome once a transaction however many of its runs
 finish in one entry, and moves rows through one cursor a table: the tables
 it leaves equal those of the same runs finished one entry each, and those
-`_build_run_index` rebuilds from the runs alone."""
+`build_run_index` (engine/tables/build.py) rebuilds from the runs alone."""
 
 from pathlib import Path
 

@@ -1,4 +1,4 @@
-"""The held-runs index (engine/store.py `runs_held`): the open runs an
+"""The held-runs index (engine/tables/ `runs_held`): the open runs an
 overlap policy looks at, claimed or waiting buffered, and no backfill run.
 The policy's decisions read it rather than every open run of the job, so
 a job with many backfill runs waiting decides as fast as one without. The

@@ -1,4 +1,4 @@
-"""The jobs-by-label index (store.py "jobs by label"): apply keeps it exact
+"""The jobs-by-label index (engine/tables/writes.py `relabel`): apply keeps it exact
 through creates, patches and deletes, a store without it builds it when it
 opens, and a listing by labels answers what a scan of every job answers."""
 

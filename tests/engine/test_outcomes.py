@@ -192,7 +192,7 @@ def check_run_index(tables: dict[str, list[tuple[bytes, bytes]]]) -> None:
     import msgspec
 
     from tempo.engine.records import Job, Run
-    from tempo.engine.store import _status_key_of
+    from tempo.engine.tables.layout import status_key_of as _status_key_of
 
     owners = {keys.job_id_of(k): msgspec.msgpack.decode(v, type=Job).owner for k, v in tables["jobs"]}
     expected = set()

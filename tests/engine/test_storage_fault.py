@@ -36,9 +36,9 @@ def store(tmp_path: Path):
 
 
 def failing_on_second(fault: BaseException):
-    """An `_Tx.apply` that applies the first command of an entry and then
+    """An `apply` that applies the first command of an entry and then
     fails as the machine would, midway through the entry."""
-    real = store_module._Tx.apply
+    real = store_module.apply
     seen = []
 
     def apply(tx, command):
@@ -65,7 +65,7 @@ def test_a_machine_fault_applies_nothing_and_the_entry_applies_later(store, monk
     first = new_job(request_key="one")
     data = encode_entry([CreateJobs(T0, [first]), CreateJobs(T0, [new_job(request_key="two")])])
     before = store.digest()
-    monkeypatch.setattr(store_module._Tx, "apply", failing_on_second(fault))
+    monkeypatch.setattr(store_module, "apply", failing_on_second(fault))
     with pytest.raises(errors.StorageFault) as caught:
         store.apply_entry(1, data)
     assert caught.value.type == "insufficient_storage"
@@ -92,7 +92,7 @@ def test_a_full_map_is_a_storage_fault(tmp_path: Path):
 
 def test_lmdbs_answer_to_a_misuse_is_not_taken_for_the_machines(store, monkeypatch):
     monkeypatch.setattr(
-        store_module._Tx, "apply", failing_on_second(lmdb.BadValsizeError("mdb_put: MDB_BAD_VALSIZE", -30781))
+        store_module, "apply", failing_on_second(lmdb.BadValsizeError("mdb_put: MDB_BAD_VALSIZE", -30781))
     )
     data = encode_entry([PauseJob(T0, "default", "j_x"), PauseJob(T0, "default", "j_y")])
     with pytest.raises(lmdb.BadValsizeError):
@@ -103,7 +103,7 @@ def test_lmdbs_answer_to_a_misuse_is_not_taken_for_the_machines(store, monkeypat
 def test_a_panicked_environment_stops_the_node_rather_than_refusing_writes_for_ever(store, monkeypatch):
     """After a PanicError every transaction fails the same way: a 507 and a
     retry would never clear, so it is raised as it is and stops the node."""
-    monkeypatch.setattr(store_module._Tx, "apply", failing_on_second(lmdb.PanicError("mdb_txn_begin: MDB_PANIC", -30795)))
+    monkeypatch.setattr(store_module, "apply", failing_on_second(lmdb.PanicError("mdb_txn_begin: MDB_PANIC", -30795)))
     data = encode_entry([PauseJob(T0, "default", "j_x"), PauseJob(T0, "default", "j_y")])
     with pytest.raises(lmdb.PanicError):
         store.apply_entry(1, data)

@@ -101,9 +101,9 @@ def test_an_apply_that_ignores_the_overlap_policy_is_caught(monkeypatch: pytest.
     """Invariant 6: with apply letting every run of a job with a policy go
     on (the rule forgotten in the store, where no planted core or replica
     reaches), a seed soon has two runs of a `skip` or buffering job running."""
-    from tempo.engine import store
+    from tempo.engine.rules import overlap
 
-    monkeypatch.setattr(store._Tx, "_overlap_holds", lambda self, job, run, runs_key, at_ms: None)
+    monkeypatch.setattr(overlap, "holds", lambda t, job, run, runs_key, at_ms: None)
     failure = first_failure("")
     assert failure is not None, f"an apply that ignores the overlap policy survived {PLANTED_SEEDS} seeds"
     assert "invariant 6," in failure.what, failure
@@ -122,11 +122,11 @@ def test_the_failover_clock_bug_is_caught(invariant: int, off: frozenset[int]) -
 
 def test_a_claim_that_does_not_hand_the_schedule_on_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """Invariant 9: with apply's claim leaving a repeating job's schedule
-    on the slot it claimed (`_hand_on` forgotten), a seed soon has an
+    on the slot it claimed (`slots.hand_on` forgotten), a seed soon has an
     active repeating job without a planned run."""
-    from tempo.engine import store
+    from tempo.engine.rules import slots
 
-    monkeypatch.setattr(store._Tx, "_hand_on", lambda self, job, run, claim, at_ms, pending=0: False)
+    monkeypatch.setattr(slots, "hand_on", lambda t, job, run, claim, at_ms, pending=0: False)
     failure = first_failure("")
     assert failure is not None, f"a claim that does not hand the schedule on survived {PLANTED_SEEDS} seeds"
     assert "invariant 9," in failure.what, failure

@@ -1,4 +1,4 @@
-"""Replicated commands: one tag each, one apply function each (see store.py).
+"""Replicated commands: one tag each, one apply function each (engine/apply.py `RULES`).
 
 Every time a command needs is inside it, stamped by the node that accepted the
 request; `apply` never reads a clock or a random source. Schedule arithmetic

@@ -97,7 +97,7 @@ _PAGE_BYTES_MIN = 512
 _PAGE_BYTES_MAX = 1 << 16
 assert _META_BYTES == 152, "the 64-bit layout of a meta page"
 
-_HIST = re.compile(rb"hist:\d+")  # history buckets (engine/store.py bucket_name)
+_HIST = re.compile(rb"hist:\d+")  # history buckets (engine/tables/layout.py bucket_name)
 _RESTORE = (
     "restore the data directory from a backup, or, for a cluster member, replace it with an empty "
     "one (docs/operations.md \"Corrupt data\")"

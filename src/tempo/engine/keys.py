@@ -165,7 +165,7 @@ def parse_event_key(key: bytes) -> tuple[str, int]:
     return owner.decode(), _SEQ.unpack(seq)[0]
 
 
-# -- the runs index by owner and status (store.py "runs by status") ----------
+# -- the runs index by owner and status (engine/tables/writes.py) ----------
 
 STATUSES = ("waiting", "claimed", "done", "failed", "cancelled", "missed", "skipped")
 STATUS_CODE = {status: code for code, status in enumerate(STATUSES)}
@@ -262,7 +262,7 @@ def parse_claim_key_expiry(key: bytes) -> tuple[int, bytes]:
     return expires_ms, CLAIM_KEY_HEAD + key[head + _EXPIRES.size :]
 
 
-# -- the jobs index by label (store.py "jobs by label") -----------------------------
+# -- the jobs index by label (engine/tables/writes.py `relabel`) -----------------------------
 
 
 def label_hash(name: str, value: str) -> bytes:

@@ -89,8 +89,8 @@ def step_over_taken(
     hands the schedule on to, stepped over the slots that hold a run
     already: an open one (a triggered run took that millisecond), or one
     that finished or that its owner cancelled. A run a pause or a patch
-    cancelled does not hold its slot: it waits again (store.py
-    `_schedule_at`). Only a slot at or before `job.taken_until_ms` can
+    cancelled does not hold its slot: it waits again (rules/slots.py
+    `schedule_at`). Only a slot at or before `job.taken_until_ms` can
     hold one, so a job without re-plans, cancels or triggers reads
     nothing. None: the schedule has no slot left."""
     slot_ms: int | None = found.slot_ms
@@ -200,7 +200,7 @@ def _decide_claimed(job: Job, nominal_ms: int, nxt: int, now_ms: int) -> CatchUp
     """`catch_up` of a claim whose slot `nominal_ms` is the first missed
     slot (`nxt`, the slot after it, is past too). When the decision does
     not run that slot, its first range starts at it, which is how apply
-    knows not to hand the run out (store.py `claim_run`). When it does
+    knows not to hand the run out (rules/runs.py `claim_run`). When it does
     (`all`, the slot first in the window), the run goes on and the next
     run is the slot after it, or, when it is the only one the catch-up
     runs, the first slot after the latest decided on."""

@@ -145,7 +145,7 @@ class Job(msgspec.Struct, array_like=True, gc=False):
     # ETag. Records written before it existed are version 1.
     version: Annotated[int, Meta(ge=1)] = 1
     # Key -> value, sorted by key (docs/api.md "Labels"); None: no label.
-    # Indexed in the `jobs_by_label` table (store.py).
+    # Indexed in the `jobs_by_label` table (engine/tables/writes.py `relabel`).
     labels: dict[str, str] | None = None
     # Bounds one attempt of each run, counted from its claim, whatever
     # heartbeats say (docs/semantics.md "Run timeouts"); None: no bound
@@ -216,7 +216,7 @@ class Run(msgspec.Struct, array_like=True, gc=False):
     # A `missed` row only (`Store.record_missed`): why its slots got no run,
     # the first slot after them (the first is `nominal_ms`) and how many
     # they are (None: too many to count, as `Missed.count`).
-    # A `skipped` row's reason is `overlap` (`Store.skip_run`).
+    # A `skipped` row's reason is `overlap` (engine/rules/overlap.py `skip`).
     reason: MissedReason | SkippedReason | None = None
     missed_until_ms: int | None = None
     missed_count: Count | None = None

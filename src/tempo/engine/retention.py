@@ -1,6 +1,6 @@
 """History retention on the leader (docs/operations.md "Retention").
 
-Finished runs and events live in history buckets, one per UTC day (store.py).
+Finished runs and events live in history buckets, one per UTC day (engine/tables/writes.py `bucket_for`).
 While the node leads, this service checks every `limits.retention_check_s`
 whether a bucket has aged past the retention period and, if one has, proposes
 one `DropHistory` command: the time comes from this node's clock, and every

@@ -1,0 +1,290 @@
+"""Jobs (docs/semantics.md "Pause, resume, delete", "Changing a job"):
+create, pause, resume, patch, delete and trigger."""
+
+import msgspec
+
+from tempo import errors, limits
+from tempo.engine import keys
+from tempo.engine.commands import DeleteJob, NewJob, PatchJob, PauseJob, ResumeJob, TriggerJob
+from tempo.engine.records import Event, Job, Paused, RequestKeyEntry, RetryKept, Run
+from tempo.engine.rules import catchup, history, overlap, slots
+from tempo.engine.tables import NewRows, Tables
+
+
+class Created(msgspec.Struct, frozen=True, gc=False):
+    """A create's answer. A struct, not a frozen dataclass: apply makes one
+    per job of a batch, and a frozen dataclass's __init__ sets each field
+    through object.__setattr__ (0.27 µs against 0.04)."""
+
+    job: Job
+    new: bool  # False: the request key named an existing job with the same body
+
+
+def create_jobs(t: Tables, items: list[NewJob]) -> list[Created | errors.TempoError]:
+    """One command's new jobs. Their rows, their runs' rows and the two
+    indexes are gathered and put per table with `putmulti` at the end,
+    one call rather than four per job. A request key naming a job of
+    this command flushes them first, as its answer reads them. The
+    tables end as with one `put` a row."""
+    rows = NewRows()
+    outcomes = [_create_job(t, item, rows) for item in items]
+    rows.put(t)
+    return outcomes
+
+
+def _create_job(t: Tables, item: NewJob, rows: NewRows) -> Created | errors.TempoError:
+    job = item.job
+    fault = _key_fault(job)
+    if fault is not None:
+        return fault
+    if job.request_key is not None:
+        req_key = keys.request_key(job.owner, job.request_key)
+        entry = t.request_key_entry(req_key)
+        if entry is not None:
+            if entry.body_hash != item.body_hash:
+                return errors.RequestKeyReused(
+                    f"request key {job.request_key!r} was used for another body"
+                )
+            rows.put(t)
+            existing = t.fresh(t.job(job.owner, entry.job_id))
+            assert existing is not None, "a request key outlived its job"
+            return Created(existing, new=False)
+        t.put_request_key(req_key, RequestKeyEntry(job.id, item.body_hash))
+    rows.add(t, job, item.first_due_ms)
+    return Created(job, new=True)
+
+
+def _key_fault(job: Job) -> errors.TempoError | None:
+    """The error outcome of a new job whose keys would not fit LMDB (an
+    entry logged before the edge checked bounds in bytes); it depends on the
+    command alone, so every replica answers alike."""
+    if not keys.owner_fits(job.owner):
+        return errors.Invalid(
+            f"the owner name is {len(job.owner.encode())} bytes in UTF-8, past the {limits.owner_bytes_max} "
+            "the config allows: shorten it there"
+        )
+    if job.request_key is not None and not keys.request_key_fits(job.owner, job.request_key):
+        return errors.Invalid.at("request_key", f"at most {limits.request_key_bytes_max} bytes in UTF-8")
+    return None
+
+
+def pause_job(t: Tables, cmd: PauseJob) -> Job | errors.TempoError:
+    job = t.job(cmd.owner, cmd.job_id)
+    if job is None:
+        return errors.NotFound(f"no job {cmd.job_id}")
+    if job.state != "active":
+        return job  # paused already, or completed
+    # Every waiting run of the job: its scheduled one, retries of earlier
+    # runs and triggered runs alike, so a paused job runs nothing it did
+    # not run already (a trigger after the pause still runs).
+    for runs_key, run in t.open_runs(job.id):
+        if run.status == "waiting":
+            run.status = "cancelled"
+            t.finish_run(run, runs_key, "waiting", cmd.at_ms, job=job)
+            slots.mark_taken(job, run.nominal_ms)
+    job.state = "paused"
+    job.next_run_at_ms = None
+    by_owner = cmd.owner if cmd.by_owner is None else cmd.by_owner
+    job.paused = Paused(cmd.at_ms, by_owner, cmd.by_role, cmd.note)
+    t.put_job(job)
+    detail = {"version": job.version, "note": cmd.note, "by": {"owner": by_owner, "role": cmd.by_role}}
+    t.append_event(job.owner, Event("job.paused", cmd.at_ms, job.id, None, detail))
+    return job
+
+
+def resume_job(t: Tables, cmd: ResumeJob) -> Job | errors.TempoError:
+    job = t.job(cmd.owner, cmd.job_id)
+    if job is None:
+        return errors.NotFound(f"no job {cmd.job_id}")
+    if job.state != "paused":
+        return job
+    job.state = "active"
+    job.paused = None
+    job.next_run_at_ms = None
+    t.append_event(job.owner, Event("job.resumed", cmd.at_ms, job.id, None, {"version": job.version}))
+    for missed in cmd.missed:
+        catchup.record_missed(t, job, missed, cmd.at_ms)
+    # An `all` catch-up under way at the pause ends with it: the slots it
+    # did not run yet passed while paused.
+    job.catchup_until_ms = job.catchup_decided_ms = None
+    if job.schedule.repeating:
+        slot_ms, due_ms = cmd.slot_ms, cmd.due_ms
+        if slot_ms is not None and slots.past_end(job, slot_ms):
+            slot_ms = due_ms = None
+        if slot_ms is None and _last_run_open(t, job):
+            # The last run goes on: its end completes the job (`slots.settle`).
+            t.put_job(job)
+            return job
+    else:
+        slot_ms, due_ms = job.slot_ms, cmd.due_ms
+    if slot_ms is None:
+        slots.complete(t, job, cmd.at_ms)  # the schedule has no occurrence left
+        return job
+    job.next_run_at_ms = slots.wake_slot(t, job, slot_ms, due_ms, cmd.at_ms)
+    job.slot_ms = slot_ms if job.schedule.repeating else job.slot_ms
+    t.put_job(job)
+    return job
+
+
+def _last_run_open(t: Tables, job: Job) -> bool:
+    """Whether the run of the job's slot is claimed still: a repeating
+    job whose schedule planned nothing after it (its last run)."""
+    found = None if job.slot_ms is None else t.slot_run(job.id, job.slot_ms)
+    return found is not None and found[1].status == "claimed"
+
+
+def patch_job(t: Tables, cmd: PatchJob) -> Job | errors.TempoError:
+    """A job changed in place (docs/semantics.md "Changing a job"). Runs
+    that are claimed go on as they are; every waiting run is handed to
+    the dispatcher again with the new job (its target may have moved);
+    with `replan`, the waiting run of the job's schedule slot moves to
+    the new slot (cancelled, in history, when the slot changes)."""
+    old = t.job(cmd.owner, cmd.job_id)
+    if old is None:
+        return errors.NotFound(f"no job {cmd.job_id}")
+    if old.version != cmd.base_version:
+        return errors.VersionMismatch(f"job {old.id} is at version {old.version}, not {cmd.base_version}")
+    new = cmd.job
+    # What the patch may not change comes from the stored job.
+    job = msgspec.structs.replace(
+        old, name=new.name, target=new.target, payload=new.payload, schedule=new.schedule,
+        max_attempts=new.max_attempts, backoff_s=new.backoff_s, lease_s=new.lease_s, jitter_s=new.jitter_s,
+        catchup=new.catchup, version=old.version + 1, labels=new.labels,
+        notify=new.notify if cmd.sets_notify else old.notify, timeout_s=new.timeout_s, overlap=new.overlap,
+    )
+    if old.labels != job.labels:
+        t.relabel(old, job)
+    if cmd.replan:
+        # A catch-up under way was decided on the old schedule's slots.
+        job.catchup_until_ms = job.catchup_decided_ms = None
+        _replan(t, old, job, cmd)
+    overlap.repolicy(t, old, job, cmd.at_ms)
+    fed = {runs_key for runs_key, _, with_job in t.changes.woken if with_job is job}
+    kept = RetryKept(old.max_attempts, old.backoff_s)
+    waiting: list[tuple[bytes, Run]] = []
+    for runs_key, run in t.open_runs(job.id):
+        if run.status == "waiting" and runs_key not in fed:
+            waiting.append((runs_key, run))
+        elif run.status == "claimed" and run.retry_kept is None and kept != RetryKept(job.max_attempts, job.backoff_s):
+            run.retry_kept = kept  # the attempt goes on under the policy it was claimed with
+            t.put_run_in_place(run, runs_key, "claimed", job)
+    for runs_key, run in waiting:
+        t.changes.left.append(runs_key)
+        t.changes.woken.append((runs_key, run, job))
+    t.put_job(job)
+    detail = {"old_version": old.version, "new_version": job.version, "changed": _changed_fields(old, job)}
+    t.append_event(job.owner, Event("job.updated", cmd.at_ms, job.id, None, detail))
+    return job
+
+
+def _replan(t: Tables, old: Job, job: Job, cmd: PatchJob) -> None:
+    """Moves the waiting run of `old`'s schedule slot to the command's
+    slot: a paused job only remembers a one-off's new slot; a completed
+    job becomes active when the new slot lies after the command."""
+    if job.state == "paused":
+        # A paused job remembers a one-off's new slot; and a one-off's
+        # that became repeating moves off its one slot, so that slot's
+        # run ending (it was claimed) does not complete the job: its
+        # resume plans the schedule's slots.
+        if (not job.schedule.repeating or not old.schedule.repeating) and cmd.slot_ms is not None:
+            job.slot_ms = cmd.slot_ms
+        return
+    # An end condition the patch reached leaves nothing to plan
+    # (docs/semantics.md "End conditions"): decided here, from the
+    # replicated count of runs, not by the node that made the command.
+    ended = job.schedule.repeating and (cmd.slot_ms is None or slots.past_end(job, cmd.slot_ms))
+    if job.state == "completed":
+        if ended or cmd.slot_ms is None or cmd.slot_ms <= cmd.at_ms:
+            return
+        job.state = "active"
+    elif old.slot_ms is not None and (old.slot_ms != cmd.slot_ms or ended):
+        _cancel_slot(t, job, old.slot_ms, cmd.at_ms)
+    if ended:
+        job.slot_ms = cmd.slot_ms
+        slots.complete(t, job, cmd.at_ms)
+        return
+    _plant(t, job, cmd)
+
+
+def _plant(t: Tables, job: Job, cmd: PatchJob) -> None:
+    """The job's scheduled waiting run at the command's slot: a new one,
+    or the one waiting there already (due anew unless it is a retry);
+    none when a run of that slot is claimed or finished."""
+    job.slot_ms = cmd.slot_ms
+    job.next_run_at_ms = None
+    if cmd.slot_ms is None:
+        job.state = "completed"  # no occurrence left
+        return
+    assert cmd.due_ms is not None
+    found = t.slot_run(job.id, cmd.slot_ms)
+    if found is None:
+        # A `missed` row at the slot is history of slots that got no
+        # run, not a run: the slot's run takes its place, as a
+        # backfill's does.
+        catchup.drop_missed_row(t, job, cmd.slot_ms)
+        held = t.history_run(job.id, cmd.slot_ms)
+        if held is None:
+            t.put_run(Run(job.id, cmd.slot_ms, cmd.due_ms, "waiting"), job=job)
+            job.next_run_at_ms = cmd.due_ms
+        else:
+            # The run an earlier re-plan (or a pause) cancelled at this
+            # slot waits again: one slot never has two runs.
+            job.next_run_at_ms = history.revive(t, job, held[0], held[1], cmd.at_ms, cmd.due_ms)
+        return
+    runs_key, run = found
+    slots.adopt(t, job, run, runs_key)
+    if run.status == "waiting":
+        if run.attempt == 0 and not run.buffered:  # a buffered run waits for its release
+            run.due_ms = cmd.due_ms
+            t.put_run(run, runs_key, "waiting", job)
+        job.next_run_at_ms = run.due_ms
+
+
+def _cancel_slot(t: Tables, job: Job, slot_ms: int, at_ms: int) -> None:
+    """The scheduled run of `slot_ms` is cancelled if it waits (into
+    history, as a pause leaves it); a claimed one goes on."""
+    found = t.slot_run(job.id, slot_ms)
+    if found is not None and found[1].status == "waiting" and not found[1].triggered:
+        runs_key, run = found
+        run.status = "cancelled"
+        run.finished_ms = at_ms
+        t.finish_run(run, runs_key, "waiting", at_ms, job=job)
+        slots.mark_taken(job, slot_ms)
+
+
+def delete_job(t: Tables, cmd: DeleteJob) -> errors.TempoError | None:
+    job = t.job(cmd.owner, cmd.job_id)
+    if job is None:
+        return errors.NotFound(f"no job {cmd.job_id}")
+    t.delete_job_rows(job)
+    t.append_event(job.owner, Event("job.deleted", cmd.at_ms, job.id, None, {"version": job.version}))
+    return None
+
+
+def trigger_job(t: Tables, cmd: TriggerJob) -> Run | errors.TempoError:
+    job = t.job(cmd.owner, cmd.job_id)
+    if job is None:
+        return errors.NotFound(f"no job {cmd.job_id}")
+    for slot_ms in range(cmd.at_ms, cmd.at_ms + limits.trigger_slot_probe_max):
+        if not t.slot_taken(job.id, slot_ms):
+            run = Run(job.id, slot_ms, slot_ms, "waiting", triggered=True)
+            t.put_run(run, job=job)
+            if slots.mark_taken(job, slot_ms):
+                t.put_job(job)
+            return run
+    return errors.Conflict(f"job {job.id} has no free run slot near {cmd.at_ms}")
+
+
+# A job's record fields a patch may change, by the name of the body's
+# field that sets them (`retry` sets two), for `job.updated`'s `changed`.
+_PATCHED_FIELDS = (
+    ("backoff_s", "retry"), ("catchup", "catchup"), ("jitter_s", "jitter_s"), ("labels", "labels"),
+    ("lease_s", "lease_s"), ("max_attempts", "retry"), ("name", "name"), ("notify", "notify"),
+    ("overlap", "overlap"), ("payload", "payload"), ("schedule", "schedule"), ("target", "target"),
+    ("timeout_s", "timeout_s"),
+)
+
+
+def _changed_fields(old: Job, job: Job) -> list[str]:
+    """The body's fields whose values `job` changed from `old`, sorted."""
+    return sorted({name for attr, name in _PATCHED_FIELDS if getattr(old, attr) != getattr(job, attr)})

@@ -1,0 +1,491 @@
+"""`Tables`: one write transaction's tables, and the typed operations apply's
+rules (engine/rules/) change them with. Each keeps the indexes in step with
+the rows: a run's row moving between due times, statuses and the history
+buckets moves its rows of the runs-by-job, runs-by-status and held-runs
+indexes, the open-minute counts, its job's outcome and the dispatcher's
+change feed (`Changes`) with it."""
+
+from dataclasses import dataclass, field
+
+import lmdb
+
+from tempo import limits
+from tempo.engine import keys
+from tempo.engine.records import Event, Job, JobOutcome, Run
+from tempo.engine.tables.keyed import Keyed
+from tempo.engine.tables.layout import (
+    DAY,
+    EVENT_SEQ,
+    FINISHED,
+    HIST_EVENT,
+    HIST_RUN,
+    HIST_STATUS,
+    MINUTE,
+    OPEN,
+    SLOT,
+    U64,
+    add_to_outcome,
+    enc,
+    index_ms,
+    is_held,
+    label_keys,
+    may_be_held,
+    must,
+    outcome_dec,
+    run_dec,
+    status_key_of,
+)
+from tempo.engine.tables.reads import Bucket
+
+
+@dataclass(slots=True)
+class Changes:
+    """What an entry did to the set of open runs, for the dispatcher's memory.
+
+    Derived from the state alone, so it is as deterministic as the tables."""
+
+    # Runs key, run and (where apply had it at hand) job of each run that
+    # became waiting or moved while waiting.
+    woken: list[tuple[bytes, Run, Job | None]]
+    left: list[bytes]  # runs keys that stopped being waiting
+    gone: list[bytes]  # runs keys of claimed runs that finished, expired or were deleted
+    event_owners: set[str]  # owners with new events
+    members: bool = False  # a member's URL was set
+    # (job ID, nominal ms) of claimed runs asked to stop in this entry
+    # (rules/slots.py `request_cancel`): their leases stop growing with
+    # heartbeats, and heartbeats answer `cancel: requested`.
+    stopping: list[tuple[str, int]] = field(default_factory=list)
+    # The highest command stamp applied so far (the store's `stamp_ms`).
+    stamp_ms: int = 0
+    # Runs the overlap policy of their job skipped in this entry (rules/overlap.py `skip`).
+    skipped: int = 0
+
+
+def _delete_at(cur: "lmdb.Cursor[bytes]", key: bytes, missing: str = "a row apply deletes is there") -> None:
+    """Deletes the row at `key`, which must be there, through `cur`."""
+    found = cur.set_key(key)
+    assert found, missing
+    cur.delete()
+
+
+class Tables(Keyed):
+    """One write transaction's tables. Counts that change many times in
+    one entry (open runs per minute, the event sequence, job outcomes)
+    are kept here and written once, by `flush`."""
+
+    __slots__ = ("changes", "event_seq", "open_deltas", "outcome_counts")
+
+    def __init__(self, txn: "lmdb.Transaction[bytes]", db: dict[str, lmdb._Database], buckets: list[lmdb._Database]):
+        super().__init__(txn, db, buckets)
+        self.changes = Changes([], [], [], set())
+        self.open_deltas: dict[int, int] = {}
+        self.event_seq: int | None = None
+        # Job outcomes (by job key) that runs finishing in this transaction
+        # counted into, read once each and written once, in `flush`.
+        self.outcome_counts: dict[bytes, JobOutcome] = {}
+
+    # -- history buckets -------------------------------------------------------
+
+    def history_cursor(self, at_ms: int, part: bytes) -> "lmdb.Cursor[bytes]":
+        """A cursor on the history bucket of the day of `at_ms` (`bucket_for`),
+        for the rows whose keys start with `part`."""
+        found = (at_ms // limits.day_ms, part)
+        cur = self._hist_curs.get(found)
+        if cur is None:
+            cur = self._hist_curs[found] = self.txn.cursor(db=self.bucket_for(at_ms))
+        return cur
+
+    def bucket_for(self, at_ms: int) -> Bucket:
+        """The history bucket of the day of `at_ms`, taken into use if new."""
+        day = at_ms // limits.day_ms
+        db = self._bucket_of_day.get(day)
+        if db is not None:
+            return db
+        slot = day % limits.history_buckets
+        key = SLOT.pack(slot)
+        raw = self.txn.get(key, db=self.hist_days)
+        held = None if raw is None else DAY.unpack(raw)[0]
+        if held is None or held < day:
+            if held is not None:
+                # The slot holds a day at least `history_buckets` days older,
+                # past any retention period (the leader's drop is late): it
+                # goes now rather than mix with this day.
+                self.txn.drop(self.buckets[slot], delete=False)
+                self._hist_curs.clear()
+            self.txn.put(key, DAY.pack(day), db=self.hist_days)
+            self._history = None
+        # `held > day`: `at_ms` is that far behind a day stored already (a
+        # clock set far back); the rows join that newer day's bucket.
+        db = self._bucket_of_day[day] = self.buckets[slot]
+        return db
+
+    def drop_history_before(self, before_day: int) -> None:
+        """Drops whole buckets of days before `before_day`: LMDB frees a
+        database's pages walking its branch pages only (leaf pages too
+        where values overflowed a page), so the cost does not grow with
+        the rows in it."""
+        for key, value in list(self.txn.cursor(db=self.hist_days)):
+            if DAY.unpack(value)[0] < before_day:
+                self.txn.drop(self.buckets[SLOT.unpack(key)[0]], delete=False)
+                must(self.txn.delete(key, db=self.hist_days), "a day read from the index has its row")
+        self._history = None
+        self._bucket_of_day.clear()
+        self._hist_curs.clear()
+
+    def unfinish(self, bucket: Bucket, owner: str, run: Run) -> None:
+        """Takes a finished run (as it is stored) out of its history bucket,
+        with its runs-by-status row: a run that waits again, or a `missed`
+        row whose slot a run takes."""
+        must(self.txn.delete(HIST_RUN + keys.by_job_key(run.job_id, run.nominal_ms), db=bucket),
+             "a run read from history has its row")
+        must(self.txn.delete(HIST_STATUS + status_key_of(owner, run), db=bucket),
+             "a run read from history has its status row")
+
+    def put_missed_row(self, owner: str, row: Run, at_ms: int) -> None:
+        """A `missed` row of a job's history, in the bucket of `at_ms`'s day."""
+        bucket = self.bucket_for(at_ms)
+        self.txn.put(HIST_RUN + keys.by_job_key(row.job_id, row.nominal_ms), enc.encode(row), db=bucket)
+        self.txn.put(HIST_STATUS + status_key_of(owner, row), b"", db=bucket)
+
+    # -- jobs ----------------------------------------------------------------------
+
+    def put_job(self, job: Job, job_key: bytes | None = None) -> None:
+        """`job_key` is `keys.job_key(job.id)` when the caller has it."""
+        self.jobs_cursor().put(keys.job_key(job.id) if job_key is None else job_key, enc.encode(job))
+
+    def relabel(self, old: Job, job: Job) -> None:
+        """Moves the job's rows of the jobs-by-label index from `old`'s labels to `job`'s."""
+        job_key = keys.job_key(job.id)
+        before, after = set(label_keys(old, job_key)), set(label_keys(job, job_key))
+        for key in sorted(before - after):
+            must(self.txn.delete(key, db=self.by_label), "a labelled job had its index row")
+        for key in sorted(after - before):
+            self.txn.put(key, b"", db=self.by_label)
+
+    def delete_job_rows(self, job: Job) -> None:
+        """Every row of the job: its open runs, its runs in history, its
+        outcome, its own row and its index rows, and its request key
+        (a later create with that key makes a new job rather than
+        answering with a deleted one). Its events stay."""
+        by_job = self.txn.cursor(db=self.by_job)
+        prefix = keys.job_key(job.id)
+        found = by_job.set_range(prefix)
+        while found and by_job.key().startswith(prefix):
+            runs_key = by_job.value()
+            self.drop_run(runs_key, self.run_at(runs_key), job)
+            found = by_job.delete()
+        head = HIST_RUN + prefix
+        for _, db in self.history():
+            cur = self.txn.cursor(db=db)
+            found = cur.set_range(head)
+            while found and cur.key().startswith(head):
+                held = run_dec.decode(cur.value())
+                must(self.txn.delete(HIST_STATUS + status_key_of(job.owner, held), db=db),
+                     "a run in history has its status row")
+                found = cur.delete()
+        self.outcome_counts.pop(prefix, None)  # its runs' counts go with it
+        self.txn.delete(prefix, db=self.outcomes)
+        must(self.txn.delete(prefix, db=self.jobs), "a job deleted has its row")
+        must(self.txn.delete(keys.owner_job_key(job.owner, job.id), db=self.by_owner),
+             "a job deleted has its row in its owner's index")
+        for key in label_keys(job, prefix):
+            must(self.txn.delete(key, db=self.by_label), "a labelled job had its index row")
+        if job.request_key is not None:
+            self.txn.delete(keys.request_key(job.owner, job.request_key), db=self.reqkeys)
+
+    # -- runs --------------------------------------------------------------------
+
+    def put_run(
+        self,
+        run: Run,
+        old_key: bytes | None = None,
+        old_status: str | None = None,
+        job: Job | None = None,
+        *,
+        job_key: bytes | None = None,
+    ) -> bytes:
+        """Writes `run` at the key of its due time, moving its row when the due
+        time changed; keeps the runs-by-job index, the open-minute counts and
+        the change feed in step. `old_status` is the status stored at `old_key`;
+        `job_key` is `keys.job_key(run.job_id)` when the caller has it."""
+        assert (old_key is None) == (old_status is None)
+        if job_key is None:
+            job_key = keys.job_key(run.job_id)
+        key = keys.run_key_of(job_key, run.job_id, run.nominal_ms, run.due_ms)
+        if old_key is not None and old_key != key:
+            must(self.txn.delete(old_key, db=self.runs), "a run moves from the row it had")
+        self.txn.put(key, enc.encode(run), db=self.runs)
+        if old_key != key:
+            self.txn.put(keys.by_job_key_of(job_key, run.nominal_ms), key, db=self.by_job)
+        self._count_open(old_key if old_status in OPEN else None, key if run.status in OPEN else None)
+        old_row = (old_status, keys.due_of(old_key)) if old_status in OPEN and old_key is not None else None
+        new_row = (run.status, run.due_ms) if run.status in OPEN else None
+        if old_row != new_row:
+            self._move_open_row(run, old_row, new_row, job)
+        moved = old_key != key
+        if old_key is not None and old_status == "waiting" and (run.status != "waiting" or moved):
+            self.changes.left.append(old_key)
+        if run.status == "waiting" and (old_status != "waiting" or moved):
+            self.changes.woken.append((key, run, job))
+        if old_key is not None and old_status == "claimed" and run.status != "claimed":
+            self.changes.gone.append(old_key)
+        return key
+
+    def put_run_in_place(
+        self, run: Run, runs_key: bytes, old_status: str, job: Job | None = None, job_key: bytes | None = None
+    ) -> None:
+        """`put_run` for a run whose due time did not change (a claim): its row
+        stays at `runs_key`, so the runs-by-job index and the open-minute
+        counts stay as they are; the change feed and the runs-by-status
+        index move. `job_key` is `keys.job_key(run.job_id)` when the caller
+        has it."""
+        assert old_status in OPEN and run.status in OPEN
+        assert keys.due_of(runs_key) == run.due_ms, "the due time is in the key"
+        self.runs_cursor().put(runs_key, enc.encode(run))
+        if old_status != run.status:
+            self._move_open_row(run, (old_status, run.due_ms), (run.status, run.due_ms), job, job_key=job_key)
+        if old_status == "waiting" and run.status != "waiting":
+            self.changes.left.append(runs_key)
+        if run.status == "waiting" and old_status != "waiting":
+            self.changes.woken.append((runs_key, run, None))
+        if old_status == "claimed" and run.status != "claimed":
+            self.changes.gone.append(runs_key)
+
+    def drop_run(self, runs_key: bytes, run: Run, job: Job | None = None) -> None:
+        must(self.txn.delete(runs_key, db=self.runs), "a run dropped has its row")
+        self._count_open(runs_key if run.status in OPEN else None, None)
+        if run.status in OPEN:
+            self._move_open_row(run, (run.status, keys.due_of(runs_key)), None, job)
+        if run.status == "waiting":
+            self.changes.left.append(runs_key)
+        elif run.status == "claimed":
+            self.changes.gone.append(runs_key)
+
+    def finish_run(
+        self,
+        run: Run,
+        runs_key: bytes,
+        old_status: str,
+        at_ms: int,
+        by_job_key: bytes | None = None,
+        job: Job | None = None,
+    ) -> None:
+        """Moves a run that just finished (or was cancelled) at `at_ms` out of
+        the open tables into the history bucket of that day: two deletes and
+        one put, whatever the history holds. `by_job_key` is
+        `keys.by_job_key(run.job_id, run.nominal_ms)` when the caller has it."""
+        assert run.status in FINISHED and old_status in OPEN
+        if run.buffered:
+            # Cancelled while buffered (a pause, a cancel): it never fell
+            # due, and is listed at when it ended, not at the far due time.
+            run.buffered = False
+            run.due_ms = at_ms
+        if by_job_key is None:
+            by_job_key = keys.by_job_key(run.job_id, run.nominal_ms)
+        _delete_at(self.runs_cursor(), runs_key)
+        _delete_at(self.by_job_cursor(), by_job_key)
+        self.history_cursor(at_ms, HIST_RUN).put(HIST_RUN + by_job_key, enc.encode(run))
+        self._count_open(runs_key, None)
+        owner = self.owner_of(run.job_id, job)
+        job_key = by_job_key[: keys.JOB_KEY_BYTES]
+        self._move_open_row(run, (old_status, keys.due_of(runs_key)), None, job, owner, job_key)
+        status_key = keys.status_key_of(owner, keys.status_code(run.status), index_ms(run), job_key, run.nominal_ms)
+        self.history_cursor(at_ms, HIST_STATUS).put(HIST_STATUS + status_key, b"")
+        self._count_outcome(job_key, run)
+        if old_status == "waiting":
+            self.changes.left.append(runs_key)
+        else:
+            self.changes.gone.append(runs_key)
+
+    # -- indexes and counts ------------------------------------------------------
+
+    def _move_open_row(
+        self,
+        run: Run,
+        old: tuple[str, int] | None,
+        new: tuple[str, int] | None,
+        job: Job | None,
+        owner: str | None = None,
+        job_key: bytes | None = None,
+    ) -> None:
+        """Moves an open run's row of the runs-by-status index from (status,
+        due ms) `old` to `new` (None: no row). `owner` and `job_key` are the
+        job's owner and `keys.job_key(run.job_id)` when the caller has them."""
+        if owner is None:
+            owner = self.owner_of(run.job_id, job)
+        if job_key is None:
+            job_key = keys.job_key(run.job_id)
+        cur = self.by_status_cursor()
+        if old is not None:
+            old_key = keys.status_key_of(owner, keys.STATUS_CODE[old[0]], old[1], job_key, run.nominal_ms)
+            _delete_at(cur, old_key, "an open run had no runs-by-status row")
+        if new is not None:
+            new_key = keys.status_key_of(owner, keys.STATUS_CODE[new[0]], new[1], job_key, run.nominal_ms)
+            cur.put(new_key, b"")
+        # The held-runs index, of jobs with an overlap policy only (a job
+        # without one has no rows: `reset_held_rows` when a patch changes
+        # that). `run` is the new state; of the old one only (status, due)
+        # is known, which tells whether it may have been held. A caller
+        # without the job at hand is one whose run becomes held only for a
+        # job without a policy (a one-off's claim).
+        if job is not None and job.overlap is None:
+            return
+        if new is not None and job is not None and is_held(run):
+            self.held_cursor().put(keys.by_job_key_of(job_key, run.nominal_ms), b"")
+        elif old is not None and may_be_held(*old):
+            held = self.held_cursor()
+            if held.set_key(keys.by_job_key_of(job_key, run.nominal_ms)):
+                held.delete()
+
+    def hold_row(self, job_id: str, nominal_ms: int) -> None:
+        """A row of the held-runs index for a run that became one its
+        job's policy looks at without moving (a backfill run adopted)."""
+        self.held_cursor().put(keys.by_job_key(job_id, nominal_ms), b"")
+
+    def reset_held_rows(self, job: Job) -> None:
+        """The job's rows of the held-runs index after a patch gave it an
+        overlap policy (a row for each run it holds, read from all its open
+        runs once) or took its policy away (none)."""
+        job_key = keys.job_key(job.id)
+        cur = self.held_cursor()
+        while cur.set_range(job_key) and cur.key().startswith(job_key):
+            cur.delete()
+        if job.overlap is None:
+            return
+        for nominal_ms, runs_key in self.slots_desc(job.id, 0, 1 << 63):
+            if is_held(self.run_at(runs_key)):
+                cur.put(keys.by_job_key_of(job_key, nominal_ms), b"")
+
+    def _count_outcome(self, job_key: bytes, run: Run) -> None:
+        """Counts a run that just finished into its job's outcome, kept in
+        `outcome_counts` until `flush`: a job's outcome is read and written
+        once a transaction however many of its runs finish in it."""
+        outcome = self.outcome_counts.get(job_key)
+        if outcome is None:
+            raw = self.outcomes_cursor().get(job_key)
+            outcome = self.outcome_counts[job_key] = JobOutcome() if raw is None else outcome_dec.decode(raw)
+        add_to_outcome(outcome, run)
+
+    def uncount_cancelled(self, job_key: bytes) -> None:
+        """A cancelled run of the job came back to waiting (a resume): it
+        no longer counts in the job's `cancelled`, so a cancel after it
+        counts it once."""
+        outcome = self.outcome_counts.get(job_key)
+        if outcome is None:
+            raw = self.outcomes_cursor().get(job_key)
+            assert raw is not None, "a cancelled run was counted"
+            outcome = self.outcome_counts[job_key] = outcome_dec.decode(raw)
+        assert outcome.cancelled > 0, "a cancelled run was counted"
+        outcome.cancelled -= 1
+
+    def _count_open(self, old_key: bytes | None, new_key: bytes | None) -> None:
+        old_minute = None if old_key is None else MINUTE.unpack(old_key[:4])[0]
+        new_minute = None if new_key is None else MINUTE.unpack(new_key[:4])[0]
+        if old_minute == new_minute:
+            return
+        if old_minute is not None:
+            self.add_open(old_minute, -1)
+        if new_minute is not None:
+            self.add_open(new_minute, 1)
+
+    def add_open(self, minute: int, delta: int) -> None:
+        self.open_deltas[minute] = self.open_deltas.get(minute, 0) + delta
+
+    def flush(self) -> None:
+        """Writes what the entry accumulated; called once, before the commit."""
+        for minute, delta in self.open_deltas.items():
+            if delta == 0:
+                continue
+            key = MINUTE.pack(minute)
+            raw = self.txn.get(key, db=self.open)
+            count = (0 if raw is None else U64.unpack(raw)[0]) + delta
+            assert count >= 0, f"open runs of minute {minute} below zero"
+            if count == 0:
+                self.txn.delete(key, db=self.open)
+            else:
+                self.txn.put(key, U64.pack(count), db=self.open)
+        if self.event_seq is not None:
+            self.txn.put(EVENT_SEQ, U64.pack(self.event_seq), db=self.meta)
+        if self.outcome_counts:
+            cur = self.outcomes_cursor()
+            for job_key in sorted(self.outcome_counts):
+                cur.put(job_key, enc.encode(self.outcome_counts[job_key]))
+            self.outcome_counts.clear()
+
+    # -- events ------------------------------------------------------------------
+
+    def append_event(self, owner: str, event: Event) -> None:
+        self.history_cursor(event.at_ms, HIST_EVENT).put(*self.event_row(owner, event))
+
+    def event_row(self, owner: str, event: Event) -> tuple[bytes, bytes]:
+        """The next event's key and value in its day's history bucket, its
+        sequence number taken; the caller puts them (`append_event`, or
+        `NewRows.put` for a batch's `job.created`, in one `putmulti`)."""
+        if self.event_seq is None:
+            raw = self.txn.get(EVENT_SEQ, db=self.meta)
+            self.event_seq = 0 if raw is None else U64.unpack(raw)[0]
+        self.event_seq += 1
+        self.changes.event_owners.add(owner)
+        return HIST_EVENT + keys.event_key(owner, self.event_seq), enc.encode(event)
+
+
+class NewRows:
+    """Rows of new jobs, their runs and index entries, put per table in one
+    call: py-lmdb's `putmulti` costs half what one `put` a row does."""
+
+    __slots__ = ("by_job", "by_label", "by_owner", "by_status", "events", "jobs", "runs")
+
+    def __init__(self) -> None:
+        self.jobs: list[tuple[bytes, bytes]] = []
+        self.runs: list[tuple[bytes, bytes]] = []
+        self.by_job: list[tuple[bytes, bytes]] = []
+        self.by_owner: list[tuple[bytes, bytes]] = []
+        self.by_status: list[tuple[bytes, bytes]] = []
+        self.by_label: list[tuple[bytes, bytes]] = []
+        self.events: list[tuple[int, tuple[bytes, bytes]]] = []  # (at_ms, row): their `job.created`
+
+    def add(self, t: Tables, job: Job, first_due_ms: int | None) -> None:
+        """A new job's rows, with its first run's (waiting, due at
+        `first_due_ms`) unless that is None, and its `job.created` event:
+        `Tables.put_run` of a run with no old row, spelled out."""
+        key = keys.job_key(job.id)
+        self.jobs.append((key, enc.encode(job)))
+        if first_due_ms is not None:
+            assert job.slot_ms is not None
+            run = Run(job.id, job.slot_ms, first_due_ms, "waiting")
+            runs_key, by_job_key = keys.new_run_keys(key, job.id, job.slot_ms, first_due_ms)
+            self.runs.append((runs_key, enc.encode(run)))
+            self.by_job.append((by_job_key, runs_key))
+            self.by_status.append((status_key_of(job.owner, run), b""))
+            minute = first_due_ms // limits.minute_ms  # `add_open`, inline: one call fewer a job
+            t.open_deltas[minute] = t.open_deltas.get(minute, 0) + 1
+            t.changes.woken.append((runs_key, run, job))
+        self.by_owner.append((keys.owner_prefix(job.owner) + key, b""))
+        if job.labels:
+            self.by_label += [(k, b"") for k in label_keys(job, key)]
+        # `created_at_ms` is the command's stamp (docs/api.md "Events").
+        event = Event("job.created", job.created_at_ms, job.id, None, {"version": job.version})
+        self.events.append((event.at_ms, t.event_row(job.owner, event)))
+
+    def put(self, t: Tables) -> None:
+        """Puts what is gathered and empties the lists. Every key is new (it
+        holds the job's fresh ID), so each row adds one: a job ID drawn
+        twice stops the node here."""
+        for rows, db in (
+            (self.jobs, t.jobs), (self.runs, t.runs), (self.by_job, t.by_job), (self.by_owner, t.by_owner),
+            (self.by_status, t.by_status), (self.by_label, t.by_label),
+        ):
+            if rows:
+                with t.txn.cursor(db=db) as cursor:
+                    consumed, added = cursor.putmulti(rows, overwrite=False)
+                assert consumed == added == len(rows), "a new job's row existed"
+                rows.clear()
+        # Each event goes to the bucket of its day: one `putmulti` a day
+        # (a command's jobs share its stamp, so one in all).
+        days: dict[int, tuple[int, list[tuple[bytes, bytes]]]] = {}
+        for at_ms, row in self.events:
+            days.setdefault(at_ms // limits.day_ms, (at_ms, []))[1].append(row)
+        for at_ms, day_rows in days.values():
+            consumed, added = t.history_cursor(at_ms, HIST_EVENT).putmulti(day_rows, overwrite=False)
+            assert consumed == added == len(day_rows), "an event's sequence number was taken"
+        self.events.clear()
