@@ -92,7 +92,9 @@ class Console:
         self.env = jinja2.Environment(
             loader=jinja2.PackageLoader("tempo.ui", "templates"),
             autoescape=True,  # names, labels, outputs and errors are the users'
-            undefined=jinja2.StrictUndefined,
+            # The API leaves out fields it has no value for (omit_defaults): a
+            # missing one renders as nothing.
+            undefined=jinja2.ChainableUndefined,
             trim_blocks=True, lstrip_blocks=True,
         )
         self.env.filters["words"] = present.schedule_words
