@@ -8,7 +8,13 @@ from typing import Any
 from urllib.parse import urlencode
 
 import trio
-from hypercorn.typing import ASGIFramework, ASGIReceiveEvent, ASGISendEvent, HTTPScope
+from hypercorn.typing import (
+    ASGIFramework,
+    ASGIReceiveEvent,
+    ASGISendEvent,
+    ConnectionState,
+    HTTPScope,
+)
 
 
 @dataclass(slots=True)
@@ -71,6 +77,7 @@ class ApiCaller:
             "scheme": self.outer.get("scheme", "http"), "path": path, "raw_path": path.encode(),
             "query_string": raw_query, "root_path": "", "headers": head,
             "client": self.outer.get("client"), "server": self.outer.get("server"), "extensions": {},
+            "state": ConnectionState({}),
         }
         sent_body = False
         status = 500

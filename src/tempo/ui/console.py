@@ -23,6 +23,10 @@ log = logging.getLogger("tempo.ui")
 FORM_BYTES_MAX = 64 * 1024
 # Jobs one bulk action acts on at most; more is refused before any is touched.
 BULK_JOBS_MAX = 10_000
+# How far the home page counts jobs of a state and runs of a status: past
+# this it says "100+". Counting further would scan further (a state filter
+# reads up to `limits.jobs_filter_rows_max` jobs a page).
+HOME_COUNT_MAX = 100
 # Rows of a table page.
 PAGE_ROWS = 50
 # How often the live stream looks for a change, and how long one stream
@@ -116,7 +120,7 @@ class Console:
             return
         try:
             status, body, headers = await self._answer(scope, receive, send)
-        except Exception as exc:  # noqa: BLE001 - answered 500 and logged, as the API does
+        except Exception as exc:
             error_id = secrets.token_hex(8)
             log.error("unexpected error answering %s %r, error_id %s", scope["method"], scope["path"], error_id,
                       exc_info=exc, extra={"error_id": error_id})
@@ -140,38 +144,52 @@ class Console:
         if not seed or len(seed) > 64:
             seed = secrets.token_urlsafe(24)
             set_cookies.append((b"set-cookie", security.cookie(security.CSRF_COOKIE, seed, secure=self.tls)))
-        form: dict[str, str] = {}
-        if method == "POST":
-            try:
-                form = await _read_form(receive)
-            except ValueError as exc:
-                return self._error(scope, 413, str(exc), set_cookies)
-            if not self.sessions.csrf_ok(seed, form.get("csrf")):
-                return self._error(scope, 403, "the form's CSRF token is missing or stale: reload the page and send it again",
-                                   set_cookies)
-        elif method not in ("GET", "HEAD"):
-            return self._error(scope, 405, f"{method} is not allowed on {scope['path']}", set_cookies)
+        refusal, form = await self._checked_form(scope, receive, seed)
+        if refusal is not None:
+            return self._error(scope, *refusal, set_cookies)
         token = self.sessions.open(cookies.get(security.SESSION_COOKIE)) if self.auth_enabled else None
         page = Page(scope, ApiCaller(self.api, scope, token), self.sessions.csrf_for(seed), form, token is not None)
+        status, body, headers = await self._dispatch(page, parts, send)
+        return status, body, [*set_cookies, *headers]
+
+    async def _checked_form(
+        self, scope: HTTPScope, receive: ASGIReceiveCallable, seed: str
+    ) -> tuple[tuple[int, str] | None, dict[str, str]]:
+        """A POST's form once its CSRF token is checked; or why it is refused."""
+        method = scope["method"]
+        if method in ("GET", "HEAD"):
+            return None, {}
+        if method != "POST":
+            return (405, f"{method} is not allowed on {scope['path']}"), {}
+        try:
+            form = await _read_form(receive)
+        except ValueError as exc:
+            return (413, str(exc)), {}
+        if not self.sessions.csrf_ok(seed, form.get("csrf")):
+            return (403, "the form's CSRF token is missing or stale: reload the page and send it again"), {}
+        return None, form
+
+    async def _dispatch(
+        self, page: Page, parts: list[str], send: ASGISendCallable
+    ) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
+        scope, method = page.scope, page.scope["method"]
         if parts[:1] in (["login"], ["logout"]):
-            status, body, headers = await self._login(page, parts[0], method)
-            return status, body, [*set_cookies, *headers]
-        if self.auth_enabled and token is None:
+            return await self._login(page, parts[0], method)
+        if self.auth_enabled and not page.logged_in:
             target = scope["path"] + (f"?{scope['query_string'].decode('latin-1')}" if scope.get("query_string") else "")
             if method == "GET" and parts[:1] != ["live"]:
-                return 303, b"", [*set_cookies, (b"location", f"/ui/login?next={quote(target)}".encode())]
-            return self._error(scope, 401, "log in first", set_cookies)
+                return 303, b"", [(b"location", f"/ui/login?next={quote(target)}".encode())]
+            return self._error(scope, 401, "log in first", [])
         if parts[:1] == ["live"]:
             await self._live(page, send)
             return 0, b"", []
         handler = self._route(method, parts)
         if handler is None:
-            return self._error(scope, 404, f"no such page {scope['path']}", set_cookies, page)
+            return self._error(scope, 404, f"no such page {scope['path']}", [], page)
         try:
-            status, body, headers = await handler(page, parts)
+            return await handler(page, parts)
         except Refused as refused:
-            return self._refused(page, refused.answer, set_cookies)
-        return status, body, [*set_cookies, *headers]
+            return self._refused(page, refused.answer, [])
 
     def _route(self, method: str, parts: list[str]) -> Handler | None:
         gets: dict[tuple[str, ...], Handler] = {
@@ -264,7 +282,7 @@ class Console:
         hour_ago = present.iso(now - timedelta(hours=1))
         counts = {}
         for state in STATES:
-            found = await page.get("/v1/jobs", {"state": state, "limit": str(limits.page_limit_max)})
+            found = await page.get("/v1/jobs", {"state": state, "limit": str(HOME_COUNT_MAX)})
             counts[state] = (len(found["jobs"]), found["next_cursor"] is not None)
         recent = {}
         for status, query in (
@@ -273,7 +291,7 @@ class Console:
             ("failed", {"status": "failed", "since": hour_ago}),
             ("missed", {"status": "missed", "since": hour_ago}),
         ):
-            found = await page.get("/v1/runs", {**query, "limit": str(limits.page_limit_max)})
+            found = await page.get("/v1/runs", {**query, "limit": str(HOME_COUNT_MAX)})
             recent[status] = (len(found["runs"]), found["next_cursor"] is not None)
         failures = (await page.get("/v1/runs", {"status": "failed", "limit": "10"}))["runs"]
         metrics = await page.api.call("GET", "/metrics")

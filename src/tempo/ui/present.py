@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from cron_descriptor import Options, get_description
+from cron_descriptor import Options, get_description  # type: ignore[import-untyped]  # the library ships no types
 from prometheus_client.parser import text_string_to_metric_families
 
 # Samples the home chart keeps: one per poll of the page's chart.
@@ -105,7 +105,7 @@ class Chart:
 
     def points(self) -> list[tuple[float, float, float | None, float | None]]:
         """(seconds before the last sample, runs started per second, p50 s, p99 s) per interval."""
-        out = []
+        out: list[tuple[float, float, float | None, float | None]] = []
         items = list(self.samples)
         if not items:
             return out
