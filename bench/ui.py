@@ -19,49 +19,18 @@ import tempfile
 import time
 
 import httpx
-import msgspec
 import trio
 
 sys.path.insert(0, os.path.dirname(__file__))
 from _server import Node, start, stop_timeout_s, table
-from scale import BATCH, iso
+from scale import fill
 
 P95_TARGET_MS = 100.0
-CONCURRENCY = 4
-_enc = msgspec.json.Encoder()
 
 
-async def fill(url: str, jobs: int) -> float:
-    """N one-off jobs due over the next 30 days; every tenth labelled `tier:gold`."""
-    start_ms = int(time.time() * 1000) + 3_600_000
-    span_ms = 30 * 86_400_000
-    next_batch = 0
-    batches = (jobs + BATCH - 1) // BATCH
-
-    async def client() -> None:
-        nonlocal next_batch
-        async with httpx.AsyncClient(base_url=url, timeout=300.0) as http:
-            while next_batch < batches:
-                k = next_batch
-                next_batch += 1
-                items = [
-                    {
-                        "name": f"job-{i:07d}",
-                        "target": f"queue:ui-{i % 16}",
-                        "schedule": {"at": iso(start_ms + (i * 7919 % jobs) * span_ms // jobs)},
-                        **({"labels": {"tier": "gold"}} if i % 10 == 0 else {}),
-                    }
-                    for i in range(k * BATCH, min(jobs, (k + 1) * BATCH))
-                ]
-                r = await http.post("/v1/jobs/batch", content=_enc.encode({"jobs": items}),
-                                    headers={"content-type": "application/json"})
-                assert r.status_code == 200, r.text
-
-    started = time.monotonic()
-    async with trio.open_nursery() as nursery:
-        for _ in range(CONCURRENCY):
-            nursery.start_soon(client)
-    return time.monotonic() - started
+def extra(i: int) -> dict:
+    """Every job named, on one of 16 queues; every tenth labelled `tier:gold`."""
+    return {"name": f"job-{i:07d}", "target": f"queue:ui-{i % 16}", **({"labels": {"tier": "gold"}} if i % 10 == 0 else {})}
 
 
 def failures(http: httpx.Client, count: int) -> tuple[str, str]:
@@ -101,12 +70,12 @@ def main() -> int:
     rows = []
     try:
         start(server)
-        fill_s = trio.run(fill, server.url, args.jobs) if refill else 0.0
+        fill_s = trio.run(fill, server.url, args.jobs, 30.0, 3600.0, extra) if refill else 0.0
         with httpx.Client(base_url=server.url, timeout=60) as http:
             job_id, run_id = failures(http, 5)
             some = http.get("/v1/jobs", params={"limit": 1}).json()["jobs"][0]["id"]
             pages = [
-                "/ui/", "/ui/jobs", "/ui/jobs?label=tier%3Agold", "/ui/jobs?state=active&name_prefix=job-00",
+                "/ui/", "/ui/counts", "/ui/jobs", "/ui/jobs?label=tier%3Agold", "/ui/jobs?state=active&name_prefix=job-00",
                 f"/ui/jobs/{some}", f"/ui/jobs/{job_id}", "/ui/runs", "/ui/runs?status=failed",
                 f"/ui/runs/{run_id}", "/ui/events", "/ui/cluster",
             ]

@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from conftest import Server, as_token, configured_server, job_body, tokens_config
+from conftest import as_token, configured_server, job_body, tokens_config
 
 playwright_api = pytest.importorskip("playwright.sync_api")
 CHROMIUM = os.environ.get("TEMPO_CHROMIUM", "/usr/bin/chromium")
@@ -34,12 +34,8 @@ def browser():
 
 
 @pytest.fixture(scope="module")
-def srv(tmp_path_factory):
-    server = Server(tmp_path_factory.mktemp("ui-browser") / "data")
-    try:
-        yield server.start()
-    finally:
-        server.cleanup()
+def srv(open_server):
+    return open_server
 
 
 @pytest.fixture(scope="module")
@@ -143,7 +139,14 @@ def test_the_other_pages_render_and_are_captured(srv, api, page):
         expect(page.locator("h1")).to_have_text(heading)
         if name == "home":
             expect(page.locator(".chart svg")).to_be_visible()
-            page.wait_for_timeout(2500)  # a second sample for the chart
+            # Runs started between two samples of the chart (the page polls every 2 s).
+            for _ in range(2):
+                for i in range(20):
+                    create(api, name=f"chart-{i}", target="queue:chart", schedule={"at": "2020-01-01T00:00:00Z"})
+                assert api.post("/v1/claim", json={"worker": "w", "queues": ["chart"], "max_runs": 100,
+                                                   "wait_s": 5}).json()["runs"]
+                page.wait_for_timeout(2300)
+            expect(page.locator(".chart polyline").first).to_have_attribute("points", re.compile(r"\d.*,.*\d"))
         page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
     page.goto(f"{srv.url}/ui/runs?status=failed")
     expect(page.locator("table.runs")).to_contain_text("failed")

@@ -17,15 +17,6 @@ TOKENS = {
 
 
 @pytest.fixture(scope="module")
-def open_server(tmp_path_factory):
-    srv = Server(tmp_path_factory.mktemp("ui-open") / "data")
-    try:
-        yield srv.start()
-    finally:
-        srv.cleanup()
-
-
-@pytest.fixture(scope="module")
 def secured(tmp_path_factory):
     with configured_server(tmp_path_factory.mktemp("ui-auth"), tokens_config(TOKENS)) as srv:
         yield srv
