@@ -119,7 +119,8 @@ class Chart:
     def svg(self, width: int = 600, height: int = 120) -> dict[str, Any]:
         """Polyline points for the template's inline SVG."""
         pts = self.points()
-        horizon = max(CHART_SAMPLES_MAX * 2.0, max((p[0] for p in pts), default=1.0))
+        # The x axis spans the samples held (up to CHART_SAMPLES_MAX polls).
+        horizon = max(max((p[0] for p in pts), default=0.0), 1.0)
         rate_max = max([p[1] for p in pts] + [1.0])
         late_max = max([p[3] or 0.0 for p in pts] + [0.01])
 
@@ -140,6 +141,7 @@ class Chart:
             "p99": line([(p[0], p[3]) for p in pts], late_max),
             "rate_max": rate_max, "late_max": late_max,
             "last": pts[-1] if pts else None,
+            "span_s": horizon if pts else 0.0,
         }
 
 
