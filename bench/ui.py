@@ -73,7 +73,7 @@ def main() -> int:
         fill_s = trio.run(fill, server.url, args.jobs, 30.0, 3600.0, extra) if refill else 0.0
         with httpx.Client(base_url=server.url, timeout=60) as http:
             job_id, run_id = failures(http, 5)
-            some = http.get("/v1/jobs", params={"limit": 1}).json()["jobs"][0]["id"]
+            some = http.get("/v1/jobs", params={"limit": 1, "name_prefix": "job-"}).json()["jobs"][0]["id"]
             pages = [
                 "/ui/", "/ui/counts", "/ui/jobs", "/ui/jobs?label=tier%3Agold", "/ui/jobs?state=active&name_prefix=job-00",
                 f"/ui/jobs/{some}", f"/ui/jobs/{job_id}", "/ui/runs", "/ui/runs?status=failed",
