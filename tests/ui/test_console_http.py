@@ -13,6 +13,7 @@ TOKENS = {
     "acme-client": ("acme", "client", None),
     "acme-worker": ("acme", "worker", ["reports"]),
     "globex-client": ("globex", "client", None),
+    "root-admin": ("ops", "admin", None),
 }
 
 
@@ -206,6 +207,17 @@ def test_a_client_sees_and_touches_only_its_owners_jobs(secured):
         assert c.get(f"/v1/jobs/{mine['id']}").json()["state"] == "paused"
 
 
+def test_an_admin_sees_every_owners_jobs(secured):
+    theirs = create(secured, "globex-client", name="globex-for-admin")
+    mine = create(secured, "acme-client", name="acme-for-admin")
+    with Browserless(secured.url) as b:
+        assert b.login("root-admin").status_code == 303
+        listing = b.get("/ui/jobs").text
+        assert "globex-for-admin" in listing and "acme-for-admin" in listing
+        assert b.get(f"/ui/jobs/{theirs['id']}").status_code == 200
+        assert b.get(f"/ui/jobs/{mine['id']}").status_code == 200
+
+
 def test_the_live_stream_needs_a_session(secured):
     with Browserless(secured.url) as b:
         assert b.get("/ui/live").status_code == 401
@@ -222,3 +234,17 @@ def test_ui_enabled_false_leaves_only_the_api(tmp_path):
         assert c.get("/").status_code == 404
         assert c.get("/v1/jobs").status_code == 200
         wait_for(lambda: c.get("/readyz").status_code == 200)
+
+
+def test_the_live_stream_says_when_the_node_applied_more(open_server):
+    with httpx.Client(base_url=open_server.url, timeout=30) as c, c.stream("GET", "/ui/live") as stream:
+        assert stream.status_code == 200
+        assert stream.headers["content-type"] == "text/event-stream"
+        lines = stream.iter_lines()
+        first = next(lines)
+        assert first.startswith("data: ")
+        create(open_server, name="live-change")
+        for line in lines:
+            if line.startswith("data: "):
+                assert int(line[6:]) > int(first[6:])
+                break

@@ -37,3 +37,20 @@ def test_the_chart_reads_rate_and_lateness_quantiles_between_samples():
     assert ago == 0.0 and rate == 100.0  # 200 claims in 2 s
     assert p50 == 0.01 and p99 == 0.1  # the bucket bounds the quantiles fall in
     assert chart.svg()["rate"]
+
+
+def test_a_session_cookie_opens_only_as_sealed_and_with_the_same_key():
+    from tempo.ui.security import Sessions, cookie, derive_key
+
+    key = derive_key([b"\x01" * 32], None)
+    assert key == derive_key([b"\x01" * 32], None)  # from the config: every node alike
+    assert key != derive_key([b"\x02" * 32], None)  # other tokens: every session ends
+    sessions = Sessions(key)
+    sealed = sessions.seal("acme-client")
+    assert sessions.open(sealed) == "acme-client"
+    assert sessions.open(sealed[:-2] + ("AA" if not sealed.endswith("AA") else "BB")) is None
+    assert sessions.open("acme-client") is None and sessions.open(None) is None
+    assert Sessions(derive_key([b"\x02" * 32], None)).open(sealed) is None
+    assert sessions.csrf_ok("seed", sessions.csrf_for("seed"))
+    assert not sessions.csrf_ok("seed", sessions.csrf_for("other")) and not sessions.csrf_ok(None, "x")
+    assert b"Secure" in cookie("s", "v", secure=True) and b"Secure" not in cookie("s", "v", secure=False)
