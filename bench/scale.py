@@ -34,7 +34,13 @@ def iso(at_ms: int) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{millis:03d}Z"
 
 
-async def fill(url: str, jobs: int, days: float, start_in_s: float) -> float:
+def _no_extra(i: int) -> dict:
+    return {}
+
+
+async def fill(url: str, jobs: int, days: float, start_in_s: float, extra=_no_extra) -> float:
+    """Stores `jobs` one-off jobs due over `days` from `start_in_s` ahead;
+    `extra(i)` adds or replaces fields of the i-th job (bench/ui.py)."""
     start_ms = int(time.time() * 1000) + int(start_in_s * 1000)
     span_ms = int(days * 86_400_000)
     next_batch = 0
@@ -51,6 +57,7 @@ async def fill(url: str, jobs: int, days: float, start_in_s: float) -> float:
                     {
                         "target": f"queue:scale-{i % 64}",
                         "schedule": {"at": iso(start_ms + (i * 7919 % jobs) * span_ms // jobs)},
+                        **extra(i),
                     }
                     for i in range(k * BATCH, min(jobs, (k + 1) * BATCH))
                 ]

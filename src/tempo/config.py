@@ -83,6 +83,10 @@ map_bytes = 68719476736  # the LMDB map: the most data.mdb may hold. Left out,
                          # it is the data file plus the disk's free space at
                          # start, and grows when it fills while the disk has
                          # room; given, it is fixed.
+
+# The web console at /ui (docs/ui.md); on by default.
+[ui]
+enabled = false
 ```
 
 Positive integers for `runs_in_flight_max`, `claim_burst` and
@@ -200,6 +204,13 @@ class NotifyConfig:
 
 
 @dataclass(frozen=True)
+class UiConfig:
+    """`[ui]`: the web console at /ui (docs/ui.md), on unless `enabled = false`."""
+
+    enabled: bool = True
+
+
+@dataclass(frozen=True)
 class Config:
     tokens: tuple[Token, ...] = field(default_factory=tuple)
     peer_token: str | None = None
@@ -212,6 +223,7 @@ class Config:
     storage: Storage = field(default_factory=Storage)
     notify: NotifyConfig | None = None
     executor: ExecutorConfig = field(default_factory=ExecutorConfig)
+    ui: UiConfig = field(default_factory=UiConfig)
 
     def limits_of(self, owner: str) -> OwnerLimits:
         return self.owners.get(owner, self.limits)
@@ -408,7 +420,7 @@ def parse(text: str, base_dir: str = ".") -> Config:
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"not TOML: {exc}") from None
     unknown = set(data) - {"tokens", "peer_token", "retention_days", "limits", "owners", "tls", "http", "storage",
-                          "notify", "executor"}
+                          "notify", "executor", "ui"}
     if unknown:
         raise ConfigError(f"unknown keys {sorted(unknown)}")
     raw_tokens = data.get("tokens", [])
@@ -432,7 +444,16 @@ def parse(text: str, base_dir: str = ".") -> Config:
         storage=_storage(data.get("storage", {})),
         notify=_notify(data["notify"], os.path.abspath(base_dir)) if "notify" in data else None,
         executor=_executor(data.get("executor", {})),
+        ui=_ui(data.get("ui", {})),
     )
+
+
+def _ui(raw: object) -> UiConfig:
+    raw = _table("ui", raw, {"enabled"}, shape="a table ([ui])")
+    enabled = raw.get("enabled", True)
+    if type(enabled) is not bool:
+        raise ConfigError("ui.enabled: true or false")
+    return UiConfig(enabled)
 
 
 def _executor(raw: object) -> ExecutorConfig:

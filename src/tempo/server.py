@@ -50,6 +50,8 @@ from tempo.node.membership import Membership
 from tempo.node.replica import Phase, Replica
 from tempo.raft import Message
 from tempo.targets import TargetPolicy
+from tempo.ui import Console
+from tempo.ui.security import derive_key
 
 _NODE_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 log = logging.getLogger("tempo.server")
@@ -294,6 +296,15 @@ def _observe_stamps(node_clock: clock.Clock) -> Callable[[Changes], None]:
     return observe
 
 
+def _app(api: Api, config: Config) -> Api | Console:
+    """The API, with the web console at /ui in front of it unless the
+    config turns it off (docs/ui.md)."""
+    if not config.ui.enabled:
+        return api
+    key = derive_key([t.sha256 for t in config.tokens], config.peer_token)
+    return Console(api, auth_enabled=bool(config.tokens), key=key, tls=config.tls is not None)
+
+
 async def _serve_alone(
     options: ServeOptions, config: Config, store: Store, node_clock: clock.Clock, task_status: trio.TaskStatus[str]
 ) -> None:
@@ -320,7 +331,7 @@ async def _serve_alone(
                 await _start_leader_services(services, dispatcher, retention, notifier, policy)
                 async with trio.open_nursery() as http:
                     binds = await http.start(
-                        partial(hypercorn.trio.serve, api, _hypercorn_config(options, config.tls), shutdown_trigger=stop.wait)
+                        partial(hypercorn.trio.serve, _app(api, config), _hypercorn_config(options, config.tls), shutdown_trigger=stop.wait)
                     )
                     node.url = binds[0]
                     api.started = True
@@ -400,7 +411,7 @@ async def _serve_member(
             nursery.start_soon(_watch_signals, signals, stop, stopping, api, replica)
             async with trio.open_nursery() as http:
                 binds = await http.start(
-                    partial(hypercorn.trio.serve, api, _hypercorn_config(options, config.tls), shutdown_trigger=stop.wait)
+                    partial(hypercorn.trio.serve, _app(api, config), _hypercorn_config(options, config.tls), shutdown_trigger=stop.wait)
                 )
                 api.started = True
                 # A node started with --join is no member until the cluster adds it.
