@@ -92,3 +92,39 @@ def test_allow_entries(entry, parsed):
 def test_bad_allow_entries_are_refused(entry):
     with pytest.raises(PolicyError):
         parse_allow(entry)
+
+
+EMBEDDED = ["64:ff9b::a9fe:a9fe", "64:ff9b::a00:1", "64:ff9b::7f00:1", "64:ff9b:1::a9fe:a9fe", "64:ff9b:1::808:808",
+            "2002:a9fe:a9fe::", "2002:a00:1::1", "::a9fe:a9fe", "::7f00:1", "::127.0.0.1", "::10.0.0.1",
+            "2001:0:4136:e378:8000:63bf:3fff:fdd2"]
+
+
+@pytest.mark.parametrize("address", EMBEDDED)
+def test_with_tokens_an_ipv6_address_embedding_a_refused_ipv4_address_is_refused(address):
+    # ipaddress reports NAT64, 6to4 and IPv4-compatible addresses global; the
+    # request goes to the IPv4 address inside (docs/operations.md "Target policy").
+    assert TENANTS.why_address_refused(ipaddress.ip_address(address)) is not None
+    assert TENANTS.why_url_refused(f"http://[{address}]:8080/hook") is not None
+
+
+@pytest.mark.parametrize("address", ["64:ff9b::808:808", "2002:808:808::1", "::8.8.8.8", "2606:4700::1111"])
+def test_with_tokens_an_ipv6_address_embedding_a_global_ipv4_address_passes(address):
+    assert TENANTS.why_address_refused(ipaddress.ip_address(address)) is None
+
+
+def test_allow_opens_an_embedding_range_it_names_and_the_embedded_networks_it_names():
+    nat64 = TargetPolicy(loopback_allowed=False, allow_networks=(ipaddress.ip_network("64:ff9b::/96"),))
+    assert nat64.why_url_refused("http://[64:ff9b::a00:1]/") is None
+    ten = TargetPolicy(loopback_allowed=False, allow_networks=(ipaddress.ip_network("10.0.0.0/8"),))
+    assert ten.why_url_refused("http://[64:ff9b::a00:1]/") is None
+    assert ten.why_url_refused("http://[64:ff9b::a9fe:a9fe]/") is not None
+
+
+def test_the_clusters_own_nodes_are_refused_inside_nat64_too():
+    policy = TargetPolicy(loopback_allowed=False, peer_hosts=frozenset({"93.184.216.34"}))
+    assert "cluster" in policy.why_url_refused("http://[64:ff9b::93.184.216.34]/")
+
+
+def test_without_tokens_loopback_inside_an_ipv6_address_stays_allowed_and_the_rest_is_refused():
+    assert LOCAL.why_url_refused("http://[::127.0.0.1]/") is None
+    assert LOCAL.why_url_refused("http://[64:ff9b::a9fe:a9fe]/") is not None

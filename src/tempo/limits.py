@@ -284,7 +284,9 @@ assert batch_body_bytes_max <= body_bytes_in_flight_setting_min
 # follower whose applied index is more than this many log entries behind its
 # leader's commit index (heartbeats carry it) answers `/readyz` 503, and
 # `tempo cluster status` counts it as lagging. A follower that keeps up is a
-# round trip behind: a few entries, each a group-commit batch.
+# round trip behind: a few entries, each a group-commit batch. The same bound
+# holds for any node's own committed entries not yet applied: fewer are the
+# normal state under load, not a reason for 503 ("Readiness and health").
 follower_lag_entries_max = 32
 # A node whose applied index has not moved for this long while work is
 # pending (a leader's own writes, a follower's entries its leader has not

@@ -58,8 +58,6 @@ def parse_allow(entry: str) -> Network | str:
 
 def _why_not_global(address: Address) -> str | None:
     """Why `address` is not a globally routable one, or None if it is."""
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        return _why_not_global(address.ipv4_mapped)
     if address.is_loopback:
         return "a loopback address"
     if address.is_link_local:
@@ -78,6 +76,34 @@ def _why_not_global(address: Address) -> str | None:
 
 
 _UNIQUE_LOCAL = ipaddress.ip_network("fc00::/7")
+# IPv6 ranges whose addresses carry an IPv4 address in their last 32 bits,
+# a request to which reaches that IPv4 address (through a NAT64 gateway, or
+# the host's own IPv4 stack); ipaddress reports most of them global. The
+# local-use NAT64 range is not routable on the internet and may embed the
+# IPv4 address elsewhere than in the last 32 bits, so it is refused whole.
+# docs/operations.md "Target policy".
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+_NAT64_LOCAL_USE = ipaddress.ip_network("64:ff9b:1::/48")
+_IPV4_COMPATIBLE = ipaddress.ip_network("::/96")
+_IPV4_TRANSLATED = ipaddress.ip_network("::ffff:0:0:0/96")
+
+
+def embedded_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address a request to `address` reaches, when `address` is
+    one that embeds it: IPv4-mapped, NAT64 (64:ff9b::/96), 6to4
+    (2002::/16), IPv4-compatible (::/96 but :: and ::1, which are the
+    unspecified and the loopback address) or IPv4-translated
+    (::ffff:0:0:0/96). Teredo (2001::/32) is not global and refused whole."""
+    if address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    if address.sixtofour is not None:
+        return address.sixtofour
+    low32 = ipaddress.IPv4Address(int(address) & 0xFFFF_FFFF)
+    if address in _NAT64 or address in _IPV4_TRANSLATED:
+        return low32
+    if address in _IPV4_COMPATIBLE and int(address) > 1:
+        return low32
+    return None
 
 
 @dataclass(frozen=True)
@@ -100,13 +126,30 @@ class TargetPolicy:
         return host.lower().rstrip(".") in self.allow_hosts
 
     def why_address_refused(self, address: Address) -> str | None:
-        """Why a request may not go to `address`, or None if it may."""
-        plain = address.ipv4_mapped if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped else address
-        if any(plain in network for network in self.allow_networks):
+        """Why a request may not go to `address`, or None if it may. An IPv6
+        address that embeds an IPv4 address (`embedded_ipv4`) is refused
+        when the IPv4 address is; `allow` opens either."""
+        if any(address in network for network in self.allow_networks):
             return None
-        if str(plain) in self.peer_hosts:
+        if str(address) in self.peer_hosts:
             return "an address of this cluster's nodes"
-        why = _why_not_global(plain)
+        if isinstance(address, ipaddress.IPv6Address):
+            return self._why_ipv6_refused(address)
+        return self._why_class_refused(address)
+
+    def _why_ipv6_refused(self, address: ipaddress.IPv6Address) -> str | None:
+        if address in _NAT64_LOCAL_USE:
+            return "a local-use NAT64 address (64:ff9b:1::/48), not globally routable"
+        inner = embedded_ipv4(address)
+        if inner is None:
+            return self._why_class_refused(address)
+        why = self.why_address_refused(inner)
+        # Not the IPv4 address itself: a resolved name's addresses are not
+        # the tenant's to read (net/egress.py).
+        return None if why is None else f"an IPv6 address that embeds {why}"
+
+    def _why_class_refused(self, address: Address) -> str | None:
+        why = _why_not_global(address)
         if why == "a loopback address" and self.loopback_allowed:
             return None
         return why

@@ -138,6 +138,44 @@ def test_other_repeated_headers_that_routing_reads_are_400(secured, name):
         assert c.get(f"/v1/jobs/{job['id']}").json()["name"] is None
 
 
+def _send(srv, request: bytes) -> tuple[int, dict, dict]:
+    """`request` sent as written on a fresh connection: its answer."""
+    import json
+    import socket
+
+    from net.raw_http import read_answer
+
+    host, port = srv.url.removeprefix("http://").rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(request)
+        status, headers, answer = read_answer(sock)
+    return status, headers, json.loads(answer) if answer else {}
+
+
+def test_two_identical_content_lengths_are_merged_and_two_different_ones_are_400(secured):
+    # docs/api.md "Repeated headers": the HTTP parser merges identical values
+    # before tempo reads the head (RFC 9110 section 8.6 allows it); the body's
+    # length is not in doubt then. Values that differ are refused by it.
+    body = b'{"target": "queue:reports", "schedule": {"at": "2030-01-01T00:00:00Z"}}'
+    head = (b"POST /v1/jobs HTTP/1.1\r\nhost: tempo\r\nauthorization: Bearer acme-client\r\n"
+            b"content-type: application/json\r\nconnection: close\r\n")
+    length = b"content-length: %d\r\n" % len(body)
+    status, _, job = _send(secured, head + length + length + b"\r\n" + body)
+    assert status == 201 and job["target"] == "queue:reports", job
+    status, headers, problem = _send(secured, head + length + b"content-length: 2\r\n\r\n" + body)
+    assert (status, headers["content-type"], problem["type"]) == (400, "application/problem+json", "validation")
+
+
+@pytest.mark.parametrize("codings", [["chunked", "chunked"], ["gzip"], ["gzip, chunked"]])
+def test_a_transfer_encoding_other_than_one_chunked_is_501_not_implemented(secured, codings):
+    head = b"POST /v1/jobs HTTP/1.1\r\nhost: tempo\r\nauthorization: Bearer acme-client\r\n"
+    head += b"".join(b"transfer-encoding: %s\r\n" % coding.encode() for coding in codings)
+    status, headers, problem = _send(secured, head + b"connection: close\r\n\r\n0\r\n\r\n")
+    assert (status, headers["content-type"]) == (501, "application/problem+json"), problem
+    assert problem["type"] == "not_implemented" and problem["errors"] == [], problem
+    assert "transfer-encoding" in problem["detail"].lower(), problem
+
+
 def test_one_of_each_header_is_served(secured):
     status, _, body = _raw(secured, "GET", "/v1/jobs", [("authorization", "Bearer acme-client"),
                                                         ("accept", "application/json"), ("accept", "*/*")])

@@ -46,7 +46,8 @@ async def test_a_name_that_rebinds_to_loopback_is_refused_at_connect_time(answer
 
 
 @pytest.mark.parametrize("found", [["93.184.216.34", "10.0.0.1"], ["169.254.169.254"], ["::ffff:127.0.0.1"],
-                                   ["fd00::1", "2606:4700::1111"]])
+                                   ["fd00::1", "2606:4700::1111"],
+                                   ["64:ff9b::a9fe:a9fe"], ["2002:a00:1::"], ["::7f00:1"]])
 async def test_a_name_with_any_refused_address_is_refused_whole(answers, found):
     answers["mixed.example"] = [found]
     with pytest.raises(egress.TargetRefused, match="target policy"):
@@ -62,6 +63,14 @@ async def test_literal_addresses_and_allowed_names_are_not_looked_up(answers):
         await backend.addresses("[::1]", 80, 5.0)
     with pytest.raises(egress.TargetRefused, match=r"localhost is a loopback name"):
         await backend.addresses("localhost", 80, 5.0)
+    assert answers["asked"] == []
+
+
+@pytest.mark.parametrize("literal", ["[64:ff9b::a9fe:a9fe]", "[64:ff9b:1::a9fe:a9fe]", "[2002:a9fe:a9fe::]",
+                                     "[::a9fe:a9fe]", "[::127.0.0.1]"])
+async def test_a_literal_ipv6_address_embedding_a_refused_ipv4_address_is_refused_at_connect_time(answers, literal):
+    with pytest.raises(egress.TargetRefused, match="target policy"):
+        await egress.PolicyBackend(TENANTS).addresses(literal, 80, 5.0)
     assert answers["asked"] == []
 
 

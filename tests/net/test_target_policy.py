@@ -61,7 +61,9 @@ def _loopback_name() -> str | None:
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "localhost", "[::1]", "169.254.169.254", "10.0.0.1", "192.168.1.1",
-                                  "[fd00::1]", "0.0.0.0", "2130706433"])
+                                  "[fd00::1]", "0.0.0.0", "2130706433", "[64:ff9b::a9fe:a9fe]",
+                                  "[64:ff9b::a00:1]", "[64:ff9b:1::a9fe:a9fe]", "[2002:a9fe:a9fe::]",
+                                  "[::a9fe:a9fe]", "[::7f00:1]", "[::127.0.0.1]"])
 def test_a_target_or_a_notify_url_inside_the_network_is_400_at_create(secured, receiver, host):
     port = receiver.url.rsplit(":", 1)[1]
     with as_token(secured, "tenant") as c:

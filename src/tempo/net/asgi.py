@@ -262,7 +262,10 @@ def check_head(scope: HTTPScope) -> None:
 
 # Headers that decide who asks, which job version a write is for, or how
 # the body is framed and read: sent twice, a proxy in front may have checked
-# one and tempo would read another (docs/api.md "Repeated headers").
+# one and tempo would read another (docs/api.md "Repeated headers"). h11
+# refuses a second `Host` and differing `Content-Length` values, and merges
+# identical ones, before tempo sees the head: those two are kept here in case
+# the HTTP layer changes.
 SINGLE_HEADERS = (b"authorization", b"content-type", b"content-length", b"host", b"if-match")
 
 

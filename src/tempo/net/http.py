@@ -34,7 +34,8 @@ each `limits.write_chunk_bytes` of an answer within `limits.write_timeout_s`,
 else it is cut off as if it had gone.
 
 And where h11 rejects a request itself (headers over
-`h11_max_incomplete_size`: `431`; a malformed request: `400`), the answer
+`h11_max_incomplete_size`: `431`; a malformed request: `400`; a
+Transfer-Encoding other than one `chunked`: `501`), the answer
 carries a problem+json body like every other error, instead of hypercorn's
 empty one.
 """
@@ -67,6 +68,13 @@ _PROBLEMS = {
     431: Problem(
         "too_large", "Request Header Fields Too Large", 431,
         f"the request line and headers are over {limits.header_bytes_max} bytes",
+    ),
+    # h11 answers 501 to a Transfer-Encoding other than one `chunked`: a
+    # coding it does not implement, or the header sent twice
+    # (docs/api.md "Repeated headers").
+    501: Problem(
+        "not_implemented", "Not Implemented", 501,
+        "Transfer-Encoding: only one transfer coding, chunked, is implemented; send it once",
     ),
 }
 

@@ -140,17 +140,22 @@ class ClusterMember:
         return self.not_ready() is None
 
     def not_ready(self) -> str | None:
-        """Why this node is not ready, or None: it knows a leader, has applied
-        everything it knows is committed, and (a follower) is at most
-        `limits.follower_lag_entries_max` entries behind its leader's commit index."""
+        """Why this node is not ready, or None: it knows a leader, has at
+        most `limits.follower_lag_entries_max` committed entries left to
+        apply, and (a follower) is at most that many entries behind its
+        leader's commit index. A few entries waiting to be applied are the
+        normal state under load, not a reason to answer 503; a backlog that
+        does not move is one, which `Replica.stalled` reports
+        (docs/operations.md "Readiness and health")."""
         leader = self.leader()
         if leader is None:
             return "no leader known"
         if leader is self.me and not self.serves():
             return "elected; no entry of its own term applied yet"
         applied, commit = self.replica.applied_index, self.replica.commit_index
-        if applied < commit:
-            return f"applying: applied index {applied}, commit index {commit}"
+        if commit - applied > limits.follower_lag_entries_max:
+            return (f"applying: applied index {applied}, commit index {commit} "
+                    f"(over {limits.follower_lag_entries_max} committed entries to apply)")
         leader_commit = self.replica.leader_commit_index
         if leader is not self.me and leader_commit - applied > limits.follower_lag_entries_max:
             return (f"{leader_commit - applied} entries behind the leader {leader.id} "
