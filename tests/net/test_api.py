@@ -398,6 +398,15 @@ def test_msgpack_binary_payload_is_rejected_at_payload(http, payload):
     assert job_count(http) == before
 
 
+
+@pytest.mark.parametrize("payload", [float("nan"), {"k": float("inf")}, [1, float("-inf")]])
+def test_msgpack_non_finite_payload_is_rejected_at_payload(http, payload):
+    """JSON has no NaN or infinity: stored, it would come back null."""
+    before = job_count(http)
+    r = http.post("/v1/jobs", content=msgspec.msgpack.encode(job_body(payload=payload)), headers={"content-type": MSGPACK})
+    assert_problem(r, 400, type_="validation", loc="payload")
+    assert job_count(http) == before
+
 def test_msgpack_times_stay_strings(http):
     r = http.post(
         "/v1/schedules/preview",

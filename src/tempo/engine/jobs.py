@@ -13,6 +13,7 @@ which the decoded request structs meet as they are, with no copy per item.
 
 import functools
 import hashlib
+import math
 import os
 import re
 import urllib.parse
@@ -244,7 +245,9 @@ def check_request_key(key: str) -> None:
 
 
 def check_json_value(value: Any, loc: str) -> None:
-    """A MessagePack body may carry what JSON cannot: binary and ext values."""
+    """A MessagePack body may carry what JSON cannot: binary and ext values,
+    and floats that are not numbers (NaN, infinities), which JSON would turn
+    into null without a word (docs/api.md "Encoding and content negotiation")."""
     stack = [value]
     while stack:
         item = stack.pop()
@@ -255,6 +258,8 @@ def check_json_value(value: Any, loc: str) -> None:
                 stack.append(inner)
         elif isinstance(item, list):
             stack.extend(item)
+        elif isinstance(item, float) and not math.isfinite(item):
+            raise errors.Invalid.at(loc, f"{item} has no JSON form (JSON numbers are finite)")
         elif not (item is None or isinstance(item, bool | int | float | str)):
             raise errors.Invalid.at(loc, f"a {type(item).__name__} value has no JSON form")
 
