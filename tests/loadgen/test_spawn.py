@@ -9,6 +9,9 @@ import pytest
 
 from tempo.loadgen.spawn import Cluster, Node, SpawnError
 
+# Its nodes are real `tempo serve` processes.
+pytestmark = pytest.mark.process
+
 
 def test_a_node_that_exits_before_it_is_ready_is_named_with_its_status_and_log(tmp_path: Path) -> None:
     node = Node(tmp_path / "n1", extra_args=("--no-such-flag",))

@@ -320,7 +320,8 @@ class Router:
             if node.methods is None:
                 node.methods = {}
             assert route.method not in node.methods, f"{route.method} {route.path} is declared twice"
-            assert names.setdefault(route.path, route.name) == route.name, f"{route.path} has two names"
+            named = names.setdefault(route.path, route.name)
+            assert named == route.name, f"{route.path} has two names"
             node.methods[route.method] = (route, handler)
             if "{" not in route.path:
                 self._static[route.path.strip("/")] = node.methods
