@@ -222,14 +222,18 @@ async def test_pause_and_delete_take_runs_out_of_the_ready_queue(node, fast_cloc
 
 
 async def test_claims_come_out_in_due_order_across_queues(node, fast_clock):
-    late = await node.create(schedule=at(3), target="queue:b")
-    early = await node.create(schedule=at(1), target="queue:a")
-    await trio.sleep(4)
+    # Due far enough ahead that a slow create (an fsync on a loaded machine,
+    # while the clock runs 40 times fast) cannot make a one-off past due at
+    # its creation, and so due at once, out of the order this test sets.
+    late = await node.create(schedule=at(120), target="queue:b")
+    early = await node.create(schedule=at(60), target="queue:a")
+    await trio.sleep(121)
     with trio.fail_after(60):  # both due; on a loaded machine the tick may lag the fast clock
         while node.dispatcher.ready_count() < 2:
             await trio.sleep(0.1)
     claimed = await node.dispatcher.claim([f"{OWNER}\x00a", f"{OWNER}\x00b"], "w", 10, 0)
     assert [c.run.job_id for c in claimed] == [early, late]
+    assert [c.run.due_ms for c in claimed] == [T0_MS + 60_000, T0_MS + 120_000]
 
 
 async def test_a_restart_gives_claimed_runs_a_full_lease_and_reloads_waiting_runs(tmp_path, origin, fast_clock):
