@@ -5,7 +5,7 @@ for one owner or for every owner."""
 
 from pathlib import Path
 
-from tempo.engine.commands import CreateJobs, DeleteJob, PauseJob, PatchJob, ResumeJob
+from tempo.engine.commands import CreateJobs, DeleteJob, PatchJob, PauseJob, ResumeJob
 from tempo.engine.jobs import Jobs
 from tempo.engine.plan import slot_after_ms
 from tempo.engine.store import Store
