@@ -239,14 +239,35 @@ class Console:
 
     def _refused(self, page: Page, answer: Answer, set_cookies: list[tuple[bytes, bytes]]) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
         if answer.status == 307:
-            # A follower: the same page on the leader (docs/api.md "General rules").
-            leader = urlsplit(answer.headers.get(b"location", b"").decode())
-            target = f"{leader.scheme}://{leader.netloc}{page.scope['path']}"
-            return 303, b"", [*set_cookies, (b"location", target.encode())]
+            return self._on_follower(page, answer, set_cookies)
         if answer.status == 401 and self.auth_enabled:
             return 303, b"", [*set_cookies, (b"location", b"/ui/login")]
         status = answer.status if answer.status >= 400 else 502
         return self._error(page.scope, status, answer.problem, set_cookies, page)
+
+    def _on_follower(
+        self, page: Page, answer: Answer, set_cookies: list[tuple[bytes, bytes]]
+    ) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
+        """This node follows, and the API sent the call to the leader
+        (docs/api.md "General rules"). A page is sent to the same page,
+        query and all, on the leader. A form is not sent on: a browser
+        would not post it to another origin (`form-action 'self'`) nor
+        carry this host's cookies there, so nothing is done and the page
+        says where the leader is, with a link to the page the form came
+        from there (docs/ui.md "On a follower")."""
+        leader = urlsplit(answer.headers.get(b"location", b"").decode())
+        origin = f"{leader.scheme}://{leader.netloc}"
+        if page.scope["method"] in ("GET", "HEAD"):
+            return 303, b"", [*set_cookies, (b"location", (origin + _self_url(page)).encode())]
+        # The page the form came from: its `next`, else the action's own page.
+        back = page.form.get("next") or page.scope["path"].rsplit("/", 1)[0]
+        if not back.startswith("/ui") or back.startswith("//"):
+            back = "/ui/"
+        code, body, headers = self.render(
+            page, "error.html", 503, status_code=503, link=origin + back, link_text=f"Open it on the leader, {origin}",
+            message=f"this node is not the leader, so nothing was done: send the form again from the leader, {origin}",
+        )
+        return code, body, [*set_cookies, *headers]
 
     def _back(self, page: Page, default: str) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
         """Post/redirect/get: back to the page the form came from (only
