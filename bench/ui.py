@@ -74,16 +74,22 @@ def main() -> int:
         with httpx.Client(base_url=server.url, timeout=60) as http:
             job_id, run_id = failures(http, 5)
             some = http.get("/v1/jobs", params={"limit": 1, "name_prefix": "job-"}).json()["jobs"][0]["id"]
+            # The first job stored: its events are the oldest of the feed, so
+            # its page reads the most events (limits.events_filter_rows_max).
+            oldest = http.get("/v1/events", params={"limit": 1}).json()["events"][0]["job_id"]
+            middle = http.get("/v1/events", params={"order": "desc", "limit": 1}).json()["events"][0]["cursor"]
             pages = [
                 "/ui/", "/ui/counts", "/ui/jobs", "/ui/jobs?label=tier%3Agold", "/ui/jobs?state=active&name_prefix=job-00",
-                f"/ui/jobs/{some}", f"/ui/jobs/{job_id}", "/ui/runs", "/ui/runs?status=failed",
-                f"/ui/runs/{run_id}", "/ui/events", "/ui/cluster",
+                f"/ui/jobs/{some}", f"/ui/jobs/{job_id}", f"/ui/jobs/{oldest}", "/ui/runs", "/ui/runs?status=failed",
+                f"/ui/runs/{run_id}", "/ui/events", f"/ui/events?before={int(middle) // 2}", "/ui/cluster",
             ]
+            names = {f"/ui/jobs/{some}": "/ui/jobs/{id} (a stored job)", f"/ui/jobs/{job_id}": "/ui/jobs/{id} (a failed one)",
+                     f"/ui/jobs/{oldest}": "/ui/jobs/{id} (the first stored)", f"/ui/runs/{run_id}": "/ui/runs/{id}"}
             for path in pages:
                 measure(http, path, 3)  # warm
                 times = sorted(measure(http, path, args.requests))
                 p95 = times[min(len(times) - 1, int(len(times) * 0.95))]
-                rows.append((path, f"{statistics.median(times):.1f}", f"{p95:.1f}", f"{times[-1]:.1f}",
+                rows.append((names.get(path, path), f"{statistics.median(times):.1f}", f"{p95:.1f}", f"{times[-1]:.1f}",
                              "ok" if p95 <= P95_TARGET_MS else "MISSED"))
         assert server.stop(timeout_s=stop_timeout_s) == 0
     finally:

@@ -571,10 +571,15 @@ assert notify_notice_s_max <= 120.0, "a stuck endpoint holds a notice for at mos
 # before it in a history bucket (`status_key_bytes_max` counts that byte).
 run_attempts_kept_max = attempts_max
 jobs_filter_rows_max = 10_000
+# A page of a job's events newest first (`GET /v1/events?order=desc&job_id=`)
+# reads at most this many of the owner's events, and then answers with what
+# it found and a cursor, as a filtered page of jobs does.
+events_filter_rows_max = 10_000
 status_key_bytes_max = 1 + owner_bytes_max + owner_separator_bytes + 1 + 8 + job_key_bytes + 8
 run_record_bytes_max = record_bytes_max + run_attempts_kept_max * (2 * output_bytes_max + 4 * worker_chars_max + 64)
 
 assert run_attempts_kept_max >= 1 and jobs_filter_rows_max >= page_limit_max
+assert events_filter_rows_max >= page_limit_max
 assert status_key_bytes_max <= lmdb_key_bytes_max
 assert run_record_bytes_max <= lmdb_value_bytes_max
 

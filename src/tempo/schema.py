@@ -603,4 +603,14 @@ class EventOut(msgspec.Struct, omit_defaults=True):
 
 class EventsPage(msgspec.Struct):
     events: list[EventOut]
-    next_cursor: str
+    # Oldest first: always a string. Newest first (`order=desc`): None once
+    # the oldest event kept was read.
+    next_cursor: str | None
+
+
+class JobCounts(msgspec.Struct):
+    """How many jobs are in each state (`GET /v1/jobs/counts`)."""
+
+    active: int
+    paused: int
+    completed: int

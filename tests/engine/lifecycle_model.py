@@ -47,7 +47,7 @@ from tempo.engine.records import Job, Run
 from tempo.engine.store import Store
 from tempo.schema import JobCreate
 
-from .store_hooks import held_rows
+from .store_hooks import held_rows, job_counts_kept, job_counts_scanned
 
 OWNER = "default"
 QUEUES = ("a", "b")
@@ -833,6 +833,7 @@ class LifecycleModel(RuleBasedStateMachine):
             self.check_job(job)
         self.check_events()
         self.check_held_index()
+        self.check_job_counts()
         self.new_ok = {}
         engine.core.check_memory()
         engine.core.check_leases()
@@ -847,6 +848,12 @@ class LifecycleModel(RuleBasedStateMachine):
         held = held_rows(self.engine.store)
         if held != expected:
             self.fault("held_index", f"rows {sorted(held - expected)} too many, {sorted(expected - held)} missing")
+
+    def check_job_counts(self) -> None:
+        """The counts of jobs by state that apply keeps equal a count of the jobs."""
+        kept, counted = job_counts_kept(self.engine.store), job_counts_scanned(self.engine.store)
+        if kept != counted:
+            self.fault("job_counts", f"kept {kept}, counted {counted}")
 
     def check_deleted(self, job: MJob) -> None:
         store = self.engine.store

@@ -55,3 +55,26 @@ def held_rows(store: Store) -> set[tuple[str, int]]:
             (keys.job_id_of(bytes(key[: keys.JOB_KEY_BYTES])), layout.U64.unpack(key[keys.JOB_KEY_BYTES :])[0])
             for key in txn.cursor(db=store.db["runs_held"]).iternext(values=False)
         }
+
+
+def forget_job_counts(store: Store) -> None:
+    """Leaves the store as a version without `job_counts` left it: the
+    table empty, without its mark (rebuilt when the store opens next)."""
+    store.write(lambda txn: txn.drop(store.db["job_counts"], delete=False))
+
+
+def job_counts_kept(store: Store) -> dict[tuple[str, str], int]:
+    """The rows of `job_counts` as apply kept them: (owner, state) -> count."""
+    with store.env.begin() as txn:
+        return {layout.parse_job_count_key(bytes(key)): layout.U64.unpack(raw)[0]
+                for key, raw in txn.cursor(db=store.db["job_counts"]) if key != layout.COUNTS_BUILT}
+
+
+def job_counts_scanned(store: Store) -> dict[tuple[str, str], int]:
+    """The same counts from every job of the jobs table."""
+    counted: dict[tuple[str, str], int] = {}
+    with store.env.begin() as txn:
+        for _, raw in txn.cursor(db=store.db["jobs"]):
+            job = layout.job_dec.decode(raw)
+            counted[job.owner, job.state] = counted.get((job.owner, job.state), 0) + 1
+    return counted

@@ -113,3 +113,62 @@ def test_tempo_events_shows_an_admin_the_owner_of_each_event(secured, capsys, mo
     monkeypatch.setenv("TEMPO_TOKEN", "globex-client")
     assert cli.main(["events", "--url", secured.url, "--limit", "1000"]) == 0
     assert "OWNER" not in capsys.readouterr().out
+
+
+# -- newest first, and jobs counted by state --------------------------------------------
+
+
+def _feed_desc(client: httpx.Client, limit: int, **params: str) -> list[dict]:
+    """Every event newest first, page by page (`order=desc`, `before`)."""
+    events: list[dict] = []
+    before: str | None = None
+    while True:
+        query = {"order": "desc", "limit": limit, **params, **({"before": before} if before else {})}
+        page = client.get("/v1/events", params=query)
+        assert page.status_code == 200, page.text
+        events += page.json()["events"]
+        before = page.json()["next_cursor"]
+        if before is None:
+            return events
+
+
+def test_newest_first_pages_back_through_the_feed_and_one_jobs_events(secured) -> None:
+    with as_token(secured, "acme-client") as acme, as_token(secured, "globex-client") as globex, \
+            as_token(secured, "ops-admin") as admin:
+        job = _updated(acme)
+        _updated(globex)
+        assert _feed_desc(acme, 2) == _feed(acme)[::-1]
+        assert _feed_desc(admin, 3) == _feed(admin)[::-1]
+        newest = acme.get("/v1/events", params={"order": "desc", "limit": 1}).json()
+        assert newest["events"][0]["job_id"] == job and newest["events"][0]["type"] == "job.updated"
+        own = _feed_desc(acme, 100, job_id=job)
+        assert [e["type"] for e in own] == ["job.updated", "job.created"]
+        assert _feed_desc(globex, 100, job_id=job) == []  # another owner's job: none of its events
+        assert [e["owner"] for e in _feed_desc(admin, 100, job_id=job)] == ["acme", "acme"]
+        for params, loc in (
+            ({"order": "newest"}, "query.order"), ({"order": "desc", "after": "1"}, "query.after"),
+            ({"order": "desc", "wait_s": "1"}, "query.wait_s"), ({"before": "1"}, "query.before"),
+            ({"order": "desc", "before": "x"}, "query.before"), ({"job_id": job}, "query.job_id"),
+            ({"order": "desc", "job_id": "nope"}, "query.job_id"),
+        ):
+            refused = acme.get("/v1/events", params=params)
+            assert refused.status_code == 400 and refused.json()["errors"][0]["loc"] == loc, (params, refused.text)
+
+
+def test_jobs_are_counted_by_state_per_owner_and_for_an_admin_over_all(secured) -> None:
+    with as_token(secured, "acme-client") as acme, as_token(secured, "globex-client") as globex, \
+            as_token(secured, "ops-admin") as admin:
+        before = {name: c.get("/v1/jobs/counts").json() for name, c in (("acme", acme), ("globex", globex),
+                                                                           ("all", admin))}
+        made = [acme.post("/v1/jobs", json=job_body()).json()["id"] for _ in range(3)]
+        assert acme.post(f"/v1/jobs/{made[0]}/pause").status_code == 200
+        globex.post("/v1/jobs", json=job_body())
+        after = {name: c.get("/v1/jobs/counts").json() for name, c in (("acme", acme), ("globex", globex),
+                                                                          ("all", admin))}
+        assert after["acme"] == {**before["acme"], "active": before["acme"]["active"] + 2,
+                                 "paused": before["acme"]["paused"] + 1}
+        assert after["globex"]["active"] == before["globex"]["active"] + 1
+        assert after["all"] == {state: after["acme"][state] + after["globex"][state] for state in after["all"]}
+        # The counts agree with the listing.
+        listed = acme.get("/v1/jobs", params={"state": "paused", "limit": 1000}).json()["jobs"]
+        assert len(listed) == after["acme"]["paused"]

@@ -154,6 +154,58 @@ def test_backfill_and_cancel_answer_refusals_in_the_apis_words(open_server):
             assert c.get(f"/v1/runs/{run['id']}").json()["status"] == "cancelled"
 
 
+def test_bulk_pause_applies_every_label_of_the_filter(open_server):
+    team = "bulk2"
+    gold = [create(open_server, name=f"gold-{i}", labels={"team": team, "tier": "gold"})["id"] for i in range(2)]
+    silver = create(open_server, name="silver", labels={"team": team, "tier": "silver"})["id"]
+    both = [("label", f"team:{team}"), ("label", "tier:gold")]
+    with Browserless(open_server.url) as b:
+        listing = b.http.get("/ui/jobs", params=both).text
+        assert all(j in listing for j in gold) and silver not in listing
+        # The page's bulk form carries both labels.
+        assert listing.count('type="hidden" name="label"') == 2
+        labels = [v for _, v in both]
+        ask = b.http.post("/ui/jobs/bulk", data={"csrf": b.csrf(), "action": "pause", "label": labels})
+        assert ask.status_code == 200 and "Pause 2 jobs?" in ask.text, ask.text
+        assert ask.text.count('type="hidden" name="label"') == 2
+        done = b.http.post("/ui/jobs/bulk", data={"csrf": b.csrf(), "action": "pause", "confirm": "2", "label": labels})
+        assert done.status_code == 200 and "Pause: 2 jobs" in done.text, done.text
+    with httpx.Client(base_url=open_server.url) as c:
+        assert [c.get(f"/v1/jobs/{j}").json()["state"] for j in gold] == ["paused", "paused"]
+        assert c.get(f"/v1/jobs/{silver}").json()["state"] == "active"
+
+
+def test_the_counts_are_every_job_by_state_not_a_page_of_them(open_server):
+    with httpx.Client(base_url=open_server.url, timeout=30) as c:
+        made = c.post("/v1/jobs/batch", json={"jobs": [job_body(name=f"many-{i}") for i in range(120)]})
+        assert made.status_code == 200, made.text
+        counts = c.get("/v1/jobs/counts").json()
+    assert counts["active"] > 120
+    with Browserless(open_server.url) as b:
+        page = b.get("/ui/counts").text
+    for state, n in counts.items():
+        assert f'<span class="n">{n}</span> jobs {state}' in page, (state, n, page)
+    assert "+</span>" not in page
+
+
+def test_the_events_page_and_a_job_page_show_the_newest_events_of_a_large_feed(open_server):
+    with httpx.Client(base_url=open_server.url, timeout=30) as c:
+        for _ in range(2):  # over a page of the API's (1,000) of other jobs' events first
+            made = c.post("/v1/jobs/batch", json={"jobs": [job_body(name="filler") for _ in range(600)]})
+            assert made.status_code == 200, made.text
+        job = c.post("/v1/jobs", json=job_body(name="newest")).json()
+        assert c.post(f"/v1/jobs/{job['id']}/pause", json={"note": "late"}).status_code == 200
+    with Browserless(open_server.url) as b:
+        events = b.get("/ui/events").text
+        assert events.index(f"{job['id']}") < events.index("job.created"), "newest first"
+        assert 'rel="next"' in events and "before=" in events
+        older = b.get("/ui/events?before=" + events.split("before=")[1].split('"')[0]).text
+        assert job["id"] not in older
+        page = b.get(f"/ui/jobs/{job['id']}").text
+        part = page.split("<h2>Events</h2>")[1]
+        assert "job.paused" in part and "job.created" in part
+
+
 # -- with tokens ---------------------------------------------------------------
 
 

@@ -110,6 +110,23 @@ class JobHead(msgspec.Struct, array_like=True, gc=False):
     owner: str
 
 
+class JobStateHead(msgspec.Struct, array_like=True, gc=False):
+    """A stored `Job`'s fields up to its state, the ones between kept
+    undecoded (`msgspec.Raw`): what counting jobs by state reads."""
+
+    id: str
+    owner: str
+    name: msgspec.Raw
+    target: msgspec.Raw
+    payload: msgspec.Raw
+    schedule: msgspec.Raw
+    max_attempts: msgspec.Raw
+    backoff_s: msgspec.Raw
+    lease_s: msgspec.Raw
+    jitter_s: msgspec.Raw
+    state: str
+
+
 class Job(msgspec.Struct, array_like=True, gc=False):
     id: JobId
     owner: str
@@ -263,6 +280,15 @@ class Event(msgspec.Struct, array_like=True):
     job_id: JobId
     run_id: str | None
     detail: dict[str, Any]
+
+
+class EventHead(msgspec.Struct, array_like=True, gc=False):
+    """A stored `Event`'s first fields, decoded alone (the detail skipped):
+    what a read of one job's events looks at in each event."""
+
+    type: str
+    at_ms: int
+    job_id: str
 
 
 class Missed(msgspec.Struct, array_like=True, frozen=True):

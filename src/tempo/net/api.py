@@ -97,6 +97,7 @@ from tempo.schema import (
     Instant,
     JobBatchCreate,
     JobBatchResult,
+    JobCounts,
     JobCreate,
     JobsPage,
     NodeIn,
@@ -793,6 +794,14 @@ class Api:
 
     async def events(self, request: Request) -> Response:
         limit = _limit(request)
+        order = request.query.get("order", "asc")
+        if order not in ("asc", "desc"):
+            raise errors.Invalid.at("query.order", "asc or desc")
+        if order == "desc":
+            return self._events_desc(request, limit)
+        for name in ("before", "job_id"):
+            if name in request.query:
+                raise errors.Invalid.at(f"query.{name}", "only with order=desc")
         after_raw = request.query.get("after") or "0"
         if not _decimal(after_raw) or len(after_raw) > 19:
             raise errors.Invalid.at("query.after", "not a cursor this server gave out")
@@ -814,6 +823,36 @@ class Api:
         ]
         response = encode(request, EventsPage(events, events[-1].cursor if events else after_raw))
         return response if events else self._retry_hint(response)
+
+    def _events_desc(self, request: Request, limit: int) -> Response:
+        """`GET /v1/events?order=desc`: a page newest first, from `before`
+        (docs/api.md "Events"); `next_cursor` is null once the oldest event
+        kept was read."""
+        for name in ("after", "wait_s"):
+            if name in request.query:
+                raise errors.Invalid.at(f"query.{name}", "only with order=asc (newest first pages with before)")
+        before_raw = request.query.get("before")
+        if before_raw is not None and (not _decimal(before_raw) or len(before_raw) > 19):
+            raise errors.Invalid.at("query.before", "not a cursor this server gave out")
+        job_id = request.query.get("job_id")
+        if job_id is not None and not ids.is_job_id(job_id):
+            raise errors.Invalid.at("query.job_id", "not a job ID")
+        sees_all = self._sees_all(request)
+        found, next_seq = self.store.list_events_desc(
+            None if sees_all else self.owner(request), None if before_raw is None else int(before_raw), limit, job_id,
+        )
+        events = [
+            EventOut(str(seq), e.type, clock.iso_from_ms(e.at_ms), e.job_id, e.run_id, e.detail,
+                     owner if sees_all else None)
+            for owner, seq, e in found
+        ]
+        return encode(request, EventsPage(events, None if next_seq is None else str(next_seq)))
+
+    async def job_counts(self, request: Request) -> Response:
+        """`GET /v1/jobs/counts`: from the counts apply keeps, whatever the
+        number of jobs (docs/api.md "Count jobs by state")."""
+        counts = self.store.job_counts(None if self._sees_all(request) else self.owner(request))
+        return encode(request, JobCounts(**counts))
 
     def _event_reader(self, request: Request, after: int, limit: int) -> Callable[[], list[tuple[str | None, int, Event]]]:
         """How `GET /v1/events` reads a page: the token's owner's feed, or

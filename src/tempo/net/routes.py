@@ -138,6 +138,9 @@ def _job_routes() -> tuple[Route, ...]:
                       extra={"style": "form", "explode": True}),
                   _LIMIT, _CURSOR,
               )),
+        Route("GET", "/v1/jobs/counts", "jobs_counts", "job_counts", "countJobs",
+              "How many of the owner's jobs (an admin token's: every owner's) are in each state",
+              answers={"200": Answer("the counts", schema.JobCounts)}),
         Route("POST", "/v1/jobs/batch", "jobs_batch", "create_batch", "createJobs", "Create many jobs",
               body=schema.JobBatchCreate, answers={
                   "200": Answer("one result per item", schema.JobBatchResult), "413": _TOO_LARGE, "429": _RATE,
@@ -221,10 +224,15 @@ def _worker_routes() -> tuple[Route, ...]:
               answers={"200": Answer("accepted and rejected runs", schema.BatchAck),
                        "413": problem("output too large")}, writes=True),
         Route("GET", "/v1/events", "events", "events", "listEvents",
-              "The owner's events (an admin token's: every owner's), oldest first",
+              "The owner's events (an admin token's: every owner's), oldest first or newest first",
               answers={"200": Answer("a page", schema.EventsPage)}, params=(
-                  Param("after", "query", {"type": "string"}, "a cursor"),
-                  Param("wait_s", "query", {"type": "number", "minimum": 0, "maximum": 60}, "long-poll seconds"),
+                  Param("after", "query", {"type": "string"}, "a cursor; oldest first only"),
+                  Param("wait_s", "query", {"type": "number", "minimum": 0, "maximum": 60},
+                        "long-poll seconds; oldest first only"),
+                  Param("order", "query", {"type": "string", "enum": ["asc", "desc"]},
+                        "asc (the default): oldest first, from `after`; desc: newest first, from `before`"),
+                  Param("before", "query", {"type": "string"}, "a cursor; newest first only"),
+                  Param("job_id", "query", {"type": "string"}, "only this job's events; newest first only"),
                   _LIMIT,
               )),
     )

@@ -23,12 +23,14 @@ log = logging.getLogger("tempo.ui")
 FORM_BYTES_MAX = 64 * 1024
 # Jobs one bulk action acts on at most; more is refused before any is touched.
 BULK_JOBS_MAX = 10_000
-# How far the home page counts jobs of a state and runs of a status: past
-# this it says "100+". Counting further would scan further (a state filter
-# reads up to `limits.jobs_filter_rows_max` jobs a page).
+# How far the home page counts runs of a status: past this it says "100+"
+# (counting further would read further). Jobs by state are counted whole
+# (`GET /v1/jobs/counts`).
 HOME_COUNT_MAX = 100
 # Rows of a table page.
 PAGE_ROWS = 50
+# The latest events a job's page shows.
+JOB_EVENTS = 20
 # How often the live stream looks for a change, and how long one stream
 # lasts before the browser reconnects (EventSource does so by itself).
 LIVE_POLL_S = 1.0
@@ -55,14 +57,18 @@ class Refused(Exception):
 class Page:
     """One console request: who asks, through which API caller."""
 
-    def __init__(self, scope: HTTPScope, api: ApiCaller, csrf: str, form: dict[str, str], logged_in: bool):
+    def __init__(
+        self, scope: HTTPScope, api: ApiCaller, csrf: str, form_pairs: list[tuple[str, str]], logged_in: bool,
+    ):
         self.scope = scope
         self.api = api
         self.csrf = csrf
-        self.form = form
+        self.form = dict(form_pairs)
         self.logged_in = logged_in
         self.query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True))
         self.query_pairs = parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
+        # The form's fields in order, repeated ones (labels) included.
+        self.form_pairs = form_pairs
 
     async def get(self, path: str, query: Any = None) -> Any:
         answer = await self.api.call("GET", path, query)
@@ -128,7 +134,9 @@ class Console:
                 None, "error.html", 500, status_code=500,
                 message=f"an unexpected error; the server logged it with error_id {error_id}")
         if status:
-            await _send(send, status, body, headers, _HTML if not headers or headers[0][0] != b"content-type" else None)
+            # HEAD: GET's status and headers (its content-length too), no body.
+            await _send(send, status, body, headers, _HTML if not headers or headers[0][0] != b"content-type" else None,
+                        head_only=scope["method"] == "HEAD")
 
     async def _answer(
         self, scope: HTTPScope, receive: ASGIReceiveCallable, send: ASGISendCallable
@@ -154,19 +162,20 @@ class Console:
 
     async def _checked_form(
         self, scope: HTTPScope, receive: ASGIReceiveCallable, seed: str
-    ) -> tuple[tuple[int, str] | None, dict[str, str]]:
-        """A POST's form once its CSRF token is checked; or why it is refused."""
+    ) -> tuple[tuple[int, str] | None, list[tuple[str, str]]]:
+        """A POST's form (its fields in order) once its CSRF token is
+        checked; or why it is refused."""
         method = scope["method"]
         if method in ("GET", "HEAD"):
-            return None, {}
+            return None, []
         if method != "POST":
-            return (405, f"{method} is not allowed on {scope['path']}"), {}
+            return (405, f"{method} is not allowed on {scope['path']}"), []
         try:
             form = await _read_form(receive)
         except ValueError as exc:
-            return (413, str(exc)), {}
-        if not self.sessions.csrf_ok(seed, form.get("csrf")):
-            return (403, "the form's CSRF token is missing or stale: reload the page and send it again"), {}
+            return (413, str(exc)), []
+        if not self.sessions.csrf_ok(seed, dict(form).get("csrf")):
+            return (403, "the form's CSRF token is missing or stale: reload the page and send it again"), []
         return None, form
 
     async def _dispatch(
@@ -230,14 +239,35 @@ class Console:
 
     def _refused(self, page: Page, answer: Answer, set_cookies: list[tuple[bytes, bytes]]) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
         if answer.status == 307:
-            # A follower: the same page on the leader (docs/api.md "General rules").
-            leader = urlsplit(answer.headers.get(b"location", b"").decode())
-            target = f"{leader.scheme}://{leader.netloc}{page.scope['path']}"
-            return 303, b"", [*set_cookies, (b"location", target.encode())]
+            return self._on_follower(page, answer, set_cookies)
         if answer.status == 401 and self.auth_enabled:
             return 303, b"", [*set_cookies, (b"location", b"/ui/login")]
         status = answer.status if answer.status >= 400 else 502
         return self._error(page.scope, status, answer.problem, set_cookies, page)
+
+    def _on_follower(
+        self, page: Page, answer: Answer, set_cookies: list[tuple[bytes, bytes]]
+    ) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
+        """This node follows, and the API sent the call to the leader
+        (docs/api.md "General rules"). A page is sent to the same page,
+        query and all, on the leader. A form is not sent on: a browser
+        would not post it to another origin (`form-action 'self'`) nor
+        carry this host's cookies there, so nothing is done and the page
+        says where the leader is, with a link to the page the form came
+        from there (docs/ui.md "On a follower")."""
+        leader = urlsplit(answer.headers.get(b"location", b"").decode())
+        origin = f"{leader.scheme}://{leader.netloc}"
+        if page.scope["method"] in ("GET", "HEAD"):
+            return 303, b"", [*set_cookies, (b"location", (origin + _self_url(page)).encode())]
+        # The page the form came from: its `next`, else the action's own page.
+        back = page.form.get("next") or page.scope["path"].rsplit("/", 1)[0]
+        if not back.startswith("/ui") or back.startswith("//"):
+            back = "/ui/"
+        code, body, headers = self.render(
+            page, "error.html", 503, status_code=503, link=origin + back, link_text=f"Open it on the leader, {origin}",
+            message=f"this node is not the leader, so nothing was done: send the form again from the leader, {origin}",
+        )
+        return code, body, [*set_cookies, *headers]
 
     def _back(self, page: Page, default: str) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
         """Post/redirect/get: back to the page the form came from (only
@@ -297,14 +327,10 @@ class Console:
 
     async def counts(self, page: Page, parts: list[str]) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
         """Jobs by state, a page of its own that the home page loads into
-        itself: a rare state is found by scanning (up to
-        `limits.jobs_filter_rows_max` jobs), the dearest read of the home
-        page, so it does not hold up the rest (docs/ui.md "Pages")."""
-        counts = {}
-        for state in STATES:
-            found = await page.get("/v1/jobs", {"state": state, "limit": str(HOME_COUNT_MAX)})
-            counts[state] = (len(found["jobs"]), found["next_cursor"] is not None)
-        return self.render(page, "counts.html", counts=counts)
+        itself: the counts the engine keeps (`GET /v1/jobs/counts`), one
+        read a state whatever the number of jobs (docs/ui.md "Pages")."""
+        counts = await page.get("/v1/jobs/counts")
+        return self.render(page, "counts.html", counts={state: counts[state] for state in STATES})
 
     async def jobs(self, page: Page, parts: list[str]) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
         filters = _job_filters(page.query_pairs)
@@ -353,9 +379,11 @@ class Console:
         return self.render(page, "run.html", run=run, self_url=_self_url(page))
 
     async def events(self, page: Page, parts: list[str]) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
-        found = await page.get("/v1/events", {"after": page.query.get("after", ""), "limit": str(PAGE_ROWS)})
+        """The owner's feed newest first, paged back with `before`."""
+        before = page.query.get("before", "")
+        found = await page.get("/v1/events", {"order": "desc", "before": before, "limit": str(PAGE_ROWS)})
         return self.render(page, "events.html", events=found["events"], next_cursor=found["next_cursor"],
-                           after=page.query.get("after", ""), self_url=_self_url(page))
+                           before=before, self_url=_self_url(page))
 
     async def cluster(self, page: Page, parts: list[str]) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
         view = await page.get("/v1/cluster")
@@ -402,7 +430,7 @@ class Console:
         action = page.form.get("action", "")
         if action not in ("pause", "resume"):
             return self.render(page, "error.html", 400, status_code=400, message="action: pause or resume")
-        filters = _job_filters(list(page.form.items()))
+        filters = _job_filters(page.form_pairs)
         ids: list[str] = []
         cursor = ""
         while True:
@@ -436,6 +464,9 @@ class Console:
         (they also poll, for browsers without EventSource)."""
         await send({"type": "http.response.start", "status": 200, "headers": [
             (b"content-type", b"text/event-stream"), (b"cache-control", b"no-store"), *security.HEADERS[:3]]})
+        if page.scope["method"] == "HEAD":
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            return
         last = None
         with trio.move_on_after(LIVE_STREAM_S):
             while True:
@@ -458,12 +489,14 @@ def _job_filters(pairs: list[tuple[str, str]]) -> list[tuple[str, str]]:
 
 
 async def _job_events(page: Page, job_id: str) -> list[dict[str, Any]]:
-    """The job's events among the owner's latest ones (the feed has no job
-    filter): at most one page of the feed is read."""
-    found = await page.api.call("GET", "/v1/events", {"limit": str(limits.page_limit_max)})
+    """The job's latest events, newest first: one page of the feed read
+    newest first for this job (`GET /v1/events?order=desc&job_id=`), which
+    reads at most `limits.events_filter_rows_max` of the owner's events."""
+    found = await page.api.call("GET", "/v1/events", {"order": "desc", "job_id": job_id, "limit": str(JOB_EVENTS)})
     if not found.ok:
         return []
-    return [e for e in found.json()["events"] if e.get("job_id") == job_id][-20:]
+    events: list[dict[str, Any]] = found.json()["events"]
+    return events
 
 
 def _edit_patch(form: dict[str, str], current: dict[str, Any]) -> dict[str, Any]:
@@ -518,7 +551,7 @@ def _cookies(scope: HTTPScope) -> dict[str, str]:
     return {key: morsel.value for key, morsel in jar.items()}
 
 
-async def _read_form(receive: ASGIReceiveCallable) -> dict[str, str]:
+async def _read_form(receive: ASGIReceiveCallable) -> list[tuple[str, str]]:
     chunks: list[bytes] = []
     size = 0
     with trio.fail_after(limits.body_read_timeout_s):
@@ -533,15 +566,16 @@ async def _read_form(receive: ASGIReceiveCallable) -> dict[str, str]:
             chunks.append(chunk)
             if not message.get("more_body", False):
                 break
-    return dict(parse_qsl(b"".join(chunks).decode("utf-8", "replace"), keep_blank_values=True))
+    return parse_qsl(b"".join(chunks).decode("utf-8", "replace"), keep_blank_values=True)
 
 
 async def _send(
     send: ASGISendCallable, status: int, body: bytes, headers: list[tuple[bytes, bytes]], content_type: bytes | None,
+    *, head_only: bool = False,
 ) -> None:
     head = list(headers)
     if content_type is not None and not any(name == b"content-type" for name, _ in head):
         head.insert(0, (b"content-type", content_type))
     head.append((b"content-length", str(len(body)).encode()))
     await send({"type": "http.response.start", "status": status, "headers": head})
-    await send({"type": "http.response.body", "body": body, "more_body": False})
+    await send({"type": "http.response.body", "body": b"" if head_only else body, "more_body": False})

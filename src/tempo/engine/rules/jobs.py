@@ -82,7 +82,7 @@ def pause_job(t: Tables, cmd: PauseJob) -> Job | errors.TempoError:
             run.status = "cancelled"
             t.finish_run(run, runs_key, "waiting", cmd.at_ms, job=job)
             slots.mark_taken(job, run.nominal_ms)
-    job.state = "paused"
+    t.set_state(job, "paused")
     job.next_run_at_ms = None
     by_owner = cmd.owner if cmd.by_owner is None else cmd.by_owner
     job.paused = Paused(cmd.at_ms, by_owner, cmd.by_role, cmd.note)
@@ -98,7 +98,7 @@ def resume_job(t: Tables, cmd: ResumeJob) -> Job | errors.TempoError:
         return errors.NotFound(f"no job {cmd.job_id}")
     if job.state != "paused":
         return job
-    job.state = "active"
+    t.set_state(job, "active")
     job.paused = None
     job.next_run_at_ms = None
     t.append_event(job.owner, Event("job.resumed", cmd.at_ms, job.id, None, {"version": job.version}))
@@ -196,7 +196,7 @@ def _replan(t: Tables, old: Job, job: Job, cmd: PatchJob) -> None:
     if job.state == "completed":
         if ended or cmd.slot_ms is None or cmd.slot_ms <= cmd.at_ms:
             return
-        job.state = "active"
+        t.set_state(job, "active")
     elif old.slot_ms is not None and (old.slot_ms != cmd.slot_ms or ended):
         _cancel_slot(t, job, old.slot_ms, cmd.at_ms)
     if ended:
@@ -213,7 +213,7 @@ def _plant(t: Tables, job: Job, cmd: PatchJob) -> None:
     job.slot_ms = cmd.slot_ms
     job.next_run_at_ms = None
     if cmd.slot_ms is None:
-        job.state = "completed"  # no occurrence left
+        t.set_state(job, "completed")  # no occurrence left
         return
     assert cmd.due_ms is not None
     found = t.slot_run(job.id, cmd.slot_ms)

@@ -54,7 +54,7 @@ def complete(t: Tables, job: Job, at_ms: int, run: Run | None = None) -> None:
     A one-off's detail names how its run ended; a repeating job's names
     why its schedule ended (`end_reason`), and the status of its last
     run when that run's end completed it."""
-    job.state = "completed"
+    t.set_state(job, "completed")
     job.paused = None
     job.next_run_at_ms = None
     t.put_job(job)

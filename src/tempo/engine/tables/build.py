@@ -7,6 +7,7 @@ import lmdb
 from tempo.engine import keys
 from tempo.engine.records import JobOutcome, Run
 from tempo.engine.tables.layout import (
+    COUNTS_BUILT,
     FINISHED,
     HELD_INDEX,
     HIST_RUN,
@@ -15,10 +16,13 @@ from tempo.engine.tables.layout import (
     OPEN,
     RUN_INDEX,
     SLOT,
+    U64,
     add_to_outcome,
     enc,
     is_held,
+    job_count_key,
     job_dec,
+    job_state_dec,
     label_keys,
     outcome_dec,
     run_dec,
@@ -34,6 +38,8 @@ def complete_indexes(txn: "lmdb.Transaction[bytes]", db: dict[str, lmdb._Databas
         build_label_index(txn, db)
     if txn.get(HELD_INDEX, db=db["meta"]) is None:
         build_held_index(txn, db)
+    if txn.get(COUNTS_BUILT, db=db["job_counts"]) is None:
+        build_job_counts(txn, db)
 
 
 def _count_outcome(txn: "lmdb.Transaction[bytes]", db: lmdb._Database, job_key: bytes, run: Run) -> None:
@@ -102,3 +108,16 @@ def build_label_index(txn: "lmdb.Transaction[bytes]", db: dict[str, lmdb._Databa
         for row in label_keys(job, bytes(key)):
             txn.put(row, b"", db=db["jobs_by_label"])
     txn.put(LABEL_INDEX, b"1", db=db["meta"])
+
+
+def build_job_counts(txn: "lmdb.Transaction[bytes]", db: dict[str, lmdb._Database]) -> None:
+    """Counts the jobs of each owner in each state from the jobs table: one
+    pass over it, each record decoded up to its state (`JobStateHead`)."""
+    txn.drop(db["job_counts"], delete=False)
+    counts: dict[tuple[str, str], int] = {}
+    for raw in txn.cursor(db=db["jobs"]).iternext(keys=False):
+        head = job_state_dec.decode(raw)
+        counts[head.owner, head.state] = counts.get((head.owner, head.state), 0) + 1
+    for (owner, state), count in sorted(counts.items()):
+        txn.put(job_count_key(owner, state), U64.pack(count), db=db["job_counts"])
+    txn.put(COUNTS_BUILT, b"", db=db["job_counts"])

@@ -27,6 +27,7 @@ TABLES = (
     "job_outcomes",
     "jobs_by_label",
     "runs_held",
+    "job_counts",
 )
 # Tables a later version added: created in an existing store that lacks them.
 # `runs_by_status` and `job_outcomes` (`RUN_INDEX_TABLES`) are built at open
@@ -35,7 +36,7 @@ TABLES = (
 # runs live in the history bucket of the run, at b"s" + `keys.status_key(...)`,
 # so they go with it.
 RUN_INDEX_TABLES = ("runs_by_status", "job_outcomes")
-ADDED_TABLES = ("claim_keys", *RUN_INDEX_TABLES, "jobs_by_label", "runs_held")
+ADDED_TABLES = ("claim_keys", *RUN_INDEX_TABLES, "jobs_by_label", "runs_held", "job_counts")
 HIST_STATUS = b"s"
 # In `meta`: present once the tables above and the b"s" rows are complete.
 RUN_INDEX = b"run_index"
@@ -48,6 +49,17 @@ LABEL_INDEX = b"label_index"
 # these rows, not every open run of the job (built at open for a store of
 # a version without it).
 HELD_INDEX = b"held_index"
+# `job_counts`: how many jobs each owner has in each state, kept by apply
+# in the transaction that changes them (`Tables.count_job`), so counting
+# them is one read a state, not a scan of the owner's jobs. A row's key is
+# `job_count_key(owner, state)`, its value a U64. The row at `COUNTS_BUILT`
+# (no owner's key starts with 0xff, which UTF-8 never holds) says the table
+# is complete: a store or snapshot of a version without it has it built at
+# open (tables/build.py), one pass over the jobs table. It is a table of
+# its own, not rows of `meta`, so every table before it is as it was.
+JOB_STATES = ("active", "paused", "completed")
+JOB_STATE_CODE = {state: code for code, state in enumerate(JOB_STATES)}
+COUNTS_BUILT = b"\xff"
 OPEN = ("waiting", "claimed")
 FINISHED = ("done", "failed", "cancelled", "missed", "skipped")  # `missed`: a row record_missed writes
 U64 = struct.Struct(">Q")
@@ -73,10 +85,12 @@ enc = msgspec.msgpack.Encoder()
 # Decoders that raise records.Corrupt, and only it, for a damaged record.
 job_dec = records.Decoder(Job)
 job_head_dec = records.Decoder(records.JobHead, "Job")
+job_state_dec = records.Decoder(records.JobStateHead, "Job")
 run_dec = records.Decoder(Run)
 reqkey_dec = records.Decoder(RequestKeyEntry)
 claimkey_dec: records.Decoder[ClaimKeyEntry] = records.Decoder(ClaimKeyEntry)
 event_dec = records.Decoder(Event)
+event_head_dec = records.Decoder(records.EventHead, "Event")
 outcome_dec = records.Decoder(JobOutcome)
 
 
@@ -136,6 +150,16 @@ def add_to_outcome(outcome: JobOutcome, run: Run) -> None:
         outcome.last_attempt = run.attempt
         outcome.last_finished_ms = run.finished_ms
         outcome.last_error = run.error
+
+
+def job_count_key(owner: str, state: str) -> bytes:
+    """The `job_counts` row of `owner`'s jobs in `state`."""
+    return keys.owner_prefix(owner) + bytes((JOB_STATE_CODE[state],))
+
+
+def parse_job_count_key(key: bytes) -> tuple[str, str]:
+    """(owner, state) of a `job_counts` row other than `COUNTS_BUILT`."""
+    return key[:-2].decode(), JOB_STATES[key[-1]]
 
 
 def label_keys(job: Job, job_key: bytes) -> list[bytes]:

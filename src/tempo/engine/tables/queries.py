@@ -11,18 +11,23 @@ from tempo import errors, ids, limits
 from tempo.engine import keys
 from tempo.engine.records import ClaimKeyEntry, Event, Job, JobOutcome, Run
 from tempo.engine.tables.layout import (
+    COUNTS_BUILT,
     DAY,
     EVENT_SEQ,
     HIST_RUN,
     HIST_STATUS,
+    JOB_STATES,
     MINUTE,
     NOTIFY_CURSOR,
     OPEN,
     U64,
     claimkey_dec,
     event_dec,
+    event_head_dec,
+    job_count_key,
     job_dec,
     outcome_dec,
+    parse_job_count_key,
     present,
     run_dec,
 )
@@ -80,6 +85,22 @@ class Queries:
                     found = by_owner.prev()
 
             return _page_of_jobs(tx, rows(), limit, match)
+
+    def job_counts(self, owner: str | None) -> dict[str, int]:
+        """How many jobs `owner` (None: every owner) has in each state, from
+        `job_counts`, which apply keeps: one read a state for an owner, one
+        pass over the owners' rows for all."""
+        counts = dict.fromkeys(JOB_STATES, 0)
+        with self.env.begin() as txn:
+            if owner is not None:
+                for state in JOB_STATES:
+                    raw = txn.get(job_count_key(owner, state), db=self.db["job_counts"])
+                    counts[state] = 0 if raw is None else U64.unpack(raw)[0]
+                return counts
+            for key, raw in txn.cursor(db=self.db["job_counts"]):
+                if key != COUNTS_BUILT:
+                    counts[parse_job_count_key(key)[1]] += U64.unpack(raw)[0]
+        return counts
 
     def list_all_jobs(
         self,
@@ -341,6 +362,38 @@ class Queries:
                 out.append((seq, event_dec.decode(raw)))
         return out
 
+    def list_events_desc(
+        self, owner: str | None, before_seq: int | None, limit: int, job_id: str | None = None,
+    ) -> tuple[list[tuple[str, int, Event]], int | None]:
+        """(owner, sequence, event) of `owner`'s events (None: every
+        owner's, merged by sequence) before `before_seq` (None: from the
+        newest), newest first, at most `limit`; and the cursor to go on
+        from: the sequence below which the next page starts, None when
+        the oldest event kept was read. With `job_id`, only that job's
+        events, reading at most `limits.events_filter_rows_max` events:
+        past that the page ends with what it found (maybe nothing) and the
+        sequence of the last event read, as a filtered page of jobs does."""
+        upper = (1 << 64) - 1 if before_seq is None else before_seq
+        out: list[tuple[str, int, Event]] = []
+        with self.env.begin() as txn:
+            tx = Reads(txn, self.db, self.buckets)
+            owners = [owner] if owner is not None else sorted(tx.event_owners())
+            rows = heapq.merge(
+                *(_owned(who, tx.events_before(who, upper)) for who in owners), key=first, reverse=True,
+            )
+            read = 0
+            for seq, who, raw in rows:
+                if len(out) >= limit:
+                    return out, out[-1][1]
+                if job_id is not None:
+                    read += 1
+                    if read > limits.events_filter_rows_max:
+                        return out, seq + 1
+                    if event_head_dec.decode(raw).job_id != job_id:
+                        continue
+                out.append((who, seq, event_dec.decode(raw)))
+        return out, None
+
     def event_seq(self) -> int:
         """The sequence of the last event written (0: none yet)."""
         with self.env.begin() as txn:
@@ -414,6 +467,11 @@ def _all_labelled(
             else:
                 candidate, agreed = found, 1
         i = (i + 1) % count
+
+
+def _owned(owner: str, rows: Iterator[tuple[int, bytes]]) -> Iterator[tuple[int, str, bytes]]:
+    for seq, raw in rows:
+        yield seq, owner, raw
 
 
 def _second(row: tuple[object, int, object]) -> int:

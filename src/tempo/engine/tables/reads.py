@@ -36,8 +36,8 @@ class Reads:
     __slots__ = (
         "_bucket_of_day", "_by_job_cur", "_by_status_cur", "_held_cur", "_hist_curs", "_history", "_jobs_cur",
         "_outcomes_cur", "_owners", "_runs_cur", "buckets", "by_job", "by_label", "by_owner", "by_status",
-        "claim_keys", "events", "held", "hist_days", "jobs", "members", "meta", "open", "outcomes", "reqkeys", "runs",
-        "txn",
+        "claim_keys", "events", "held", "hist_days", "job_counts", "jobs", "members", "meta", "open", "outcomes",
+        "reqkeys", "runs", "txn",
     )
 
     def __init__(self, txn: "lmdb.Transaction[bytes]", db: dict[str, lmdb._Database], buckets: list[lmdb._Database]):
@@ -58,6 +58,7 @@ class Reads:
         self.outcomes = db["job_outcomes"]
         self.by_label = db["jobs_by_label"]
         self.held = db["runs_held"]
+        self.job_counts = db["job_counts"]
         self._owners: dict[str, str] = {}  # job ID -> owner, read once per transaction
         # Within one transaction: the buckets in use, and the bucket of each
         # day a run finished in, looked up once.
@@ -249,6 +250,13 @@ class Reads:
         ]
         return heapq.merge(*sources, key=first)
 
+    def events_before(self, owner: str, before_seq: int) -> Iterator[tuple[int, bytes]]:
+        """(sequence, event) of the owner's events before `before_seq`, newest first."""
+        sources = [events_back(self.txn.cursor(db=self.events), b"", owner, before_seq)] + [
+            events_back(self.txn.cursor(db=db), HIST_EVENT, owner, before_seq) for _, db in self.history()
+        ]
+        return heapq.merge(*sources, key=first, reverse=True)
+
     def event_owners(self) -> set[str]:
         """The owners with an event kept: one seek per owner and source."""
         owners: set[str] = set()
@@ -264,7 +272,7 @@ class Reads:
         return owners
 
 
-def first(row: tuple[T, object]) -> T:
+def first(row: tuple[T, *tuple[object, ...]]) -> T:
     return row[0]
 
 
@@ -296,3 +304,17 @@ def events_from(cur: "lmdb.Cursor[bytes]", head: bytes, owner: str, after_seq: i
             return
         yield keys.parse_event_key(key[len(head) :])[1], value
 
+
+
+def events_back(cur: "lmdb.Cursor[bytes]", head: bytes, owner: str, before_seq: int) -> Iterator[tuple[int, bytes]]:
+    """(sequence, value) of rows keyed `head` + events key of one owner
+    before `before_seq`, newest first."""
+    prefix = head + keys.owner_prefix(owner)
+    found = cur.set_range(head + keys.event_key(owner, before_seq))
+    found = cur.prev() if found else cur.last()
+    while found:
+        key = cur.key()
+        if not key.startswith(prefix):
+            return
+        yield keys.parse_event_key(key[len(head) :])[1], cur.value()
+        found = cur.prev()

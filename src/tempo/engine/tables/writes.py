@@ -11,7 +11,7 @@ import lmdb
 
 from tempo import limits
 from tempo.engine import keys
-from tempo.engine.records import Event, Job, JobOutcome, Run
+from tempo.engine.records import Event, Job, JobOutcome, JobState, Run
 from tempo.engine.tables.keyed import Keyed
 from tempo.engine.tables.layout import (
     DAY,
@@ -28,6 +28,7 @@ from tempo.engine.tables.layout import (
     enc,
     index_ms,
     is_held,
+    job_count_key,
     label_keys,
     may_be_held,
     must,
@@ -73,7 +74,7 @@ class Tables(Keyed):
     one entry (open runs per minute, the event sequence, job outcomes)
     are kept here and written once, by `flush`."""
 
-    __slots__ = ("changes", "event_seq", "open_deltas", "outcome_counts")
+    __slots__ = ("changes", "event_seq", "job_count_deltas", "open_deltas", "outcome_counts")
 
     def __init__(self, txn: "lmdb.Transaction[bytes]", db: dict[str, lmdb._Database], buckets: list[lmdb._Database]):
         super().__init__(txn, db, buckets)
@@ -83,6 +84,9 @@ class Tables(Keyed):
         # Job outcomes (by job key) that runs finishing in this transaction
         # counted into, read once each and written once, in `flush`.
         self.outcome_counts: dict[bytes, JobOutcome] = {}
+        # Jobs in each (owner, state) gained or lost in this transaction,
+        # written to `job_counts` once each, in `flush`.
+        self.job_count_deltas: dict[tuple[str, str], int] = {}
 
     # -- history buckets -------------------------------------------------------
 
@@ -153,6 +157,19 @@ class Tables(Keyed):
         """`job_key` is `keys.job_key(job.id)` when the caller has it."""
         self.jobs_cursor().put(keys.job_key(job.id) if job_key is None else job_key, enc.encode(job))
 
+    def set_state(self, job: Job, state: JobState) -> None:
+        """`job.state = state`, counted in `job_counts` (the caller puts
+        the job). Every change of a stored job's state goes through here."""
+        if job.state != state:
+            self.count_job(job.owner, job.state, -1)
+            self.count_job(job.owner, state, 1)
+            job.state = state
+
+    def count_job(self, owner: str, state: str, delta: int) -> None:
+        """A job of `owner` in `state` came (1) or went (-1)."""
+        found = (owner, state)
+        self.job_count_deltas[found] = self.job_count_deltas.get(found, 0) + delta
+
     def relabel(self, old: Job, job: Job) -> None:
         """Moves the job's rows of the jobs-by-label index from `old`'s labels to `job`'s."""
         job_key = keys.job_key(job.id)
@@ -186,6 +203,7 @@ class Tables(Keyed):
         self.outcome_counts.pop(prefix, None)  # its runs' counts go with it
         self.txn.delete(prefix, db=self.outcomes)
         must(self.txn.delete(prefix, db=self.jobs), "a job deleted has its row")
+        self.count_job(job.owner, job.state, -1)
         must(self.txn.delete(keys.owner_job_key(job.owner, job.id), db=self.by_owner),
              "a job deleted has its row in its owner's index")
         for key in label_keys(job, prefix):
@@ -411,6 +429,21 @@ class Tables(Keyed):
             for job_key in sorted(self.outcome_counts):
                 cur.put(job_key, enc.encode(self.outcome_counts[job_key]))
             self.outcome_counts.clear()
+        self._flush_job_counts()
+
+    def _flush_job_counts(self) -> None:
+        for (owner, state), delta in sorted(self.job_count_deltas.items()):
+            if delta == 0:
+                continue
+            key = job_count_key(owner, state)
+            raw = self.txn.get(key, db=self.job_counts)
+            count = (0 if raw is None else U64.unpack(raw)[0]) + delta
+            assert count >= 0, f"jobs of {owner!r} {state} below zero"
+            if count == 0:
+                self.txn.delete(key, db=self.job_counts)
+            else:
+                self.txn.put(key, U64.pack(count), db=self.job_counts)
+        self.job_count_deltas.clear()
 
     # -- events ------------------------------------------------------------------
 
@@ -461,6 +494,7 @@ class NewRows:
             t.open_deltas[minute] = t.open_deltas.get(minute, 0) + 1
             t.changes.woken.append((runs_key, run, job))
         self.by_owner.append((keys.owner_prefix(job.owner) + key, b""))
+        t.count_job(job.owner, job.state, 1)
         if job.labels:
             self.by_label += [(k, b"") for k in label_keys(job, key)]
         # `created_at_ms` is the command's stamp (docs/api.md "Events").
