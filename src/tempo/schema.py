@@ -41,9 +41,10 @@ def _only(given: str, absent: tuple[str, ...]) -> dict[str, Any]:
 # exactly one of at, cron, every_s; timezone only with cron, start_at only
 # with every_s.
 _ONE_SCHEDULE = {"oneOf": [
-    _only("at", ("cron", "timezone", "every_s", "start_at", "dst", "end_at", "max_runs")),
-    _only("cron", ("at", "every_s", "start_at")),
-    _only("every_s", ("at", "cron", "timezone", "dst")),
+    _only("at", ("cron", "timezone", "every_s", "start_at", "dst", "end_at", "max_runs", "after")),
+    _only("cron", ("at", "every_s", "start_at", "after")),
+    _only("every_s", ("at", "cron", "timezone", "dst", "after")),
+    _only("after", ("at", "cron", "timezone", "every_s", "start_at", "dst")),
 ]}
 # `tempo.engine.jobs.check_target`'s rule, for the document only as well.
 _TARGET_PATTERN = r"^(queue:[A-Za-z0-9._-]{1,200}|https?://[!-.0-~][!-~]*)$"
@@ -61,6 +62,32 @@ class DstIn(_Request):
     repeat: DstRepeat = "first"
 
 
+DepOn = Literal["succeeded", "failed", "finished"]
+
+
+class AfterIn(_Request):
+    """A dependent job's parents (docs/semantics.md "Dependencies"): a run
+    is made by their ends, decided as each parent's result commits."""
+
+    jobs: Annotated[
+        list[Annotated[str, Meta(max_length=64)]],
+        Meta(min_length=1, max_length=limits.deps_parents_max,
+             description="parent job IDs, of the same owner, existing when the job is created or patched"),
+    ]
+    on: Annotated[DepOn, Meta(
+        description="which end of a parent's run counts: succeeded, failed (for good, after its last "
+        "attempt) or finished (either); a cancelled run never counts"
+    )] = "succeeded"
+    all: Annotated[bool, Meta(
+        description="true: one run once every parent has had a counting end (each end used once); "
+        "false: one run for each counting end of any parent"
+    )] = True
+    within_s: Annotated[int, Meta(
+        ge=1, le=limits.every_s_max,
+        description="with all: a parent end older than this when the last one needed arrives no longer counts",
+    )] | None = None
+
+
 class ScheduleIn(_Request):
     at: Instant | None = None
     cron: Annotated[str, Meta(max_length=limits.cron_chars_max)] | None = None
@@ -75,6 +102,7 @@ class ScheduleIn(_Request):
         Meta(ge=1, le=limits.schedule_runs_max,
              description="the job runs this many slots (triggered runs not counted), then is completed"),
     ] | None = None
+    after: AfterIn | None = None  # a dependent job: no clock of its own (docs/semantics.md "Dependencies")
 
 
 # Frozen, with a tuple of gaps: one default instance serves every create that
@@ -248,6 +276,13 @@ class DstOut(msgspec.Struct):
     repeat: DstRepeat
 
 
+class AfterOut(msgspec.Struct):
+    jobs: list[str]
+    on: DepOn
+    all: bool
+    within_s: int | None
+
+
 class ScheduleOut(msgspec.Struct, omit_defaults=True):
     at: str | None = None
     cron: str | None = None
@@ -257,6 +292,7 @@ class ScheduleOut(msgspec.Struct, omit_defaults=True):
     dst: DstOut | None = None  # a cron schedule's policy when not the default
     end_at: str | None = None
     max_runs: int | None = None
+    after: AfterOut | None = None
 
 
 class RetryOut(msgspec.Struct):
@@ -307,6 +343,11 @@ class RunCountsOut(msgspec.Struct):
     skipped: int = 0  # by the job's overlap policy
 
 
+class DependentsOut(msgspec.Struct):
+    jobs: list[str] = []
+    count: int = 0
+
+
 class JobOut(msgspec.Struct, gc=False):  # untracked, as _Request: a batch reply holds 1,000
     id: str
     name: str | None
@@ -330,6 +371,8 @@ class JobOut(msgspec.Struct, gc=False):  # untracked, as _Request: a batch reply
     paused: PausedOut | None = None  # set while the job is paused
     runs_left: int | None = None  # slots left to run under schedule.max_runs; null: no max_runs
     overlap: Overlap = "allow"  # what a slot due while an earlier run runs does
+    # Jobs whose schedule names this one (`after`): the first 32, and how many.
+    dependents: DependentsOut = msgspec.field(default_factory=lambda: DependentsOut())
 
 
 class RunOut(msgspec.Struct):
@@ -378,10 +421,37 @@ class AttemptOut(msgspec.Struct):
     error: str | None
 
 
+class CauseOut(msgspec.Struct):
+    """One parent end that made a dependent job's run."""
+
+    job_id: str
+    run_id: str
+    attempt: int
+    status: Literal["done", "failed"]
+
+
 class RunDetailOut(RunOut):
-    """`GET /v1/runs/{run_id}`: the run and each of its attempts, oldest first."""
+    """`GET /v1/runs/{run_id}`: the run and each of its attempts, oldest
+    first; a dependent job's run names the parent ends that made it."""
 
     attempts: list[AttemptOut] = []
+    caused_by: list[CauseOut] = []
+
+
+class GraphEdgeOut(msgspec.Struct):
+    parent: str
+    child: str
+
+
+class GraphOut(msgspec.Struct):
+    """`GET /v1/jobs/{id}/graph`: the edges within `depth` steps up and
+    down from the job; `truncated` when the bound on edges cut them."""
+
+    job_id: str
+    depth: int
+    upstream: list[GraphEdgeOut]
+    downstream: list[GraphEdgeOut]
+    truncated: bool
 
 
 class ProblemItem(msgspec.Struct):

@@ -89,6 +89,8 @@ from tempo.schema import (
     DigestOut,
     EventOut,
     EventsPage,
+    GraphEdgeOut,
+    GraphOut,
     Health,
     HeartbeatIn,
     HeartbeatOut,
@@ -472,7 +474,8 @@ class Api:
         if isinstance(outcome, errors.TempoError):
             raise outcome
         if outcome.new:
-            return _tagged(encode(request, views.job_view(outcome.job), 201), outcome.job.version)
+            view = views.with_deps(views.job_view(outcome.job), self.store.deps_views([outcome.job.id]).get(outcome.job.id))
+            return _tagged(encode(request, view, 201), outcome.job.version)
         # An existing job: with its outcome.
         return _tagged(encode(request, self.job_view(outcome.job), 200), outcome.job.version)
 
@@ -518,7 +521,8 @@ class Api:
 
     def job_view(self, job: Any) -> Any:
         """The job with what its runs came to (docs/api.md "Outcomes")."""
-        return views.job_view(job, outcome=self.store.job_outcome(job.id))
+        view = views.job_view(job, outcome=self.store.job_outcome(job.id))
+        return views.with_deps(view, self.store.deps_views([job.id]).get(job.id))
 
     def _job_answer(self, request: Request, job: Job) -> Response:
         """A job's answer, with its version as the ETag."""
@@ -546,7 +550,7 @@ class Api:
             job = self.store.get_job(owner, job_id)
             if wanted is not None and job.version not in wanted:
                 raise errors.VersionMismatch(f"job {job_id} is at version {job.version}")
-            body = _patched(views.job_view(job), patch)
+            body = _patched(self.job_view(job), patch)
             try:
                 changed = await self.jobs.patch(
                     job, body, from_msgpack=request.is_msgpack, keep_notify="notify" not in patch
@@ -571,7 +575,8 @@ class Api:
             found, next_cursor = self.store.list_jobs(self.owner(request), limit, cursor, match, labels)
         outcomes = self.store.job_outcomes([j.id for j in found])
         shared: dict[Any, Any] = {}
-        page = [views.job_view(j, shared, outcomes.get(j.id)) for j in found]
+        edges = self.store.deps_views([j.id for j in found])
+        page = [views.with_deps(views.job_view(j, shared, outcomes.get(j.id)), edges.get(j.id)) for j in found]
         return encode(request, JobsPage(page, next_cursor))
 
     async def pause_job(self, request: Request, job_id: str) -> Response:
@@ -629,7 +634,22 @@ class Api:
 
     async def get_run(self, request: Request, run_id: str) -> Response:
         run, _ = self.store.get_run(self._owner_of_run(request, run_id), run_id)
-        return encode(request, views.run_detail_view(run, self.run_view(run)))
+        detail = views.run_detail_view(run, self.run_view(run))
+        if run.triggered:  # a dependent job's runs are made as triggered ones are
+            detail.caused_by = views.cause_views(self.store.caused_by(run.job_id, run.nominal_ms))
+        return encode(request, detail)
+
+    async def job_graph(self, request: Request, job_id: str) -> Response:
+        """`GET /v1/jobs/{id}/graph?depth=N` (docs/api.md): the edges up and
+        down from the job, `depth` steps each way."""
+        raw = request.query.get("depth", str(limits.deps_graph_depth_default))
+        if not _decimal(raw) or not 1 <= int(raw) <= limits.deps_graph_depth_max:
+            raise errors.Invalid.at("query.depth", f"an integer from 1 to {limits.deps_graph_depth_max}")
+        depth = int(raw)
+        up, down, cut = self.store.deps_graph(self._owner_of_job(request, job_id), job_id, depth)
+        return encode(request, GraphOut(
+            job_id, depth, [GraphEdgeOut(p, c) for p, c in up], [GraphEdgeOut(p, c) for p, c in down], cut
+        ))
 
     async def list_all_runs(self, request: Request) -> Response:
         """Runs across the owner's jobs (an admin's: every owner's), from
@@ -1129,14 +1149,14 @@ _PATCHABLE = frozenset({
 _MERGED = frozenset({"retry", "labels", "notify", "catchup"})
 _FIXED_WHY = dict.fromkeys(
     ("id", "owner", "state", "created_at", "next_run_at", "request_key", "version", "last_run", "runs",
-     "paused", "runs_left"),
+     "paused", "runs_left", "dependents"),
     "cannot be changed by a patch",
 )
 # A schedule's kinds, which exclude each other, and the keys that go only
 # with one kind (or, for the end conditions, only with a repeating one):
 # they leave with the kind a patch removes (docs/api.md "Change a job").
-_SCHEDULE_KINDS = ("at", "cron", "every_s")
-_KIND_ONLY_KEYS = {"at": (), "cron": ("timezone", "dst"), "every_s": ("start_at",)}
+_SCHEDULE_KINDS = ("at", "cron", "every_s", "after")
+_KIND_ONLY_KEYS = {"at": (), "cron": ("timezone", "dst"), "every_s": ("start_at",), "after": ()}
 _REPEATING_ONLY_KEYS = ("end_at", "max_runs")
 _patch_body = decoders(dict[str, Any])
 _no_body = decoders(CancelIn)

@@ -16,7 +16,7 @@ from tempo.engine.commands import (
     Result,
 )
 from tempo.engine.records import Attempt, ClaimKeyEntry, Event, Job, Run, Taken
-from tempo.engine.rules import catchup, overlap, slots
+from tempo.engine.rules import catchup, deps, overlap, slots
 from tempo.engine.tables import Tables
 
 
@@ -172,6 +172,7 @@ def report_result(t: Tables, cmd: ReportResults, result: Result) -> Run | errors
             _recovered(t, job, run, cmd.at_ms, job_key)
         slots.settle(t, job, run, cmd.at_ms)
         overlap.ended(t, job, run, cmd.at_ms)
+        deps.ended(t, job, run, cmd.at_ms, job_key)
         return run
     backoff_s = job.backoff_s if run.retry_kept is None else run.retry_kept.backoff_s
     gap_s = backoff_s[min(run.attempt - 1, len(backoff_s) - 1)]
@@ -319,6 +320,7 @@ def _end_attempt(t: Tables, job: Job, run: Run, runs_key: bytes, at_ms: int, ret
     t.put_job(job)
     slots.settle(t, job, run, at_ms)
     overlap.ended(t, job, run, at_ms)
+    deps.ended(t, job, run, at_ms, keys.job_key(job.id))
 
 
 def _recovered(t: Tables, job: Job, run: Run, at_ms: int, job_key: bytes) -> None:
