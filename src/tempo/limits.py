@@ -679,6 +679,8 @@ deps_shown_max = 32
 deps_graph_depth_max = 10
 deps_graph_depth_default = 1
 deps_graph_edges_max = 2_000
+# How long a gated slot (`schedule.requires.wait_s`) may wait for its parents.
+deps_wait_s_max = 7 * 86_400
 
 assert 1 <= deps_parents_max <= deps_shown_max
 assert deps_dependents_max <= trigger_slot_probe_max  # one free slot each, probed from the last taken

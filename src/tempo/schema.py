@@ -38,13 +38,13 @@ def _only(given: str, absent: tuple[str, ...]) -> dict[str, Any]:
 
 # The cross-field rules of `tempo.engine.jobs.schedule_record`, stated in the
 # OpenAPI document only (msgspec ignores `extra_json_schema` when decoding):
-# exactly one of at, cron, every_s; timezone only with cron, start_at only
-# with every_s.
+# exactly one of at, cron, every_s, after; timezone only with cron, start_at
+# only with every_s; requires only with cron or every_s.
 _ONE_SCHEDULE = {"oneOf": [
-    _only("at", ("cron", "timezone", "every_s", "start_at", "dst", "end_at", "max_runs", "after")),
+    _only("at", ("cron", "timezone", "every_s", "start_at", "dst", "end_at", "max_runs", "after", "requires")),
     _only("cron", ("at", "every_s", "start_at", "after")),
     _only("every_s", ("at", "cron", "timezone", "dst", "after")),
-    _only("after", ("at", "cron", "timezone", "every_s", "start_at", "dst")),
+    _only("after", ("at", "cron", "timezone", "every_s", "start_at", "dst", "requires")),
 ]}
 # `tempo.engine.jobs.check_target`'s rule, for the document only as well.
 _TARGET_PATTERN = r"^(queue:[A-Za-z0-9._-]{1,200}|https?://[!-.0-~][!-~]*)$"
@@ -88,6 +88,22 @@ class AfterIn(_Request):
     )] | None = None
 
 
+class RequiresIn(_Request):
+    """A gate on a clock schedule's slots (docs/semantics.md "Dependencies"):
+    a slot runs only when every parent has had a counting end within
+    `within_s` before it; it waits up to `wait_s` for the missing ends,
+    then is skipped."""
+
+    jobs: Annotated[
+        list[Annotated[str, Meta(max_length=64)]],
+        Meta(min_length=1, max_length=limits.deps_parents_max,
+             description="parent job IDs, of the same owner, existing when the job is created or patched"),
+    ]
+    on: DepOn = "succeeded"
+    within_s: Annotated[int, Meta(ge=1, le=limits.every_s_max)] | None = None
+    wait_s: Annotated[int, Meta(ge=0, le=limits.deps_wait_s_max)] = 0
+
+
 class ScheduleIn(_Request):
     at: Instant | None = None
     cron: Annotated[str, Meta(max_length=limits.cron_chars_max)] | None = None
@@ -103,6 +119,7 @@ class ScheduleIn(_Request):
              description="the job runs this many slots (triggered runs not counted), then is completed"),
     ] | None = None
     after: AfterIn | None = None  # a dependent job: no clock of its own (docs/semantics.md "Dependencies")
+    requires: RequiresIn | None = None  # cron and every_s only: a gate on each slot
 
 
 # Frozen, with a tuple of gaps: one default instance serves every create that
@@ -283,6 +300,13 @@ class AfterOut(msgspec.Struct):
     within_s: int | None
 
 
+class RequiresOut(msgspec.Struct):
+    jobs: list[str]
+    on: DepOn
+    within_s: int | None
+    wait_s: int
+
+
 class ScheduleOut(msgspec.Struct, omit_defaults=True):
     at: str | None = None
     cron: str | None = None
@@ -293,6 +317,7 @@ class ScheduleOut(msgspec.Struct, omit_defaults=True):
     end_at: str | None = None
     max_runs: int | None = None
     after: AfterOut | None = None
+    requires: RequiresOut | None = None
 
 
 class RetryOut(msgspec.Struct):
@@ -396,7 +421,7 @@ class RunOut(msgspec.Struct):
     # the first slot after them (the first is `nominal_at`), and how many
     # they are (null: too many to count).
     # A `skipped` row's reason is `overlap`.
-    reason: Literal["outside_window", "policy", "paused", "overlap"] | None = None
+    reason: Literal["outside_window", "policy", "paused", "overlap", "dependency"] | None = None
     missed_from: str | None = None
     missed_until: str | None = None
     count: int | None = None

@@ -355,3 +355,97 @@ def test_a_replay_of_the_log_gives_the_same_tables(world: _World, tmp_path) -> N
         assert again.digest()[1] == world.store.digest()[1]
     finally:
         again.close()
+
+
+# -- the gate on a clock schedule ----------------------------------------------------------
+
+
+def _claim_slot(world: _World, job: Job) -> Run | None:
+    """The claim of the job's slot run now, with the next slot planned as
+    the dispatcher plans it; None when apply held it back."""
+    job = world.job(job)
+    assert job.slot_ms is not None
+    claim = Claim(job.id, job.slot_ms, world.now_ms + MIN)
+    nxt = catch_up(job, job.slot_ms, world.now_ms)
+    if nxt is not None:
+        claim.next_slot_ms, claim.next_due_ms = nxt.slot_ms, nxt.due_ms
+    [[claimed]] = world.apply(ClaimRuns(world.now_ms, "w1", [claim]))
+    return claimed  # type: ignore[return-value]
+
+
+def _gated(world: _World, parent: Job, **gate: object) -> Job:
+    return world.create(schedule={"every_s": 60, "requires": {"jobs": [parent.id], **gate}})
+
+
+def test_a_gate_without_its_parents_end_skips_the_slot_naming_them(world: _World) -> None:
+    parent = world.create(schedule={"every_s": 3600})
+    gated = _gated(world, parent)
+    slot = world.job(gated).slot_ms
+    assert slot is not None
+    world.now_ms = slot
+    assert _claim_slot(world, gated) is None
+    [skipped] = world.open_runs(gated, "skipped")
+    assert (skipped.nominal_ms, skipped.reason) == (slot, "dependency") and parent.id in (skipped.error or "")
+    [event] = [e for _, e in world.store.list_events(OWNER, 0, 100) if e.type == "run.skipped"]
+    assert event.detail == {"reason": "dependency", "missing": [parent.id]}
+    assert world.job(gated).slot_ms == slot + MIN  # the schedule went on
+    assert len(world.open_runs(gated)) == 1
+
+
+def test_a_gate_passes_with_an_end_within_within_s_and_not_with_an_older_one(world: _World) -> None:
+    parent = world.one_off()
+    gated = _gated(world, parent, within_s=90)
+    world.end(parent)
+    world.now_ms = world.job(gated).slot_ms  # type: ignore[assignment]
+    assert isinstance(_claim_slot(world, gated), Run)  # the end was 60 s before the slot
+    world.now_ms = world.job(gated).slot_ms  # type: ignore[assignment]
+    assert _claim_slot(world, gated) is None  # 120 s: too old
+    assert [r.reason for r in world.open_runs(gated, "skipped")] == ["dependency"]
+
+
+def test_a_gated_slot_waits_for_its_parent_and_runs_when_it_ends(world: _World) -> None:
+    parent = world.create(schedule={"every_s": 3600})
+    gated = _gated(world, parent, wait_s=600)
+    slot = world.job(gated).slot_ms
+    assert slot is not None
+    world.now_ms = slot
+    assert _claim_slot(world, gated) is None
+    [held] = world.open_runs(gated)
+    assert (held.nominal_ms, held.due_ms) == (slot, slot + 600_000)
+    world.now_ms = slot + 5 * MIN
+    world.apply(ClaimRuns(world.now_ms, "w1", []))
+    world.run(world.jobs.trigger(OWNER, parent.id))
+    world.end(parent)
+    [due] = world.open_runs(gated)
+    assert due.due_ms == world.now_ms
+    claimed = _claim_slot(world, gated)
+    assert isinstance(claimed, Run) and claimed.nominal_ms == slot
+    assert world.store.deps_state(gated.id).waiting_slot_ms is None  # type: ignore[union-attr]
+
+
+def test_a_gated_slot_that_waited_in_vain_is_skipped_at_its_deadline(world: _World) -> None:
+    parent = world.create(schedule={"every_s": 3600})
+    gated = _gated(world, parent, wait_s=600)
+    slot = world.job(gated).slot_ms
+    assert slot is not None
+    world.now_ms = slot
+    assert _claim_slot(world, gated) is None
+    world.now_ms = slot + 600_000
+    held = world.open_runs(gated)[0]
+    claim = Claim(gated.id, held.nominal_ms, world.now_ms + MIN)
+    [[answer]] = world.apply(ClaimRuns(world.now_ms, "w1", [claim]))
+    assert answer is None
+    assert [r.nominal_ms for r in world.open_runs(gated, "skipped")] == [slot]
+
+
+def test_requires_goes_only_with_a_clock_schedule(world: _World) -> None:
+    parent = world.one_off()
+    with pytest.raises(errors.Invalid) as caught:
+        world.jobs.new_job(OWNER, _body(schedule={"at": "2030-01-01T00:00:00Z", "requires": {"jobs": [parent.id]}}),
+                           world.now_ms, from_msgpack=False)
+    assert caught.value.errors[0][0] == "schedule.requires"
+    gated = _gated(world, parent)
+    with pytest.raises(errors.Invalid) as cycle:
+        world.run(world.jobs.patch(world.job(parent), _body(schedule={"every_s": 60, "requires": {"jobs": [gated.id]}}),
+                                   from_msgpack=False))
+    assert cycle.value.errors[0][0] == "schedule.requires.jobs" and "cycle" in cycle.value.errors[0][1]

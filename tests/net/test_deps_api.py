@@ -161,3 +161,35 @@ def test_the_graph_answers_edges_up_and_down(client):
     deep = client.get(f"/v1/jobs/{c['id']}/graph", params={"depth": 2}).json()
     assert len(deep["upstream"]) == 2
     assert client.get(f"/v1/jobs/{c['id']}/graph", params={"depth": 0}).status_code == 400
+
+
+def _gated(client: httpx.Client, parent: dict, **gate) -> dict:
+    return _job(client, {"every_s": 1, "requires": {"jobs": [parent["id"]], **gate}})
+
+
+def test_a_gate_skips_a_slot_whose_parent_did_not_end_naming_it(client, worker):
+    parent = _job(client, {"every_s": 3600})
+    gated = _gated(client, parent)
+    assert gated["schedule"]["requires"] == {"jobs": [parent["id"]], "on": "succeeded", "within_s": None, "wait_s": 0}
+    queue = gated["target"].removeprefix("queue:")
+    claimed = worker.post("/v1/claim", json={"worker": "w", "queues": [queue], "wait_s": 2}).json()["runs"]
+    assert claimed == []
+    skipped = _runs(client, gated, "skipped")
+    assert skipped and skipped[0]["reason"] == "dependency" and parent["id"] in skipped[0]["error"]
+    client.delete(f"/v1/jobs/{gated['id']}")
+
+
+def test_a_gate_waits_for_its_parent_and_then_runs(client, worker):
+    parent = _one_off(client)
+    gated = _gated(client, parent, wait_s=60)
+    queue = gated["target"].removeprefix("queue:")
+    for _ in range(10):  # until its first slot fell due and the gate held it
+        assert worker.post("/v1/claim", json={"worker": "w", "queues": [queue], "wait_s": 0.5}).json()["runs"] == []
+        [waiting] = _runs(client, gated)
+        if waiting["due_at"] > waiting["nominal_at"]:
+            break
+    assert waiting["due_at"] > waiting["nominal_at"]
+    _run(worker, parent)
+    claimed = worker.post("/v1/claim", json={"worker": "w", "queues": [queue], "wait_s": 5}).json()["runs"]
+    assert [r["id"] for r in claimed] == [waiting["id"]]
+    client.delete(f"/v1/jobs/{gated['id']}")

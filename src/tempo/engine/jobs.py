@@ -59,6 +59,7 @@ from tempo.engine.records import (
     Notify,
     NotifyEvent,
     OverlapPolicy,
+    Requires,
     Run,
     Schedule,
 )
@@ -101,6 +102,19 @@ class AfterSpec(Protocol):
     def within_s(self) -> int | None: ...
 
 
+class RequiresSpec(Protocol):
+    """A gate on a clock schedule's slots (`schema.RequiresIn`)."""
+
+    @property
+    def jobs(self) -> list[str]: ...
+    @property
+    def on(self) -> DepOn: ...
+    @property
+    def within_s(self) -> int | None: ...
+    @property
+    def wait_s(self) -> int: ...
+
+
 class ScheduleSpec(Protocol):
     """A schedule as asked for (`schema.ScheduleIn`)."""
 
@@ -122,6 +136,8 @@ class ScheduleSpec(Protocol):
     def max_runs(self) -> int | None: ...
     @property
     def after(self) -> AfterSpec | None: ...
+    @property
+    def requires(self) -> RequiresSpec | None: ...
 
 
 
@@ -374,17 +390,26 @@ def _check_fields(value: ScheduleSpec, loc: str) -> None:
 def deps_record(value: ScheduleSpec, loc: str = "schedule") -> DepState | None:
     """A dependent job's edges as apply stores them (checked against the
     tables there: engine/rules/deps.py); None for a job with none."""
-    after = value.after
+    after, gate = value.after, value.requires
+    if gate is not None:
+        if value.cron is None and value.every_s is None:
+            raise errors.Invalid.at(f"{loc}.requires", "requires goes only with a clock schedule (cron or every_s)")
+        _check_parents(gate.jobs, f"{loc}.requires.jobs")
+        return DepState(requires=Requires(tuple(gate.jobs), gate.on, gate.within_s, gate.wait_s))
     if after is None:
         return None
-    if len(set(after.jobs)) != len(after.jobs):
-        raise errors.Invalid.at(f"{loc}.after.jobs", "names a job twice")
-    for job_id in after.jobs:
-        if not ids.is_job_id(job_id):
-            raise errors.Invalid.at(f"{loc}.after.jobs", f"no job {job_id}")
+    _check_parents(after.jobs, f"{loc}.after.jobs")
     if after.within_s is not None and not after.all:
         raise errors.Invalid.at(f"{loc}.after.within_s", "within_s goes only with all: true")
     return DepState(after=After(tuple(after.jobs), after.on, after.all, after.within_s))
+
+
+def _check_parents(job_ids: list[str], loc: str) -> None:
+    if len(set(job_ids)) != len(job_ids):
+        raise errors.Invalid.at(loc, "names a job twice")
+    for job_id in job_ids:
+        if not ids.is_job_id(job_id):
+            raise errors.Invalid.at(loc, f"no job {job_id}")
 
 
 def overlap_record(value: OverlapPolicy | None, sched: Schedule) -> OverlapPolicy | None:
@@ -551,7 +576,7 @@ def _body_digest(
         if body.overlap not in (None, "allow"):
             fields += (("overlap", body.overlap),)
         if edges is not None:
-            fields += (("after", edges.after),)
+            fields += (("after", edges.after),) if edges.after is not None else (("requires", edges.requires),)
         return hashlib.blake2b(_hash_encoder.encode(fields), digest_size=16).digest()
     except OverflowError:
         # JSON allows any integer; records are MessagePack, which holds
@@ -803,9 +828,10 @@ class Jobs:
         made = new.job
         if keep_notify:
             made.notify = job.notify  # the patch left it out: kept, never checked again
-        if _mutable(made) == _mutable(job) and (new.deps is None) == is_after(job.schedule) and (
-            new.deps is None or self.store.deps_state(job.id) == new.deps
-        ):
+        stored = self.store.deps_state(job.id)
+        edges_before = None if stored is None else (stored.after, stored.requires)
+        edges_after = None if new.deps is None else (new.deps.after, new.deps.requires)
+        if _mutable(made) == _mutable(job) and edges_before == edges_after:
             return job
         made.created_at_ms = job.created_at_ms  # an `every_s` grid stays where it was
         replan = made.schedule != job.schedule or made.jitter_s != job.jitter_s
@@ -820,7 +846,7 @@ class Jobs:
             due = None if slot_ms is None else due_ms(made, slot_ms, at_ms)
         command = PatchJob(
             at_ms, job.owner, job.id, job.version, made, replan, slot_ms, due, sets_notify=True,
-            sets_deps=new.deps is not None or is_after(job.schedule), deps=new.deps,
+            sets_deps=edges_before != edges_after, deps=new.deps,
         )
         return _ok(await self.committer.submit(command), Job)
 

@@ -73,7 +73,8 @@ class Notify(msgspec.Struct, array_like=True, frozen=True, gc=False):
 
 CatchupPolicy = Literal["latest", "all", "none"]
 MissedReason = Literal["outside_window", "policy", "paused"]
-SkippedReason = Literal["overlap"]
+# `dependency`: a gated slot whose parents had not ended (docs/semantics.md "Dependencies").
+SkippedReason = Literal["overlap", "dependency"]
 # What a repeating job does with a slot that comes due while an earlier run
 # of it is running (docs/semantics.md "Overlap"); a job's `overlap` None is
 # `allow`, the behaviour of records from before the field.

@@ -37,6 +37,7 @@ from tempo.schema import (
     OccurrenceOut,
     PausedByOut,
     PausedOut,
+    RequiresOut,
     RetryOut,
     RunCountsOut,
     RunDetailOut,
@@ -132,6 +133,11 @@ def with_deps(out: JobOut, found: tuple[DepState | None, list[str], int] | None)
         after = edges.after
         out.schedule = msgspec.structs.replace(
             out.schedule, after=AfterOut(list(after.jobs), after.on, after.all, after.within_s)
+        )
+    if edges is not None and edges.requires is not None:
+        gate = edges.requires
+        out.schedule = msgspec.structs.replace(
+            out.schedule, requires=RequiresOut(list(gate.jobs), gate.on, gate.within_s, gate.wait_s)
         )
     out.dependents = DependentsOut(dependents, count)
     return out

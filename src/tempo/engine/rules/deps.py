@@ -11,6 +11,7 @@ at the edge, so two racing creates or patches cannot close one."""
 
 from tempo import errors, ids, limits
 from tempo.engine import keys
+from tempo.engine.commands import Claim
 from tempo.engine.records import Cause, DepOn, DepState, Event, Job, Missed, Run, Schedule
 from tempo.engine.rules import catchup, slots
 from tempo.engine.tables import Tables
@@ -137,6 +138,8 @@ def ended(t: Tables, job: Job, run: Run, at_ms: int, job_key: bytes) -> None:
         assert found is not None, "a dependent has its state"
         if found.after is not None and counts(found.after.on, run.status):
             _after_end(t, child_id, found, cause, at_ms)
+        elif found.requires is not None and counts(found.requires.on, run.status):
+            _gate_end(t, child_id, found, cause, at_ms)
 
 
 def _after_end(t: Tables, child_id: str, found: DepState, cause: Cause, at_ms: int) -> None:
@@ -212,3 +215,92 @@ def _cause_detail(cause: Cause) -> dict[str, object]:
         "job_id": cause.job_id, "run_id": ids.run_id(cause.job_id, cause.nominal_ms),
         "attempt": cause.attempt, "status": cause.status,
     }
+
+
+# -- the gate on a clock schedule (`schedule.requires`) ------------------------------
+
+
+def gate(t: Tables, job: Job, run: Run, runs_key: bytes, claim: Claim, at_ms: int) -> bool:
+    """Whether the job's gate holds back the run of its slot that is being
+    claimed: every parent must have had a counting end within `within_s`
+    before the slot. Until `wait_s` after the slot the run waits (due at
+    that deadline, or at once when the last missing end arrives:
+    `_gate_end`); after it, the slot is skipped (reason `dependency`,
+    naming the missing parents) and the schedule moves on as a claim
+    moves it. A job without a gate costs nothing here but the check
+    that the `deps` table holds a row, once per transaction."""
+    if run.attempt or run.triggered or run.backfill or job.slot_ms != run.nominal_ms or not _used(t):
+        return False
+    found = table.state(t, job.id)
+    if found is None or found.requires is None:
+        return False
+    missing = _missing(found, run.nominal_ms)
+    if not missing:
+        if found.waiting_slot_ms is not None:
+            found.waiting_slot_ms = None
+            table.put_state(t, job.id, found)
+        return False
+    deadline_ms = min(run.nominal_ms + found.requires.wait_s * 1000, limits.stored_ms_max)
+    if at_ms < deadline_ms:
+        if run.due_ms != deadline_ms:
+            run.due_ms = deadline_ms
+            t.put_run(run, runs_key, "waiting", job)
+            job.next_run_at_ms = deadline_ms
+            t.put_job(job)
+        found.waiting_slot_ms = run.nominal_ms
+        table.put_state(t, job.id, found)
+        return True
+    found.waiting_slot_ms = None
+    table.put_state(t, job.id, found)
+    run.status = "skipped"
+    run.reason = "dependency"
+    run.finished_ms = at_ms
+    run.error = "no counting end of " + ", ".join(missing)
+    t.finish_run(run, runs_key, "waiting", at_ms, job=job)
+    detail = {"reason": "dependency", "missing": missing}
+    t.append_event(job.owner, Event("run.skipped", at_ms, job.id, ids.run_id(job.id, run.nominal_ms), detail))
+    if slots.hand_on(t, job, run, claim, at_ms):
+        t.put_job(job)
+    slots.settle(t, job, run, at_ms)
+    return True
+
+
+def _used(t: Tables) -> bool:
+    if t.deps_used is None:
+        t.deps_used = table.used(t)
+    return t.deps_used
+
+
+def _missing(found: DepState, slot_ms: int) -> list[str]:
+    """The parents of a gate with no counting end within `within_s`
+    before `slot_ms` (an end after the slot counts: it arrived while the
+    slot waited)."""
+    gate_of = found.requires
+    assert gate_of is not None
+    latest = {end.job_id: end.ended_ms for end in found.ends}
+    floor_ms = None if gate_of.within_s is None else slot_ms - gate_of.within_s * 1000
+    return [
+        parent for parent in gate_of.jobs
+        if parent not in latest or (floor_ms is not None and latest[parent] < floor_ms)
+    ]
+
+
+def _gate_end(t: Tables, child_id: str, found: DepState, cause: Cause, at_ms: int) -> None:
+    """A counting end of a gate's parent: kept (the latest of each
+    parent); a slot waiting for it is due at once when no parent is
+    missing any more."""
+    found.ends = [end for end in found.ends if end.job_id != cause.job_id] + [cause]
+    table.put_state(t, child_id, found)
+    slot_ms = found.waiting_slot_ms
+    if slot_ms is None or _missing(found, slot_ms):
+        return
+    held = t.slot_run(child_id, slot_ms)
+    if held is None or held[1].status != "waiting" or held[1].due_ms <= at_ms:
+        return
+    runs_key, run = held
+    child = t.job_any(child_id)
+    run.due_ms = at_ms
+    t.put_run(run, runs_key, "waiting", child)
+    if child.slot_ms == slot_ms:
+        child.next_run_at_ms = at_ms
+        t.put_job(child)

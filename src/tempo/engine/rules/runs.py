@@ -50,6 +50,8 @@ def claim_run(t: Tables, cmd: ClaimRuns, claim: Claim) -> Run | None:
     if job is not None and catchup.misses_itself(job, run, claim):
         _miss(t, job, run, runs_key, claim, cmd.at_ms)
         return None
+    if job is not None and deps.gate(t, job, run, runs_key, claim, cmd.at_ms):
+        return None
     if job is not None and job.overlap is not None:
         buffered = overlap.holds(t, job, run, runs_key, cmd.at_ms)
         if buffered is not None:

@@ -45,6 +45,11 @@ def put_state(t: Tables, job_id: str, found: DepState | None) -> None:
         t.txn.put(key, _enc.encode(found), db=t.deps)
 
 
+def used(t: Reads) -> bool:
+    """Whether the table holds any row (a store that never had an edge: none)."""
+    return t.txn.cursor(db=t.deps).first()
+
+
 def has_dependents(t: Reads, job_key: bytes) -> bool:
     """Whether the job (by its key) has a dependent: one cursor lookup,
     the whole cost of dependencies on an ending result of a job with none."""

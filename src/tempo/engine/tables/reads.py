@@ -36,7 +36,7 @@ class Reads:
     __slots__ = (
         "_bucket_of_day", "_by_job_cur", "_by_status_cur", "_held_cur", "_hist_curs", "_history", "_jobs_cur",
         "_outcomes_cur", "_owners", "_runs_cur", "buckets", "by_job", "by_label", "by_owner", "by_status",
-        "claim_keys", "deps", "events", "held", "hist_days", "jobs", "members", "meta", "open", "outcomes", "reqkeys", "runs",
+        "claim_keys", "deps", "deps_used", "events", "held", "hist_days", "jobs", "members", "meta", "open", "outcomes", "reqkeys", "runs",
         "txn",
     )
 
@@ -59,6 +59,9 @@ class Reads:
         self.by_label = db["jobs_by_label"]
         self.held = db["runs_held"]
         self.deps = db["deps"]
+        # Whether the `deps` table holds a row, read once per transaction
+        # (engine/rules/deps.py `gate`: the claim path of a job with no gate).
+        self.deps_used: bool | None = None
         self._owners: dict[str, str] = {}  # job ID -> owner, read once per transaction
         # Within one transaction: the buckets in use, and the bucket of each
         # day a run finished in, looked up once.
