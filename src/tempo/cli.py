@@ -185,7 +185,9 @@ SCHEDULE_FLAGS = {
     "schedule.end_at": "--end-at", "schedule.max_runs": "--max-runs",
     "schedule.dst": "--dst-gap/--dst-repeat", "schedule.dst.gap": "--dst-gap", "schedule.dst.repeat": "--dst-repeat",
     "schedule.after": "--after", "schedule.after.jobs": "--after", "schedule.after.on": "--on",
-    "schedule.after.within_s": "--within-s",
+    "schedule.after.within_s": "--within-s", "schedule.requires": "--requires",
+    "schedule.requires.jobs": "--requires", "schedule.requires.within_s": "--within-s",
+    "schedule.requires.wait_s": "--wait-s",
 }
 CREATE_FLAGS = SCHEDULE_FLAGS | {
     "target": "--target", "name": "--name", "payload": "--payload", "retry": "--max-attempts/--backoff-s",
@@ -433,7 +435,7 @@ def _schedule_body(args: argparse.Namespace) -> dict[str, Any]:
     kinds = [k for k in _KINDS if _kind_value(args, k) is not None]
     if len(kinds) != 1:  # two at once argparse refuses; none is left to here
         raise Usage("give exactly one of --at, --cron, --every-s or --after")
-    schedule: dict[str, Any] = {kinds[0]: _kind_value(args, kinds[0])}
+    schedule: dict[str, Any] = {kinds[0]: _kind_value(args, kinds[0])} | _requires_field(args)
     if args.timezone is not None:
         schedule["timezone"] = args.timezone
     if args.start_at is not None:
@@ -462,7 +464,20 @@ def _schedule_patch(args: argparse.Namespace) -> dict[str, Any]:
     for name in ("timezone", "start_at"):
         if getattr(args, name) is not None:
             schedule[name] = getattr(args, name)
-    return schedule | _dst_field(args) | _end_fields(args)
+    return schedule | _dst_field(args) | _end_fields(args) | _requires_field(args)
+
+
+def _requires_field(args: argparse.Namespace) -> dict[str, Any]:
+    """The schedule's gate from --requires, with --on, --within-s and
+    --wait-s (docs/semantics.md "A gate on a clock schedule")."""
+    value = getattr(args, "requires_jobs", None)
+    if value is None:
+        return {}
+    gate: dict[str, Any] = {"jobs": [one.strip() for one in value.split(",") if one.strip()]}
+    for name in ("on", "within_s", "wait_s"):
+        if getattr(args, name) is not None:
+            gate[name] = getattr(args, name)
+    return {"requires": gate}
 
 
 def _end_fields(args: argparse.Namespace) -> dict[str, Any]:
@@ -659,7 +674,14 @@ def _add_deps_flags(group: "argparse._ArgumentGroup") -> None:
                             "every parent ended)")
     group.add_argument("--within-s", dest="within_s", type=int, metavar="S",
                        help="with --after: a parent's end older than S seconds when the last one arrives no "
-                            "longer counts")
+                            "longer counts; with --requires: each parent must have ended within S seconds "
+                            "before the slot")
+    group.add_argument("--requires", dest="requires_jobs", metavar="IDS",
+                       help="with --cron or --every-s: a slot runs only if these jobs ended (as --on says) "
+                            "before it, e.g. j_load")
+    group.add_argument("--wait-s", dest="wait_s", type=int, metavar="S",
+                       help="with --requires: a slot waits up to S seconds for the missing ends, then is "
+                            "skipped (default 0)")
 
 
 def _add_schedule_flags(

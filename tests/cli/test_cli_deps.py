@@ -36,3 +36,17 @@ def test_graph_lines_say_when_edges_were_left_out() -> None:
                         "downstream": [], "truncated": True})
     assert text.splitlines() == ["j_B (depth 1)", "upstream:", "  j_A -> j_B", "downstream: none",
                                  "(more edges left out: the answer's bound)"]
+
+
+def test_requires_gates_a_clock_schedule(server) -> None:
+    parent = json.loads(tempo("jobs", "create", "--target", "queue:cli", "--every-s", "3600", "--json",
+                              url=server.url).stdout)
+    gated = json.loads(tempo(
+        "jobs", "create", "--target", "queue:cli", "--cron", "0 6 * * *", "--requires", parent["id"],
+        "--within-s", "86400", "--wait-s", "10800", "--json", url=server.url,
+    ).stdout)
+    assert gated["schedule"]["requires"] == {"jobs": [parent["id"]], "on": "succeeded", "within_s": 86400,
+                                             "wait_s": 10800}
+    bad = tempo("jobs", "create", "--target", "queue:cli", "--at", "2030-01-01T00:00:00Z", "--requires",
+                parent["id"], url=server.url, check=False)
+    assert bad.returncode != 0 and "--requires" in bad.stderr
