@@ -449,3 +449,22 @@ def test_requires_goes_only_with_a_clock_schedule(world: _World) -> None:
         world.run(world.jobs.patch(world.job(parent), _body(schedule={"every_s": 60, "requires": {"jobs": [gated.id]}}),
                                    from_msgpack=False))
     assert cycle.value.errors[0][0] == "schedule.requires.jobs" and "cycle" in cycle.value.errors[0][1]
+
+
+def test_edges_made_in_the_entry_that_reports_the_parents_end_count(world: _World) -> None:
+    """The check that the `deps` table holds a row is read once per
+    transaction: an edge made by an earlier command of the same entry
+    (after a result that read it empty) is seen by a later result."""
+    other, parent = world.one_off(), world.one_off()
+    runs = []
+    for job in (other, parent):
+        [run] = world.open_runs(job)
+        [[claimed]] = world.apply(ClaimRuns(world.now_ms, "w1", [Claim(job.id, run.nominal_ms, world.now_ms + MIN)]))
+        runs.append(claimed)
+    child = world.jobs.new_job(OWNER, _body(schedule={"after": {"jobs": [parent.id]}}), world.now_ms, from_msgpack=False)
+    world.apply(
+        ReportResults(world.now_ms, OWNER, [Result(other.id, runs[0].nominal_ms, 1, True)]),
+        CreateJobs(world.now_ms, [child]),
+        ReportResults(world.now_ms, OWNER, [Result(parent.id, runs[1].nominal_ms, 1, True)]),
+    )
+    assert len(world.open_runs(child.job)) == 1

@@ -125,12 +125,13 @@ def ended(t: Tables, job: Job, run: Run, at_ms: int, job_key: bytes) -> None:
     """A run of `job` ended `done` or `failed` (for good) at `at_ms`, in
     this commit: each dependent it counts for gets its run, or holds the
     end until its other parents' arrive. A job with no dependent costs
-    one lookup. A dependent job that made its `max_runs` runs is
+    one lookup (none when the `deps` table is empty: a check once per
+    transaction). A dependent job that made its `max_runs` runs is
     completed when the last of them ends."""
     assert run.status in ("done", "failed")
     if is_after(job.schedule) and job.schedule.max_runs is not None and job.runs_done >= job.schedule.max_runs:
         _finish_when_idle(t, job, at_ms)
-    if not table.has_dependents(t, job_key):
+    if not _used(t) or not table.has_dependents(t, job_key):
         return
     cause = Cause(job.id, run.nominal_ms, run.attempt, "done" if run.status == "done" else "failed", at_ms)
     for child_id in list(table.dependents(t, job.id, limits.deps_dependents_max)):

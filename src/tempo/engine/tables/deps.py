@@ -43,6 +43,7 @@ def put_state(t: Tables, job_id: str, found: DepState | None) -> None:
         t.txn.delete(key, db=t.deps)
     else:
         t.txn.put(key, _enc.encode(found), db=t.deps)
+        t.deps_used = True  # read once per transaction: a later command of it sees the row
 
 
 def used(t: Reads) -> bool:
@@ -72,6 +73,7 @@ def dependents(t: Reads, job_id: str, limit: int) -> Iterator[str]:
 
 def link(t: Tables, parent_id: str, child_id: str) -> None:
     t.txn.put(CHILD + keys.job_key(parent_id) + keys.job_key(child_id), b"", db=t.deps)
+    t.deps_used = True
 
 
 def unlink(t: Tables, parent_id: str, child_id: str) -> None:
