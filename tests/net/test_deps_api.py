@@ -193,3 +193,14 @@ def test_a_gate_waits_for_its_parent_and_then_runs(client, worker):
     claimed = worker.post("/v1/claim", json={"worker": "w", "queues": [queue], "wait_s": 5}).json()["runs"]
     assert [r["id"] for r in claimed] == [waiting["id"]]
     client.delete(f"/v1/jobs/{gated['id']}")
+
+
+def test_a_batch_and_a_listing_show_the_edges(client):
+    a = _one_off(client)
+    made = client.post("/v1/jobs/batch", json={"jobs": [
+        {"target": f"queue:{QUEUES[next(_next_queue)]}", "schedule": {"after": {"jobs": [a["id"]], "all": False}}},
+    ]}).json()["results"]
+    assert made[0]["job"]["schedule"]["after"]["all"] is False
+    listed = {j["id"]: j for j in client.get("/v1/jobs", params={"limit": 5}).json()["jobs"]}
+    assert listed[a["id"]]["dependents"] == {"jobs": [made[0]["job"]["id"]], "count": 1}
+    assert listed[made[0]["job"]["id"]]["schedule"]["after"]["jobs"] == [a["id"]]

@@ -489,11 +489,15 @@ class Api:
             self.owner(request), items, from_msgpack=request.is_msgpack, rejected_keys_of=rejected_keys_of
         )
         shared: dict[Any, Any] = {}
+        # The edges of the items that name some (docs/semantics.md "Dependencies"), read only then.
+        edges = self.store.deps_views([o.job.id for o in outcomes if isinstance(o, Created)]) if any(
+            not isinstance(i, errors.TempoError) and (i.schedule.after or i.schedule.requires) for i in items
+        ) else {}
         results = []
         for start in range(0, len(outcomes), limits.batch_slice_items):
             if start:
                 await trio.lowlevel.checkpoint()  # the views in slices: docs/operations.md "Event-loop lag"
-            results += [_batch_item(o, shared) for o in outcomes[start : start + limits.batch_slice_items]]
+            results += [_batch_item(o, shared, edges) for o in outcomes[start : start + limits.batch_slice_items]]
         return encode(request, JobBatchResult(results))
 
     def _decode_batch_items(self, request: Request) -> tuple[list[JobCreate | errors.TempoError], dict[int, str]]:
@@ -1279,11 +1283,12 @@ def _decode_batch_at_once(request: Request) -> list[JobCreate] | None:
         return None
 
 
-def _batch_item(outcome: Created | errors.TempoError, shared: dict[Any, Any]) -> BatchItemResult:
+def _batch_item(outcome: Created | errors.TempoError, shared: dict[Any, Any], edges: dict[str, Any]) -> BatchItemResult:
     if isinstance(outcome, errors.TempoError):
         problem = problem_of(outcome)
         return BatchItemResult(problem.status, problem=problem)
-    return BatchItemResult(201 if outcome.new else 200, job=views.job_view(outcome.job, shared))
+    view = views.with_deps(views.job_view(outcome.job, shared), edges.get(outcome.job.id))
+    return BatchItemResult(201 if outcome.new else 200, job=view)
 
 
 def _rejected_key(raw: msgspec.Raw, which: int) -> str | None:
