@@ -985,7 +985,10 @@ MISSED_FIELDS = ("reason", "missed_from", "missed_until", "count")
 def run_record(run: dict[str, Any]) -> dict[str, Any]:
     """The fields `tempo runs get` prints above the attempts table."""
     hidden = {"attempts", *(MISSED_FIELDS if run.get("status") != "missed" else ())}
-    return {k: v for k, v in run.items() if k not in hidden}
+    shown = {k: v for k, v in run.items() if k not in hidden and not (k == "caused_by" and not v)}
+    if shown.get("caused_by"):  # a dependent job's run: the parent ends that made it, one a line
+        shown["caused_by"] = ", ".join(f"{c['run_id']} ({c['status']})" for c in shown["caused_by"])
+    return shown
 
 
 def _add_runs_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
