@@ -468,3 +468,31 @@ def test_edges_made_in_the_entry_that_reports_the_parents_end_count(world: _Worl
         ReportResults(world.now_ms, OWNER, [Result(parent.id, runs[1].nominal_ms, 1, True)]),
     )
     assert len(world.open_runs(child.job)) == 1
+
+
+def test_caused_by_goes_with_the_history_of_its_day_and_with_its_job(world: _World) -> None:
+    from tempo.engine.commands import DropHistory
+
+    a = world.one_off()
+    child = world.after(a, on="finished")
+    world.end(a)
+    [run] = world.open_runs(child)
+    assert world.store.caused_by(child.id, run.nominal_ms)
+    day = run.nominal_ms // limits.day_ms
+    world.apply(DropHistory(world.now_ms, day))  # the days before it: the row stays
+    assert world.store.caused_by(child.id, run.nominal_ms)
+    world.apply(DropHistory(world.now_ms, day + 1))
+    assert world.store.caused_by(child.id, run.nominal_ms) == []
+    # A job's rows go with it, on every day.
+    b = world.one_off()
+    other = world.after(b, all=False)
+    world.end(b)
+    world.run(world.jobs.trigger(OWNER, b.id))
+    world.now_ms += limits.day_ms
+    world.end(b)
+    assert len(world.open_runs(other)) == 2
+    assert all(world.store.caused_by(other.id, r.nominal_ms) for r in world.open_runs(other))
+    assert world.apply(DeleteJob(world.now_ms, OWNER, other.id)) == [None]
+    with world.store.env.begin() as txn:
+        rows = [key for key, _ in txn.cursor(db=world.store.db["deps"]) if key.startswith(table.CAUSE)]
+    assert rows == []

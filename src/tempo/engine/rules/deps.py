@@ -105,6 +105,13 @@ def set_edges(t: Tables, job: Job, found: DepState | None) -> None:
     table.put_state(t, job.id, found)
 
 
+def drop_history(t: Tables, before_day: int) -> None:
+    """`caused_by` goes with the history of the day the run was made
+    (docs/operations.md "Retention"): no row outlives its days."""
+    if _used(t):
+        table.drop_causes_before(t, before_day)
+
+
 def delete(t: Tables, job: Job) -> errors.TempoError | None:
     """A job's rows of the `deps` table go with it; `HasDependents` when
     other jobs depend on it (nothing is changed then)."""

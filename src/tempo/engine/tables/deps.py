@@ -8,11 +8,14 @@ first byte:
 - b"c" + parent's job key + child's job key -> b"" (the parent's
   dependents, in one range of keys: an ending result reads them with one
   cursor, and a parent with none costs one lookup);
-- b"r" + the run's runs-by-job key -> `list[Cause]` (a run's `caused_by`).
+- b"r" + the day the run was made (u32, days since the epoch) + the run's
+  runs-by-job key -> `list[Cause]` (a run's `caused_by`): dropped with the
+  history of that day (`drop_causes_before`), a job's with the job.
 
 Read by apply's rules (engine/rules/deps.py) and by the API's reads
 (`deps_view`), over a read or a write transaction."""
 
+import struct
 from collections.abc import Iterator
 
 import lmdb
@@ -27,6 +30,7 @@ from tempo.engine.tables.writes import Tables
 STATE = b"d"
 CHILD = b"c"
 CAUSE = b"r"
+DAY = struct.Struct(">I")
 _enc = msgspec.msgpack.Encoder()
 _state_dec = Decoder(DepState)
 _causes_dec: Decoder[list[Cause]] = Decoder(list[Cause], "caused_by")
@@ -80,21 +84,41 @@ def unlink(t: Tables, parent_id: str, child_id: str) -> None:
     t.txn.delete(CHILD + keys.job_key(parent_id) + keys.job_key(child_id), db=t.deps)
 
 
+def _cause_key(job_id: str, nominal_ms: int) -> bytes:
+    """A run's `caused_by` row: its nominal time is when it was made."""
+    return CAUSE + DAY.pack(nominal_ms // limits.day_ms) + keys.by_job_key(job_id, nominal_ms)
+
+
 def put_causes(t: Tables, job_id: str, nominal_ms: int, causes: list[Cause]) -> None:
-    t.txn.put(CAUSE + keys.by_job_key(job_id, nominal_ms), _enc.encode(causes), db=t.deps)
+    t.txn.put(_cause_key(job_id, nominal_ms), _enc.encode(causes), db=t.deps)
 
 
 def causes(t: Reads, job_id: str, nominal_ms: int) -> list[Cause]:
-    raw = t.txn.get(CAUSE + keys.by_job_key(job_id, nominal_ms), db=t.deps)
+    raw = t.txn.get(_cause_key(job_id, nominal_ms), db=t.deps)
     return [] if raw is None else _causes_dec.decode(raw)
 
 
 def drop_causes(t: Tables, job_id: str) -> None:
-    """Every `caused_by` row of a job being deleted."""
-    head = CAUSE + keys.job_key(job_id)
+    """Every `caused_by` row of a job being deleted: one range a day kept."""
+    job_key = keys.job_key(job_id)
     cur = t.txn.cursor(db=t.deps)
-    found = cur.set_range(head)
-    while found and cur.key().startswith(head):
+    found = cur.set_range(CAUSE)
+    while found and cur.key().startswith(CAUSE):
+        day = cur.key()[len(CAUSE):len(CAUSE) + DAY.size]
+        head = CAUSE + day + job_key
+        found = cur.set_range(head)
+        while found and cur.key().startswith(head):
+            found = cur.delete()
+        found = cur.set_range(CAUSE + DAY.pack(DAY.unpack(day)[0] + 1))
+
+
+def drop_causes_before(t: Tables, before_day: int) -> None:
+    """The `caused_by` rows of runs made before `before_day`, with the
+    history of those days (`DropHistory`)."""
+    end = CAUSE + DAY.pack(before_day)
+    cur = t.txn.cursor(db=t.deps)
+    found = cur.set_range(CAUSE)
+    while found and cur.key() < end:
         found = cur.delete()
 
 
