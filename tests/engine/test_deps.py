@@ -282,6 +282,10 @@ def test_a_job_cannot_depend_on_itself_nor_name_a_parent_twice(world: _World) ->
     with pytest.raises(errors.Invalid) as twice:
         world.jobs.new_job(OWNER, _body(schedule={"after": {"jobs": [a.id, a.id]}}), world.now_ms, from_msgpack=False)
     assert twice.value.errors == [("schedule.after.jobs", "names a job twice")]
+    with pytest.raises(errors.Invalid) as loose:
+        world.jobs.new_job(OWNER, _body(schedule={"after": {"jobs": [a.id], "all": False, "within_s": 5}}),
+                           world.now_ms, from_msgpack=False)
+    assert loose.value.errors[0][0] == "schedule.after.within_s"
 
 
 def test_delete_of_a_job_with_dependents_is_refused_naming_them(world: _World) -> None:
