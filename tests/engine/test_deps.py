@@ -500,3 +500,19 @@ def test_caused_by_goes_with_the_history_of_its_day_and_with_its_job(world: _Wor
     with world.store.env.begin() as txn:
         rows = [key for key, _ in txn.cursor(db=world.store.db["deps"]) if key.startswith(table.CAUSE)]
     assert rows == []
+
+
+def test_a_dependents_runs_obey_its_overlap_policy(world: _World) -> None:
+    a = world.create(schedule={"every_s": 60})
+    child = world.create(schedule={"after": {"jobs": [a.id], "all": False}}, overlap="skip")
+    world.now_ms += MIN
+    world.end(a)
+    [first] = world.open_runs(child)
+    [[claimed]] = world.apply(ClaimRuns(world.now_ms, "w1", [Claim(child.id, first.nominal_ms, world.now_ms + MIN)]))
+    assert isinstance(claimed, Run)
+    world.now_ms += MIN
+    world.end(a)
+    [second] = world.open_runs(child)
+    [[held]] = world.apply(ClaimRuns(world.now_ms, "w1", [Claim(child.id, second.nominal_ms, world.now_ms + MIN)]))
+    assert held is None
+    assert [r.reason for r in world.open_runs(child, "skipped")] == ["overlap"]
