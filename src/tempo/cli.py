@@ -239,11 +239,17 @@ def token_hint(status: int) -> str:
 
 
 def _schedule_text(schedule: dict[str, Any]) -> str:
+    gate = schedule.get("requires")
+    needs = f", requires {','.join(gate['jobs'])}" if isinstance(gate, dict) else ""
     if "cron" in schedule:
-        return f"cron {schedule['cron']} ({schedule.get('timezone', 'UTC')})"
+        return f"cron {schedule['cron']} ({schedule.get('timezone', 'UTC')}){needs}"
     if "every_s" in schedule:
         start = f" from {schedule['start_at']}" if "start_at" in schedule else ""
-        return f"every {schedule['every_s']}s{start}"
+        return f"every {schedule['every_s']}s{start}{needs}"
+    after = schedule.get("after")
+    if isinstance(after, dict):
+        joined = "," if after.get("all", True) else "|"
+        return f"after {joined.join(after['jobs'])} {after.get('on', 'succeeded')}"
     return f"at {schedule.get('at')}"
 
 

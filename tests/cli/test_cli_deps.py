@@ -3,7 +3,7 @@
 
 import json
 
-from tempo.cli import graph_lines
+from tempo.cli import _cell, graph_lines
 
 from .test_cli_update import tempo
 
@@ -50,3 +50,10 @@ def test_requires_gates_a_clock_schedule(server) -> None:
     bad = tempo("jobs", "create", "--target", "queue:cli", "--at", "2030-01-01T00:00:00Z", "--requires",
                 parent["id"], url=server.url, check=False)
     assert bad.returncode != 0 and "--requires" in bad.stderr
+
+
+def test_the_jobs_table_says_what_a_job_runs_after() -> None:
+    after = {"schedule": {"after": {"jobs": ["j_A", "j_B"], "on": "failed", "all": False}}}
+    assert _cell(after, "schedule") == "after j_A|j_B failed"
+    gated = {"schedule": {"cron": "0 6 * * *", "timezone": "UTC", "requires": {"jobs": ["j_L"]}}}
+    assert _cell(gated, "schedule") == "cron 0 6 * * * (UTC), requires j_L"
