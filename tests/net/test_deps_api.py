@@ -204,3 +204,14 @@ def test_a_batch_and_a_listing_show_the_edges(client):
     listed = {j["id"]: j for j in client.get("/v1/jobs", params={"limit": 5}).json()["jobs"]}
     assert listed[a["id"]]["dependents"] == {"jobs": [made[0]["job"]["id"]], "count": 1}
     assert listed[made[0]["job"]["id"]]["schedule"]["after"]["jobs"] == [a["id"]]
+
+
+def test_a_patch_turns_a_gated_clock_job_into_a_dependent_one(client):
+    a = _one_off(client)
+    gated = _gated(client, a)
+    patched = client.patch(f"/v1/jobs/{gated['id']}", json={"schedule": {"every_s": None, "after": {"jobs": [a["id"]]}}})
+    assert patched.status_code == 200, patched.text
+    assert set(patched.json()["schedule"]) == {"after"} and patched.json()["next_run_at"] is None
+    back = client.patch(f"/v1/jobs/{gated['id']}", json={"schedule": {"after": None, "every_s": 3600}})
+    assert back.status_code == 200 and back.json()["schedule"] == {"every_s": 3600}
+    assert client.get(f"/v1/jobs/{a['id']}").json()["dependents"] == {"jobs": [], "count": 0}

@@ -1233,7 +1233,8 @@ def _merge_schedule(current: dict[str, Any], patch: dict[str, Any]) -> dict[str,
     for kind in _SCHEDULE_KINDS:
         if current.get(kind) is None or merged.get(kind) is not None:
             continue  # not the old kind, or kept
-        gone = _KIND_ONLY_KEYS[kind] + (_REPEATING_ONLY_KEYS if kinds == ["at"] else ())
+        gone = _KIND_ONLY_KEYS[kind] + (_REPEATING_ONLY_KEYS if kinds == ["at"] else ()) + (
+            ("requires",) if kinds == ["after"] else ())  # a gate is a clock schedule's
         for key in gone:
             if key not in patch:
                 merged.pop(key, None)
