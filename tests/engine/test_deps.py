@@ -286,6 +286,10 @@ def test_a_job_cannot_depend_on_itself_nor_name_a_parent_twice(world: _World) ->
         world.jobs.new_job(OWNER, _body(schedule={"after": {"jobs": [a.id], "all": False, "within_s": 5}}),
                            world.now_ms, from_msgpack=False)
     assert loose.value.errors[0][0] == "schedule.after.within_s"
+    with pytest.raises(errors.Invalid) as catching_up:
+        world.jobs.new_job(OWNER, _body(schedule={"after": {"jobs": [a.id]}}, catchup={"policy": "all"}),
+                           world.now_ms, from_msgpack=False)
+    assert catching_up.value.errors[0][0] == "catchup"
 
 
 def test_delete_of_a_job_with_dependents_is_refused_naming_them(world: _World) -> None:

@@ -425,7 +425,7 @@ def catchup_record(value: CatchupSpec | None, sched: Schedule) -> Catchup | None
     """A job's catch-up policy; None for the default (`latest`, no window)."""
     if value is None:
         return None
-    if not sched.repeating:
+    if not sched.repeating or is_after(sched):  # a dependent job has no slots to miss
         raise errors.Invalid.at("catchup", "catchup goes only with a repeating schedule (cron or every_s)")
     found = Catchup(value.window_s, value.policy, value.max_runs)
     return None if found == Catchup() else found
