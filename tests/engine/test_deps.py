@@ -520,3 +520,38 @@ def test_a_dependents_runs_obey_its_overlap_policy(world: _World) -> None:
     [[held]] = world.apply(ClaimRuns(world.now_ms, "w1", [Claim(child.id, second.nominal_ms, world.now_ms + MIN)]))
     assert held is None
     assert [r.reason for r in world.open_runs(child, "skipped")] == ["overlap"]
+
+
+def test_a_slot_run_its_overlap_policy_buffered_is_gated_when_released(world: _World) -> None:
+    """The dispatcher's `OverlapRuns` buffers a gated job's slot run
+    before any claim looked at the gate; released later, its claim is
+    gated as the slot's first claim would have been."""
+    from tempo.engine.commands import OverlapRuns
+
+    parent = world.create(schedule={"every_s": 3600})
+    gated = world.create(schedule={"every_s": 60, "requires": {"jobs": [parent.id], "within_s": 60}},
+                         overlap="buffer_one")
+    slot1 = world.job(gated).slot_ms
+    assert slot1 is not None
+    world.now_ms = slot1 - 10_000
+    world.run(world.jobs.trigger(OWNER, parent.id))
+    world.end(parent)  # 10 s before slot 1, 70 s before slot 2: too old for it
+    world.now_ms = slot1
+    first = _claim_slot(world, gated)
+    assert isinstance(first, Run)
+    slot2 = world.job(gated).slot_ms
+    assert slot2 == slot1 + MIN
+    world.now_ms = slot2
+    job = world.job(gated)
+    nxt = catch_up(job, slot2, world.now_ms)
+    assert nxt is not None
+    [[goes]] = world.apply(OverlapRuns(world.now_ms, [Claim(gated.id, slot2, world.now_ms + MIN, nxt.slot_ms, nxt.due_ms)]))
+    assert goes is False  # buffered behind slot 1's run
+    world.now_ms += 5_000
+    [[ended]] = world.apply(ReportResults(world.now_ms, OWNER, [Result(gated.id, slot1, 1, True)]))
+    assert isinstance(ended, Run)
+    released = [r for r in world.open_runs(gated) if r.nominal_ms == slot2]
+    assert released and released[0].due_ms == world.now_ms
+    [[held]] = world.apply(ClaimRuns(world.now_ms, "w1", [Claim(gated.id, slot2, world.now_ms + MIN)]))
+    assert held is None
+    assert [r.nominal_ms for r in world.open_runs(gated, "skipped") if r.reason == "dependency"] == [slot2]

@@ -52,7 +52,9 @@ seed, the invariant and the command that replays it:
    parent, and no complete set of ends waits without its run (ends
    within `DEPENDENT_SLACK_MS` of the dependent's creation or of its
    last run are not judged: their order against it is the log's, not
-   their stamps').
+   their stamps'). A gated job (`schedule.requires`) claims a slot's run
+   only when each parent had a counting end by then, within `within_s`
+   before the slot.
 
 Besides, the dispatcher core's own invariants (`check_leases`, and
 `check_memory` now and then) hold on the leader between steps.
@@ -426,6 +428,10 @@ class NodeInvariants:
         assert store is not None
         if 12 in self.off:
             return
+        for job_id, spec in sorted(self.sim.workload.specs.items()):
+            gate = spec["schedule"].get("requires")
+            if gate is not None:
+                self._check_gate(store, job_id, gate)
         for job_id, (parents, on, all_) in sorted(self.sim.workload.dependents.items()):
             job = store.get_job_any(job_id)
             if job is None:
@@ -509,6 +515,32 @@ class NodeInvariants:
                 raise self.sim.fail(f"invariant 9, an active repeating job has no planned run: {job.id} "
                                     f"({job.schedule}) has slot {job.slot_ms}, whose run on n{leader.id} is "
                                     f"{status}, not waiting")
+
+    def _check_gate(self, store: Store, job_id: str, gate: dict) -> None:
+        """Invariant 12 for a gated job: each slot run it claimed had every
+        parent's counting end by its first claim."""
+        job = store.get_job_any(job_id)
+        if job is None:
+            return
+        wanted = ("done", "failed") if gate["on"] == "finished" else ("done",)
+        runs = store.list_runs(job.owner, job_id, since_ms=None, until_ms=None, limit=1000, cursor_ms=None)[0]
+        for run in runs:
+            if run.triggered or run.backfill or run.attempt == 0 or run.status in ("missed", "skipped", "cancelled"):
+                continue
+            claimed_ms = run.attempts[0].claimed_ms if run.attempts else run.started_ms
+            floor_ms = None if gate["within_s"] is None else run.nominal_ms - gate["within_s"] * 1000
+            for parent in gate["jobs"]:
+                if store.get_job_any(parent) is None:
+                    continue
+                ends = [
+                    r.finished_ms for r in store.list_runs(job.owner, parent, since_ms=None, until_ms=None,
+                                                           limit=1000, cursor_ms=None)[0]
+                    if r.status in wanted and r.finished_ms is not None
+                ]
+                if not any((claimed_ms is None or at <= claimed_ms) and (floor_ms is None or at >= floor_ms)
+                           for at in ends):
+                    raise self.sim.fail(f"invariant 12, a gate: {job_id} ran slot {run.nominal_ms} without an end "
+                                        f"of {parent}")
 
     def _check_overlap(self, job: Job, running: int, buffered: int) -> None:
         """Invariant 6, for one job's open runs counted so far."""

@@ -45,6 +45,8 @@ REPEATING_MAX = 4
 # Dependent jobs per run at most, and the share of creates that make one.
 DEPENDENTS_MAX = 3
 DEPENDENT_SHARE = 0.15
+# The share of repeating jobs with a gate (`schedule.requires`).
+GATED_SHARE = 0.3
 # The overlap policies a repeating job gets (invariant 6, node_invariants.py).
 OVERLAPS: tuple[str | None, ...] = (None, "skip", "buffer_one", "buffer_all", "cancel_other")
 _HOLDING = ("skip", "buffer_one", "buffer_all")
@@ -146,6 +148,13 @@ class Workload:
                 body["schedule"] = {"every_s": rng.choice((3, 5))}
             body["overlap"] = rng.choice(OVERLAPS)
             body["catchup"] = rng.choice(CATCHUPS)
+            if self.specs and rng.random() < GATED_SHARE:
+                # A gate on one of the workload's jobs (docs/semantics.md
+                # "A gate on a clock schedule"): invariant 12 judges its slots.
+                body["schedule"]["requires"] = {
+                    "jobs": [rng.choice(sorted(self.specs))], "on": rng.choice(("succeeded", "finished")),
+                    "wait_s": rng.choice((0, 2)), "within_s": rng.choice((None, 10)),
+                }
             kind = "repeating"
         else:
             at_ms = node.now_ms() + rng.randint(-2_000, 6_000)

@@ -149,6 +149,17 @@ def test_an_apply_that_loses_a_dependents_run_is_caught(monkeypatch: pytest.Monk
     assert "invariant 12" in failure.what, failure
 
 
+def test_an_apply_that_ignores_a_gate_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Invariant 12, a gate: with apply's claim never holding a gated
+    slot back, a seed soon runs a slot whose parent had not ended."""
+    from tempo.engine.rules import deps
+
+    monkeypatch.setattr(deps, "gate", lambda t, job, run, runs_key, claim, at_ms: False)
+    failure = first_failure("")
+    assert failure is not None, f"an apply that ignores a gate survived {PLANTED_SEEDS} seeds"
+    assert "invariant 12, a gate" in failure.what, failure
+
+
 def test_an_entry_the_followers_cannot_decode_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """Invariant 10: a leader that appends, now and then, an entry whose
     command the followers' decoder does not know (a tag from a newer

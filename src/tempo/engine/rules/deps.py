@@ -237,7 +237,9 @@ def gate(t: Tables, job: Job, run: Run, runs_key: bytes, claim: Claim, at_ms: in
     naming the missing parents) and the schedule moves on as a claim
     moves it. A job without a gate costs nothing here but the check
     that the `deps` table holds a row, once per transaction."""
-    if run.attempt or run.triggered or run.backfill or job.slot_ms != run.nominal_ms or not _used(t):
+    # Any run of a schedule slot, the job's current one or one its
+    # overlap policy buffered while the schedule moved on.
+    if run.attempt or run.triggered or run.backfill or not _used(t):
         return False
     found = table.state(t, job.id)
     if found is None or found.requires is None:
@@ -253,8 +255,9 @@ def gate(t: Tables, job: Job, run: Run, runs_key: bytes, claim: Claim, at_ms: in
         if run.due_ms != deadline_ms:
             run.due_ms = deadline_ms
             t.put_run(run, runs_key, "waiting", job)
-            job.next_run_at_ms = deadline_ms
-            t.put_job(job)
+            if job.slot_ms == run.nominal_ms:
+                job.next_run_at_ms = deadline_ms
+                t.put_job(job)
         found.waiting_slot_ms = run.nominal_ms
         table.put_state(t, job.id, found)
         return True
