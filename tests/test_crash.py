@@ -112,7 +112,7 @@ def test_pause_and_delete_survive_sigkill(fresh_server):
     fresh_server.start()
     with httpx.Client(base_url=fresh_server.url, timeout=10.0) as http:
         assert http.get(f"/v1/jobs/{kept['id']}").json() == kept
-        assert http.get(f"/v1/runs/{trigger['id']}").json() == {**trigger, "attempts": []}
+        assert http.get(f"/v1/runs/{trigger['id']}").json() == {**trigger, "attempts": [], "caused_by": []}
         assert http.get(f"/v1/jobs/{paused['id']}").json()["state"] == "paused"
         assert http.get(f"/v1/jobs/{gone['id']}").status_code == 404
 

@@ -184,6 +184,10 @@ SCHEDULE_FLAGS = {
     "schedule.timezone": "--timezone", "schedule.every_s": "--every-s", "schedule.start_at": "--start-at",
     "schedule.end_at": "--end-at", "schedule.max_runs": "--max-runs",
     "schedule.dst": "--dst-gap/--dst-repeat", "schedule.dst.gap": "--dst-gap", "schedule.dst.repeat": "--dst-repeat",
+    "schedule.after": "--after", "schedule.after.jobs": "--after", "schedule.after.on": "--on",
+    "schedule.after.within_s": "--within-s", "schedule.requires": "--requires",
+    "schedule.requires.jobs": "--requires", "schedule.requires.within_s": "--within-s",
+    "schedule.requires.wait_s": "--wait-s",
 }
 CREATE_FLAGS = SCHEDULE_FLAGS | {
     "target": "--target", "name": "--name", "payload": "--payload", "retry": "--max-attempts/--backoff-s",
@@ -235,11 +239,17 @@ def token_hint(status: int) -> str:
 
 
 def _schedule_text(schedule: dict[str, Any]) -> str:
+    gate = schedule.get("requires")
+    needs = f", requires {','.join(gate['jobs'])}" if isinstance(gate, dict) else ""
     if "cron" in schedule:
-        return f"cron {schedule['cron']} ({schedule.get('timezone', 'UTC')})"
+        return f"cron {schedule['cron']} ({schedule.get('timezone', 'UTC')}){needs}"
     if "every_s" in schedule:
         start = f" from {schedule['start_at']}" if "start_at" in schedule else ""
-        return f"every {schedule['every_s']}s{start}"
+        return f"every {schedule['every_s']}s{start}{needs}"
+    after = schedule.get("after")
+    if isinstance(after, dict):
+        joined = "," if after.get("all", True) else "|"
+        return f"after {joined.join(after['jobs'])} {after.get('on', 'succeeded')}"
     return f"at {schedule.get('at')}"
 
 
@@ -407,11 +417,31 @@ def _catchup_body(args: argparse.Namespace) -> dict[str, Any]:
     return {name: value for name, value in flags.items() if value is not None}
 
 
+# Each kind of schedule and the flag's attribute (`preview` has an `--after` of its own).
+_KINDS = {"at": "at", "cron": "cron", "every_s": "every_s", "after": "after_jobs"}
+
+
+def _kind_value(args: argparse.Namespace, kind: str) -> Any:
+    """The value of a schedule kind's flag, None when not given; `--after`'s
+    with --on, --any and --within-s (docs/semantics.md "Dependencies")."""
+    value = getattr(args, _KINDS[kind], None)
+    if kind != "after" or value is None:
+        return value
+    after: dict[str, Any] = {"jobs": [one.strip() for one in value.split(",") if one.strip()]}
+    if args.on is not None:
+        after["on"] = args.on
+    if args.any:
+        after["all"] = False
+    if args.within_s is not None:
+        after["within_s"] = args.within_s
+    return after
+
+
 def _schedule_body(args: argparse.Namespace) -> dict[str, Any]:
-    kinds = [k for k in ("at", "cron", "every_s") if getattr(args, k) is not None]
+    kinds = [k for k in _KINDS if _kind_value(args, k) is not None]
     if len(kinds) != 1:  # two at once argparse refuses; none is left to here
-        raise Usage("give exactly one of --at, --cron or --every-s")
-    schedule: dict[str, Any] = {kinds[0]: getattr(args, kinds[0])}
+        raise Usage("give exactly one of --at, --cron, --every-s or --after")
+    schedule: dict[str, Any] = {kinds[0]: _kind_value(args, kinds[0])} | _requires_field(args)
     if args.timezone is not None:
         schedule["timezone"] = args.timezone
     if args.start_at is not None:
@@ -433,14 +463,27 @@ def _schedule_patch(args: argparse.Namespace) -> dict[str, Any]:
     --timezone alone changes only the zone. A kind flag removes the other
     kinds (null), so --every-s turns a cron job into a periodic one."""
     schedule: dict[str, Any] = {}
-    for kind in ("at", "cron", "every_s"):
-        if getattr(args, kind) is not None:
-            schedule = dict.fromkeys(k for k in ("at", "cron", "every_s") if k != kind)
-            schedule[kind] = getattr(args, kind)
+    for kind in _KINDS:
+        if _kind_value(args, kind) is not None:
+            schedule = dict.fromkeys(k for k in _KINDS if k != kind)
+            schedule[kind] = _kind_value(args, kind)
     for name in ("timezone", "start_at"):
         if getattr(args, name) is not None:
             schedule[name] = getattr(args, name)
-    return schedule | _dst_field(args) | _end_fields(args)
+    return schedule | _dst_field(args) | _end_fields(args) | _requires_field(args)
+
+
+def _requires_field(args: argparse.Namespace) -> dict[str, Any]:
+    """The schedule's gate from --requires, with --on, --within-s and
+    --wait-s (docs/semantics.md "A gate on a clock schedule")."""
+    value = getattr(args, "requires_jobs", None)
+    if value is None:
+        return {}
+    gate: dict[str, Any] = {"jobs": [one.strip() for one in value.split(",") if one.strip()]}
+    for name in ("on", "within_s", "wait_s"):
+        if getattr(args, name) is not None:
+            gate[name] = getattr(args, name)
+    return {"requires": gate}
 
 
 def _end_fields(args: argparse.Namespace) -> dict[str, Any]:
@@ -503,6 +546,7 @@ def _jobs(args: argparse.Namespace, client: Client) -> int:
         "resume": lambda: client.resume_job(args.id),
         "delete": lambda: client.delete_job(args.id),
         "trigger": lambda: client.trigger_job(args.id),
+        "graph": lambda: client.job_graph(args.id, args.depth),
         "backfill": lambda: client.backfill_job(args.id, args.since, args.until, args.overlap),
         "update": lambda: _update(args, client),
         "runs": lambda: client.list_runs(
@@ -510,8 +554,24 @@ def _jobs(args: argparse.Namespace, client: Client) -> int:
         ),
     }
     value = action[args.action]()
+    if args.action == "graph" and not args.json:
+        print(graph_lines(value))
+        return EXIT_OK
     _show(args, value, RUN_COLUMNS if args.action == "runs" else JOB_COLUMNS)
     return EXIT_OK
+
+
+def graph_lines(graph: dict[str, Any]) -> str:
+    """`tempo jobs graph`'s text: one edge a line, parent first, the
+    upstream edges then the downstream ones."""
+    lines = [f"{graph['job_id']} (depth {graph['depth']})"]
+    for side in ("upstream", "downstream"):
+        edges = graph[side]
+        lines.append(f"{side}:" + ("" if edges else " none"))
+        lines += [f"  {edge['parent']} -> {edge['child']}" for edge in edges]
+    if graph["truncated"]:
+        lines.append("(more edges left out: the answer's bound)")
+    return "\n".join(lines)
 
 
 def read_job_lines(stream: IO[str]) -> list[tuple[int, dict[str, Any], int]]:
@@ -611,17 +671,43 @@ def _add_job_flags(parser: argparse.ArgumentParser, *, payload_help: str, max_at
                              "buffer_one, buffer_all or cancel_other (repeating schedules only)")
 
 
-def _add_schedule_flags(parser: argparse.ArgumentParser, *, with_file: bool, removable: bool = False) -> None:
+def _add_deps_flags(group: "argparse._ArgumentGroup") -> None:
+    group.add_argument("--on", choices=("succeeded", "failed", "finished"),
+                       help="with --after: which end of a parent's run counts (default succeeded; failed: "
+                            "failed for good, after its last attempt)")
+    group.add_argument("--any", action="store_true",
+                       help="with --after: one run for each counting end of any parent (default: one run once "
+                            "every parent ended)")
+    group.add_argument("--within-s", dest="within_s", type=int, metavar="S",
+                       help="with --after: a parent's end older than S seconds when the last one arrives no "
+                            "longer counts; with --requires: each parent must have ended within S seconds "
+                            "before the slot")
+    group.add_argument("--requires", dest="requires_jobs", metavar="IDS",
+                       help="with --cron or --every-s: a slot runs only if these jobs ended (as --on says) "
+                            "before it, e.g. j_load")
+    group.add_argument("--wait-s", dest="wait_s", type=int, metavar="S",
+                       help="with --requires: a slot waits up to S seconds for the missing ends, then is "
+                            "skipped (default 0)")
+
+
+def _add_schedule_flags(
+    parser: argparse.ArgumentParser, *, with_file: bool, removable: bool = False, with_deps: bool = True
+) -> None:
     what = "exactly one of --at, --cron or --every-s" + (" (or --file, for many jobs)" if with_file else "")
     group = parser.add_argument_group("schedule", f"give {what}")
     kinds = group.add_mutually_exclusive_group()
     kinds.add_argument("--at", help="one-off: an RFC 3339 time with an offset, e.g. 2030-01-01T09:00:00+01:00")
     kinds.add_argument("--cron", help="5-field cron or @hourly/@daily/..., e.g. '0 3 * * *'")
     kinds.add_argument("--every-s", dest="every_s", type=int, metavar="N", help="repeat every N seconds")
+    if with_deps:
+        kinds.add_argument("--after", dest="after_jobs", metavar="IDS",
+                           help="a dependent job: run after these jobs end, e.g. j_A,j_B (all of them, unless --any)")
     if with_file:
         kinds.add_argument("--file", help="create the jobs of a JSON Lines file (- for stdin), one create body "
                            "per line, through the batch API; each line's result is printed. A line with a "
                            "request_key may be sent again safely")
+    if with_deps:
+        _add_deps_flags(group)
     group.add_argument("--timezone", help="IANA time zone of --cron, e.g. Europe/Berlin (default UTC)")
     group.add_argument("--start-at", dest="start_at", help="RFC 3339 start of the --every-s grid (default: now)")
     group.add_argument("--dst-gap", dest="dst_gap", metavar="POLICY",
@@ -674,6 +760,12 @@ def _add_jobs_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]")
            "trigger": "make a run of a job due now, beside its schedule"}
     for name, help in one.items():
         _subparser(actions, name, help, f"tempo jobs {name} j_01J...").add_argument("id", help="the job's ID")
+    graph = _subparser(actions, "graph", "the jobs a job runs after, and those that run after it",
+                       "tempo jobs graph j_01J...", "tempo --json jobs graph j_01J... --depth 3")
+    graph.add_argument("id", help="the job's ID")
+    graph.add_argument("--depth", type=int, metavar="N",
+                       help=f"steps up and down from the job (default 1, at most {limits.deps_graph_depth_max})")
+    graph.set_defaults(flags={"query.depth": "--depth"})
     pause = _subparser(actions, "pause", "pause a job: no run falls due until it is resumed",
                        "tempo jobs pause j_01J...", "tempo jobs pause j_01J... --note 'upstream outage, INC-1234'")
     pause.add_argument("id", help="the job's ID")
@@ -782,7 +874,7 @@ def _add_preview_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser
     preview = _subparser(sub, "preview", "the next times of a schedule, in UTC and in its time zone",
                          "tempo preview --cron '0 3 * * *' --timezone Europe/Berlin --count 5",
                          "tempo preview --every-s 900 --after 2030-01-01T00:00:00Z")
-    _add_schedule_flags(preview, with_file=False)
+    _add_schedule_flags(preview, with_file=False, with_deps=False)
     preview.add_argument("--after", help="times after this RFC 3339 time (default: now)")
     preview.add_argument("--count", type=int, metavar="N",
                          help=f"how many times (default {limits.preview_count_default}, at most {limits.preview_count_max})")
@@ -899,7 +991,10 @@ MISSED_FIELDS = ("reason", "missed_from", "missed_until", "count")
 def run_record(run: dict[str, Any]) -> dict[str, Any]:
     """The fields `tempo runs get` prints above the attempts table."""
     hidden = {"attempts", *(MISSED_FIELDS if run.get("status") != "missed" else ())}
-    return {k: v for k, v in run.items() if k not in hidden}
+    shown = {k: v for k, v in run.items() if k not in hidden and not (k == "caused_by" and not v)}
+    if shown.get("caused_by"):  # a dependent job's run: the parent ends that made it, one a line
+        shown["caused_by"] = ", ".join(f"{c['run_id']} ({c['status']})" for c in shown["caused_by"])
+    return shown
 
 
 def _add_runs_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:

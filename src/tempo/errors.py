@@ -77,6 +77,14 @@ class Conflict(TempoError):
     type = "conflict"
 
 
+class HasDependents(TempoError):
+    """A delete of a job that other jobs depend on (docs/semantics.md
+    "Dependencies"); its detail names them (at most
+    `limits.deps_shown_max`)."""
+
+    type = "has_dependents"
+
+
 class Unauthorized(TempoError):
     type = "unauthorized"
 

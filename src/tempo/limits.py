@@ -668,3 +668,25 @@ cluster_status_wait_s_max = 600
 cluster_status_poll_s = 0.25  # the gap between two rounds of asking every node
 
 assert 0 < cluster_status_poll_s <= cluster_status_wait_s_default <= cluster_status_wait_s_max
+
+# Dependencies (docs/semantics.md "Dependencies"). A dependent job names
+# 1..`deps_parents_max` parents; a job has at most `deps_dependents_max`
+# dependents, so an ending result makes at most that many runs in its
+# commit. A cycle check walks at most `deps_walk_max` jobs upstream (a
+# graph too big to check is refused); the job view names at most
+# `deps_shown_max` dependents; `GET /v1/jobs/{id}/graph` goes at most
+# `deps_graph_depth_max` edges each way and answers at most
+# `deps_graph_edges_max` edges.
+deps_parents_max = 32
+deps_dependents_max = 1_000
+deps_walk_max = 10_000
+deps_shown_max = 32
+deps_graph_depth_max = 10
+deps_graph_depth_default = 1
+deps_graph_edges_max = 2_000
+# How long a gated slot (`schedule.requires.wait_s`) may wait for its parents.
+deps_wait_s_max = 7 * 86_400
+
+assert 1 <= deps_parents_max <= deps_shown_max
+assert deps_dependents_max <= trigger_slot_probe_max  # one free slot each, probed from the last taken
+assert 1 <= deps_graph_depth_default <= deps_graph_depth_max

@@ -38,12 +38,13 @@ def _only(given: str, absent: tuple[str, ...]) -> dict[str, Any]:
 
 # The cross-field rules of `tempo.engine.jobs.schedule_record`, stated in the
 # OpenAPI document only (msgspec ignores `extra_json_schema` when decoding):
-# exactly one of at, cron, every_s; timezone only with cron, start_at only
-# with every_s.
+# exactly one of at, cron, every_s, after; timezone only with cron, start_at
+# only with every_s; requires only with cron or every_s.
 _ONE_SCHEDULE = {"oneOf": [
-    _only("at", ("cron", "timezone", "every_s", "start_at", "dst", "end_at", "max_runs")),
-    _only("cron", ("at", "every_s", "start_at")),
-    _only("every_s", ("at", "cron", "timezone", "dst")),
+    _only("at", ("cron", "timezone", "every_s", "start_at", "dst", "end_at", "max_runs", "after", "requires")),
+    _only("cron", ("at", "every_s", "start_at", "after")),
+    _only("every_s", ("at", "cron", "timezone", "dst", "after")),
+    _only("after", ("at", "cron", "timezone", "every_s", "start_at", "dst", "requires")),
 ]}
 # `tempo.engine.jobs.check_target`'s rule, for the document only as well.
 _TARGET_PATTERN = r"^(queue:[A-Za-z0-9._-]{1,200}|https?://[!-.0-~][!-~]*)$"
@@ -61,6 +62,48 @@ class DstIn(_Request):
     repeat: DstRepeat = "first"
 
 
+DepOn = Literal["succeeded", "failed", "finished"]
+
+
+class AfterIn(_Request):
+    """A dependent job's parents (docs/semantics.md "Dependencies"): a run
+    is made by their ends, decided as each parent's result commits."""
+
+    jobs: Annotated[
+        list[Annotated[str, Meta(max_length=64)]],
+        Meta(min_length=1, max_length=limits.deps_parents_max,
+             description="parent job IDs, of the same owner, existing when the job is created or patched"),
+    ]
+    on: Annotated[DepOn, Meta(
+        description="which end of a parent's run counts: succeeded, failed (for good, after its last "
+        "attempt) or finished (either); a cancelled run never counts"
+    )] = "succeeded"
+    all: Annotated[bool, Meta(
+        description="true: one run once every parent has had a counting end (each end used once); "
+        "false: one run for each counting end of any parent"
+    )] = True
+    within_s: Annotated[int, Meta(
+        ge=1, le=limits.every_s_max,
+        description="with all: a parent end older than this when the last one needed arrives no longer counts",
+    )] | None = None
+
+
+class RequiresIn(_Request):
+    """A gate on a clock schedule's slots (docs/semantics.md "Dependencies"):
+    a slot runs only when every parent has had a counting end within
+    `within_s` before it; it waits up to `wait_s` for the missing ends,
+    then is skipped."""
+
+    jobs: Annotated[
+        list[Annotated[str, Meta(max_length=64)]],
+        Meta(min_length=1, max_length=limits.deps_parents_max,
+             description="parent job IDs, of the same owner, existing when the job is created or patched"),
+    ]
+    on: DepOn = "succeeded"
+    within_s: Annotated[int, Meta(ge=1, le=limits.every_s_max)] | None = None
+    wait_s: Annotated[int, Meta(ge=0, le=limits.deps_wait_s_max)] = 0
+
+
 class ScheduleIn(_Request):
     at: Instant | None = None
     cron: Annotated[str, Meta(max_length=limits.cron_chars_max)] | None = None
@@ -75,6 +118,8 @@ class ScheduleIn(_Request):
         Meta(ge=1, le=limits.schedule_runs_max,
              description="the job runs this many slots (triggered runs not counted), then is completed"),
     ] | None = None
+    after: AfterIn | None = None  # a dependent job: no clock of its own (docs/semantics.md "Dependencies")
+    requires: RequiresIn | None = None  # cron and every_s only: a gate on each slot
 
 
 # Frozen, with a tuple of gaps: one default instance serves every create that
@@ -248,6 +293,20 @@ class DstOut(msgspec.Struct):
     repeat: DstRepeat
 
 
+class AfterOut(msgspec.Struct):
+    jobs: list[str]
+    on: DepOn
+    all: bool
+    within_s: int | None
+
+
+class RequiresOut(msgspec.Struct):
+    jobs: list[str]
+    on: DepOn
+    within_s: int | None
+    wait_s: int
+
+
 class ScheduleOut(msgspec.Struct, omit_defaults=True):
     at: str | None = None
     cron: str | None = None
@@ -257,6 +316,8 @@ class ScheduleOut(msgspec.Struct, omit_defaults=True):
     dst: DstOut | None = None  # a cron schedule's policy when not the default
     end_at: str | None = None
     max_runs: int | None = None
+    after: AfterOut | None = None
+    requires: RequiresOut | None = None
 
 
 class RetryOut(msgspec.Struct):
@@ -307,6 +368,11 @@ class RunCountsOut(msgspec.Struct):
     skipped: int = 0  # by the job's overlap policy
 
 
+class DependentsOut(msgspec.Struct):
+    jobs: list[str] = []
+    count: int = 0
+
+
 class JobOut(msgspec.Struct, gc=False):  # untracked, as _Request: a batch reply holds 1,000
     id: str
     name: str | None
@@ -330,6 +396,8 @@ class JobOut(msgspec.Struct, gc=False):  # untracked, as _Request: a batch reply
     paused: PausedOut | None = None  # set while the job is paused
     runs_left: int | None = None  # slots left to run under schedule.max_runs; null: no max_runs
     overlap: Overlap = "allow"  # what a slot due while an earlier run runs does
+    # Jobs whose schedule names this one (`after`): the first 32, and how many.
+    dependents: DependentsOut = msgspec.field(default_factory=lambda: DependentsOut())
 
 
 class RunOut(msgspec.Struct):
@@ -353,7 +421,7 @@ class RunOut(msgspec.Struct):
     # the first slot after them (the first is `nominal_at`), and how many
     # they are (null: too many to count).
     # A `skipped` row's reason is `overlap`.
-    reason: Literal["outside_window", "policy", "paused", "overlap"] | None = None
+    reason: Literal["outside_window", "policy", "paused", "overlap", "dependency"] | None = None
     missed_from: str | None = None
     missed_until: str | None = None
     count: int | None = None
@@ -378,10 +446,37 @@ class AttemptOut(msgspec.Struct):
     error: str | None
 
 
+class CauseOut(msgspec.Struct):
+    """One parent end that made a dependent job's run."""
+
+    job_id: str
+    run_id: str
+    attempt: int
+    status: Literal["done", "failed"]
+
+
 class RunDetailOut(RunOut):
-    """`GET /v1/runs/{run_id}`: the run and each of its attempts, oldest first."""
+    """`GET /v1/runs/{run_id}`: the run and each of its attempts, oldest
+    first; a dependent job's run names the parent ends that made it."""
 
     attempts: list[AttemptOut] = []
+    caused_by: list[CauseOut] = []
+
+
+class GraphEdgeOut(msgspec.Struct):
+    parent: str
+    child: str
+
+
+class GraphOut(msgspec.Struct):
+    """`GET /v1/jobs/{id}/graph`: the edges within `depth` steps up and
+    down from the job; `truncated` when the bound on edges cut them."""
+
+    job_id: str
+    depth: int
+    upstream: list[GraphEdgeOut]
+    downstream: list[GraphEdgeOut]
+    truncated: bool
 
 
 class ProblemItem(msgspec.Struct):

@@ -35,8 +35,10 @@ def test_runs_list_help_names_every_status(capsys: pytest.CaptureFixture[str]) -
 
 def test_a_run_shows_the_missed_fields_only_on_a_missed_row() -> None:
     run = {"id": "r_1", "status": "done", "reason": None, "missed_from": None, "missed_until": None,
-           "count": None, "attempts": []}
+           "count": None, "attempts": [], "caused_by": []}
     assert list(cli.run_record(run)) == ["id", "status"]
+    caused = cli.run_record({**run, "caused_by": [{"job_id": "j_A", "run_id": "r_A", "attempt": 1, "status": "done"}]})
+    assert caused["caused_by"] == "r_A (done)"
     missed = {**run, "status": "missed", "reason": "outside_window", "missed_from": "2027-01-01T08:01:00.000Z",
               "missed_until": "2027-01-02T07:00:00.000Z", "count": 1379}
     assert list(cli.run_record(missed)) == ["id", "status", "reason", "missed_from", "missed_until", "count"]

@@ -20,7 +20,12 @@ attempt 0. After every step it checks, besides, that an active repeating
 job has exactly one waiting scheduled run, at its slot and due at its
 `next_run_at` (a paused or completed one none), that an active one-off's
 run is open, that the job's outcome counts are the counts of its finished
-runs, and the dispatcher core's own invariants. `tests/engine/
+runs, and the dispatcher core's own invariants. Dependent jobs
+(`schedule.after`, docs/semantics.md "Dependencies") of the model's jobs,
+on a queue nothing claims, count their runs: every counting end of a
+parent makes exactly one run under `all: false`, every complete set of
+them exactly one under `all: true`; a parent with dependents is not
+deleted (`409 has_dependents`). `tests/engine/
 test_lifecycle_model.py` runs it; `TEMPO_LIFECYCLE_EXAMPLES` and
 `TEMPO_LIFECYCLE_STEPS` make it run longer.
 """
@@ -280,12 +285,45 @@ class Fault(AssertionError):
     """A check of the model failed; `name` says which."""
 
 
+@dataclass
+class Dependent:
+    """A dependent job of the model's jobs, and the runs its parents' ends
+    should have made (`expected`); under `all`, the parents that ended
+    since its last run was made."""
+
+    id: str
+    parents: tuple[str, ...]
+    on: str
+    all: bool
+    expected: int = 0
+    pending: set[str] = field(default_factory=set)
+
+    def counts(self, status: str) -> bool:
+        return status in ("done", "failed") if self.on == "finished" else status == (
+            "done" if self.on == "succeeded" else "failed")
+
+    def ended(self, parent: str, status: str) -> None:
+        if parent not in self.parents or not self.counts(status):
+            return
+        if not self.all:
+            self.expected += 1
+            return
+        self.pending.add(parent)
+        if self.pending >= set(self.parents):
+            self.expected += 1
+            self.pending.clear()
+
+
+DEPENDENTS_MAX = 3
+
+
 class LifecycleModel(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.dir = tempfile.mkdtemp(prefix="tempo-lifecycle-")
         self.engine = Engine(self.dir + "/data")
         self.jobs: list[MJob] = []
+        self.dependents: list[Dependent] = []
         self.new_ok: dict[str, str] = {}  # job ID -> the kind of run this step may make ("slot", "trigger")
         self.last_result: tuple[str, int, int, bool, str | None, Run] | None = None
         # Each job's slot as the last check read it: the slot as it was
@@ -324,6 +362,8 @@ class LifecycleModel(RuleBasedStateMachine):
         """A run ends `status`: a one-off's scheduled run completes its job."""
         run.status = status
         run.due_ms = None
+        for dependent in self.dependents:
+            dependent.ended(job.id, status)
         if status == "failed":
             job.events["run.failed"] += 1
         if status == "cancelled" and run.cancelled_by == "owner":
@@ -815,9 +855,28 @@ class LifecycleModel(RuleBasedStateMachine):
         if now:
             return  # a delete one time in four: it ends a job's story
         job = self.pick_job(data)
+        if any(job.id in d.parents for d in self.dependents):
+            try:
+                drive(self.engine.jobs.delete(OWNER, job.id))
+            except errors.HasDependents:
+                return
+            self.fault("delete", f"job {job.id} was deleted from under its dependents")
         drive(self.engine.jobs.delete(OWNER, job.id))
         job.deleted = True
         job.events["job.deleted"] += 1
+
+    @precondition(lambda self: bool(self.live()) and len(self.dependents) < DEPENDENTS_MAX)
+    @rule(data=st.data(), on=st.sampled_from(("succeeded", "failed", "finished")), all_=st.booleans())
+    def depend(self, data: st.DataObject, on: str, all_: bool) -> None:
+        """A dependent of one or two of the model's jobs, on a queue no
+        claim of the model takes: its runs stay waiting, and are counted."""
+        live = self.live()
+        first = data.draw(st.integers(0, len(live) - 1), label="parent")
+        second = data.draw(st.integers(0, len(live) - 1), label="second parent")
+        parents = tuple(dict.fromkeys((live[first].id, live[second].id)))
+        made = self.engine.create({"target": "queue:dep", "schedule": {
+            "after": {"jobs": list(parents), "on": on, "all": all_}}})
+        self.dependents.append(Dependent(made.id, parents, on, all_))
 
     @rule(by=seconds)
     def advance(self, by: int) -> None:
@@ -834,9 +893,19 @@ class LifecycleModel(RuleBasedStateMachine):
         self.check_events()
         self.check_held_index()
         self.check_job_counts()
+        self.check_dependents()
         self.new_ok = {}
         engine.core.check_memory()
         engine.core.check_leases()
+
+    def check_dependents(self) -> None:
+        """Each dependent has exactly the runs its parents' ends made."""
+        for dependent in self.dependents:
+            runs = self.engine.store.list_runs(OWNER, dependent.id, since_ms=None, until_ms=None, limit=1000,
+                                               cursor_ms=None)[0]
+            if len(runs) != dependent.expected:
+                self.fault("dependent", f"{dependent} has {len(runs)} runs, not {dependent.expected}")
+                dependent.expected = len(runs)
 
     def check_held_index(self) -> None:
         """The index the overlap decisions read holds exactly the open runs

@@ -18,7 +18,7 @@ JOB_FIELDS = {
     "id", "name", "owner", "target", "payload", "schedule", "retry", "lease_s",
     "jitter_s", "state", "created_at", "next_run_at",
     "notify", "last_run", "runs", "catchup", "version", "labels", "timeout_s",
-    "paused", "runs_left", "overlap",
+    "paused", "runs_left", "overlap", "dependents",
 }
 RUN_FIELDS = {
     "id", "job_id", "nominal_at", "due_at", "status", "attempt", "worker",
@@ -291,7 +291,7 @@ def test_get_run(http):
     job = create(http, schedule={"every_s": 60})
     [run] = http.get(f"/v1/jobs/{job['id']}/runs").json()["runs"]
     got = http.get(f"/v1/runs/{run['id']}")
-    assert got.status_code == 200 and got.json() == run | {"attempts": []}
+    assert got.status_code == 200 and got.json() == run | {"attempts": [], "caused_by": []}
     assert run["job_id"] == job["id"] and run["attempt"] == 0 and run["worker"] is None
     for name in ("nominal_at", "due_at"):
         assert TIME.match(run[name])

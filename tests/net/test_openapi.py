@@ -94,7 +94,7 @@ def test_links_name_operations_and_their_parameters():
 def test_schedule_rules_are_stated_in_the_document():
     schemas = openapi.document()["components"]["schemas"]
     schedule = schemas["JobCreate"]["properties"]["schedule"]
-    assert [variant["required"] for variant in schedule["oneOf"]] == [["at"], ["cron"], ["every_s"]]
+    assert [variant["required"] for variant in schedule["oneOf"]] == [["at"], ["cron"], ["every_s"], ["after"]]
     assert schemas["PreviewIn"]["properties"]["schedule"]["oneOf"] == schedule["oneOf"]
 
 

@@ -32,7 +32,7 @@ def test_request_fields_show_types_bounds_and_defaults():
     create = text.split("### JobCreate\n", 1)[1].split("\n### ", 1)[0]
     assert "Unknown fields are rejected (400)." in create
     assert "| `lease_s` | integer | no | `60` | ≥ 1; ≤ 3600 |" in create
-    assert "| `schedule` | [ScheduleIn](#schedulein) | yes |  | exactly one of `at`, `cron`, `every_s` |" in create
+    assert "| `schedule` | [ScheduleIn](#schedulein) | yes |  | exactly one of `at`, `cron`, `every_s`, `after` |" in create
     retry = text.split("### RetryIn\n", 1)[1].split("\n### ", 1)[0]
     assert "each item: ≥ 0; ≤ 86400" in retry
 

@@ -44,7 +44,17 @@ seed, the invariant and the command that replays it:
    without knowing it) reflects every write acknowledged before the read
    began: each job whose create was acknowledged is there, at least at
    the version a change of it answered, and each job whose delete was
-   acknowledged is gone.
+   acknowledged is gone;
+12. dependents run once per end (docs/semantics.md "Dependencies"), on
+   the leader's tables: no parent end is the cause of two runs of a
+   dependent; under `all: false` every counting end of a parent is the
+   cause of one run, under `all: true` each run has one end of every
+   parent, and no complete set of ends waits without its run (ends
+   within `DEPENDENT_SLACK_MS` of the dependent's creation or of its
+   last run are not judged: their order against it is the log's, not
+   their stamps'). A gated job (`schedule.requires`) claims a slot's run
+   only when each parent had a counting end by then, within `within_s`
+   before the slot.
 
 Besides, the dispatcher core's own invariants (`check_leases`, and
 `check_memory` now and then) hold on the leader between steps.
@@ -76,6 +86,9 @@ HOLD_MARGIN_S = 2.5
 # 0.1-0.5 s; a backlog after the faults drains at the workers' pace),
 # counted while a worker has room to claim it.
 CLAIM_BOUND_S = 6.0
+# Invariant 12 judges only the parent ends stamped this much after the
+# dependent's create, or after its last run was made.
+DEPENDENT_SLACK_MS = 2_000
 # A worker claims while it holds fewer runs than this.
 WORKER_HOLDS_MAX = 6
 # How long past its lease a claimed run that no worker holds may wait (the
@@ -407,6 +420,43 @@ class NodeInvariants:
         assert leader.replica is not None
         self.leader_applied.append((sim.now_s, leader.replica.applied_index))
         self._check_runs(leader, counting=sim.now_s >= since_s, since_s=since_s)
+        self._check_dependents(leader)
+
+    def _check_dependents(self, leader: SimNode) -> None:
+        """Invariant 12, on the leader's tables."""
+        store = leader.store
+        assert store is not None
+        if 12 in self.off:
+            return
+        for job_id, spec in sorted(self.sim.workload.specs.items()):
+            gate = spec["schedule"].get("requires")
+            if gate is not None:
+                self._check_gate(store, job_id, gate)
+        for job_id, (parents, on, all_) in sorted(self.sim.workload.dependents.items()):
+            job = store.get_job_any(job_id)
+            if job is None:
+                continue
+            runs = store.list_runs(job.owner, job_id, since_ms=None, until_ms=None, limit=1000, cursor_ms=None)[0]
+            causes = [store.caused_by(job_id, run.nominal_ms) for run in runs]
+            used = [(c.job_id, c.nominal_ms, c.attempt) for found in causes for c in found]
+            if len(used) != len(set(used)):
+                raise self.sim.fail(f"invariant 12, dependents run once per end: {job_id} has two runs of one end")
+            if all_ and any([c.job_id for c in found] != list(parents) for found in causes):
+                raise self.sim.fail(f"invariant 12: a run of {job_id} (all) lacks a parent's end: {causes}")
+            wanted = ("done", "failed") if on == "finished" else ("done",) if on == "succeeded" else ("failed",)
+            last_ms = max((c.ended_ms for found in causes for c in found), default=job.created_at_ms)
+            floor_ms = (last_ms if all_ else job.created_at_ms) + DEPENDENT_SLACK_MS
+            ends = {
+                (parent, run.nominal_ms, run.attempt)
+                for parent in parents if store.get_job_any(parent) is not None
+                for run in store.list_runs(job.owner, parent, since_ms=None, until_ms=None, limit=1000,
+                                           cursor_ms=None)[0]
+                if run.status in wanted and run.finished_ms is not None and run.finished_ms > floor_ms
+            }
+            if not all_ and not ends <= set(used):
+                raise self.sim.fail(f"invariant 12: ends of {job_id}'s parents made no run: {sorted(ends - set(used))}")
+            if all_ and {parent for parent, _, _ in ends} == set(parents):
+                raise self.sim.fail(f"invariant 12: a complete set of ends of {job_id}'s parents made no run")
 
     def _check_runs(self, leader: SimNode, *, counting: bool, since_s: float) -> None:
         """Invariants 1 and 4 against the leader's tables."""
@@ -465,6 +515,32 @@ class NodeInvariants:
                 raise self.sim.fail(f"invariant 9, an active repeating job has no planned run: {job.id} "
                                     f"({job.schedule}) has slot {job.slot_ms}, whose run on n{leader.id} is "
                                     f"{status}, not waiting")
+
+    def _check_gate(self, store: Store, job_id: str, gate: dict) -> None:
+        """Invariant 12 for a gated job: each slot run it claimed had every
+        parent's counting end by its first claim."""
+        job = store.get_job_any(job_id)
+        if job is None:
+            return
+        wanted = ("done", "failed") if gate["on"] == "finished" else ("done",)
+        runs = store.list_runs(job.owner, job_id, since_ms=None, until_ms=None, limit=1000, cursor_ms=None)[0]
+        for run in runs:
+            if run.triggered or run.backfill or run.attempt == 0 or run.status in ("missed", "skipped", "cancelled"):
+                continue
+            claimed_ms = run.attempts[0].claimed_ms if run.attempts else run.started_ms
+            floor_ms = None if gate["within_s"] is None else run.nominal_ms - gate["within_s"] * 1000
+            for parent in gate["jobs"]:
+                if store.get_job_any(parent) is None:
+                    continue
+                ends = [
+                    r.finished_ms for r in store.list_runs(job.owner, parent, since_ms=None, until_ms=None,
+                                                           limit=1000, cursor_ms=None)[0]
+                    if r.status in wanted and r.finished_ms is not None
+                ]
+                if not any((claimed_ms is None or at <= claimed_ms) and (floor_ms is None or at >= floor_ms)
+                           for at in ends):
+                    raise self.sim.fail(f"invariant 12, a gate: {job_id} ran slot {run.nominal_ms} without an end "
+                                        f"of {parent}")
 
     def _check_overlap(self, job: Job, running: int, buffered: int) -> None:
         """Invariant 6, for one job's open runs counted so far."""

@@ -12,7 +12,8 @@ without trio's scheduler (`JobsCall`).
 The mix (one seed's rates, drawn in `Params`): creates of one-offs, `every_s`
 and cron jobs (some with a catch-up policy, some with an overlap policy,
 `cancel_other` among them), and patch, delete, pause, resume, trigger,
-cancel and backfill of them; and linearizable reads (node_cluster.py
+cancel and backfill of them; dependents of them (`schedule.after`, a few
+a run, which nothing changes: invariant 12); and linearizable reads (node_cluster.py
 `SimNode.read`) at nodes that believe they lead. A request the cluster refuses (a validation
 `400`, a `404` for a job deleted meanwhile, `409`) is an answer like any
 other: the workload goes on.
@@ -41,6 +42,11 @@ if TYPE_CHECKING:
 OWNER = "o1"
 # Repeating jobs per run at most: more would outrun the workers.
 REPEATING_MAX = 4
+# Dependent jobs per run at most, and the share of creates that make one.
+DEPENDENTS_MAX = 3
+DEPENDENT_SHARE = 0.15
+# The share of repeating jobs with a gate (`schedule.requires`).
+GATED_SHARE = 0.3
 # The overlap policies a repeating job gets (invariant 6, node_invariants.py).
 OVERLAPS: tuple[str | None, ...] = (None, "skip", "buffer_one", "buffer_all", "cancel_other")
 _HOLDING = ("skip", "buffer_one", "buffer_all")
@@ -108,6 +114,8 @@ class Workload:
         self.specs: dict[str, dict[str, Any]] = {}  # job ID -> its body as last asked for
         self.repeating = 0
         self.creates = 0
+        # Dependent job ID -> its parents, `on` and `all` (invariant 12).
+        self.dependents: dict[str, tuple[tuple[str, ...], str, bool]] = {}
 
     def step(self) -> None:
         rng, p = self.rng, self.sim.params
@@ -126,6 +134,9 @@ class Workload:
         node = sim.leader_guess()
         if node is None:
             return
+        if self.specs and len(self.dependents) < DEPENDENTS_MAX and rng.random() < DEPENDENT_SHARE:
+            self.create_dependent(node)
+            return
         repeating = rng.random() < sim.params.repeating_share and self.repeating < REPEATING_MAX
         body: dict[str, Any] = {"target": "queue:q", "lease_s": sim.params.lease_s}
         if repeating:
@@ -137,6 +148,13 @@ class Workload:
                 body["schedule"] = {"every_s": rng.choice((3, 5))}
             body["overlap"] = rng.choice(OVERLAPS)
             body["catchup"] = rng.choice(CATCHUPS)
+            if self.specs and rng.random() < GATED_SHARE:
+                # A gate on one of the workload's jobs (docs/semantics.md
+                # "A gate on a clock schedule"): invariant 12 judges its slots.
+                body["schedule"]["requires"] = {
+                    "jobs": [rng.choice(sorted(self.specs))], "on": rng.choice(("succeeded", "finished")),
+                    "wait_s": rng.choice((0, 2)), "within_s": rng.choice((None, 10)),
+                }
             kind = "repeating"
         else:
             at_ms = node.now_ms() + rng.randint(-2_000, 6_000)
@@ -156,6 +174,24 @@ class Workload:
                 sim.invariants.stamped(node, f"created_at of {job.id}", job.created_at_ms, wall_ms)
 
         node.call(node.jobs.create(OWNER, [spec], from_msgpack=False), done, "create")
+
+    def create_dependent(self, node: SimNode) -> None:
+        """A job that runs after one or two of the workload's jobs
+        (docs/semantics.md "Dependencies"); nothing changes it after."""
+        rng = self.rng
+        parents = tuple(rng.sample(sorted(self.specs), k=min(len(self.specs), rng.choice((1, 2)))))
+        on, all_ = rng.choice(("succeeded", "failed", "finished")), rng.random() < 0.5
+        body = {"target": "queue:q", "lease_s": self.sim.params.lease_s,
+                "schedule": {"after": {"jobs": list(parents), "on": on, "all": all_}}}
+        spec = msgspec.convert(body, JobCreate)
+
+        def done(outcome: object) -> None:
+            if isinstance(outcome, list) and isinstance(outcome[0], Created):
+                job = outcome[0].job
+                self.dependents[job.id] = (parents, on, all_)
+                self.sim.invariants.acknowledged(job)
+
+        node.call(node.jobs.create(OWNER, [spec], from_msgpack=False), done, "create dependent")
 
     def _job(self) -> tuple[SimNode, Job] | None:
         """A job the workload made, as the leader it asks has it."""

@@ -132,6 +132,34 @@ def test_a_claim_that_does_not_hand_the_schedule_on_is_caught(monkeypatch: pytes
     assert "invariant 9," in failure.what, failure
 
 
+def test_an_apply_that_loses_a_dependents_run_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Invariant 12: with apply making a dependent's run for only some of
+    its parents' ends, a seed soon has an end that made no run."""
+    from tempo.engine.rules import deps
+
+    made = deps._make
+
+    def some(t, child, causes, at_ms):  # type: ignore[no-untyped-def]
+        if causes[-1].nominal_ms % 2:
+            made(t, child, causes, at_ms)
+
+    monkeypatch.setattr(deps, "_make", some)
+    failure = first_failure("")
+    assert failure is not None, f"an apply that loses a dependent's run survived {PLANTED_SEEDS} seeds"
+    assert "invariant 12" in failure.what, failure
+
+
+def test_an_apply_that_ignores_a_gate_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Invariant 12, a gate: with apply's claim never holding a gated
+    slot back, a seed soon runs a slot whose parent had not ended."""
+    from tempo.engine.rules import deps
+
+    monkeypatch.setattr(deps, "gate", lambda t, job, run, runs_key, claim, at_ms: False)
+    failure = first_failure("")
+    assert failure is not None, f"an apply that ignores a gate survived {PLANTED_SEEDS} seeds"
+    assert "invariant 12, a gate" in failure.what, failure
+
+
 def test_an_entry_the_followers_cannot_decode_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """Invariant 10: a leader that appends, now and then, an entry whose
     command the followers' decoder does not know (a tag from a newer

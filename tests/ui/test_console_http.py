@@ -44,6 +44,17 @@ def test_root_leads_to_the_console_and_every_page_answers(open_server):
         assert b.get("/v1/jobs").status_code == 200
 
 
+def test_the_job_page_links_the_jobs_it_runs_after_and_those_after_it(open_server):
+    parent = create(open_server)
+    child = create(open_server, schedule={"after": {"jobs": [parent["id"]]}})
+    with Browserless(open_server.url) as b:
+        up = b.get(f"/ui/jobs/{child['id']}").text
+        down = b.get(f"/ui/jobs/{parent['id']}").text
+    assert f'<dd class="upstream"><a href="/ui/jobs/{parent["id"]}">' in up
+    assert f'<dd class="downstream"><a href="/ui/jobs/{child["id"]}">' in down
+    assert f"after {parent['id']} succeeded" in up
+
+
 def test_pages_carry_a_strict_content_security_policy_and_no_inline_script(open_server):
     with Browserless(open_server.url) as b:
         page = b.get("/ui/jobs")

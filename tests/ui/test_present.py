@@ -20,6 +20,8 @@ def test_schedules_in_words_name_their_zone():
     assert schedule_words({"cron": "30 2 * * *", "timezone": "Europe/Berlin"}) == "At 02:30 (Europe/Berlin)"
     assert schedule_words({"every_s": 300}) == "every 5m"
     assert schedule_words({"at": "2030-01-01T00:00:00.000Z"}) == "once, at 2030-01-01T00:00:00.000Z"
+    after = {"jobs": ["j_A", "j_B"], "on": "failed", "all": False, "within_s": None}
+    assert schedule_words({"after": after}) == "after j_A or j_B failed"
 
 
 def test_instants_in_the_jobs_zone_and_countdowns():

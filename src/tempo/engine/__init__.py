@@ -27,7 +27,9 @@ from tempo.engine.plan import Occurrence
 from tempo.engine.raftlog import Applied, RaftLog, apply_entries, write_ready
 from tempo.engine.records import (
     Catchup,
+    Cause,
     Corrupt,
+    DepState,
     Event,
     Job,
     JobOutcome,
@@ -53,6 +55,7 @@ __all__ = [
     "Answer",
     "Applied",
     "Catchup",
+    "Cause",
     "Changes",
     "ClaimKey",
     "ClaimedRun",
@@ -62,6 +65,7 @@ __all__ = [
     "Corrupt",
     "Created",
     "DataDirError",
+    "DepState",
     "Dispatcher",
     "Event",
     "Identity",

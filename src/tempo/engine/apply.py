@@ -30,7 +30,7 @@ from tempo.engine.commands import (
     TriggerJob,
 )
 from tempo.engine.records import ClaimKeyEntry, Job, Run
-from tempo.engine.rules import catchup, history, jobs, overlap, runs
+from tempo.engine.rules import catchup, deps, history, jobs, overlap, runs
 from tempo.engine.rules.jobs import Created
 from tempo.engine.tables import Tables
 
@@ -84,6 +84,7 @@ def _patch(t: Tables, cmd: PatchJob) -> Outcome:
 
 def _drop_history(t: Tables, cmd: DropHistory) -> Outcome:
     history.drop(t, cmd)
+    deps.drop_history(t, cmd.before_day)
     return None
 
 

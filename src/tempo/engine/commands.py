@@ -13,16 +13,20 @@ import msgspec
 from msgspec import Meta
 
 from tempo import ids
-from tempo.engine.records import Corrupt, Count, Job, JobId, Missed, Ms, Nominal
+from tempo.engine.records import Corrupt, Count, DepState, Job, JobId, Missed, Ms, Nominal
 
 
-class NewJob(msgspec.Struct, array_like=True, gc=False):  # untracked as Job: 1,000 in a batch
+# `omit_defaults`: an item without edges encodes as before they existed.
+class NewJob(msgspec.Struct, array_like=True, gc=False, omit_defaults=True):  # untracked as Job: 1,000 in a batch
     job: Job
     # Due time of the first run, at `job.slot_ms`; None for a schedule with no
     # occurrence left (the job is stored completed).
     first_due_ms: Ms | None
     # Hash of the create body after parsing and defaults, for request keys.
     body_hash: bytes
+    # A dependent job's edges (`schedule.after`, docs/semantics.md
+    # "Dependencies"), checked and stored by apply (engine/rules/deps.py).
+    deps: DepState | None = None
 
 
 class CreateJobs(msgspec.Struct, tag="create_jobs", array_like=True):
@@ -88,6 +92,11 @@ class PatchJob(msgspec.Struct, tag="patch_job", array_like=True):
     # logged before `notify` could be patched, whose `job.notify` is not:
     # apply keeps the stored job's.
     sets_notify: bool = False
+    # The job's edges after the patch (docs/semantics.md "Dependencies"):
+    # with `sets_deps`, apply checks them (a cycle is refused) and stores
+    # them; None: the job has none. False in entries logged before.
+    sets_deps: bool = False
+    deps: DepState | None = None
 
 
 class Claim(msgspec.Struct, array_like=True):

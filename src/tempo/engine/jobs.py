@@ -50,15 +50,20 @@ from tempo.engine.plan import (
     step_over_taken,
 )
 from tempo.engine.records import (
+    After,
     Catchup,
     CatchupPolicy,
+    DepOn,
+    DepState,
     Job,
     Notify,
     NotifyEvent,
     OverlapPolicy,
+    Requires,
     Run,
     Schedule,
 )
+from tempo.engine.rules.deps import is_after
 from tempo.engine.store import Created, Store
 
 _QUEUE_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
@@ -84,6 +89,32 @@ class DstSpec(Protocol):
     def repeat(self) -> schedule.DstRepeat: ...
 
 
+class AfterSpec(Protocol):
+    """A dependent job's parents (`schema.AfterIn`, docs/semantics.md "Dependencies")."""
+
+    @property
+    def jobs(self) -> list[str]: ...
+    @property
+    def on(self) -> DepOn: ...
+    @property
+    def all(self) -> bool: ...
+    @property
+    def within_s(self) -> int | None: ...
+
+
+class RequiresSpec(Protocol):
+    """A gate on a clock schedule's slots (`schema.RequiresIn`)."""
+
+    @property
+    def jobs(self) -> list[str]: ...
+    @property
+    def on(self) -> DepOn: ...
+    @property
+    def within_s(self) -> int | None: ...
+    @property
+    def wait_s(self) -> int: ...
+
+
 class ScheduleSpec(Protocol):
     """A schedule as asked for (`schema.ScheduleIn`)."""
 
@@ -103,6 +134,11 @@ class ScheduleSpec(Protocol):
     def end_at(self) -> datetime | None: ...
     @property
     def max_runs(self) -> int | None: ...
+    @property
+    def after(self) -> AfterSpec | None: ...
+    @property
+    def requires(self) -> RequiresSpec | None: ...
+
 
 
 class RetrySpec(Protocol):
@@ -314,6 +350,9 @@ def schedule_record(value: ScheduleSpec, loc: str = "schedule") -> Schedule:
     if value.at is not None:
         return Schedule(at_ms=stored_instant_ms(value.at, f"{loc}.at"))
     end_ms = None if value.end_at is None else stored_instant_ms(value.end_at, f"{loc}.end_at")
+    if value.after is not None:
+        # No clock of its own: the edges are the command's (`deps_record`).
+        return Schedule(end_at_ms=end_ms, max_runs=value.max_runs)
     if value.cron is not None:
         timezone = value.timezone or "UTC"
         try:
@@ -334,8 +373,8 @@ def schedule_record(value: ScheduleSpec, loc: str = "schedule") -> Schedule:
 
 def _check_fields(value: ScheduleSpec, loc: str) -> None:
     """Which fields of a schedule go together."""
-    if (value.at is not None) + (value.cron is not None) + (value.every_s is not None) != 1:
-        raise errors.Invalid.at(loc, "give exactly one of at, cron, every_s")
+    if (value.at is not None) + (value.cron is not None) + (value.every_s is not None) + (value.after is not None) != 1:
+        raise errors.Invalid.at(loc, "give exactly one of at, cron, every_s, after")
     if value.timezone is not None and value.cron is None:
         raise errors.Invalid.at(f"{loc}.timezone", "timezone goes only with cron")
     if value.dst is not None and value.cron is None:
@@ -346,6 +385,31 @@ def _check_fields(value: ScheduleSpec, loc: str) -> None:
         for name in ("end_at", "max_runs"):
             if getattr(value, name) is not None:
                 raise errors.Invalid.at(f"{loc}.{name}", f"{name} goes only with a repeating schedule (cron or every_s)")
+
+
+def deps_record(value: ScheduleSpec, loc: str = "schedule") -> DepState | None:
+    """A dependent job's edges as apply stores them (checked against the
+    tables there: engine/rules/deps.py); None for a job with none."""
+    after, gate = value.after, value.requires
+    if gate is not None:
+        if value.cron is None and value.every_s is None:
+            raise errors.Invalid.at(f"{loc}.requires", "requires goes only with a clock schedule (cron or every_s)")
+        _check_parents(gate.jobs, f"{loc}.requires.jobs")
+        return DepState(requires=Requires(tuple(gate.jobs), gate.on, gate.within_s, gate.wait_s))
+    if after is None:
+        return None
+    _check_parents(after.jobs, f"{loc}.after.jobs")
+    if after.within_s is not None and not after.all:
+        raise errors.Invalid.at(f"{loc}.after.within_s", "within_s goes only with all: true")
+    return DepState(after=After(tuple(after.jobs), after.on, after.all, after.within_s))
+
+
+def _check_parents(job_ids: list[str], loc: str) -> None:
+    if len(set(job_ids)) != len(job_ids):
+        raise errors.Invalid.at(loc, "names a job twice")
+    for job_id in job_ids:
+        if not ids.is_job_id(job_id):
+            raise errors.Invalid.at(loc, f"no job {job_id}")
 
 
 def overlap_record(value: OverlapPolicy | None, sched: Schedule) -> OverlapPolicy | None:
@@ -361,7 +425,7 @@ def catchup_record(value: CatchupSpec | None, sched: Schedule) -> Catchup | None
     """A job's catch-up policy; None for the default (`latest`, no window)."""
     if value is None:
         return None
-    if not sched.repeating:
+    if not sched.repeating or is_after(sched):  # a dependent job has no slots to miss
         raise errors.Invalid.at("catchup", "catchup goes only with a repeating schedule (cron or every_s)")
     found = Catchup(value.window_s, value.policy, value.max_runs)
     return None if found == Catchup() else found
@@ -402,6 +466,8 @@ async def preview_occurrences(body: PreviewSpec, now_ms: int) -> tuple[list[Occu
     checkpoint after each slice, so a preview of 1,000 cron times never
     holds the trio thread for more than one slice."""
     sched = schedule_record(body.schedule)
+    if is_after(sched):
+        raise errors.Invalid.at("schedule.after", "a dependent job's runs have no times to preview: its parents' ends make them")
     after_ms = now_ms if body.after is None else instant_ms(body.after, "after")
     found: list[Occurrence] = []
     for part in preview_slices(sched, after_ms, body.count):
@@ -441,6 +507,8 @@ async def backfill_slots(job: Job, body: BackfillSpec, now_ms: int) -> list[int]
     limits.backfill_runs_max of them, none in the future nor at or after
     the job's scheduled slot (that run and the ones after it are the
     schedule's). Cron slots come in slices with a checkpoint between."""
+    if is_after(job.schedule):
+        raise errors.Invalid.at("", "a dependent job (schedule.after) has no slots of its own to backfill")
     from_ms, until_ms = _backfill_range_ms(job, body, now_ms)
     sched = job.schedule
     if sched.end_at_ms is not None:
@@ -483,7 +551,7 @@ def _schedule_hashed(sched: Schedule) -> tuple[Any, ...] | Schedule:
 
 def _body_digest(
     body: JobSpec, sched: Schedule, notify: Notify | None, catchup: Catchup | None, labels: dict[str, str] | None,
-    *, payload_passed: bool,
+    *, payload_passed: bool, edges: DepState | None = None,
 ) -> bytes:
     """The hash of a create body after parsing and defaults, which a request
     key compares; empty without a request key."""
@@ -507,6 +575,8 @@ def _body_digest(
             fields += (("timeout_s", body.timeout_s),)
         if body.overlap not in (None, "allow"):
             fields += (("overlap", body.overlap),)
+        if edges is not None:
+            fields += (("after", edges.after),) if edges.after is not None else (("requires", edges.requires),)
         return hashlib.blake2b(_hash_encoder.encode(fields), digest_size=16).digest()
     except OverflowError:
         # JSON allows any integer; records are MessagePack, which holds
@@ -589,12 +659,13 @@ class Jobs:
             if len(_json_encoder.encode(body.payload)) > limits.payload_bytes_max:
                 raise errors.TooLarge.at("payload", f"more than {limits.payload_bytes_max} bytes as JSON")
         sched = schedule_record(body.schedule)
+        edges = deps_record(body.schedule)
         catchup = catchup_record(body.catchup, sched)
         backoff_s = body.retry.backoff_s
         notify = None if body.notify is None else self.notify_record(body.notify)
         labels = labels_record(body.labels)
         overlap = overlap_record(body.overlap, sched)
-        digest = _body_digest(body, sched, notify, catchup, labels, payload_passed=payload_passed)
+        digest = _body_digest(body, sched, notify, catchup, labels, payload_passed=payload_passed, edges=edges)
         # Positional, in Job's field order (a batch makes 1,000): id, owner,
         # name, target, payload, schedule, max_attempts, backoff_s, lease_s,
         # jitter_s, state, created_at_ms, request_key, slot_ms, next_run_at_ms.
@@ -616,7 +687,7 @@ class Jobs:
             job.next_run_at_ms = sched.at_ms if sched.at_ms > at_ms else at_ms
         else:
             _plan_first(job, at_ms, patching=patching)
-        return NewJob(job, job.next_run_at_ms, digest)
+        return NewJob(job, job.next_run_at_ms, digest, edges)
 
     def notify_record(self, body: NotifySpec) -> Notify:
         if not self.notify_enabled:
@@ -722,6 +793,9 @@ class Jobs:
         at_ms = self.now_ms()
         slot_ms = next_due_ms = None
         ran_all = job.schedule.max_runs is not None and job.runs_done >= job.schedule.max_runs
+        if is_after(job.schedule):
+            # No slot of its own: its parents' ends make its runs.
+            return _ok(await self.committer.submit(ResumeJob(at_ms, owner, job_id, None, None)), Job)
         if job.schedule.repeating:
             # Nothing to plan after max_runs (apply decides it again, from the job as replicated).
             slot_ms = None if ran_all else self._slot_not_cancelled(job, job.schedule, slot_after_ms(
@@ -750,15 +824,19 @@ class Jobs:
         `keep_notify`: the patch does not name `notify`, which stays the job's.
         `VersionMismatch` when the job changed since it was read."""
         at_ms = self.now_ms()
-        made = self.new_job(job.owner, body, at_ms, from_msgpack=from_msgpack, job_id=job.id, patching=True).job
+        new = self.new_job(job.owner, body, at_ms, from_msgpack=from_msgpack, job_id=job.id, patching=True)
+        made = new.job
         if keep_notify:
             made.notify = job.notify  # the patch left it out: kept, never checked again
-        if _mutable(made) == _mutable(job):
+        stored = self.store.deps_state(job.id)
+        edges_before = None if stored is None else (stored.after, stored.requires)
+        edges_after = None if new.deps is None else (new.deps.after, new.deps.requires)
+        if _mutable(made) == _mutable(job) and edges_before == edges_after:
             return job
         made.created_at_ms = job.created_at_ms  # an `every_s` grid stays where it was
         replan = made.schedule != job.schedule or made.jitter_s != job.jitter_s
         slot_ms = due = None
-        if replan:
+        if replan and not is_after(made.schedule):
             sched = made.schedule
             if sched.repeating:
                 slot_ms = self._slot_not_cancelled(job, sched, slot_after_ms(
@@ -766,7 +844,10 @@ class Jobs:
             else:
                 slot_ms = sched.at_ms
             due = None if slot_ms is None else due_ms(made, slot_ms, at_ms)
-        command = PatchJob(at_ms, job.owner, job.id, job.version, made, replan, slot_ms, due, sets_notify=True)
+        command = PatchJob(
+            at_ms, job.owner, job.id, job.version, made, replan, slot_ms, due, sets_notify=True,
+            sets_deps=edges_before != edges_after, deps=new.deps,
+        )
         return _ok(await self.committer.submit(command), Job)
 
     def _slot_not_cancelled(self, job: Job, sched: Schedule, slot_ms: int | None) -> int | None:
@@ -824,6 +905,8 @@ def _plan_first(job: Job, at_ms: int, *, patching: bool) -> None:
     """A new job's first slot and its due time; a schedule without one is
     400, unless a patch's `end_at` ended it (the patch completes the job)."""
     sched = job.schedule
+    if is_after(sched):
+        return  # no slot of its own: its parents' ends make its runs
     job.slot_ms = first_slot_ms(sched, at_ms)
     if job.slot_ms is None:
         if sched.end_at_ms is None:

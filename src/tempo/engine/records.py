@@ -73,7 +73,8 @@ class Notify(msgspec.Struct, array_like=True, frozen=True, gc=False):
 
 CatchupPolicy = Literal["latest", "all", "none"]
 MissedReason = Literal["outside_window", "policy", "paused"]
-SkippedReason = Literal["overlap"]
+# `dependency`: a gated slot whose parents had not ended (docs/semantics.md "Dependencies").
+SkippedReason = Literal["overlap", "dependency"]
 # What a repeating job does with a slot that comes due while an earlier run
 # of it is running (docs/semantics.md "Overlap"); a job's `overlap` None is
 # `allow`, the behaviour of records from before the field.
@@ -347,3 +348,54 @@ class Decoder(Generic[T]):
             return self._decoder.decode(raw)
         except (msgspec.MsgspecError, RecursionError) as exc:
             raise Corrupt(f"a stored {self.name} does not decode ({exc}): the data dir is damaged") from None
+
+
+# -- dependencies (docs/semantics.md "Dependencies") ---------------------------
+# Kept in the `deps` table (engine/tables/deps.py), never in a job's or a
+# run's record, so records written before dependencies encode as they did.
+
+DepOn = Literal["succeeded", "failed", "finished"]
+EndStatus = Literal["done", "failed"]
+
+
+class After(msgspec.Struct, array_like=True, frozen=True, gc=False):
+    """A dependent job's schedule (`schedule.after`): a run is made by its
+    parents' ends, in apply (engine/rules/deps.py)."""
+
+    jobs: tuple[JobId, ...]
+    on: DepOn = "succeeded"
+    all: bool = True
+    within_s: Count | None = None
+
+
+class Requires(msgspec.Struct, array_like=True, frozen=True, gc=False):
+    """A gate on a clock schedule's slots (`schedule.requires`)."""
+
+    jobs: tuple[JobId, ...]
+    on: DepOn = "succeeded"
+    within_s: Count | None = None
+    wait_s: Count = 0
+
+
+class Cause(msgspec.Struct, array_like=True, frozen=True, gc=False):
+    """One parent end that made (or, under `all`, helps make) a run."""
+
+    job_id: JobId
+    nominal_ms: Ms  # the parent's run
+    attempt: Count
+    status: EndStatus
+    ended_ms: Ms
+
+
+class DepState(msgspec.Struct, array_like=True, gc=False):
+    """A dependent job's edges and what it waits for: under `after.all`,
+    the latest counting end of each parent since its last run was made
+    (one a parent, used once); under `requires`, each parent's latest
+    counting end, and the slot waiting for the missing ones."""
+
+    after: After | None = None
+    requires: Requires | None = None
+    ends: list[Cause] = msgspec.field(default_factory=list)
+    # A gated slot that waits for its parents (`requires.wait_s`), and its
+    # due time had it not waited; None: none waits.
+    waiting_slot_ms: Ms | None = None

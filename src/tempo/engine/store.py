@@ -34,9 +34,11 @@ from tempo.engine.commands import Command, decode_entry
 from tempo.engine.rules.jobs import Created
 from tempo.engine.tables import Changes, Tables
 from tempo.engine.tables.build import complete_indexes
+from tempo.engine.tables.deps import DepQueries
 from tempo.engine.tables.layout import (
     ADDED_TABLES,
     APPLIED_INDEX,
+    HASHED_WHEN_USED,
     STAMP,
     TABLES,
     U64,
@@ -70,7 +72,7 @@ _enc = msgspec.msgpack.Encoder()
 _snapshot_dec = records.Decoder(list[tuple[str, list[tuple[bytes, bytes]]]], "snapshot")
 
 
-class Store(Queries):
+class Store(Queries, DepQueries):
     """The environment, its databases, apply, snapshots and digests; the
     reads are `Queries`' (engine/tables/queries.py)."""
 
@@ -392,7 +394,7 @@ class Store(Queries):
             raw = txn.get(APPLIED_INDEX, db=self.db["meta"])
             index = 0 if raw is None else U64.unpack(raw)[0]
             for name, db in self.db.items():
-                if name in leave_out:
+                if name in leave_out or (name in HASHED_WHEN_USED and not txn.stat(db)["entries"]):
                     continue
                 sha.update(name.encode() + b"\0")
                 for key, value in txn.cursor(db=db):

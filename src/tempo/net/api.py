@@ -89,6 +89,8 @@ from tempo.schema import (
     DigestOut,
     EventOut,
     EventsPage,
+    GraphEdgeOut,
+    GraphOut,
     Health,
     HeartbeatIn,
     HeartbeatOut,
@@ -473,7 +475,8 @@ class Api:
         if isinstance(outcome, errors.TempoError):
             raise outcome
         if outcome.new:
-            return _tagged(encode(request, views.job_view(outcome.job), 201), outcome.job.version)
+            view = views.with_deps(views.job_view(outcome.job), self.store.deps_views([outcome.job.id]).get(outcome.job.id))
+            return _tagged(encode(request, view, 201), outcome.job.version)
         # An existing job: with its outcome.
         return _tagged(encode(request, self.job_view(outcome.job), 200), outcome.job.version)
 
@@ -487,11 +490,15 @@ class Api:
             self.owner(request), items, from_msgpack=request.is_msgpack, rejected_keys_of=rejected_keys_of
         )
         shared: dict[Any, Any] = {}
+        # The edges of the items that name some (docs/semantics.md "Dependencies"), read only then.
+        edges = self.store.deps_views([o.job.id for o in outcomes if isinstance(o, Created)]) if any(
+            not isinstance(i, errors.TempoError) and (i.schedule.after or i.schedule.requires) for i in items
+        ) else {}
         results = []
         for start in range(0, len(outcomes), limits.batch_slice_items):
             if start:
                 await trio.lowlevel.checkpoint()  # the views in slices: docs/operations.md "Event-loop lag"
-            results += [_batch_item(o, shared) for o in outcomes[start : start + limits.batch_slice_items]]
+            results += [_batch_item(o, shared, edges) for o in outcomes[start : start + limits.batch_slice_items]]
         return encode(request, JobBatchResult(results))
 
     def _decode_batch_items(self, request: Request) -> tuple[list[JobCreate | errors.TempoError], dict[int, str]]:
@@ -519,7 +526,8 @@ class Api:
 
     def job_view(self, job: Any) -> Any:
         """The job with what its runs came to (docs/api.md "Outcomes")."""
-        return views.job_view(job, outcome=self.store.job_outcome(job.id))
+        view = views.job_view(job, outcome=self.store.job_outcome(job.id))
+        return views.with_deps(view, self.store.deps_views([job.id]).get(job.id))
 
     def _job_answer(self, request: Request, job: Job) -> Response:
         """A job's answer, with its version as the ETag."""
@@ -547,7 +555,7 @@ class Api:
             job = self.store.get_job(owner, job_id)
             if wanted is not None and job.version not in wanted:
                 raise errors.VersionMismatch(f"job {job_id} is at version {job.version}")
-            body = _patched(views.job_view(job), patch)
+            body = _patched(self.job_view(job), patch)
             try:
                 changed = await self.jobs.patch(
                     job, body, from_msgpack=request.is_msgpack, keep_notify="notify" not in patch
@@ -572,7 +580,8 @@ class Api:
             found, next_cursor = self.store.list_jobs(self.owner(request), limit, cursor, match, labels)
         outcomes = self.store.job_outcomes([j.id for j in found])
         shared: dict[Any, Any] = {}
-        page = [views.job_view(j, shared, outcomes.get(j.id)) for j in found]
+        edges = self.store.deps_views([j.id for j in found])
+        page = [views.with_deps(views.job_view(j, shared, outcomes.get(j.id)), edges.get(j.id)) for j in found]
         return encode(request, JobsPage(page, next_cursor))
 
     async def pause_job(self, request: Request, job_id: str) -> Response:
@@ -630,7 +639,22 @@ class Api:
 
     async def get_run(self, request: Request, run_id: str) -> Response:
         run, _ = self.store.get_run(self._owner_of_run(request, run_id), run_id)
-        return encode(request, views.run_detail_view(run, self.run_view(run)))
+        detail = views.run_detail_view(run, self.run_view(run))
+        if run.triggered:  # a dependent job's runs are made as triggered ones are
+            detail.caused_by = views.cause_views(self.store.caused_by(run.job_id, run.nominal_ms))
+        return encode(request, detail)
+
+    async def job_graph(self, request: Request, job_id: str) -> Response:
+        """`GET /v1/jobs/{id}/graph?depth=N` (docs/api.md): the edges up and
+        down from the job, `depth` steps each way."""
+        raw = request.query.get("depth", str(limits.deps_graph_depth_default))
+        if not _decimal(raw) or not 1 <= int(raw) <= limits.deps_graph_depth_max:
+            raise errors.Invalid.at("query.depth", f"an integer from 1 to {limits.deps_graph_depth_max}")
+        depth = int(raw)
+        up, down, cut = self.store.deps_graph(self._owner_of_job(request, job_id), job_id, depth)
+        return encode(request, GraphOut(
+            job_id, depth, [GraphEdgeOut(p, c) for p, c in up], [GraphEdgeOut(p, c) for p, c in down], cut
+        ))
 
     async def list_all_runs(self, request: Request) -> Response:
         """Runs across the owner's jobs (an admin's: every owner's), from
@@ -1168,15 +1192,15 @@ _PATCHABLE = frozenset({
 _MERGED = frozenset({"retry", "labels", "notify", "catchup"})
 _FIXED_WHY = dict.fromkeys(
     ("id", "owner", "state", "created_at", "next_run_at", "request_key", "version", "last_run", "runs",
-     "paused", "runs_left"),
+     "paused", "runs_left", "dependents"),
     "cannot be changed by a patch",
 )
 # A schedule's kinds, which exclude each other, and the keys that go only
 # with one kind (or, for the end conditions, only with a repeating one):
 # they leave with the kind a patch removes (docs/api.md "Change a job").
-_SCHEDULE_KINDS = ("at", "cron", "every_s")
-_KIND_ONLY_KEYS = {"at": (), "cron": ("timezone", "dst"), "every_s": ("start_at",)}
-_REPEATING_ONLY_KEYS = ("end_at", "max_runs")
+_SCHEDULE_KINDS = ("at", "cron", "every_s", "after")
+_KIND_ONLY_KEYS = {"at": (), "cron": ("timezone", "dst"), "every_s": ("start_at",), "after": ()}
+_REPEATING_ONLY_KEYS = ("end_at", "max_runs", "requires")
 _patch_body = decoders(dict[str, Any])
 _no_body = decoders(CancelIn)
 _create_json = _create[0]
@@ -1248,7 +1272,8 @@ def _merge_schedule(current: dict[str, Any], patch: dict[str, Any]) -> dict[str,
     for kind in _SCHEDULE_KINDS:
         if current.get(kind) is None or merged.get(kind) is not None:
             continue  # not the old kind, or kept
-        gone = _KIND_ONLY_KEYS[kind] + (_REPEATING_ONLY_KEYS if kinds == ["at"] else ())
+        gone = _KIND_ONLY_KEYS[kind] + (_REPEATING_ONLY_KEYS if kinds == ["at"] else ()) + (
+            ("requires",) if kinds == ["after"] else ())  # a gate is a clock schedule's
         for key in gone:
             if key not in patch:
                 merged.pop(key, None)
@@ -1298,11 +1323,12 @@ def _decode_batch_at_once(request: Request) -> list[JobCreate] | None:
         return None
 
 
-def _batch_item(outcome: Created | errors.TempoError, shared: dict[Any, Any]) -> BatchItemResult:
+def _batch_item(outcome: Created | errors.TempoError, shared: dict[Any, Any], edges: dict[str, Any]) -> BatchItemResult:
     if isinstance(outcome, errors.TempoError):
         problem = problem_of(outcome)
         return BatchItemResult(problem.status, problem=problem)
-    return BatchItemResult(201 if outcome.new else 200, job=views.job_view(outcome.job, shared))
+    view = views.with_deps(views.job_view(outcome.job, shared), edges.get(outcome.job.id))
+    return BatchItemResult(201 if outcome.new else 200, job=view)
 
 
 def _rejected_key(raw: msgspec.Raw, which: int) -> str | None:

@@ -298,6 +298,11 @@ class Client:
     def delete_job(self, job_id: str) -> None:
         self.request("DELETE", f"/v1/jobs/{job_id}")
 
+    def job_graph(self, job_id: str, depth: int | None = None) -> dict[str, Any]:
+        """`GET /v1/jobs/{id}/graph` (docs/api.md)."""
+        params = {} if depth is None else {"depth": str(depth)}
+        return _object(self.request("GET", f"/v1/jobs/{job_id}/graph", params=params))
+
     def trigger_job(self, job_id: str) -> dict[str, Any]:
         return _object(self.request("POST", f"/v1/jobs/{job_id}/trigger"))
 

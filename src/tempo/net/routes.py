@@ -148,7 +148,8 @@ def _job_routes() -> tuple[Route, ...]:
         Route("GET", "/v1/jobs/{id}", "job", "get_job", "getJob", "One job", params=(_JOB_ID,),
               answers={"200": _JOB}),
         Route("DELETE", "/v1/jobs/{id}", "job", "delete_job", "deleteJob", "Delete a job", params=(_JOB_ID,),
-              answers={"204": Answer("deleted")}, writes=True),
+              answers={"204": Answer("deleted"),
+                       "409": problem("has_dependents: other jobs depend on it (named in detail)")}, writes=True),
         Route("PATCH", "/v1/jobs/{id}", "job", "patch_job", "updateJob",
               "Change a job in place (a JSON merge patch of its mutable fields)",
               body=schema.JobPatch, body_media=("application/merge-patch+json", *JSON_AND_MSGPACK),
@@ -169,6 +170,13 @@ def _job_routes() -> tuple[Route, ...]:
               "Runs for a job's past slots in [from, until), due at once", body=schema.BackfillIn,
               params=(_JOB_ID,), answers={"200": Answer("runs made, and slots that had one", schema.BackfillOut)},
               writes=True),
+        Route("GET", "/v1/jobs/{id}/graph", "job_graph", "job_graph", "jobGraph",
+              "The jobs a job depends on and those that depend on it, as edges", params=(
+                  _JOB_ID,
+                  Param("depth", "query",
+                        {"type": "integer", "minimum": 1, "maximum": limits.deps_graph_depth_max},
+                        f"steps up and down from the job (default {limits.deps_graph_depth_default})"),
+              ), answers={"200": Answer("the edges", schema.GraphOut)}),
         Route("GET", "/v1/jobs/{id}/runs", "job_runs", "list_runs", "listRuns", "A job's runs, newest first",
               params=(_JOB_ID, *_SINCE_UNTIL, _LIMIT, _CURSOR), answers={"200": _PAGE}),
     )

@@ -6,9 +6,13 @@ answers with records; only net/ turns them into the shapes of docs/api.md.
 import functools
 from typing import Any
 
+import msgspec
+
 from tempo import clock, ids, schedule
 from tempo.engine import (
     Catchup,
+    Cause,
+    DepState,
     Job,
     JobOutcome,
     MissedReason,
@@ -20,9 +24,12 @@ from tempo.engine import (
     SkippedReason,
 )
 from tempo.schema import (
+    AfterOut,
     AttemptOut,
     CatchupOut,
+    CauseOut,
     ClaimedRunOut,
+    DependentsOut,
     DstOut,
     JobOut,
     LastRunOut,
@@ -30,6 +37,7 @@ from tempo.schema import (
     OccurrenceOut,
     PausedByOut,
     PausedOut,
+    RequiresOut,
     RetryOut,
     RunCountsOut,
     RunDetailOut,
@@ -111,6 +119,32 @@ def job_view(job: Job, shared: dict[Any, Any] | None = None, outcome: JobOutcome
         runs_left=None if job.schedule.max_runs is None else max(0, job.schedule.max_runs - job.runs_done),
         overlap=job.overlap or "allow",
     )
+
+
+def with_deps(out: JobOut, found: tuple[DepState | None, list[str], int] | None) -> JobOut:
+    """The job's view with its edges (`schedule.after`) and dependents
+    (docs/semantics.md "Dependencies"); `found` as `Store.deps_views`
+    answers it, None for a job with neither. The schedule's view may be
+    shared by a page's jobs: it is copied, not changed."""
+    if found is None:
+        return out
+    edges, dependents, count = found
+    if edges is not None and edges.after is not None:
+        after = edges.after
+        out.schedule = msgspec.structs.replace(
+            out.schedule, after=AfterOut(list(after.jobs), after.on, after.all, after.within_s)
+        )
+    if edges is not None and edges.requires is not None:
+        gate = edges.requires
+        out.schedule = msgspec.structs.replace(
+            out.schedule, requires=RequiresOut(list(gate.jobs), gate.on, gate.within_s, gate.wait_s)
+        )
+    out.dependents = DependentsOut(dependents, count)
+    return out
+
+
+def cause_views(causes: list[Cause]) -> list[CauseOut]:
+    return [CauseOut(c.job_id, ids.run_id(c.job_id, c.nominal_ms), c.attempt, c.status) for c in causes]
 
 
 def _paused_view(paused: Paused) -> PausedOut:

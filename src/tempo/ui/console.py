@@ -351,6 +351,8 @@ class Console:
         schedule = {k: v for k, v in job["schedule"].items() if k in ("at", "cron", "timezone", "every_s", "start_at", "dst")}
         preview = await page.api.call("POST", "/v1/schedules/preview", body={"schedule": schedule, "count": 10})
         slots = preview.json()["occurrences"] if preview.ok else []
+        # Upstream and downstream jobs, one step each way (docs/semantics.md "Dependencies").
+        graph = await page.get(f"/v1/jobs/{quote(job_id)}/graph")
         runs = await page.get(f"/v1/jobs/{quote(job_id)}/runs", {"limit": str(PAGE_ROWS),
                                                                   "cursor": page.query.get("cursor", "")})
         attempts = []
@@ -363,7 +365,7 @@ class Console:
         return self.render(
             page, "job.html", job=job, slots=slots, slots_error=None if preview.ok else preview.problem,
             runs=runs["runs"], next_cursor=runs["next_cursor"], attempts=attempts, events=events,
-            labels_text=labels_text, overlaps=OVERLAPS, self_url=_self_url(page),
+            labels_text=labels_text, overlaps=OVERLAPS, self_url=_self_url(page), graph=graph,
             countdown=present.countdown(job.get("next_run_at"), present.now_utc()),
         )
 

@@ -34,6 +34,10 @@ def schedule_words(schedule: dict[str, Any]) -> str:
         return f"every {duration_words(schedule['every_s'])}"
     if schedule.get("at"):
         return f"once, at {schedule['at']}"
+    if schedule.get("after"):
+        after = schedule["after"]
+        joined = " and " if after.get("all", True) else " or "
+        return f"after {joined.join(after['jobs'])} {after.get('on', 'succeeded')}"
     return "?"
 
 

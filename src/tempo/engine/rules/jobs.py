@@ -7,7 +7,7 @@ from tempo import errors, limits
 from tempo.engine import keys
 from tempo.engine.commands import DeleteJob, NewJob, PatchJob, PauseJob, ResumeJob, TriggerJob
 from tempo.engine.records import Event, Job, Paused, RequestKeyEntry, RetryKept, Run
-from tempo.engine.rules import catchup, history, overlap, slots
+from tempo.engine.rules import catchup, deps, history, overlap, slots
 from tempo.engine.tables import NewRows, Tables
 
 
@@ -49,7 +49,13 @@ def _create_job(t: Tables, item: NewJob, rows: NewRows) -> Created | errors.Temp
             existing = t.fresh(t.job(job.owner, entry.job_id))
             assert existing is not None, "a request key outlived its job"
             return Created(existing, new=False)
-        t.put_request_key(req_key, RequestKeyEntry(job.id, item.body_hash))
+    if item.deps is not None:
+        fault = deps.check(t, job, item.deps)
+        if fault is not None:
+            return fault
+        deps.set_edges(t, job, item.deps)
+    if job.request_key is not None:
+        t.put_request_key(keys.request_key(job.owner, job.request_key), RequestKeyEntry(job.id, item.body_hash))
     rows.add(t, job, item.first_due_ms)
     return Created(job, new=True)
 
@@ -107,6 +113,9 @@ def resume_job(t: Tables, cmd: ResumeJob) -> Job | errors.TempoError:
     # An `all` catch-up under way at the pause ends with it: the slots it
     # did not run yet passed while paused.
     job.catchup_until_ms = job.catchup_decided_ms = None
+    if deps.is_after(job.schedule):
+        t.put_job(job)  # no slot of its own: its parents' next ends make its runs
+        return job
     if job.schedule.repeating:
         slot_ms, due_ms = cmd.slot_ms, cmd.due_ms
         if slot_ms is not None and slots.past_end(job, slot_ms):
@@ -144,6 +153,9 @@ def patch_job(t: Tables, cmd: PatchJob) -> Job | errors.TempoError:
         return errors.NotFound(f"no job {cmd.job_id}")
     if old.version != cmd.base_version:
         return errors.VersionMismatch(f"job {old.id} is at version {old.version}, not {cmd.base_version}")
+    fault = _patch_edges(t, old, cmd)
+    if fault is not None:
+        return fault
     new = cmd.job
     # What the patch may not change comes from the stored job.
     job = msgspec.structs.replace(
@@ -155,8 +167,6 @@ def patch_job(t: Tables, cmd: PatchJob) -> Job | errors.TempoError:
     if old.labels != job.labels:
         t.relabel(old, job)
     if cmd.replan:
-        # A catch-up under way was decided on the old schedule's slots.
-        job.catchup_until_ms = job.catchup_decided_ms = None
         _replan(t, old, job, cmd)
     overlap.repolicy(t, old, job, cmd.at_ms)
     fed = {runs_key for runs_key, _, with_job in t.changes.woken if with_job is job}
@@ -177,10 +187,38 @@ def patch_job(t: Tables, cmd: PatchJob) -> Job | errors.TempoError:
     return job
 
 
+def _patch_edges(t: Tables, old: Job, cmd: PatchJob) -> errors.TempoError | None:
+    """The patch's edges (docs/semantics.md "Dependencies"), checked here
+    against the tables as they are (a cycle two racing patches would
+    close is refused to the later) and stored; the fault, if any."""
+    if not cmd.sets_deps:
+        return None
+    fault = None if cmd.deps is None else deps.check(t, old, cmd.deps)
+    if fault is None:
+        deps.set_edges(t, old, cmd.deps)
+    return fault
+
+
+def _unplan(t: Tables, old: Job, job: Job, at_ms: int) -> None:
+    """A job patched to a dependent one (`schedule.after`) has no slot of
+    its own: the waiting run of its old slot is cancelled, and a
+    completed job is active again, for its parents' ends to run it."""
+    if old.slot_ms is not None:
+        _cancel_slot(t, job, old.slot_ms, at_ms)
+    job.slot_ms = job.next_run_at_ms = None
+    if job.state == "completed":
+        job.state = "active"
+
+
 def _replan(t: Tables, old: Job, job: Job, cmd: PatchJob) -> None:
     """Moves the waiting run of `old`'s schedule slot to the command's
     slot: a paused job only remembers a one-off's new slot; a completed
-    job becomes active when the new slot lies after the command."""
+    job becomes active when the new slot lies after the command. A
+    catch-up under way was decided on the old schedule's slots: it ends."""
+    job.catchup_until_ms = job.catchup_decided_ms = None
+    if deps.is_after(job.schedule):
+        _unplan(t, old, job, cmd.at_ms)
+        return
     if job.state == "paused":
         # A paused job remembers a one-off's new slot; and a one-off's
         # that became repeating moves off its one slot, so that slot's
@@ -256,6 +294,9 @@ def delete_job(t: Tables, cmd: DeleteJob) -> errors.TempoError | None:
     job = t.job(cmd.owner, cmd.job_id)
     if job is None:
         return errors.NotFound(f"no job {cmd.job_id}")
+    fault = deps.delete(t, job)
+    if fault is not None:
+        return fault
     t.delete_job_rows(job)
     t.append_event(job.owner, Event("job.deleted", cmd.at_ms, job.id, None, {"version": job.version}))
     return None

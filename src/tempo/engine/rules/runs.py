@@ -16,7 +16,7 @@ from tempo.engine.commands import (
     Result,
 )
 from tempo.engine.records import Attempt, ClaimKeyEntry, Event, Job, Run, Taken
-from tempo.engine.rules import catchup, overlap, slots
+from tempo.engine.rules import catchup, deps, overlap, slots
 from tempo.engine.tables import Tables
 
 
@@ -49,6 +49,8 @@ def claim_run(t: Tables, cmd: ClaimRuns, claim: Claim) -> Run | None:
     job = None if claim.one_off else t.job_any(run.job_id, job_key)
     if job is not None and catchup.misses_itself(job, run, claim):
         _miss(t, job, run, runs_key, claim, cmd.at_ms)
+        return None
+    if job is not None and deps.gate(t, job, run, runs_key, claim, cmd.at_ms):
         return None
     if job is not None and job.overlap is not None:
         buffered = overlap.holds(t, job, run, runs_key, cmd.at_ms)
@@ -172,6 +174,7 @@ def report_result(t: Tables, cmd: ReportResults, result: Result) -> Run | errors
             _recovered(t, job, run, cmd.at_ms, job_key)
         slots.settle(t, job, run, cmd.at_ms)
         overlap.ended(t, job, run, cmd.at_ms)
+        deps.ended(t, job, run, cmd.at_ms, job_key)
         return run
     backoff_s = job.backoff_s if run.retry_kept is None else run.retry_kept.backoff_s
     gap_s = backoff_s[min(run.attempt - 1, len(backoff_s) - 1)]
@@ -319,6 +322,7 @@ def _end_attempt(t: Tables, job: Job, run: Run, runs_key: bytes, at_ms: int, ret
     t.put_job(job)
     slots.settle(t, job, run, at_ms)
     overlap.ended(t, job, run, at_ms)
+    deps.ended(t, job, run, at_ms, keys.job_key(job.id))
 
 
 def _recovered(t: Tables, job: Job, run: Run, at_ms: int, job_key: bytes) -> None:

@@ -28,6 +28,7 @@ TABLES = (
     "jobs_by_label",
     "runs_held",
     "job_counts",
+    "deps",
 )
 # Tables a later version added: created in an existing store that lacks them.
 # `runs_by_status` and `job_outcomes` (`RUN_INDEX_TABLES`) are built at open
@@ -36,7 +37,10 @@ TABLES = (
 # runs live in the history bucket of the run, at b"s" + `keys.status_key(...)`,
 # so they go with it.
 RUN_INDEX_TABLES = ("runs_by_status", "job_outcomes")
-ADDED_TABLES = ("claim_keys", *RUN_INDEX_TABLES, "jobs_by_label", "runs_held", "job_counts")
+ADDED_TABLES = ("claim_keys", *RUN_INDEX_TABLES, "jobs_by_label", "runs_held", "job_counts", "deps")
+# Tables the digest of the state (`Store.digest`) hashes only once they hold
+# a row: a store that never used them digests as before they existed.
+HASHED_WHEN_USED = ("deps",)
 HIST_STATUS = b"s"
 # In `meta`: present once the tables above and the b"s" rows are complete.
 RUN_INDEX = b"run_index"
