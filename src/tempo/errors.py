@@ -77,6 +77,12 @@ class Conflict(TempoError):
     type = "conflict"
 
 
+class InUse(TempoError):
+    """A delete of a calendar that jobs, or other calendars, still use."""
+
+    type = "in_use"
+
+
 class Unauthorized(TempoError):
     type = "unauthorized"
 

@@ -949,3 +949,28 @@ def nth_cron_ms(
             return found_s * 1000
     found = cron_times_ms(expr, timezone, after_ms, n, gap=gap, repeat=repeat)
     return found[-1] if len(found) == n else None
+
+
+def wall_time_ms(timezone: str, local_s: int, *, gap: DstGap = "shift", repeat: DstRepeat = "first") -> int | None:
+    """The UTC instant (ms) of the naive wall-clock second ``local_s`` in
+    ``timezone``, placed by the DST policy as a cron occurrence is: a time
+    in a gap at the gap's end (``shift``) or nowhere (``skip``, None); a
+    repeated time at its first pass (``first``, ``both``) or its second
+    (``last``). None past the range of years 1 to 9999. A calendar's moved
+    run is placed with it (docs/semantics.md "Calendars")."""
+    if timezone in _UTC_KEYS:
+        return local_s * 1000 if _LOCAL_S_MIN <= local_s <= _UTC_S_LAST else None
+    zone = _zone(timezone)
+    try:
+        naive = _EPOCH_NAIVE + dt.timedelta(seconds=local_s)
+        first_s = _naive_offset_s(zone, naive)
+        second_s = _naive_offset_s(zone, naive.replace(fold=1))
+        if first_s == second_s:
+            return (local_s - first_s) * 1000
+        if _offset_s(zone, local_s - first_s) == first_s:  # repeated (fall-back)
+            return (local_s - (second_s if repeat == "last" else first_s)) * 1000
+        if gap == "skip":
+            return None
+        return _first_change_s(zone, local_s - second_s, local_s - first_s) * 1000
+    except OverflowError:
+        return None

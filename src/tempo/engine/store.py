@@ -37,6 +37,7 @@ from tempo.engine.tables.build import complete_indexes
 from tempo.engine.tables.layout import (
     ADDED_TABLES,
     APPLIED_INDEX,
+    DIGEST_WHEN_FILLED,
     STAMP,
     TABLES,
     U64,
@@ -390,6 +391,8 @@ class Store(Queries):
             raw = txn.get(APPLIED_INDEX, db=self.db["meta"])
             index = 0 if raw is None else U64.unpack(raw)[0]
             for name, db in self.db.items():
+                if name in DIGEST_WHEN_FILLED and txn.stat(db)["entries"] == 0:
+                    continue  # as the digest of a version without the table
                 sha.update(name.encode() + b"\0")
                 for key, value in txn.cursor(db=db):
                     sha.update(U64.pack(len(key)) + key + U64.pack(len(value)) + value)

@@ -7,7 +7,7 @@ from tempo import errors, limits
 from tempo.engine import keys
 from tempo.engine.commands import DeleteJob, NewJob, PatchJob, PauseJob, ResumeJob, TriggerJob
 from tempo.engine.records import Event, Job, Paused, RequestKeyEntry, RetryKept, Run
-from tempo.engine.rules import catchup, history, overlap, slots
+from tempo.engine.rules import calendars, catchup, history, overlap, slots
 from tempo.engine.tables import NewRows, Tables
 
 
@@ -49,8 +49,14 @@ def _create_job(t: Tables, item: NewJob, rows: NewRows) -> Created | errors.Temp
             existing = t.fresh(t.job(job.owner, entry.job_id))
             assert existing is not None, "a request key outlived its job"
             return Created(existing, new=False)
-        t.put_request_key(req_key, RequestKeyEntry(job.id, item.body_hash))
+    calendar_fault = calendars.use_fault(t, job.owner, item.calendar)
+    if calendar_fault is not None:
+        return calendar_fault
+    if job.request_key is not None:
+        t.put_request_key(keys.request_key(job.owner, job.request_key), RequestKeyEntry(job.id, item.body_hash))
     rows.add(t, job, item.first_due_ms)
+    if item.calendar is not None:
+        calendars.bind(t, job, item.calendar)
     return Created(job, new=True)
 
 
@@ -144,6 +150,10 @@ def patch_job(t: Tables, cmd: PatchJob) -> Job | errors.TempoError:
         return errors.NotFound(f"no job {cmd.job_id}")
     if old.version != cmd.base_version:
         return errors.VersionMismatch(f"job {old.id} is at version {old.version}, not {cmd.base_version}")
+    if cmd.sets_calendar:
+        calendar_fault = calendars.use_fault(t, old.owner, cmd.calendar)
+        if calendar_fault is not None:
+            return calendar_fault
     new = cmd.job
     # What the patch may not change comes from the stored job.
     job = msgspec.structs.replace(
@@ -159,6 +169,8 @@ def patch_job(t: Tables, cmd: PatchJob) -> Job | errors.TempoError:
         job.catchup_until_ms = job.catchup_decided_ms = None
         _replan(t, old, job, cmd)
     overlap.repolicy(t, old, job, cmd.at_ms)
+    if cmd.sets_calendar:
+        calendars.bind(t, job, cmd.calendar, changed=True)
     fed = {runs_key for runs_key, _, with_job in t.changes.woken if with_job is job}
     kept = RetryKept(old.max_attempts, old.backoff_s)
     waiting: list[tuple[bytes, Run]] = []
@@ -257,6 +269,7 @@ def delete_job(t: Tables, cmd: DeleteJob) -> errors.TempoError | None:
     if job is None:
         return errors.NotFound(f"no job {cmd.job_id}")
     t.delete_job_rows(job)
+    calendars.unbind(t, job)
     t.append_event(job.owner, Event("job.deleted", cmd.at_ms, job.id, None, {"version": job.version}))
     return None
 

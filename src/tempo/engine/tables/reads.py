@@ -36,7 +36,7 @@ class Reads:
     __slots__ = (
         "_bucket_of_day", "_by_job_cur", "_by_status_cur", "_held_cur", "_hist_curs", "_history", "_jobs_cur",
         "_outcomes_cur", "_owners", "_runs_cur", "buckets", "by_job", "by_label", "by_owner", "by_status",
-        "claim_keys", "events", "held", "hist_days", "jobs", "members", "meta", "open", "outcomes", "reqkeys", "runs",
+        "calendars", "claim_keys", "events", "held", "hist_days", "jobs", "members", "meta", "open", "outcomes", "reqkeys", "runs",
         "txn",
     )
 
@@ -58,6 +58,7 @@ class Reads:
         self.outcomes = db["job_outcomes"]
         self.by_label = db["jobs_by_label"]
         self.held = db["runs_held"]
+        self.calendars = db["calendars"]
         self._owners: dict[str, str] = {}  # job ID -> owner, read once per transaction
         # Within one transaction: the buckets in use, and the bucket of each
         # day a run finished in, looked up once.
