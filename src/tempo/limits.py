@@ -682,6 +682,6 @@ calendar_users_named_max = 20
 calendar_preview_scan_factor = 20
 
 assert 1 <= calendar_base_depth_max <= 16
-assert 1 <= calendar_dates_max
+assert calendar_dates_max >= 1
 assert 0 <= calendar_holiday_years_ahead <= 50
 assert calendar_days_searched_max >= 366

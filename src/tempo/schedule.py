@@ -100,6 +100,9 @@ _FIELDS = (
     ("day-of-week", 0, 7),
 )
 _DAY_OF_MONTH = 2
+# `L` in the day-of-month field, the last day of the month (Quartz's and
+# cronsim's `L`), held in the field's set as this value past any day.
+_LAST_DAY = 32
 _MONTH = 3
 _DAY_OF_WEEK = 4
 _NAMES: dict[int, dict[str, int]] = {
@@ -173,7 +176,9 @@ def _reject_extension(field: str, element: str) -> None:
         )
     if _LAST.fullmatch(element):
         raise ScheduleError(
-            "cron", f"`L` (the last day or weekday of a month) in the {field} field is not crontab syntax"
+            "cron",
+            f"{element!r} in the {field} field: of the `L` forms tempo takes only `L` alone, the last day of "
+            "the month, in the day-of-month field",
         )
     if _NEAREST.fullmatch(element):
         raise ScheduleError(
@@ -211,6 +216,9 @@ def _parse_field(index: int, text: str) -> frozenset[int]:
     field, lo, hi = _FIELDS[index]
     values: set[int] = set()
     for element in text.split(","):
+        if index == _DAY_OF_MONTH and element in ("L", "l"):
+            values.add(_LAST_DAY)
+            continue
         _reject_extension(field, element)
         match = _ELEMENT.fullmatch(element)
         if match is None:
@@ -301,6 +309,8 @@ class _Cron:
         found = self._day_types.get(key)
         if found is None:
             by_dom = {d for d in self.doms if d <= days}
+            if _LAST_DAY in self.doms:
+                by_dom.add(days)
             by_dow = {d for d in range(1, days + 1) if (first_wd + d - 1) % 7 in self.dows}
             matched = by_dom & by_dow if self.day_and else by_dom | by_dow
             found = self._day_types[key] = tuple(sorted(matched))
@@ -308,7 +318,7 @@ class _Cron:
 
     def dom_occurs(self) -> bool:
         """Whether the day-of-month field allows a day of some allowed month."""
-        return any(d <= max(_MONTH_LENGTHS[m]) for d in self.doms for m in self.months)
+        return _LAST_DAY in self.doms or any(d <= max(_MONTH_LENGTHS[m]) for d in self.doms for m in self.months)
 
     def month_types(self) -> list[tuple[int, int, int]]:
         """Every (month, length, first weekday) the months field allows."""
@@ -420,7 +430,7 @@ def _never_reason(cron: _Cron) -> str | None:
 
 
 def _dom_words(cron: _Cron) -> str:
-    words = [str(d) for d in sorted(cron.doms)]
+    words = ["L" if d == _LAST_DAY else str(d) for d in sorted(cron.doms)]
     return ("day " if len(words) == 1 else "days ") + _or_list(words)
 
 

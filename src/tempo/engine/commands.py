@@ -13,7 +13,17 @@ import msgspec
 from msgspec import Meta
 
 from tempo import ids
-from tempo.engine.records import Calendar, CalendarUse, Corrupt, Count, Job, JobId, Missed, Ms, Nominal
+from tempo.engine.records import (
+    Calendar,
+    CalendarUse,
+    Corrupt,
+    Count,
+    Job,
+    JobId,
+    Missed,
+    Ms,
+    Nominal,
+)
 
 
 class NewJob(msgspec.Struct, array_like=True, gc=False):  # untracked as Job: 1,000 in a batch

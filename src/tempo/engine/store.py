@@ -27,13 +27,14 @@ from typing import TypeVar
 import lmdb
 import msgspec
 
-from tempo import errors, limits
+from tempo import calendars, errors, limits
 from tempo.engine import datadir, records
 from tempo.engine.apply import Outcome, apply
 from tempo.engine.commands import Command, decode_entry
 from tempo.engine.rules.jobs import Created
 from tempo.engine.tables import Changes, Tables
 from tempo.engine.tables.build import complete_indexes
+from tempo.engine.tables.calendar_queries import CalendarQueries
 from tempo.engine.tables.layout import (
     ADDED_TABLES,
     APPLIED_INDEX,
@@ -71,7 +72,7 @@ _enc = msgspec.msgpack.Encoder()
 _snapshot_dec = records.Decoder(list[tuple[str, list[tuple[bytes, bytes]]]], "snapshot")
 
 
-class Store(Queries):
+class Store(Queries, CalendarQueries):
     """The environment, its databases, apply, snapshots and digests; the
     reads are `Queries`' (engine/tables/queries.py)."""
 
@@ -94,6 +95,7 @@ class Store(Queries):
         (`grow_map`) if `map_grows`, by default when it was sized to the disk."""
         meta = datadir.check_files(path)
         self.path = path
+        self._calendar_views: dict[tuple[str, str], calendars.View] = {}
         self.map_grows = map_bytes is None if map_grows is None else map_grows
         # Seconds each write transaction's commit took: LMDB writes the dirty
         # pages and fsyncs there (`sync=True`), so this is the fsync latency.

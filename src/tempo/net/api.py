@@ -66,6 +66,7 @@ from tempo.net.asgi import (
     watching,
 )
 from tempo.net.auth import Authenticator
+from tempo.net.calendar_api import CalendarHandlers
 from tempo.net.http import GATE, ConnectionGate
 from tempo.net.notify import NotifyCounts
 from tempo.net.notify import metric_lines as notify_metric_lines
@@ -153,7 +154,7 @@ _json_enc = msgspec.json.Encoder()
 _instant = msgspec.json.Decoder(Instant)
 
 
-class Api:
+class Api(CalendarHandlers):
     """Routes requests to the services; owns no state but counters."""
 
     def __init__(
@@ -472,7 +473,7 @@ class Api:
         if isinstance(outcome, errors.TempoError):
             raise outcome
         if outcome.new:
-            return _tagged(encode(request, views.job_view(outcome.job), 201), outcome.job.version)
+            return _tagged(encode(request, self.job_view(outcome.job), 201), outcome.job.version)
         # An existing job: with its outcome.
         return _tagged(encode(request, self.job_view(outcome.job), 200), outcome.job.version)
 
@@ -518,7 +519,11 @@ class Api:
 
     def job_view(self, job: Any) -> Any:
         """The job with what its runs came to (docs/api.md "Outcomes")."""
-        return views.job_view(job, outcome=self.store.job_outcome(job.id))
+        return views.job_view(job, outcome=self.store.job_outcome(job.id), calendar=self.store.calendar_use(job.id))
+
+    @staticmethod
+    def if_match(request: Request) -> set[int] | None:
+        return _if_match(request)
 
     def _job_answer(self, request: Request, job: Job) -> Response:
         """A job's answer, with its version as the ETag."""
@@ -546,7 +551,7 @@ class Api:
             job = self.store.get_job(owner, job_id)
             if wanted is not None and job.version not in wanted:
                 raise errors.VersionMismatch(f"job {job_id} is at version {job.version}")
-            body = _patched(views.job_view(job), patch)
+            body = _patched(views.job_view(job, calendar=self.store.calendar_use(job.id)), patch)
             try:
                 changed = await self.jobs.patch(
                     job, body, from_msgpack=request.is_msgpack, keep_notify="notify" not in patch
@@ -571,7 +576,7 @@ class Api:
             found, next_cursor = self.store.list_jobs(self.owner(request), limit, cursor, match, labels)
         outcomes = self.store.job_outcomes([j.id for j in found])
         shared: dict[Any, Any] = {}
-        page = [views.job_view(j, shared, outcomes.get(j.id)) for j in found]
+        page = [views.job_view(j, shared, outcomes.get(j.id), self.store.calendar_use(j.id)) for j in found]
         return encode(request, JobsPage(page, next_cursor))
 
     async def pause_job(self, request: Request, job_id: str) -> Response:
@@ -833,6 +838,10 @@ class Api:
 
     async def preview(self, request: Request) -> Response:
         body = decode(request, _preview)
+        calendar = body.calendar or body.schedule.calendar
+        if calendar is not None:
+            async with self.previews_computing:
+                return await self.calendar_preview(request, body, calendar, self.jobs.now_ms())
         # One preview computes at a time: its slices leave the loop free
         # between them only if no other preview's slice is waiting to run.
         async with self.previews_computing:

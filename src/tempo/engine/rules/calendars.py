@@ -57,7 +57,7 @@ def base_fault(t: Tables, owner: str, name: str, base: str | None) -> errors.Tem
     return None
 
 
-def delete_calendar(t: Tables, cmd: DeleteCalendar) -> None | errors.TempoError:
+def delete_calendar(t: Tables, cmd: DeleteCalendar) -> errors.TempoError | None:
     """Deletes a calendar no job uses and no calendar names as its base."""
     old = rows.calendar(t, cmd.owner, cmd.name)
     if old is None:
@@ -92,6 +92,12 @@ def bind(t: Tables, job: Job, use: CalendarUse | None, *, changed: bool = False)
     rows.bind(t, job.owner, job.id, use)
     if changed:
         rows.raise_epoch(t, job.owner)
+
+
+def patched(t: Tables, job: Job, sets: bool, use: CalendarUse | None) -> None:
+    """A patch's calendar (`sets`: the patch named one, or none)."""
+    if sets:
+        bind(t, job, use, changed=True)
 
 
 def unbind(t: Tables, job: Job) -> None:

@@ -148,12 +148,9 @@ def patch_job(t: Tables, cmd: PatchJob) -> Job | errors.TempoError:
     old = t.job(cmd.owner, cmd.job_id)
     if old is None:
         return errors.NotFound(f"no job {cmd.job_id}")
-    if old.version != cmd.base_version:
-        return errors.VersionMismatch(f"job {old.id} is at version {old.version}, not {cmd.base_version}")
-    if cmd.sets_calendar:
-        calendar_fault = calendars.use_fault(t, old.owner, cmd.calendar)
-        if calendar_fault is not None:
-            return calendar_fault
+    fault = _patch_fault(t, old, cmd)
+    if fault is not None:
+        return fault
     new = cmd.job
     # What the patch may not change comes from the stored job.
     job = msgspec.structs.replace(
@@ -169,8 +166,7 @@ def patch_job(t: Tables, cmd: PatchJob) -> Job | errors.TempoError:
         job.catchup_until_ms = job.catchup_decided_ms = None
         _replan(t, old, job, cmd)
     overlap.repolicy(t, old, job, cmd.at_ms)
-    if cmd.sets_calendar:
-        calendars.bind(t, job, cmd.calendar, changed=True)
+    calendars.patched(t, job, cmd.sets_calendar, cmd.calendar)
     fed = {runs_key for runs_key, _, with_job in t.changes.woken if with_job is job}
     kept = RetryKept(old.max_attempts, old.backoff_s)
     waiting: list[tuple[bytes, Run]] = []
@@ -187,6 +183,14 @@ def patch_job(t: Tables, cmd: PatchJob) -> Job | errors.TempoError:
     detail = {"old_version": old.version, "new_version": job.version, "changed": _changed_fields(old, job)}
     t.append_event(job.owner, Event("job.updated", cmd.at_ms, job.id, None, detail))
     return job
+
+
+def _patch_fault(t: Tables, old: Job, cmd: PatchJob) -> errors.TempoError | None:
+    """Why the patch cannot apply: the job is at another version, or the
+    calendar it names is gone."""
+    if old.version != cmd.base_version:
+        return errors.VersionMismatch(f"job {old.id} is at version {old.version}, not {cmd.base_version}")
+    return calendars.use_fault(t, old.owner, cmd.calendar) if cmd.sets_calendar else None
 
 
 def _replan(t: Tables, old: Job, job: Job, cmd: PatchJob) -> None:

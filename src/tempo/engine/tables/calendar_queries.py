@@ -1,0 +1,93 @@
+"""Reads of the `calendars` table for the store (docs/semantics.md
+"Calendars"): one calendar, a page of them, the jobs that use one, and,
+for the dispatcher, a job's calendar with its bases folded in, kept in
+memory per owner epoch so that a claim does not decode a calendar of
+10,000 dates each time."""
+
+import lmdb
+
+from tempo import calendars, errors, limits
+from tempo.engine.records import Calendar, CalendarUse, Job
+from tempo.engine.tables import calendars as rows
+from tempo.engine.tables.reads import Reads
+
+
+class CalendarQueries:
+    env: lmdb.Environment
+    db: dict[str, lmdb._Database]
+    buckets: list[lmdb._Database]
+    # (owner, name) -> the view at the epoch it holds.
+    _calendar_views: dict[tuple[str, str], calendars.View]
+
+    def get_calendar(self, owner: str, name: str) -> Calendar:
+        with self.env.begin() as txn:
+            found = rows.calendar(Reads(txn, self.db, self.buckets), owner, name)
+        if found is None:
+            raise errors.NotFound(f"no calendar {name}")
+        return found
+
+    def find_calendar(self, owner: str, name: str) -> Calendar | None:
+        with self.env.begin() as txn:
+            return rows.calendar(Reads(txn, self.db, self.buckets), owner, name)
+
+    def list_calendars(self, owner: str, limit: int, after: str | None) -> tuple[list[Calendar], str | None]:
+        """A page of the owner's calendars by name, and the cursor of the next."""
+        with self.env.begin() as txn:
+            found = rows.calendars_of(Reads(txn, self.db, self.buckets), owner, after, limit + 1)
+        more = len(found) > limit
+        found = found[:limit]
+        return found, (found[-1].name if more and found else None)
+
+    def calendar_users(self, owner: str, name: str) -> list[str]:
+        with self.env.begin() as txn:
+            return rows.users(Reads(txn, self.db, self.buckets), owner, name, limits.calendar_users_named_max)
+
+    def calendar_use(self, job_id: str) -> CalendarUse | None:
+        with self.env.begin() as txn:
+            return rows.use_of(Reads(txn, self.db, self.buckets), job_id)
+
+    def calendar_view(self, owner: str, name: str) -> calendars.View | None:
+        """The calendar with its bases folded in, at the owner's epoch now."""
+        with self.env.begin() as txn:
+            return self._view_in(Reads(txn, self.db, self.buckets), owner, name)
+
+    def calendar_of(self, job: Job) -> tuple[CalendarUse, calendars.View] | None:
+        """The job's calendar, for the dispatcher; None without one. A
+        store where no calendar was ever put reads nothing more."""
+        with self.env.begin() as txn:
+            r = Reads(txn, self.db, self.buckets)
+            if not rows.any_use(r):
+                return None
+            use = rows.use_of(r, job.id)
+            if use is None:
+                return None
+            view = self._view_in(r, job.owner, use.name)
+        return None if view is None else (use, view)
+
+    def _view_in(self, r: Reads, owner: str, name: str) -> calendars.View | None:
+        epoch = rows.epoch(r, owner)
+        cache = self._calendar_views
+        found = cache.get((owner, name))
+        if found is not None and found.epoch == epoch:
+            return found
+        top = rows.calendar(r, owner, name)
+        if top is None:
+            return None
+        days: dict[int, str] = {}
+        weekdays: set[int] = set()
+        at: Calendar | None = top
+        for _ in range(limits.calendar_base_depth_max + 1):
+            if at is None:
+                break
+            for day in at.exclude_dates:
+                days.setdefault(day, "exclude_dates")
+            if at.holidays is not None:
+                for day, holiday in zip(at.holidays.days, at.holidays.names, strict=True):
+                    days.setdefault(day, holiday)
+            weekdays.update(at.exclude_weekdays)
+            at = None if at.base is None else rows.calendar(r, owner, at.base)
+        if len(cache) >= limits.calendars_per_owner_max:
+            cache.clear()  # bounded: views are rebuilt as claims ask for them
+        view = calendars.View(top.timezone, days, frozenset(weekdays), epoch)
+        cache[(owner, name)] = view
+        return view
