@@ -74,7 +74,7 @@ def reason(view: View, day: int) -> str:
     return f"{dt.date.fromordinal(day).isoformat()} excluded ({why})"
 
 
-def _business_day(view: View, day: int, step: int) -> int | None:
+def business_day(view: View, day: int, step: int) -> int | None:
     """The nearest day after (`step` 1) or before (-1) `day` that `view`
     does not exclude, within limits.calendar_days_searched_max days."""
     for n in range(1, limits.calendar_days_searched_max + 1):
@@ -103,7 +103,7 @@ def place(
     why = reason(view, day)
     if on_excluded == "skip":
         return Placement(None, why)
-    to_day = _business_day(view, day, 1 if on_excluded == "next_business_day" else -1)
+    to_day = business_day(view, day, 1 if on_excluded == "next_business_day" else -1)
     if to_day is None:
         return Placement(None, why)
     moved_s = local_s + (to_day - day) * 86_400
@@ -114,6 +114,17 @@ def place(
     if at_ms is not None and not 0 <= at_ms <= limits.instant_ms_max:
         at_ms = None
     return Placement(at_ms, why)
+
+
+def next_open_ms(view: View, at_ms: int) -> int | None:
+    """The start (local midnight, or the end of a DST gap there) of the
+    first day after the local day of `at_ms` that `view` does not
+    exclude; None when none is within limits.calendar_days_searched_max."""
+    local_s = at_ms // 1000 + schedule.utc_offset_s(view.timezone, at_ms)
+    day = business_day(view, local_s // 86_400 + _EPOCH_ORDINAL, 1)
+    if day is None:
+        return None
+    return schedule.wall_time_ms(view.timezone, (day - _EPOCH_ORDINAL) * 86_400)
 
 
 def local_text(timezone: str, at_ms: int) -> str:

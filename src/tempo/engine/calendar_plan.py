@@ -76,10 +76,13 @@ def _skip(job: Job, seen: Seen, nominal_ms: int, now_ms: int, why: str) -> Decis
     sched, created_ms = job.schedule, job.created_at_ms
     nxt = plan.slot_after_ms(sched, created_ms, nominal_ms, inclusive=False)
     if seen.use.on_excluded == "skip":
+        # A business day at a time: from an excluded slot to the first
+        # slot on or after the start of the next day not excluded.
         for _ in range(limits.calendar_days_searched_max):
             if nxt is None or _placement(job, seen, nxt).why is None:
                 break
-            nxt = plan.slot_after_ms(sched, created_ms, nxt, inclusive=False)
+            open_ms = calendars.next_open_ms(seen.view, nxt)
+            nxt = None if open_ms is None else plan.slot_after_ms(sched, created_ms, open_ms, inclusive=True)
     until_ms = nominal_ms + 1 if nxt is None else nxt
     count = plan.count_slots(sched, created_ms, nominal_ms, until_ms) if nxt is not None else 1
     claim = CalendarClaim(seen.view.epoch, "skip", until_ms=until_ms, count=count, why=why)
