@@ -15,7 +15,7 @@ from typing import IO, Any
 
 import httpx
 
-from tempo import limits
+from tempo import cli_calendars, limits
 from tempo.net.agent import USER_AGENT
 from tempo.net.client import (
     ApiError,
@@ -184,7 +184,7 @@ SCHEDULE_FLAGS = {
     "schedule.timezone": "--timezone", "schedule.every_s": "--every-s", "schedule.start_at": "--start-at",
     "schedule.end_at": "--end-at", "schedule.max_runs": "--max-runs",
     "schedule.dst": "--dst-gap/--dst-repeat", "schedule.dst.gap": "--dst-gap", "schedule.dst.repeat": "--dst-repeat",
-}
+} | cli_calendars.SCHEDULE_CALENDAR_FLAGS
 CREATE_FLAGS = SCHEDULE_FLAGS | {
     "target": "--target", "name": "--name", "payload": "--payload", "retry": "--max-attempts/--backoff-s",
     "retry.max_attempts": "--max-attempts", "retry.backoff_s": "--backoff-s", "lease_s": "--lease-s",
@@ -416,7 +416,7 @@ def _schedule_body(args: argparse.Namespace) -> dict[str, Any]:
         schedule["timezone"] = args.timezone
     if args.start_at is not None:
         schedule["start_at"] = args.start_at
-    return schedule | _dst_field(args) | _end_fields(args)
+    return schedule | _dst_field(args) | _end_fields(args) | cli_calendars.schedule_fields(args)
 
 
 def _dst_field(args: argparse.Namespace) -> dict[str, Any]:
@@ -440,7 +440,7 @@ def _schedule_patch(args: argparse.Namespace) -> dict[str, Any]:
     for name in ("timezone", "start_at"):
         if getattr(args, name) is not None:
             schedule[name] = getattr(args, name)
-    return schedule | _dst_field(args) | _end_fields(args)
+    return schedule | _dst_field(args) | _end_fields(args) | cli_calendars.schedule_fields(args)
 
 
 def _end_fields(args: argparse.Namespace) -> dict[str, Any]:
@@ -636,6 +636,7 @@ def _add_schedule_flags(parser: argparse.ArgumentParser, *, with_file: bool, rem
     group.add_argument("--max-runs", dest="max_runs", type=_max_runs, metavar="N",
                        help=f"with --cron or --every-s: run N slots (triggered runs not counted), then the job is "
                             f"completed, e.g. --max-runs 10 (1-{limits.schedule_runs_max}){removes}")
+    cli_calendars.add_schedule_flags(group, removable=removable)
 
 
 def _add_catchup_flags(parser: argparse.ArgumentParser) -> None:
@@ -770,9 +771,15 @@ def _preview(args: argparse.Namespace, client: Client) -> int:
         body["after"] = args.after
     if args.count is not None:
         body["count"] = args.count
+    if args.include_excluded:
+        body["include_excluded"] = True
     answer = client.request("POST", "/v1/schedules/preview", body)
     if args.json:
         print(json.dumps(answer, indent=2))
+    elif "calendar" in body["schedule"]:  # where the calendar put each run, and why
+        rows = [o | {"moved_from": (o["calendar"] or {}).get("moved_from"), "reason": (o["calendar"] or {}).get("reason")}
+                for o in answer["occurrences"]]
+        print(table(rows, (*PREVIEW_COLUMNS, "excluded", "moved_from", "reason")))
     else:
         print(table(answer["occurrences"], PREVIEW_COLUMNS))
     return EXIT_OK
@@ -786,6 +793,8 @@ def _add_preview_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser
     preview.add_argument("--after", help="times after this RFC 3339 time (default: now)")
     preview.add_argument("--count", type=int, metavar="N",
                          help=f"how many times (default {limits.preview_count_default}, at most {limits.preview_count_max})")
+    preview.add_argument("--include-excluded", dest="include_excluded", action="store_true",
+                         help="with --calendar: list the slots the calendar leaves out too, with why")
     preview.set_defaults(flags=PREVIEW_FLAGS)
     _global_flags(preview)
 
@@ -1261,6 +1270,7 @@ def parser() -> argparse.ArgumentParser:
     _add_runs_parser(sub)
     _add_events_parser(sub)
     _add_preview_parser(sub)
+    cli_calendars.add_parser(sub, _subparser, _global_flags)
     _add_cluster_parser(sub)
     _add_worker_parser(sub)
     _add_loadgen_parser(sub)
@@ -1270,6 +1280,13 @@ def parser() -> argparse.ArgumentParser:
         "--markdown", action="store_true", help="print it as the API reference, docs/reference.md, instead of JSON"
     )
     return top
+
+
+def _calendars(args: argparse.Namespace, client: Client) -> int:
+    try:
+        return cli_calendars.run(args, client, print, table)
+    except cli_calendars.CalendarUsage as exc:
+        raise Usage(str(exc)) from None
 
 
 def _openapi(args: argparse.Namespace) -> int:
@@ -1316,6 +1333,7 @@ def _main(argv: Sequence[str] | None) -> int:
         return EXIT_USAGE
     commands: dict[str, Callable[[argparse.Namespace, Client], int]] = {
         "cluster": _cluster, "jobs": _jobs, "runs": _runs, "events": _events, "preview": _preview,
+        "calendars": _calendars,
     }
     try:
         with client:
