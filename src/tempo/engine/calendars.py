@@ -138,7 +138,7 @@ class Calendars:
             check_name(body.base, "base")
             if body.base == name:
                 raise errors.Invalid.at("base", "a calendar cannot be its own base")
-            if self.store.find_calendar(owner, body.base) is None:
+            if not self.store.calendar_exists(owner, body.base):
                 raise errors.Invalid.at("base", f"no calendar {body.base!r}")
         resolved = None
         if body.holidays is not None:
@@ -171,7 +171,7 @@ class Calendars:
         if not sched.repeating:
             raise errors.Invalid.at("schedule.calendar", "only with cron or every_s")
         check_name(name, "schedule.calendar")
-        if self.store.find_calendar(owner, name) is None:
+        if not self.store.calendar_exists(owner, name):
             raise errors.Invalid.at("schedule.calendar", f"no calendar {name!r}")
         mode: OnExcluded = "skip" if on_excluded is None else _mode(on_excluded, "schedule.on_excluded")
         return CalendarUse(name, mode)

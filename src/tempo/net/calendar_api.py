@@ -73,7 +73,7 @@ class CalendarHandlers:
     async def put_calendar(self, request: Request, name: str) -> Response:
         body = decode(request, _calendar_in)
         owner = self.owner(request)
-        existed = self.store.find_calendar(owner, name) is not None
+        existed = self.store.calendar_exists(owner, name)
         cal = await self.jobs.calendars.put(owner, name, body, self._one_version(request))
         response = encode(request, calendar_view(cal), 200 if existed else 201)
         response.headers.append((b"etag", f'"{cal.version}"'.encode()))

@@ -9,6 +9,7 @@ import lmdb
 from tempo import calendars, errors, limits
 from tempo.engine.records import Calendar, CalendarUse, Job
 from tempo.engine.tables import calendars as rows
+from tempo.engine.tables.layout import U64
 from tempo.engine.tables.reads import Reads
 
 
@@ -38,6 +39,10 @@ class CalendarQueries:
         found = found[:limit]
         return found, (found[-1].name if more and found else None)
 
+    def calendar_exists(self, owner: str, name: str) -> bool:
+        with self.env.begin() as txn:
+            return rows.exists(Reads(txn, self.db, self.buckets), owner, name)
+
     def calendar_users(self, owner: str, name: str) -> list[str]:
         with self.env.begin() as txn:
             return rows.users(Reads(txn, self.db, self.buckets), owner, name, limits.calendar_users_named_max)
@@ -49,27 +54,31 @@ class CalendarQueries:
     def calendar_view(self, owner: str, name: str) -> calendars.View | None:
         """The calendar with its bases folded in, at the owner's epoch now."""
         with self.env.begin() as txn:
-            return self._view_in(Reads(txn, self.db, self.buckets), owner, name)
+            return self._view_in(txn, owner, name)
 
     def calendar_of(self, job: Job) -> tuple[CalendarUse, calendars.View] | None:
-        """The job's calendar, for the dispatcher; None without one. A
-        store where no calendar was ever put reads nothing more."""
+        """The job's calendar, for the dispatcher; None without one: one
+        key looked up, on the table's own handle (the claim path)."""
+        db = self.db["calendars"]
         with self.env.begin() as txn:
-            r = Reads(txn, self.db, self.buckets)
-            if not rows.any_use(r):
+            raw = txn.get(rows.JOB + job.id.encode(), db=db)
+            if raw is None:
                 return None
-            use = rows.use_of(r, job.id)
-            if use is None:
-                return None
-            view = self._view_in(r, job.owner, use.name)
+            use = rows.use_dec.decode(raw)
+            view = self._view_in(txn, job.owner, use.name)
         return None if view is None else (use, view)
 
-    def _view_in(self, r: Reads, owner: str, name: str) -> calendars.View | None:
-        epoch = rows.epoch(r, owner)
-        cache = self._calendar_views
-        found = cache.get((owner, name))
+    def _view_in(self, txn: "lmdb.Transaction[bytes]", owner: str, name: str) -> calendars.View | None:
+        raw = txn.get(rows.EPOCH + owner.encode(), db=self.db["calendars"])
+        epoch = 0 if raw is None else int(U64.unpack(raw)[0])
+        found = self._calendar_views.get((owner, name))
         if found is not None and found.epoch == epoch:
             return found
+        return self._fold(Reads(txn, self.db, self.buckets), owner, name, epoch)
+
+    def _fold(self, r: Reads, owner: str, name: str, epoch: int) -> calendars.View | None:
+        """The calendar with its bases folded in, kept for its epoch."""
+        cache = self._calendar_views
         top = rows.calendar(r, owner, name)
         if top is None:
             return None

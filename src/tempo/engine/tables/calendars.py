@@ -37,6 +37,11 @@ def calendar(r: Reads, owner: str, name: str) -> Calendar | None:
     return None if raw is None else calendar_dec.decode(raw)
 
 
+def exists(r: Reads, owner: str, name: str) -> bool:
+    """Whether the calendar is there, without decoding its dates."""
+    return r.txn.get(calendar_key(owner, name), db=r.calendars) is not None
+
+
 def calendars_of(r: Reads, owner: str, after: str | None = None, limit: int | None = None) -> list[Calendar]:
     """The owner's calendars by name, after the name `after`, at most `limit`."""
     head = CALENDAR + owner.encode() + b"\0"
@@ -105,10 +110,3 @@ def epoch(r: Reads, owner: str) -> int:
 
 def raise_epoch(r: Reads, owner: str) -> None:
     r.txn.put(EPOCH + owner.encode(), U64.pack(epoch(r, owner) + 1), db=r.calendars)
-
-
-def any_use(r: Reads) -> bool:
-    """Whether the table holds anything at all: a store where no calendar
-    was ever put reads nothing more on the claim path."""
-    return bool(r.txn.stat(r.calendars)["entries"])
-
