@@ -342,3 +342,17 @@ def _spec(**body: object):
 
     body.setdefault("timezone", BERLIN)
     return msgspec.json.decode(json.dumps(body), type=CalendarIn)
+
+
+async def test_a_moved_run_runs_and_the_slots_it_passed_go_to_catch_up(rig):
+    await rig.put_calendar("sat", timezone="UTC", exclude_weekdays=["sat", "sun"])
+    rig.now_ms = ms("2027-12-10T12:00:00+00:00")
+    job = rig.create(schedule={"cron": "0 8,20 * * 6", "calendar": "sat", "on_excluded": "next_business_day"})
+    assert rig.claim(job.id) is None  # Sat 11th 08:00 -> Mon 13th 08:00 (no slot of its own)
+    moved = rig.waiting(job.id)
+    claimed = rig.claim(job.id)
+    assert claimed is not None and claimed.nominal_ms == moved.nominal_ms  # runs, not recorded missed
+    after = rig.waiting(job.id)  # the latest slot passed (Sat 20:00), due now, then moved in turn
+    assert after.nominal_ms == ms("2027-12-11T20:00:00+00:00")
+    assert rig.claim(job.id) is None
+    assert rig.waiting(job.id).due_ms == ms("2027-12-13T20:00:00+00:00")

@@ -900,7 +900,9 @@ class DispatchCore:
         claim.calendar = decided.claim
         if decided.claim.action == "skip":
             return decided.next
-        nxt = catch_up(job, nominal_ms, now_ms, claiming=True)
+        # A run moved here runs, whatever slots passed since its own: those
+        # are decided by the job's catch-up policy, as after any late run.
+        nxt = catch_up(job, nominal_ms, now_ms, claiming=decided.claim.why is None)
         return None if nxt is None else calendar_plan.planned(job, seen, nxt, now_ms)
 
     # -- overlap (docs/semantics.md "Overlap") -----------------------------------
