@@ -7,6 +7,7 @@ twice, the runs after the edit are skipped by the calendar, and the nodes
 converge on equal digests."""
 
 import datetime as dt
+import itertools
 import threading
 import time
 
@@ -98,7 +99,7 @@ def test_a_calendar_edit_and_claims_race_across_a_failover(make_cluster) -> None
         assert len({run_id for run_id, attempt in handed if attempt == 1}) == len([a for _, a in handed if a == 1])
         assert before_edit >= 2, "the worker claimed runs before the edit"
         spans = _covered(runs)
-        for (start, end, _), (next_start, _, _) in zip(spans, spans[1:], strict=False):
+        for (start, end, _), (next_start, _, _) in itertools.pairwise(spans):
             assert end == next_start, f"slots lost or doubled around {start}: {spans}"
         skipped = [r for r in runs if r["status"] == "skipped"]
         assert len(skipped) == 1 and skipped[0]["reason"] == "calendar", runs
