@@ -356,3 +356,16 @@ async def test_a_moved_run_runs_and_the_slots_it_passed_go_to_catch_up(rig):
     assert after.nominal_ms == ms("2027-12-11T20:00:00+00:00")
     assert rig.claim(job.id) is None
     assert rig.waiting(job.id).due_ms == ms("2027-12-13T20:00:00+00:00")
+
+
+async def test_a_patch_to_a_one_off_drops_the_calendar(rig):
+    from tempo.net.api import _patched
+    from tempo.net.views import job_view
+
+    await rig.put_calendar("work", exclude_weekdays=WEEKEND)
+    job = _cron(rig, "0 18 * * *", "next_business_day")
+    use = rig.store.calendar_use(job.id)
+    body = _patched(job_view(job, calendar=use), {"schedule": {"cron": None, "at": "2027-12-24T10:00:00Z"}})
+    assert body.schedule.calendar is None and body.schedule.on_excluded is None
+    await rig.jobs.patch(job, body, from_msgpack=False)
+    assert rig.store.calendar_use(job.id) is None

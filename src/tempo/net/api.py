@@ -1146,7 +1146,7 @@ _FIXED_WHY = dict.fromkeys(
 # they leave with the kind a patch removes (docs/api.md "Change a job").
 _SCHEDULE_KINDS = ("at", "cron", "every_s")
 _KIND_ONLY_KEYS = {"at": (), "cron": ("timezone", "dst"), "every_s": ("start_at",)}
-_REPEATING_ONLY_KEYS = ("end_at", "max_runs")
+_REPEATING_ONLY_KEYS = ("end_at", "max_runs", "calendar", "on_excluded")
 _patch_body = decoders(dict[str, Any])
 _no_body = decoders(CancelIn)
 _create_json = _create[0]
