@@ -59,10 +59,26 @@ class Placement:
         return self.why is not None and self.at_ms is not None
 
 
+# The UTC span [from, until) in ms of the local day last asked of each zone,
+# and its ordinal: the claims of one day ask of the same day again and
+# again, and a span check costs less than a zone's offset lookup.
+_day_spans: dict[str, tuple[int, int, int]] = {}
+
+
 def day_of(timezone: str, at_ms: int) -> int:
     """The ordinal of the local date in `timezone` at the instant `at_ms`."""
+    span = _day_spans.get(timezone)
+    if span is not None and span[0] <= at_ms < span[1]:
+        return span[2]
     local_s = at_ms // 1000 + schedule.utc_offset_s(timezone, at_ms)
-    return local_s // 86_400 + _EPOCH_ORDINAL
+    day = local_s // 86_400 + _EPOCH_ORDINAL
+    # The day's first instant (its midnight, or the end of a gap there)
+    # and the next day's: DST makes a day 23 or 25 hours long.
+    start_ms = schedule.wall_time_ms(timezone, (day - _EPOCH_ORDINAL) * 86_400)
+    end_ms = schedule.wall_time_ms(timezone, (day + 1 - _EPOCH_ORDINAL) * 86_400)
+    if start_ms is not None and end_ms is not None and start_ms <= at_ms < end_ms:
+        _day_spans[timezone] = (start_ms, end_ms, day)
+    return day
 
 
 def reason(view: View, day: int) -> str:
@@ -96,10 +112,10 @@ def place(
     job's `on_excluded`: at the slot when its local day is not excluded;
     else nowhere (`skip`), or at the same local wall time on the nearest
     business day after or before, placed by the schedule's DST policy."""
-    local_s = slot_ms // 1000 + schedule.utc_offset_s(view.timezone, slot_ms)
-    day = local_s // 86_400 + _EPOCH_ORDINAL
+    day = day_of(view.timezone, slot_ms)
     if not view.excluded(day):
         return Placement(slot_ms)
+    local_s = slot_ms // 1000 + schedule.utc_offset_s(view.timezone, slot_ms)
     why = reason(view, day)
     if on_excluded == "skip":
         return Placement(None, why)

@@ -369,3 +369,25 @@ async def test_a_patch_to_a_one_off_drops_the_calendar(rig):
     assert body.schedule.calendar is None and body.schedule.on_excluded is None
     await rig.jobs.patch(job, body, from_msgpack=False)
     assert rig.store.calendar_use(job.id) is None
+
+
+async def test_a_reopened_store_and_a_snapshot_still_know_the_calendar_jobs(rig, tmp_path):
+    from tempo.engine.store import Store
+
+    await rig.put_calendar("work", exclude_weekdays=WEEKEND)
+    job = _cron(rig, "0 18 * * *", "skip")
+    plain = rig.create(schedule={"every_s": 60})
+    path = rig.store.path
+    index, data = rig.store.snapshot_data()
+    rig.store.close()
+    rig.store = Store(path, map_bytes=64 << 20)
+    copy = Store(str(tmp_path / "copy"), map_bytes=64 << 20)
+    try:
+        copy.write(lambda txn: copy.restore_in(txn, index, data))
+        for store in (rig.store, copy):
+            assert store.calendar_of(store.get_job_any(job.id)) is not None
+            assert store.calendar_of(store.get_job_any(plain.id)) is None
+            assert job.id in store._calendar_uses and plain.id not in store._calendar_uses
+            assert store._calendar_epochs == {OWNER: 1}
+    finally:
+        copy.close()

@@ -31,6 +31,7 @@ from tempo import calendars, errors, limits
 from tempo.engine import datadir, records
 from tempo.engine.apply import Outcome, apply
 from tempo.engine.commands import Command, decode_entry
+from tempo.engine.records import CalendarUse
 from tempo.engine.rules.jobs import Created
 from tempo.engine.tables import Changes, Tables
 from tempo.engine.tables.build import complete_indexes
@@ -96,6 +97,8 @@ class Store(Queries, CalendarQueries):
         meta = datadir.check_files(path)
         self.path = path
         self._calendar_views: dict[tuple[str, str], calendars.View] = {}
+        self._calendar_uses: dict[str, CalendarUse] = {}
+        self._calendar_epochs: dict[str, int] = {}
         self.map_grows = map_bytes is None if map_grows is None else map_grows
         # Seconds each write transaction's commit took: LMDB writes the dirty
         # pages and fsyncs there (`sync=True`), so this is the fsync latency.
@@ -123,6 +126,8 @@ class Store(Queries, CalendarQueries):
         assert self.env.max_key_size() >= limits.lmdb_key_bytes_max, "LMDB's key bound"
         try:
             self.identity, self.adopted = self._open_tables(meta, identity)
+            with self.env.begin() as txn:
+                self.calendars_read(txn)
         except lmdb.Error as exc:
             self.env.close()
             raise datadir.DataDirError(f"{path}: the data is damaged ({exc}): restore it from a backup") from None
@@ -356,6 +361,8 @@ class Store(Queries, CalendarQueries):
         if stamp_ms != stored_ms:
             txn.put(STAMP, U64.pack(stamp_ms), db=self.db["meta"])
         t.changes.stamp_ms = stamp_ms
+        if t.changes.calendar_jobs or t.changes.calendar_epochs:
+            self.calendars_applied(t.changes.calendar_jobs, t.changes.calendar_epochs)
         return outcomes, t.changes
 
     # -- snapshots (a cluster's log compaction) -------------------------------
@@ -384,6 +391,7 @@ class Store(Queries, CalendarQueries):
             cur.putmulti(rows, append=True)
         txn.put(APPLIED_INDEX, U64.pack(index), db=self.db["meta"])
         complete_indexes(txn, self.db, self.buckets)  # a snapshot of a version without some index
+        self.calendars_read(txn)
 
     def digest(self) -> tuple[int, str]:
         """(applied index, SHA-256 of every table at it): equal on replicas

@@ -36,7 +36,7 @@ def put_calendar(t: Tables, cmd: PutCalendar) -> Calendar | errors.TempoError:
     cal.created_at_ms = cmd.at_ms if old is None else old.created_at_ms
     cal.updated_at_ms = cmd.at_ms
     rows.put_calendar(t, cal)
-    rows.raise_epoch(t, cal.owner)
+    _raise(t, cal.owner)
     return cal
 
 
@@ -71,7 +71,7 @@ def delete_calendar(t: Tables, cmd: DeleteCalendar) -> errors.TempoError | None:
     if based:
         return errors.InUse(f"calendar {cmd.name} is the base of {', '.join(based)}", [("calendars", " ".join(based))])
     rows.drop_calendar(t, cmd.owner, cmd.name)
-    rows.raise_epoch(t, cmd.owner)
+    _raise(t, cmd.owner)
     return None
 
 
@@ -87,11 +87,13 @@ def bind(t: Tables, job: Job, use: CalendarUse | None, *, changed: bool = False)
     had another, whose claims in flight are decided anew."""
     if use is None:
         if rows.unbind(t, job.owner, job.id):
-            rows.raise_epoch(t, job.owner)
+            t.changes.calendar_jobs.append((job.id, None))
+            _raise(t, job.owner)
         return
     rows.bind(t, job.owner, job.id, use)
+    t.changes.calendar_jobs.append((job.id, use))
     if changed:
-        rows.raise_epoch(t, job.owner)
+        _raise(t, job.owner)
 
 
 def patched(t: Tables, job: Job, sets: bool, use: CalendarUse | None) -> None:
@@ -102,7 +104,13 @@ def patched(t: Tables, job: Job, sets: bool, use: CalendarUse | None) -> None:
 
 def unbind(t: Tables, job: Job) -> None:
     """A deleted job uses no calendar."""
-    rows.unbind(t, job.owner, job.id)
+    if rows.unbind(t, job.owner, job.id):
+        t.changes.calendar_jobs.append((job.id, None))
+
+
+def _raise(t: Tables, owner: str) -> None:
+    """Every claim of the owner's calendar jobs decided before is decided anew."""
+    t.changes.calendar_epochs.append((owner, rows.raise_epoch(t, owner)))
 
 
 def current(t: Tables, job: Job, decision: CalendarClaim) -> bool:

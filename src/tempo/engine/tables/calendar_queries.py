@@ -19,6 +19,36 @@ class CalendarQueries:
     buckets: list[lmdb._Database]
     # (owner, name) -> the view at the epoch it holds.
     _calendar_views: dict[tuple[str, str], calendars.View]
+    # The calendar of each job that has one, and each owner's calendar
+    # epoch, in memory: read whole at open and after a snapshot, changed by
+    # apply as each entry is applied (`calendars_applied`), before the
+    # entry's changes reach the dispatcher. So a claim reads no key: a job
+    # without a calendar costs a dict lookup.
+    _calendar_uses: dict[str, CalendarUse]
+    _calendar_epochs: dict[str, int]
+
+    def calendars_read(self, txn: "lmdb.Transaction[bytes]") -> None:
+        uses: dict[str, CalendarUse] = {}
+        epochs: dict[str, int] = {}
+        for key, value in txn.cursor(db=self.db["calendars"]):
+            head, rest = key[:1], bytes(key[1:])
+            if head == rows.JOB:
+                uses[rest.decode()] = rows.use_dec.decode(value)
+            elif head == rows.EPOCH:
+                epochs[rest.decode()] = int(U64.unpack(value)[0])
+        self._calendar_uses, self._calendar_epochs = uses, epochs
+
+    def calendars_applied(self, uses: list[tuple[str, CalendarUse | None]], epochs: list[tuple[str, int]]) -> None:
+        """An entry's changes to jobs' calendars and owners' epochs. Applied
+        before the entry commits: were its transaction to fail, the entry
+        is applied again (raft's log holds it) before anything after it."""
+        for job_id, use in uses:
+            if use is None:
+                self._calendar_uses.pop(job_id, None)
+            else:
+                self._calendar_uses[job_id] = use
+        for owner, epoch in epochs:
+            self._calendar_epochs[owner] = max(epoch, self._calendar_epochs.get(owner, 0))
 
     def get_calendar(self, owner: str, name: str) -> Calendar:
         with self.env.begin() as txn:
@@ -57,18 +87,21 @@ class CalendarQueries:
             return self._view_in(txn, owner, name)
 
     def calendar_of(self, job: Job) -> tuple[CalendarUse, calendars.View] | None:
-        """The job's calendar, for the dispatcher; None without one: one
-        key looked up, on the table's own handle (the claim path)."""
-        db = self.db["calendars"]
-        with self.env.begin() as txn:
-            raw = txn.get(rows.JOB + job.id.encode(), db=db)
-            if raw is None:
-                return None
-            use = rows.use_dec.decode(raw)
-            view = self._view_in(txn, job.owner, use.name)
+        """The job's calendar, for the dispatcher; None without one. From
+        memory: a calendar is read only when it changed (its owner's epoch
+        rose) since it was last folded."""
+        use = self._calendar_uses.get(job.id)
+        if use is None:
+            return None
+        view = self._calendar_views.get((job.owner, use.name))
+        if view is None or view.epoch != self._calendar_epochs.get(job.owner, 0):
+            with self.env.begin() as txn:
+                view = self._view_in(txn, job.owner, use.name)
         return None if view is None else (use, view)
 
     def _view_in(self, txn: "lmdb.Transaction[bytes]", owner: str, name: str) -> calendars.View | None:
+        """The view at the epoch `txn` sees: one folded before a change
+        commits carries the old epoch, so apply sends its claims back."""
         raw = txn.get(rows.EPOCH + owner.encode(), db=self.db["calendars"])
         epoch = 0 if raw is None else int(U64.unpack(raw)[0])
         found = self._calendar_views.get((owner, name))

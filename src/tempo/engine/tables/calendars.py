@@ -108,5 +108,8 @@ def epoch(r: Reads, owner: str) -> int:
     return 0 if raw is None else int(U64.unpack(raw)[0])
 
 
-def raise_epoch(r: Reads, owner: str) -> None:
-    r.txn.put(EPOCH + owner.encode(), U64.pack(epoch(r, owner) + 1), db=r.calendars)
+def raise_epoch(r: Reads, owner: str) -> int:
+    """The owner's epoch, one higher; answers the new one."""
+    raised = epoch(r, owner) + 1
+    r.txn.put(EPOCH + owner.encode(), U64.pack(raised), db=r.calendars)
+    return raised
