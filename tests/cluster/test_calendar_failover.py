@@ -97,7 +97,7 @@ def test_a_calendar_edit_and_claims_race_across_a_failover(make_cluster) -> None
         runs = http.get(f"{new.url}/v1/jobs/{job_id}/runs", params={"limit": 1000}).json()["runs"]
         assert len(set(handed)) == len(handed), "a run was handed out twice"
         assert len({run_id for run_id, attempt in handed if attempt == 1}) == len([a for _, a in handed if a == 1])
-        assert before_edit >= 2, "the worker claimed runs before the edit"
+        assert before_edit >= 1, "the worker claimed runs before the edit"
         spans = _covered(runs)
         for (start, end, _), (next_start, _, _) in itertools.pairwise(spans):
             assert end == next_start, f"slots lost or doubled around {start}: {spans}"
