@@ -907,7 +907,10 @@ MISSED_FIELDS = ("reason", "missed_from", "missed_until", "count")
 
 def run_record(run: dict[str, Any]) -> dict[str, Any]:
     """The fields `tempo runs get` prints above the attempts table."""
-    hidden = {"attempts", *(MISSED_FIELDS if run.get("status") != "missed" else ())}
+    # A slot range's fields show on a `missed` row, and on a `skipped` one
+    # its calendar left out (docs/api.md "Runs").
+    ranged = run.get("status") == "missed" or run.get("reason") == "calendar"
+    hidden = {"attempts", *(MISSED_FIELDS if not ranged else ())}
     return {k: v for k, v in run.items() if k not in hidden}
 
 

@@ -66,3 +66,13 @@ def test_bad_input_names_the_flag(server) -> None:
     missing = tempo("jobs", "create", "--target", "queue:cli", "--every-s", "60", "--calendar", "nope",
                     url=server.url, check=False)
     assert missing.returncode == 1 and "--calendar" in missing.stderr
+
+
+def test_runs_get_shows_the_range_of_a_calendar_skip() -> None:
+    from tempo.cli import run_record
+
+    row = {"id": "r_1", "status": "skipped", "reason": "calendar", "missed_from": "a", "missed_until": "b",
+           "count": 3, "error": "2027-12-24 excluded (exclude_dates)", "attempts": []}
+    assert run_record(row)["count"] == 3 and run_record(row)["reason"] == "calendar"
+    overlap = row | {"reason": "overlap", "missed_until": None, "count": None}
+    assert "count" not in run_record(overlap)
