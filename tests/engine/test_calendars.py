@@ -391,3 +391,15 @@ async def test_a_reopened_store_and_a_snapshot_still_know_the_calendar_jobs(rig,
             assert store._calendar_epochs == {OWNER: 1}
     finally:
         copy.close()
+
+
+async def test_one_command_changes_a_calendar_whatever_jobs_use_it(rig):
+    await rig.put_calendar("work")
+    rig.now_ms = ms("2027-12-20T12:00:00+00:00")
+    made = [_cron(rig, "0 18 * * *", "skip") for _ in range(50)]
+    before = rig.index
+    await rig.put_calendar("work", exclude_dates=["2027-12-20"])
+    assert rig.index == before + 1  # one entry
+    changes = rig.changes[-1]
+    assert changes.woken == [] and changes.left == [] and changes.calendar_epochs == [(OWNER, 2)]
+    assert all(rig.claim(job.id) is None for job in made)  # each decided at its claim: skipped

@@ -147,8 +147,11 @@ class Calendars:
 
     async def put(self, owner: str, name: str, body: CalendarSpec, if_version: int | None) -> Calendar:
         at_ms = self.now_ms()
-        cal = self.record(owner, name, body, at_ms)
-        outcome = await self.committer.submit(PutCalendar(at_ms, cal, if_version))
+        return await self.submit(self.record(owner, name, body, at_ms), if_version)
+
+    async def submit(self, cal: Calendar, if_version: int | None) -> Calendar:
+        """The calendar `record` made, proposed; its outcome."""
+        outcome = await self.committer.submit(PutCalendar(cal.updated_at_ms, cal, if_version))
         if isinstance(outcome, errors.TempoError):
             raise outcome
         assert isinstance(outcome, Calendar)
