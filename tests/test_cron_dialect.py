@@ -143,7 +143,6 @@ def test_macros_are_their_expressions(macro, same_as):
     ("expr", "word"),
     [
         ("@reboot", "@reboot"),
-        ("0 0 L * *", "L"),
         ("0 0 LW * *", "L"),
         ("0 0 15W * *", "W"),
         ("0 0 * * 5L", "L"),
@@ -181,3 +180,25 @@ def test_rejected_naming_the_construct(expr, word):
         validate_cron(expr, "UTC")
     assert info.value.loc == "cron"
     assert word in info.value.msg, info.value.msg
+
+
+# -- `L`, the last day of the month (docs/semantics.md "The cron dialect") ---------
+
+
+def test_l_is_the_last_day_of_each_month_leap_february_too():
+    after_ms = int(dt.datetime(2027, 12, 30, tzinfo=dt.UTC).timestamp() * 1000)
+
+    def days(expr: str) -> list[str]:
+        return [dt.datetime.fromtimestamp(t / 1000, dt.UTC).date().isoformat() for t in cron_times_ms(expr, "UTC", after_ms, 3)]
+
+    assert days("0 0 L * *") == ["2027-12-31", "2028-01-31", "2028-02-29"]
+    assert days("0 0 1,L 2 *") == [
+        "2028-02-01", "2028-02-29", "2029-02-01",
+    ]
+
+
+@pytest.mark.parametrize("expr", ["0 0 LW * *", "0 0 L-2 * *", "0 0 * * L", "0 0 * * 5L"])
+def test_the_other_l_forms_are_refused_at_cron(expr):
+    with pytest.raises(ScheduleError) as caught:
+        validate_cron(expr, "UTC")
+    assert caught.value.loc == "cron" and "`L` alone" in caught.value.msg

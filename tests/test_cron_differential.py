@@ -81,11 +81,20 @@ def _field(rng: random.Random, lo: int, hi: int, names: list[str] | None = None)
     return ",".join(_element(rng, lo, hi, names) for _ in range(rng.choice([1, 1, 2, 3])))
 
 
+def _day_of_month(rng: random.Random) -> str:
+    """The day-of-month field, with `L` (the last day) now and then, alone
+    or in a list: both engines read it as the month's last day."""
+    field = _field(rng, 1, 31)
+    if rng.random() < 0.1:
+        return "L" if rng.random() < 0.5 or field == "*" else f"{field},L"
+    return field
+
+
 def random_expr(rng: random.Random) -> str:
     return " ".join([
         _field(rng, 0, 59),
         _field(rng, 0, 23),
-        _field(rng, 1, 31),
+        _day_of_month(rng),
         _field(rng, 1, 12, _MONTHS),
         _field(rng, 0, 7, _DAYS),
     ])

@@ -15,7 +15,7 @@ from typing import IO, Any
 
 import httpx
 
-from tempo import limits
+from tempo import cli_calendars, limits
 from tempo.net.agent import USER_AGENT
 from tempo.net.client import (
     ApiError,
@@ -188,7 +188,7 @@ SCHEDULE_FLAGS = {
     "schedule.after.within_s": "--within-s", "schedule.requires": "--requires",
     "schedule.requires.jobs": "--requires", "schedule.requires.within_s": "--within-s",
     "schedule.requires.wait_s": "--wait-s",
-}
+} | cli_calendars.SCHEDULE_CALENDAR_FLAGS
 CREATE_FLAGS = SCHEDULE_FLAGS | {
     "target": "--target", "name": "--name", "payload": "--payload", "retry": "--max-attempts/--backoff-s",
     "retry.max_attempts": "--max-attempts", "retry.backoff_s": "--backoff-s", "lease_s": "--lease-s",
@@ -446,7 +446,7 @@ def _schedule_body(args: argparse.Namespace) -> dict[str, Any]:
         schedule["timezone"] = args.timezone
     if args.start_at is not None:
         schedule["start_at"] = args.start_at
-    return schedule | _dst_field(args) | _end_fields(args)
+    return schedule | _dst_field(args) | _end_fields(args) | cli_calendars.schedule_fields(args)
 
 
 def _dst_field(args: argparse.Namespace) -> dict[str, Any]:
@@ -470,7 +470,7 @@ def _schedule_patch(args: argparse.Namespace) -> dict[str, Any]:
     for name in ("timezone", "start_at"):
         if getattr(args, name) is not None:
             schedule[name] = getattr(args, name)
-    return schedule | _dst_field(args) | _end_fields(args) | _requires_field(args)
+    return schedule | _dst_field(args) | _end_fields(args) | _requires_field(args) | cli_calendars.schedule_fields(args)
 
 
 def _requires_field(args: argparse.Namespace) -> dict[str, Any]:
@@ -722,6 +722,7 @@ def _add_schedule_flags(
     group.add_argument("--max-runs", dest="max_runs", type=_max_runs, metavar="N",
                        help=f"with --cron or --every-s: run N slots (triggered runs not counted), then the job is "
                             f"completed, e.g. --max-runs 10 (1-{limits.schedule_runs_max}){removes}")
+    cli_calendars.add_schedule_flags(group, removable=removable)
 
 
 def _add_catchup_flags(parser: argparse.ArgumentParser) -> None:
@@ -862,9 +863,15 @@ def _preview(args: argparse.Namespace, client: Client) -> int:
         body["after"] = args.after
     if args.count is not None:
         body["count"] = args.count
+    if args.include_excluded:
+        body["include_excluded"] = True
     answer = client.request("POST", "/v1/schedules/preview", body)
     if args.json:
         print(json.dumps(answer, indent=2))
+    elif "calendar" in body["schedule"]:  # where the calendar put each run, and why
+        rows = [o | {"moved_from": (o["calendar"] or {}).get("moved_from"), "reason": (o["calendar"] or {}).get("reason")}
+                for o in answer["occurrences"]]
+        print(table(rows, (*PREVIEW_COLUMNS, "excluded", "moved_from", "reason")))
     else:
         print(table(answer["occurrences"], PREVIEW_COLUMNS))
     return EXIT_OK
@@ -878,6 +885,8 @@ def _add_preview_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser
     preview.add_argument("--after", help="times after this RFC 3339 time (default: now)")
     preview.add_argument("--count", type=int, metavar="N",
                          help=f"how many times (default {limits.preview_count_default}, at most {limits.preview_count_max})")
+    preview.add_argument("--include-excluded", dest="include_excluded", action="store_true",
+                         help="with --calendar: list the slots the calendar leaves out too, with why")
     preview.set_defaults(flags=PREVIEW_FLAGS)
     _global_flags(preview)
 
@@ -990,7 +999,10 @@ MISSED_FIELDS = ("reason", "missed_from", "missed_until", "count")
 
 def run_record(run: dict[str, Any]) -> dict[str, Any]:
     """The fields `tempo runs get` prints above the attempts table."""
-    hidden = {"attempts", *(MISSED_FIELDS if run.get("status") != "missed" else ())}
+    # A slot range's fields show on a `missed` row, and on a `skipped` one
+    # its calendar left out (docs/api.md "Runs").
+    ranged = run.get("status") == "missed" or run.get("reason") == "calendar"
+    hidden = {"attempts", *(MISSED_FIELDS if not ranged else ())}
     shown = {k: v for k, v in run.items() if k not in hidden and not (k == "caused_by" and not v)}
     if shown.get("caused_by"):  # a dependent job's run: the parent ends that made it, one a line
         shown["caused_by"] = ", ".join(f"{c['run_id']} ({c['status']})" for c in shown["caused_by"])
@@ -1356,6 +1368,7 @@ def parser() -> argparse.ArgumentParser:
     _add_runs_parser(sub)
     _add_events_parser(sub)
     _add_preview_parser(sub)
+    cli_calendars.add_parser(sub, _subparser, _global_flags)
     _add_cluster_parser(sub)
     _add_worker_parser(sub)
     _add_loadgen_parser(sub)
@@ -1365,6 +1378,13 @@ def parser() -> argparse.ArgumentParser:
         "--markdown", action="store_true", help="print it as the API reference, docs/reference.md, instead of JSON"
     )
     return top
+
+
+def _calendars(args: argparse.Namespace, client: Client) -> int:
+    try:
+        return cli_calendars.run(args, client, print, table)
+    except cli_calendars.CalendarUsage as exc:
+        raise Usage(str(exc)) from None
 
 
 def _openapi(args: argparse.Namespace) -> int:
@@ -1411,6 +1431,7 @@ def _main(argv: Sequence[str] | None) -> int:
         return EXIT_USAGE
     commands: dict[str, Callable[[argparse.Namespace, Client], int]] = {
         "cluster": _cluster, "jobs": _jobs, "runs": _runs, "events": _events, "preview": _preview,
+        "calendars": _calendars,
     }
     try:
         with client:

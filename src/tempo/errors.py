@@ -85,6 +85,12 @@ class HasDependents(TempoError):
     type = "has_dependents"
 
 
+class InUse(TempoError):
+    """A delete of a calendar that jobs, or other calendars, still use."""
+
+    type = "in_use"
+
+
 class Unauthorized(TempoError):
     type = "unauthorized"
 

@@ -690,3 +690,25 @@ deps_wait_s_max = 7 * 86_400
 assert 1 <= deps_parents_max <= deps_shown_max
 assert deps_dependents_max <= trigger_slot_probe_max  # one free slot each, probed from the last taken
 assert 1 <= deps_graph_depth_default <= deps_graph_depth_max
+
+# -- Calendars (docs/semantics.md "Calendars") ---------------------------------
+calendars_per_owner_max = 1000
+# Dates one calendar lists in `exclude_dates` (its holidays come on top).
+calendar_dates_max = 10_000
+# A calendar's `base` chain: the calendar and at most this many below it.
+calendar_base_depth_max = 4
+# Holidays are resolved for the year the calendar is put in and this many after.
+calendar_holiday_years_ahead = 10
+calendar_name_chars_max = 63
+# Days one move looks through for a business day (a calendar that excludes
+# more days in a row than this moves no run: the slot is skipped).
+calendar_days_searched_max = 3660
+# Jobs a `409 in_use` names (the first ones, by job ID).
+calendar_users_named_max = 20
+# Slots a calendar preview looks through, for `count` entries, per entry asked.
+calendar_preview_scan_factor = 20
+
+assert 1 <= calendar_base_depth_max <= 16
+assert calendar_dates_max >= 1
+assert 0 <= calendar_holiday_years_ahead <= 50
+assert calendar_days_searched_max >= 366

@@ -100,6 +100,9 @@ _FIELDS = (
     ("day-of-week", 0, 7),
 )
 _DAY_OF_MONTH = 2
+# `L` in the day-of-month field, the last day of the month (Quartz's and
+# cronsim's `L`), held in the field's set as this value past any day.
+_LAST_DAY = 32
 _MONTH = 3
 _DAY_OF_WEEK = 4
 _NAMES: dict[int, dict[str, int]] = {
@@ -173,7 +176,9 @@ def _reject_extension(field: str, element: str) -> None:
         )
     if _LAST.fullmatch(element):
         raise ScheduleError(
-            "cron", f"`L` (the last day or weekday of a month) in the {field} field is not crontab syntax"
+            "cron",
+            f"{element!r} in the {field} field: of the `L` forms tempo takes only `L` alone, the last day of "
+            "the month, in the day-of-month field",
         )
     if _NEAREST.fullmatch(element):
         raise ScheduleError(
@@ -211,6 +216,9 @@ def _parse_field(index: int, text: str) -> frozenset[int]:
     field, lo, hi = _FIELDS[index]
     values: set[int] = set()
     for element in text.split(","):
+        if index == _DAY_OF_MONTH and element in ("L", "l"):
+            values.add(_LAST_DAY)
+            continue
         _reject_extension(field, element)
         match = _ELEMENT.fullmatch(element)
         if match is None:
@@ -301,6 +309,8 @@ class _Cron:
         found = self._day_types.get(key)
         if found is None:
             by_dom = {d for d in self.doms if d <= days}
+            if _LAST_DAY in self.doms:
+                by_dom.add(days)
             by_dow = {d for d in range(1, days + 1) if (first_wd + d - 1) % 7 in self.dows}
             matched = by_dom & by_dow if self.day_and else by_dom | by_dow
             found = self._day_types[key] = tuple(sorted(matched))
@@ -308,7 +318,7 @@ class _Cron:
 
     def dom_occurs(self) -> bool:
         """Whether the day-of-month field allows a day of some allowed month."""
-        return any(d <= max(_MONTH_LENGTHS[m]) for d in self.doms for m in self.months)
+        return _LAST_DAY in self.doms or any(d <= max(_MONTH_LENGTHS[m]) for d in self.doms for m in self.months)
 
     def month_types(self) -> list[tuple[int, int, int]]:
         """Every (month, length, first weekday) the months field allows."""
@@ -420,7 +430,7 @@ def _never_reason(cron: _Cron) -> str | None:
 
 
 def _dom_words(cron: _Cron) -> str:
-    words = [str(d) for d in sorted(cron.doms)]
+    words = ["L" if d == _LAST_DAY else str(d) for d in sorted(cron.doms)]
     return ("day " if len(words) == 1 else "days ") + _or_list(words)
 
 
@@ -949,3 +959,28 @@ def nth_cron_ms(
             return found_s * 1000
     found = cron_times_ms(expr, timezone, after_ms, n, gap=gap, repeat=repeat)
     return found[-1] if len(found) == n else None
+
+
+def wall_time_ms(timezone: str, local_s: int, *, gap: DstGap = "shift", repeat: DstRepeat = "first") -> int | None:
+    """The UTC instant (ms) of the naive wall-clock second ``local_s`` in
+    ``timezone``, placed by the DST policy as a cron occurrence is: a time
+    in a gap at the gap's end (``shift``) or nowhere (``skip``, None); a
+    repeated time at its first pass (``first``, ``both``) or its second
+    (``last``). None past the range of years 1 to 9999. A calendar's moved
+    run is placed with it (docs/semantics.md "Calendars")."""
+    if timezone in _UTC_KEYS:
+        return local_s * 1000 if _LOCAL_S_MIN <= local_s <= _UTC_S_LAST else None
+    zone = _zone(timezone)
+    try:
+        naive = _EPOCH_NAIVE + dt.timedelta(seconds=local_s)
+        first_s = _naive_offset_s(zone, naive)
+        second_s = _naive_offset_s(zone, naive.replace(fold=1))
+        if first_s == second_s:
+            return (local_s - first_s) * 1000
+        if _offset_s(zone, local_s - first_s) == first_s:  # repeated (fall-back)
+            return (local_s - (second_s if repeat == "last" else first_s)) * 1000
+        if gap == "skip":
+            return None
+        return _first_change_s(zone, local_s - second_s, local_s - first_s) * 1000
+    except OverflowError:
+        return None

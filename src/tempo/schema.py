@@ -52,6 +52,8 @@ _TARGET_PATTERN = r"^(queue:[A-Za-z0-9._-]{1,200}|https?://[!-.0-~][!-~]*)$"
 
 DstGap = Literal["shift", "skip"]
 DstRepeat = Literal["first", "last", "both"]
+# What a schedule does with a slot on a day its calendar excludes.
+OnExcludedIn = Literal["skip", "next_business_day", "previous_business_day"]
 
 
 class DstIn(_Request):
@@ -120,6 +122,9 @@ class ScheduleIn(_Request):
     ] | None = None
     after: AfterIn | None = None  # a dependent job: no clock of its own (docs/semantics.md "Dependencies")
     requires: RequiresIn | None = None  # cron and every_s only: a gate on each slot
+    # cron and every_s only (docs/semantics.md "Calendars").
+    calendar: Annotated[str, Meta(description="the owner's calendar whose days the schedule leaves out")] | None = None
+    on_excluded: OnExcludedIn | None = None  # default `skip`
 
 
 # Frozen, with a tuple of gaps: one default instance serves every create that
@@ -283,9 +288,68 @@ class PreviewIn(_Request):
     schedule: Annotated[ScheduleIn, Meta(extra_json_schema=_ONE_SCHEDULE)]
     after: Instant | None = None
     count: Annotated[int, Meta(ge=1, le=limits.preview_count_max)] = limits.preview_count_default
+    # The schedule under a calendar (or the schedule's own `calendar`):
+    # each entry then says whether the calendar moved it, and why.
+    calendar: str | None = None
+    on_excluded: OnExcludedIn | None = None
+    include_excluded: Annotated[bool, Meta(description="list the slots the calendar leaves out too")] = False
+
+
+class HolidaysIn(_Request):
+    """A country's public holidays (ISO 3166 code, e.g. `DE`) and, optionally,
+    its region's (e.g. `BY`), as the `holidays` library knows them."""
+
+    country: Annotated[str, Meta(min_length=2, max_length=3)]
+    subdivision: Annotated[str, Meta(min_length=1, max_length=16)] | None = None
+
+
+class CalendarIn(_Request):
+    """`PUT /v1/calendars/{name}` (docs/api.md "Calendars")."""
+
+    timezone: Annotated[str, Meta(min_length=1, max_length=64, description="IANA time zone of the dates")]
+    exclude_dates: Annotated[
+        list[Annotated[str, Meta(max_length=10)]],
+        Meta(max_length=limits.calendar_dates_max, description="local dates, YYYY-MM-DD"),
+    ] = []
+    exclude_weekdays: Annotated[
+        list[Annotated[str, Meta(max_length=3)]], Meta(max_length=7, description="mon, tue, ... sun")
+    ] = []
+    holidays: HolidaysIn | None = None
+    base: Annotated[str, Meta(max_length=limits.calendar_name_chars_max)] | None = None
 
 
 # -- responses -----------------------------------------------------------------
+
+
+class HolidayOut(msgspec.Struct):
+    date: str
+    name: str
+
+
+class HolidaysOut(msgspec.Struct):
+    country: str
+    subdivision: str | None
+    library_version: str  # the `holidays` library's, when the dates were resolved
+    from_year: int
+    until_year: int
+    dates: list[HolidayOut]
+
+
+class CalendarOut(msgspec.Struct):
+    name: str
+    timezone: str
+    exclude_dates: list[str]
+    exclude_weekdays: list[str]
+    holidays: HolidaysOut | None
+    base: str | None
+    version: int
+    created_at: str
+    updated_at: str
+
+
+class CalendarsPage(msgspec.Struct):
+    calendars: list[CalendarOut]
+    next_cursor: str | None
 
 
 class DstOut(msgspec.Struct):
@@ -318,6 +382,8 @@ class ScheduleOut(msgspec.Struct, omit_defaults=True):
     max_runs: int | None = None
     after: AfterOut | None = None
     requires: RequiresOut | None = None
+    calendar: str | None = None
+    on_excluded: OnExcludedIn | None = None
 
 
 class RetryOut(msgspec.Struct):
@@ -421,7 +487,7 @@ class RunOut(msgspec.Struct):
     # the first slot after them (the first is `nominal_at`), and how many
     # they are (null: too many to count).
     # A `skipped` row's reason is `overlap`.
-    reason: Literal["outside_window", "policy", "paused", "overlap", "dependency"] | None = None
+    reason: Literal["outside_window", "policy", "paused", "overlap", "dependency", "calendar"] | None = None
     missed_from: str | None = None
     missed_until: str | None = None
     count: int | None = None
@@ -521,6 +587,11 @@ class RunsPage(msgspec.Struct):
     next_cursor: str | None
 
 
+class CalendarNoteOut(msgspec.Struct, omit_defaults=True):
+    reason: str
+    moved_from: str | None = None  # the slot's wall clock, when the run was moved
+
+
 class OccurrenceOut(msgspec.Struct, gc=False):  # untracked: a preview holds 1,000, all strings
     """One time of a preview: the instant, the wall clock of the schedule's
     zone there and its UTC offset, and how a DST transition placed it."""
@@ -529,6 +600,9 @@ class OccurrenceOut(msgspec.Struct, gc=False):  # untracked: a preview holds 1,0
     local: str
     offset: str
     dst: Literal["gap_shifted", "repeat_first", "repeat_second"] | None
+    # Only in a preview with a calendar: null, or how the calendar placed it.
+    calendar: CalendarNoteOut | msgspec.UnsetType | None = msgspec.UNSET
+    excluded: bool | msgspec.UnsetType = msgspec.UNSET  # true: the calendar leaves this slot out
 
 
 class PreviewOut(msgspec.Struct):

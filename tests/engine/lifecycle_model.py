@@ -28,8 +28,18 @@ them exactly one under `all: true`; a parent with dependents is not
 deleted (`409 has_dependents`). `tests/engine/
 test_lifecycle_model.py` runs it; `TEMPO_LIFECYCLE_EXAMPLES` and
 `TEMPO_LIFECYCLE_STEPS` make it run longer.
+
+Calendars (docs/semantics.md "Calendars"): jobs may use the owner's one
+calendar, which a rule edits (today and tomorrow left out, the weekend,
+or nothing), so a waiting run's slot becomes excluded, or excluded no
+more, between its planning and its claim. The model does not predict
+what the calendar does with a run (skipped, moved, run); it checks, as for
+an overlap policy, that the calendar only moves runs as it may (a due run
+skipped or moved, never two runs of one slot) and the invariants: one
+waiting scheduled run per active job, due at its `next_run_at`.
 """
 
+import datetime as dt
 import json
 import shutil
 import tempfile
@@ -50,7 +60,7 @@ from tempo.engine.jobs import Jobs, schedule_record
 from tempo.engine.plan import slot_after_ms
 from tempo.engine.records import Job, Run
 from tempo.engine.store import Store
-from tempo.schema import JobCreate
+from tempo.schema import CalendarIn, JobCreate
 
 from .store_hooks import held_rows, job_counts_kept, job_counts_scanned
 
@@ -210,6 +220,10 @@ class MJob:
     def overlap(self) -> str:
         return str(self.spec.get("overlap") or "allow")
 
+    @property
+    def calendar(self) -> bool:
+        return self.spec["schedule"].get("calendar") is not None
+
     def end_conditions(self) -> bool:
         sched = self.spec["schedule"]
         return sched.get("end_at") is not None or sched.get("max_runs") is not None
@@ -235,6 +249,9 @@ schedules = st.one_of(
 )
 ends = st.one_of(st.none(), st.none(), st.tuples(st.sampled_from(("end_at", "max_runs")), st.sampled_from((1, 2, 3, 30, 600))))
 overlaps = st.sampled_from((None, None, "skip", "buffer_one", "buffer_all", "cancel_other"))
+calendars = st.sampled_from((None, None, "skip", "next_business_day", "previous_business_day"))
+# What the calendar rule leaves out: the days around now, the weekend, nothing.
+CALENDAR_EDITS = ("today", "tomorrow", "weekend", "none")
 retries = st.one_of(
     st.none(),
     st.builds(lambda n, b: {"max_attempts": n, "backoff_s": b}, st.integers(1, 3),
@@ -330,6 +347,7 @@ class LifecycleModel(RuleBasedStateMachine):
         # before the step (a rule asks it of the store before acting).
         self.slots: dict[str, int | None] = {}
         self.steps = 0
+        self.edit_calendar("none")
 
     def teardown(self) -> None:
         event(f"steps: {self.steps // 20 * 20}+")
@@ -412,15 +430,30 @@ class LifecycleModel(RuleBasedStateMachine):
                   lease_s: int | None, jitter_s: int, queue: str) -> None:
         self.create(sched, retry, timeout_s, lease_s, jitter_s, queue)
 
+    @rule(what=st.sampled_from(CALENDAR_EDITS))
+    def edit_calendar(self, what: str) -> None:
+        """The owner's calendar changes: one command, whatever jobs use it."""
+        today = dt.datetime.fromtimestamp(self.engine.now_ms / 1000, dt.UTC).date()
+        body: dict[str, Any] = {"timezone": "UTC"}
+        if what in ("today", "tomorrow"):
+            body["exclude_dates"] = [(today + dt.timedelta(days=what == "tomorrow")).isoformat()]
+        elif what == "weekend":
+            body["exclude_weekdays"] = ["sat", "sun"]
+        spec = msgspec.json.decode(json.dumps(body), type=CalendarIn)
+        drive(self.engine.jobs.calendars.put(OWNER, "cal", spec, None))
+        event(f"calendar: {what}")
+
     @precondition(lambda self: len(self.live()) < JOBS_MAX)
     @rule(sched=schedules, retry=retries, timeout_s=timeouts, lease_s=leases, jitter_s=jitters,
-          queue=st.sampled_from(QUEUES), end=ends, overlap=overlaps)
+          queue=st.sampled_from(QUEUES), end=ends, overlap=overlaps, calendar=calendars)
     def create(self, sched: tuple[Any, ...], retry: dict[str, Any] | None, timeout_s: int | None,
                lease_s: int | None, jitter_s: int, queue: str, end: tuple[str, int] | None = None,
-               overlap: str | None = None) -> None:
+               overlap: str | None = None, calendar: str | None = None) -> None:
         spec = _spec(_schedule_spec(sched, self.engine.now_ms, end), retry, timeout_s, lease_s, jitter_s, queue)
         if "at" not in spec["schedule"] and overlap is not None:
             spec["overlap"] = overlap
+        if "at" not in spec["schedule"] and calendar is not None:
+            spec["schedule"] |= {"calendar": "cal", "on_excluded": calendar}
         try:
             made = self.engine.create(spec)
         except errors.Invalid:
@@ -429,7 +462,7 @@ class LifecycleModel(RuleBasedStateMachine):
             return
         job = MJob(made.id, spec, made.created_at_ms, slot_ms=made.slot_ms)
         job.events["job.created"] += 1
-        job.plain = job.overlap == "allow" and not job.end_conditions()
+        job.plain = job.overlap == "allow" and not job.end_conditions() and not job.calendar
         job.had_overlap = job.overlap != "allow"
         self.jobs.append(job)
         self.new_ok[job.id] = "slot"
@@ -593,7 +626,8 @@ class LifecycleModel(RuleBasedStateMachine):
         now_ms = engine.now_ms
         due = {(j.id, r.nominal_ms) for j in self.live() if j.queue in queues
                for r in j.runs.values() if r.status == "waiting" and self.due_of(j, r) <= now_ms}
-        held = {(j.id, r.nominal_ms) for j in self.live() if j.overlap != "allow" for r in j.runs.values()}
+        # A job's overlap policy, or its calendar, may hold its due runs back.
+        held = {(j.id, r.nominal_ms) for j in self.live() if j.overlap != "allow" or j.calendar for r in j.runs.values()}
         slots = dict(self.slots)
         superseded = self.superseded(due & {(j.id, slots.get(j.id)) for j in self.live()})
         for job in self.live():
@@ -606,7 +640,9 @@ class LifecycleModel(RuleBasedStateMachine):
             self.fault("claim", f"claimed {sorted(set(got) - due)}, not waiting and due in {queues}")
         if len(set(got)) != len(got):
             self.fault("claim", "a run claimed twice in one claim")
-        if superseded & set(got):
+        # A run its calendar moved runs when it falls due, whatever slots passed.
+        calendar_jobs = {j.id for j in self.live() if j.calendar}
+        if {(job_id, slot) for job_id, slot in superseded & set(got) if job_id not in calendar_jobs}:
             self.fault("claim", f"runs {sorted(superseded & set(got))} handed out after their next slot passed")
         missed = self.missed_slot_runs(superseded - set(got))
         if runs_max >= len(due) and due - set(got) - held - missed:
@@ -980,7 +1016,7 @@ class LifecycleModel(RuleBasedStateMachine):
             seen = (run.status, run.attempt, run.cancel == "requested" and run.status == "claimed")
             want = (mrun.status, mrun.attempt, mrun.cancel_requested and mrun.status == "claimed")
             if seen != want and not job.plain and self.moved_by_policy(mrun, run):
-                event(f"policy: {mrun.status} -> {run.status}")
+                event(f"policy: {mrun.status} -> {run.status}" + (" (calendar)" if run.reason == "calendar" else ""))
                 mrun.status, mrun.due_ms = run.status, run.due_ms if run.status == "waiting" else None
                 mrun.cancel_requested = run.cancel == "requested"
                 if run.status == "cancelled":

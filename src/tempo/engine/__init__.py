@@ -9,6 +9,8 @@ and moved behind it (a contract in `pyproject.toml` checks this; docs/style.md
 be an import cycle; tests may reach into the modules.
 """
 
+from tempo.engine.calendar_plan import Entry as CalendarEntry
+from tempo.engine.calendars import NAME as CALENDAR_NAME
 from tempo.engine.commandlog import Answer, CommandLog, Intake, Listener, Waiter
 from tempo.engine.commands import ClaimKey, Command, NotifyCursor, Result, SetMember, decode_entry
 from tempo.engine.commit import Committer
@@ -19,13 +21,17 @@ from tempo.engine.jobs import (
     Jobs,
     check_json_value,
     check_label_key,
+    instant_ms,
     preview_occurrences,
     queues_hash,
+    schedule_record,
 )
 from tempo.engine.keys import ORDER_TAIL_BYTES, STATUS_CODE, STATUSES
 from tempo.engine.plan import Occurrence
 from tempo.engine.raftlog import Applied, RaftLog, apply_entries, write_ready
 from tempo.engine.records import (
+    Calendar,
+    CalendarUse,
     Catchup,
     Cause,
     Corrupt,
@@ -46,6 +52,7 @@ from tempo.engine.storage_guard import StorageGuard
 from tempo.engine.store import STORAGE_ERRNOS, Changes, Created, Outcome, Store
 
 __all__ = [
+    "CALENDAR_NAME",
     "HTTP_QUEUE",
     "LATENESS_BUCKETS_S",
     "ORDER_TAIL_BYTES",
@@ -54,6 +61,9 @@ __all__ = [
     "STORAGE_ERRNOS",
     "Answer",
     "Applied",
+    "Calendar",
+    "CalendarEntry",
+    "CalendarUse",
     "Catchup",
     "Cause",
     "Changes",
@@ -96,9 +106,11 @@ __all__ = [
     "check_label_key",
     "decode_entry",
     "hold_data_dir",
+    "instant_ms",
     "member_identity",
     "preview_occurrences",
     "queues_hash",
+    "schedule_record",
     "single_identity",
     "write_ready",
 ]

@@ -17,6 +17,7 @@ from tempo.engine.commands import (
     ClaimRuns,
     Command,
     CreateJobs,
+    DeleteCalendar,
     DeleteJob,
     DropHistory,
     ExpireLeases,
@@ -24,20 +25,21 @@ from tempo.engine.commands import (
     OverlapRuns,
     PatchJob,
     PauseJob,
+    PutCalendar,
     ReportResults,
     ResumeJob,
     SetMember,
     TriggerJob,
 )
-from tempo.engine.records import ClaimKeyEntry, Job, Run
-from tempo.engine.rules import catchup, deps, history, jobs, overlap, runs
+from tempo.engine.records import Calendar, ClaimKeyEntry, Job, Run
+from tempo.engine.rules import calendars, catchup, deps, history, jobs, overlap, runs
 from tempo.engine.rules.jobs import Created
 from tempo.engine.tables import Tables
 
 # What apply answers for one command: a value, or the operating error the
 # request gets.
 Outcome = (
-    Created | Job | Run | None | errors.TempoError | ClaimKeyEntry
+    Created | Job | Run | None | errors.TempoError | ClaimKeyEntry | Calendar
     | list[Created | errors.TempoError] | list[Run | None] | list[Run | errors.TempoError] | list[Run] | list[bool]
 )
 
@@ -119,6 +121,8 @@ RULES: dict[type, Callable[[Tables, Any], Outcome]] = {
     DropHistory: _drop_history,
     SetMember: _set_member,
     NotifyCursor: _notify_cursor,
+    PutCalendar: calendars.put_calendar,
+    DeleteCalendar: calendars.delete_calendar,
 }
 
 

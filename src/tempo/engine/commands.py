@@ -13,7 +13,18 @@ import msgspec
 from msgspec import Meta
 
 from tempo import ids
-from tempo.engine.records import Corrupt, Count, DepState, Job, JobId, Missed, Ms, Nominal
+from tempo.engine.records import (
+    Calendar,
+    CalendarUse,
+    Corrupt,
+    Count,
+    DepState,
+    Job,
+    JobId,
+    Missed,
+    Ms,
+    Nominal,
+)
 
 
 # `omit_defaults`: an item without edges encodes as before they existed.
@@ -27,6 +38,8 @@ class NewJob(msgspec.Struct, array_like=True, gc=False, omit_defaults=True):  # 
     # A dependent job's edges (`schedule.after`, docs/semantics.md
     # "Dependencies"), checked and stored by apply (engine/rules/deps.py).
     deps: DepState | None = None
+    # The job's calendar (docs/semantics.md "Calendars"); None: none.
+    calendar: CalendarUse | None = None
 
 
 class CreateJobs(msgspec.Struct, tag="create_jobs", array_like=True):
@@ -97,6 +110,26 @@ class PatchJob(msgspec.Struct, tag="patch_job", array_like=True):
     # them; None: the job has none. False in entries logged before.
     sets_deps: bool = False
     deps: DepState | None = None
+    # `calendar` is the job's calendar after the patch (None: none); False
+    # in entries logged before calendars: apply keeps the job's.
+    sets_calendar: bool = False
+    calendar: CalendarUse | None = None
+
+
+class CalendarClaim(msgspec.Struct, array_like=True):
+    """What the node that proposed a claim decided from the job's calendar
+    at the owner's calendar `epoch`: the run goes on (`run`), is recorded
+    `skipped` with reason `calendar` for its slots up to `until_ms`
+    (`count` of them; the schedule goes on to the claim's next slot), or
+    waits on to `move_ms` (`move`). Apply takes it at the same epoch only;
+    at another, the run waits and is decided anew."""
+
+    epoch: Count
+    action: Literal["run", "skip", "move"] = "run"
+    until_ms: Ms | None = None
+    count: Count | None = None
+    move_ms: Ms | None = None
+    why: str | None = None
 
 
 class Claim(msgspec.Struct, array_like=True):
@@ -122,6 +155,9 @@ class Claim(msgspec.Struct, array_like=True):
     # the job's `timeout_s`, decided by the leader that proposed the claim
     # (apply of a one-off reads no job); None: the job has no timeout.
     timeout_at_ms: Ms | None = None
+    # The job's calendar decision for the run (docs/semantics.md
+    # "Calendars"); None: the job has no calendar, and apply reads none.
+    calendar: CalendarClaim | None = None
 
 
 class ClaimKey(msgspec.Struct, array_like=True):
@@ -249,9 +285,27 @@ class NotifyCursor(msgspec.Struct, tag="notify_cursor", array_like=True):
     seq: Count
 
 
+class PutCalendar(msgspec.Struct, tag="put_calendar", array_like=True):
+    """`PUT /v1/calendars/{name}`: the calendar as checked and resolved by
+    the node that took the request (holidays as dates); made from
+    `if_version` when `If-Match` named one (0: only if there is none)."""
+
+    at_ms: Ms
+    calendar: Calendar
+    if_version: Count | None = None
+
+
+class DeleteCalendar(msgspec.Struct, tag="delete_calendar", array_like=True):
+    at_ms: Ms
+    owner: str
+    name: str
+    if_version: Count | None = None
+
+
 Command = (
     CreateJobs | PauseJob | ResumeJob | DeleteJob | TriggerJob | ClaimRuns | ReportResults | ExpireLeases
     | SetMember | DropHistory | NotifyCursor | BackfillJob | PatchJob | CancelRun | OverlapRuns
+    | PutCalendar | DeleteCalendar
 )
 # One log entry is a batch of commands: the unit of group commit.
 _entry_encoder = msgspec.msgpack.Encoder()

@@ -72,11 +72,12 @@ from typing import Protocol
 import msgspec
 
 from tempo import errors, ids, limits
+from tempo.calendars import View
 from tempo.config import UNLIMITED, OwnerLimits
-from tempo.engine import keys
+from tempo.engine import calendar_plan, keys
 from tempo.engine.commands import Claim, ClaimRuns, ExpireLeases, Expiry, OverlapRuns
-from tempo.engine.plan import catch_up, step_over_taken
-from tempo.engine.records import Job, Run, RunCancel
+from tempo.engine.plan import CatchUp, catch_up, step_over_taken
+from tempo.engine.records import CalendarUse, Job, Run, RunCancel
 from tempo.rate import TokenBucket
 from tempo.wheel import TimingWheel
 
@@ -122,6 +123,8 @@ class RunReader(Protocol):
     def get_job_any(self, job_id: str) -> Job | None: ...
 
     def get_run_any(self, job_id: str, nominal_ms: int) -> Run | None: ...
+
+    def calendar_of(self, job: Job) -> tuple[CalendarUse, View] | None: ...
 
 
 class Fed(Protocol):
@@ -870,7 +873,13 @@ class DispatchCore:
             return Claim(job_id, nominal_ms, now_ms + job.lease_s * 1000, one_off=True, timeout_at_ms=timeout_at_ms)
         claim = Claim(job_id, nominal_ms, now_ms + job.lease_s * 1000, timeout_at_ms=timeout_at_ms)
         if job.state == "active" and job.slot_ms == nominal_ms:
-            nxt = catch_up(job, nominal_ms, now_ms, claiming=claiming)
+            seen = self.reader.calendar_of(job) if claiming else None
+            if seen is None:
+                nxt = catch_up(job, nominal_ms, now_ms, claiming=claiming)
+            else:
+                nxt = self._calendar_claim(claim, job, calendar_plan.Seen(*seen), runs_key, now_ms)
+                if claim.calendar is not None and claim.calendar.action == "move":
+                    return claim  # the run waits on: the schedule stays at its slot
             if nxt is not None:
                 nxt = step_over_taken(job, nxt, now_ms, partial(self.reader.get_run_any, job_id))
             if nxt is not None:
@@ -878,6 +887,23 @@ class DispatchCore:
                 claim.missed, claim.catchup_until_ms, claim.catchup_decided_ms = nxt.missed, nxt.until_ms, nxt.decided_ms
                 job.slot_ms = nxt.slot_ms  # a later run of this batch is not the slot run
         return claim
+
+    @staticmethod
+    def _calendar_claim(
+        claim: Claim, job: Job, seen: calendar_plan.Seen, runs_key: bytes, now_ms: int
+    ) -> CatchUp | None:
+        """The calendar's decision on the claim of the job's slot run
+        (docs/semantics.md "Calendars"), put in the claim; answers the
+        slot the schedule goes on to, placed by the calendar."""
+        nominal_ms = keys.nominal_of(runs_key)
+        decided = calendar_plan.at_claim(job, seen, nominal_ms, _due_of(runs_key), now_ms)
+        claim.calendar = decided.claim
+        if decided.claim.action == "skip":
+            return decided.next
+        # A run moved here runs, whatever slots passed since its own: those
+        # are decided by the job's catch-up policy, as after any late run.
+        nxt = catch_up(job, nominal_ms, now_ms, claiming=decided.claim.why is None)
+        return None if nxt is None else calendar_plan.planned(job, seen, nxt, now_ms)
 
     # -- overlap (docs/semantics.md "Overlap") -----------------------------------
 

@@ -26,6 +26,7 @@ import trio
 
 from tempo import clock, errors, ids, limits, schedule, targets
 from tempo.config import notify_url_ok
+from tempo.engine import calendars as calendar_service
 from tempo.engine.commandlog import Answer, CommandLog
 from tempo.engine.commands import (
     BackfillJob,
@@ -139,6 +140,12 @@ class ScheduleSpec(Protocol):
     @property
     def requires(self) -> RequiresSpec | None: ...
 
+
+    @property
+    def calendar(self) -> str | None: ...
+
+    @property
+    def on_excluded(self) -> str | None: ...
 
 
 class RetrySpec(Protocol):
@@ -631,6 +638,7 @@ class Jobs:
         # sets it from its config; the default allows loopback, as a node
         # without tokens does).
         self.target_policy = targets.TargetPolicy()
+        self.calendars = calendar_service.Calendars(store, committer, self.now_ms)
 
     def new_job(
         self,
@@ -687,7 +695,10 @@ class Jobs:
             job.next_run_at_ms = sched.at_ms if sched.at_ms > at_ms else at_ms
         else:
             _plan_first(job, at_ms, patching=patching)
-        return NewJob(job, job.next_run_at_ms, digest, edges)
+        # A calendar (docs/semantics.md "Calendars"): engine/calendars.py.
+        item = self.calendars.new_job(job, body.schedule.calendar, body.schedule.on_excluded, digest, at_ms)
+        item.deps = edges
+        return item
 
     def notify_record(self, body: NotifySpec) -> Notify:
         if not self.notify_enabled:
@@ -824,14 +835,15 @@ class Jobs:
         `keep_notify`: the patch does not name `notify`, which stays the job's.
         `VersionMismatch` when the job changed since it was read."""
         at_ms = self.now_ms()
-        new = self.new_job(job.owner, body, at_ms, from_msgpack=from_msgpack, job_id=job.id, patching=True)
-        made = new.job
+        item = self.new_job(job.owner, body, at_ms, from_msgpack=from_msgpack, job_id=job.id, patching=True)
+        made = item.job
         if keep_notify:
             made.notify = job.notify  # the patch left it out: kept, never checked again
         stored = self.store.deps_state(job.id)
         edges_before = None if stored is None else (stored.after, stored.requires)
-        edges_after = None if new.deps is None else (new.deps.after, new.deps.requires)
-        if _mutable(made) == _mutable(job) and edges_before == edges_after:
+        edges_after = None if item.deps is None else (item.deps.after, item.deps.requires)
+        old_use = self.store.calendar_use(job.id)
+        if _mutable(made) == _mutable(job) and edges_before == edges_after and item.calendar == old_use:
             return job
         made.created_at_ms = job.created_at_ms  # an `every_s` grid stays where it was
         replan = made.schedule != job.schedule or made.jitter_s != job.jitter_s
@@ -846,8 +858,10 @@ class Jobs:
             due = None if slot_ms is None else due_ms(made, slot_ms, at_ms)
         command = PatchJob(
             at_ms, job.owner, job.id, job.version, made, replan, slot_ms, due, sets_notify=True,
-            sets_deps=edges_before != edges_after, deps=new.deps,
+            sets_deps=edges_before != edges_after, deps=item.deps,
         )
+        if item.calendar != old_use:
+            command.sets_calendar, command.calendar = True, item.calendar
         return _ok(await self.committer.submit(command), Job)
 
     def _slot_not_cancelled(self, job: Job, sched: Schedule, slot_ms: int | None) -> int | None:

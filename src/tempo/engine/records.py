@@ -73,8 +73,9 @@ class Notify(msgspec.Struct, array_like=True, frozen=True, gc=False):
 
 CatchupPolicy = Literal["latest", "all", "none"]
 MissedReason = Literal["outside_window", "policy", "paused"]
-# `dependency`: a gated slot whose parents had not ended (docs/semantics.md "Dependencies").
-SkippedReason = Literal["overlap", "dependency"]
+# `dependency`: a gated slot whose parents had not ended (docs/semantics.md "Dependencies");
+# `calendar`: a slot its calendar left out (docs/semantics.md "Calendars").
+SkippedReason = Literal["overlap", "dependency", "calendar"]
 # What a repeating job does with a slot that comes due while an earlier run
 # of it is running (docs/semantics.md "Overlap"); a job's `overlap` None is
 # `allow`, the behaviour of records from before the field.
@@ -324,6 +325,51 @@ class ClaimKeyEntry(msgspec.Struct, array_like=True, gc=False):
     queues_hash: bytes
     expires_ms: Ms
     runs: list[Taken]
+
+
+class Holidays(msgspec.Struct, array_like=True, frozen=True, gc=False):
+    """A calendar's public holidays, resolved to dates when it was put
+    (engine/calendars.py): the country and region asked, the holidays
+    library's version and the span of years resolved, and each date
+    (an ordinal, ascending) with its name."""
+
+    country: str
+    subdivision: str | None
+    library_version: str
+    from_year: int
+    until_year: int
+    days: tuple[int, ...]
+    names: tuple[str, ...]
+
+
+OnExcluded = Literal["skip", "next_business_day", "previous_business_day"]
+
+
+class Calendar(msgspec.Struct, array_like=True, gc=False):
+    """An owner's calendar (docs/semantics.md "Calendars"), in the
+    `calendars` table: the local days it excludes, as ordinals of its
+    `timezone`'s dates, ascending; weekdays 0 (Monday) to 6; the
+    calendar whose exclusions it adds (`base`, of the same owner)."""
+
+    owner: str
+    name: str
+    timezone: str
+    exclude_dates: tuple[int, ...]
+    exclude_weekdays: tuple[int, ...]
+    holidays: Holidays | None
+    base: str | None
+    version: Annotated[int, Meta(ge=1)]
+    created_at_ms: Ms
+    updated_at_ms: Ms
+
+
+class CalendarUse(msgspec.Struct, array_like=True, frozen=True, gc=False):
+    """A job's calendar (in the `calendars` table, apart from the job's
+    record, whose bytes stay as they were): its name and what the job
+    does with a slot on a day it excludes."""
+
+    name: str
+    on_excluded: OnExcluded = "skip"
 
 
 class Corrupt(Exception):

@@ -27,13 +27,15 @@ from typing import TypeVar
 import lmdb
 import msgspec
 
-from tempo import errors, limits
+from tempo import calendars, errors, limits
 from tempo.engine import datadir, records
 from tempo.engine.apply import Outcome, apply
 from tempo.engine.commands import Command, decode_entry
+from tempo.engine.records import CalendarUse
 from tempo.engine.rules.jobs import Created
 from tempo.engine.tables import Changes, Tables
 from tempo.engine.tables.build import complete_indexes
+from tempo.engine.tables.calendar_queries import CalendarQueries
 from tempo.engine.tables.deps import DepQueries
 from tempo.engine.tables.layout import (
     ADDED_TABLES,
@@ -72,7 +74,7 @@ _enc = msgspec.msgpack.Encoder()
 _snapshot_dec = records.Decoder(list[tuple[str, list[tuple[bytes, bytes]]]], "snapshot")
 
 
-class Store(Queries, DepQueries):
+class Store(Queries, DepQueries, CalendarQueries):
     """The environment, its databases, apply, snapshots and digests; the
     reads are `Queries`' (engine/tables/queries.py)."""
 
@@ -95,6 +97,9 @@ class Store(Queries, DepQueries):
         (`grow_map`) if `map_grows`, by default when it was sized to the disk."""
         meta = datadir.check_files(path)
         self.path = path
+        self._calendar_views: dict[tuple[str, str], calendars.View] = {}
+        self._calendar_uses: dict[str, CalendarUse] = {}
+        self._calendar_epochs: dict[str, int] = {}
         self.map_grows = map_bytes is None if map_grows is None else map_grows
         # Seconds each write transaction's commit took: LMDB writes the dirty
         # pages and fsyncs there (`sync=True`), so this is the fsync latency.
@@ -122,6 +127,8 @@ class Store(Queries, DepQueries):
         assert self.env.max_key_size() >= limits.lmdb_key_bytes_max, "LMDB's key bound"
         try:
             self.identity, self.adopted = self._open_tables(meta, identity)
+            with self.env.begin() as txn:
+                self.calendars_read(txn)
         except lmdb.Error as exc:
             self.env.close()
             raise datadir.DataDirError(f"{path}: the data is damaged ({exc}): restore it from a backup") from None
@@ -355,6 +362,8 @@ class Store(Queries, DepQueries):
         if stamp_ms != stored_ms:
             txn.put(STAMP, U64.pack(stamp_ms), db=self.db["meta"])
         t.changes.stamp_ms = stamp_ms
+        if t.changes.calendar_jobs or t.changes.calendar_epochs:
+            self.calendars_applied(t.changes.calendar_jobs, t.changes.calendar_epochs)
         return outcomes, t.changes
 
     # -- snapshots (a cluster's log compaction) -------------------------------
@@ -383,6 +392,7 @@ class Store(Queries, DepQueries):
             cur.putmulti(rows, append=True)
         txn.put(APPLIED_INDEX, U64.pack(index), db=self.db["meta"])
         complete_indexes(txn, self.db, self.buckets)  # a snapshot of a version without some index
+        self.calendars_read(txn)
 
     def digest(self, leave_out: Collection[str] = ()) -> tuple[int, str]:
         """(applied index, SHA-256 of every table at it but those named in
@@ -395,7 +405,7 @@ class Store(Queries, DepQueries):
             index = 0 if raw is None else U64.unpack(raw)[0]
             for name, db in self.db.items():
                 if name in leave_out or (name in HASHED_WHEN_USED and not txn.stat(db)["entries"]):
-                    continue
+                    continue  # as the digest of a version without the table
                 sha.update(name.encode() + b"\0")
                 for key, value in txn.cursor(db=db):
                     sha.update(U64.pack(len(key)) + key + U64.pack(len(value)) + value)

@@ -66,6 +66,7 @@ from tempo.net.asgi import (
     watching,
 )
 from tempo.net.auth import Authenticator
+from tempo.net.calendar_api import CalendarHandlers
 from tempo.net.http import GATE, ConnectionGate
 from tempo.net.notify import NotifyCounts
 from tempo.net.notify import metric_lines as notify_metric_lines
@@ -156,7 +157,7 @@ _json_enc = msgspec.json.Encoder()
 _instant = msgspec.json.Decoder(Instant)
 
 
-class Api:
+class Api(CalendarHandlers):
     """Routes requests to the services; owns no state but counters."""
 
     def __init__(
@@ -475,8 +476,7 @@ class Api:
         if isinstance(outcome, errors.TempoError):
             raise outcome
         if outcome.new:
-            view = views.with_deps(views.job_view(outcome.job), self.store.deps_views([outcome.job.id]).get(outcome.job.id))
-            return _tagged(encode(request, view, 201), outcome.job.version)
+            return _tagged(encode(request, self.job_view(outcome.job), 201), outcome.job.version)
         # An existing job: with its outcome.
         return _tagged(encode(request, self.job_view(outcome.job), 200), outcome.job.version)
 
@@ -526,8 +526,12 @@ class Api:
 
     def job_view(self, job: Any) -> Any:
         """The job with what its runs came to (docs/api.md "Outcomes")."""
-        view = views.job_view(job, outcome=self.store.job_outcome(job.id))
+        view = views.job_view(job, outcome=self.store.job_outcome(job.id), calendar=self.store.calendar_use(job.id))
         return views.with_deps(view, self.store.deps_views([job.id]).get(job.id))
+
+    @staticmethod
+    def if_match(request: Request) -> set[int] | None:
+        return _if_match(request)
 
     def _job_answer(self, request: Request, job: Job) -> Response:
         """A job's answer, with its version as the ETag."""
@@ -581,7 +585,10 @@ class Api:
         outcomes = self.store.job_outcomes([j.id for j in found])
         shared: dict[Any, Any] = {}
         edges = self.store.deps_views([j.id for j in found])
-        page = [views.with_deps(views.job_view(j, shared, outcomes.get(j.id)), edges.get(j.id)) for j in found]
+        page = [
+            views.with_deps(views.job_view(j, shared, outcomes.get(j.id), self.store.calendar_use(j.id)), edges.get(j.id))
+            for j in found
+        ]
         return encode(request, JobsPage(page, next_cursor))
 
     async def pause_job(self, request: Request, job_id: str) -> Response:
@@ -896,6 +903,10 @@ class Api:
 
     async def preview(self, request: Request) -> Response:
         body = decode(request, _preview)
+        calendar = body.calendar or body.schedule.calendar
+        if calendar is not None:
+            async with self.previews_computing:
+                return await self.calendar_preview(request, body, calendar, self.jobs.now_ms())
         # One preview computes at a time: its slices leave the loop free
         # between them only if no other preview's slice is waiting to run.
         async with self.previews_computing:
@@ -1200,7 +1211,7 @@ _FIXED_WHY = dict.fromkeys(
 # they leave with the kind a patch removes (docs/api.md "Change a job").
 _SCHEDULE_KINDS = ("at", "cron", "every_s", "after")
 _KIND_ONLY_KEYS = {"at": (), "cron": ("timezone", "dst"), "every_s": ("start_at",), "after": ()}
-_REPEATING_ONLY_KEYS = ("end_at", "max_runs", "requires")
+_REPEATING_ONLY_KEYS = ("end_at", "max_runs", "requires", "calendar", "on_excluded")
 _patch_body = decoders(dict[str, Any])
 _no_body = decoders(CancelIn)
 _create_json = _create[0]
@@ -1273,7 +1284,7 @@ def _merge_schedule(current: dict[str, Any], patch: dict[str, Any]) -> dict[str,
         if current.get(kind) is None or merged.get(kind) is not None:
             continue  # not the old kind, or kept
         gone = _KIND_ONLY_KEYS[kind] + (_REPEATING_ONLY_KEYS if kinds == ["at"] else ()) + (
-            ("requires",) if kinds == ["after"] else ())  # a gate is a clock schedule's
+            ("requires", "calendar", "on_excluded") if kinds == ["after"] else ())  # a clock schedule's
         for key in gone:
             if key not in patch:
                 merged.pop(key, None)

@@ -43,6 +43,7 @@ STATUS_OF: dict[type[errors.TempoError], int] = {
     errors.StaleAttempt: 409,
     errors.Conflict: 409,
     errors.HasDependents: 409,
+    errors.InUse: 409,
     errors.RunFinished: 409,
     errors.VersionMismatch: 412,
     errors.TooLarge: 413,

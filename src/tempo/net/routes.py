@@ -287,8 +287,37 @@ def _node_routes() -> tuple[Route, ...]:
     )
 
 
+_CALENDAR_NAME = Param("name", "path", {"type": "string", "pattern": r"^[a-z0-9._-]{1,63}$"}, "the calendar's name", True)
+_CALENDAR = Answer("the calendar", schema.CalendarOut)
+_CALENDAR_IF_MATCH = Param("If-Match", "header", {"type": "string"},
+                           'only if the calendar is at this version: its ETag, `"<version>"` (`"0"`: only if '
+                           "there is none)")
+
+
+def _calendar_routes() -> tuple[Route, ...]:
+    """Calendars (docs/api.md "Calendars"): an owner's days that schedules leave out or move from."""
+    return (
+        Route("GET", "/v1/calendars", "calendars", "list_calendars", "listCalendars", "The owner's calendars, by name",
+              params=(_LIMIT, _CURSOR), answers={"200": Answer("a page", schema.CalendarsPage)}),
+        Route("PUT", "/v1/calendars/{name}", "calendar", "put_calendar", "putCalendar",
+              "Create or replace a calendar (its holidays resolved to dates now)", body=schema.CalendarIn,
+              params=(_CALENDAR_NAME, _CALENDAR_IF_MATCH),
+              answers={"201": _CALENDAR, "200": _CALENDAR,
+                       "412": problem("version_mismatch: `If-Match` names another version than the calendar's")},
+              writes=True),
+        Route("GET", "/v1/calendars/{name}", "calendar", "get_calendar", "getCalendar", "One calendar",
+              params=(_CALENDAR_NAME,), answers={"200": _CALENDAR}),
+        Route("DELETE", "/v1/calendars/{name}", "calendar", "delete_calendar", "deleteCalendar",
+              "Delete a calendar no job uses", params=(_CALENDAR_NAME, _CALENDAR_IF_MATCH),
+              answers={"204": Answer("deleted"), "409": problem("in_use: jobs or calendars use it; they are named")},
+              writes=True),
+    )
+
+
 # In the order of the OpenAPI document's paths.
-ROUTES: tuple[Route, ...] = (*_job_routes(), *_run_routes(), *_worker_routes(), *_node_routes())
+ROUTES: tuple[Route, ...] = (
+    *_job_routes(), *_run_routes(), *_calendar_routes(), *_worker_routes(), *_node_routes()
+)
 
 
 # -- the router ------------------------------------------------------------------

@@ -10,6 +10,7 @@ import msgspec
 
 from tempo import clock, ids, schedule
 from tempo.engine import (
+    CalendarUse,
     Catchup,
     Cause,
     DepState,
@@ -78,7 +79,10 @@ def occurrence_views(found: list[Occurrence], timezone: str) -> list[OccurrenceO
     return views
 
 
-def job_view(job: Job, shared: dict[Any, Any] | None = None, outcome: JobOutcome | None = None) -> JobOut:
+def job_view(
+    job: Job, shared: dict[Any, Any] | None = None, outcome: JobOutcome | None = None,
+    calendar: CalendarUse | None = None,
+) -> JobOut:
     """`shared` lets the views of one response share the parts their jobs
     share (a batch's items mostly have one schedule and one retry policy).
     `outcome`: what its runs came to (None: no run has ended)."""
@@ -95,6 +99,8 @@ def job_view(job: Job, shared: dict[Any, Any] | None = None, outcome: JobOutcome
         if known_retry is None:
             known_retry = shared[retry_key] = RetryOut(job.max_attempts, list(job.backoff_s))
         retry_out = known_retry
+    if calendar is not None:  # docs/semantics.md "Calendars": kept apart from the job's record
+        sched_out = msgspec.structs.replace(sched_out, calendar=calendar.name, on_excluded=calendar.on_excluded)
     # Positional, in JobOut's field order: a batch reply makes 1,000.
     return JobOut(
         job.id,

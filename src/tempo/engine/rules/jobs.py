@@ -7,7 +7,7 @@ from tempo import errors, limits
 from tempo.engine import keys
 from tempo.engine.commands import DeleteJob, NewJob, PatchJob, PauseJob, ResumeJob, TriggerJob
 from tempo.engine.records import Event, Job, Paused, RequestKeyEntry, RetryKept, Run
-from tempo.engine.rules import catchup, deps, history, overlap, slots
+from tempo.engine.rules import calendars, catchup, deps, history, overlap, slots
 from tempo.engine.tables import NewRows, Tables
 
 
@@ -49,6 +49,9 @@ def _create_job(t: Tables, item: NewJob, rows: NewRows) -> Created | errors.Temp
             existing = t.fresh(t.job(job.owner, entry.job_id))
             assert existing is not None, "a request key outlived its job"
             return Created(existing, new=False)
+    calendar_fault = calendars.use_fault(t, job.owner, item.calendar)
+    if calendar_fault is not None:
+        return calendar_fault
     if item.deps is not None:
         fault = deps.check(t, job, item.deps)
         if fault is not None:
@@ -57,6 +60,8 @@ def _create_job(t: Tables, item: NewJob, rows: NewRows) -> Created | errors.Temp
     if job.request_key is not None:
         t.put_request_key(keys.request_key(job.owner, job.request_key), RequestKeyEntry(job.id, item.body_hash))
     rows.add(t, job, item.first_due_ms)
+    if item.calendar is not None:
+        calendars.bind(t, job, item.calendar)
     return Created(job, new=True)
 
 
@@ -151,9 +156,7 @@ def patch_job(t: Tables, cmd: PatchJob) -> Job | errors.TempoError:
     old = t.job(cmd.owner, cmd.job_id)
     if old is None:
         return errors.NotFound(f"no job {cmd.job_id}")
-    if old.version != cmd.base_version:
-        return errors.VersionMismatch(f"job {old.id} is at version {old.version}, not {cmd.base_version}")
-    fault = _patch_edges(t, old, cmd)
+    fault = _patch_fault(t, old, cmd) or _patch_edges(t, old, cmd)
     if fault is not None:
         return fault
     new = cmd.job
@@ -169,6 +172,7 @@ def patch_job(t: Tables, cmd: PatchJob) -> Job | errors.TempoError:
     if cmd.replan:
         _replan(t, old, job, cmd)
     overlap.repolicy(t, old, job, cmd.at_ms)
+    calendars.patched(t, job, cmd.sets_calendar, cmd.calendar)
     fed = {runs_key for runs_key, _, with_job in t.changes.woken if with_job is job}
     kept = RetryKept(old.max_attempts, old.backoff_s)
     waiting: list[tuple[bytes, Run]] = []
@@ -185,6 +189,14 @@ def patch_job(t: Tables, cmd: PatchJob) -> Job | errors.TempoError:
     detail = {"old_version": old.version, "new_version": job.version, "changed": _changed_fields(old, job)}
     t.append_event(job.owner, Event("job.updated", cmd.at_ms, job.id, None, detail))
     return job
+
+
+def _patch_fault(t: Tables, old: Job, cmd: PatchJob) -> errors.TempoError | None:
+    """Why the patch cannot apply: the job is at another version, or the
+    calendar it names is gone."""
+    if old.version != cmd.base_version:
+        return errors.VersionMismatch(f"job {old.id} is at version {old.version}, not {cmd.base_version}")
+    return calendars.use_fault(t, old.owner, cmd.calendar) if cmd.sets_calendar else None
 
 
 def _patch_edges(t: Tables, old: Job, cmd: PatchJob) -> errors.TempoError | None:
@@ -298,6 +310,7 @@ def delete_job(t: Tables, cmd: DeleteJob) -> errors.TempoError | None:
     if fault is not None:
         return fault
     t.delete_job_rows(job)
+    calendars.unbind(t, job)
     t.append_event(job.owner, Event("job.deleted", cmd.at_ms, job.id, None, {"version": job.version}))
     return None
 

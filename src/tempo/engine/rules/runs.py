@@ -16,7 +16,7 @@ from tempo.engine.commands import (
     Result,
 )
 from tempo.engine.records import Attempt, ClaimKeyEntry, Event, Job, Run, Taken
-from tempo.engine.rules import catchup, deps, overlap, slots
+from tempo.engine.rules import calendars, catchup, deps, overlap, slots
 from tempo.engine.tables import Tables
 
 
@@ -47,6 +47,8 @@ def claim_run(t: Tables, cmd: ClaimRuns, claim: Claim) -> Run | None:
     runs_key, run = found
     # A one-off's claim reads no job; nor does its policy hold anything back.
     job = None if claim.one_off else t.job_any(run.job_id, job_key)
+    if claim.calendar is not None and job is not None and not _calendar_lets_run(t, job, run, runs_key, claim, cmd.at_ms):
+        return None
     if job is not None and catchup.misses_itself(job, run, claim):
         _miss(t, job, run, runs_key, claim, cmd.at_ms)
         return None
@@ -78,6 +80,30 @@ def claim_run(t: Tables, cmd: ClaimRuns, claim: Claim) -> Run | None:
     if slots.hand_on(t, job, run, claim, cmd.at_ms) or counted:
         t.put_job(job, job_key)
     return run
+
+
+def _calendar_lets_run(t: Tables, job: Job, run: Run, runs_key: bytes, claim: Claim, at_ms: int) -> bool:
+    """The claim's calendar decision (docs/semantics.md "Calendars"),
+    taken only at the epoch it was made at: the run goes on to its
+    claim, or it is skipped (the schedule handed on to the claim's next
+    slot) or moved (it waits on), or, decided at another epoch, it goes
+    back to the dispatcher as it is."""
+    decision = claim.calendar
+    assert decision is not None
+    if not calendars.current(t, job, decision):
+        calendars.send_back(t, job, run, runs_key)
+        return False
+    if decision.action == "run":
+        return True
+    if decision.action == "move":
+        assert decision.move_ms is not None
+        calendars.move(t, job, run, runs_key, decision.move_ms)
+        return False
+    calendars.skip(t, job, run, runs_key, decision, at_ms)
+    if slots.hand_on(t, job, run, claim, at_ms):
+        t.put_job(job)
+    slots.settle(t, job, run, at_ms)
+    return False
 
 
 def _miss(t: Tables, job: Job, run: Run, runs_key: bytes, claim: Claim, at_ms: int) -> None:

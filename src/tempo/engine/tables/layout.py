@@ -29,6 +29,7 @@ TABLES = (
     "runs_held",
     "job_counts",
     "deps",
+    "calendars",
 )
 # Tables a later version added: created in an existing store that lacks them.
 # `runs_by_status` and `job_outcomes` (`RUN_INDEX_TABLES`) are built at open
@@ -37,10 +38,11 @@ TABLES = (
 # runs live in the history bucket of the run, at b"s" + `keys.status_key(...)`,
 # so they go with it.
 RUN_INDEX_TABLES = ("runs_by_status", "job_outcomes")
-ADDED_TABLES = ("claim_keys", *RUN_INDEX_TABLES, "jobs_by_label", "runs_held", "job_counts", "deps")
+ADDED_TABLES = ("claim_keys", *RUN_INDEX_TABLES, "jobs_by_label", "runs_held", "job_counts", "deps", "calendars")
 # Tables the digest of the state (`Store.digest`) hashes only once they hold
-# a row: a store that never used them digests as before they existed.
-HASHED_WHEN_USED = ("deps",)
+# a row: a store that never used them digests as before they existed (the
+# recorded logs of tests/engine/test_apply_replay.py were digested before).
+HASHED_WHEN_USED = ("deps", "calendars")
 HIST_STATUS = b"s"
 # In `meta`: present once the tables above and the b"s" rows are complete.
 RUN_INDEX = b"run_index"

@@ -36,8 +36,8 @@ class Reads:
     __slots__ = (
         "_bucket_of_day", "_by_job_cur", "_by_status_cur", "_held_cur", "_hist_curs", "_history", "_jobs_cur",
         "_outcomes_cur", "_owners", "_runs_cur", "buckets", "by_job", "by_label", "by_owner", "by_status",
-        "claim_keys", "deps", "deps_used", "events", "held", "hist_days", "job_counts", "jobs", "members", "meta",
-        "open", "outcomes", "reqkeys", "runs", "txn",
+        "calendars", "claim_keys", "deps", "deps_used", "events", "held", "hist_days", "job_counts", "jobs", "members",
+        "meta", "open", "outcomes", "reqkeys", "runs", "txn",
     )
 
     def __init__(self, txn: "lmdb.Transaction[bytes]", db: dict[str, lmdb._Database], buckets: list[lmdb._Database]):
@@ -63,6 +63,7 @@ class Reads:
         # Whether the `deps` table holds a row, read once per transaction
         # (engine/rules/deps.py `gate`: the claim path of a job with no gate).
         self.deps_used: bool | None = None
+        self.calendars = db["calendars"]
         self._owners: dict[str, str] = {}  # job ID -> owner, read once per transaction
         # Within one transaction: the buckets in use, and the bucket of each
         # day a run finished in, looked up once.

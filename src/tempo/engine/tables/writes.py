@@ -11,7 +11,7 @@ import lmdb
 
 from tempo import limits
 from tempo.engine import keys
-from tempo.engine.records import Event, Job, JobOutcome, JobState, Run
+from tempo.engine.records import CalendarUse, Event, Job, JobOutcome, JobState, Run
 from tempo.engine.tables.keyed import Keyed
 from tempo.engine.tables.layout import (
     DAY,
@@ -60,6 +60,11 @@ class Changes:
     stamp_ms: int = 0
     # Runs the overlap policy of their job skipped in this entry (rules/overlap.py `skip`).
     skipped: int = 0
+    # Jobs given a calendar (or none) in this entry, and owners whose
+    # calendar epoch rose, with the new one (rules/calendars.py): the
+    # store's memory of them, which a claim reads (`Store.calendar_of`).
+    calendar_jobs: list[tuple[str, CalendarUse | None]] = field(default_factory=list)
+    calendar_epochs: list[tuple[str, int]] = field(default_factory=list)
 
 
 def _delete_at(cur: "lmdb.Cursor[bytes]", key: bytes, missing: str = "a row apply deletes is there") -> None:

@@ -1,0 +1,175 @@
+"""Calendars over HTTP against one real `tempo serve` shared by the module
+(docs/api.md "Calendars", docs/semantics.md "Calendars"). Dates far from
+today are checked through the preview, which plans with the same code as
+the claims (tests/engine/test_calendars.py claims them); what needs the
+real clock is a calendar edit that skips a run already waiting."""
+
+import datetime as dt
+import time
+from collections.abc import Iterator
+
+import holidays
+import httpx
+import pytest
+
+from conftest import Server, as_token, configured_server, tokens_config, wait_for
+
+pytestmark = pytest.mark.process
+
+TOKENS = {
+    "acme-client": ("acme", "client", None),
+    "acme-worker": ("acme", "worker", ["cal-live"]),
+    "globex-client": ("globex", "client", None),
+}
+WORK = {"timezone": "Europe/Berlin", "exclude_weekdays": ["sat", "sun"], "exclude_dates": ["2027-12-24"],
+        "holidays": {"country": "DE", "subdivision": "BY"}}
+
+
+@pytest.fixture(scope="module")
+def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    with configured_server(tmp_path_factory.mktemp("cal"), tokens_config(TOKENS)) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def acme(srv: Server) -> Iterator[httpx.Client]:
+    with as_token(srv, "acme-client") as client:
+        assert client.put("/v1/calendars/work", json=WORK).status_code in (200, 201)
+        yield client
+
+
+def preview(http: httpx.Client, cron: str, on_excluded: str, after: str, count: int, **extra: object) -> list[dict]:
+    body = {"schedule": {"cron": cron, "timezone": "Europe/Berlin"}, "after": after, "count": count,
+            "calendar": "work", "on_excluded": on_excluded, **extra}
+    r = http.post("/v1/schedules/preview", json=body)
+    assert r.status_code == 200, r.text
+    return r.json()["occurrences"]
+
+
+def test_put_get_list_and_versions(acme):
+    r = acme.get("/v1/calendars/work")
+    assert r.status_code == 200 and r.headers["etag"] == '"1"'
+    cal = r.json()
+    assert cal["holidays"]["library_version"] == holidays.__version__
+    assert {"date": "2027-12-25", "name": "Christmas Day"} in cal["holidays"]["dates"]
+    assert cal["exclude_weekdays"] == ["sat", "sun"] and cal["exclude_dates"] == ["2027-12-24"]
+    assert acme.put("/v1/calendars/work", json=WORK, headers={"if-match": '"7"'}).status_code == 412
+    for name in ("a1", "a2", "a3"):
+        assert acme.put(f"/v1/calendars/{name}", json={"timezone": "UTC"}).status_code == 201
+    page = acme.get("/v1/calendars", params={"limit": 2}).json()
+    assert [c["name"] for c in page["calendars"]] == ["a1", "a2"] and page["next_cursor"] == "a2"
+    rest = acme.get("/v1/calendars", params={"cursor": page["next_cursor"]}).json()
+    assert [c["name"] for c in rest["calendars"]] == ["a3", "work"] and rest["next_cursor"] is None
+
+
+@pytest.mark.parametrize(("body", "loc"), [
+    ({"timezone": "UTC", "holidays": {"country": "XX"}}, "holidays.country"),
+    ({"timezone": "UTC", "holidays": {"country": "DE", "subdivision": "ZZ"}}, "holidays.subdivision"),
+    ({"timezone": "UTC", "exclude_dates": ["2027-02-30"]}, "exclude_dates[0]"),
+    ({"timezone": "UTC", "exclude_weekdays": ["xyz"]}, "exclude_weekdays[0]"),
+    ({"timezone": "UTC", "base": "missing"}, "base"),
+])
+def test_bad_input_is_400_at_the_field(acme, body, loc):
+    r = acme.put("/v1/calendars/bad", json=body)
+    assert r.status_code == 400 and r.json()["errors"][0]["loc"] == loc, r.text
+
+
+def test_around_christmas_skip_next_and_previous(acme):
+    after = "2027-12-20T00:00:00Z"
+    skip = preview(acme, "0 18 * * *", "skip", after, 4, include_excluded=True)
+    assert [(o["local"][:10], o.get("excluded")) for o in skip[:7]] == [
+        ("2027-12-20", False), ("2027-12-21", False), ("2027-12-22", False), ("2027-12-23", False),
+        ("2027-12-24", True), ("2027-12-25", True), ("2027-12-26", True),
+    ][: len(skip[:7])]
+    assert skip[5]["calendar"]["reason"] == "2027-12-25 excluded (Christmas Day)"
+    nxt = preview(acme, "0 18 * * 5", "next_business_day", after, 1)
+    assert nxt[0]["local"].startswith("2027-12-27T18:00")
+    assert nxt[0]["calendar"] == {"moved_from": "2027-12-24T18:00:00", "reason": "2027-12-24 excluded (exclude_dates)"}
+    prev = preview(acme, "0 18 * * 5", "previous_business_day", after, 1)
+    assert prev[0]["local"].startswith("2027-12-23T18:00") and prev[0]["calendar"]["moved_from"] == "2027-12-24T18:00:00"
+
+
+def test_easter_and_a_weekend(acme):
+    # Easter Monday 2027 is March 29th, Good Friday the 26th (from the library).
+    nxt = preview(acme, "0 9 * * 1", "next_business_day", "2027-03-28T00:00:00Z", 1)
+    assert nxt[0]["local"].startswith("2027-03-30T09:00") and "Easter Monday" in nxt[0]["calendar"]["reason"]
+    prev = preview(acme, "0 9 * * 1", "previous_business_day", "2027-03-22T12:00:00Z", 1)
+    assert prev[0]["local"].startswith("2027-03-25T09:00")  # Thursday: Good Friday is out too
+    weekend = preview(acme, "0 9 * * 6", "next_business_day", "2027-05-01T12:00:00Z", 1)
+    assert weekend[0]["local"].startswith("2027-05-10T09:00")  # Sat 8th -> Monday 10th
+    assert weekend[0]["calendar"]["reason"] == "2027-05-08 excluded (weekday sat)"
+
+
+def test_a_move_across_the_dst_change_in_berlin(acme):
+    [moved] = preview(acme, "0 18 * * 5", "next_business_day", "2027-03-20T00:00:00Z", 1)
+    assert moved["at"] == "2027-03-30T16:00:00.000Z" and moved["offset"] == "+02:00"  # was 17:00Z in CET
+    assert moved["calendar"]["moved_from"] == "2027-03-26T18:00:00"
+
+
+def test_last_business_day_of_the_month_over_24_months(acme):
+    got = preview(acme, "0 18 L * *", "previous_business_day", "2027-01-01T00:00:00Z", 24)
+    known = holidays.country_holidays("DE", subdiv="BY", years=range(2027, 2030))
+    expected = []
+    for n in range(24):
+        year, month = 2027 + n // 12, n % 12 + 1
+        day = (dt.date(year + month // 12, month % 12 + 1, 1) - dt.timedelta(days=1))
+        while day.weekday() >= 5 or day in known or day == dt.date(2027, 12, 24):
+            day -= dt.timedelta(days=1)
+        expected.append(day.isoformat())
+    assert [o["local"][:10] for o in got] == expected
+
+
+def test_a_calendar_edit_skips_a_run_already_waiting(srv, acme):
+    assert acme.put("/v1/calendars/live", json={"timezone": "UTC"}).status_code == 201
+    r = acme.post("/v1/jobs", json={"target": "queue:cal-live", "schedule": {"every_s": 2, "calendar": "live"}})
+    assert r.status_code == 201, r.text
+    job = r.json()
+    assert job["schedule"]["calendar"] == "live" and job["schedule"]["on_excluded"] == "skip"
+    today = dt.datetime.now(dt.UTC).date()
+    days = [(today + dt.timedelta(days=n)).isoformat() for n in range(2)]
+    assert acme.put("/v1/calendars/live", json={"timezone": "UTC", "exclude_dates": days}).status_code == 200
+    time.sleep(2.5)  # the waiting run falls due
+    with as_token(srv, "acme-worker") as worker:
+        claimed = worker.post("/v1/claim", json={"worker": "w", "queues": ["cal-live"], "max_runs": 10, "wait_s": 0})
+        assert claimed.status_code == 200 and claimed.json()["runs"] == [], claimed.text
+
+    def skipped() -> list[dict]:
+        runs = acme.get(f"/v1/jobs/{job['id']}/runs").json()["runs"]
+        return [run for run in runs if run["status"] == "skipped"]
+
+    [row] = wait_for(skipped)
+    assert row["reason"] == "calendar" and f"{days[0]} excluded (exclude_dates)" in row["error"]
+    assert acme.get(f"/v1/jobs/{job['id']}").json()["next_run_at"] >= f"{(today + dt.timedelta(days=2)).isoformat()}"
+
+
+def test_delete_in_use_is_409_naming_the_job(acme):
+    assert acme.put("/v1/calendars/used", json={"timezone": "UTC"}).status_code == 201
+    job = acme.post("/v1/jobs", json={"target": "queue:q", "schedule": {"cron": "0 9 * * *", "calendar": "used"}}).json()
+    r = acme.delete("/v1/calendars/used")
+    assert r.status_code == 409 and r.json()["type"] == "in_use" and job["id"] in r.text
+    assert acme.delete(f"/v1/jobs/{job['id']}").status_code == 204
+    assert acme.delete("/v1/calendars/used").status_code == 204
+    assert acme.get("/v1/calendars/used").status_code == 404
+
+
+def test_another_owners_calendar_is_404(srv, acme):
+    with as_token(srv, "globex-client") as globex:
+        assert globex.get("/v1/calendars/work").status_code == 404
+        assert globex.delete("/v1/calendars/work").status_code == 404
+        assert globex.get("/v1/calendars").json()["calendars"] == []
+        r = globex.post("/v1/jobs", json={"target": "queue:q", "schedule": {"cron": "0 9 * * *", "calendar": "work"}})
+        assert r.status_code == 400 and r.json()["errors"][0]["loc"] == "schedule.calendar"
+
+
+def test_a_dependent_job_takes_no_calendar(acme):
+    """A dependent job's runs come from its parents' ends, not from a clock,
+    so a calendar has no slot to leave out: 400 at the field, at create and
+    at a patch that makes a calendar job dependent."""
+    parent = acme.post("/v1/jobs", json={"target": "queue:q", "schedule": {"at": "2030-01-01T00:00:00Z"}}).json()
+    after = {"after": {"jobs": [parent["id"]]}}
+    r = acme.post("/v1/jobs", json={"target": "queue:q", "schedule": {**after, "calendar": "work"}})
+    assert r.status_code == 400 and r.json()["errors"][0]["loc"] == "schedule.calendar", r.text
+    job = acme.post("/v1/jobs", json={"target": "queue:q", "schedule": {"cron": "0 9 * * *", "calendar": "work"}}).json()
+    r = acme.patch(f"/v1/jobs/{job['id']}", json={"schedule": {"cron": None, **after}})
+    assert r.status_code == 200, r.text
+    assert "calendar" not in r.json()["schedule"] or r.json()["schedule"]["calendar"] is None
