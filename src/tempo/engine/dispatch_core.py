@@ -875,7 +875,7 @@ class DispatchCore:
                 nxt = step_over_taken(job, nxt, now_ms, partial(self.reader.get_run_any, job_id))
             if nxt is not None:
                 claim.next_slot_ms, claim.next_due_ms = nxt.slot_ms, nxt.due_ms
-                claim.missed, claim.catchup_until_ms, claim.catchup_decided_ms = nxt.missed, nxt.until_ms, nxt.decided_ms
+                claim.missed, claim.catchup_until_ms, claim.catchup_decided_ms = tuple(nxt.missed), nxt.until_ms, nxt.decided_ms
                 job.slot_ms = nxt.slot_ms  # a later run of this batch is not the slot run
         return claim
 
