@@ -75,8 +75,14 @@ class Tables(Keyed):
 
     __slots__ = ("changes", "event_seq", "open_deltas", "outcome_counts", "status_rows")
 
-    def __init__(self, txn: "lmdb.Transaction[bytes]", db: dict[str, lmdb._Database], buckets: list[lmdb._Database]):
-        super().__init__(txn, db, buckets)
+    def __init__(
+        self,
+        txn: "lmdb.Transaction[bytes]",
+        db: dict[str, lmdb._Database],
+        buckets: list[lmdb._Database],
+        owners: dict[str, str] | None = None,
+    ):
+        super().__init__(txn, db, buckets, owners)
         self.changes = Changes([], [], [], set())
         self.open_deltas: dict[int, int] = {}
         self.event_seq: int | None = None
@@ -471,6 +477,7 @@ class NewRows:
         `Tables.put_run` of a run with no old row, spelled out."""
         key = keys.job_key(job.id)
         self.jobs.append((key, enc.encode(job)))
+        t.remember_owner(job.id, job.owner)  # its runs' claims need not read it (`Reads.owner_of`)
         if first_due_ms is not None:
             assert job.slot_ms is not None
             run = Run(job.id, job.slot_ms, first_due_ms, "waiting")
