@@ -404,22 +404,26 @@ class Tables(Keyed):
         if new_minute is not None:
             self.add_open(new_minute, 1)
 
+    def _flush_status_rows(self) -> None:
+        """The runs-by-status rows `_move_open_row` kept, in key order."""
+        cur = self.by_status_cursor()
+        for key in sorted(self.status_rows):
+            put = self.status_rows[key]
+            if put:
+                cur.put(key, b"")
+            elif cur.set_key(key):
+                cur.delete()
+            else:
+                assert put is None, "an open run had no runs-by-status row"
+        self.status_rows.clear()
+
     def add_open(self, minute: int, delta: int) -> None:
         self.open_deltas[minute] = self.open_deltas.get(minute, 0) + delta
 
     def flush(self) -> None:
         """Writes what the entry accumulated; called once, before the commit."""
         if self.status_rows:
-            cur = self.by_status_cursor()
-            for key in sorted(self.status_rows):
-                put = self.status_rows[key]
-                if put:
-                    cur.put(key, b"")
-                elif cur.set_key(key):
-                    cur.delete()
-                else:
-                    assert put is None, "an open run had no runs-by-status row"
-            self.status_rows.clear()
+            self._flush_status_rows()
         for minute, delta in self.open_deltas.items():
             if delta == 0:
                 continue
