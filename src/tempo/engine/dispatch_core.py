@@ -944,17 +944,37 @@ class DispatchCore:
         claimed: list[ClaimedRun] = []
         lateness_s: list[float] = []
         at_ms, at_s = command.at_ms, proposal.at_s
+        jobs, leases, in_flight, heap = proposal.jobs, self.leases, self.in_flight, self._lease_heap
+        replaced = False
         for claim, run in zip(command.claims, outcomes, strict=True):
             if run is None:
                 continue
-            job = proposal.jobs[claim.job_id]
-            timeout_s = None if claim.timeout_at_ms is None else at_s + (claim.timeout_at_ms - at_ms) / 1000
+            job = jobs[claim.job_id]
+            # `_grant`, inline: this runs once per run claimed.
+            deadline_s = at_s + job.lease_s
+            timeout_s = None
+            if claim.timeout_at_ms is not None:
+                timeout_s = at_s + (claim.timeout_at_ms - at_ms) / 1000
+                deadline_s = min(deadline_s, timeout_s)
+            self._lease_entries += 1
+            entry = self._lease_entries
             # Asked to stop by a later claim of the same command (`cancel_other`):
             # the entry's `stopping`, fed before this lease existed, missed it.
-            self._grant(job.owner, run.job_id, run.nominal_ms, run.attempt, at_s + job.lease_s, job.lease_s, timeout_s,
-                        run.cancel == "requested", claim.timeout_at_ms)
+            lease = Lease(run.attempt, deadline_s, job.lease_s, job.owner, entry, deadline_s, timeout_s,
+                          run.cancel == "requested", claim.timeout_at_ms)
+            key = (run.job_id, run.nominal_ms)
+            old = leases.get(key)
+            leases[key] = lease
+            if old is None:
+                in_flight[lease.owner] += 1
+            else:
+                assert old.owner == lease.owner, "a run's owner never changes"
+                replaced = True
+            heapq.heappush(heap, (deadline_s, entry, run.job_id, run.nominal_ms))
             lateness_s.append((at_ms - run.due_ms) / 1000)
             claimed.append(ClaimedRun(run, job))
+        if replaced:
+            self._bound_lease_heap()
         self.observe_lateness(lateness_s)
         self.counters["claimed"] += len(claimed)
         return claimed
