@@ -191,7 +191,9 @@ class Reads:
         runs_key = self.by_job_cursor().get(by_job_key)
         if runs_key is None:
             return None
-        return runs_key, run_dec.decode(present(self.runs_cursor().get(runs_key)))
+        raw = self.runs_cursor().get(runs_key)
+        assert raw is not None, "an index entry points at a missing row"  # `present`, inline: once per claim and result
+        return runs_key, run_dec.decode(raw)
 
     def slots_desc(self, job_id: str, lower_ms: int, upper_ms: int) -> Iterator[tuple[int, bytes]]:
         """(nominal ms, runs key) of the job's open runs in [lower, upper), newest first."""

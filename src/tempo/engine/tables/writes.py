@@ -294,14 +294,25 @@ class Tables(Keyed):
             run.due_ms = at_ms
         if by_job_key is None:
             by_job_key = keys.by_job_key(run.job_id, run.nominal_ms)
-        _delete_at(self.runs_cursor(), runs_key)
-        _delete_at(self.by_job_cursor(), by_job_key)
+        # Once per run that finishes (a result): the calls of `_delete_at`,
+        # `_count_open` and `status_key_of` spelled out.
+        cur = self.runs_cursor()
+        found = cur.set_key(runs_key)
+        assert found, "a finished run had its row"
+        cur.delete()
+        cur = self.by_job_cursor()
+        found = cur.set_key(by_job_key)
+        assert found, "a finished run had its runs-by-job row"
+        cur.delete()
         self.history_cursor(at_ms, HIST_RUN).put(HIST_RUN + by_job_key, enc.encode(run))
-        self._count_open(runs_key, None)
-        owner = self.owner_of(run.job_id, job)
+        minute = MINUTE.unpack_from(runs_key)[0]
+        self.open_deltas[minute] = self.open_deltas.get(minute, 0) - 1
+        owner = job.owner if job is not None else self.owner_of(run.job_id, None)
         job_key = by_job_key[: keys.JOB_KEY_BYTES]
         self._move_open_row(run, (old_status, keys.due_of(runs_key)), None, job, owner, job_key)
-        status_key = keys.status_key_of(owner, keys.status_code(run.status), index_ms(run), job_key, run.nominal_ms)
+        status_key = keys.status_head(owner) + keys.STATUS_TAIL.pack(
+            keys.status_code(run.status), index_ms(run), job_key, run.nominal_ms
+        )
         self.history_cursor(at_ms, HIST_STATUS).put(HIST_STATUS + status_key, b"")
         self._count_outcome(job_key, run)
         if old_status == "waiting":
@@ -330,14 +341,14 @@ class Tables(Keyed):
         # Kept for `flush`, which writes a claim's or a result's thousand
         # moves in key order: one cursor walking the index's pages in
         # order, rather than a descent from the root to a random page for
-        # each (half the cost a row).
+        # each (half the cost a row). The keys are `keys.status_key_of`'s.
         rows = self.status_rows
+        head, tail, code = keys.status_head(owner), keys.STATUS_TAIL, keys.STATUS_CODE
         if old is not None:
-            old_key = keys.status_key_of(owner, keys.STATUS_CODE[old[0]], old[1], job_key, run.nominal_ms)
+            old_key = head + tail.pack(code[old[0]], old[1], job_key, run.nominal_ms)
             rows[old_key] = None if rows.get(old_key) else False
         if new is not None:
-            new_key = keys.status_key_of(owner, keys.STATUS_CODE[new[0]], new[1], job_key, run.nominal_ms)
-            rows[new_key] = True
+            rows[head + tail.pack(code[new[0]], new[1], job_key, run.nominal_ms)] = True
         # The held-runs index, of jobs with an overlap policy only (a job
         # without one has no rows: `reset_held_rows` when a patch changes
         # that). `run` is the new state; of the old one only (status, due)
@@ -457,7 +468,8 @@ class Tables(Keyed):
             self.event_seq = 0 if raw is None else U64.unpack(raw)[0]
         self.event_seq += 1
         self.changes.event_owners.add(owner)
-        return HIST_EVENT + keys.event_key(owner, self.event_seq), enc.encode(event)
+        # `keys.event_key`, spelled out: once per event.
+        return HIST_EVENT + keys.owner_prefix(owner) + U64.pack(self.event_seq), enc.encode(event)
 
 
 class NewRows:
