@@ -555,8 +555,8 @@ class Dispatcher:
     async def report(self, owner: str | None, results: list[Result]) -> list[Run | errors.TempoError]:
         outcomes = await self.committer.submit(ReportResults(self.now_ms(), owner, results))
         assert _run_or_error_each(outcomes)
-        self.core.reported(outcomes)
-        log_failed_attempts(outcomes)
+        if self.core.reported(outcomes):
+            log_failed_attempts(outcomes)
         return outcomes
 
 

@@ -662,11 +662,19 @@ class DispatchCore:
             elif outcome.cancel == "timeout":
                 self.counters["timed_out"] += 1
 
-    def reported(self, outcomes: list[Run | errors.TempoError]) -> None:
-        """A `ReportResults` applied: counts its runs by their new status."""
+    def reported(self, outcomes: list[Run | errors.TempoError]) -> bool:
+        """A `ReportResults` applied: counts its runs by their new status.
+        Answers whether an attempt failed in it (a run waits again, or
+        failed for good): only then has the driver lines to log."""
+        counters = self.counters
+        failed = False
         for outcome in outcomes:
             if isinstance(outcome, Run):
-                self.counters[outcome.status] += 1
+                status = outcome.status
+                counters[status] += 1
+                if status == "waiting" or status == "failed":
+                    failed = True
+        return failed
 
     # -- claims ------------------------------------------------------------------
 
