@@ -20,7 +20,10 @@ cooling machine:
   (fsync on, as shipped) and `--jobs` one-off runs due at one instant,
   driven by *this* tree's `tempo loadgen` with `--workers` worker processes,
   so both sides are measured by the same black-box driver; lateness is each
-  run's first claim minus its nominal due time;
+  run's first claim minus its nominal due time. A side whose OpenAPI
+  document has no `claim_key` in its claim body (a server from before
+  claim keys, such as 1872033, refuses the field) is driven with
+  `--no-claim-keys`;
 - perrun: that side's own `bench/perrun.py` (server CPU per run for claim and
   result, in process), one round of `--perrun-jobs` runs.
 
@@ -81,6 +84,16 @@ def install_base(sha: str) -> Path:
     return tree
 
 
+def claims_take_keys(python: Path) -> bool:
+    """Whether the side's server knows `claim_key`: some schema of its
+    OpenAPI document (`tempo openapi`) with `worker` and `max_runs`, the
+    claim's body, names it."""
+    done = subprocess.run([str(python), "-m", "tempo.cli", "openapi"], capture_output=True, text=True, check=True)
+    schemas = json.loads(done.stdout).get("components", {}).get("schemas", {})
+    claims = [s.get("properties", {}) for s in schemas.values() if {"worker", "max_runs"} <= set(s.get("properties", {}))]
+    return any("claim_key" in properties for properties in claims)
+
+
 def spike(python: Path, jobs: int, workers: int) -> dict[str, float] | None:
     """One spike against a fresh node of the side whose interpreter is `python`
     (started by hand: the process harness of bench/_server.py runs this
@@ -92,11 +105,12 @@ def spike(python: Path, jobs: int, workers: int) -> dict[str, float] | None:
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         report = Path(tmp) / "report.json"
         done = None
+        keys = [] if claims_take_keys(python) else ["--no-claim-keys"]
         try:
             _wait_ready(port)
             done = subprocess.run(
                 [sys.executable, "-m", "tempo.cli", "loadgen", "--url", f"http://127.0.0.1:{port}",
-                 "--jobs", str(jobs), "--workers", str(workers), "--report", str(report), "--no-progress"],
+                 "--jobs", str(jobs), "--workers", str(workers), "--report", str(report), "--no-progress", *keys],
                 capture_output=True, text=True, timeout=spike_timeout_s)
         except (subprocess.TimeoutExpired, RuntimeError) as exc:
             print(f"  spike failed: {exc}", flush=True)
@@ -104,6 +118,8 @@ def spike(python: Path, jobs: int, workers: int) -> dict[str, float] | None:
             node.terminate()
             node.wait(timeout=60)
         if done is None or not report.exists():
+            if done is not None:
+                print(f"  spike failed: {(done.stderr or done.stdout).strip()[-500:]}", flush=True)
             return None
         figures = json.loads(report.read_text())
         return {k: figures[k] for k in ("lateness_p50_s", "lateness_p99_s", "lost", "duplicated") if k in figures}
@@ -121,12 +137,24 @@ def _wait_ready(port: int) -> None:
     raise RuntimeError(f"the node on port {port} was not ready within {ready_timeout_s:.0f} s")
 
 
+# Runs a side's bench/perrun.py as `tempo serve` runs the server: the
+# program imported (tempo.server, what `tempo serve` loads) and the cycle
+# collector's generations frozen (cli.py), so that full collections walk
+# only what the run itself made. A baseline whose perrun does not freeze
+# them itself is measured as it would serve, not with 45,000 startup
+# objects walked by every full collection.
+_PERRUN_AS_SERVED = (
+    "import gc, runpy, sys; import tempo.cli, tempo.server; gc.freeze(); "
+    "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
+)
+
+
 def perrun(tree: Path, python: Path, jobs: int) -> float | None:
     script = tree / "bench" / "perrun.py"
     if not script.exists():
         return None
     try:
-        done = subprocess.run([str(python), str(script), "--jobs", str(jobs), "--rounds", "1"],
+        done = subprocess.run([str(python), "-c", _PERRUN_AS_SERVED, str(script), "--jobs", str(jobs), "--rounds", "1"],
                               capture_output=True, text=True, timeout=perrun_timeout_s, cwd=tree)
     except subprocess.TimeoutExpired:
         return None

@@ -1335,6 +1335,8 @@ def _add_loadgen_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser
                      help="lease_s of each job (default: the server's; 10 with --kill-leader-at-s)")
     gen.add_argument("--work-dir", dest="work_dir", default=None,
                      help="with --spawn: keep the nodes' data dirs and logs here (default: a temp dir, removed)")
+    gen.add_argument("--no-claim-keys", dest="claim_keys", action="store_false",
+                     help="claim without claim keys, for a server from before them (bench/compare.py)")
 
 
 def _loadgen(args: argparse.Namespace) -> int:
@@ -1346,7 +1348,7 @@ def _loadgen(args: argparse.Namespace) -> int:
         batch=args.batch, jitter_s=args.jitter_s, timeout_s=args.timeout_s, report=args.report,
         no_report=args.no_report, progress=args.progress, spawn=args.spawn,
         kill_leader_at_s=args.kill_leader_at_s, restart_after_s=args.restart_after_s, lease_s=args.lease_s,
-        work_dir=args.work_dir, ca_file=ca_file_from(args),
+        work_dir=args.work_dir, ca_file=ca_file_from(args), claim_keys=args.claim_keys,
     )
     return loadgen.run(opts)
 

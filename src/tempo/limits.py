@@ -162,6 +162,12 @@ run_log_lines_max = 100
 # that, older runs stream in as claims take them out.
 loader_rows_per_step = 5000
 dispatch_memory_runs_max = 100_000
+# Apply remembers the owner of the jobs it created or read (job IDs are
+# never reused and a job's owner never changes), so that a one-off's claim,
+# which reads no job, moves its run's runs-by-status row without reading
+# the job for its owner. Forgotten all at once past this many: as many as
+# the dispatcher holds in memory, with room (about 100 bytes each).
+owners_remembered_max = 2 * dispatch_memory_runs_max
 # Each owner's share of that memory (docs/operations.md "Fairness between
 # owners"). An owner holding `dispatch_owner_runs_max` loaded runs before a
 # minute is scanned is skipped from there on: its waiting runs stay in the

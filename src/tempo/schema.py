@@ -466,7 +466,10 @@ class JobOut(msgspec.Struct, gc=False):  # untracked, as _Request: a batch reply
     dependents: DependentsOut = msgspec.field(default_factory=lambda: DependentsOut())
 
 
-class RunOut(msgspec.Struct):
+# Untracked by the cycle collector: a claim answers with up to 1,000 of these,
+# and they hold strings, numbers and a job's decoded payload, through which
+# no cycle runs (engine/records.py, `gc=False`).
+class RunOut(msgspec.Struct, gc=False):
     id: str
     job_id: str
     nominal_at: str

@@ -16,7 +16,8 @@ What it does, in the terms of docs/api.md:
   asking for at most `min(max_runs, free slots)` runs, so a claimed run always
   has a slot to run in at once (its lease does not tick away in a queue).
   Handlers run concurrently, at most `concurrency` at a time (a
-  `trio.CapacityLimiter`). Each claim carries a new `claim_key`; a claim
+  `trio.CapacityLimiter`). Each claim carries a new `claim_key` (unless
+  `claim_keys=False`, for a server from before them); a claim
   whose outcome is unknown (a connection error, a timeout, a `5xx`, a leader
   change) is sent again with the same key, to any URL, for at most
   `limits.claim_retry_s_max`, and answers the runs the first one took
@@ -304,7 +305,12 @@ class Worker:
         on_reported: ReportHook | None = None,
         rng: random.Random | None = None,
         ca_file: str | None = None,
+        claim_keys: bool = True,
     ):
+        """`claim_keys=False` sends claims without a `claim_key`, for a
+        server from before them (one that refuses the field): a claim
+        whose answer is lost is then not answered again (its runs come
+        back when their leases run out)."""
         if isinstance(urls, str):
             urls = [u.strip() for u in urls.split(",") if u.strip()]
         if not isinstance(worker_id, str):
@@ -323,6 +329,7 @@ class Worker:
         self.max_runs = max_runs
         self.concurrency = concurrency
         self.wait_s = wait_s
+        self.claim_keys = claim_keys
         self._rng = rng or random.Random()
         self.transport = Transport(urls, token=token, rng=self._rng, ca_file=ca_file)
         self._on_claimed = on_claimed
@@ -401,9 +408,10 @@ class Worker:
                 await self._wait_slot()
                 continue
             body = {
-                "worker": self.worker_id, "queues": queues, "max_runs": min(self.max_runs, free),
-                "wait_s": self.wait_s, "claim_key": new_claim_key(self._rng),
+                "worker": self.worker_id, "queues": queues, "max_runs": min(self.max_runs, free), "wait_s": self.wait_s,
             }
+            if self.claim_keys:
+                body["claim_key"] = new_claim_key(self._rng)
             try:
                 status, answer, headers = await self.transport.post_answer(
                     "/v1/claim", body, timeout_s=self.wait_s + request_timeout_s,
@@ -411,7 +419,7 @@ class Worker:
                 )
             except Unavailable:
                 # Whatever that claim took comes back when its leases run out.
-                log.warning("no server answered claim %s within %g s; claiming anew", body["claim_key"],
+                log.warning("no server answered claim %s within %g s; claiming anew", body.get("claim_key"),
                             limits.claim_retry_s_max)
                 continue
             if status != 200:

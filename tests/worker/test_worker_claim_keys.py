@@ -90,6 +90,28 @@ async def test_a_claim_whose_answer_was_lost_is_sent_again_with_its_key(autojump
     assert server.claims[5][0] - server.claims[4][0] >= 1.0
 
 
+async def test_a_worker_told_to_claim_without_keys_sends_none_and_runs_what_it_claims(autojump_clock):
+    """`claim_keys=False` (`tempo loadgen --no-claim-keys`, for a server
+    from before claim keys, which refuses the field)."""
+    server = FakeServer([httpx.Response(200, json={"runs": [RUN]})])
+    ran = []
+
+    async def handler(run):
+        ran.append(run["id"])
+        return "ok"
+
+    made = Worker(["http://n1:1"], "w1", {"q": handler}, wait_s=0, rng=random.Random(7), claim_keys=False)
+    made.transport._http = httpx.AsyncClient(transport=httpx.MockTransport(server.handle))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(made.run)
+        with trio.fail_after(30):
+            await server.done.wait()
+        await made.stop(grace_s=1)
+    assert len(server.claims) >= 2
+    assert all(set(body) == {"worker", "queues", "max_runs", "wait_s"} for _, body in server.claims)
+    assert ran == ["r_1"] and [r["run_id"] for r in server.results] == ["r_1"]
+
+
 async def test_a_claim_no_server_answers_gives_up_after_its_bound_and_claims_anew(autojump_clock):
     from tempo import limits
 

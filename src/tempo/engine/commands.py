@@ -132,7 +132,7 @@ class CalendarClaim(msgspec.Struct, array_like=True):
     why: str | None = None
 
 
-class Claim(msgspec.Struct, array_like=True):
+class Claim(msgspec.Struct, array_like=True, gc=False):  # untracked as Run: 1,000 in a claim
     job_id: JobId  # from a stored run or a run ID: always a job ID
     nominal_ms: Nominal
     lease_expires_ms: Ms
@@ -148,7 +148,8 @@ class Claim(msgspec.Struct, array_like=True):
     # kept by the next as apply writes it: the ranges of slots that get no
     # run (at most two), and the last slot of an `all` catch-up under way
     # and the latest slot it decided on (records.Job).
-    missed: list[Missed] = msgspec.field(default_factory=list)
+    # A tuple, empty by default: no list made for each of a claim's runs.
+    missed: tuple[Missed, ...] = ()
     catchup_until_ms: Ms | None = None
     catchup_decided_ms: Ms | None = None
     # When the attempt's timeout ends it (UNIX ms): the claim's stamp plus
@@ -181,7 +182,7 @@ class ClaimRuns(msgspec.Struct, tag="claim_runs", array_like=True):
     key: ClaimKey | None = None
 
 
-class Result(msgspec.Struct, array_like=True):
+class Result(msgspec.Struct, array_like=True, gc=False):  # strings and numbers only
     job_id: JobId  # from a stored run or a run ID: always a job ID
     nominal_ms: Nominal
     attempt: Count
@@ -196,7 +197,7 @@ class ReportResults(msgspec.Struct, tag="report_results", array_like=True):
     results: list[Result]
 
 
-class Expiry(msgspec.Struct, array_like=True):
+class Expiry(msgspec.Struct, array_like=True, gc=False):  # strings and numbers only
     job_id: JobId  # from a stored run or a run ID: always a job ID
     nominal_ms: Nominal
     attempt: Count

@@ -555,15 +555,20 @@ class Dispatcher:
     async def report(self, owner: str | None, results: list[Result]) -> list[Run | errors.TempoError]:
         outcomes = await self.committer.submit(ReportResults(self.now_ms(), owner, results))
         assert _run_or_error_each(outcomes)
-        self.core.reported(outcomes)
-        log_failed_attempts(outcomes)
+        if self.core.reported(outcomes):
+            log_failed_attempts(outcomes)
         return outcomes
+
+
+# A tuple, made once: `Run | errors.TempoError` in the check made a union
+# type for each of a batch's thousand outcomes.
+_RUN_OR_ERROR = (Run, errors.TempoError)
 
 
 def _run_or_none_each(answer: Answer) -> TypeGuard[list[Run | None]]:
     """Whether `answer` is what apply answers an `ExpireLeases`, or a
     `ClaimRuns` that took its runs: a run or None, one per item."""
-    return isinstance(answer, list) and all(o is None or isinstance(o, Run) for o in answer)
+    return isinstance(answer, list) and all(o is None or type(o) is Run for o in answer)
 
 
 def _bool_each(answer: Answer) -> TypeGuard[list[bool]]:
@@ -574,7 +579,7 @@ def _bool_each(answer: Answer) -> TypeGuard[list[bool]]:
 def _run_or_error_each(answer: Answer) -> TypeGuard[list[Run | errors.TempoError]]:
     """Whether `answer` is what apply answers a `ReportResults`: a run or its
     fault, one per result."""
-    return isinstance(answer, list) and all(isinstance(o, Run | errors.TempoError) for o in answer)
+    return isinstance(answer, list) and all(isinstance(o, _RUN_OR_ERROR) for o in answer)
 
 
 def log_failed_attempts(outcomes: Sequence[object]) -> None:

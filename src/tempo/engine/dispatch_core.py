@@ -665,11 +665,19 @@ class DispatchCore:
             elif outcome.cancel == "timeout":
                 self.counters["timed_out"] += 1
 
-    def reported(self, outcomes: list[Run | errors.TempoError]) -> None:
-        """A `ReportResults` applied: counts its runs by their new status."""
+    def reported(self, outcomes: list[Run | errors.TempoError]) -> bool:
+        """A `ReportResults` applied: counts its runs by their new status.
+        Answers whether an attempt failed in it (a run waits again, or
+        failed for good): only then has the driver lines to log."""
+        counters = self.counters
+        failed = False
         for outcome in outcomes:
             if isinstance(outcome, Run):
-                self.counters[outcome.status] += 1
+                status = outcome.status
+                counters[status] += 1
+                if status == "waiting" or status == "failed":
+                    failed = True
+        return failed
 
     # -- claims ------------------------------------------------------------------
 
@@ -884,7 +892,7 @@ class DispatchCore:
                 nxt = step_over_taken(job, nxt, now_ms, partial(self.reader.get_run_any, job_id))
             if nxt is not None:
                 claim.next_slot_ms, claim.next_due_ms = nxt.slot_ms, nxt.due_ms
-                claim.missed, claim.catchup_until_ms, claim.catchup_decided_ms = nxt.missed, nxt.until_ms, nxt.decided_ms
+                claim.missed, claim.catchup_until_ms, claim.catchup_decided_ms = tuple(nxt.missed), nxt.until_ms, nxt.decided_ms
                 job.slot_ms = nxt.slot_ms  # a later run of this batch is not the slot run
         return claim
 
@@ -970,17 +978,37 @@ class DispatchCore:
         claimed: list[ClaimedRun] = []
         lateness_s: list[float] = []
         at_ms, at_s = command.at_ms, proposal.at_s
+        jobs, leases, in_flight, heap = proposal.jobs, self.leases, self.in_flight, self._lease_heap
+        replaced = False
         for claim, run in zip(command.claims, outcomes, strict=True):
             if run is None:
                 continue
-            job = proposal.jobs[claim.job_id]
-            timeout_s = None if claim.timeout_at_ms is None else at_s + (claim.timeout_at_ms - at_ms) / 1000
+            job = jobs[claim.job_id]
+            # `_grant`, inline: this runs once per run claimed.
+            deadline_s = at_s + job.lease_s
+            timeout_s = None
+            if claim.timeout_at_ms is not None:
+                timeout_s = at_s + (claim.timeout_at_ms - at_ms) / 1000
+                deadline_s = min(deadline_s, timeout_s)
+            self._lease_entries += 1
+            entry = self._lease_entries
             # Asked to stop by a later claim of the same command (`cancel_other`):
             # the entry's `stopping`, fed before this lease existed, missed it.
-            self._grant(job.owner, run.job_id, run.nominal_ms, run.attempt, at_s + job.lease_s, job.lease_s, timeout_s,
-                        run.cancel == "requested", claim.timeout_at_ms)
+            lease = Lease(run.attempt, deadline_s, job.lease_s, job.owner, entry, deadline_s, timeout_s,
+                          run.cancel == "requested", claim.timeout_at_ms)
+            key = (run.job_id, run.nominal_ms)
+            old = leases.get(key)
+            leases[key] = lease
+            if old is None:
+                in_flight[lease.owner] += 1
+            else:
+                assert old.owner == lease.owner, "a run's owner never changes"
+                replaced = True
+            heapq.heappush(heap, (deadline_s, entry, run.job_id, run.nominal_ms))
             lateness_s.append((at_ms - run.due_ms) / 1000)
             claimed.append(ClaimedRun(run, job))
+        if replaced:
+            self._bound_lease_heap()
         self.observe_lateness(lateness_s)
         self.counters["claimed"] += len(claimed)
         return claimed

@@ -202,6 +202,14 @@ def status_key(owner: str, status_code: int, at_ms: int, job_id: str, nominal_ms
     return _status_owner(owner) + _STATUS_TAIL.pack(status_code, at_ms, job_key(job_id), nominal_ms)
 
 
+# For apply's hot paths (engine/tables/writes.py), which spell a runs-by-status
+# key out as `status_head(owner) + STATUS_TAIL.pack(code, ms, job key,
+# nominal ms)`, `status_key_of` without its call and checks: the job key and
+# the instants come from rows and runs apply read, which hold them in range.
+STATUS_TAIL = _STATUS_TAIL
+status_head = _status_owner
+
+
 def status_key_of(owner: str, status_code: int, at_ms: int, job_key_bytes: bytes, nominal_ms: int) -> bytes:
     """`status_key` from the job's key (`job_key(job_id)`), which apply has at hand."""
     assert len(job_key_bytes) == JOB_KEY_BYTES

@@ -276,7 +276,7 @@ class JobOutcome(msgspec.Struct, array_like=True, gc=False):
     skipped: Count = 0  # runs the job's overlap policy skipped
 
 
-class Event(msgspec.Struct, array_like=True):
+class Event(msgspec.Struct, array_like=True, gc=False):
     type: str
     at_ms: Ms
     job_id: JobId
@@ -293,7 +293,7 @@ class EventHead(msgspec.Struct, array_like=True, gc=False):
     job_id: str
 
 
-class Missed(msgspec.Struct, array_like=True, frozen=True):
+class Missed(msgspec.Struct, array_like=True, frozen=True, gc=False):
     """A contiguous range of a job's slots that got no run: the `count`
     slots in [from_ms, until_ms), from the first of them to the first slot
     after them (None: a range too long to count, docs/semantics.md)."""

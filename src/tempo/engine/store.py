@@ -105,6 +105,9 @@ class Store(Queries, DepQueries, CalendarQueries):
         # pages and fsyncs there (`sync=True`), so this is the fsync latency.
         self.txn_commit_seconds = Histogram()
         self.map_grown = 0  # times `grow_map` grew the map
+        # The owners of jobs apply created or read, for every write
+        # transaction's tables (`Reads.owner_of`).
+        self.owners: dict[str, str] = {}
         # Held by reads off the trio thread (`snapshot_data`, `digest`) while
         # their transaction is open, and by `grow_map`: a remap invalidates
         # every open transaction of the process.
@@ -343,7 +346,7 @@ class Store(Queries, DepQueries, CalendarQueries):
     ) -> tuple[list[Outcome], Changes]:
         raw = txn.get(APPLIED_INDEX, db=self.db["meta"])
         applied = 0 if raw is None else U64.unpack(raw)[0]
-        t = Tables(txn, self.db, self.buckets)
+        t = Tables(txn, self.db, self.buckets, self.owners)
         if index <= applied:
             return [errors.Conflict("already applied")] * len(commands), t.changes
         assert index == applied + 1, f"entry {index} after applied {applied}: a gap"

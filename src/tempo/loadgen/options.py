@@ -52,6 +52,9 @@ class Options:
     work_dir: str | None = None
     # PEM file of the CA that the servers' certificates come from (https:// URLs).
     ca_file: str | None = None
+    # False: the workers claim without claim keys, as a server from before
+    # them needs (bench/compare.py against an old baseline).
+    claim_keys: bool = True
 
     def job_lease_s(self) -> int | None:
         """The `lease_s` the jobs get, or None for the server's default."""

@@ -29,6 +29,7 @@ Workers = tuple[list[BaseProcess], "Queue[Message]", Event]
 
 def _worker_process(
     urls: list[str], queue_name: str, index: int, out: "Queue[Message]", stop: Event, ca_file: str | None = None,
+    claim_keys: bool = True,
 ) -> None:
     import trio
 
@@ -49,7 +50,7 @@ def _worker_process(
         worker = Worker(
             urls, f"loadgen-{os.getpid()}-{index}", {queue_name: noop},
             max_runs=claim_max_runs, concurrency=4 * claim_max_runs, wait_s=claim_wait_s,
-            on_claimed=claimed, on_reported=reported, ca_file=ca_file,
+            on_claimed=claimed, on_reported=reported, ca_file=ca_file, claim_keys=claim_keys,
         )
         async with trio.open_nursery() as nursery:
             await nursery.start(worker.run)
@@ -61,14 +62,16 @@ def _worker_process(
     trio.run(main)
 
 
-def start_workers(urls: list[str], queue_name: str, count: int, ca_file: str | None = None) -> Workers:
+def start_workers(
+    urls: list[str], queue_name: str, count: int, ca_file: str | None = None, claim_keys: bool = True,
+) -> Workers:
     """`count` worker processes claiming from `queue_name` over all `urls`:
     (processes, the queue their messages come on — see `figures.take` —, the stop event)."""
     ctx = mp.get_context("spawn")
     out: Queue[Message] = ctx.Queue()
     stop = ctx.Event()
     procs: list[BaseProcess] = [
-        ctx.Process(target=_worker_process, args=(list(urls), queue_name, i, out, stop, ca_file), daemon=True)
+        ctx.Process(target=_worker_process, args=(list(urls), queue_name, i, out, stop, ca_file, claim_keys), daemon=True)
         for i in range(count)
     ]
     for proc in procs:

@@ -8,7 +8,7 @@ from typing import TypeVar, overload
 
 import lmdb
 
-from tempo import ids
+from tempo import ids, limits
 from tempo.engine import keys
 from tempo.engine.records import Job, Run
 from tempo.engine.tables.layout import (
@@ -40,7 +40,13 @@ class Reads:
         "meta", "open", "outcomes", "reqkeys", "runs", "txn",
     )
 
-    def __init__(self, txn: "lmdb.Transaction[bytes]", db: dict[str, lmdb._Database], buckets: list[lmdb._Database]):
+    def __init__(
+        self,
+        txn: "lmdb.Transaction[bytes]",
+        db: dict[str, lmdb._Database],
+        buckets: list[lmdb._Database],
+        owners: dict[str, str] | None = None,
+    ):
         self.txn = txn
         self.jobs = db["jobs"]
         self.by_owner = db["jobs_by_owner"]
@@ -64,7 +70,11 @@ class Reads:
         # (engine/rules/deps.py `gate`: the claim path of a job with no gate).
         self.deps_used: bool | None = None
         self.calendars = db["calendars"]
-        self._owners: dict[str, str] = {}  # job ID -> owner, read once per transaction
+        # Job ID -> owner, read once: per transaction, or for as long as the
+        # store lives when it passes its own (`Store.owners`; a job's owner
+        # never changes and job IDs are never reused, so what is remembered
+        # stays true, whatever is applied, aborted or restored since).
+        self._owners: dict[str, str] = {} if owners is None else owners
         # Within one transaction: the buckets in use, and the bucket of each
         # day a run finished in, looked up once.
         self._history: list[tuple[int, lmdb._Database]] | None = None
@@ -153,8 +163,17 @@ class Reads:
         if owner is None:
             raw = self.jobs_cursor().get(keys.job_key(job_id))
             assert raw is not None, f"run of a missing job {job_id}"
-            owner = self._owners[job_id] = job_head_dec.decode(raw).owner
+            owner = job_head_dec.decode(raw).owner
+            self.remember_owner(job_id, owner)
         return owner
+
+    def remember_owner(self, job_id: str, owner: str) -> None:
+        """For `owner_of`: at most `limits.owners_remembered_max`, all
+        forgotten at once past that."""
+        owners = self._owners
+        if len(owners) >= limits.owners_remembered_max:
+            owners.clear()
+        owners[job_id] = owner
 
     # -- open runs ---------------------------------------------------------------
 
@@ -178,7 +197,9 @@ class Reads:
         runs_key = self.by_job_cursor().get(by_job_key)
         if runs_key is None:
             return None
-        return runs_key, run_dec.decode(present(self.runs_cursor().get(runs_key)))
+        raw = self.runs_cursor().get(runs_key)
+        assert raw is not None, "an index entry points at a missing row"  # `present`, inline: once per claim and result
+        return runs_key, run_dec.decode(raw)
 
     def slots_desc(self, job_id: str, lower_ms: int, upper_ms: int) -> Iterator[tuple[int, bytes]]:
         """(nominal ms, runs key) of the job's open runs in [lower, upper), newest first."""

@@ -79,10 +79,16 @@ class Tables(Keyed):
     one entry (open runs per minute, the event sequence, job outcomes)
     are kept here and written once, by `flush`."""
 
-    __slots__ = ("changes", "event_seq", "job_count_deltas", "open_deltas", "outcome_counts")
+    __slots__ = ("changes", "event_seq", "job_count_deltas", "open_deltas", "outcome_counts", "status_rows")
 
-    def __init__(self, txn: "lmdb.Transaction[bytes]", db: dict[str, lmdb._Database], buckets: list[lmdb._Database]):
-        super().__init__(txn, db, buckets)
+    def __init__(
+        self,
+        txn: "lmdb.Transaction[bytes]",
+        db: dict[str, lmdb._Database],
+        buckets: list[lmdb._Database],
+        owners: dict[str, str] | None = None,
+    ):
+        super().__init__(txn, db, buckets, owners)
         self.changes = Changes([], [], [], set())
         self.open_deltas: dict[int, int] = {}
         self.event_seq: int | None = None
@@ -92,6 +98,12 @@ class Tables(Keyed):
         # Jobs in each (owner, state) gained or lost in this transaction,
         # written to `job_counts` once each, in `flush`.
         self.job_count_deltas: dict[tuple[str, str], int] = {}
+        # Rows of the runs-by-status index that open runs moved in this
+        # transaction, written in key order by `flush` (`_move_open_row`):
+        # True, put; False, deleted (it must be there); None, deleted if
+        # there (a row put earlier in this transaction, then deleted).
+        # Nothing reads this index inside apply.
+        self.status_rows: dict[bytes, bool | None] = {}
 
     # -- history buckets -------------------------------------------------------
 
@@ -305,14 +317,25 @@ class Tables(Keyed):
             run.due_ms = at_ms
         if by_job_key is None:
             by_job_key = keys.by_job_key(run.job_id, run.nominal_ms)
-        _delete_at(self.runs_cursor(), runs_key)
-        _delete_at(self.by_job_cursor(), by_job_key)
+        # Once per run that finishes (a result): the calls of `_delete_at`,
+        # `_count_open` and `status_key_of` spelled out.
+        cur = self.runs_cursor()
+        found = cur.set_key(runs_key)
+        assert found, "a finished run had its row"
+        cur.delete()
+        cur = self.by_job_cursor()
+        found = cur.set_key(by_job_key)
+        assert found, "a finished run had its runs-by-job row"
+        cur.delete()
         self.history_cursor(at_ms, HIST_RUN).put(HIST_RUN + by_job_key, enc.encode(run))
-        self._count_open(runs_key, None)
-        owner = self.owner_of(run.job_id, job)
+        minute = MINUTE.unpack_from(runs_key)[0]
+        self.open_deltas[minute] = self.open_deltas.get(minute, 0) - 1
+        owner = job.owner if job is not None else self.owner_of(run.job_id, None)
         job_key = by_job_key[: keys.JOB_KEY_BYTES]
         self._move_open_row(run, (old_status, keys.due_of(runs_key)), None, job, owner, job_key)
-        status_key = keys.status_key_of(owner, keys.status_code(run.status), index_ms(run), job_key, run.nominal_ms)
+        status_key = keys.status_head(owner) + keys.STATUS_TAIL.pack(
+            keys.status_code(run.status), index_ms(run), job_key, run.nominal_ms
+        )
         self.history_cursor(at_ms, HIST_STATUS).put(HIST_STATUS + status_key, b"")
         self._count_outcome(job_key, run)
         if old_status == "waiting":
@@ -338,13 +361,17 @@ class Tables(Keyed):
             owner = self.owner_of(run.job_id, job)
         if job_key is None:
             job_key = keys.job_key(run.job_id)
-        cur = self.by_status_cursor()
+        # Kept for `flush`, which writes a claim's or a result's thousand
+        # moves in key order: one cursor walking the index's pages in
+        # order, rather than a descent from the root to a random page for
+        # each (half the cost a row). The keys are `keys.status_key_of`'s.
+        rows = self.status_rows
+        head, tail, code = keys.status_head(owner), keys.STATUS_TAIL, keys.STATUS_CODE
         if old is not None:
-            old_key = keys.status_key_of(owner, keys.STATUS_CODE[old[0]], old[1], job_key, run.nominal_ms)
-            _delete_at(cur, old_key, "an open run had no runs-by-status row")
+            old_key = head + tail.pack(code[old[0]], old[1], job_key, run.nominal_ms)
+            rows[old_key] = None if rows.get(old_key) else False
         if new is not None:
-            new_key = keys.status_key_of(owner, keys.STATUS_CODE[new[0]], new[1], job_key, run.nominal_ms)
-            cur.put(new_key, b"")
+            rows[head + tail.pack(code[new[0]], new[1], job_key, run.nominal_ms)] = True
         # The held-runs index, of jobs with an overlap policy only (a job
         # without one has no rows: `reset_held_rows` when a patch changes
         # that). `run` is the new state; of the old one only (status, due)
@@ -411,11 +438,26 @@ class Tables(Keyed):
         if new_minute is not None:
             self.add_open(new_minute, 1)
 
+    def _flush_status_rows(self) -> None:
+        """The runs-by-status rows `_move_open_row` kept, in key order."""
+        cur = self.by_status_cursor()
+        for key in sorted(self.status_rows):
+            put = self.status_rows[key]
+            if put:
+                cur.put(key, b"")
+            elif cur.set_key(key):
+                cur.delete()
+            else:
+                assert put is None, "an open run had no runs-by-status row"
+        self.status_rows.clear()
+
     def add_open(self, minute: int, delta: int) -> None:
         self.open_deltas[minute] = self.open_deltas.get(minute, 0) + delta
 
     def flush(self) -> None:
         """Writes what the entry accumulated; called once, before the commit."""
+        if self.status_rows:
+            self._flush_status_rows()
         for minute, delta in self.open_deltas.items():
             if delta == 0:
                 continue
@@ -464,7 +506,8 @@ class Tables(Keyed):
             self.event_seq = 0 if raw is None else U64.unpack(raw)[0]
         self.event_seq += 1
         self.changes.event_owners.add(owner)
-        return HIST_EVENT + keys.event_key(owner, self.event_seq), enc.encode(event)
+        # `keys.event_key`, spelled out: once per event.
+        return HIST_EVENT + keys.owner_prefix(owner) + U64.pack(self.event_seq), enc.encode(event)
 
 
 class NewRows:
@@ -488,6 +531,7 @@ class NewRows:
         `Tables.put_run` of a run with no old row, spelled out."""
         key = keys.job_key(job.id)
         self.jobs.append((key, enc.encode(job)))
+        t.remember_owner(job.id, job.owner)  # its runs' claims need not read it (`Reads.owner_of`)
         if first_due_ms is not None:
             assert job.slot_ms is not None
             run = Run(job.id, job.slot_ms, first_due_ms, "waiting")
