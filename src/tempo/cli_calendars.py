@@ -178,12 +178,13 @@ def add_parser(
                      help="only if the calendar is at version N (0: only if there is none yet)")
     for name, help in (("get", "show a calendar, with its resolved holidays"), ("delete", "delete a calendar no job uses")):
         one = subparser(actions, name, help, f"tempo calendars {name} work")
-        one.add_argument("name")
+        one.add_argument("name", help="the calendar's name")
         if name == "delete":
-            one.add_argument("--if-version", dest="if_version", type=int, metavar="N")
+            one.add_argument("--if-version", dest="if_version", type=int, metavar="N",
+                             help="only if the calendar is at version N")
     listing = subparser(actions, "list", "your calendars, by name", "tempo calendars list")
-    listing.add_argument("--limit", type=int)
-    listing.add_argument("--cursor")
+    listing.add_argument("--limit", type=int, help="calendars per page (default 100)")
+    listing.add_argument("--cursor", help="the next_cursor of the page before")
     for parser in (cals, put, listing, *(actions.choices[n] for n in ("get", "delete"))):
         parser.set_defaults(flags=CALENDAR_FLAGS)
         global_flags(parser)
