@@ -60,3 +60,29 @@ def test_runs_buffer_all_buffered_stay_buffered_under_buffer_one(model: Lifecycl
     )
     buffered = [r for r in model.engine.runs_of(model.jobs[0].id).values() if r.status == "waiting" and r.buffered]
     assert len([r for r in buffered if r.attempt == 0]) == 2  # the case still reaches what it is about
+
+
+@pytest.mark.xfail(strict=True, raises=lifecycle_model.Fault, reason="known fault, not fixed yet: a catch-up whose latest slot a trigger took "
+                   "hands out the superseded slot run (see the docstring)")
+def test_a_catch_up_whose_latest_slot_a_trigger_took_does_not_hand_out_the_superseded_run(
+    model: LifecycleModel,
+) -> None:
+    """An `every_s: 1` job with `end_at` 30 s on, its slot run of second 1
+    unclaimed until second 30, when a trigger takes second 30, the last
+    slot. The claim's catch-up (`latest`) decides on slot 30, which the
+    triggered run holds; the leader steps over it, finds no slot left, and
+    drops the catch-up decision with it (engine/dispatch_core.py
+    `_claim_of`), so the run of second 1, superseded by 29 slots, is handed
+    out (docs/semantics.md "Catch-up after missed slots": never). Fixing
+    it needs apply's `_miss` (rules/runs.py) to record the ranges of a
+    decision that plans no next slot, which it does not today."""
+    model.first_job(sched=("at", -120), retry=None, timeout_s=None, lease_s=None, jitter_s=0, queue="a")
+    steps(
+        model,
+        ("delete", {"data": Draws(0), "now": 0}),
+        ("create", {"end": ("end_at", 30), "jitter_s": 0, "lease_s": None, "overlap": None, "queue": "a",
+                    "retry": None, "sched": ("every", 1), "timeout_s": None}),
+        ("advance", {"by": 30}),
+        ("trigger", {"data": Draws(0)}),
+        ("claim_all", {}),
+    )
