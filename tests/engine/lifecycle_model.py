@@ -544,6 +544,10 @@ class LifecycleModel(RuleBasedStateMachine):
         elif there.status == "waiting":
             if there.attempt == 0:
                 there.due_ms = None  # re-planned: due by the new jitter
+        elif there.status in ("done", "failed") and not job.repeating and how == "patch":
+            # A one-off's `at` on a run that ended: it has run, and is completed.
+            job.state = "completed"
+            job.events["job.completed"] += 1
         elif there.status == "cancelled":
             assert there.cancelled_by != "owner" or not job.repeating, f"{how} planted on a run its owner cancelled"
             there.status = "waiting"

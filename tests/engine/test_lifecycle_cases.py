@@ -86,3 +86,23 @@ def test_a_catch_up_whose_latest_slot_a_trigger_took_does_not_hand_out_the_super
         ("trigger", {"data": Draws(0)}),
         ("claim_all", {}),
     )
+
+
+def test_a_one_off_given_the_at_of_a_run_that_ended_is_completed(model: LifecycleModel) -> None:
+    """A repeating job whose run of second 0 failed for good (one attempt,
+    its lease expired), patched two minutes later into a one-off `at`
+    second 0: its one slot has run, so the job is completed, not left
+    active with nothing to run (docs/semantics.md "Changing a job")."""
+    model.first_job(sched=("every_start", 30, -120), retry={"max_attempts": 1, "backoff_s": [0]}, timeout_s=None,
+                    lease_s=None, jitter_s=0, queue="a")
+    steps(
+        model,
+        ("claim_all", {}),
+        ("advance_and_check_leases", {"by": 60}),
+        ("advance_more", {"by": 60}),
+        ("patch", {"data": Draws(0, False, {"at": "2027-01-15T08:00:00.000Z"}), "stale": False, "what": "schedule"}),
+    )
+    job = model.store_job(model.jobs[0])
+    assert job.state == "completed" and job.next_run_at_ms is None
+    [event] = [e for _, e in model.engine.store.list_events("default", 0, 100) if e.type == "job.completed"]
+    assert event.detail == {"status": "failed"}
