@@ -203,6 +203,10 @@ class MJob:
     # was set (its invariants are checked then).
     overlap_clean: bool = True
     had_overlap: bool = False  # a policy other than allow, once: released buffered runs may wait
+    # Slots' runs buffered under `buffer_all` when a patch made the policy
+    # `buffer_one`: they stay buffered (docs/semantics.md "Overlap"), past
+    # the new bound, until each is released.
+    buffered_kept: set[int] = field(default_factory=set)
     runs_done: int = 0  # slots whose run was claimed for the first time
     runs: dict[int, MRun] = field(default_factory=dict)
     events: Counter[str] = field(default_factory=Counter)  # the events the job's changes wrote, by type
@@ -521,6 +525,11 @@ class LifecycleModel(RuleBasedStateMachine):
         job.had_overlap = job.had_overlap or job.overlap != "allow"
         if job.overlap != str(old.get("overlap") or "allow"):
             job.overlap_clean = not job.running()
+            if old.get("overlap") == "buffer_all" and job.overlap == "buffer_one":
+                job.buffered_kept = {r.nominal_ms for r in self.engine.runs_of(job.id).values()
+                                     if r.status == "waiting" and r.buffered and r.attempt == 0 and not r.backfill}
+            else:
+                job.buffered_kept = set()
         job.version += 1
         job.events["job.updated"] += 1
         if changed.version != job.version:
@@ -608,6 +617,10 @@ class LifecycleModel(RuleBasedStateMachine):
         elif there.status == "waiting":
             if there.attempt == 0:
                 there.due_ms = None  # re-planned: due by the new jitter
+        elif there.status in ("done", "failed") and not job.repeating and how == "patch":
+            # A one-off's `at` on a run that ended: it has run, and is completed.
+            job.state = "completed"
+            job.events["job.completed"] += 1
         elif there.status == "cancelled":
             assert there.cancelled_by != "owner" or not job.repeating, f"{how} planted on a run its owner cancelled"
             there.status = "waiting"
@@ -1117,7 +1130,11 @@ class LifecycleModel(RuleBasedStateMachine):
         if len(running) > 1:
             self.fault("overlap", f"{policy} job has {len(running)} runs running: {[r.nominal_ms for r in running]}")
         limit = {"skip": 0, "buffer_one": 1, "buffer_all": limits.overlap_buffered_runs_max}[policy]
-        if len([r for r in buffered if r.attempt == 0]) > limit:  # a retry held back is not counted
+        slot_runs = [r for r in buffered if r.attempt == 0]  # a retry held back is not counted
+        # Runs `buffer_all` buffered stay buffered under `buffer_one`, and
+        # while they wait no further run is buffered.
+        kept = job.buffered_kept = {r.nominal_ms for r in slot_runs} & job.buffered_kept
+        if len(slot_runs) > max(limit, len(kept)):
             self.fault("overlap", f"{policy} job has {len(buffered)} runs buffered")
         first = min((r.nominal_ms for r in buffered), default=None)
         released = [r for r in open_runs if r.status == "waiting" and not r.buffered and first is not None

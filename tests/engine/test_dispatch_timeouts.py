@@ -6,7 +6,7 @@ Stepped on clocks of the test's own, as tests/engine/test_dispatch_core.py."""
 
 import pytest
 
-from tempo import errors, ids
+from tempo import errors, ids, limits
 from tempo.engine.commands import CancelRun, Command
 from tempo.engine.dispatch_core import DispatchCore, feed_size
 from tempo.engine.store import Outcome
@@ -149,3 +149,36 @@ def test_the_next_expiry_is_the_earliest_deadline_in_the_lease_heap(rig: StopRig
     rig.tick()
     rig.claim()
     assert rig.core.next_expiry_s() == rig.mono_s + 3
+
+
+def test_a_new_leader_that_loads_over_several_ticks_holds_each_attempt_to_its_own_instant(
+    rig: StopRig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A takeover whose loader reads the claimed runs a minute a tick: each
+    run's timeout is its stored instant, read against the clocks of the
+    tick that loaded it, so it fires neither late by the ticks the loading
+    took nor early (docs/semantics.md "Run timeouts")."""
+    rig.create(timeout_s=120, lease_s=600, at_s=0)
+    rig.create(timeout_s=30, lease_s=600, at_s=61)  # due in the next minute
+    rig.tick()
+    [first] = rig.claim()
+    rig.advance(61)
+    rig.tick()
+    [second] = rig.claim()
+    assert (first.run.timeout_at_ms, second.run.timeout_at_ms) == (T0_MS + 120_000, T0_MS + 91_000)
+    rig.advance(9)
+    monkeypatch.setattr(limits, "loader_rows_per_step", 1)  # one minute a load
+    fresh = DispatchCore(rig.store, rig.now_ms)
+    rig.core, rig.mono_s = fresh, 500.0
+    fresh.load(rig.now_ms, rig.mono_s)
+    assert list(fresh.leases) == [(first.run.job_id, first.run.nominal_ms)]  # the earlier minute only
+    rig.advance(15)
+    rig.tick()  # loads the next minute, 15 s later
+    assert len(fresh.leases) == 2
+    for c in (first, second):
+        assert fresh.lease_of(c.run.job_id, c.run.nominal_ms, 1, rig.now_ms, rig.mono_s) == c.run.timeout_at_ms
+    rig.advance(5.999)
+    assert rig.expire() == []
+    rig.advance(0.001)
+    [ended] = rig.expire()
+    assert (ended.nominal_ms, ended.error) == (second.run.nominal_ms, "timeout")

@@ -306,6 +306,10 @@ class Api(CalendarHandlers):
             # clients. Its frames are bounded by `peer_frame_bytes_max`.
             return await self.raft(request, receive)
         request.principal = self.auth.check(route.needs, request.headers.get(b"authorization"))
+        if "stale" in request.query:
+            # Checked before a follower redirects: `stale=1` must not pass on
+            # one node and be refused by the next (docs/api.md "General rules").
+            _check_stale(request)
         stale = request.method == "GET" and request.query.get("stale") == "true" and not route.local
         response = self._elsewhere(route, request, scope)
         if response is None:
@@ -319,7 +323,10 @@ class Api(CalendarHandlers):
                 # Answered from what this node applied, which may lag the
                 # leader; the header says how far it got (docs/semantics.md "Reads").
                 applied = str(self.node.applied_index()).encode()
-                response = await handler(request, *args)
+                try:
+                    response = await handler(request, *args)
+                except Exception as exc:  # noqa: BLE001 - a stale 404 says how fresh it is, as a 200 does
+                    response = self._error_response(route.name, request, exc)
                 response.headers.append((b"tempo-applied-index", applied))
             else:
                 if request.method == "GET" and not route.local:
@@ -1359,6 +1366,14 @@ def _entry_problem(data: bytes) -> str | None:
     except Corrupt as exc:
         return str(exc)
     return None
+
+
+def _check_stale(request: Request) -> None:
+    """`stale` has one value, `true`: any other (`1`, empty, `false`) is
+    refused rather than read as absent, which would answer a client that
+    asked for a local read with a redirect or a leader's round instead."""
+    if any(value != "true" for value in query_values(request.raw_query, "stale")):
+        raise errors.Invalid.at("query.stale", "the only value is `true`; leave it out for a linearizable read")
 
 
 def _check_query(route: Route, request: Request) -> None:

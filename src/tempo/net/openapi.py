@@ -135,7 +135,8 @@ def _param(param: routes.Param) -> dict[str, Any]:
 _STALE = _param(routes.Param(
     "stale", "query", {"type": "string", "enum": ["true"]},
     "`true`: answered by the node asked from what it has applied, which may lag the leader (header "
-    "`Tempo-Applied-Index`), without the leader's ReadIndex round; any other value is as if absent",
+    "`Tempo-Applied-Index`, on its errors too), without the leader's ReadIndex round; any other value "
+    "is 400 at `query.stale`, on every node",
 ))
 
 

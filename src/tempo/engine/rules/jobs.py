@@ -280,6 +280,11 @@ def _plant(t: Tables, job: Job, cmd: PatchJob) -> None:
             # The run an earlier re-plan (or a pause) cancelled at this
             # slot waits again: one slot never has two runs.
             job.next_run_at_ms = history.revive(t, job, held[0], held[1], cmd.at_ms, cmd.due_ms)
+            if job.next_run_at_ms is None and not job.schedule.repeating:
+                # A one-off's `at` moved onto a run that ended (done or
+                # failed): its one slot has run, and nothing is left to
+                # run, so it is completed rather than left active.
+                slots.complete(t, job, cmd.at_ms, held[1])
         return
     runs_key, run = found
     slots.adopt(t, job, run, runs_key)
