@@ -302,21 +302,28 @@ def first(row: tuple[T, *tuple[object, ...]]) -> T:
     return row[0]
 
 
-def by_job_desc(cur: "lmdb.Cursor[bytes]", head: bytes, job_id: str, lower_ms: int, upper_ms: int) -> Iterator[tuple[int, bytes]]:
-    """(nominal ms, value) of rows keyed `head` + runs-by-job key of one job
-    with nominal time in [lower, upper), newest first."""
-    prefix = head + keys.job_key(job_id)
-    found = cur.set_range(head + keys.by_job_key(job_id, upper_ms))
+def _back(cur: "lmdb.Cursor[bytes]", start: bytes, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+    """(key, value) of the rows under `prefix` before the key `start`,
+    newest first: the reverse prefix scan both backward reads share."""
+    found = cur.set_range(start)
     found = cur.prev() if found else cur.last()
     while found:
         key = cur.key()
         if not key.startswith(prefix):
             return
+        yield key, cur.value()
+        found = cur.prev()
+
+
+def by_job_desc(cur: "lmdb.Cursor[bytes]", head: bytes, job_id: str, lower_ms: int, upper_ms: int) -> Iterator[tuple[int, bytes]]:
+    """(nominal ms, value) of rows keyed `head` + runs-by-job key of one job
+    with nominal time in [lower, upper), newest first."""
+    start = head + keys.by_job_key(job_id, upper_ms)
+    for key, value in _back(cur, start, head + keys.job_key(job_id)):
         _, nominal_ms = keys.parse_by_job_key(key[len(head) :])
         if nominal_ms < lower_ms:
             return
-        yield nominal_ms, cur.value()
-        found = cur.prev()
+        yield nominal_ms, value
 
 
 def events_from(cur: "lmdb.Cursor[bytes]", head: bytes, owner: str, after_seq: int) -> Iterator[tuple[int, bytes]]:
@@ -331,16 +338,9 @@ def events_from(cur: "lmdb.Cursor[bytes]", head: bytes, owner: str, after_seq: i
         yield keys.parse_event_key(key[len(head) :])[1], value
 
 
-
 def events_back(cur: "lmdb.Cursor[bytes]", head: bytes, owner: str, before_seq: int) -> Iterator[tuple[int, bytes]]:
     """(sequence, value) of rows keyed `head` + events key of one owner
     before `before_seq`, newest first."""
-    prefix = head + keys.owner_prefix(owner)
-    found = cur.set_range(head + keys.event_key(owner, before_seq))
-    found = cur.prev() if found else cur.last()
-    while found:
-        key = cur.key()
-        if not key.startswith(prefix):
-            return
-        yield keys.parse_event_key(key[len(head) :])[1], cur.value()
-        found = cur.prev()
+    start = head + keys.event_key(owner, before_seq)
+    for key, value in _back(cur, start, head + keys.owner_prefix(owner)):
+        yield keys.parse_event_key(key[len(head) :])[1], value
