@@ -555,3 +555,40 @@ def test_a_slot_run_its_overlap_policy_buffered_is_gated_when_released(world: _W
     [[held]] = world.apply(ClaimRuns(world.now_ms, "w1", [Claim(gated.id, slot2, world.now_ms + MIN)]))
     assert held is None
     assert [r.nominal_ms for r in world.open_runs(gated, "skipped") if r.reason == "dependency"] == [slot2]
+
+
+def test_an_end_at_already_past_at_create_is_refused_as_for_a_clock_schedule(world: _World) -> None:
+    """A job whose `end_at` is past when it is created would never run:
+    `400` at `schedule.end_at`, for a dependent job as for a cron one. A
+    future `end_at` is taken; a patch to a past one completes the job."""
+    parent = world.one_off()
+    past = clock.iso_from_ms(world.now_ms - MIN)
+    for sched in ({"cron": "0 6 * * *", "end_at": past}, {"after": {"jobs": [parent.id]}, "end_at": past}):
+        with pytest.raises(errors.Invalid) as caught:
+            world.jobs.new_job(OWNER, _body(schedule=sched), world.now_ms, from_msgpack=False)
+        assert caught.value.errors[0][0] == "schedule.end_at", sched
+    child = world.create(schedule={"after": {"jobs": [parent.id]}, "end_at": clock.iso_from_ms(world.now_ms + MIN)})
+    assert world.job(child).state == "active"
+    for sched in ({"cron": "0 6 * * *", "end_at": past}, {"after": {"jobs": [parent.id]}, "end_at": past}):
+        job = world.create(schedule={k: v for k, v in sched.items() if k != "end_at"})
+        patched = world.run(world.jobs.patch(world.job(job), _body(schedule=sched), from_msgpack=False))
+        assert patched.state == "completed", sched
+    assert world.store.job_counts(OWNER)["completed"] == 2
+    world.end(parent)  # the completed dependent makes no run
+    assert world.open_runs(job) == []
+
+
+def test_a_completed_dependent_patched_active_again_is_counted_active(world: _World) -> None:
+    """A patch that makes a completed dependent job active again moves it
+    between the counts by state (`GET /v1/jobs/counts`)."""
+    parent = world.one_off()
+    child = world.create(schedule={"after": {"jobs": [parent.id]}, "max_runs": 1})
+    world.end(parent)
+    world.end(child)
+    assert world.job(child).state == "completed"
+    before = world.store.job_counts(OWNER)
+    patched = world.run(world.jobs.patch(
+        world.job(child), _body(schedule={"after": {"jobs": [parent.id]}, "max_runs": 2}), from_msgpack=False))
+    assert patched.state == "active"
+    after = world.store.job_counts(OWNER)
+    assert (after["active"], after["completed"]) == (before["active"] + 1, before["completed"] - 1)
