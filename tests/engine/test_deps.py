@@ -478,7 +478,10 @@ def test_edges_made_in_the_entry_that_reports_the_parents_end_count(world: _Worl
     assert len(world.open_runs(child.job)) == 1
 
 
-def test_caused_by_goes_with_the_history_of_its_day_and_with_its_job(world: _World) -> None:
+def test_caused_by_stays_as_long_as_its_run_can_be_read_and_goes_with_its_job(world: _World) -> None:
+    """A run's `caused_by` is kept while the run is open, and then while
+    its history row is (the day it finished): a run made on day D that
+    ends on D+2 still shows it after day D's history is dropped."""
     from tempo.engine.commands import DropHistory
 
     a = world.one_off()
@@ -489,7 +492,14 @@ def test_caused_by_goes_with_the_history_of_its_day_and_with_its_job(world: _Wor
     day = run.nominal_ms // limits.day_ms
     world.apply(DropHistory(world.now_ms, day))  # the days before it: the row stays
     assert world.store.caused_by(child.id, run.nominal_ms)
-    world.apply(DropHistory(world.now_ms, day + 1))
+    world.now_ms += 2 * limits.day_ms
+    world.apply(DropHistory(world.now_ms, day + 1))  # its day goes; the run still waits
+    assert world.store.caused_by(child.id, run.nominal_ms)
+    world.end(child)  # finished on day D+2: in that day's history
+    world.apply(DropHistory(world.now_ms, day + 2))
+    assert world.store.get_run_any(child.id, run.nominal_ms) is not None
+    assert world.store.caused_by(child.id, run.nominal_ms)
+    world.apply(DropHistory(world.now_ms, day + 3))  # the run's own history goes: so does its cause
     assert world.store.caused_by(child.id, run.nominal_ms) == []
     # A job's rows go with it, on every day.
     b = world.one_off()
