@@ -1,0 +1,83 @@
+"""A gated slot that waited on its parents (docs/semantics.md "A gate on
+a clock schedule") and the catch-up of the slots that passed meanwhile,
+through the dispatcher's own claims (engine/dispatch_core.py), with a
+`wait_s` longer than the job's period.
+
+Before, once the next slot had passed, the claim's catch-up took the
+gated slot for a missed one: a run released by its parent's end was
+recorded `missed` (reason `policy`) and never ran, and one that waited
+in vain was `missed` too, not `skipped` with reason `dependency`."""
+
+import msgspec
+
+from tempo.engine.commands import CreateJobs, TriggerJob
+from tempo.engine.records import Run
+from tempo.schema import JobCreate
+
+from .test_dispatch_core import OWNER, QUEUE, Rig, rig  # noqa: F401 - the fixture
+
+PERIOD_MS = 60_000
+WAIT_S = 300
+
+
+def _job(rig: Rig, schedule: dict) -> str:
+    body = msgspec.convert({"target": "queue:work", "schedule": schedule}, JobCreate)
+    item = rig.jobs.new_job(OWNER, body, rig.now_ms, from_msgpack=False)
+    [created] = rig.commit(CreateJobs(rig.now_ms, [item]))  # type: ignore[misc]
+    return created.job.id  # type: ignore[union-attr]
+
+
+def _gated(rig: Rig) -> tuple[str, str, int]:
+    """A parent with no run yet, and an every-minute job gated on it that
+    waits up to five periods; the gated job's first slot, reached and
+    claimed: the run waits on its gate."""
+    parent = _job(rig, {"at": "2099-01-01T00:00:00Z"})
+    gated = _job(rig, {"every_s": PERIOD_MS // 1000, "requires": {"jobs": [parent], "wait_s": WAIT_S}})
+    slot_ms = rig.store.get_job(OWNER, gated).slot_ms
+    assert slot_ms is not None
+    rig.advance((slot_ms - rig.now_ms) / 1000)
+    rig.tick()
+    assert rig.claim() == []
+    [held] = _runs(rig, gated, "waiting")
+    assert (held.nominal_ms, held.due_ms) == (slot_ms, slot_ms + WAIT_S * 1000)
+    return parent, gated, slot_ms
+
+
+def _runs(rig: Rig, job_id: str, status: str) -> list[Run]:
+    found, _ = rig.store.list_runs(OWNER, job_id, since_ms=None, until_ms=None, limit=100, cursor_ms=None)
+    return sorted((r for r in found if r.status == status), key=lambda r: r.nominal_ms)
+
+
+def test_a_gated_run_released_after_later_slots_passed_runs(rig: Rig) -> None:
+    parent, gated, slot_ms = _gated(rig)
+    rig.advance(150)  # two more slots pass while the run waits
+    rig.tick()
+    # The parent runs now: a trigger, claimed and reported.
+    rig.commit(TriggerJob(rig.now_ms, OWNER, parent))
+    rig.tick()
+    [claimed] = rig.claim([QUEUE])
+    assert claimed.run.job_id == parent
+    rig.report(claimed)
+    rig.tick()
+    taken = rig.claim([QUEUE])
+    assert [(c.run.job_id, c.run.nominal_ms) for c in taken] == [(gated, slot_ms)]
+    # The slots that passed while it waited are the catch-up's (`latest`:
+    # the last runs, the one before it is missed).
+    missed = _runs(rig, gated, "missed")
+    assert [(r.reason, r.nominal_ms, r.missed_count) for r in missed] == [("policy", slot_ms + PERIOD_MS, 1)]
+    assert [r.nominal_ms for r in _runs(rig, gated, "waiting")] == [slot_ms + 2 * PERIOD_MS]
+
+
+def test_a_gated_run_that_waited_in_vain_is_skipped_for_its_dependency(rig: Rig) -> None:
+    parent, gated, slot_ms = _gated(rig)
+    rig.advance(WAIT_S)
+    rig.tick()
+    assert rig.claim([QUEUE]) == []
+    [skipped] = _runs(rig, gated, "skipped")
+    assert (skipped.nominal_ms, skipped.reason) == (slot_ms, "dependency") and parent in (skipped.error or "")
+    assert [r.nominal_ms for r in _runs(rig, gated, "missed") if r.nominal_ms == slot_ms] == []
+    # The slots after it are the catch-up's: the latest waits (on its own
+    # gate), the four before it are missed.
+    missed = _runs(rig, gated, "missed")
+    assert [(r.reason, r.nominal_ms, r.missed_count) for r in missed] == [("policy", slot_ms + PERIOD_MS, 4)]
+    assert [r.nominal_ms for r in _runs(rig, gated, "waiting")] == [slot_ms + 5 * PERIOD_MS]
