@@ -8,16 +8,27 @@ gated slot for a missed one: a run released by its parent's end was
 recorded `missed` (reason `policy`) and never ran, and one that waited
 in vain was `missed` too, not `skipped` with reason `dependency`."""
 
+from collections.abc import Iterator
+
 import msgspec
+import pytest
 
 from tempo.engine.commands import CreateJobs, TriggerJob
 from tempo.engine.records import Run
 from tempo.schema import JobCreate
 
-from .test_dispatch_core import OWNER, QUEUE, Rig, rig  # noqa: F401 - the fixture
+from .test_dispatch_core import OWNER, QUEUE, Rig
 
 PERIOD_MS = 60_000
 WAIT_S = 300
+
+
+@pytest.fixture(name="rig")
+def _rig(tmp_path) -> Iterator[Rig]:  # type: ignore[no-untyped-def]
+    made = Rig(str(tmp_path / "data"))
+    yield made
+    made.check()
+    made.close()
 
 
 def _job(rig: Rig, schedule: dict) -> str:
