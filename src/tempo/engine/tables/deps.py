@@ -118,9 +118,11 @@ def drop_causes_before(t: Tables, before_day: int) -> None:
     history of those days (`DropHistory`, after the history buckets
     went), except those whose run can still be read: open, or finished
     on a day kept. Those stay, and are looked at again by a later drop:
-    so a row goes with its run, whatever day it was made on. One read
-    for each row of the days dropped (read to delete them anyway); the
-    rows that stay are of runs open for longer than the retention."""
+    so a row goes with its run, whatever day it was made on. Each row
+    of the days dropped costs a lookup in the open runs and one in each
+    history day kept (at most `limits.history_buckets`), once a day; a
+    row that stays (its run is open, or ended on a later day than it was
+    made) is looked at again by each drop until its run goes."""
     end = CAUSE + DAY.pack(before_day)
     cur = t.txn.cursor(db=t.deps)
     found = cur.set_range(CAUSE)
