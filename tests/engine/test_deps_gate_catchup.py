@@ -92,3 +92,32 @@ def test_a_gated_run_that_waited_in_vain_is_skipped_for_its_dependency(rig: Rig)
     missed = _runs(rig, gated, "missed")
     assert [(r.reason, r.nominal_ms, r.missed_count) for r in missed] == [("policy", slot_ms + PERIOD_MS, 4)]
     assert [r.nominal_ms for r in _runs(rig, gated, "waiting")] == [slot_ms + 5 * PERIOD_MS]
+
+
+async def test_a_gated_run_of_a_job_with_a_calendar_is_not_missed_either(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The same through the calendar's claim (the job has a calendar that
+    lets the slot run): the released run runs, the slot between is missed."""
+    from tempo.engine.commands import Claim, ClaimRuns, ReportResults, Result
+
+    from .calendar_rig import Rig as CalendarRig
+
+    t0_ms = 1_800_000_000_000  # a Friday
+    rig = CalendarRig(tmp_path / "data", t0_ms)
+    try:
+        await rig.put_calendar("c", exclude_dates=["2099-01-01"])
+        parent = rig.create(schedule={"at": "2099-01-02T00:00:00Z"})
+        gated = rig.create(schedule={"every_s": 60, "calendar": "c",
+                                     "requires": {"jobs": [parent.id], "wait_s": WAIT_S}})
+        slot_ms = rig.waiting(gated.id).nominal_ms
+        assert rig.claim(gated.id, slot_ms) is None  # held by its gate
+        rig.now_ms = slot_ms + 150_000
+        run = await rig.jobs.trigger(OWNER, parent.id)
+        [[claimed]] = rig.apply(ClaimRuns(rig.now_ms, "w", [Claim(parent.id, run.nominal_ms, rig.now_ms + 60_000,
+                                                                   one_off=True)]))
+        rig.apply(ReportResults(rig.now_ms, OWNER, [Result(parent.id, claimed.nominal_ms, 1, True)]))
+        got = rig.claim(gated.id, rig.now_ms)
+        assert got is not None and got.nominal_ms == slot_ms
+        missed = [(r.reason, r.nominal_ms, r.missed_count) for r in rig.history(gated.id) if r.status == "missed"]
+        assert missed == [("policy", slot_ms + PERIOD_MS, 1)]
+    finally:
+        rig.close()

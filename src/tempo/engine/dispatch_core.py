@@ -913,9 +913,8 @@ class DispatchCore:
             return nxt
         return catch_up(job, nominal_ms, now_ms)
 
-    @staticmethod
     def _calendar_claim(
-        claim: Claim, job: Job, seen: calendar_plan.Seen, runs_key: bytes, now_ms: int
+        self, claim: Claim, job: Job, seen: calendar_plan.Seen, runs_key: bytes, now_ms: int
     ) -> CatchUp | None:
         """The calendar's decision on the claim of the job's slot run
         (docs/semantics.md "Calendars"), put in the claim; answers the
@@ -927,7 +926,7 @@ class DispatchCore:
             return decided.next
         # A run moved here runs, whatever slots passed since its own: those
         # are decided by the job's catch-up policy, as after any late run.
-        nxt = catch_up(job, nominal_ms, now_ms, claiming=decided.claim.why is None)
+        nxt = self._catch_up(job, nominal_ms, now_ms, claiming=decided.claim.why is None)
         return None if nxt is None else calendar_plan.planned(job, seen, nxt, now_ms)
 
     # -- overlap (docs/semantics.md "Overlap") -----------------------------------
