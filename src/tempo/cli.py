@@ -912,10 +912,12 @@ def _add_update_parser(actions: "argparse._SubParsersAction[argparse.ArgumentPar
         "tempo jobs update j_01J... --label env=prod --remove-label tier",
         "tempo jobs update j_01J... --notify-url https://hooks.example.com/tempo --notify-event run.failed",
         "tempo jobs update j_01J... --max-runs 20 --end-at 2030-12-31T23:59:59Z",
+        "tempo jobs update j_01J... --on finished --all",
         epilog="Each flag changes only its own field: --cron alone keeps the time zone and the DST policy, "
                "--timezone alone changes only the zone, and --at, --cron or --every-s replaces the schedule's "
                "kind (a cron's zone and DST policy go with it); --label adds or changes one label and keeps the "
-               "others; the --catchup-* flags change only their key of the job's catch-up policy.",
+               "others; the --catchup-* flags change only their key of the job's catch-up policy; --on, --any, --all, "
+               "--within-s and --wait-s alone change only their key of the job's own after or requires edges.",
     )
     update.add_argument("id", help="the job's ID")
     update.add_argument("--target", help="queue:<name> or an http(s):// URL")
