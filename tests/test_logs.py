@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 import httpx
 
 from conftest import free_port
-from tempo import ids, limits
+from tempo import clock, ids, limits
 from tempo.engine.dispatch import log_failed_attempts
 from tempo.engine.records import Run
 from tempo.logs import JsonFormatter, NodeFilter
@@ -96,3 +96,17 @@ def test_failed_attempts_are_logged_with_ids_and_capped_per_commit(caplog):
         log_failed_attempts(many)
     assert len(caplog.records) == limits.run_log_lines_max + 1
     assert caplog.records[-1].getMessage() == "and 5 more failed attempts in the same commit"
+
+
+def test_a_failed_attempt_without_error_text_is_logged_without_none(caplog):
+    """A worker may report a failure without `error`: the line says so in
+    words, never `failed (None)` or `: None`."""
+    job_id = ids.job_id_from_int(1_800_000_000_000, 1)
+    retried = Run(job_id, 1000, 5000, "waiting", attempt=1)
+    failed = Run(job_id, 2000, 2000, "failed", attempt=2)
+    with caplog.at_level(logging.INFO, logger="tempo.dispatch"):
+        log_failed_attempts([retried, failed])
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2 and not any("None" in line for line in lines), lines
+    assert lines[0].endswith(f"attempt 1 failed (no error text); retry due at {clock.iso_from_ms(5000)}")
+    assert lines[1].endswith("failed for good at attempt 2 (no error text)")

@@ -15,7 +15,7 @@ from typing import IO, Any
 
 import httpx
 
-from tempo import cli_calendars, limits
+from tempo import cli_calendars, cli_deps, limits
 from tempo.net.agent import USER_AGENT
 from tempo.net.client import (
     ApiError,
@@ -185,8 +185,8 @@ SCHEDULE_FLAGS = {
     "schedule.end_at": "--end-at", "schedule.max_runs": "--max-runs",
     "schedule.dst": "--dst-gap/--dst-repeat", "schedule.dst.gap": "--dst-gap", "schedule.dst.repeat": "--dst-repeat",
     "schedule.after": "--after", "schedule.after.jobs": "--after", "schedule.after.on": "--on",
-    "schedule.after.within_s": "--within-s", "schedule.requires": "--requires",
-    "schedule.requires.jobs": "--requires", "schedule.requires.within_s": "--within-s",
+    "schedule.after.all": "--any/--all", "schedule.after.within_s": "--within-s", "schedule.requires": "--requires",
+    "schedule.requires.jobs": "--requires", "schedule.requires.on": "--on", "schedule.requires.within_s": "--within-s",
     "schedule.requires.wait_s": "--wait-s",
 } | cli_calendars.SCHEDULE_CALENDAR_FLAGS
 CREATE_FLAGS = SCHEDULE_FLAGS | {
@@ -423,25 +423,15 @@ _KINDS = {"at": "at", "cron": "cron", "every_s": "every_s", "after": "after_jobs
 
 def _kind_value(args: argparse.Namespace, kind: str) -> Any:
     """The value of a schedule kind's flag, None when not given; `--after`'s
-    with --on, --any and --within-s (docs/semantics.md "Dependencies")."""
-    value = getattr(args, _KINDS[kind], None)
-    if kind != "after" or value is None:
-        return value
-    after: dict[str, Any] = {"jobs": [one.strip() for one in value.split(",") if one.strip()]}
-    if args.on is not None:
-        after["on"] = args.on
-    if args.any:
-        after["all"] = False
-    if args.within_s is not None:
-        after["within_s"] = args.within_s
-    return after
+    with its flags (cli_deps.py)."""
+    return cli_deps.after_value(args) if kind == "after" else getattr(args, _KINDS[kind], None)
 
 
 def _schedule_body(args: argparse.Namespace) -> dict[str, Any]:
     kinds = [k for k in _KINDS if _kind_value(args, k) is not None]
     if len(kinds) != 1:  # two at once argparse refuses; none is left to here
         raise Usage("give exactly one of --at, --cron, --every-s or --after")
-    schedule: dict[str, Any] = {kinds[0]: _kind_value(args, kinds[0])} | _requires_field(args)
+    schedule: dict[str, Any] = {kinds[0]: _kind_value(args, kinds[0])} | cli_deps.requires_field(args)
     if args.timezone is not None:
         schedule["timezone"] = args.timezone
     if args.start_at is not None:
@@ -456,12 +446,14 @@ def _dst_field(args: argparse.Namespace) -> dict[str, Any]:
     return {"dst": dst} if dst else {}
 
 
-def _schedule_patch(args: argparse.Namespace) -> dict[str, Any]:
+def _schedule_patch(args: argparse.Namespace, job_schedule: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     """The `schedule` of `jobs update`'s merge patch: only the keys given,
     merged into the job's schedule by the server (docs/api.md "Change a
     job"), so --cron alone keeps the zone and the DST policy, and
     --timezone alone changes only the zone. A kind flag removes the other
-    kinds (null), so --every-s turns a cron job into a periodic one."""
+    kinds (null), so --every-s turns a cron job into a periodic one.
+    `job_schedule` reads the job's schedule, for --on and the other flags
+    that change its edges alone (cli_deps.py)."""
     schedule: dict[str, Any] = {}
     for kind in _KINDS:
         if _kind_value(args, kind) is not None:
@@ -470,20 +462,8 @@ def _schedule_patch(args: argparse.Namespace) -> dict[str, Any]:
     for name in ("timezone", "start_at"):
         if getattr(args, name) is not None:
             schedule[name] = getattr(args, name)
-    return schedule | _dst_field(args) | _end_fields(args) | _requires_field(args) | cli_calendars.schedule_fields(args)
-
-
-def _requires_field(args: argparse.Namespace) -> dict[str, Any]:
-    """The schedule's gate from --requires, with --on, --within-s and
-    --wait-s (docs/semantics.md "A gate on a clock schedule")."""
-    value = getattr(args, "requires_jobs", None)
-    if value is None:
-        return {}
-    gate: dict[str, Any] = {"jobs": [one.strip() for one in value.split(",") if one.strip()]}
-    for name in ("on", "within_s", "wait_s"):
-        if getattr(args, name) is not None:
-            gate[name] = getattr(args, name)
-    return {"requires": gate}
+    edges = cli_deps.patch_fields(args, job_schedule)
+    return schedule | _dst_field(args) | _end_fields(args) | edges | cli_calendars.schedule_fields(args)
 
 
 def _end_fields(args: argparse.Namespace) -> dict[str, Any]:
@@ -671,25 +651,6 @@ def _add_job_flags(parser: argparse.ArgumentParser, *, payload_help: str, max_at
                              "buffer_one, buffer_all or cancel_other (repeating schedules only)")
 
 
-def _add_deps_flags(group: "argparse._ArgumentGroup") -> None:
-    group.add_argument("--on", choices=("succeeded", "failed", "finished"),
-                       help="with --after: which end of a parent's run counts (default succeeded; failed: "
-                            "failed for good, after its last attempt)")
-    group.add_argument("--any", action="store_true",
-                       help="with --after: one run for each counting end of any parent (default: one run once "
-                            "every parent ended)")
-    group.add_argument("--within-s", dest="within_s", type=int, metavar="S",
-                       help="with --after: a parent's end older than S seconds when the last one arrives no "
-                            "longer counts; with --requires: each parent must have ended within S seconds "
-                            "before the slot")
-    group.add_argument("--requires", dest="requires_jobs", metavar="IDS",
-                       help="with --cron or --every-s: a slot runs only if these jobs ended (as --on says) "
-                            "before it, e.g. j_load")
-    group.add_argument("--wait-s", dest="wait_s", type=int, metavar="S",
-                       help="with --requires: a slot waits up to S seconds for the missing ends, then is "
-                            "skipped (default 0)")
-
-
 def _add_schedule_flags(
     parser: argparse.ArgumentParser, *, with_file: bool, removable: bool = False, with_deps: bool = True
 ) -> None:
@@ -707,7 +668,7 @@ def _add_schedule_flags(
                            "per line, through the batch API; each line's result is printed. A line with a "
                            "request_key may be sent again safely")
     if with_deps:
-        _add_deps_flags(group)
+        cli_deps.add_flags(group)
     group.add_argument("--timezone", help="IANA time zone of --cron, e.g. Europe/Berlin (default UTC)")
     group.add_argument("--start-at", dest="start_at", help="RFC 3339 start of the --every-s grid (default: now)")
     group.add_argument("--dst-gap", dest="dst_gap", metavar="POLICY",
@@ -897,15 +858,16 @@ def _add_preview_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser
 def _update(args: argparse.Namespace, client: Client) -> Any:
     """`tempo jobs update`: one merge patch, which the server merges into
     the job as it is when the patch arrives (so nothing is read first)."""
-    return client.update_job(args.id, _update_body(args), args.if_version)
+    return client.update_job(args.id, _update_body(args, lambda: dict(client.get_job(args.id)["schedule"])),
+                             args.if_version)
 
 
-def _update_body(args: argparse.Namespace) -> dict[str, Any]:
+def _update_body(args: argparse.Namespace, job_schedule: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     """The merge patch of `tempo jobs update`: the fields given; objects
     (`schedule`, `retry`, `catchup`, ...) merged key by key by the server
     (docs/api.md "Change a job")."""
     patch: dict[str, Any] = {}
-    schedule = _schedule_patch(args)
+    schedule = _schedule_patch(args, job_schedule)
     if schedule:
         patch["schedule"] = schedule
     catchup = _catchup_body(args)
@@ -950,10 +912,12 @@ def _add_update_parser(actions: "argparse._SubParsersAction[argparse.ArgumentPar
         "tempo jobs update j_01J... --label env=prod --remove-label tier",
         "tempo jobs update j_01J... --notify-url https://hooks.example.com/tempo --notify-event run.failed",
         "tempo jobs update j_01J... --max-runs 20 --end-at 2030-12-31T23:59:59Z",
+        "tempo jobs update j_01J... --on finished --all",
         epilog="Each flag changes only its own field: --cron alone keeps the time zone and the DST policy, "
                "--timezone alone changes only the zone, and --at, --cron or --every-s replaces the schedule's "
                "kind (a cron's zone and DST policy go with it); --label adds or changes one label and keeps the "
-               "others; the --catchup-* flags change only their key of the job's catch-up policy.",
+               "others; the --catchup-* flags change only their key of the job's catch-up policy; --on, --any, --all, "
+               "--within-s and --wait-s alone change only their key of the job's own after or requires edges.",
     )
     update.add_argument("id", help="the job's ID")
     update.add_argument("--target", help="queue:<name> or an http(s):// URL")
@@ -1438,7 +1402,7 @@ def _main(argv: Sequence[str] | None) -> int:
     try:
         with client:
             return commands[args.command](args, client)
-    except Usage as exc:
+    except (Usage, cli_deps.DepsUsage) as exc:
         print(f"tempo {args.command}{' ' + args.action if getattr(args, 'action', None) else ''}: error: {exc}",
               file=sys.stderr)
         return EXIT_USAGE

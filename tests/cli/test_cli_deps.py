@@ -3,6 +3,8 @@
 
 import json
 
+import pytest
+
 from tempo.cli import _cell, graph_lines
 
 from .test_cli_update import tempo
@@ -57,3 +59,60 @@ def test_the_jobs_table_says_what_a_job_runs_after() -> None:
     assert _cell(after, "schedule") == "after j_A|j_B failed"
     gated = {"schedule": {"cron": "0 6 * * *", "timezone": "UTC", "requires": {"jobs": ["j_L"]}}}
     assert _cell(gated, "schedule") == "cron 0 6 * * * (UTC), requires j_L"
+
+
+def _cli(capsys, monkeypatch, *argv: str, url: str = "http://127.0.0.1:9") -> tuple[int, str, str]:
+    """`tempo ARGV` in this process: its exit status, stdout and stderr."""
+    from tempo.cli import main
+
+    monkeypatch.delenv("TEMPO_URL", raising=False)
+    code = main([*argv, "--url", url])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_a_flag_that_shapes_no_edges_is_a_usage_error_naming_it(capsys, monkeypatch) -> None:
+    """`--on`, `--any`, `--all`, `--within-s` and `--wait-s` without the
+    edges they shape were dropped silently; now each is exit 2, naming
+    the flag, before anything is sent (no server listens here)."""
+    cases = [
+        (["--every-s", "10", "--wait-s", "30"], "--wait-s: only with --requires"),
+        (["--every-s", "3600", "--on", "failed", "--any"], "--on: only with --after or --requires"),
+        (["--every-s", "3600", "--any"], "--any: only with --after"),
+        (["--every-s", "3600", "--all"], "--all: only with --after"),
+        (["--cron", "0 6 * * *", "--within-s", "60"], "--within-s: only with --after or --requires"),
+        (["--cron", "0 6 * * *", "--requires", "j_x", "--any"], "--any: only with --after"),
+        (["--after", "j_x", "--wait-s", "5"], "--wait-s: only with --requires"),
+    ]
+    for flags, said in cases:
+        code, _, err = _cli(capsys, monkeypatch, "jobs", "create", "--target", "queue:cli", *flags)
+        assert (code, said in err) == (2, True), (flags, err)
+    with pytest.raises(SystemExit) as both:
+        _cli(capsys, monkeypatch, "jobs", "create", "--target", "queue:cli", "--after", "j_x", "--any", "--all")
+    assert both.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
+
+
+def test_update_changes_the_jobs_own_edges_with_a_flag_alone(server, capsys, monkeypatch) -> None:
+    def run(*argv: str) -> tuple[int, dict, str]:
+        code, out, err = _cli(capsys, monkeypatch, *argv, "--json", url=server.url)
+        return code, (json.loads(out) if code == 0 else {}), err
+
+    _, a, _ = run("jobs", "create", "--target", "queue:cli", "--every-s", "3600")
+    _, child, _ = run("jobs", "create", "--target", "queue:cli", "--after", a["id"], "--within-s", "600")
+    code, changed, err = run("jobs", "update", child["id"], "--on", "failed")
+    assert code == 0, err
+    assert changed["schedule"]["after"] == {"jobs": [a["id"]], "on": "failed", "all": True, "within_s": 600}
+    code, _, err = run("jobs", "update", child["id"], "--any")  # within_s goes only with all: the server says so
+    assert code == 1 and "--within-s" in err
+    _, anyone, _ = run("jobs", "create", "--target", "queue:cli", "--after", a["id"], "--any")
+    _, back, _ = run("jobs", "update", anyone["id"], "--all")
+    assert back["schedule"]["after"] == {"jobs": [a["id"]], "on": "succeeded", "all": True, "within_s": None}
+    code, _, err = run("jobs", "update", anyone["id"], "--wait-s", "60")
+    assert code == 2 and "--wait-s: only with --requires (the job has after edges)" in err
+    _, gated, _ = run("jobs", "create", "--target", "queue:cli", "--every-s", "60", "--requires", a["id"])
+    _, waits, _ = run("jobs", "update", gated["id"], "--wait-s", "120", "--on", "finished")
+    assert waits["schedule"]["requires"] == {"jobs": [a["id"]], "on": "finished", "within_s": None, "wait_s": 120}
+    code, _, err = run("jobs", "update", gated["id"], "--any")
+    assert code == 2 and "--any: only with --after (the job has requires edges)" in err
+    code, _, err = run("jobs", "update", a["id"], "--on", "failed")
+    assert code == 2 and "--on: only with --after or --requires, and the job has no edges to change" in err

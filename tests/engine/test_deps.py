@@ -478,7 +478,10 @@ def test_edges_made_in_the_entry_that_reports_the_parents_end_count(world: _Worl
     assert len(world.open_runs(child.job)) == 1
 
 
-def test_caused_by_goes_with_the_history_of_its_day_and_with_its_job(world: _World) -> None:
+def test_caused_by_stays_as_long_as_its_run_can_be_read_and_goes_with_its_job(world: _World) -> None:
+    """A run's `caused_by` is kept while the run is open, and then while
+    its history row is (the day it finished): a run made on day D that
+    ends on D+2 still shows it after day D's history is dropped."""
     from tempo.engine.commands import DropHistory
 
     a = world.one_off()
@@ -489,7 +492,14 @@ def test_caused_by_goes_with_the_history_of_its_day_and_with_its_job(world: _Wor
     day = run.nominal_ms // limits.day_ms
     world.apply(DropHistory(world.now_ms, day))  # the days before it: the row stays
     assert world.store.caused_by(child.id, run.nominal_ms)
-    world.apply(DropHistory(world.now_ms, day + 1))
+    world.now_ms += 2 * limits.day_ms
+    world.apply(DropHistory(world.now_ms, day + 1))  # its day goes; the run still waits
+    assert world.store.caused_by(child.id, run.nominal_ms)
+    world.end(child)  # finished on day D+2: in that day's history
+    world.apply(DropHistory(world.now_ms, day + 2))
+    assert world.store.get_run_any(child.id, run.nominal_ms) is not None
+    assert world.store.caused_by(child.id, run.nominal_ms)
+    world.apply(DropHistory(world.now_ms, day + 3))  # the run's own history goes: so does its cause
     assert world.store.caused_by(child.id, run.nominal_ms) == []
     # A job's rows go with it, on every day.
     b = world.one_off()
@@ -555,3 +565,40 @@ def test_a_slot_run_its_overlap_policy_buffered_is_gated_when_released(world: _W
     [[held]] = world.apply(ClaimRuns(world.now_ms, "w1", [Claim(gated.id, slot2, world.now_ms + MIN)]))
     assert held is None
     assert [r.nominal_ms for r in world.open_runs(gated, "skipped") if r.reason == "dependency"] == [slot2]
+
+
+def test_an_end_at_already_past_at_create_is_refused_as_for_a_clock_schedule(world: _World) -> None:
+    """A job whose `end_at` is past when it is created would never run:
+    `400` at `schedule.end_at`, for a dependent job as for a cron one. A
+    future `end_at` is taken; a patch to a past one completes the job."""
+    parent = world.one_off()
+    past = clock.iso_from_ms(world.now_ms - MIN)
+    for sched in ({"cron": "0 6 * * *", "end_at": past}, {"after": {"jobs": [parent.id]}, "end_at": past}):
+        with pytest.raises(errors.Invalid) as caught:
+            world.jobs.new_job(OWNER, _body(schedule=sched), world.now_ms, from_msgpack=False)
+        assert caught.value.errors[0][0] == "schedule.end_at", sched
+    child = world.create(schedule={"after": {"jobs": [parent.id]}, "end_at": clock.iso_from_ms(world.now_ms + MIN)})
+    assert world.job(child).state == "active"
+    for sched in ({"cron": "0 6 * * *", "end_at": past}, {"after": {"jobs": [parent.id]}, "end_at": past}):
+        job = world.create(schedule={k: v for k, v in sched.items() if k != "end_at"})
+        patched = world.run(world.jobs.patch(world.job(job), _body(schedule=sched), from_msgpack=False))
+        assert patched.state == "completed", sched
+    assert world.store.job_counts(OWNER)["completed"] == 2
+    world.end(parent)  # the completed dependent makes no run
+    assert world.open_runs(job) == []
+
+
+def test_a_completed_dependent_patched_active_again_is_counted_active(world: _World) -> None:
+    """A patch that makes a completed dependent job active again moves it
+    between the counts by state (`GET /v1/jobs/counts`)."""
+    parent = world.one_off()
+    child = world.create(schedule={"after": {"jobs": [parent.id]}, "max_runs": 1})
+    world.end(parent)
+    world.end(child)
+    assert world.job(child).state == "completed"
+    before = world.store.job_counts(OWNER)
+    patched = world.run(world.jobs.patch(
+        world.job(child), _body(schedule={"after": {"jobs": [parent.id]}, "max_runs": 2}), from_msgpack=False))
+    assert patched.state == "active"
+    after = world.store.job_counts(OWNER)
+    assert (after["active"], after["completed"]) == (before["active"] + 1, before["completed"] - 1)

@@ -589,12 +589,15 @@ def log_failed_attempts(outcomes: Sequence[object]) -> None:
     for run in ended[: limits.run_log_lines_max]:
         run_id = ids.run_id(run.job_id, run.nominal_ms)
         fields = {"job_id": run.job_id, "run_id": run_id, "attempt": run.attempt, "status": run.status}
+        # A result's `error` is optional (docs/api.md "Workers"): a failure
+        # sent without one is logged so, never as "None".
+        why = "no error text" if run.error is None else run.error
         if run.status == "failed":
-            log.warning("run %s of job %s failed for good at attempt %d: %s", run_id, run.job_id, run.attempt,
-                        run.error, extra=fields)
+            log.warning("run %s of job %s failed for good at attempt %d (%s)", run_id, run.job_id, run.attempt,
+                        why, extra=fields)
         else:
             log.info("run %s of job %s: attempt %d failed (%s); retry due at %s", run_id, run.job_id, run.attempt,
-                     run.error, clock.iso_from_ms(run.due_ms), extra=fields)
+                     why, clock.iso_from_ms(run.due_ms), extra=fields)
     if len(ended) > limits.run_log_lines_max:
         log.warning("and %d more failed attempts in the same commit", len(ended) - limits.run_log_lines_max)
 

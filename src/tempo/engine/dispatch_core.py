@@ -77,7 +77,7 @@ from tempo.config import UNLIMITED, OwnerLimits
 from tempo.engine import calendar_plan, keys
 from tempo.engine.commands import Claim, ClaimRuns, ExpireLeases, Expiry, OverlapRuns
 from tempo.engine.plan import CatchUp, catch_up, step_over_taken
-from tempo.engine.records import CalendarUse, Job, Run, RunCancel
+from tempo.engine.records import CalendarUse, DepState, Job, Run, RunCancel
 from tempo.rate import TokenBucket
 from tempo.wheel import TimingWheel
 
@@ -125,6 +125,8 @@ class RunReader(Protocol):
     def get_run_any(self, job_id: str, nominal_ms: int) -> Run | None: ...
 
     def calendar_of(self, job: Job) -> tuple[CalendarUse, View] | None: ...
+
+    def deps_state(self, job_id: str) -> DepState | None: ...
 
 
 class Fed(Protocol):
@@ -883,7 +885,7 @@ class DispatchCore:
         if job.state == "active" and job.slot_ms == nominal_ms:
             seen = self.reader.calendar_of(job) if claiming else None
             if seen is None:
-                nxt = catch_up(job, nominal_ms, now_ms, claiming=claiming)
+                nxt = self._catch_up(job, nominal_ms, now_ms, claiming=claiming)
             else:
                 nxt = self._calendar_claim(claim, job, calendar_plan.Seen(*seen), runs_key, now_ms)
                 if claim.calendar is not None and claim.calendar.action == "move":
@@ -896,9 +898,23 @@ class DispatchCore:
                 job.slot_ms = nxt.slot_ms  # a later run of this batch is not the slot run
         return claim
 
-    @staticmethod
+    def _catch_up(self, job: Job, nominal_ms: int, now_ms: int, *, claiming: bool) -> CatchUp | None:
+        """`catch_up` of the claim of the job's slot run. A run that waited
+        on its gate (docs/semantics.md "A gate on a clock schedule") is
+        not a missed slot, however many slots passed while it waited: the
+        gate decides on it (it runs, or is skipped for its dependency),
+        and catch-up on the slots after it. The gate is read only when
+        catch-up would miss the slot, so a claim on time reads nothing."""
+        nxt = catch_up(job, nominal_ms, now_ms, claiming=claiming)
+        if not claiming or nxt is None or not nxt.missed or nxt.missed[0].from_ms != nominal_ms:
+            return nxt
+        gate = self.reader.deps_state(job.id)
+        if gate is None or gate.waiting_slot_ms != nominal_ms:
+            return nxt
+        return catch_up(job, nominal_ms, now_ms)
+
     def _calendar_claim(
-        claim: Claim, job: Job, seen: calendar_plan.Seen, runs_key: bytes, now_ms: int
+        self, claim: Claim, job: Job, seen: calendar_plan.Seen, runs_key: bytes, now_ms: int
     ) -> CatchUp | None:
         """The calendar's decision on the claim of the job's slot run
         (docs/semantics.md "Calendars"), put in the claim; answers the
@@ -910,7 +926,7 @@ class DispatchCore:
             return decided.next
         # A run moved here runs, whatever slots passed since its own: those
         # are decided by the job's catch-up policy, as after any late run.
-        nxt = catch_up(job, nominal_ms, now_ms, claiming=decided.claim.why is None)
+        nxt = self._catch_up(job, nominal_ms, now_ms, claiming=decided.claim.why is None)
         return None if nxt is None else calendar_plan.planned(job, seen, nxt, now_ms)
 
     # -- overlap (docs/semantics.md "Overlap") -----------------------------------

@@ -920,7 +920,11 @@ def _plan_first(job: Job, at_ms: int, *, patching: bool) -> None:
     400, unless a patch's `end_at` ended it (the patch completes the job)."""
     sched = job.schedule
     if is_after(sched):
-        return  # no slot of its own: its parents' ends make its runs
+        # No slot of its own: its parents' ends make its runs, none after
+        # `end_at`. One past already is refused as a clock schedule's is.
+        if not patching and sched.end_at_ms is not None and sched.end_at_ms < at_ms:
+            raise errors.Invalid.at("schedule.end_at", "end_at is past: no parent's end could make a run")
+        return
     job.slot_ms = first_slot_ms(sched, at_ms)
     if job.slot_ms is None:
         if sched.end_at_ms is None:

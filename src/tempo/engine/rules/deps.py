@@ -106,8 +106,9 @@ def set_edges(t: Tables, job: Job, found: DepState | None) -> None:
 
 
 def drop_history(t: Tables, before_day: int) -> None:
-    """`caused_by` goes with the history of the day the run was made
-    (docs/operations.md "Retention"): no row outlives its days."""
+    """A run's `caused_by` goes with the run (docs/operations.md
+    "Retention"): when the run's own history row is dropped, never while
+    the run is open or its row is kept (`table.drop_causes_before`)."""
     if _used(t):
         table.drop_causes_before(t, before_day)
 

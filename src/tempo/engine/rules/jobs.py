@@ -214,12 +214,17 @@ def _patch_edges(t: Tables, old: Job, cmd: PatchJob) -> errors.TempoError | None
 def _unplan(t: Tables, old: Job, job: Job, at_ms: int) -> None:
     """A job patched to a dependent one (`schedule.after`) has no slot of
     its own: the waiting run of its old slot is cancelled, and a
-    completed job is active again, for its parents' ends to run it."""
+    completed job is active again, for its parents' ends to run it. An
+    `end_at` the patch put in the past completes it instead, as it
+    completes a clock schedule (docs/semantics.md "Dependencies")."""
     if old.slot_ms is not None:
         _cancel_slot(t, job, old.slot_ms, at_ms)
     job.slot_ms = job.next_run_at_ms = None
-    if job.state == "completed":
-        job.state = "active"
+    ended = job.schedule.end_at_ms is not None and job.schedule.end_at_ms < at_ms
+    if job.state == "completed" and not ended:
+        t.set_state(job, "active")
+    elif job.state == "active" and ended:
+        slots.complete(t, job, at_ms)
 
 
 def _replan(t: Tables, old: Job, job: Job, cmd: PatchJob) -> None:

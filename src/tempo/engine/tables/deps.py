@@ -10,7 +10,8 @@ first byte:
   cursor, and a parent with none costs one lookup);
 - b"r" + the day the run was made (u32, days since the epoch) + the run's
   runs-by-job key -> `list[Cause]` (a run's `caused_by`): dropped with the
-  history of that day (`drop_causes_before`), a job's with the job.
+  run's own history row, never while the run can be read
+  (`drop_causes_before`); a job's with the job.
 
 Read by apply's rules (engine/rules/deps.py) and by the API's reads
 (`deps_view`), over a read or a write transaction."""
@@ -114,12 +115,23 @@ def drop_causes(t: Tables, job_id: str) -> None:
 
 def drop_causes_before(t: Tables, before_day: int) -> None:
     """The `caused_by` rows of runs made before `before_day`, with the
-    history of those days (`DropHistory`)."""
+    history of those days (`DropHistory`, after the history buckets
+    went), except those whose run can still be read: open, or finished
+    on a day kept. Those stay, and are looked at again by a later drop:
+    so a row goes with its run, whatever day it was made on. Each row
+    of the days dropped costs a lookup in the open runs and one in each
+    history day kept (at most `limits.history_buckets`), once a day; a
+    row that stays (its run is open, or ended on a later day than it was
+    made) is looked at again by each drop until its run goes."""
     end = CAUSE + DAY.pack(before_day)
     cur = t.txn.cursor(db=t.deps)
     found = cur.set_range(CAUSE)
-    while found and cur.key() < end:
-        found = cur.delete()
+    # `delete` moves to the next row; past the last, the key is empty.
+    while found and CAUSE <= cur.key() < end:
+        if t.run_anywhere(*keys.parse_by_job_key(cur.key()[len(CAUSE) + DAY.size:])) is None:
+            found = cur.delete()
+        else:
+            found = cur.next()
 
 
 class DepQueries:
