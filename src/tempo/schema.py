@@ -299,7 +299,9 @@ class HolidaysIn(_Request):
     """A country's public holidays (ISO 3166 code, e.g. `DE`) and, optionally,
     its region's (e.g. `BY`), as the `holidays` library knows them."""
 
-    country: Annotated[str, Meta(min_length=2, max_length=3)]
+    # Bounds loose enough that a wrong value reaches the check that says why
+    # (`DE-BY` is not a country: the subdivision goes apart).
+    country: Annotated[str, Meta(min_length=1, max_length=64)]
     subdivision: Annotated[str, Meta(min_length=1, max_length=16)] | None = None
 
 
@@ -312,7 +314,7 @@ class CalendarIn(_Request):
         Meta(max_length=limits.calendar_dates_max, description="local dates, YYYY-MM-DD"),
     ] = []
     exclude_weekdays: Annotated[
-        list[Annotated[str, Meta(max_length=3)]], Meta(max_length=7, description="mon, tue, ... sun")
+        list[Annotated[str, Meta(max_length=16)]], Meta(max_length=7, description="mon, tue, ... sun")
     ] = []
     holidays: HolidaysIn | None = None
     base: Annotated[str, Meta(max_length=limits.calendar_name_chars_max)] | None = None
