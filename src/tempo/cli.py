@@ -1438,7 +1438,7 @@ def _main(argv: Sequence[str] | None) -> int:
     try:
         with client:
             return commands[args.command](args, client)
-    except Usage as exc:
+    except (Usage, cli_calendars.CalendarUsage) as exc:
         print(f"tempo {args.command}{' ' + args.action if getattr(args, 'action', None) else ''}: error: {exc}",
               file=sys.stderr)
         return EXIT_USAGE
