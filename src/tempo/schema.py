@@ -471,6 +471,16 @@ class JobOut(msgspec.Struct, gc=False):  # untracked, as _Request: a batch reply
 # Untracked by the cycle collector: a claim answers with up to 1,000 of these,
 # and they hold strings, numbers and a job's decoded payload, through which
 # no cycle runs (engine/records.py, `gc=False`).
+class RunCalendarOut(msgspec.Struct):
+    """What its calendar, as it is now, will do with a waiting slot run
+    at its claim (docs/semantics.md "Calendars"): `skip` it, or `move` it
+    to `runs_at`; why (`2027-12-24 excluded (exclude_dates)`)."""
+
+    action: Literal["skip", "move"]
+    reason: str
+    runs_at: str | None = None
+
+
 class RunOut(msgspec.Struct, gc=False):
     id: str
     job_id: str
@@ -503,6 +513,8 @@ class RunOut(msgspec.Struct, gc=False):
     # A waiting run its job's overlap policy holds back until the running
     # run ends; its `due_at` is 9999-12-31T23:59:59.999Z until then.
     buffered: bool = False
+    # Only on a waiting slot run that its job's calendar will skip or move.
+    calendar: RunCalendarOut | msgspec.UnsetType = msgspec.UNSET
 
 
 class AttemptOut(msgspec.Struct):

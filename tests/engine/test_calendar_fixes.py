@@ -67,7 +67,10 @@ async def test_next_run_at_of_a_saturday_job_moved_to_monday(rig):
     rig.now_ms = ms("2027-12-01T10:00:00+00:00")
     job = _job(rig, "0 18 * * 6", "next_business_day")
     assert _next_run(rig, job.id) == "2027-12-06 18:00"
+    action, at_ms, why = rig.jobs.calendars.claim_note(rig.job(job.id), rig.waiting(job.id), rig.now_ms)
+    assert (action, utc(at_ms), why) == ("move", "2027-12-06 18:00", "2027-12-04 excluded (weekday sat)")
     plain = rig.create(schedule={"cron": "0 18 * * 6"})
+    assert rig.jobs.calendars.claim_note(plain, rig.waiting(plain.id), rig.now_ms) is None
     assert _next_run(rig, plain.id) == utc(plain.next_run_at_ms) == "2027-12-04 18:00"
 
 
@@ -202,3 +205,21 @@ async def test_moves_onto_slots_of_their_own_are_one_row_per_range(rig):
     assert (row.reason, row.missed_count, utc(row.missed_until_ms)) == ("calendar", 288, "2027-12-13 00:00")
     assert "onto a slot of its own" in (row.error or "")
     assert utc(rig.waiting(job.id).nominal_ms) == "2027-12-13 00:00"
+
+
+async def test_a_run_placed_early_whose_day_was_freed_waits_for_its_slot_at_its_claim(rig):
+    """A `PUT` whose re-plans did not reach the run (past
+    limits.calendar_replan_jobs_max, or a race): its claim at the early time
+    sends it on to its slot rather than running it a day early."""
+    from tempo.engine.commands import PutCalendar
+
+    await rig.put_calendar("work", timezone="UTC", exclude_dates=["2027-12-24"])
+    rig.now_ms = ms("2027-12-20T12:00:00+00:00")
+    job = _job(rig, "0 18 * * 5", "previous_business_day")
+    assert utc(rig.waiting(job.id).due_ms) == "2027-12-23 18:00"
+    cal = rig.jobs.calendars.record(OWNER, "work", _spec(), rig.now_ms)
+    rig.apply(PutCalendar(rig.now_ms, cal))  # no re-plans carried
+    assert rig.claim(job.id) is None
+    assert utc(rig.waiting(job.id).due_ms) == "2027-12-24 18:00"
+    claimed = rig.claim(job.id)
+    assert claimed is not None and claimed.status == "claimed"

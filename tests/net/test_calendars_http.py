@@ -189,6 +189,8 @@ def test_next_run_at_is_the_first_run_the_calendar_lets_happen(acme):
         assert r.json()["next_run_at"] == f"{after}T12:00:00.000Z", on_excluded
         listed = acme.get("/v1/jobs", params={"limit": 1000}).json()["jobs"]
         assert [j["next_run_at"] for j in listed if j["id"] == r.json()["id"]] == [f"{after}T12:00:00.000Z"]
+        [waiting] = [run for run in acme.get(f"/v1/jobs/{r.json()['id']}/runs").json()["runs"] if run["status"] == "waiting"]
+        assert waiting["calendar"]["action"] == "skip" and "excluded (exclude_dates)" in waiting["calendar"]["reason"]
 
 
 def test_patch_calendar_null_alone_clears_it(acme):

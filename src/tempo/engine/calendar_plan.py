@@ -56,9 +56,9 @@ def at_claim(job: Job, seen: Seen, nominal_ms: int, due_ms: int, now_ms: int) ->
     epoch = seen.view.epoch
     placed = _placement(job, seen, nominal_ms)
     if placed.why is None:
-        slot_due_ms = plan.due_ms(job, nominal_ms, now_ms)
-        if due_ms < nominal_ms and slot_due_ms > now_ms:
+        if due_ms < nominal_ms and plan.due_ms(job, nominal_ms, now_ms) > now_ms:
             # Placed early for a day an edit has freed since: it runs at its slot.
+            slot_due_ms = plan.due_ms(job, nominal_ms, now_ms)
             return Decision(CalendarClaim(epoch, "move", move_ms=slot_due_ms, why="its day is no longer excluded"))
         return Decision(CalendarClaim(epoch))
     moved_ms = placed.at_ms

@@ -22,7 +22,7 @@ from tempo import calendars, errors, limits, schedule
 from tempo.engine import calendar_plan, plan
 from tempo.engine.commandlog import CommandLog
 from tempo.engine.commands import CalendarReplan, DeleteCalendar, NewJob, PutCalendar
-from tempo.engine.records import Calendar, CalendarUse, Holidays, Job, OnExcluded, Schedule
+from tempo.engine.records import Calendar, CalendarUse, Holidays, Job, OnExcluded, Run, Schedule
 from tempo.engine.rules.deps import is_after
 from tempo.engine.store import Store
 from tempo.engine.tables.calendar_queries import fold
@@ -214,6 +214,22 @@ class Calendars:
         if seen is None:
             return job.next_run_at_ms
         return calendar_plan.upcoming(job, calendar_plan.Seen(*seen), now_ms)
+
+    def claim_note(self, job: Job, run: Run, now_ms: int) -> tuple[str, int | None, str] | None:
+        """What the job's calendar, as it is now, will do with its waiting
+        slot run at its claim: (`skip` or `move`, where it moves to, why);
+        None when it runs where it waits (or is no slot run, or the job
+        has no calendar)."""
+        if run.status != "waiting" or job.state != "active" or job.slot_ms != run.nominal_ms or run.buffered:
+            return None
+        seen = self.store.calendar_of(job)
+        if seen is None:
+            return None
+        at_ms = max(now_ms, run.due_ms)  # as the claim at its due time decides it
+        claim = calendar_plan.at_claim(job, calendar_plan.Seen(*seen), run.nominal_ms, run.due_ms, at_ms).claim
+        if claim.action == "run" or claim.why is None:
+            return None
+        return claim.action, claim.move_ms, claim.why
 
     def placed_due(
         self, job: Job, use: CalendarUse | None, slot_ms: int | None, due_ms: int | None, at_ms: int,

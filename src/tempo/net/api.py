@@ -110,6 +110,7 @@ from tempo.schema import (
     Rejected,
     ResultIn,
     ResultsIn,
+    RunCalendarOut,
     RunOut,
     RunsPage,
     SignalsIn,
@@ -705,11 +706,24 @@ class Api(CalendarHandlers):
     def run_view(self, run: Run) -> RunOut:
         """The stored run, with the lease as heartbeats extended it in memory."""
         view = views.run_view(run)
+        if run.status == "waiting" and self.store.has_calendar(run.job_id):
+            view.calendar = self._calendar_note(run)
         if run.status == "claimed":
             lease_ms = self.dispatcher.lease_of(run.job_id, run.nominal_ms, run.attempt)
             if lease_ms is not None:
                 view.lease_expires_at = clock.iso_from_ms(lease_ms)
         return view
+
+    def _calendar_note(self, run: Run) -> RunCalendarOut | msgspec.UnsetType:
+        """What the job's calendar will do with the waiting run at its
+        claim (docs/semantics.md "Calendars"); unset: it runs where it waits."""
+        job = self.store.get_job_any(run.job_id)
+        note = None if job is None else self.jobs.calendars.claim_note(job, run, self.jobs.now_ms())
+        if note is None:
+            return msgspec.UNSET
+        action, at_ms, why = note
+        assert action in ("skip", "move")
+        return RunCalendarOut("skip" if action == "skip" else "move", why, None if at_ms is None else clock.iso_from_ms(at_ms))
 
     # -- workers -----------------------------------------------------------------
 

@@ -79,6 +79,10 @@ class CalendarQueries:
         with self.env.begin() as txn:
             return rows.users(Reads(txn, self.db, self.buckets), owner, name, limit)
 
+    def has_calendar(self, job_id: str) -> bool:
+        """Whether the job uses a calendar, from memory."""
+        return job_id in self._calendar_uses
+
     def calendar_use(self, job_id: str) -> CalendarUse | None:
         with self.env.begin() as txn:
             return rows.use_of(Reads(txn, self.db, self.buckets), job_id)
