@@ -91,7 +91,7 @@ def _skip(job: Job, seen: Seen, nominal_ms: int, now_ms: int, why: str) -> Decis
             open_ms = calendars.next_open_ms(seen.view, nxt)
             nxt = None if open_ms is None else plan.slot_after_ms(sched, created_ms, open_ms, inclusive=True)
     else:
-        for _ in range(limits.calendar_skip_range_slots_max):
+        for _ in range(limits.calendar_skip_range_slots_max - 1):  # the row's first slot is the claimed one
             if nxt is None or not _skipped_too(job, seen, nxt, now_ms):
                 break
             nxt = plan.slot_after_ms(sched, created_ms, nxt, inclusive=False)
