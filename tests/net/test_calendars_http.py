@@ -221,3 +221,30 @@ def test_bad_weekdays_countries_and_if_match_say_what_is_wrong(acme):
     assert r.status_code == 400 and '"subdivision\\": \\"XX\\"' in r.text, r.text
     r = acme.put("/v1/calendars/work", json=WORK, headers={"if-match": "2"})
     assert r.status_code == 400 and "the calendar's version" in r.text, r.text
+
+
+def test_a_calendar_edit_brings_a_moved_run_back(srv, acme):
+    """A run moved two days on (today and tomorrow excluded) is due at once
+    when the edit frees its day: the `PUT` re-plans it, with no claim."""
+    today = dt.datetime.now(dt.UTC).date()
+    days = [(today + dt.timedelta(days=n)).isoformat() for n in range(2)]
+    assert acme.put("/v1/calendars/mv", json={"timezone": "UTC", "exclude_dates": days}).status_code == 201
+    start = (dt.datetime.now(dt.UTC) + dt.timedelta(seconds=1)).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    sched = {"every_s": 3599, "start_at": start, "calendar": "mv", "on_excluded": "next_business_day"}
+    job = acme.post("/v1/jobs", json={"target": "queue:cal-live", "schedule": sched}).json()
+
+    def waiting() -> dict:
+        [run] = [r for r in acme.get(f"/v1/jobs/{job['id']}/runs").json()["runs"] if r["status"] == "waiting"]
+        return run
+
+    time.sleep(1.5)  # its slot falls due: the claim moves it, handing out nothing
+    with as_token(srv, "acme-worker") as worker:
+        claimed = worker.post("/v1/claim", json={"worker": "w", "queues": ["cal-live"], "max_runs": 10, "wait_s": 0})
+        assert claimed.status_code == 200 and claimed.json()["runs"] == [], claimed.text
+    moved = wait_for(lambda: (run := waiting())["due_at"] > run["nominal_at"] and run)
+    assert moved["due_at"][:10] == days[1] or moved["due_at"][:10] > days[1]
+    assert acme.put("/v1/calendars/mv", json={"timezone": "UTC"}).status_code == 200
+    back = waiting()
+    assert back["nominal_at"] == moved["nominal_at"] and back["due_at"] < moved["due_at"][:10]
+    assert acme.get(f"/v1/jobs/{job['id']}").json()["next_run_at"] == back["due_at"]
+    assert acme.delete(f"/v1/jobs/{job['id']}").status_code == 204
