@@ -720,6 +720,8 @@ calendar_skip_range_slots_max = 1_000
 # Claim decisions a job's view follows from its waiting run to the first
 # run its calendar lets happen (`next_run_at`); past them, the last due time.
 calendar_view_steps_max = 8
+# Jobs' `next_run_at` kept by a node for runs due ahead (cleared when full).
+calendar_view_cache_max = 10_000
 # Jobs that move runs (next or previous business day) a calendar `PUT`
 # re-plans, reading them before it proposes; the waiting runs of jobs past
 # it are decided at their claim, as a `skip` job's always are.

@@ -223,3 +223,14 @@ async def test_a_run_placed_early_whose_day_was_freed_waits_for_its_slot_at_its_
     assert utc(rig.waiting(job.id).due_ms) == "2027-12-24 18:00"
     claimed = rig.claim(job.id)
     assert claimed is not None and claimed.status == "claimed"
+
+
+async def test_next_run_at_follows_a_calendar_edit_at_once(rig):
+    """A skip job's waiting run is not re-planned by an edit (its claim
+    decides it); its `next_run_at` still shows the edit at once."""
+    await rig.put_calendar("work", timezone="UTC", exclude_weekdays=WEEKEND)
+    rig.now_ms = ms("2027-12-04T10:00:00+00:00")  # Saturday
+    job = _job(rig, "0 18 * * *", "skip")
+    assert _next_run(rig, job.id) == "2027-12-06 18:00"
+    await rig.put_calendar("work", timezone="UTC", exclude_weekdays=["sun"])
+    assert _next_run(rig, job.id) == "2027-12-04 18:00"

@@ -141,6 +141,8 @@ class Calendars:
         self.store = store
         self.committer = committer
         self.now_ms = now_ms
+        # `next_run_ms`'s answers for runs due ahead (bounded).
+        self._upcoming: dict[tuple[object, ...], int | None] = {}
 
     def record(self, owner: str, name: str, body: CalendarSpec, at_ms: int) -> Calendar:
         """The calendar a `PUT` asks for, checked, its holidays resolved."""
@@ -213,7 +215,19 @@ class Calendars:
         seen = self.store.calendar_of(job)
         if seen is None:
             return job.next_run_at_ms
-        return calendar_plan.upcoming(job, calendar_plan.Seen(*seen), now_ms)
+        # A run due ahead is decided as at its due time, whatever the time
+        # now, so its answer holds until the job, its run or its owner's
+        # calendars change: kept, since a walk over a weekend of minutes
+        # moved onto slots of their own costs tens of milliseconds.
+        key = (job.id, job.version, job.state, job.slot_ms, job.next_run_at_ms, seen[1].epoch, seen[0])
+        if job.next_run_at_ms > now_ms and key in self._upcoming:
+            return self._upcoming[key]
+        found = calendar_plan.upcoming(job, calendar_plan.Seen(*seen), now_ms)
+        if job.next_run_at_ms > now_ms:
+            if len(self._upcoming) >= limits.calendar_view_cache_max:
+                self._upcoming.clear()
+            self._upcoming[key] = found
+        return found
 
     def claim_note(self, job: Job, run: Run, now_ms: int) -> tuple[str, int | None, str] | None:
         """What the job's calendar, as it is now, will do with its waiting
