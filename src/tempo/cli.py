@@ -1402,7 +1402,7 @@ def _main(argv: Sequence[str] | None) -> int:
     try:
         with client:
             return commands[args.command](args, client)
-    except (Usage, cli_deps.DepsUsage) as exc:
+    except (Usage, cli_deps.DepsUsage, cli_calendars.CalendarUsage) as exc:
         print(f"tempo {args.command}{' ' + args.action if getattr(args, 'action', None) else ''}: error: {exc}",
               file=sys.stderr)
         return EXIT_USAGE

@@ -19,7 +19,7 @@ CALENDAR_FLAGS = {
 # The job's and the preview's calendar fields, by the flags that set them.
 SCHEDULE_CALENDAR_FLAGS = {
     "schedule.calendar": "--calendar", "schedule.on_excluded": "--on-excluded",
-    "calendar": "--calendar", "on_excluded": "--on-excluded",
+    "calendar": "--calendar", "on_excluded": "--on-excluded", "include_excluded": "--include-excluded",
 }
 ON_EXCLUDED = ("skip", "next_business_day", "previous_business_day")
 COLUMNS = ("name", "timezone", "version", "base", "dates", "weekdays", "holidays")
@@ -31,10 +31,13 @@ class CalendarUsage(Exception):
 
 def add_schedule_flags(group: argparse._ArgumentGroup, *, removable: bool = False) -> None:
     """`--calendar` and `--on-excluded`, on a schedule's flags."""
-    removes = "; none removes it" if removable else ""
+    removes = "; none (or --no-calendar) removes it" if removable else ""
     group.add_argument("--calendar", metavar="NAME",
                        help=f"with --cron or --every-s: leave out (or move) the slots on the days this calendar "
                             f"of yours excludes{removes}")
+    if removable:
+        group.add_argument("--no-calendar", dest="no_calendar", action="store_true",
+                           help="the job uses no calendar any more (its --on-excluded goes with it)")
     group.add_argument("--on-excluded", dest="on_excluded", choices=ON_EXCLUDED,
                        help="with --calendar: skip such a slot (the default), or run it at the same wall time on "
                             "the next or the previous business day")
@@ -44,6 +47,10 @@ def schedule_fields(args: argparse.Namespace) -> dict[str, Any]:
     """The schedule's `calendar` and `on_excluded` from the flags (`none`: null)."""
     fields: dict[str, Any] = {}
     calendar = getattr(args, "calendar", None)
+    if getattr(args, "no_calendar", False):
+        if calendar is not None or getattr(args, "on_excluded", None) is not None:
+            raise CalendarUsage("--no-calendar: not with --calendar or --on-excluded")
+        return {"calendar": None}  # its on_excluded goes with it (docs/api.md "Change a job")
     if calendar is not None:
         fields["calendar"] = None if calendar == "none" else calendar
         if calendar == "none":
@@ -54,12 +61,19 @@ def schedule_fields(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _dates_file(path: str) -> list[str]:
-    """One date (YYYY-MM-DD) a line; blank lines and `#` comments skipped."""
+    """One date (YYYY-MM-DD) a line; blank lines and `#` comments skipped.
+    A line that is not a date is named by its number, before anything is sent."""
     try:
         with open(path, encoding="utf-8") as f:
             lines = [line.split("#", 1)[0].strip() for line in f]
     except OSError as exc:
         raise CalendarUsage(f"--exclude-dates-file: {exc}") from None
+    for number, line in enumerate(lines, 1):
+        try:
+            if line:
+                dt.date.fromisoformat(line if len(line) == 10 else "x")
+        except ValueError:
+            raise CalendarUsage(f"--exclude-dates-file: {path}, line {number}: {line!r} is not a date YYYY-MM-DD") from None
     return [line for line in lines if line]
 
 
@@ -135,11 +149,11 @@ def _row(cal: dict[str, Any]) -> dict[str, Any]:
     if holidays:
         where = holidays["country"] + (f"-{holidays['subdivision']}" if holidays.get("subdivision") else "")
     return {"name": cal["name"], "timezone": cal["timezone"], "version": cal["version"], "base": cal["base"],
-            "dates": len(cal["exclude_dates"]), "weekdays": ",".join(cal["exclude_weekdays"]), "holidays": where}
+            "dates": len(cal["exclude_dates"]), "weekdays": ",".join(cal["exclude_weekdays"]) or None, "holidays": where}
 
 
 def _text(cal: dict[str, Any]) -> str:
-    lines = [f"{k}: {v}" for k, v in _row(cal).items()]
+    lines = [f"{k}: {'-' if v in (None, '') else v}" for k, v in _row(cal).items()]
     holidays = cal.get("holidays")
     if holidays:
         lines.append(f"holidays resolved: {holidays['from_year']}-{holidays['until_year']} "

@@ -713,8 +713,23 @@ calendar_days_searched_max = 3660
 calendar_users_named_max = 20
 # Slots a calendar preview looks through, for `count` entries, per entry asked.
 calendar_preview_scan_factor = 20
+# Slots one claim records as one `skipped` range when each moves onto a
+# slot of its own (a `* * * * *` job's weekend under next_business_day):
+# a longer run of them is one row per this many, each claim bounded.
+calendar_skip_range_slots_max = 1_000
+# Claim decisions a job's view follows from its waiting run to the first
+# run its calendar lets happen (`next_run_at`); past them, the last due time.
+calendar_view_steps_max = 8
+# Jobs' `next_run_at` kept by a node for runs due ahead (cleared when full).
+calendar_view_cache_max = 10_000
+# Jobs that move runs (next or previous business day) a calendar `PUT`
+# re-plans, reading them before it proposes; the waiting runs of jobs past
+# it are decided at their claim, as a `skip` job's always are.
+calendar_replan_jobs_max = 10_000
 
 assert 1 <= calendar_base_depth_max <= 16
 assert calendar_dates_max >= 1
 assert 0 <= calendar_holiday_years_ahead <= 50
 assert calendar_days_searched_max >= 366
+assert calendar_skip_range_slots_max >= 2 and calendar_view_steps_max >= 1
+assert calendar_replan_jobs_max >= 1

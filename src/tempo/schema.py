@@ -299,7 +299,9 @@ class HolidaysIn(_Request):
     """A country's public holidays (ISO 3166 code, e.g. `DE`) and, optionally,
     its region's (e.g. `BY`), as the `holidays` library knows them."""
 
-    country: Annotated[str, Meta(min_length=2, max_length=3)]
+    # Bounds loose enough that a wrong value reaches the check that says why
+    # (`DE-BY` is not a country: the subdivision goes apart).
+    country: Annotated[str, Meta(min_length=1, max_length=64)]
     subdivision: Annotated[str, Meta(min_length=1, max_length=16)] | None = None
 
 
@@ -312,7 +314,7 @@ class CalendarIn(_Request):
         Meta(max_length=limits.calendar_dates_max, description="local dates, YYYY-MM-DD"),
     ] = []
     exclude_weekdays: Annotated[
-        list[Annotated[str, Meta(max_length=3)]], Meta(max_length=7, description="mon, tue, ... sun")
+        list[Annotated[str, Meta(max_length=16)]], Meta(max_length=7, description="mon, tue, ... sun")
     ] = []
     holidays: HolidaysIn | None = None
     base: Annotated[str, Meta(max_length=limits.calendar_name_chars_max)] | None = None
@@ -469,6 +471,16 @@ class JobOut(msgspec.Struct, gc=False):  # untracked, as _Request: a batch reply
 # Untracked by the cycle collector: a claim answers with up to 1,000 of these,
 # and they hold strings, numbers and a job's decoded payload, through which
 # no cycle runs (engine/records.py, `gc=False`).
+class RunCalendarOut(msgspec.Struct):
+    """What its calendar, as it is now, will do with a waiting slot run
+    at its claim (docs/semantics.md "Calendars"): `skip` it, or `move` it
+    to `runs_at`; why (`2027-12-24 excluded (exclude_dates)`)."""
+
+    action: Literal["skip", "move"]
+    reason: str
+    runs_at: str | None = None
+
+
 class RunOut(msgspec.Struct, gc=False):
     id: str
     job_id: str
@@ -501,6 +513,8 @@ class RunOut(msgspec.Struct, gc=False):
     # A waiting run its job's overlap policy holds back until the running
     # run ends; its `due_at` is 9999-12-31T23:59:59.999Z until then.
     buffered: bool = False
+    # Only on a waiting slot run that its job's calendar will skip or move.
+    calendar: RunCalendarOut | msgspec.UnsetType = msgspec.UNSET
 
 
 class AttemptOut(msgspec.Struct):

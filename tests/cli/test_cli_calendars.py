@@ -76,3 +76,18 @@ def test_runs_get_shows_the_range_of_a_calendar_skip() -> None:
     assert run_record(row)["count"] == 3 and run_record(row)["reason"] == "calendar"
     overlap = row | {"reason": "overlap", "missed_until": None, "count": None}
     assert "count" not in run_record(overlap)
+
+
+def test_no_calendar_clears_it_and_get_prints_no_none(server, tmp_path: Path) -> None:
+    tempo("calendars", "put", "cli-plain", "--timezone", "UTC", url=server.url)
+    shown = tempo("calendars", "get", "cli-plain", url=server.url).stdout
+    assert "None" not in shown and "base: -" in shown and "weekdays: -" in shown
+    job = json.loads(tempo("jobs", "create", "--target", "queue:cli", "--cron", "0 18 * * *", "--calendar",
+                           "cli-plain", "--json", url=server.url).stdout)
+    changed = json.loads(tempo("jobs", "update", job["id"], "--no-calendar", "--json", url=server.url).stdout)
+    assert "calendar" not in changed["schedule"] and "on_excluded" not in changed["schedule"]
+    dates = tmp_path / "dates.txt"
+    dates.write_text("2027-12-24\nbogus\n")
+    bad = tempo("calendars", "put", "cli-plain", "--timezone", "UTC", "--exclude-dates-file", str(dates),
+                url=server.url, check=False)
+    assert bad.returncode == 2 and "line 2: 'bogus' is not a date" in bad.stderr, bad.stderr

@@ -173,3 +173,78 @@ def test_a_dependent_job_takes_no_calendar(acme):
     r = acme.patch(f"/v1/jobs/{job['id']}", json={"schedule": {"cron": None, **after}})
     assert r.status_code == 200, r.text
     assert "calendar" not in r.json()["schedule"] or r.json()["schedule"]["calendar"] is None
+
+
+def test_next_run_at_is_the_first_run_the_calendar_lets_happen(acme):
+    """Today and tomorrow excluded: a daily job's `next_run_at` is the day
+    after, not today's or tomorrow's slot that its claim would skip."""
+    today = dt.datetime.now(dt.UTC).date()
+    days = [(today + dt.timedelta(days=n)).isoformat() for n in range(2)]
+    assert acme.put("/v1/calendars/shut", json={"timezone": "UTC", "exclude_dates": days}).status_code == 201
+    for on_excluded in ("skip", "next_business_day", "previous_business_day"):
+        sched = {"cron": "0 12 * * *", "calendar": "shut", "on_excluded": on_excluded}
+        r = acme.post("/v1/jobs", json={"target": "queue:q", "schedule": sched})
+        assert r.status_code == 201, r.text
+        after = (today + dt.timedelta(days=2)).isoformat()
+        assert r.json()["next_run_at"] == f"{after}T12:00:00.000Z", on_excluded
+        listed = acme.get("/v1/jobs", params={"limit": 1000}).json()["jobs"]
+        assert [j["next_run_at"] for j in listed if j["id"] == r.json()["id"]] == [f"{after}T12:00:00.000Z"]
+        [waiting] = [run for run in acme.get(f"/v1/jobs/{r.json()['id']}/runs").json()["runs"] if run["status"] == "waiting"]
+        assert waiting["calendar"]["action"] == "skip" and "excluded (exclude_dates)" in waiting["calendar"]["reason"]
+
+
+def test_patch_calendar_null_alone_clears_it(acme):
+    job = acme.post("/v1/jobs", json={"target": "queue:q", "schedule": {"cron": "0 9 * * *", "calendar": "work"}}).json()
+    r = acme.patch(f"/v1/jobs/{job['id']}", json={"schedule": {"calendar": None}},
+                   headers={"content-type": "application/merge-patch+json"})
+    assert r.status_code == 200, r.text
+    assert "calendar" not in r.json()["schedule"] and "on_excluded" not in r.json()["schedule"]
+
+
+@pytest.mark.parametrize(("body", "loc"), [
+    ({"schedule": {"cron": "0 0 * * *", "calendar": "nope"}}, "schedule.calendar"),
+    ({"schedule": {"cron": "0 0 * * *"}, "calendar": "nope"}, "calendar"),
+    ({"schedule": {"every_s": 3600, "on_excluded": "skip"}}, "schedule.on_excluded"),
+    ({"schedule": {"every_s": 3600}, "on_excluded": "next_business_day"}, "on_excluded"),
+    ({"schedule": {"cron": "0 0 * * *", "calendar": "work"}, "calendar": "work"}, "calendar"),
+    ({"schedule": {"cron": "0 0 * * *"}, "include_excluded": True}, "include_excluded"),
+])
+def test_preview_checks_its_calendar_as_a_create_does(acme, body, loc):
+    r = acme.post("/v1/schedules/preview", json=body)
+    assert r.status_code == 400 and r.json()["errors"][0]["loc"] == loc, r.text
+
+
+def test_bad_weekdays_countries_and_if_match_say_what_is_wrong(acme):
+    r = acme.put("/v1/calendars/x", json={"timezone": "UTC", "exclude_weekdays": ["mon", "funday"]})
+    assert r.status_code == 400 and "'funday' is not a weekday: one of mon" in r.text, r.text
+    r = acme.put("/v1/calendars/x", json={"timezone": "UTC", "holidays": {"country": "DE-XX"}})
+    assert r.status_code == 400 and '"subdivision\\": \\"XX\\"' in r.text, r.text
+    r = acme.put("/v1/calendars/work", json=WORK, headers={"if-match": "2"})
+    assert r.status_code == 400 and "the calendar's version" in r.text, r.text
+
+
+def test_a_calendar_edit_brings_a_moved_run_back(srv, acme):
+    """A run moved two days on (today and tomorrow excluded) is due at once
+    when the edit frees its day: the `PUT` re-plans it, with no claim."""
+    today = dt.datetime.now(dt.UTC).date()
+    days = [(today + dt.timedelta(days=n)).isoformat() for n in range(2)]
+    assert acme.put("/v1/calendars/mv", json={"timezone": "UTC", "exclude_dates": days}).status_code == 201
+    start = (dt.datetime.now(dt.UTC) + dt.timedelta(seconds=1)).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    sched = {"every_s": 3599, "start_at": start, "calendar": "mv", "on_excluded": "next_business_day"}
+    job = acme.post("/v1/jobs", json={"target": "queue:cal-live", "schedule": sched}).json()
+
+    def waiting() -> dict:
+        [run] = [r for r in acme.get(f"/v1/jobs/{job['id']}/runs").json()["runs"] if r["status"] == "waiting"]
+        return run
+
+    time.sleep(1.5)  # its slot falls due: the claim moves it, handing out nothing
+    with as_token(srv, "acme-worker") as worker:
+        claimed = worker.post("/v1/claim", json={"worker": "w", "queues": ["cal-live"], "max_runs": 10, "wait_s": 0})
+        assert claimed.status_code == 200 and claimed.json()["runs"] == [], claimed.text
+    moved = wait_for(lambda: (run := waiting())["due_at"] > run["nominal_at"] and run)
+    assert moved["due_at"][:10] == days[1] or moved["due_at"][:10] > days[1]
+    assert acme.put("/v1/calendars/mv", json={"timezone": "UTC"}).status_code == 200
+    back = waiting()
+    assert back["nominal_at"] == moved["nominal_at"] and back["due_at"] < moved["due_at"][:10]
+    assert acme.get(f"/v1/jobs/{job['id']}").json()["next_run_at"] == back["due_at"]
+    assert acme.delete(f"/v1/jobs/{job['id']}").status_code == 204

@@ -56,6 +56,10 @@ def at_claim(job: Job, seen: Seen, nominal_ms: int, due_ms: int, now_ms: int) ->
     epoch = seen.view.epoch
     placed = _placement(job, seen, nominal_ms)
     if placed.why is None:
+        if due_ms < nominal_ms and plan.due_ms(job, nominal_ms, now_ms) > now_ms:
+            # Placed early for a day an edit has freed since: it runs at its slot.
+            slot_due_ms = plan.due_ms(job, nominal_ms, now_ms)
+            return Decision(CalendarClaim(epoch, "move", move_ms=slot_due_ms, why="its day is no longer excluded"))
         return Decision(CalendarClaim(epoch))
     moved_ms = placed.at_ms
     if moved_ms is not None:
@@ -70,9 +74,12 @@ def at_claim(job: Job, seen: Seen, nominal_ms: int, due_ms: int, now_ms: int) ->
 
 
 def _skip(job: Job, seen: Seen, nominal_ms: int, now_ms: int, why: str) -> Decision:
-    """The slot is skipped; with `skip`, so are the excluded slots right
-    after it, recorded as one range up to the first slot whose day is not
-    excluded (found a business day at a time, bounded)."""
+    """The slot is skipped, and so are the slots right after it that the
+    calendar skips too, recorded as one range up to the first slot that
+    runs (or moves): with `skip`, found a business day at a time; with a
+    move, a slot at a time (each moved onto a slot of its own, or into
+    the past), at most limits.calendar_skip_range_slots_max. As missed
+    slots are: one row per range, not one per slot."""
     sched, created_ms = job.schedule, job.created_at_ms
     nxt = plan.slot_after_ms(sched, created_ms, nominal_ms, inclusive=False)
     if seen.use.on_excluded == "skip":
@@ -83,12 +90,69 @@ def _skip(job: Job, seen: Seen, nominal_ms: int, now_ms: int, why: str) -> Decis
                 break
             open_ms = calendars.next_open_ms(seen.view, nxt)
             nxt = None if open_ms is None else plan.slot_after_ms(sched, created_ms, open_ms, inclusive=True)
+    else:
+        for _ in range(limits.calendar_skip_range_slots_max - 1):  # the row's first slot is the claimed one
+            if nxt is None or not _skipped_too(job, seen, nxt, now_ms):
+                break
+            nxt = plan.slot_after_ms(sched, created_ms, nxt, inclusive=False)
     until_ms = nominal_ms + 1 if nxt is None else nxt
     count = plan.count_slots(sched, created_ms, nominal_ms, until_ms) if nxt is not None else 1
     claim = CalendarClaim(seen.view.epoch, "skip", until_ms=until_ms, count=count, why=why)
     if nxt is None:
         return Decision(claim)
     return Decision(claim, planned(job, seen, CatchUp(nxt, plan.due_ms(job, nxt, now_ms), [], None), now_ms))
+
+
+def _skipped_too(job: Job, seen: Seen, slot_ms: int, now_ms: int) -> bool:
+    """Whether a business-day move leaves the slot no run: its day is
+    excluded and its run would land on a slot of its own, in the past,
+    or nowhere."""
+    placed = _placement(job, seen, slot_ms)
+    if placed.why is None:
+        return False
+    moved_ms = placed.at_ms
+    return moved_ms is None or moved_ms <= now_ms or is_slot(job.schedule, job.created_at_ms, moved_ms)
+
+
+def placed_due(job: Job, seen: Seen, slot_ms: int, due_ms: int, now_ms: int) -> int:
+    """Where the waiting run of `slot_ms`, due at `due_ms`, waits under
+    the calendar as it is now (a re-plan: a resume, a patch, a calendar
+    edit): at its slot's due time, or early with `previous_business_day`
+    (as `planned`), or, for a run a claim already moved later, at the
+    day the calendar moves it to now. A run still at its slot that a
+    `next_business_day` would move stays there: its claim moves it."""
+    slot_due_ms = plan.due_ms(job, slot_ms, now_ms)
+    placed = _placement(job, seen, slot_ms)
+    moved_ms = placed.at_ms
+    if not placed.moved or moved_ms is None or moved_ms <= now_ms:
+        return slot_due_ms
+    if is_slot(job.schedule, job.created_at_ms, moved_ms):
+        return slot_due_ms
+    if moved_ms < slot_due_ms or due_ms > slot_due_ms:
+        return moved_ms
+    return slot_due_ms
+
+
+def upcoming(job: Job, seen: Seen, now_ms: int) -> int | None:
+    """When the job's next run happens under its calendar as it is now
+    (the job's `next_run_at`): from its waiting slot run, the decisions
+    its claims would make, each skip handing on to the slot after it,
+    at most limits.calendar_view_steps_max of them. None: no run ahead."""
+    slot_ms, due_ms = job.slot_ms, job.next_run_at_ms
+    for _ in range(limits.calendar_view_steps_max):
+        if slot_ms is None or due_ms is None:
+            return None
+        # As the claim at its due time decides it (or now, if overdue).
+        decided = at_claim(job, seen, slot_ms, due_ms, max(now_ms, due_ms))
+        claim = decided.claim
+        if claim.action == "run":
+            return due_ms
+        if claim.action == "move":
+            return claim.move_ms
+        if decided.next is None:
+            return None
+        slot_ms, due_ms = decided.next.slot_ms, decided.next.due_ms
+    return due_ms
 
 
 def planned(job: Job, seen: Seen, found: CatchUp, now_ms: int) -> CatchUp:

@@ -21,10 +21,11 @@ import trio
 from tempo import calendars, errors, limits, schedule
 from tempo.engine import calendar_plan, plan
 from tempo.engine.commandlog import CommandLog
-from tempo.engine.commands import DeleteCalendar, NewJob, PutCalendar
-from tempo.engine.records import Calendar, CalendarUse, Holidays, Job, OnExcluded, Schedule
+from tempo.engine.commands import CalendarReplan, DeleteCalendar, NewJob, PutCalendar
+from tempo.engine.records import Calendar, CalendarUse, Holidays, Job, OnExcluded, Run, Schedule
 from tempo.engine.rules.deps import is_after
 from tempo.engine.store import Store
+from tempo.engine.tables.calendar_queries import fold
 
 NAME = re.compile(r"[a-z0-9._-]{1,63}")
 _DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
@@ -91,7 +92,7 @@ def weekdays_of(names: list[str], loc: str = "exclude_weekdays") -> tuple[int, .
     found: set[int] = set()
     for i, name in enumerate(names):
         if name.lower() not in calendars.WEEKDAYS:
-            raise errors.Invalid.at(f"{loc}[{i}]", f"{name!r} is not one of {', '.join(calendars.WEEKDAYS)}")
+            raise errors.Invalid.at(f"{loc}[{i}]", f"{name!r} is not a weekday: one of {', '.join(calendars.WEEKDAYS)}")
         found.add(calendars.WEEKDAYS.index(name.lower()))
     if len(found) == 7:
         raise errors.Invalid.at(loc, "every day of the week is excluded: no business day is left")
@@ -106,7 +107,7 @@ def resolve_holidays(spec: HolidaysSpec, year: int) -> Holidays:
     country = spec.country.upper()
     supported = holidays.list_supported_countries()
     if country not in supported:
-        raise errors.Invalid.at("holidays.country", f"{spec.country!r} is not a country the holidays library knows")
+        raise errors.Invalid.at("holidays.country", _country_fault(spec.country, sorted(supported)))
     subdivision = spec.subdivision
     if subdivision is not None:
         subdivisions = {s.upper(): s for s in supported[country]}
@@ -123,11 +124,25 @@ def resolve_holidays(spec: HolidaysSpec, year: int) -> Holidays:
     )
 
 
+def _country_fault(given: str, known: list[str]) -> str:
+    """Why `given` is not a country the holidays library knows, and what is."""
+    head, dash, tail = given.partition("-")
+    if dash and head.upper() in known:
+        return (f"{given!r} is not a country code: give the subdivision apart: "
+                f'{{"country": "{head.upper()}", "subdivision": "{tail.upper()}"}}')
+    if len(given) > 3 or not given.isalpha():
+        return f"{given!r} is not a country code: give its ISO 3166-1 alpha-2 code, e.g. DE, FR, US"
+    two = ", ".join(code for code in known if len(code) == 2)
+    return f"{given!r} is not a country the holidays library knows: one of {two} (or their alpha-3 codes)"
+
+
 class Calendars:
     def __init__(self, store: Store, committer: CommandLog, now_ms: Callable[[], int]):
         self.store = store
         self.committer = committer
         self.now_ms = now_ms
+        # `next_run_ms`'s answers for runs due ahead (bounded).
+        self._upcoming: dict[tuple[object, ...], int | None] = {}
 
     def record(self, owner: str, name: str, body: CalendarSpec, at_ms: int) -> Calendar:
         """The calendar a `PUT` asks for, checked, its holidays resolved."""
@@ -148,11 +163,107 @@ class Calendars:
 
     async def put(self, owner: str, name: str, body: CalendarSpec, if_version: int | None) -> Calendar:
         at_ms = self.now_ms()
-        return await self.submit(self.record(owner, name, body, at_ms), if_version)
+        cal = self.record(owner, name, body, at_ms)
+        return await self.submit(cal, if_version, self.replans(cal))
 
-    async def submit(self, cal: Calendar, if_version: int | None) -> Calendar:
-        """The calendar `record` made, proposed; its outcome."""
-        outcome = await self.committer.submit(PutCalendar(cal.updated_at_ms, cal, if_version))
+    def replans(self, cal: Calendar) -> tuple[CalendarReplan, ...]:
+        """The waiting runs the new `cal` places elsewhere (docs/semantics.md
+        "Calendars"): of the jobs that move runs (next or previous business
+        day) and use `cal` or a calendar built on it, at most
+        limits.calendar_replan_jobs_max jobs read. A run a move placed
+        comes back to its slot when its day is freed, or goes where the
+        new calendar moves it; a `previous_business_day` run goes early.
+        Apply moves each only if it is still as read here."""
+        owner, at_ms = cal.owner, cal.updated_at_ms
+        known = {c.name: c for c in self.store.list_calendars(owner, limits.calendars_per_owner_max, None)[0]}
+        known[cal.name] = cal
+        found: list[CalendarReplan] = []
+        budget = limits.calendar_replan_jobs_max
+        for name in _built_on(known, cal.name):
+            view = fold(known[name], known.get, 0)
+            for job_id in self.store.calendar_users(owner, name, budget):
+                budget -= 1
+                item = self._replan(job_id, view, at_ms)
+                if item is not None:
+                    found.append(item)
+            if budget <= 0:
+                break
+        return tuple(found)
+
+    def _replan(self, job_id: str, view: calendars.View, at_ms: int) -> CalendarReplan | None:
+        use = self.store.calendar_use(job_id)
+        if use is None or use.on_excluded == "skip":
+            return None  # a skip is decided at the slot's claim, with the calendar as it is then
+        job = self.store.get_job_any(job_id)
+        if job is None or job.state != "active" or job.slot_ms is None:
+            return None
+        run = self.store.get_run_any(job_id, job.slot_ms)
+        if run is None or run.status != "waiting" or run.attempt != 0 or run.buffered:
+            return None
+        to_ms = calendar_plan.placed_due(job, calendar_plan.Seen(use, view), job.slot_ms, run.due_ms, at_ms)
+        if to_ms == run.due_ms or (to_ms <= at_ms and run.due_ms <= at_ms):
+            return None  # where it is, or due already either way
+        return CalendarReplan(job_id, job.slot_ms, run.due_ms, to_ms)
+
+    def next_run_ms(self, job: Job, now_ms: int) -> int | None:
+        """The job's `next_run_at`: when its next run happens under its
+        calendar as it is now (docs/semantics.md "Calendars"), not the slot
+        of a run the calendar will skip or move; without a calendar, the
+        due time of its waiting slot run."""
+        if job.state != "active" or job.next_run_at_ms is None:
+            return job.next_run_at_ms
+        seen = self.store.calendar_of(job)
+        if seen is None:
+            return job.next_run_at_ms
+        # A run due ahead is decided as at its due time, whatever the time
+        # now, so its answer holds until the job, its run or its owner's
+        # calendars change: kept, since a walk over a weekend of minutes
+        # moved onto slots of their own costs tens of milliseconds.
+        key = (job.id, job.version, job.state, job.slot_ms, job.next_run_at_ms, seen[1].epoch, seen[0])
+        if job.next_run_at_ms > now_ms and key in self._upcoming:
+            return self._upcoming[key]
+        found = calendar_plan.upcoming(job, calendar_plan.Seen(*seen), now_ms)
+        if job.next_run_at_ms > now_ms:
+            if len(self._upcoming) >= limits.calendar_view_cache_max:
+                self._upcoming.clear()
+            self._upcoming[key] = found
+        return found
+
+    def claim_note(self, job: Job, run: Run, now_ms: int) -> tuple[str, int | None, str] | None:
+        """What the job's calendar, as it is now, will do with its waiting
+        slot run at its claim: (`skip` or `move`, where it moves to, why);
+        None when it runs where it waits (or is no slot run, or the job
+        has no calendar)."""
+        if run.status != "waiting" or job.state != "active" or job.slot_ms != run.nominal_ms or run.buffered:
+            return None
+        seen = self.store.calendar_of(job)
+        if seen is None:
+            return None
+        at_ms = max(now_ms, run.due_ms)  # as the claim at its due time decides it
+        claim = calendar_plan.at_claim(job, calendar_plan.Seen(*seen), run.nominal_ms, run.due_ms, at_ms).claim
+        if claim.action == "run" or claim.why is None:
+            return None
+        return claim.action, claim.move_ms, claim.why
+
+    def placed_due(
+        self, job: Job, use: CalendarUse | None, slot_ms: int | None, due_ms: int | None, at_ms: int,
+        current_ms: int | None = None,
+    ) -> int | None:
+        """The due time of the run a resume or a re-plan plants at `slot_ms`
+        (`due_ms` without a calendar), placed by the job's calendar `use`:
+        early with `previous_business_day`; `current_ms`: the due time of
+        the run waiting at that slot already, if one does."""
+        if use is None or use.on_excluded == "skip" or slot_ms is None or due_ms is None:
+            return due_ms
+        view = self.store.calendar_view(job.owner, use.name)
+        if view is None:
+            return due_ms
+        seen = calendar_plan.Seen(use, view)
+        return calendar_plan.placed_due(job, seen, slot_ms, due_ms if current_ms is None else current_ms, at_ms)
+
+    async def submit(self, cal: Calendar, if_version: int | None, replans: tuple[CalendarReplan, ...] = ()) -> Calendar:
+        """The calendar `record` made, proposed with the runs it re-plans; its outcome."""
+        outcome = await self.committer.submit(PutCalendar(cal.updated_at_ms, cal, if_version, replans))
         if isinstance(outcome, errors.TempoError):
             raise outcome
         assert isinstance(outcome, Calendar)
@@ -200,14 +311,15 @@ class Calendars:
 
     async def preview(
         self, owner: str, sched: Schedule, name: str, on_excluded: str | None, after_ms: int, count: int,
-        *, include_excluded: bool,
+        *, include_excluded: bool, loc: str = "calendar",
     ) -> list[calendar_plan.Entry]:
-        """A preview's entries under the calendar, sorted: at most `count`
-        runs, and with `include_excluded` the excluded slots among them."""
-        check_name(name, "calendar")
+        """A preview's entries under the calendar (named at `loc`), sorted:
+        at most `count` runs, and with `include_excluded` the excluded slots
+        among them."""
+        check_name(name, loc)
         view = self.store.calendar_view(owner, name)
         if view is None:
-            raise errors.Invalid.at("calendar", f"no calendar {name!r}")
+            raise errors.Invalid.at(loc, f"no calendar {name!r}")
         use = CalendarUse(name, "skip" if on_excluded is None else _mode(on_excluded, "on_excluded"))
         found: list[calendar_plan.Entry] = []
         for part in calendar_plan.preview(sched, view, use, after_ms, count, include_excluded=include_excluded):
@@ -223,6 +335,20 @@ class Calendars:
                 runs += 1
             kept.append(entry)
         return kept
+
+
+def _built_on(known: dict[str, Calendar], name: str) -> list[str]:
+    """`name` and the calendars of `known` whose base chain reaches it."""
+    found = [name]
+    for other, cal in known.items():
+        at, depth = cal.base, 0
+        while other != name and at is not None and depth <= limits.calendar_base_depth_max:
+            if at == name:
+                found.append(other)
+                break
+            below = known.get(at)
+            at, depth = (None if below is None else below.base), depth + 1
+    return found
 
 
 def _mode(value: str, loc: str) -> OnExcluded:

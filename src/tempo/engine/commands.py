@@ -286,14 +286,29 @@ class NotifyCursor(msgspec.Struct, tag="notify_cursor", array_like=True):
     seq: Count
 
 
-class PutCalendar(msgspec.Struct, tag="put_calendar", array_like=True):
+class CalendarReplan(msgspec.Struct, array_like=True):
+    """A waiting slot run a calendar edit places anew: the node that took
+    the `PUT` read it due at `from_due_ms` and placed it at `to_due_ms`
+    under the new calendar; apply moves it only if it is still so."""
+
+    job_id: str
+    slot_ms: Ms
+    from_due_ms: Ms
+    to_due_ms: Ms
+
+
+# `omit_defaults`: a put without re-plans encodes as before they existed.
+class PutCalendar(msgspec.Struct, tag="put_calendar", array_like=True, omit_defaults=True):
     """`PUT /v1/calendars/{name}`: the calendar as checked and resolved by
     the node that took the request (holidays as dates); made from
-    `if_version` when `If-Match` named one (0: only if there is none)."""
+    `if_version` when `If-Match` named one (0: only if there is none).
+    `replans`: the waiting runs of jobs that move runs, placed under the
+    new calendar (docs/semantics.md "Calendars")."""
 
     at_ms: Ms
     calendar: Calendar
     if_version: Count | None = None
+    replans: tuple[CalendarReplan, ...] = ()
 
 
 class DeleteCalendar(msgspec.Struct, tag="delete_calendar", array_like=True):

@@ -814,6 +814,8 @@ class Jobs:
         else:
             slot_ms = job.slot_ms  # its one run, made anew if retention dropped the cancelled one
         next_due_ms = None if slot_ms is None else due_ms(job, slot_ms, at_ms)
+        if job.schedule.repeating:  # where its calendar places it (docs/semantics.md "Calendars")
+            next_due_ms = self.calendars.placed_due(job, self.store.calendar_use(job.id), slot_ms, next_due_ms, at_ms)
         # Slots after the job's last run are not the job's: none of them is missed.
         missed = paused_ranges(job, at_ms, slot_ms) if job.state == "paused" and not ran_all else []
         return _ok(await self.committer.submit(ResumeJob(at_ms, owner, job_id, slot_ms, next_due_ms, missed)), Job)
@@ -856,6 +858,11 @@ class Jobs:
             else:
                 slot_ms = sched.at_ms
             due = None if slot_ms is None else due_ms(made, slot_ms, at_ms)
+        elif item.calendar != old_use and made.schedule.repeating and job.slot_ms is not None:
+            # Another calendar: the waiting run of the slot is placed anew (engine/calendars.py).
+            replan, slot_ms, due = True, job.slot_ms, due_ms(made, job.slot_ms, at_ms)
+        if made.schedule.repeating:
+            due = self.calendars.placed_due(made, item.calendar, slot_ms, due, at_ms, current_ms=job.next_run_at_ms if slot_ms == job.slot_ms else None)
         command = PatchJob(
             at_ms, job.owner, job.id, job.version, made, replan, slot_ms, due, sets_notify=True,
             sets_deps=edges_before != edges_after, deps=item.deps,

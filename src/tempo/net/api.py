@@ -66,7 +66,7 @@ from tempo.net.asgi import (
     watching,
 )
 from tempo.net.auth import Authenticator
-from tempo.net.calendar_api import CalendarHandlers
+from tempo.net.calendar_api import CalendarHandlers, preview_calendar
 from tempo.net.http import GATE, ConnectionGate
 from tempo.net.notify import NotifyCounts
 from tempo.net.notify import metric_lines as notify_metric_lines
@@ -110,6 +110,7 @@ from tempo.schema import (
     Rejected,
     ResultIn,
     ResultsIn,
+    RunCalendarOut,
     RunOut,
     RunsPage,
     SignalsIn,
@@ -533,12 +534,18 @@ class Api(CalendarHandlers):
 
     def job_view(self, job: Any) -> Any:
         """The job with what its runs came to (docs/api.md "Outcomes")."""
-        view = views.job_view(job, outcome=self.store.job_outcome(job.id), calendar=self.store.calendar_use(job.id))
+        use = self.store.calendar_use(job.id)
+        view = views.job_view(job, outcome=self.store.job_outcome(job.id), calendar=use, next_run_ms=self._next_run(job, use))
         return views.with_deps(view, self.store.deps_views([job.id]).get(job.id))
 
+    def _next_run(self, job: Job, use: object) -> int | None:
+        """`next_run_at`: with a calendar, when the next run happens under
+        it as it is now (docs/semantics.md "Calendars")."""
+        return job.next_run_at_ms if use is None else self.jobs.calendars.next_run_ms(job, self.jobs.now_ms())
+
     @staticmethod
-    def if_match(request: Request) -> set[int] | None:
-        return _if_match(request)
+    def if_match(request: Request, of: str = "job") -> set[int] | None:
+        return _if_match(request, of)
 
     def _job_answer(self, request: Request, job: Job) -> Response:
         """A job's answer, with its version as the ETag."""
@@ -592,10 +599,11 @@ class Api(CalendarHandlers):
         outcomes = self.store.job_outcomes([j.id for j in found])
         shared: dict[Any, Any] = {}
         edges = self.store.deps_views([j.id for j in found])
-        page = [
-            views.with_deps(views.job_view(j, shared, outcomes.get(j.id), self.store.calendar_use(j.id)), edges.get(j.id))
-            for j in found
-        ]
+        page = []
+        for j in found:
+            use = self.store.calendar_use(j.id)
+            view = views.job_view(j, shared, outcomes.get(j.id), use, next_run_ms=self._next_run(j, use))
+            page.append(views.with_deps(view, edges.get(j.id)))
         return encode(request, JobsPage(page, next_cursor))
 
     async def pause_job(self, request: Request, job_id: str) -> Response:
@@ -698,11 +706,24 @@ class Api(CalendarHandlers):
     def run_view(self, run: Run) -> RunOut:
         """The stored run, with the lease as heartbeats extended it in memory."""
         view = views.run_view(run)
+        if run.status == "waiting" and self.store.has_calendar(run.job_id):
+            view.calendar = self._calendar_note(run)
         if run.status == "claimed":
             lease_ms = self.dispatcher.lease_of(run.job_id, run.nominal_ms, run.attempt)
             if lease_ms is not None:
                 view.lease_expires_at = clock.iso_from_ms(lease_ms)
         return view
+
+    def _calendar_note(self, run: Run) -> RunCalendarOut | msgspec.UnsetType:
+        """What the job's calendar will do with the waiting run at its
+        claim (docs/semantics.md "Calendars"); unset: it runs where it waits."""
+        job = self.store.get_job_any(run.job_id)
+        note = None if job is None else self.jobs.calendars.claim_note(job, run, self.jobs.now_ms())
+        if note is None:
+            return msgspec.UNSET
+        action, at_ms, why = note
+        assert action in ("skip", "move")
+        return RunCalendarOut("skip" if action == "skip" else "move", why, None if at_ms is None else clock.iso_from_ms(at_ms))
 
     # -- workers -----------------------------------------------------------------
 
@@ -910,10 +931,10 @@ class Api(CalendarHandlers):
 
     async def preview(self, request: Request) -> Response:
         body = decode(request, _preview)
-        calendar = body.calendar or body.schedule.calendar
+        calendar, loc = preview_calendar(body)
         if calendar is not None:
             async with self.previews_computing:
-                return await self.calendar_preview(request, body, calendar, self.jobs.now_ms())
+                return await self.calendar_preview(request, body, calendar, loc, self.jobs.now_ms())
         # One preview computes at a time: its slices leave the loop free
         # between them only if no other preview's slice is waiting to run.
         async with self.previews_computing:
@@ -1229,7 +1250,7 @@ def _tagged(response: Response, version: int) -> Response:
     return response
 
 
-def _if_match(request: Request) -> set[int] | None:
+def _if_match(request: Request, of: str = "job") -> set[int] | None:
     """The versions `If-Match` names; None without the header (or with
     `*`, any version of a job that exists). A well-formed tag that is not
     a version this server gave out matches none (`412`); a header that is
@@ -1245,7 +1266,7 @@ def _if_match(request: Request) -> set[int] | None:
         tag = tag.strip().removeprefix("W/")
         if not (len(tag) >= 2 and tag[0] == tag[-1] == '"' and '"' not in tag[1:-1]):
             raise errors.Invalid.at(
-                "header.if-match", 'expected "*" or the job\'s version as its ETag gives it, in quotes: "<version>", e.g. "3"'
+                "header.if-match", f'expected "*" or the {of}\'s version as its ETag gives it, in quotes: "<version>", e.g. "3"'
             )
         inner = tag[1:-1]
         if inner.isdecimal() and len(inner) <= 19:
@@ -1295,6 +1316,8 @@ def _merge_schedule(current: dict[str, Any], patch: dict[str, Any]) -> dict[str,
         for key in gone:
             if key not in patch:
                 merged.pop(key, None)
+    if "calendar" in patch and patch["calendar"] is None and "on_excluded" not in patch:
+        merged.pop("on_excluded", None)  # it goes with its calendar, as a kind's keys go with the kind
     return merged
 
 

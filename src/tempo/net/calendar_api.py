@@ -58,12 +58,12 @@ class CalendarHandlers:
     store: Store
     jobs: Jobs
     owner: Callable[[Request], str]
-    if_match: Callable[[Request], set[int] | None]
+    if_match: Callable[[Request, str], set[int] | None]
 
     def _one_version(self, request: Request) -> int | None:
         """The version `If-Match` names (0: `PUT` only if there is none);
         None without the header, or with `*`."""
-        wanted = self.if_match(request)
+        wanted = self.if_match(request, "calendar")
         if wanted is None:
             return None
         if len(wanted) != 1:
@@ -79,7 +79,9 @@ class CalendarHandlers:
         # holidays resolved take milliseconds (the first, the library's load).
         service = self.jobs.calendars
         made = await trio.to_thread.run_sync(service.record, owner, name, body, self.jobs.now_ms())
-        cal = await service.submit(made, if_version)
+        # The waiting runs the new calendar places elsewhere, read off the loop too.
+        replans = await trio.to_thread.run_sync(service.replans, made)
+        cal = await service.submit(made, if_version, replans)
         response = encode(request, calendar_view(cal), 200 if existed else 201)
         response.headers.append((b"etag", f'"{cal.version}"'.encode()))
         return response
@@ -107,16 +109,18 @@ class CalendarHandlers:
         await self.jobs.calendars.delete(self.owner(request), name, self._one_version(request))
         return Response(204, b"", b"application/json")
 
-    async def calendar_preview(self, request: Request, body: PreviewIn, name: str, now_ms: int) -> Response:
-        """A preview under a calendar: each entry says whether it was moved
-        and why; with `include_excluded`, the slots left out too."""
+    async def calendar_preview(self, request: Request, body: PreviewIn, name: str, loc: str, now_ms: int) -> Response:
+        """A preview under a calendar (named at `loc`): each entry says
+        whether it was moved and why; with `include_excluded`, the slots
+        left out too."""
         sched = schedule_record(body.schedule)
         if not sched.repeating:
-            raise errors.Invalid.at("calendar", "only with cron or every_s")
+            raise errors.Invalid.at(loc, "only with cron or every_s")
         after_ms = now_ms if body.after is None else instant_ms(body.after, "after")
         on_excluded = body.on_excluded or body.schedule.on_excluded
         entries = await self.jobs.calendars.preview(
-            self.owner(request), sched, name, on_excluded, after_ms, body.count, include_excluded=body.include_excluded
+            self.owner(request), sched, name, on_excluded, after_ms, body.count,
+            include_excluded=body.include_excluded, loc=loc,
         )
         timezone = sched.timezone or "UTC"
         view = self.store.calendar_view(self.owner(request), name)
@@ -127,6 +131,30 @@ class CalendarHandlers:
                 await trio.lowlevel.checkpoint()
             occurrences += [_occurrence(e, timezone, view.timezone) for e in entries[start : start + limits.preview_slice_times]]
         return encode(request, PreviewOut([o.at for o in occurrences if not o.excluded], occurrences))
+
+
+def preview_calendar(body: PreviewIn) -> tuple[str | None, str]:
+    """The calendar a preview names and where (docs/api.md "POST
+    /v1/schedules/preview"): in the schedule, as a job's, or at the top of
+    the body, an alias; naming it (or `on_excluded`) in both is `400`, and
+    so are `on_excluded` and `include_excluded` without a calendar, as a
+    create refuses `on_excluded` without one."""
+    sched = body.schedule
+    for field, top, inner in (("calendar", body.calendar, sched.calendar), ("on_excluded", body.on_excluded, sched.on_excluded)):
+        if top is not None and inner is not None:
+            why = f"give it once: schedule.{field} (as a job's) or {field} at the top of the body, not both"
+            raise errors.Invalid(f"{field}: {why}", [(field, why), (f"schedule.{field}", why)])
+    if sched.calendar is not None:
+        return sched.calendar, "schedule.calendar"
+    if body.calendar is not None:
+        return body.calendar, "calendar"
+    if sched.on_excluded is not None:
+        raise errors.Invalid.at("schedule.on_excluded", "only with a calendar")
+    if body.on_excluded is not None:
+        raise errors.Invalid.at("on_excluded", "only with a calendar")
+    if body.include_excluded:
+        raise errors.Invalid.at("include_excluded", "only with a calendar")
+    return None, "calendar"
 
 
 def _occurrence(entry: CalendarEntry, timezone: str, calendar_timezone: str) -> OccurrenceOut:

@@ -82,10 +82,15 @@ def occurrence_views(found: list[Occurrence], timezone: str) -> list[OccurrenceO
 def job_view(
     job: Job, shared: dict[Any, Any] | None = None, outcome: JobOutcome | None = None,
     calendar: CalendarUse | None = None,
+    next_run_ms: int | msgspec.UnsetType | None = msgspec.UNSET,
 ) -> JobOut:
     """`shared` lets the views of one response share the parts their jobs
     share (a batch's items mostly have one schedule and one retry policy).
-    `outcome`: what its runs came to (None: no run has ended)."""
+    `outcome`: what its runs came to (None: no run has ended).
+    `next_run_ms`: `next_run_at` as its calendar places it (unset: the
+    job's own, the due time of its waiting slot run)."""
+    if next_run_ms is msgspec.UNSET:
+        next_run_ms = job.next_run_at_ms
     if shared is None:
         sched_out = schedule_view(job.schedule)
         retry_out = RetryOut(job.max_attempts, list(job.backoff_s))
@@ -114,7 +119,7 @@ def job_view(
         job.jitter_s,
         job.state,
         clock.iso_from_ms(job.created_at_ms),
-        None if job.next_run_at_ms is None else clock.iso_from_ms(job.next_run_at_ms),
+        None if next_run_ms is None else clock.iso_from_ms(next_run_ms),
         None if job.notify is None else NotifyOut(job.notify.url, list(job.notify.events)),
         *_outcome_fields(job, outcome),
         None if job.catchup is None else _catchup_view(job.catchup),

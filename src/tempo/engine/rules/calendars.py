@@ -10,7 +10,7 @@ another, the run stays waiting and goes back to the dispatcher, which
 decides it again with the calendars as they are now."""
 
 from tempo import errors, ids, limits
-from tempo.engine.commands import CalendarClaim, DeleteCalendar, PutCalendar
+from tempo.engine.commands import CalendarClaim, CalendarReplan, DeleteCalendar, PutCalendar
 from tempo.engine.records import Calendar, CalendarUse, Event, Job, Run
 from tempo.engine.tables import Tables
 from tempo.engine.tables import calendars as rows
@@ -37,7 +37,25 @@ def put_calendar(t: Tables, cmd: PutCalendar) -> Calendar | errors.TempoError:
     cal.updated_at_ms = cmd.at_ms
     rows.put_calendar(t, cal)
     _raise(t, cal.owner)
+    for item in cmd.replans:
+        _replan(t, cal.owner, item)
     return cal
+
+
+def _replan(t: Tables, owner: str, item: CalendarReplan) -> None:
+    """The job's waiting slot run, due where the node that took the `PUT`
+    placed it under the new calendar, if it is still the run it read:
+    the job's slot, waiting, at its first attempt, due at `from_due_ms`."""
+    job = t.job(owner, item.job_id)
+    if job is None or job.state != "active" or job.slot_ms != item.slot_ms:
+        return
+    found = t.slot_run(job.id, item.slot_ms)
+    if found is None:
+        return
+    runs_key, run = found
+    if run.status != "waiting" or run.attempt != 0 or run.buffered or run.due_ms != item.from_due_ms:
+        return
+    move(t, job, run, runs_key, item.to_due_ms)
 
 
 def base_fault(t: Tables, owner: str, name: str, base: str | None) -> errors.TempoError | None:

@@ -4,6 +4,8 @@ for the dispatcher, a job's calendar with its bases folded in, kept in
 memory per owner epoch so that a claim does not decode a calendar of
 10,000 dates each time."""
 
+from collections.abc import Callable
+
 import lmdb
 
 from tempo import calendars, errors, limits
@@ -73,9 +75,13 @@ class CalendarQueries:
         with self.env.begin() as txn:
             return rows.exists(Reads(txn, self.db, self.buckets), owner, name)
 
-    def calendar_users(self, owner: str, name: str) -> list[str]:
+    def calendar_users(self, owner: str, name: str, limit: int = limits.calendar_users_named_max) -> list[str]:
         with self.env.begin() as txn:
-            return rows.users(Reads(txn, self.db, self.buckets), owner, name, limits.calendar_users_named_max)
+            return rows.users(Reads(txn, self.db, self.buckets), owner, name, limit)
+
+    def has_calendar(self, job_id: str) -> bool:
+        """Whether the job uses a calendar, from memory."""
+        return job_id in self._calendar_uses
 
     def calendar_use(self, job_id: str) -> CalendarUse | None:
         with self.env.begin() as txn:
@@ -115,21 +121,26 @@ class CalendarQueries:
         top = rows.calendar(r, owner, name)
         if top is None:
             return None
-        days: dict[int, str] = {}
-        weekdays: set[int] = set()
-        at: Calendar | None = top
-        for _ in range(limits.calendar_base_depth_max + 1):
-            if at is None:
-                break
-            for day in at.exclude_dates:
-                days.setdefault(day, "exclude_dates")
-            if at.holidays is not None:
-                for day, holiday in zip(at.holidays.days, at.holidays.names, strict=True):
-                    days.setdefault(day, holiday)
-            weekdays.update(at.exclude_weekdays)
-            at = None if at.base is None else rows.calendar(r, owner, at.base)
+        view = fold(top, lambda base: rows.calendar(r, owner, base), epoch)
         if len(cache) >= limits.calendars_per_owner_max:
             cache.clear()  # bounded: views are rebuilt as claims ask for them
-        view = calendars.View(top.timezone, days, frozenset(weekdays), epoch)
         cache[(owner, name)] = view
         return view
+
+
+def fold(top: Calendar, base_of: Callable[[str], Calendar | None], epoch: int) -> calendars.View:
+    """`top` with its bases (`base_of` a name: that calendar) folded in."""
+    days: dict[int, str] = {}
+    weekdays: set[int] = set()
+    at: Calendar | None = top
+    for _ in range(limits.calendar_base_depth_max + 1):
+        if at is None:
+            break
+        for day in at.exclude_dates:
+            days.setdefault(day, "exclude_dates")
+        if at.holidays is not None:
+            for day, holiday in zip(at.holidays.days, at.holidays.names, strict=True):
+                days.setdefault(day, holiday)
+        weekdays.update(at.exclude_weekdays)
+        at = None if at.base is None else base_of(at.base)
+    return calendars.View(top.timezone, days, frozenset(weekdays), epoch)
