@@ -193,6 +193,23 @@ def test_next_run_at_is_the_first_run_the_calendar_lets_happen(acme):
         assert waiting["calendar"]["action"] == "skip" and "excluded (exclude_dates)" in waiting["calendar"]["reason"]
 
 
+def test_a_batch_create_shows_each_jobs_calendar_as_a_single_create_does(acme):
+    """A batch item's job view is a single create's: its calendar, its
+    `on_excluded`, and `next_run_at` as the calendar places it."""
+    today = dt.datetime.now(dt.UTC).date()
+    days = [(today + dt.timedelta(days=n)).isoformat() for n in range(2)]
+    assert acme.put("/v1/calendars/shut2", json={"timezone": "UTC", "exclude_dates": days}).status_code == 201
+    sched = {"cron": "0 12 * * *", "calendar": "shut2", "on_excluded": "skip"}
+    r = acme.post("/v1/jobs/batch", json={"jobs": [{"target": "queue:q", "schedule": sched},
+                                                    {"target": "queue:q", "schedule": {"cron": "0 12 * * *"}}]})
+    assert r.status_code == 200, r.text
+    [with_cal, without] = [item["job"] for item in r.json()["results"]]
+    single = acme.get(f"/v1/jobs/{with_cal['id']}").json()
+    assert with_cal["schedule"] == single["schedule"] and with_cal["schedule"]["calendar"] == "shut2"
+    assert with_cal["next_run_at"] == single["next_run_at"] == f"{(today + dt.timedelta(days=2)).isoformat()}T12:00:00.000Z"
+    assert "calendar" not in without["schedule"] and "on_excluded" not in without["schedule"]
+
+
 def test_patch_calendar_null_alone_clears_it(acme):
     job = acme.post("/v1/jobs", json={"target": "queue:q", "schedule": {"cron": "0 9 * * *", "calendar": "work"}}).json()
     r = acme.patch(f"/v1/jobs/{job['id']}", json={"schedule": {"calendar": None}},

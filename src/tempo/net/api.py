@@ -502,12 +502,27 @@ class Api(CalendarHandlers):
         edges = self.store.deps_views([o.job.id for o in outcomes if isinstance(o, Created)]) if any(
             not isinstance(i, errors.TempoError) and (i.schedule.after or i.schedule.requires) for i in items
         ) else {}
+        # Their calendars likewise (docs/semantics.md "Calendars"): a view as a single create's.
+        named = any(not isinstance(i, errors.TempoError) and i.schedule.calendar for i in items)
         results = []
         for start in range(0, len(outcomes), limits.batch_slice_items):
             if start:
                 await trio.lowlevel.checkpoint()  # the views in slices: docs/operations.md "Event-loop lag"
-            results += [_batch_item(o, shared, edges) for o in outcomes[start : start + limits.batch_slice_items]]
+            results += [
+                self._batch_item(o, shared, edges, named) for o in outcomes[start : start + limits.batch_slice_items]
+            ]
         return encode(request, JobBatchResult(results))
+
+    def _batch_item(
+        self, outcome: Created | errors.TempoError, shared: dict[Any, Any], edges: dict[str, Any], calendars: bool
+    ) -> BatchItemResult:
+        if isinstance(outcome, errors.TempoError):
+            problem = problem_of(outcome)
+            return BatchItemResult(problem.status, problem=problem)
+        job = outcome.job
+        use = self.store.calendar_use(job.id) if calendars else None
+        view = views.job_view(job, shared, calendar=use, next_run_ms=self._next_run(job, use))
+        return BatchItemResult(201 if outcome.new else 200, job=views.with_deps(view, edges.get(job.id)))
 
     def _decode_batch_items(self, request: Request) -> tuple[list[JobCreate | errors.TempoError], dict[int, str]]:
         """Item by item, so each item's problem names paths inside that item;
@@ -1362,14 +1377,6 @@ def _decode_batch_at_once(request: Request) -> list[JobCreate] | None:
         return _batch_typed[1 if request.is_msgpack else 0].decode(request.body).jobs
     except (msgspec.MsgspecError, RecursionError):
         return None
-
-
-def _batch_item(outcome: Created | errors.TempoError, shared: dict[Any, Any], edges: dict[str, Any]) -> BatchItemResult:
-    if isinstance(outcome, errors.TempoError):
-        problem = problem_of(outcome)
-        return BatchItemResult(problem.status, problem=problem)
-    view = views.with_deps(views.job_view(outcome.job, shared), edges.get(outcome.job.id))
-    return BatchItemResult(201 if outcome.new else 200, job=view)
 
 
 def _rejected_key(raw: msgspec.Raw, which: int) -> str | None:
