@@ -1,0 +1,271 @@
+"""What the dispatcher's core keeps, and the types it hands out: the
+ready queues' keys, the lease, the proposals, and `CoreState`, whose
+`reset` sets up the soft state every part of the core works on
+(engine/dispatch_core.py says what each call does, and the invariants).
+Pure, as the core is: no clock, no I/O.
+"""
+
+from collections import Counter, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import msgspec
+
+from tempo import limits
+from tempo.calendars import View
+from tempo.config import UNLIMITED, OwnerLimits
+from tempo.engine import keys
+from tempo.engine.commands import ClaimRuns, OverlapRuns
+from tempo.engine.records import CalendarUse, DepState, Job, Run, RunCancel
+from tempo.rate import TokenBucket
+from tempo.wheel import TimingWheel
+
+# The queue of an owner's runs whose target is an http(s) URL: its ready queue
+# is `owner\0\0http`, since no owner's queue can be named so (NUL). The
+# built-in executor claims `[HTTP_QUEUE]`, which stands for every owner's
+# http queue, served round-robin (docs/operations.md "Fairness between owners").
+HTTP_QUEUE = "\x00http"
+# Claim lateness buckets, in seconds (Prometheus histogram `le` bounds).
+LATENESS_BUCKETS_S = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 60.0)
+
+
+# A heartbeat's answer: the lease's expiry (UNIX ms; None: the attempt
+# ended), and why the worker is to stop (None: it goes on).
+Beat = tuple[int | None, RunCancel | None]
+
+
+def queue_key(job: Job) -> str:
+    if job.target.startswith("queue:"):
+        return f"{job.owner}\x00{job.target[6:]}"
+    return f"{job.owner}\x00{HTTP_QUEUE}"
+
+
+def owner_of(queue: str) -> str:
+    """The owner of a ready queue's key (`owner\0name`)."""
+    owner, sep, _ = queue.partition("\x00")
+    assert sep, "a queue key names its owner"
+    return owner
+
+
+def is_http(queue: str) -> bool:
+    return queue.endswith(f"\x00{HTTP_QUEUE}")
+
+
+class RunReader(Protocol):
+    """What the core reads of the tables; `Store` is one. Reads only: the
+    contracts are `Store`'s (engine/store.py)."""
+
+    def open_minutes(self, minute_lo: int, minute_hi: int, count_max: int) -> list[int]: ...
+
+    def scan_minute(self, minute: int, lo_ms: int, hi_ms: int) -> list[tuple[bytes, Run, Job]]: ...
+
+    def get_job_any(self, job_id: str) -> Job | None: ...
+
+    def get_run_any(self, job_id: str, nominal_ms: int) -> Run | None: ...
+
+    def calendar_of(self, job: Job) -> tuple[CalendarUse, View] | None: ...
+
+    def deps_state(self, job_id: str) -> DepState | None: ...
+
+
+class Fed(Protocol):
+    """What `feed` takes of an entry's changes (`store.Changes` is one)."""
+
+    # Runs key, run and (where apply had it at hand) job of each run that
+    # became waiting or moved while waiting.
+    woken: list[tuple[bytes, Run, Job | None]]
+    left: list[bytes]  # runs keys that stopped being waiting
+    gone: list[bytes]  # runs keys of claimed runs that finished, expired or were deleted
+
+
+def feed_size(changes: Fed) -> int:
+    """The items `feed` walks in an entry's changes: `left`, then `woken`,
+    then `gone`."""
+    return len(changes.left) + len(changes.woken) + len(changes.gone)
+
+
+class Lease(msgspec.Struct, gc=False):
+    """A claimed run's lease, one per run in flight (100,000 in a big spike):
+    untracked by the cycle collector, like the records (records.py), since
+    it holds only numbers and a string. A duration: it runs out at a
+    monotonic instant (`mono_s`), so no wall-clock step lengthens or
+    shortens it (clock.py)."""
+
+    attempt: int
+    deadline_s: float
+    lease_s: int
+    owner: str
+    # The lease's one live entry in the lease heap: its number and instant,
+    # at or before `deadline_s` (heartbeats move the deadline on, not the
+    # entry; `DispatchCore.expire` moves the entry when it comes up).
+    entry: int = 0
+    entry_s: float = 0.0
+    # When the attempt's timeout ends it (monotonic; None: no timeout):
+    # `deadline_s` never passes it, whatever heartbeats say, and a lease
+    # that runs out at it expires as a timeout (docs/semantics.md "Run
+    # timeouts").
+    timeout_deadline_s: float | None = None
+    # The run was asked to stop (`Run.cancel`): heartbeats no longer move
+    # the deadline on, and answer `cancel: requested`.
+    cancel_requested: bool = False
+    # The attempt's timeout as the claim fixed it (UNIX ms; None: no
+    # timeout): no answer shows a lease past it, whatever the drift of
+    # scheduler time from the monotonic clock since the claim.
+    timeout_at_ms: int | None = None
+
+
+@dataclass(slots=True)
+class ClaimedRun:
+    run: Run
+    job: Job
+
+
+@dataclass(slots=True)
+class Taken:
+    """Runs `take` took out of the ready queues, with the job each was
+    remembered with; and, when a claim rate held runs back, the ms until it
+    lets one more go (None: it did not)."""
+
+    runs: list[tuple[bytes, Job]]
+    refill_ms: int | None
+
+
+@dataclass(slots=True)
+class ClaimProposal:
+    """A claim between `propose_claims` and `settle`."""
+
+    generation: int
+    runs: list[tuple[bytes, Job]]
+    # The command to propose; None when no run is left to claim (their jobs
+    # were deleted since they were taken).
+    command: ClaimRuns | None
+    jobs: dict[str, Job]
+    at_s: float  # monotonic: the leases count from here
+    settled: bool = False
+
+
+@dataclass(slots=True)
+class OverlapProposal:
+    """Due runs set aside for apply to decide on (`propose_overlap`)."""
+
+    generation: int
+    runs_keys: list[bytes]
+    command: OverlapRuns
+
+
+@dataclass(slots=True)
+class Wakeups:
+    queues: set[str] = field(default_factory=set)
+    owners: set[str] = field(default_factory=set)
+
+
+
+class CoreState:
+    """The core's soft state (`reset`) and its wake-ups; the parts of the
+    core (engine/dispatch_leases.py, dispatch_loader.py, dispatch_claims.py
+    and dispatch_core.py) are methods over it."""
+
+    def __init__(
+        self,
+        reader: RunReader,
+        now_ms: int,
+        *,
+        readahead_ms: int = limits.readahead_ms,
+        limits_of: Callable[[str], OwnerLimits] = lambda owner: UNLIMITED,
+    ):
+        self.reader = reader
+        self.readahead_ms = readahead_ms
+        # Each owner's runs in flight and claim rate (config.py); soft state
+        # of the leader like the leases they count, never replicated.
+        self.limits_of = limits_of
+        self.generation = 0
+        self.counters: Counter[str] = Counter()
+        self.lateness_buckets = [0] * (len(LATENESS_BUCKETS_S) + 1)
+        self.lateness_sum_s = 0.0
+        self._wakeups = Wakeups()
+        self.reset(now_ms)
+
+    def take_wakeups(self) -> Wakeups | None:
+        """What woke since the last call: queues that got ready runs (the
+        http ones as `HTTP_QUEUE`), and owners held back by a limit whose
+        room freed; None when nothing did."""
+        wakeups = self._wakeups
+        if not wakeups.queues and not wakeups.owners:
+            return None
+        self._wakeups = Wakeups()
+        return wakeups
+
+    def reset(self, now_ms: int) -> None:
+        """Forgets all soft state (a leader that stopped leading); `load`
+        reads it again from the tables. A claim proposed before is stale."""
+        self.generation += 1
+        self.wheel: TimingWheel[bytes] = TimingWheel(now_ms, tick_ms=limits.dispatch_tick_ms)
+        # Runs keys in the wheel or a ready queue, with their queue and job. A
+        # key in a deque but not here (or here under another queue) is a
+        # tombstone. The job is as it was when the run was loaded: enough for
+        # a one-off, re-read for a repeating job, whose slot moves.
+        self.queue_of: dict[bytes, tuple[str, Job]] = {}
+        self.ready: dict[str, deque[bytes]] = {}
+        self.leases: dict[tuple[str, int], Lease] = {}
+        # Leases `expire` ended whose `ExpireLeases` is not applied yet:
+        # (job ID, nominal ms) -> attempt. A heartbeat for one is stale: the
+        # run is still claimed in the table meanwhile, but the lease must not
+        # come back while its expiry commits. Dropped when the run leaves
+        # the claimed runs (`feed`'s `gone`) or the expiry was not written.
+        self.expiring: dict[tuple[str, int], int] = {}
+        # Those of `expiring` that end by their timeout: a heartbeat for one
+        # answers `cancel: timeout` rather than stale.
+        self.timing_out: set[tuple[str, int]] = set()
+        # The scheduler time of the latest `load` (UNIX ms): a stored
+        # timeout instant becomes a monotonic deadline from it.
+        self.load_now_ms = now_ms
+        # (instant_s, entry number, job ID, nominal ms). Invariant: each lease
+        # has exactly one entry whose number is its `entry`; the others are
+        # stale (their lease ended or was replaced), skipped when popped, and
+        # fewer than `len(leases) + limits.lease_heap_slack_entries`
+        # (`_bound_lease_heap`).
+        self._lease_heap: list[tuple[float, int, str, int]] = []
+        self._lease_entries = 0  # entry numbers handed out
+        # Every open run due before this is in memory, except the waiting
+        # runs of a skipped owner from its skip point on (`load`).
+        self.loaded_until_ms = 0
+        # Every claimed run due before this has a lease: the loader's, or
+        # `_lease_ahead`'s while memory is full (at least loaded_until_ms).
+        self.leased_until_ms = 0
+        # Per owner, its runs in `queue_of` (no zeros kept).
+        self.loaded_of: Counter[str] = Counter()
+        # Owners whose share of memory is full: each with its skip point
+        # (UNIX ms), from which its waiting runs stay in the table.
+        self.skipped: dict[str, int] = {}
+        # Skipped owners below their low water mark, read again next tick.
+        self.rereads: set[str] = set()
+        # Invariant: in_flight[o] == number of leases of owner o (no zeros
+        # kept). `claiming` counts runs taken by claims still being
+        # committed, which hold room as leases do.
+        self.in_flight: Counter[str] = Counter()
+        self.claiming: Counter[str] = Counter()
+        self.claim_buckets: dict[str, TokenBucket] = {}
+        # Owners whose ready runs a limit held back, woken when room frees.
+        self.held: set[str] = set()
+        # Owners' http queues with ready runs, least recently served first.
+        self.http_ready: dict[str, None] = {}
+        # Runs keys of due runs whose job has an overlap policy other than
+        # `allow`, set aside by `tick` (still in `queue_of`, in neither the
+        # wheel nor a ready queue) until apply decides on them
+        # (`propose_overlap`, docs/semantics.md "Overlap").
+        self.overlap_due: list[bytes] = []
+
+
+    def _wake_owner(self, owner: str) -> None:
+        """Room freed for an owner a limit held back: its waiting claimers
+        (and the executor's) look again (`take_wakeups`)."""
+        self.held.discard(owner)
+        self._wakeups.owners.add(owner)
+
+
+
+def _due_of(runs_key: bytes) -> int:
+    return keys.due_of(runs_key)
+
+
