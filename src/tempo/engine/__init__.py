@@ -17,15 +17,7 @@ from tempo.engine.commit import Committer
 from tempo.engine.datadir import DataDirError, Identity, member_identity, single_identity
 from tempo.engine.datadir import hold as hold_data_dir  # `hold` alone says too little here
 from tempo.engine.dispatch import HTTP_QUEUE, LATENESS_BUCKETS_S, ClaimedRun, Dispatcher
-from tempo.engine.jobs import (
-    Jobs,
-    check_json_value,
-    check_label_key,
-    instant_ms,
-    preview_occurrences,
-    queues_hash,
-    schedule_record,
-)
+from tempo.engine.jobs import Jobs, preview_occurrences
 from tempo.engine.keys import ORDER_TAIL_BYTES, STATUS_CODE, STATUSES
 from tempo.engine.plan import Occurrence
 from tempo.engine.raftlog import Applied, RaftLog, apply_entries, write_ready
@@ -46,6 +38,13 @@ from tempo.engine.records import (
     RunStatus,
     Schedule,
     SkippedReason,
+)
+from tempo.engine.request_checks import (
+    check_json_value,
+    check_label_key,
+    instant_ms,
+    queues_hash,
+    schedule_record,
 )
 from tempo.engine.retention import Retention
 from tempo.engine.storage_guard import StorageGuard
