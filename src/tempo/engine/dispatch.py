@@ -227,16 +227,7 @@ class Dispatcher(WorkerCalls):
         time, each dispatch tick: the trio driver of `overlap_steps`."""
         while True:
             await trio.sleep(limits.dispatch_tick_ms / 1000)
-            steps = self.overlap_steps()
-            step = next(steps, None)
-            if step is None:
-                continue
-            try:
-                answer = await self.committer.submit(step.command)
-            except errors.TempoError as exc:
-                _finish(steps, fault=exc)
-                continue
-            _finish(steps, answer)
+            await self._commit_round(self.overlap_steps(), errors.TempoError)
 
     def overlap_steps(self) -> Generator[Commit, Answer, None]:
         """One round of `_overlap_loop`, without I/O (as `claim_steps`): at
@@ -274,16 +265,23 @@ class Dispatcher(WorkerCalls):
             else:
                 wake_s = min(now_s + check_s, max(next_s, now_s + gap_s))
             await trio.sleep_until(wake_s)
-            steps = self.expire_steps()
-            step = next(steps, None)
-            if step is None:
-                continue
-            try:
-                answer = await self.committer.submit(step.command)
-            except errors.Overloaded as exc:
-                _finish(steps, fault=exc)
-                continue
-            _finish(steps, answer)
+            await self._commit_round(self.expire_steps(), errors.Overloaded)
+
+    async def _commit_round(
+        self, steps: Generator[Commit, Answer, None], faults: type[errors.TempoError]
+    ) -> None:
+        """Drives one round of a loop's steps: commits its `Commit`, if it
+        hands one out, and sends back the answer, or throws the fault when
+        it is one of `faults` (any other is the loop's to raise)."""
+        step = next(steps, None)
+        if step is None:
+            return
+        try:
+            answer = await self.committer.submit(step.command)
+        except faults as exc:
+            _finish(steps, fault=exc)
+            return
+        _finish(steps, answer)
 
     def expire_steps(self) -> Generator[Commit, Answer, None]:
         """One lease check of `_expire_loop`, without I/O (as `claim_steps`):

@@ -393,16 +393,8 @@ class Tables(Buckets):
         if self.status_rows:
             self._flush_status_rows()
         for minute, delta in self.open_deltas.items():
-            if delta == 0:
-                continue
-            key = MINUTE.pack(minute)
-            raw = self.txn.get(key, db=self.open)
-            count = (0 if raw is None else U64.unpack(raw)[0]) + delta
-            assert count >= 0, f"open runs of minute {minute} below zero"
-            if count == 0:
-                self.txn.delete(key, db=self.open)
-            else:
-                self.txn.put(key, U64.pack(count), db=self.open)
+            if delta != 0:
+                self._add_to_count(self.open, MINUTE.pack(minute), delta, f"open runs of minute {minute}")
         if self.event_seq is not None:
             self.txn.put(EVENT_SEQ, U64.pack(self.event_seq), db=self.meta)
         if self.outcome_counts:
@@ -414,17 +406,20 @@ class Tables(Buckets):
 
     def _flush_job_counts(self) -> None:
         for (owner, state), delta in sorted(self.job_count_deltas.items()):
-            if delta == 0:
-                continue
-            key = job_count_key(owner, state)
-            raw = self.txn.get(key, db=self.job_counts)
-            count = (0 if raw is None else U64.unpack(raw)[0]) + delta
-            assert count >= 0, f"jobs of {owner!r} {state} below zero"
-            if count == 0:
-                self.txn.delete(key, db=self.job_counts)
-            else:
-                self.txn.put(key, U64.pack(count), db=self.job_counts)
+            if delta != 0:
+                self._add_to_count(self.job_counts, job_count_key(owner, state), delta, f"jobs of {owner!r} {state}")
         self.job_count_deltas.clear()
+
+    def _add_to_count(self, db: lmdb._Database, key: bytes, delta: int, what: str) -> None:
+        """Adds `delta` to the count at `key` (a U64; no row: 0); a count
+        of 0 has no row."""
+        raw = self.txn.get(key, db=db)
+        count = (0 if raw is None else U64.unpack(raw)[0]) + delta
+        assert count >= 0, f"{what} below zero"
+        if count == 0:
+            self.txn.delete(key, db=db)
+        else:
+            self.txn.put(key, U64.pack(count), db=db)
 
     # -- events ------------------------------------------------------------------
 
