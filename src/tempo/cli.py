@@ -374,18 +374,24 @@ def _flag(dest: str) -> str:
     return "--" + dest.replace("_", "-")
 
 
-def _create_body(args: argparse.Namespace) -> dict[str, Any]:
-    if args.target is None:
-        raise Usage("the following arguments are required: --target")
-    body: dict[str, Any] = {"target": args.target, "schedule": _schedule_body(args)}
+def _put_given(body: dict[str, Any], args: argparse.Namespace, names: tuple[str, ...]) -> None:
+    """The payload, the retry policy and the plain fields `names` the
+    command line gave, into a create body or a merge patch."""
     if args.payload is not None:
         body["payload"] = args.payload
     retry = _retry_body(args)
     if retry:
         body["retry"] = retry
-    for name in ("name", "lease_s", "jitter_s", "request_key", "timeout_s", "overlap"):
+    for name in names:
         if getattr(args, name) is not None:
             body[name] = getattr(args, name)
+
+
+def _create_body(args: argparse.Namespace) -> dict[str, Any]:
+    if args.target is None:
+        raise Usage("the following arguments are required: --target")
+    body: dict[str, Any] = {"target": args.target, "schedule": _schedule_body(args)}
+    _put_given(body, args, ("name", "lease_s", "jitter_s", "request_key", "timeout_s", "overlap"))
     catchup = _catchup_body(args)
     if catchup:
         body["catchup"] = catchup
@@ -873,14 +879,7 @@ def _update_body(args: argparse.Namespace, job_schedule: Callable[[], dict[str, 
     catchup = _catchup_body(args)
     if catchup:
         patch["catchup"] = catchup
-    if args.payload is not None:
-        patch["payload"] = args.payload
-    retry = _retry_body(args)
-    if retry:
-        patch["retry"] = retry
-    for name in ("name", "target", "lease_s", "jitter_s", "timeout_s", "overlap"):
-        if getattr(args, name) is not None:
-            patch[name] = getattr(args, name)
+    _put_given(patch, args, ("name", "target", "lease_s", "jitter_s", "timeout_s", "overlap"))
     labels: dict[str, str | None] = dict.fromkeys(args.remove_labels or ())
     labels.update(args.labels or ())
     if labels:

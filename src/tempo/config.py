@@ -348,13 +348,19 @@ def _rate_or_none(value: object) -> float | None:
     return value
 
 
-def _owners(raw_owners: object, defaults: OwnerLimits) -> dict[str, OwnerLimits]:
+def _owner_tables(raw_owners: object, where: str) -> list[object]:
+    """A config's list of owners' tables (`[[owners]]`, `[[notify.owners]]`),
+    within `limits.config_owners_max`."""
     if not isinstance(raw_owners, list):
-        raise ConfigError("owners: an array of tables ([[owners]])")
+        raise ConfigError(f"{where}: an array of tables ([[{where}]])")
     if len(raw_owners) > limits.config_owners_max:
-        raise ConfigError(f"owners: at most {limits.config_owners_max}")
+        raise ConfigError(f"{where}: at most {limits.config_owners_max}")
+    return raw_owners
+
+
+def _owners(raw_owners: object, defaults: OwnerLimits) -> dict[str, OwnerLimits]:
     owners: dict[str, OwnerLimits] = {}
-    for i, raw in enumerate(raw_owners):
+    for i, raw in enumerate(_owner_tables(raw_owners, "owners")):
         where = f"owners[{i}]"
         name = raw.get("name") if isinstance(raw, dict) else None
         if not _owner_name_ok(name):
@@ -499,13 +505,8 @@ def _notify(raw: object, base_dir: str) -> NotifyConfig:
     secret = raw.get("secret")
     if not isinstance(secret, str) or len(secret) < limits.notify_secret_chars_min:
         raise ConfigError(f"notify.secret: a string of at least {limits.notify_secret_chars_min} characters")
-    raw_owners = raw.get("owners", [])
-    if not isinstance(raw_owners, list):
-        raise ConfigError("notify.owners: an array of tables ([[notify.owners]])")
-    if len(raw_owners) > limits.config_owners_max:
-        raise ConfigError(f"notify.owners: at most {limits.config_owners_max}")
     owners: dict[str, NotifyTarget] = {}
-    for i, item in enumerate(raw_owners):
+    for i, item in enumerate(_owner_tables(raw.get("owners", []), "notify.owners")):
         name, target = _notify_owner(f"notify.owners[{i}]", item)
         if name in owners:
             raise ConfigError(f"notify.owners[{i}].name: {name!r} is listed twice")

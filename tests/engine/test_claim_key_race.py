@@ -12,7 +12,8 @@ from tempo import errors
 from tempo.engine.commands import ClaimKey, ClaimRuns
 from tempo.engine.commit import Committer
 from tempo.engine.dispatch import Dispatcher
-from tempo.engine.jobs import Jobs, queues_hash
+from tempo.engine.jobs import Jobs
+from tempo.engine.request_checks import queues_hash
 from tempo.engine.store import Store
 from tempo.schema import JobCreate, ScheduleIn
 

@@ -64,9 +64,10 @@ from tempo.engine.commands import (
 )
 from tempo.engine.dispatch import Beat, ClaimStep, Commit, Dispatcher
 from tempo.engine.dispatch_core import ClaimedRun, DispatchCore
-from tempo.engine.jobs import Jobs, queues_hash
+from tempo.engine.jobs import Jobs
 from tempo.engine.raftlog import RaftLog
 from tempo.engine.records import ClaimKeyEntry, Run
+from tempo.engine.request_checks import queues_hash
 from tempo.engine.store import Store
 from tempo.node.replica import Phase, ReadWait, Replica, Write
 from tempo.raft import MESSAGE_DECODER, MESSAGE_ENCODER, Message, Role

@@ -7,6 +7,7 @@ environment, and engine/raftlog.py, the only modules that import lmdb.
   index rows a run has (no LMDB);
 - reads.py: one transaction's lookups (`Reads`);
 - keyed.py: request keys, claim keys, members, the notifier's cursor;
+- buckets.py: the history buckets of days, taken into use and dropped whole;
 - writes.py: `Tables`, the operations the rules write with, and the
   change feed (`Changes`);
 - build.py: indexes built at open for a store of an older version.
