@@ -62,20 +62,18 @@ def test_runs_buffer_all_buffered_stay_buffered_under_buffer_one(model: Lifecycl
     assert len([r for r in buffered if r.attempt == 0]) == 2  # the case still reaches what it is about
 
 
-@pytest.mark.xfail(strict=True, raises=lifecycle_model.Fault, reason="known fault, not fixed yet: a catch-up whose latest slot a trigger took "
-                   "hands out the superseded slot run (see the docstring)")
 def test_a_catch_up_whose_latest_slot_a_trigger_took_does_not_hand_out_the_superseded_run(
     model: LifecycleModel,
 ) -> None:
     """An `every_s: 1` job with `end_at` 30 s on, its slot run of second 1
     unclaimed until second 30, when a trigger takes second 30, the last
     slot. The claim's catch-up (`latest`) decides on slot 30, which the
-    triggered run holds; the leader steps over it, finds no slot left, and
-    drops the catch-up decision with it (engine/dispatch_core.py
-    `_claim_of`), so the run of second 1, superseded by 29 slots, is handed
-    out (docs/semantics.md "Catch-up after missed slots": never). Fixing
-    it needs apply's `_miss` (rules/runs.py) to record the ranges of a
-    decision that plans no next slot, which it does not today."""
+    triggered run holds; the leader steps over it and finds no slot left.
+    The decision's ranges still stand (engine/dispatch_core.py
+    `_claim_of`, rules/slots.py `hand_on`): the run of second 1,
+    superseded by 29 slots, is recorded missed rather than handed out
+    (docs/semantics.md "Catch-up after missed slots"), and with no slot
+    left the job is completed; the triggered run is handed out."""
     model.first_job(sched=("at", -120), retry=None, timeout_s=None, lease_s=None, jitter_s=0, queue="a")
     steps(
         model,
@@ -86,6 +84,43 @@ def test_a_catch_up_whose_latest_slot_a_trigger_took_does_not_hand_out_the_super
         ("trigger", {"data": Draws(0)}),
         ("claim_all", {}),
     )
+    job = model.jobs[1]
+    store = model.engine.store
+    first_ms = job.created_ms + 1000
+    runs, _ = store.list_runs("default", job.id, since_ms=None, until_ms=None, limit=100, cursor_ms=None)
+    assert sorted((r.nominal_ms - first_ms, r.status, r.reason, r.missed_count, r.triggered) for r in runs) == [
+        (0, "missed", "policy", 29, False), (29_000, "claimed", None, None, True)]
+    stored = store.get_job("default", job.id)
+    assert stored.state == "completed" and stored.next_run_at_ms is None
+    [missed] = [e for _, e in store.list_events("default", 0, 100) if e.type == "run.missed"]
+    assert missed.detail["count"] == 29 and missed.detail["reason"] == "policy"
+
+
+def test_a_cancel_whose_catch_up_finds_the_latest_slot_taken_records_the_slots_it_passed(
+    model: LifecycleModel,
+) -> None:
+    """As above, but the slot run of second 1 is cancelled at second 30
+    rather than claimed: the slots 2 to 29 the catch-up passed over are
+    recorded missed (a `run.missed` event), though no slot is left to hand
+    the schedule on to (engine/jobs.py `cancel_run`, rules/runs.py
+    `_cancel_waiting`), and the job is completed."""
+    model.first_job(sched=("every", 1), retry=None, timeout_s=None, lease_s=None, jitter_s=0, queue="a")
+    steps(
+        model,
+        ("delete", {"data": Draws(0), "now": 0}),
+        ("create", {"end": ("end_at", 30), "jitter_s": 0, "lease_s": None, "overlap": None, "queue": "b",
+                    "retry": None, "sched": ("every", 1), "timeout_s": None}),
+        ("advance", {"by": 30}),
+        ("trigger", {"data": Draws(0)}),
+        ("cancel", {"data": Draws(0)}),
+    )
+    job = model.jobs[1]
+    store = model.engine.store
+    stored = store.get_job("default", job.id)
+    assert stored.state == "completed" and stored.next_run_at_ms is None
+    assert model.jobs[1].runs[job.created_ms + 1000].status == "cancelled"
+    [missed] = [e for _, e in store.list_events("default", 0, 100) if e.type == "run.missed"]
+    assert (missed.detail["count"], missed.detail["reason"]) == (28, "policy")
 
 
 def test_a_one_off_given_the_at_of_a_run_that_ended_is_completed(model: LifecycleModel) -> None:

@@ -902,6 +902,7 @@ class Jobs:
                 command.planned = True
                 nxt = catch_up(job, nominal_ms, at_ms)
                 if nxt is not None:
+                    command.missed = nxt.missed  # recorded even when no slot is left (rules/runs.py)
                     nxt = step_over_taken(job, nxt, at_ms, functools.partial(self.store.get_run_any, job.id))
                 if nxt is not None:
                     command.next_slot_ms, command.next_due_ms = nxt.slot_ms, nxt.due_ms

@@ -280,6 +280,11 @@ def _cancel_waiting(t: Tables, job: Job, run: Run, runs_key: bytes, cmd: CancelR
         overlap.ended(t, job, run, cmd.at_ms)
         return
     if cmd.next_slot_ms is None or slots.past_end(job, cmd.next_slot_ms):
+        if cmd.next_slot_ms is None:
+            # The ranges the catch-up decided stand when no slot is left
+            # (a triggered run took the last one).
+            for missed in cmd.missed:
+                catchup.record_missed(t, job, missed, cmd.at_ms)
         slots.complete(t, job, cmd.at_ms)  # the schedule has no occurrence left
         return
     assert cmd.next_due_ms is not None and cmd.next_slot_ms > run.nominal_ms

@@ -165,6 +165,13 @@ def hand_on(t: Tables, job: Job, run: Run, claim: Claim, at_ms: int, pending: in
         job.catchup_until_ms = claim.catchup_until_ms
         job.catchup_decided_ms = claim.catchup_decided_ms
     else:
+        if claim.next_slot_ms is None:
+            # No slot is left to plan (a triggered run took the latest one
+            # the catch-up decided on): the ranges it decided still stand.
+            # (A command that planned a slot past an end condition records
+            # none, as it always has.)
+            for missed in claim.missed:
+                catchup.record_missed(t, job, missed, at_ms)
         job.next_run_at_ms = None
     return True
 
