@@ -1074,6 +1074,7 @@ class LifecycleModel(RuleBasedStateMachine):
         scheduled = [r for r in runs.values() if r.status == "waiting" and r.attempt == 0
                      and not r.triggered and not r.backfill and not r.buffered]
         self.check_end_conditions(job, stored, scheduled)
+        self.check_nothing_left(job, stored, runs)
         if stored.state != "active":
             if scheduled:
                 self.fault("one_waiting", f"a {stored.state} job has scheduled runs waiting: {scheduled}")
@@ -1087,6 +1088,22 @@ class LifecycleModel(RuleBasedStateMachine):
         slot_run = runs.get(stored.slot_ms)
         if slot_run is None or slot_run.status not in ("waiting", "claimed"):
             self.fault("one_waiting", f"an active one-off's run at {stored.slot_ms} is {slot_run!r}")
+
+    def check_nothing_left(self, job: MJob, stored: Job, runs: dict[int, Run]) -> None:
+        """A completed job has no slot's run buffered (docs/semantics.md
+        "Overlap": a run buffered before the job's end runs, and the job
+        completes when the last such run ends); an active repeating job
+        with no next run has a slot's run open, whose end completes it."""
+        if not job.repeating:
+            return
+        buffered = [r.nominal_ms for r in runs.values() if r.status == "waiting" and r.buffered and r.attempt == 0
+                    and not r.triggered and not r.backfill]
+        if stored.state == "completed" and buffered:
+            self.fault("completed", f"a completed job has slots' runs buffered: {buffered}")
+        slot_runs = [r for r in runs.values() if r.status in ("waiting", "claimed") and not r.triggered
+                     and not r.backfill]
+        if stored.state == "active" and stored.next_run_at_ms is None and not slot_runs:
+            self.fault("completed", f"an active job with no next run has no slot's run open ({stored.slot_ms})")
 
     def check_end_conditions(self, job: MJob, stored: Job, scheduled: list[Run]) -> None:
         """No scheduled run waits after `end_at`, nor once `max_runs` slots ran."""
@@ -1105,6 +1122,8 @@ class LifecycleModel(RuleBasedStateMachine):
         if job.had_overlap:
             # A buffered run released waits too, for a slot before the job's.
             scheduled = [r for r in scheduled if r.nominal_ms >= (stored.slot_ms or 0)]
+            if not scheduled and stored.next_run_at_ms is None and job.end_conditions():
+                return  # the last slot ended (skipped): the job completes as its released runs end
         if [r.nominal_ms for r in scheduled] != [stored.slot_ms]:
             self.fault("one_waiting", f"active repeating job with slot {stored.slot_ms} has waiting "
                        f"{[r.nominal_ms for r in scheduled]}")

@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 
+from tempo import ids
+
 from . import lifecycle_model
 from .lifecycle_model import LifecycleModel
 
@@ -143,18 +145,15 @@ def test_a_one_off_given_the_at_of_a_run_that_ended_is_completed(model: Lifecycl
     assert event.detail == {"status": "failed"}
 
 
-@pytest.mark.xfail(strict=True, raises=lifecycle_model.Fault, reason="known fault, not fixed yet: a buffer_one job "
-                   "completed by skipping its last slot keeps a buffered slot run, which runs after (see the docstring)")
-def test_a_job_completed_by_skipping_its_last_slot_has_no_buffered_run_left(model: LifecycleModel) -> None:
+def test_a_job_whose_last_slot_is_skipped_runs_its_buffered_run_and_then_completes(model: LifecycleModel) -> None:
     """An `every_s: 1` job with `end_at` three seconds on and `buffer_one`:
     its first slot's run is claimed and held past its next two slots. The
-    second slot's run is buffered, the third and last is skipped, which
-    completes the job (docs/semantics.md "Overlap", end conditions), while
-    the buffered run still waits; when the first run's lease runs out it is
-    released, and a `completed` job runs a slot. Either the skip of the last
-    slot must not complete a job with a buffered slot's run (it completes
-    when that run ends, as a claimed last run does), or that run must go
-    with the completion; docs/semantics.md says neither today."""
+    second slot's run is buffered, the third and last is skipped. The
+    buffered run was due before the end, so it runs as the policy
+    promises, and the job stays active until it ends, then is completed
+    (docs/semantics.md "Overlap"): the skip of the last slot once
+    completed the job at once, and the buffered run ran a slot of a
+    `completed` job."""
     model.first_job(sched=("at", 0), retry=None, timeout_s=None, lease_s=None, jitter_s=5, queue="a")
     steps(
         model,
@@ -168,5 +167,21 @@ def test_a_job_completed_by_skipping_its_last_slot_has_no_buffered_run_left(mode
         ("advance_and_check_leases", {"by": 59}),
         ("claim_all", {}),
         ("claim_all", {}),
-        ("advance_and_check_leases", {"by": 1}),
+        ("advance_and_check_leases", {"by": 1}),  # the first run's lease ends: the buffered run is released
+        ("claim_all", {}),  # the first run again (its re-delivery); the released run buffered again
+        ("result", {"data": Draws(1), "ok": True}),  # the first run ends: the buffered run is released
     )
+    job = model.jobs[1]
+    first_ms = job.created_ms + 1000
+    assert model.store_job(job).state == "active"
+    steps(model, ("claim_all", {}))
+    assert [(n - first_ms, r.status, r.reason) for n, r in sorted(model.engine.runs_of(job.id).items())] == [
+        (0, "done", None), (1000, "claimed", None), (2000, "skipped", "overlap")]
+    assert model.store_job(job).state == "active"
+    steps(model, ("result", {"data": Draws(1), "ok": True}))
+    stored = model.store_job(job)
+    assert stored.state == "completed" and stored.next_run_at_ms is None
+    [event] = [e for _, e in model.engine.store.list_events("default", 0, 100)
+               if e.type == "job.completed" and e.job_id == job.id]
+    assert event.detail == {"status": "done", "reason": "end_at"}
+    assert event.run_id == ids.run_id(job.id, first_ms + 1000)  # the buffered run's end completed it

@@ -69,12 +69,43 @@ def settle(t: Tables, job: Job, run: Run, at_ms: int) -> None:
     """A job whose last scheduled run ended is completed: a one-off's
     one run, or the run of a repeating job's slot when its claim
     planned no slot after it (an end condition, or no slot left; the
-    job's slot is still that run's then)."""
-    if run.triggered or run.backfill or job.slot_ms != run.nominal_ms or job.state == "completed":
+    job's slot is still that run's then). While slots' runs of the job
+    wait buffered, the last of them to end completes it instead
+    (docs/semantics.md "Overlap": they were due before the end)."""
+    if run.triggered or run.backfill or job.state == "completed":
+        return
+    if job.slot_ms != run.nominal_ms:
+        if _ran_after_last_slot(t, job, run):
+            complete(t, job, at_ms, run)
         return
     if job.schedule.repeating and job.next_run_at_ms is not None:
         return
+    if job.schedule.repeating and job.overlap is not None and _slots_buffered(t, job, run.nominal_ms):
+        return
     complete(t, job, at_ms, run)
+
+
+def _slots_buffered(t: Tables, job: Job, but_ms: int) -> bool:
+    """Whether a slot's run of the job, but the run of `but_ms`, waits
+    buffered (its overlap policy held it back; a retry held back is not
+    a slot's run)."""
+    return any(
+        r.status == "waiting" and r.buffered and r.attempt == 0 and not r.triggered and not r.backfill
+        for _, r in t.held_runs(job, but_ms)
+    )
+
+
+def _ran_after_last_slot(t: Tables, job: Job, run: Run) -> bool:
+    """Whether `run`, a slot's run that ended, was the last of the runs
+    its overlap policy buffered after the job's schedule ended: the job's
+    last slot ended (skipped, missed, cancelled) with no slot planned
+    after it (`settle` left it active for them) and no slot's run waits
+    buffered any more."""
+    return (
+        job.schedule.repeating and job.state == "active" and job.overlap is not None
+        and job.next_run_at_ms is None and job.slot_ms is not None and run.nominal_ms < job.slot_ms
+        and t.run_key_at_slot(job.id, job.slot_ms) is None and not _slots_buffered(t, job, run.nominal_ms)
+    )
 
 
 def adopt(t: Tables, job: Job, run: Run, runs_key: bytes) -> None:
