@@ -185,3 +185,57 @@ def test_a_job_whose_last_slot_is_skipped_runs_its_buffered_run_and_then_complet
                if e.type == "job.completed" and e.job_id == job.id]
     assert event.detail == {"status": "done", "reason": "end_at"}
     assert event.run_id == ids.run_id(job.id, first_ms + 1000)  # the buffered run's end completed it
+
+
+def test_a_released_run_cancelled_before_it_runs_releases_the_next_buffered_run(model: LifecycleModel) -> None:
+    """A `buffer_all` job (cron every minute, `timeout_s: 2`, two attempts)
+    whose triggered run ran over the slots of minutes 2 and 3, both
+    buffered: when that run's attempt ended (its timeout), the run of
+    minute 2 was released, and was cancelled before it was claimed. The
+    run of minute 3 waited for it, and was left buffered with nothing
+    running and nothing released, for ever (rules/overlap.py `ended`
+    looked only at runs that had run). A released run cancelled before it
+    runs hands on as a run that ended does: the next buffered run is due
+    (docs/semantics.md "Overlap")."""
+    model.first_job(sched=("cron", "*/5 * * * *"), timeout_s=2, retry=None, lease_s=None, jitter_s=0, queue="a")
+    steps(
+        model,
+        ("trigger", {"data": Draws(0)}),
+        ("claim_all", {}),
+        ("advance", {"by": 5}),
+        ("result", {"data": Draws(0), "ok": False}),
+        ("cancel", {"data": Draws(1)}),
+        ("cancel", {"data": Draws(2)}),
+        ("create", {"end": None, "jitter_s": 0, "lease_s": None, "overlap": "buffer_all", "queue": "a",
+                    "retry": {"max_attempts": 2, "backoff_s": [0]}, "sched": ("cron", "* * * * *"), "timeout_s": 2}),
+        ("expire", {}),
+        ("trigger", {"data": Draws(0)}),
+        ("create", {"end": None, "jitter_s": 5, "lease_s": None, "overlap": None, "queue": "a", "retry": None,
+                    "sched": ("every", 1), "timeout_s": None}),
+        ("advance", {"by": 59}),
+        ("claim_all", {}),
+        ("trigger", {"data": Draws(1)}),
+        ("claim_all", {}),
+        ("expire", {}),
+        ("cancel", {"data": Draws(5)}),
+        ("advance", {"by": 120}),
+        ("claim_all", {}),
+        ("expire", {}),
+        ("claim_all", {}),
+        ("advance", {"by": 2}),
+        ("expire", {}),
+        ("claim_all", {}),
+        ("trigger", {"data": Draws(0)}),
+        ("result", {"data": Draws(0), "ok": False}),
+    )
+    job = model.jobs[1]
+    minute_ms = 60_000
+    first_ms = lifecycle_model.T0_MS + minute_ms
+    runs = model.engine.runs_of(job.id)
+    assert (runs[first_ms + minute_ms].status, runs[first_ms + minute_ms].buffered) == ("waiting", False)  # released
+    assert (runs[first_ms + 2 * minute_ms].status, runs[first_ms + 2 * minute_ms].buffered) == ("waiting", True)
+    steps(model, ("cancel", {"data": Draws(8)}))  # the released run of minute 2
+    runs = model.engine.runs_of(job.id)
+    assert runs[first_ms + minute_ms].status == "cancelled"
+    released = runs[first_ms + 2 * minute_ms]
+    assert (released.status, released.buffered, released.due_ms) == ("waiting", False, model.engine.now_ms)
