@@ -239,3 +239,31 @@ def test_a_released_run_cancelled_before_it_runs_releases_the_next_buffered_run(
     assert runs[first_ms + minute_ms].status == "cancelled"
     released = runs[first_ms + 2 * minute_ms]
     assert (released.status, released.buffered, released.due_ms) == ("waiting", False, model.engine.now_ms)
+
+
+def test_a_gated_slot_waits_for_its_parent_and_runs_when_it_ends(model: LifecycleModel) -> None:
+    """A job gated on a one-off (`requires`, `wait_s: 60`): its first slot
+    waits for the parent, due at the deadline; the parent's run ends
+    done, which makes it due at once, and it is claimed (docs/semantics.md
+    "A gate on a clock schedule"). The model's gate checks judge each step."""
+    model.first_job(sched=("at", 65), retry=None, timeout_s=None, lease_s=None, jitter_s=0, queue="a")
+    steps(
+        model,
+        ("create_gated", {"data": Draws(0, 0), "sched": ("every", 60), "on": "succeeded", "wait_s": 60,
+                          "within_s": None, "queue": "b"}),
+        ("advance", {"by": 60}),
+        ("claim", {"queues": ["b"], "runs_max": 100}),  # the gate holds the slot run back
+    )
+    gated = model.jobs[1]
+    slot_ms = gated.created_ms + 60_000
+    held = model.engine.runs_of(gated.id)[slot_ms]
+    assert (held.status, held.due_ms) == ("waiting", slot_ms + 60_000)
+    steps(
+        model,
+        ("advance", {"by": 5}),
+        ("claim", {"queues": ["a"], "runs_max": 100}),  # the parent's run
+        ("result", {"data": Draws(0), "ok": True}),
+    )
+    assert model.engine.runs_of(gated.id)[slot_ms].due_ms == model.engine.now_ms
+    steps(model, ("claim", {"queues": ["b"], "runs_max": 1}))
+    assert model.engine.runs_of(gated.id)[slot_ms].status == "claimed"
