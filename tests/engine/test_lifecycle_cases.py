@@ -267,3 +267,25 @@ def test_a_gated_slot_waits_for_its_parent_and_runs_when_it_ends(model: Lifecycl
     assert model.engine.runs_of(gated.id)[slot_ms].due_ms == model.engine.now_ms
     steps(model, ("claim", {"queues": ["b"], "runs_max": 1}))
     assert model.engine.runs_of(gated.id)[slot_ms].status == "claimed"
+
+
+def test_a_stale_patch_that_drops_the_calendar_is_a_mismatch(model: LifecycleModel) -> None:
+    """A job on the owner's calendar, patched to `every_s: 1` without it
+    (version 2); then a patch made from version 1 that asks for its
+    schedule without the calendar. Its record equals version 1's, and the
+    calendar it asks for (none) equals the job's now, so it was answered
+    as changing nothing, with version 1: a lost update (without `If-Match`
+    the API would not merge it again onto version 2). It is a mismatch
+    (engine/jobs.py `Jobs.patch`)."""
+    model.first_job(sched=("at", -120), retry=None, timeout_s=None, lease_s=None, jitter_s=0, queue="a")
+    steps(
+        model,
+        ("create", {"calendar": None, "end": None, "jitter_s": 0, "lease_s": None, "overlap": None, "queue": "a",
+                    "retry": None, "sched": ("at", -120), "timeout_s": None}),
+        ("claim_all", {}),
+        ("create", {"calendar": "skip", "end": None, "jitter_s": 0, "lease_s": None, "overlap": None, "queue": "a",
+                    "retry": None, "sched": ("every", 7), "timeout_s": None}),
+        ("patch", {"data": Draws(2, False, {"every_s": 1}), "stale": False, "what": "schedule"}),
+        ("patch", {"data": Draws(2, False, {"every_s": 7}), "stale": True, "what": "schedule"}),
+    )
+    assert model.store_job(model.jobs[2]).version == 2

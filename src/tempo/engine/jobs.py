@@ -844,7 +844,12 @@ class Jobs:
         edges_after = None if item.deps is None else (item.deps.after, item.deps.requires)
         old_use = self.store.calendar_use(job.id)
         if _mutable(made) == _mutable(job) and edges_before == edges_after and item.calendar == old_use:
-            return job
+            # The edges and the calendar are read now, not at `job.version`:
+            # answered unchanged only when that is still the job's version,
+            # else apply refuses it (VersionMismatch), as a change from it.
+            current = self.store.get_job_any(job.id)
+            if current is not None and current.version == job.version:
+                return job
         made.created_at_ms = job.created_at_ms  # an `every_s` grid stays where it was
         replan = made.schedule != job.schedule or made.jitter_s != job.jitter_s
         slot_ms = due = None
