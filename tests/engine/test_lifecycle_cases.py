@@ -289,3 +289,43 @@ def test_a_stale_patch_that_drops_the_calendar_is_a_mismatch(model: LifecycleMod
         ("patch", {"data": Draws(2, False, {"every_s": 7}), "stale": True, "what": "schedule"}),
     )
     assert model.store_job(model.jobs[2]).version == 2
+
+
+def test_a_job_past_its_last_slot_whose_buffered_run_a_patch_released_completes_when_its_runs_end(
+    model: LifecycleModel,
+) -> None:
+    """As above, up to the skip of the last slot; then a patch to `allow`
+    releases the buffered run, which is claimed beside the first. The job
+    is completed when the last of its slots' runs ends, whatever its
+    policy is by then (rules/slots.py `settle`), not left active with
+    nothing to run."""
+    model.first_job(sched=("at", 0), retry=None, timeout_s=None, lease_s=None, jitter_s=5, queue="a")
+    steps(
+        model,
+        ("advance_and_check_leases", {"by": 1}),
+        ("create", {"end": ("end_at", 3), "jitter_s": 0, "lease_s": None, "overlap": "buffer_one", "queue": "a",
+                    "retry": None, "sched": ("every", 1), "timeout_s": None}),
+        ("advance_and_check_leases", {"by": 1}),
+        ("claim_all", {}),
+        ("expire", {}),
+        ("expire", {}),
+        ("advance_and_check_leases", {"by": 59}),
+        ("claim_all", {}),
+        ("claim_all", {}),  # the first run claimed, the second slot's buffered, the last skipped
+        ("patch", {"data": Draws(1, None), "stale": False, "what": "overlap"}),
+        ("claim_all", {}),  # the released run
+        ("result", {"data": Draws(2), "ok": True}),
+    )
+    job = model.jobs[1]
+    first_ms = job.created_ms + 1000
+
+    def first_run() -> Draws:  # the draw that picks the first slot's run among those claimed
+        claimed = sorted((j.id, n) for j in model.live() for n, r in j.runs.items() if r.status == "claimed")
+        return Draws(claimed.index((job.id, first_ms)))
+
+    assert model.store_job(job).state == "active"  # the first slot's run still runs
+    steps(model, ("result", {"data": first_run(), "ok": False}))
+    assert model.store_job(job).state == "active"  # it waits for its retry
+    steps(model, ("advance", {"by": 10}), ("claim_all", {}))
+    steps(model, ("result", {"data": first_run(), "ok": True}))
+    assert model.store_job(job).state == "completed"

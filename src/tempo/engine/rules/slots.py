@@ -96,16 +96,24 @@ def _slots_buffered(t: Tables, job: Job, but_ms: int) -> bool:
 
 
 def _ran_after_last_slot(t: Tables, job: Job, run: Run) -> bool:
-    """Whether `run`, a slot's run that ended, was the last of the runs
-    its overlap policy buffered after the job's schedule ended: the job's
-    last slot ended (skipped, missed, cancelled) with no slot planned
-    after it (`settle` left it active for them) and no slot's run waits
-    buffered any more."""
-    return (
-        job.schedule.repeating and job.state == "active" and job.overlap is not None
-        and job.next_run_at_ms is None and job.slot_ms is not None and run.nominal_ms < job.slot_ms
-        and t.run_key_at_slot(job.id, job.slot_ms) is None and not _slots_buffered(t, job, run.nominal_ms)
-    )
+    """Whether `run`, a slot's run that ended, was the last open one of
+    those its overlap policy buffered before the job's schedule ended: the
+    job's last slot ended (skipped, missed, cancelled) with no slot planned
+    after it (`settle` left the job active for them), and no other slot's
+    run is open, buffered, released (a patch to a policy that does not
+    buffer releases them all) or running. Reads the job's open runs only
+    in that state."""
+    if not (
+        job.schedule.repeating and job.state == "active" and job.next_run_at_ms is None
+        and job.slot_ms is not None and run.nominal_ms < job.slot_ms
+        and t.run_key_at_slot(job.id, job.slot_ms) is None
+    ):
+        return False
+    for _, runs_key in t.slots_desc(job.id, 0, job.slot_ms):
+        other = t.run_at(runs_key)
+        if not other.triggered and not other.backfill:
+            return False
+    return True
 
 
 def adopt(t: Tables, job: Job, run: Run, runs_key: bytes) -> None:
