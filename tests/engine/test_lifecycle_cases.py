@@ -329,3 +329,54 @@ def test_a_job_past_its_last_slot_whose_buffered_run_a_patch_released_completes_
     steps(model, ("advance", {"by": 10}), ("claim_all", {}))
     steps(model, ("result", {"data": first_run(), "ok": True}))
     assert model.store_job(job).state == "completed"
+
+
+def test_a_patch_that_ends_the_schedule_cancels_the_buffered_slot_run(model: LifecycleModel) -> None:
+    """A `buffer_one` job whose slot of second 30 was buffered behind the
+    running run of second 0, then patched to a schedule whose `end_at`
+    leaves no slot after the patch: the patch completes the job at once
+    (docs/semantics.md "End conditions"), and the buffered run goes with
+    it, cancelled as the waiting run is; it was left buffered in a
+    completed job, to run when the running run ended."""
+    model.first_job(sched=("every_start", 30, -120), retry=None, timeout_s=None, lease_s=None, jitter_s=0,
+                    queue="a")
+    steps(
+        model,
+        ("claim_all", {}),
+        ("patch", {"data": Draws(0, "buffer_one"), "stale": False, "what": "overlap"}),
+        ("advance", {"by": 30}),
+        ("claim_all", {}),
+        ("patch", {"data": Draws(0, True, {"cron": "* * * * *", "end_at": "2027-01-15T08:00:31.000Z"}),
+                   "stale": False, "what": "schedule"}),
+    )
+    job = model.jobs[0]
+    assert model.store_job(job).state == "completed"
+    runs = model.engine.runs_of(job.id)
+    assert (runs[lifecycle_model.T0_MS].status, runs[lifecycle_model.T0_MS + 30_000].status) == ("claimed", "cancelled")
+
+
+def test_a_cancel_of_the_last_slot_run_leaves_the_buffered_run_to_run(model: LifecycleModel) -> None:
+    """A `buffer_one` job with three slots (60, 120 and 180 s): the run of
+    60 runs past 120, whose run is buffered; the owner cancels the waiting
+    run of 180, the last slot. As when the last slot is skipped, the
+    buffered run was due before the end: it runs when the first ends, and
+    its end completes the job (docs/semantics.md "Overlap"); the cancel
+    once completed the job with the run still buffered."""
+    model.first_job(sched=("at", 3600), retry=None, timeout_s=None, lease_s=None, jitter_s=0, queue="b")
+    steps(
+        model,
+        ("create", {"end": ("end_at", 190), "jitter_s": 0, "lease_s": 600, "overlap": "buffer_one", "queue": "a",
+                    "retry": None, "sched": ("every", 60), "timeout_s": None}),
+        ("advance", {"by": 60}),
+        ("claim_all", {}),
+        ("advance", {"by": 60}),
+        ("claim_all", {}),  # the run of 120 is buffered
+        ("cancel", {"data": Draws(3)}),  # the waiting run of 180
+    )
+    job = model.jobs[1]
+    stored = model.store_job(job)
+    assert (stored.state, stored.next_run_at_ms) == ("active", None)
+    steps(model, ("result", {"data": Draws(0), "ok": True}), ("claim_all", {}))
+    assert model.engine.runs_of(job.id)[job.created_ms + 120_000].status == "claimed"
+    steps(model, ("result", {"data": Draws(0), "ok": True}))
+    assert model.store_job(job).state == "completed"

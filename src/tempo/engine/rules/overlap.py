@@ -138,6 +138,19 @@ def ended(t: Tables, job: Job, run: Run, at_ms: int) -> None:
         release(t, job, buffered[0][1], buffered[0][0], at_ms)
 
 
+def cancel_buffered(t: Tables, job: Job, at_ms: int) -> None:
+    """A patch ended the job's schedule (docs/semantics.md "End
+    conditions": it completes the job at once): the slots' runs its policy
+    buffered are cancelled with it, as its waiting run is (a retry held
+    back, or a triggered run, waits on for its release)."""
+    for runs_key, run in state(t, job)[1]:
+        if run.attempt == 0 and not run.triggered:
+            run.status = "cancelled"
+            run.finished_ms = at_ms
+            t.finish_run(run, runs_key, "waiting", at_ms, job=job)
+            slots.mark_taken(job, run.nominal_ms)
+
+
 def repolicy(t: Tables, old: Job, job: Job, at_ms: int) -> None:
     """What a patch that may change the overlap policy from `old`'s to
     `job`'s does: a policy that no longer buffers releases the runs it

@@ -289,7 +289,7 @@ def _cancel_waiting(t: Tables, job: Job, run: Run, runs_key: bytes, cmd: CancelR
             # (a triggered run took the last one).
             for missed in cmd.missed:
                 catchup.record_missed(t, job, missed, cmd.at_ms)
-        slots.complete(t, job, cmd.at_ms)  # the schedule has no occurrence left
+        slots.end_schedule(t, job, cmd.at_ms)  # the schedule has no occurrence left
         return
     assert cmd.next_due_ms is not None and cmd.next_slot_ms > run.nominal_ms
     slots.mark_taken(job, run.nominal_ms)

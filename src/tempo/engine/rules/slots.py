@@ -85,7 +85,18 @@ def settle(t: Tables, job: Job, run: Run, at_ms: int) -> None:
     complete(t, job, at_ms, run)
 
 
-def _slots_buffered(t: Tables, job: Job, but_ms: int) -> bool:
+def end_schedule(t: Tables, job: Job, at_ms: int) -> None:
+    """A cancel of the job's waiting run found no slot left: the job is
+    completed, unless slots' runs of it wait buffered, which run yet
+    (docs/semantics.md "Overlap"); the last of them to end completes it."""
+    if job.overlap is not None and _slots_buffered(t, job, None):
+        job.next_run_at_ms = None
+        t.put_job(job)
+        return
+    complete(t, job, at_ms)
+
+
+def _slots_buffered(t: Tables, job: Job, but_ms: int | None) -> bool:
     """Whether a slot's run of the job, but the run of `but_ms`, waits
     buffered (its overlap policy held it back; a retry held back is not
     a slot's run)."""
