@@ -25,7 +25,12 @@ runs, and the dispatcher core's own invariants. Dependent jobs
 on a queue nothing claims, count their runs: every counting end of a
 parent makes exactly one run under `all: false`, every complete set of
 them exactly one under `all: true`; a parent with dependents is not
-deleted (`409 has_dependents`). `tests/engine/
+deleted (`409 has_dependents`). Gated jobs (`schedule.requires`, "A gate
+on a clock schedule") on the model's jobs claim a slot's run only once
+every parent had a counting end within `within_s` before the slot, skip
+it (`dependency`, naming the missing parents) only `wait_s` after the
+slot, and a slot run held for its parents is due the moment the last
+end arrives. `tests/engine/
 test_lifecycle_model.py` runs it; `TEMPO_LIFECYCLE_EXAMPLES` and
 `TEMPO_LIFECYCLE_STEPS` make it run longer.
 
@@ -207,6 +212,7 @@ class MJob:
     # `buffer_one`: they stay buffered (docs/semantics.md "Overlap"), past
     # the new bound, until each is released.
     buffered_kept: set[int] = field(default_factory=set)
+    gate: "Gate | None" = None  # `schedule.requires`: a gate on each slot
     runs_done: int = 0  # slots whose run was claimed for the first time
     runs: dict[int, MRun] = field(default_factory=dict)
     events: Counter[str] = field(default_factory=Counter)  # the events the job's changes wrote, by type
@@ -338,6 +344,30 @@ class Dependent:
 DEPENDENTS_MAX = 3
 
 
+@dataclass
+class Gate:
+    """A gated job's `schedule.requires` (docs/semantics.md "A gate on a
+    clock schedule"), and each parent's latest counting end since the
+    gate was made (ends are not used up)."""
+
+    parents: tuple[str, ...]
+    on: str
+    within_s: int | None
+    wait_s: int
+    latest: dict[str, int] = field(default_factory=dict)
+    judged: set[int] = field(default_factory=set)  # slots whose `dependency` skip was checked
+
+    def ended(self, parent: str, status: str, at_ms: int) -> None:
+        if parent in self.parents and Dependent("", (), self.on, False).counts(status):
+            self.latest[parent] = at_ms
+
+    def missing(self, slot_ms: int) -> list[str]:
+        """The parents with no counting end within `within_s` before the
+        slot (an end after it counts: it came while the slot waited)."""
+        floor_ms = None if self.within_s is None else slot_ms - self.within_s * 1000
+        return [p for p in self.parents if p not in self.latest or (floor_ms is not None and self.latest[p] < floor_ms)]
+
+
 class LifecycleModel(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
@@ -386,6 +416,9 @@ class LifecycleModel(RuleBasedStateMachine):
         run.due_ms = None
         for dependent in self.dependents:
             dependent.ended(job.id, status)
+        for gated in self.live():
+            if gated.gate is not None:
+                gated.gate.ended(job.id, status, self.engine.now_ms)
         if status == "failed":
             job.events["run.failed"] += 1
         if status == "cancelled" and run.cancelled_by == "owner":
@@ -479,6 +512,8 @@ class LifecycleModel(RuleBasedStateMachine):
         job = self.pick_job(data)
         if what == "overlap" and not job.repeating:
             return
+        if job.gate is not None and what in ("schedule", "jitter_s"):
+            return  # the gate is checked on a schedule it keeps, with no jitter
         spec = self.patched_spec(data, job, what)
         if stale and job.version > 1:
             self.patch_stale(job, spec)
@@ -545,7 +580,9 @@ class LifecycleModel(RuleBasedStateMachine):
     def patch_stale(self, job: MJob, spec: dict[str, Any]) -> None:
         """A patch made from the job as read at an earlier version (what
         `If-Match` with that version asks for, raced by another change):
-        nothing changes."""
+        nothing changes, and it is a mismatch. (The job's calendar and
+        edges are read when the patch is made, not at the version it names,
+        so a patch equal to its base is not told from a change of it.)"""
         base = job.version - 1
         try:
             answered = drive(self.engine.jobs.patch(job.records[base], _body(spec), from_msgpack=False))
@@ -554,11 +591,8 @@ class LifecycleModel(RuleBasedStateMachine):
             return
         except errors.VersionMismatch:
             event("patch: version mismatch")
-            if spec == job.specs[base]:
-                self.fault("version", "a patch that changes nothing of its base was a mismatch")
             return
-        if spec != job.specs[base]:
-            self.fault("version", f"a patch from version {base} was applied at {job.version}: {answered}")
+        self.fault("version", f"a patch from version {base} was answered at {job.version}: {answered}")
 
     def replan(self, job: MJob) -> None:
         """The schedule or the jitter changed: the scheduled waiting run
@@ -640,7 +674,8 @@ class LifecycleModel(RuleBasedStateMachine):
         due = {(j.id, r.nominal_ms) for j in self.live() if j.queue in queues
                for r in j.runs.values() if r.status == "waiting" and self.due_of(j, r) <= now_ms}
         # A job's overlap policy, or its calendar, may hold its due runs back.
-        held = {(j.id, r.nominal_ms) for j in self.live() if j.overlap != "allow" or j.calendar for r in j.runs.values()}
+        held = {(j.id, r.nominal_ms) for j in self.live() if j.overlap != "allow" or j.calendar or j.gate
+                for r in j.runs.values()}
         slots = dict(self.slots)
         superseded = self.superseded(due & {(j.id, slots.get(j.id)) for j in self.live()})
         for job in self.live():
@@ -663,6 +698,19 @@ class LifecycleModel(RuleBasedStateMachine):
             self.fault("claim", f"due runs {sorted(due - set(got) - held - missed)} were not handed out")
         for run in claimed:
             self.claimed(run, slots)
+        self.check_gates_claimed(claimed)
+
+    def check_gates_claimed(self, claimed: list[Run]) -> None:
+        """A gated job's slot run is claimed only when every parent had a
+        counting end within `within_s` before the slot, by now."""
+        for run in claimed:
+            job = next(j for j in self.jobs if j.id == run.job_id)
+            if job.gate is None or run.triggered or run.backfill or run.attempt != 1:
+                continue
+            missing = job.gate.missing(run.nominal_ms)
+            event("gate: a slot claimed")
+            if missing:
+                self.fault("gate", f"slot {run.nominal_ms} of gated job {job.id} claimed without ends of {missing}")
 
     def superseded(self, slot_runs: set[tuple[str, int | None]]) -> set[tuple[str, int]]:
         """The due slot runs (job ID, slot) of active repeating jobs whose
@@ -904,7 +952,8 @@ class LifecycleModel(RuleBasedStateMachine):
         if now:
             return  # a delete one time in four: it ends a job's story
         job = self.pick_job(data)
-        if any(job.id in d.parents for d in self.dependents):
+        if any(job.id in d.parents for d in self.dependents) or any(
+                j.gate is not None and job.id in j.gate.parents for j in self.live() if j is not job):
             try:
                 drive(self.engine.jobs.delete(OWNER, job.id))
             except errors.HasDependents:
@@ -913,6 +962,56 @@ class LifecycleModel(RuleBasedStateMachine):
         drive(self.engine.jobs.delete(OWNER, job.id))
         job.deleted = True
         job.events["job.deleted"] += 1
+
+    @precondition(lambda self: bool(self.live()) and len(self.live()) < JOBS_MAX)
+    @rule(data=st.data(), sched=st.sampled_from((("every", 1), ("every", 7), ("every", 60), ("cron", "* * * * *"))),
+          on=st.sampled_from(("succeeded", "failed", "finished")), wait_s=st.sampled_from((0, 5, 60)),
+          within_s=st.sampled_from((None, 10, 120)), queue=st.sampled_from(QUEUES))
+    def create_gated(self, data: st.DataObject, sched: tuple[Any, ...], on: str, wait_s: int, within_s: int | None,
+                     queue: str) -> None:
+        """A repeating job gated on one or two of the model's jobs
+        (`schedule.requires`): each of its slots runs only once every
+        parent had a counting end, waits for them up to `wait_s`, and is
+        skipped (reason `dependency`) after."""
+        live = self.live()
+        first = data.draw(st.integers(0, len(live) - 1), label="parent")
+        second = data.draw(st.integers(0, len(live) - 1), label="second parent")
+        parents = tuple(dict.fromkeys((live[first].id, live[second].id)))
+        spec = _spec(_schedule_spec(sched, self.engine.now_ms), None, None, None, 0, queue)
+        spec["schedule"]["requires"] = {"jobs": list(parents), "on": on, "wait_s": wait_s, "within_s": within_s}
+        made = self.engine.create(spec)
+        job = MJob(made.id, spec, made.created_at_ms, slot_ms=made.slot_ms, plain=False)
+        job.gate = Gate(parents, on, within_s, wait_s)
+        job.events["job.created"] += 1
+        self.jobs.append(job)
+        self.new_ok[job.id] = "slot"
+        self.remember(job)
+        event(f"create: gated on {len(parents)}")
+
+    def check_gates(self) -> None:
+        """A gated job's slot is skipped (`dependency`) only after
+        `wait_s`, naming the parents with no counting end; a slot run held
+        for its parents is due at once when the last end arrives."""
+        now_ms = self.engine.now_ms
+        for job in self.live():
+            gate = job.gate
+            if gate is None:
+                continue
+            for nominal_ms, run in self.engine.runs_of(job.id).items():
+                if run.status == "skipped" and run.reason == "dependency" and nominal_ms not in gate.judged:
+                    gate.judged.add(nominal_ms)
+                    event("gate: a slot skipped")
+                    missing = gate.missing(nominal_ms)
+                    if now_ms < nominal_ms + gate.wait_s * 1000 or not missing:
+                        self.fault("gate", f"slot {nominal_ms} skipped at {now_ms}, missing {missing}")
+                    if run.error != "no counting end of " + ", ".join(missing):
+                        self.fault("gate", f"slot {nominal_ms} skipped with error {run.error!r}, missing {missing}")
+                held = (run.status == "waiting" and run.attempt == 0 and not run.triggered and not run.backfill
+                        and not run.buffered and nominal_ms <= now_ms < run.due_ms)
+                if held:
+                    event("gate: a slot waits for its parents")
+                if held and job.state == "active" and not gate.missing(nominal_ms):
+                    self.fault("gate", f"slot {nominal_ms} waits (due {run.due_ms}) though every parent ended")
 
     @precondition(lambda self: bool(self.live()) and len(self.dependents) < DEPENDENTS_MAX)
     @rule(data=st.data(), on=st.sampled_from(("succeeded", "failed", "finished")), all_=st.booleans())
@@ -943,6 +1042,7 @@ class LifecycleModel(RuleBasedStateMachine):
         self.check_held_index()
         self.check_job_counts()
         self.check_dependents()
+        self.check_gates()
         self.new_ok = {}
         engine.core.check_memory()
         engine.core.check_leases()
@@ -1074,6 +1174,7 @@ class LifecycleModel(RuleBasedStateMachine):
         scheduled = [r for r in runs.values() if r.status == "waiting" and r.attempt == 0
                      and not r.triggered and not r.backfill and not r.buffered]
         self.check_end_conditions(job, stored, scheduled)
+        self.check_nothing_left(job, stored, runs)
         if stored.state != "active":
             if scheduled:
                 self.fault("one_waiting", f"a {stored.state} job has scheduled runs waiting: {scheduled}")
@@ -1087,6 +1188,22 @@ class LifecycleModel(RuleBasedStateMachine):
         slot_run = runs.get(stored.slot_ms)
         if slot_run is None or slot_run.status not in ("waiting", "claimed"):
             self.fault("one_waiting", f"an active one-off's run at {stored.slot_ms} is {slot_run!r}")
+
+    def check_nothing_left(self, job: MJob, stored: Job, runs: dict[int, Run]) -> None:
+        """A completed job has no slot's run buffered (docs/semantics.md
+        "Overlap": a run buffered before the job's end runs, and the job
+        completes when the last such run ends); an active repeating job
+        with no next run has a slot's run open, whose end completes it."""
+        if not job.repeating:
+            return
+        buffered = [r.nominal_ms for r in runs.values() if r.status == "waiting" and r.buffered and r.attempt == 0
+                    and not r.triggered and not r.backfill]
+        if stored.state == "completed" and buffered:
+            self.fault("completed", f"a completed job has slots' runs buffered: {buffered}")
+        slot_runs = [r for r in runs.values() if r.status in ("waiting", "claimed") and not r.triggered
+                     and not r.backfill]
+        if stored.state == "active" and stored.next_run_at_ms is None and not slot_runs:
+            self.fault("completed", f"an active job with no next run has no slot's run open ({stored.slot_ms})")
 
     def check_end_conditions(self, job: MJob, stored: Job, scheduled: list[Run]) -> None:
         """No scheduled run waits after `end_at`, nor once `max_runs` slots ran."""
@@ -1105,6 +1222,8 @@ class LifecycleModel(RuleBasedStateMachine):
         if job.had_overlap:
             # A buffered run released waits too, for a slot before the job's.
             scheduled = [r for r in scheduled if r.nominal_ms >= (stored.slot_ms or 0)]
+            if not scheduled and stored.next_run_at_ms is None and job.end_conditions():
+                return  # the last slot ended (skipped): the job completes as its released runs end
         if [r.nominal_ms for r in scheduled] != [stored.slot_ms]:
             self.fault("one_waiting", f"active repeating job with slot {stored.slot_ms} has waiting "
                        f"{[r.nominal_ms for r in scheduled]}")

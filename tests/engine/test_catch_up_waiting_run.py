@@ -10,13 +10,16 @@ ran three runs."""
 
 import pytest
 
-from tempo import errors
+from tempo import clock, errors, ids
 from tempo.engine.jobs import Jobs
 from tempo.engine.plan import catch_up
 from tempo.engine.records import Catchup, Missed
 from tempo.schema import CatchupIn, JobCreate, ScheduleIn
 
-from .test_catch_up_policy import EVERY_MINUTE, MIN_MS, job
+from .lifecycle_model import OWNER as M_OWNER
+from .lifecycle_model import T0_MS as M0_MS
+from .lifecycle_model import Engine, drive
+from .test_catch_up_policy import EVERY_MINUTE, MIN_MS, job, ms
 from .test_dispatch import OWNER, T0_MS, Node, running
 
 # The job's first slot; the node comes back at T0_MS, an hour and a half later.
@@ -114,3 +117,65 @@ def test_a_cancel_hands_on_without_counting_the_cancelled_slot_missed():
     s0 = j.created_at_ms + MIN_MS
     found = catch_up(j, s0, s0 + 5 * MIN_MS + 1)
     assert found.missed == [Missed("policy", s0 + MIN_MS, s0 + 6 * MIN_MS, 5)]
+
+
+
+def _ending_job(tmp_path, catchup: dict) -> tuple[Engine, str]:
+    """An `every_s: 1` job with `end_at` 30 s on, 40 s later: its waiting
+    run of second 1 was never claimed."""
+    engine = Engine(str(tmp_path / "data"))
+    made = engine.create({"target": "queue:a", "catchup": catchup,
+                          "schedule": {"every_s": 1, "end_at": clock.iso_from_ms(M0_MS + 30_000)}})
+    engine.advance(40)
+    return engine, made.id
+
+
+def _ranges_recorded(engine: Engine) -> list[tuple[str, int, int]]:
+    """(reason, first slot's second, count) of each `run.missed` event."""
+    return [(e.detail["reason"], (ms(e.detail["missed_from"]) - M0_MS) // 1000, e.detail["count"])
+            for _, e in engine.store.list_events(M_OWNER, 0, 100) if e.type == "run.missed"]
+
+
+@pytest.mark.parametrize(
+    ("policy", "window_s", "max_runs", "runs", "missed"),
+    [
+        # `none`, and a window the whole range is older than: the waiting
+        # run is the first slot of the range, recorded, not handed out.
+        ("none", None, 1000, [], [("policy", 1, 30)]),
+        ("latest", 5, 1000, [], [("outside_window", 1, 30)]),
+        ("all", 5, 1000, [], [("outside_window", 1, 30)]),
+        # `all` running the waiting run alone: the slots after it are recorded.
+        ("all", None, 1, [1], [("policy", 2, 29)]),
+    ],
+)
+def test_a_catch_up_that_reaches_the_end_of_the_schedule_records_its_ranges(
+    tmp_path, policy, window_s, max_runs, runs, missed,
+):
+    """The waiting run claimed after the schedule's end: the decision's
+    ranges reach the end, no slot is left after them, and they are
+    recorded all the same (engine/plan.py `_ended`); before, the decision
+    was dropped with its ranges, and the waiting run was handed out
+    whatever the policy said. The job completes: at once when nothing
+    runs, else when the run ends."""
+    engine, job_id = _ending_job(tmp_path, {"policy": policy, "window_s": window_s, "max_runs": max_runs})
+    try:
+        claimed = engine.claim(["a"], 100)
+        assert [(r.nominal_ms - M0_MS) // 1000 for r in claimed] == runs
+        assert _ranges_recorded(engine) == missed
+        stored = engine.store.get_job(M_OWNER, job_id)
+        assert (stored.state, stored.next_run_at_ms) == ("active" if runs else "completed", None)
+    finally:
+        engine.close()
+
+
+def test_a_cancel_whose_catch_up_reaches_the_end_records_its_ranges(tmp_path):
+    """The waiting run of a `none` job cancelled after its schedule's end:
+    the slots after it are recorded `policy`, and the job is completed."""
+    engine, job_id = _ending_job(tmp_path, {"policy": "none"})
+    try:
+        run = drive(engine.jobs.cancel_run(M_OWNER, ids.run_id(job_id, M0_MS + 1000)))
+        assert run.status == "cancelled"
+        assert _ranges_recorded(engine) == [("policy", 2, 29)]
+        assert engine.store.get_job(M_OWNER, job_id).state == "completed"
+    finally:
+        engine.close()

@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 
+from tempo import ids
+
 from . import lifecycle_model
 from .lifecycle_model import LifecycleModel
 
@@ -62,20 +64,18 @@ def test_runs_buffer_all_buffered_stay_buffered_under_buffer_one(model: Lifecycl
     assert len([r for r in buffered if r.attempt == 0]) == 2  # the case still reaches what it is about
 
 
-@pytest.mark.xfail(strict=True, raises=lifecycle_model.Fault, reason="known fault, not fixed yet: a catch-up whose latest slot a trigger took "
-                   "hands out the superseded slot run (see the docstring)")
 def test_a_catch_up_whose_latest_slot_a_trigger_took_does_not_hand_out_the_superseded_run(
     model: LifecycleModel,
 ) -> None:
     """An `every_s: 1` job with `end_at` 30 s on, its slot run of second 1
     unclaimed until second 30, when a trigger takes second 30, the last
     slot. The claim's catch-up (`latest`) decides on slot 30, which the
-    triggered run holds; the leader steps over it, finds no slot left, and
-    drops the catch-up decision with it (engine/dispatch_core.py
-    `_claim_of`), so the run of second 1, superseded by 29 slots, is handed
-    out (docs/semantics.md "Catch-up after missed slots": never). Fixing
-    it needs apply's `_miss` (rules/runs.py) to record the ranges of a
-    decision that plans no next slot, which it does not today."""
+    triggered run holds; the leader steps over it and finds no slot left.
+    The decision's ranges still stand (engine/dispatch_core.py
+    `_claim_of`, rules/slots.py `hand_on`): the run of second 1,
+    superseded by 29 slots, is recorded missed rather than handed out
+    (docs/semantics.md "Catch-up after missed slots"), and with no slot
+    left the job is completed; the triggered run is handed out."""
     model.first_job(sched=("at", -120), retry=None, timeout_s=None, lease_s=None, jitter_s=0, queue="a")
     steps(
         model,
@@ -86,6 +86,43 @@ def test_a_catch_up_whose_latest_slot_a_trigger_took_does_not_hand_out_the_super
         ("trigger", {"data": Draws(0)}),
         ("claim_all", {}),
     )
+    job = model.jobs[1]
+    store = model.engine.store
+    first_ms = job.created_ms + 1000
+    runs, _ = store.list_runs("default", job.id, since_ms=None, until_ms=None, limit=100, cursor_ms=None)
+    assert sorted((r.nominal_ms - first_ms, r.status, r.reason, r.missed_count, r.triggered) for r in runs) == [
+        (0, "missed", "policy", 29, False), (29_000, "claimed", None, None, True)]
+    stored = store.get_job("default", job.id)
+    assert stored.state == "completed" and stored.next_run_at_ms is None
+    [missed] = [e for _, e in store.list_events("default", 0, 100) if e.type == "run.missed"]
+    assert missed.detail["count"] == 29 and missed.detail["reason"] == "policy"
+
+
+def test_a_cancel_whose_catch_up_finds_the_latest_slot_taken_records_the_slots_it_passed(
+    model: LifecycleModel,
+) -> None:
+    """As above, but the slot run of second 1 is cancelled at second 30
+    rather than claimed: the slots 2 to 29 the catch-up passed over are
+    recorded missed (a `run.missed` event), though no slot is left to hand
+    the schedule on to (engine/jobs.py `cancel_run`, rules/runs.py
+    `_cancel_waiting`), and the job is completed."""
+    model.first_job(sched=("every", 1), retry=None, timeout_s=None, lease_s=None, jitter_s=0, queue="a")
+    steps(
+        model,
+        ("delete", {"data": Draws(0), "now": 0}),
+        ("create", {"end": ("end_at", 30), "jitter_s": 0, "lease_s": None, "overlap": None, "queue": "b",
+                    "retry": None, "sched": ("every", 1), "timeout_s": None}),
+        ("advance", {"by": 30}),
+        ("trigger", {"data": Draws(0)}),
+        ("cancel", {"data": Draws(0)}),
+    )
+    job = model.jobs[1]
+    store = model.engine.store
+    stored = store.get_job("default", job.id)
+    assert stored.state == "completed" and stored.next_run_at_ms is None
+    assert model.jobs[1].runs[job.created_ms + 1000].status == "cancelled"
+    [missed] = [e for _, e in store.list_events("default", 0, 100) if e.type == "run.missed"]
+    assert (missed.detail["count"], missed.detail["reason"]) == (28, "policy")
 
 
 def test_a_one_off_given_the_at_of_a_run_that_ended_is_completed(model: LifecycleModel) -> None:
@@ -108,18 +145,15 @@ def test_a_one_off_given_the_at_of_a_run_that_ended_is_completed(model: Lifecycl
     assert event.detail == {"status": "failed"}
 
 
-@pytest.mark.xfail(strict=True, raises=lifecycle_model.Fault, reason="known fault, not fixed yet: a buffer_one job "
-                   "completed by skipping its last slot keeps a buffered slot run, which runs after (see the docstring)")
-def test_a_job_completed_by_skipping_its_last_slot_has_no_buffered_run_left(model: LifecycleModel) -> None:
+def test_a_job_whose_last_slot_is_skipped_runs_its_buffered_run_and_then_completes(model: LifecycleModel) -> None:
     """An `every_s: 1` job with `end_at` three seconds on and `buffer_one`:
     its first slot's run is claimed and held past its next two slots. The
-    second slot's run is buffered, the third and last is skipped, which
-    completes the job (docs/semantics.md "Overlap", end conditions), while
-    the buffered run still waits; when the first run's lease runs out it is
-    released, and a `completed` job runs a slot. Either the skip of the last
-    slot must not complete a job with a buffered slot's run (it completes
-    when that run ends, as a claimed last run does), or that run must go
-    with the completion; docs/semantics.md says neither today."""
+    second slot's run is buffered, the third and last is skipped. The
+    buffered run was due before the end, so it runs as the policy
+    promises, and the job stays active until it ends, then is completed
+    (docs/semantics.md "Overlap"): the skip of the last slot once
+    completed the job at once, and the buffered run ran a slot of a
+    `completed` job."""
     model.first_job(sched=("at", 0), retry=None, timeout_s=None, lease_s=None, jitter_s=5, queue="a")
     steps(
         model,
@@ -133,5 +167,216 @@ def test_a_job_completed_by_skipping_its_last_slot_has_no_buffered_run_left(mode
         ("advance_and_check_leases", {"by": 59}),
         ("claim_all", {}),
         ("claim_all", {}),
-        ("advance_and_check_leases", {"by": 1}),
+        ("advance_and_check_leases", {"by": 1}),  # the first run's lease ends: the buffered run is released
+        ("claim_all", {}),  # the first run again (its re-delivery); the released run buffered again
+        ("result", {"data": Draws(1), "ok": True}),  # the first run ends: the buffered run is released
     )
+    job = model.jobs[1]
+    first_ms = job.created_ms + 1000
+    assert model.store_job(job).state == "active"
+    steps(model, ("claim_all", {}))
+    assert [(n - first_ms, r.status, r.reason) for n, r in sorted(model.engine.runs_of(job.id).items())] == [
+        (0, "done", None), (1000, "claimed", None), (2000, "skipped", "overlap")]
+    assert model.store_job(job).state == "active"
+    steps(model, ("result", {"data": Draws(1), "ok": True}))
+    stored = model.store_job(job)
+    assert stored.state == "completed" and stored.next_run_at_ms is None
+    [event] = [e for _, e in model.engine.store.list_events("default", 0, 100)
+               if e.type == "job.completed" and e.job_id == job.id]
+    assert event.detail == {"status": "done", "reason": "end_at"}
+    assert event.run_id == ids.run_id(job.id, first_ms + 1000)  # the buffered run's end completed it
+
+
+def test_a_released_run_cancelled_before_it_runs_releases_the_next_buffered_run(model: LifecycleModel) -> None:
+    """A `buffer_all` job (cron every minute, `timeout_s: 2`, two attempts)
+    whose triggered run ran over the slots of minutes 2 and 3, both
+    buffered: when that run's attempt ended (its timeout), the run of
+    minute 2 was released, and was cancelled before it was claimed. The
+    run of minute 3 waited for it, and was left buffered with nothing
+    running and nothing released, for ever (rules/overlap.py `ended`
+    looked only at runs that had run). A released run cancelled before it
+    runs hands on as a run that ended does: the next buffered run is due
+    (docs/semantics.md "Overlap")."""
+    model.first_job(sched=("cron", "*/5 * * * *"), timeout_s=2, retry=None, lease_s=None, jitter_s=0, queue="a")
+    steps(
+        model,
+        ("trigger", {"data": Draws(0)}),
+        ("claim_all", {}),
+        ("advance", {"by": 5}),
+        ("result", {"data": Draws(0), "ok": False}),
+        ("cancel", {"data": Draws(1)}),
+        ("cancel", {"data": Draws(2)}),
+        ("create", {"end": None, "jitter_s": 0, "lease_s": None, "overlap": "buffer_all", "queue": "a",
+                    "retry": {"max_attempts": 2, "backoff_s": [0]}, "sched": ("cron", "* * * * *"), "timeout_s": 2}),
+        ("expire", {}),
+        ("trigger", {"data": Draws(0)}),
+        ("create", {"end": None, "jitter_s": 5, "lease_s": None, "overlap": None, "queue": "a", "retry": None,
+                    "sched": ("every", 1), "timeout_s": None}),
+        ("advance", {"by": 59}),
+        ("claim_all", {}),
+        ("trigger", {"data": Draws(1)}),
+        ("claim_all", {}),
+        ("expire", {}),
+        ("cancel", {"data": Draws(5)}),
+        ("advance", {"by": 120}),
+        ("claim_all", {}),
+        ("expire", {}),
+        ("claim_all", {}),
+        ("advance", {"by": 2}),
+        ("expire", {}),
+        ("claim_all", {}),
+        ("trigger", {"data": Draws(0)}),
+        ("result", {"data": Draws(0), "ok": False}),
+    )
+    job = model.jobs[1]
+    minute_ms = 60_000
+    first_ms = lifecycle_model.T0_MS + minute_ms
+    runs = model.engine.runs_of(job.id)
+    assert (runs[first_ms + minute_ms].status, runs[first_ms + minute_ms].buffered) == ("waiting", False)  # released
+    assert (runs[first_ms + 2 * minute_ms].status, runs[first_ms + 2 * minute_ms].buffered) == ("waiting", True)
+    steps(model, ("cancel", {"data": Draws(8)}))  # the released run of minute 2
+    runs = model.engine.runs_of(job.id)
+    assert runs[first_ms + minute_ms].status == "cancelled"
+    released = runs[first_ms + 2 * minute_ms]
+    assert (released.status, released.buffered, released.due_ms) == ("waiting", False, model.engine.now_ms)
+
+
+def test_a_gated_slot_waits_for_its_parent_and_runs_when_it_ends(model: LifecycleModel) -> None:
+    """A job gated on a one-off (`requires`, `wait_s: 60`): its first slot
+    waits for the parent, due at the deadline; the parent's run ends
+    done, which makes it due at once, and it is claimed (docs/semantics.md
+    "A gate on a clock schedule"). The model's gate checks judge each step."""
+    model.first_job(sched=("at", 65), retry=None, timeout_s=None, lease_s=None, jitter_s=0, queue="a")
+    steps(
+        model,
+        ("create_gated", {"data": Draws(0, 0), "sched": ("every", 60), "on": "succeeded", "wait_s": 60,
+                          "within_s": None, "queue": "b"}),
+        ("advance", {"by": 60}),
+        ("claim", {"queues": ["b"], "runs_max": 100}),  # the gate holds the slot run back
+    )
+    gated = model.jobs[1]
+    slot_ms = gated.created_ms + 60_000
+    held = model.engine.runs_of(gated.id)[slot_ms]
+    assert (held.status, held.due_ms) == ("waiting", slot_ms + 60_000)
+    steps(
+        model,
+        ("advance", {"by": 5}),
+        ("claim", {"queues": ["a"], "runs_max": 100}),  # the parent's run
+        ("result", {"data": Draws(0), "ok": True}),
+    )
+    assert model.engine.runs_of(gated.id)[slot_ms].due_ms == model.engine.now_ms
+    steps(model, ("claim", {"queues": ["b"], "runs_max": 1}))
+    assert model.engine.runs_of(gated.id)[slot_ms].status == "claimed"
+
+
+def test_a_stale_patch_that_drops_the_calendar_is_a_mismatch(model: LifecycleModel) -> None:
+    """A job on the owner's calendar, patched to `every_s: 1` without it
+    (version 2); then a patch made from version 1 that asks for its
+    schedule without the calendar. Its record equals version 1's, and the
+    calendar it asks for (none) equals the job's now, so it was answered
+    as changing nothing, with version 1: a lost update (without `If-Match`
+    the API would not merge it again onto version 2). It is a mismatch
+    (engine/jobs.py `Jobs.patch`)."""
+    model.first_job(sched=("at", -120), retry=None, timeout_s=None, lease_s=None, jitter_s=0, queue="a")
+    steps(
+        model,
+        ("create", {"calendar": None, "end": None, "jitter_s": 0, "lease_s": None, "overlap": None, "queue": "a",
+                    "retry": None, "sched": ("at", -120), "timeout_s": None}),
+        ("claim_all", {}),
+        ("create", {"calendar": "skip", "end": None, "jitter_s": 0, "lease_s": None, "overlap": None, "queue": "a",
+                    "retry": None, "sched": ("every", 7), "timeout_s": None}),
+        ("patch", {"data": Draws(2, False, {"every_s": 1}), "stale": False, "what": "schedule"}),
+        ("patch", {"data": Draws(2, False, {"every_s": 7}), "stale": True, "what": "schedule"}),
+    )
+    assert model.store_job(model.jobs[2]).version == 2
+
+
+def test_a_job_past_its_last_slot_whose_buffered_run_a_patch_released_completes_when_its_runs_end(
+    model: LifecycleModel,
+) -> None:
+    """As above, up to the skip of the last slot; then a patch to `allow`
+    releases the buffered run, which is claimed beside the first. The job
+    is completed when the last of its slots' runs ends, whatever its
+    policy is by then (rules/slots.py `settle`), not left active with
+    nothing to run."""
+    model.first_job(sched=("at", 0), retry=None, timeout_s=None, lease_s=None, jitter_s=5, queue="a")
+    steps(
+        model,
+        ("advance_and_check_leases", {"by": 1}),
+        ("create", {"end": ("end_at", 3), "jitter_s": 0, "lease_s": None, "overlap": "buffer_one", "queue": "a",
+                    "retry": None, "sched": ("every", 1), "timeout_s": None}),
+        ("advance_and_check_leases", {"by": 1}),
+        ("claim_all", {}),
+        ("expire", {}),
+        ("expire", {}),
+        ("advance_and_check_leases", {"by": 59}),
+        ("claim_all", {}),
+        ("claim_all", {}),  # the first run claimed, the second slot's buffered, the last skipped
+        ("patch", {"data": Draws(1, None), "stale": False, "what": "overlap"}),
+        ("claim_all", {}),  # the released run
+        ("result", {"data": Draws(2), "ok": True}),
+    )
+    job = model.jobs[1]
+    first_ms = job.created_ms + 1000
+
+    def first_run() -> Draws:  # the draw that picks the first slot's run among those claimed
+        claimed = sorted((j.id, n) for j in model.live() for n, r in j.runs.items() if r.status == "claimed")
+        return Draws(claimed.index((job.id, first_ms)))
+
+    assert model.store_job(job).state == "active"  # the first slot's run still runs
+    steps(model, ("result", {"data": first_run(), "ok": False}))
+    assert model.store_job(job).state == "active"  # it waits for its retry
+    steps(model, ("advance", {"by": 10}), ("claim_all", {}))
+    steps(model, ("result", {"data": first_run(), "ok": True}))
+    assert model.store_job(job).state == "completed"
+
+
+def test_a_patch_that_ends_the_schedule_cancels_the_buffered_slot_run(model: LifecycleModel) -> None:
+    """A `buffer_one` job whose slot of second 30 was buffered behind the
+    running run of second 0, then patched to a schedule whose `end_at`
+    leaves no slot after the patch: the patch completes the job at once
+    (docs/semantics.md "End conditions"), and the buffered run goes with
+    it, cancelled as the waiting run is; it was left buffered in a
+    completed job, to run when the running run ended."""
+    model.first_job(sched=("every_start", 30, -120), retry=None, timeout_s=None, lease_s=None, jitter_s=0,
+                    queue="a")
+    steps(
+        model,
+        ("claim_all", {}),
+        ("patch", {"data": Draws(0, "buffer_one"), "stale": False, "what": "overlap"}),
+        ("advance", {"by": 30}),
+        ("claim_all", {}),
+        ("patch", {"data": Draws(0, True, {"cron": "* * * * *", "end_at": "2027-01-15T08:00:31.000Z"}),
+                   "stale": False, "what": "schedule"}),
+    )
+    job = model.jobs[0]
+    assert model.store_job(job).state == "completed"
+    runs = model.engine.runs_of(job.id)
+    assert (runs[lifecycle_model.T0_MS].status, runs[lifecycle_model.T0_MS + 30_000].status) == ("claimed", "cancelled")
+
+
+def test_a_cancel_of_the_last_slot_run_leaves_the_buffered_run_to_run(model: LifecycleModel) -> None:
+    """A `buffer_one` job with three slots (60, 120 and 180 s): the run of
+    60 runs past 120, whose run is buffered; the owner cancels the waiting
+    run of 180, the last slot. As when the last slot is skipped, the
+    buffered run was due before the end: it runs when the first ends, and
+    its end completes the job (docs/semantics.md "Overlap"); the cancel
+    once completed the job with the run still buffered."""
+    model.first_job(sched=("at", 3600), retry=None, timeout_s=None, lease_s=None, jitter_s=0, queue="b")
+    steps(
+        model,
+        ("create", {"end": ("end_at", 190), "jitter_s": 0, "lease_s": 600, "overlap": "buffer_one", "queue": "a",
+                    "retry": None, "sched": ("every", 60), "timeout_s": None}),
+        ("advance", {"by": 60}),
+        ("claim_all", {}),
+        ("advance", {"by": 60}),
+        ("claim_all", {}),  # the run of 120 is buffered
+        ("cancel", {"data": Draws(3)}),  # the waiting run of 180
+    )
+    job = model.jobs[1]
+    stored = model.store_job(job)
+    assert (stored.state, stored.next_run_at_ms) == ("active", None)
+    steps(model, ("result", {"data": Draws(0), "ok": True}), ("claim_all", {}))
+    assert model.engine.runs_of(job.id)[job.created_ms + 120_000].status == "claimed"
+    steps(model, ("result", {"data": Draws(0), "ok": True}))
+    assert model.store_job(job).state == "completed"

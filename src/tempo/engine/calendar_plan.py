@@ -160,8 +160,8 @@ def planned(job: Job, seen: Seen, found: CatchUp, now_ms: int) -> CatchUp:
     with `previous_business_day`, when its day is excluded and the moved
     time is ahead and no slot of its own; else at its slot (a later move
     is decided when it falls due, so a change meanwhile still counts)."""
-    if seen.use.on_excluded != "previous_business_day":
-        return found
+    if seen.use.on_excluded != "previous_business_day" or found.slot_ms is None or found.due_ms is None:
+        return found  # no slot left: nothing to place
     placed = _placement(job, seen, found.slot_ms)
     moved_ms = placed.at_ms
     if not placed.moved or moved_ms is None or not now_ms < moved_ms < found.due_ms:

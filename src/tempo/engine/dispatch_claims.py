@@ -241,6 +241,8 @@ class Claims(Leases):
                 if claim.calendar is not None and claim.calendar.action == "move":
                     return claim  # the run waits on: the schedule stays at its slot
             if nxt is not None:
+                # Its ranges stand even when no slot is left to plan (rules/slots.py `hand_on`).
+                claim.missed = tuple(nxt.missed)
                 nxt = step_over_taken(job, nxt, now_ms, partial(self.reader.get_run_any, job_id))
             if nxt is not None:
                 claim.next_slot_ms, claim.next_due_ms = nxt.slot_ms, nxt.due_ms

@@ -381,7 +381,12 @@ class Jobs:
         edges_after = None if item.deps is None else (item.deps.after, item.deps.requires)
         old_use = self.store.calendar_use(job.id)
         if _mutable(made) == _mutable(job) and edges_before == edges_after and item.calendar == old_use:
-            return job
+            # The edges and the calendar are read now, not at `job.version`:
+            # answered unchanged only when that is still the job's version,
+            # else apply refuses it (VersionMismatch), as a change from it.
+            current = self.store.get_job_any(job.id)
+            if current is not None and current.version == job.version:
+                return job
         made.created_at_ms = job.created_at_ms  # an `every_s` grid stays where it was
         replan = made.schedule != job.schedule or made.jitter_s != job.jitter_s
         slot_ms = due = None
@@ -444,6 +449,7 @@ class Jobs:
                 command.planned = True
                 nxt = catch_up(job, nominal_ms, at_ms)
                 if nxt is not None:
+                    command.missed = nxt.missed  # recorded even when no slot is left (rules/runs.py)
                     nxt = step_over_taken(job, nxt, at_ms, functools.partial(self.store.get_run_any, job.id))
                 if nxt is not None:
                     command.next_slot_ms, command.next_due_ms = nxt.slot_ms, nxt.due_ms

@@ -113,10 +113,12 @@ class CatchUp(NamedTuple):
     the next run and its due time, the ranges of slots it leaves without a
     run, and the last slot an `all` catch-up runs and the latest it decided
     on (None: none under way); after the one, the schedule goes on after the
-    other, as the slots between are recorded already."""
+    other, as the slots between are recorded already. `slot_ms` None: the
+    ranges reach the schedule's end and no slot is left after them
+    (`_ended`); they are recorded all the same."""
 
-    slot_ms: int
-    due_ms: int
+    slot_ms: int | None
+    due_ms: int | None
     missed: list[Missed]
     until_ms: int | None
     decided_ms: int | None = None  # the latest slot the `all` catch-up decided on
@@ -177,7 +179,9 @@ def catch_up(job: Job, nominal_ms: int, now_ms: int, *, claiming: bool = False) 
     (`all`, one after another: each claim makes the next, up to `until_ms`),
     or none (`none`: the next run is the first slot ahead), and the slots it
     does not run are `policy`. Bounded: a few bisections and counts, never
-    a walk over the missed slots. None: the schedule has no slot left.
+    a walk over the missed slots. None: the schedule has no slot left and
+    no range to record (a decision with ranges and no slot after them has
+    `slot_ms` None).
 
     `claiming`: a claim, whose slot `nominal_ms` is then missed too (its
     run waited past the next slot: the node was down, or no worker came),
@@ -211,7 +215,14 @@ def _decide_claimed(job: Job, nominal_ms: int, nxt: int, now_ms: int) -> CatchUp
     if found.until_ms > nominal_ms:
         return found._replace(slot_ms=nxt, due_ms=due_ms(job, nxt, now_ms))
     ahead = slot_after_ms(job.schedule, job.created_at_ms, found.decided_ms, inclusive=False)
-    return None if ahead is None else CatchUp(ahead, due_ms(job, ahead, now_ms), found.missed, None)
+    return _ended(found.missed) if ahead is None else CatchUp(ahead, due_ms(job, ahead, now_ms), found.missed, None)
+
+
+def _ended(missed: list[Missed]) -> CatchUp | None:
+    """A decision whose ranges reach the end of the schedule, with no slot
+    left after them: the ranges alone (recorded, and the job completed,
+    by apply: rules/slots.py `hand_on`), or None when there are none."""
+    return CatchUp(None, None, missed, None) if missed else None
 
 
 def _slot_after_claim_ms(job: Job, nominal_ms: int) -> int | None:
@@ -248,7 +259,7 @@ def _decide(job: Job, nxt: int, now_ms: int) -> CatchUp | None:
     if first_in is None or policy.policy == "none":
         if first_in is not None:
             missed.append(missed_range(sched, created_ms, "policy", first_in, end_ms))
-        return None if ahead is None else CatchUp(ahead, due_ms(job, ahead, now_ms), missed, None)
+        return _ended(missed) if ahead is None else CatchUp(ahead, due_ms(job, ahead, now_ms), missed, None)
     if policy.policy == "latest":
         if first_in < latest:
             missed.append(missed_range(sched, created_ms, "policy", first_in, latest))

@@ -256,6 +256,8 @@ def _replan(t: Tables, old: Job, job: Job, cmd: PatchJob) -> None:
         _cancel_slot(t, job, old.slot_ms, cmd.at_ms)
     if ended:
         job.slot_ms = cmd.slot_ms
+        if job.overlap is not None:
+            overlap.cancel_buffered(t, job, cmd.at_ms)
         slots.complete(t, job, cmd.at_ms)
         return
     _plant(t, job, cmd)

@@ -123,16 +123,32 @@ def skip(t: Tables, job: Job, run: Run, runs_key: bytes, at_ms: int) -> None:
 
 def ended(t: Tables, job: Job, run: Run, at_ms: int) -> None:
     """A run that was running stopped running (it finished, or its
-    attempt ended and it waits for the next): the oldest buffered run
-    of its job, if any, is due at `at_ms` once no other run of the job
-    is running; on a paused job too, where only a run triggered after
-    the pause can be buffered (the pause cancelled the others), and it
+    attempt ended and it waits for the next), or one that waited
+    unbuffered was cancelled before it ran (`rules/runs.py`
+    `_cancel_waiting`: a run released from the buffer, which the
+    buffered runs after it wait for): the oldest buffered run of its
+    job, if any, is due at `at_ms` once no other run of the job is
+    running; on a paused job too, where only a run triggered after the
+    pause can be buffered (the pause cancelled the others), and it
     still runs."""
-    if job.overlap is None or run.attempt == 0 or run.backfill:
+    if job.overlap is None or run.backfill:
         return
     running, buffered = state(t, job)
     if not running and buffered:
         release(t, job, buffered[0][1], buffered[0][0], at_ms)
+
+
+def cancel_buffered(t: Tables, job: Job, at_ms: int) -> None:
+    """A patch ended the job's schedule (docs/semantics.md "End
+    conditions": it completes the job at once): the slots' runs its policy
+    buffered are cancelled with it, as its waiting run is (a retry held
+    back, or a triggered run, waits on for its release)."""
+    for runs_key, run in state(t, job)[1]:
+        if run.attempt == 0 and not run.triggered:
+            run.status = "cancelled"
+            run.finished_ms = at_ms
+            t.finish_run(run, runs_key, "waiting", at_ms, job=job)
+            slots.mark_taken(job, run.nominal_ms)
 
 
 def repolicy(t: Tables, old: Job, job: Job, at_ms: int) -> None:

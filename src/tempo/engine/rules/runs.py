@@ -270,6 +270,9 @@ def _cancel_waiting(t: Tables, job: Job, run: Run, runs_key: bytes, cmd: CancelR
     slot (the command's), so the job keeps one waiting run; a
     one-off's ends the job (`slots.settle`: completed)."""
     slot_run = slots.is_slot_run(job, run)
+    # A buffered run held nothing back; a released one (or a retry) was
+    # what the buffered runs after it waited for. `finish_run` forgets it.
+    held_back = run.buffered and run.attempt == 0
     run.status = "cancelled"
     run.owner_cancelled = True
     run.finished_ms = cmd.at_ms
@@ -277,10 +280,16 @@ def _cancel_waiting(t: Tables, job: Job, run: Run, runs_key: bytes, cmd: CancelR
     _cancelled_event(t, job, run, cmd.at_ms)
     if not slot_run:
         slots.settle(t, job, run, cmd.at_ms)
-        overlap.ended(t, job, run, cmd.at_ms)
+        if not held_back:
+            overlap.ended(t, job, run, cmd.at_ms)
         return
     if cmd.next_slot_ms is None or slots.past_end(job, cmd.next_slot_ms):
-        slots.complete(t, job, cmd.at_ms)  # the schedule has no occurrence left
+        if cmd.next_slot_ms is None:
+            # The ranges the catch-up decided stand when no slot is left
+            # (a triggered run took the last one).
+            for missed in cmd.missed:
+                catchup.record_missed(t, job, missed, cmd.at_ms)
+        slots.end_schedule(t, job, cmd.at_ms)  # the schedule has no occurrence left
         return
     assert cmd.next_due_ms is not None and cmd.next_slot_ms > run.nominal_ms
     slots.mark_taken(job, run.nominal_ms)

@@ -69,12 +69,62 @@ def settle(t: Tables, job: Job, run: Run, at_ms: int) -> None:
     """A job whose last scheduled run ended is completed: a one-off's
     one run, or the run of a repeating job's slot when its claim
     planned no slot after it (an end condition, or no slot left; the
-    job's slot is still that run's then)."""
-    if run.triggered or run.backfill or job.slot_ms != run.nominal_ms or job.state == "completed":
+    job's slot is still that run's then). While slots' runs of the job
+    wait buffered, the last of them to end completes it instead
+    (docs/semantics.md "Overlap": they were due before the end)."""
+    if run.triggered or run.backfill or job.state == "completed":
+        return
+    if job.slot_ms != run.nominal_ms:
+        if _ran_after_last_slot(t, job, run):
+            complete(t, job, at_ms, run)
         return
     if job.schedule.repeating and job.next_run_at_ms is not None:
         return
+    if job.schedule.repeating and job.overlap is not None and _slots_buffered(t, job, run.nominal_ms):
+        return
     complete(t, job, at_ms, run)
+
+
+def end_schedule(t: Tables, job: Job, at_ms: int) -> None:
+    """A cancel of the job's waiting run found no slot left: the job is
+    completed, unless slots' runs of it wait buffered, which run yet
+    (docs/semantics.md "Overlap"); the last of them to end completes it."""
+    if job.overlap is not None and _slots_buffered(t, job, None):
+        job.next_run_at_ms = None
+        t.put_job(job)
+        return
+    complete(t, job, at_ms)
+
+
+def _slots_buffered(t: Tables, job: Job, but_ms: int | None) -> bool:
+    """Whether a slot's run of the job, but the run of `but_ms`, waits
+    buffered (its overlap policy held it back; a retry held back is not
+    a slot's run)."""
+    return any(
+        r.status == "waiting" and r.buffered and r.attempt == 0 and not r.triggered and not r.backfill
+        for _, r in t.held_runs(job, but_ms)
+    )
+
+
+def _ran_after_last_slot(t: Tables, job: Job, run: Run) -> bool:
+    """Whether `run`, a slot's run that ended, was the last open one of
+    those its overlap policy buffered before the job's schedule ended: the
+    job's last slot ended (skipped, missed, cancelled) with no slot planned
+    after it (`settle` left the job active for them), and no other slot's
+    run is open, buffered, released (a patch to a policy that does not
+    buffer releases them all) or running. Reads the job's open runs only
+    in that state."""
+    if not (
+        job.schedule.repeating and job.state == "active" and job.next_run_at_ms is None
+        and job.slot_ms is not None and run.nominal_ms < job.slot_ms
+        and t.run_key_at_slot(job.id, job.slot_ms) is None
+    ):
+        return False
+    for _, runs_key in t.slots_desc(job.id, 0, job.slot_ms):
+        other = t.run_at(runs_key)
+        if not other.triggered and not other.backfill:
+            return False
+    return True
 
 
 def adopt(t: Tables, job: Job, run: Run, runs_key: bytes) -> None:
@@ -165,6 +215,13 @@ def hand_on(t: Tables, job: Job, run: Run, claim: Claim, at_ms: int, pending: in
         job.catchup_until_ms = claim.catchup_until_ms
         job.catchup_decided_ms = claim.catchup_decided_ms
     else:
+        if claim.next_slot_ms is None:
+            # No slot is left to plan (a triggered run took the latest one
+            # the catch-up decided on): the ranges it decided still stand.
+            # (A command that planned a slot past an end condition records
+            # none, as it always has.)
+            for missed in claim.missed:
+                catchup.record_missed(t, job, missed, at_ms)
         job.next_run_at_ms = None
     return True
 
