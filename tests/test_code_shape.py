@@ -17,9 +17,7 @@ CLASS_LINES_MAX = 400
 # Classes not split yet (issue 28), each held at the size it has: one may
 # shrink, not grow, and leaves this table when it is under the bound.
 NOT_YET_SPLIT = {
-    "net/api.py:Api": 1074,
-    "node/replica.py:Replica": 644,
-    "raft/_core.py:RawNode": 816,
+    "net/api.py:Api": 892,
 }
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from conftest import unique
 from tempo.metrics import COUNT_BUCKETS, Histogram
-from tempo.net.api import _raft_metrics
+from tempo.net.metrics_api import _raft_metrics
 from tempo.node.replica import Phase
 from test_metrics import parse_exposition, samples_of
 

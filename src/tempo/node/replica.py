@@ -32,21 +32,17 @@ no more heartbeats, so the others elect a leader among themselves and go on
 (engine/storage_guard.py, docs/operations.md "Disk full").
 """
 
-import enum
 import logging
 import random
-from collections.abc import Callable, Generator, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
 from functools import partial
 
 import trio
 
 from tempo import errors, limits
 from tempo.engine import (
-    STORAGE_ERRNOS,
     Answer,
     Applied,
-    Changes,
     Command,
     Intake,
     Listener,
@@ -59,92 +55,28 @@ from tempo.engine import (
     write_ready,
 )
 from tempo.metrics import COUNT_BUCKETS, Histogram
+from tempo.node.compaction import Compaction
+from tempo.node.leadership import Leadership
+from tempo.node.reads import Reads
+from tempo.node.steps import Notify, Phase, ReadWait, Step, Write, _ReadRound
 from tempo.raft import (
-    AppendRequest,
-    ConfChange,
-    ConfChangeRejected,
     Config,
     Entry,
     EntryKind,
-    Heartbeat,
     Message,
     NotLeader,
-    ProgressState,
-    ProposalDropped,
     RawNode,
-    ReadIndexDropped,
     Ready,
     Role,
-    SnapshotResponse,
     TransferInProgress,
     UncommittedBytesExceeded,
 )
 
+__all__ = ["Notify", "Phase", "ReadWait", "Replica", "Step", "Write"]
 log = logging.getLogger("tempo.replica")
 
 
-class Phase(enum.Enum):
-    """What this node may do, as the API sees it."""
-
-    FOLLOWER = "follower"
-    CANDIDATE = "candidate"
-    # Elected, but no entry of its term is applied yet: it cannot know the
-    # state is complete, so it neither serves nor dispatches.
-    ELECTED = "elected"
-    LEADING = "leader"
-
-
-@dataclass(slots=True)
-class Write:
-    """A step of a Ready: run `work` (one LMDB transaction and its fsync,
-    blocking) until it commits, and set `result` to what it answers. While
-    it fails, the driver reports each fault to `Replica.write_failed` and
-    tries again; once it commits, to `Replica.write_succeeded`."""
-
-    work: Callable[[], list[Applied]]
-    result: list[Applied] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Notify:
-    """A step of a Ready: give the listeners one applied entry's changes
-    (awaiting any that answers an awaitable) before its requests are
-    answered, so a claim never sees a run the dispatcher has not heard of."""
-
-    changes: Changes
-
-
-Step = Write | Notify
-
-
-@dataclass(frozen=True, slots=True)
-class ReadWait:
-    """A step of a read (`Replica.read_steps`): wait until `done` is set
-    (its ReadIndex round ended) or until `deadline_s` (trio time), then go
-    on."""
-
-    done: trio.Event
-    deadline_s: float
-
-
-class _ReadRound:
-    """One ReadIndex round (docs/semantics.md "Reads"): every read that
-    arrived before it started waits on it. `index` is the commit index the
-    leader had when it started, once a heartbeat quorum confirmed that it
-    still led then; the round is done once `applied_index` reaches it, or
-    failed (`failure`) when this node stops leading first."""
-
-    __slots__ = ("context", "done", "failure", "index", "term")
-
-    def __init__(self) -> None:
-        self.context = b""
-        self.term = 0  # the leader's term when the round started
-        self.index: int | None = None
-        self.failure: errors.TempoError | None = None
-        self.done = trio.Event()
-
-
-class Replica:
+class Replica(Reads, Leadership, Compaction):
     """The `CommandLog` of a cluster member (engine/commandlog.py)."""
 
     def __init__(
@@ -245,182 +177,8 @@ class Replica:
         """Refuses new commands; what is pending still goes out."""
         self._intake.close()
 
-    async def confirm_read(self) -> None:
-        """Returns once this node's state holds every write acknowledged
-        before the call, by any leader: a ReadIndex round confirmed that it
-        still led when the call came (a heartbeat quorum, Raft dissertation
-        §6.4, etcd's ReadOnlySafe) and it applied the commit index it had
-        then. A lone voter needs no round. Raises `errors.NotLeader` if it
-        stops leading first, `errors.NoQuorum` if no quorum confirms within
-        `limits.read_confirm_timeout_s`: never a stale answer.
-
-        The trio driver of `read_steps`, which decides everything: this
-        waits where it says."""
-        for wait in self.read_steps(trio.current_time() + limits.read_confirm_timeout_s):
-            with trio.move_on_at(wait.deadline_s):
-                await wait.done.wait()
-
-    def read_steps(self, deadline_s: float) -> Generator[ReadWait, None, None]:
-        """The sequence of `confirm_read` without I/O (as `steps`): it joins
-        the next ReadIndex round (which the loop starts, `readies_due`, and
-        ends, `steps`), hands out a `ReadWait` while the round is neither
-        done nor past `deadline_s` (trio time), and returns once the read
-        may be answered, or raises as `confirm_read` does. The whole-node
-        simulator (tests/sim/node_cluster.py) runs the same steps on its
-        own thread."""
-        if self.phase is not Phase.LEADING:
-            raise errors.NotLeader("this node is not the leader")
-        if self.node.voters == (self.node.id,):
-            return  # its own quorum: no other node can have been elected
-        round_ = self._read_next
-        if round_ is None:
-            round_ = self._read_next = _ReadRound()
-            self._wake.set()
-        while not round_.done.is_set() and trio.current_time() < deadline_s:
-            yield ReadWait(round_.done, deadline_s)
-        if round_.failure is not None:
-            raise round_.failure
-        if not round_.done.is_set():
-            raise errors.NoQuorum(
-                f"this node could not confirm within {limits.read_confirm_timeout_s:g} s that it still leads "
-                "(no majority answered); retry shortly"
-            )
-
-    def _start_read(self) -> None:
-        """Starts the next ReadIndex round, if reads wait for one and none is in flight."""
-        in_flight = self._read_in_flight
-        if in_flight is not None and in_flight.term != self.node.term:
-            # Deposed and elected again between two looks at the phase: the
-            # core dropped the round with its old term.
-            self._read_in_flight = None
-            self._finish_read(in_flight, errors.NotLeader("this node lost leadership before it could confirm the read"))
-        round_ = self._read_next
-        if round_ is None or self._read_in_flight is not None:
-            return
-        self._read_next = None
-        if self.phase is not Phase.LEADING:
-            self._finish_read(round_, errors.NotLeader("this node stopped leading before it could confirm the read"))
-            return
-        self._read_rounds += 1
-        round_.context = self._read_rounds.to_bytes(8, "big")
-        round_.term = self.node.term
-        try:
-            self.node.read_index(round_.context)
-        except ReadIndexDropped as dropped:
-            self._finish_read(round_, errors.NoQuorum(f"the read could not be confirmed ({dropped}); retry shortly"))
-            return
-        self._read_in_flight = round_
-
-    def _confirmed_reads(self, rd: Ready) -> None:
-        """The rounds a Ready confirms wait for their index to be applied;
-        those whose index is applied are done."""
-        for state in rd.read_states:
-            round_ = self._read_in_flight
-            if round_ is not None and state.context == round_.context:
-                round_.index = state.index
-                self._reads_applying.append(round_)
-                self._read_in_flight = None
-        waiting = []
-        for round_ in self._reads_applying:
-            assert round_.index is not None
-            if round_.index <= self.applied_index:
-                self._finish_read(round_, None)
-            else:
-                waiting.append(round_)
-        self._reads_applying = waiting
-
-    def _fail_reads(self, failure: errors.TempoError) -> None:
-        rounds = [r for r in (self._read_next, self._read_in_flight) if r is not None] + self._reads_applying
-        self._read_next = self._read_in_flight = None
-        self._reads_applying = []
-        for round_ in rounds:
-            self._finish_read(round_, failure)
-
-    def _finish_read(self, round_: _ReadRound, failure: errors.TempoError | None) -> None:
-        round_.failure = failure
-        round_.done.set()
-
     def _wake_up(self) -> None:
         self._wake.set()
-
-    # -- inputs from the transport and the operator ------------------------------------
-
-    def step(self, message: Message) -> None:
-        self.node.step(message)
-        self._note_leader_commit(message)
-        if isinstance(message, SnapshotResponse):
-            self._snapshot_answered_at_s = trio.current_time()
-        self._wake.set()
-
-    def _note_leader_commit(self, m: Message) -> None:
-        if isinstance(m, AppendRequest):
-            index = m.commit
-        elif isinstance(m, Heartbeat):
-            index = m.leader_commit
-        else:
-            return
-        key = (m.term, m.src)
-        if key != (self.node.term, self.node.leader_id):
-            return  # stale, or not from the leader this node follows
-        (known_key, known) = self._leader_commit
-        self._leader_commit = (key, max(known, index) if known_key == key else index)
-
-    @property
-    def leader_commit_index(self) -> int:
-        """The commit index of the leader this node follows, as far as its
-        messages told; 0 when it has heard none in this term."""
-        key, index = self._leader_commit
-        return index if key == (self.node.term, self.node.leader_id) else 0
-
-    def stop_campaigning(self) -> None:
-        """This node is stopping: it never campaigns nor takes leadership
-        again (a transfer to it is ignored), and still votes and replicates."""
-        self.node.stop_campaigning()
-        self._wake.set()
-
-    def transfer_leadership(self) -> bool:
-        """Hands leadership to the most caught-up other voter; False if this
-        node does not lead or there is nobody to hand it to."""
-        if self.node.role != Role.LEADER:
-            return False
-        others = [(p.match, peer) for peer, p in self.node.progress.items() if peer != self.node.id]
-        if not others:
-            return False
-        target = max(others)[1]
-        try:
-            self.node.transfer_leader(target)
-        except ProposalDropped:
-            return False
-        log.warning("%s: handing leadership over to %s", self.name_of(self.node.id), self.name_of(target))
-        self._wake.set()
-        return True
-
-    async def change_voter(self, change: ConfChange) -> None:
-        """Adds or removes one voter; returns once the change is applied here."""
-        if self.phase is not Phase.LEADING:
-            raise errors.NotLeader("this node is not the leader")
-        try:
-            index = self.node.propose_conf_change(change)
-        except ConfChangeRejected as exc:
-            raise errors.Conflict(f"the cluster cannot change now: {exc}") from None
-        except ProposalDropped:
-            raise errors.NotLeader("this node is not the leader") from None
-        waiter = Waiter()
-        self._proposed[index] = (self.node.term, [waiter])
-        self._wake.set()
-        await waiter.answer()
-
-    @property
-    def voters(self) -> tuple[int, ...]:
-        return self.node.voters
-
-    @property
-    def term(self) -> int:
-        return self.node.term
-
-    @property
-    def commit_index(self) -> int:
-        return self.node.hard_state().commit
 
     # -- the loop: a thin trio driver ------------------------------------------------
 
@@ -448,39 +206,6 @@ class Replica:
                 self._update_phase()
 
     # -- readiness --------------------------------------------------------------------
-
-    def _pending(self) -> str | None:
-        """The work this node waits on, or None: a leader's own proposals
-        not yet applied; a follower's entries that its leader has not
-        committed, or committed entries not yet applied here."""
-        applied = self.applied_index
-        if self.node.role == Role.LEADER:
-            waiting = len(self._proposed) + len(self._intake.pending)
-            return f"{waiting} of its own writes waiting, applied index {applied}" if waiting else None
-        last, leader_commit = self.raft_log.last_index(), self.leader_commit_index
-        if last > applied or leader_commit > applied:
-            leader = self.name_of(self.node.leader_id) if self.node.leader_id else "none"
-            return (f"the leader ({leader}) has not committed what it holds: log index {last}, "
-                    f"the leader's commit index {leader_commit}, applied index {applied}")
-        return None
-
-    def _note_progress(self) -> None:
-        """Each tick: progress is no work pending, or the applied index moved."""
-        if self.applied_index != self._progress_index or self._pending() is None:
-            self._progress_index = self.applied_index
-            self._progress_at_s = trio.current_time()
-
-    def stalled(self) -> str | None:
-        """Why this node is not ready although it knows a leader: work has
-        been pending for `limits.progress_stall_s` without its applied index
-        moving (docs/operations.md "Readiness and health"); None when it moves."""
-        stalled_s = trio.current_time() - self._progress_at_s
-        if stalled_s < limits.progress_stall_s:
-            return None
-        pending = self._pending()
-        if pending is None:
-            return None
-        return f"no progress for {stalled_s:.1f} s: {pending}"
 
     async def _handle(self, rd: Ready) -> None:
         """`steps(rd)`, with each write on a worker thread (one at a time)
@@ -736,58 +461,6 @@ class Replica:
             self._fail(waiters, failure)
         self._proposed.clear()
         self._proposed_at.clear()
-
-    # -- log compaction ---------------------------------------------------------------------
-
-    def _maybe_snapshot(self) -> None:
-        behind = self.applied_index - self.raft_log.snapshot().meta.index
-        if self._snapshotting or behind < self.snapshot_entries or trio.current_time() < self._snapshot_after:
-            return
-        if self._sending_snapshot() and behind < self.snapshot_entries + limits.snapshot_defer_entries_max:
-            return
-        self._snapshotting = True
-        assert self._nursery is not None, "compaction is the trio driver's (`run`)"
-        self._nursery.start_soon(self._snapshot)
-
-    def _sending_snapshot(self) -> bool:
-        """This node leads and a follower is being sent a snapshot, which
-        answered a chunk (or started) less than `snapshot_transfer_idle_s` ago.
-
-        Compacting meanwhile would drop the entries that follow the snapshot
-        being sent: once the follower has installed it, it would need the
-        next snapshot, and under steady writes it would chase snapshots for
-        ever instead of coming back to replicating by log (etcd defers its
-        compaction while it sends a snapshot, for the same reason)."""
-        progress = self.node.progress if self.node.role == Role.LEADER else {}
-        now_s = trio.current_time()
-        transfers = {
-            (peer, p.snapshot.meta.index)
-            for peer, p in progress.items()
-            if p.state == ProgressState.SNAPSHOT and p.snapshot is not None
-        }
-        self._transfers = {t: self._transfers.get(t, now_s) for t in transfers}
-        if not self._transfers:
-            return False
-        moved_s = max(self._snapshot_answered_at_s, *self._transfers.values())
-        return now_s - moved_s < limits.snapshot_transfer_idle_s
-
-    async def _snapshot(self) -> None:
-        try:
-            index, data = await trio.to_thread.run_sync(self.store.snapshot_data)
-            # The store may be a Ready ahead of the core (applied, not yet
-            # advanced); such a copy waits for the next round.
-            if self.raft_log.snapshot().meta.index < index <= self.node.log.applied:
-                await trio.to_thread.run_sync(self.raft_log.write_snapshot_file, index, data)
-                self.node.compact(index, data)
-                self._wake.set()
-        except OSError as exc:
-            if exc.errno not in STORAGE_ERRNOS:
-                raise
-            # The log is kept until a snapshot fits; writes go on meanwhile.
-            self._snapshot_after = trio.current_time() + limits.snapshot_retry_s
-            log.warning("a snapshot does not fit on the disk (%s); trying again in %g s", exc, limits.snapshot_retry_s)
-        finally:
-            self._snapshotting = False
 
 
 def _size_hint(command: Command) -> int:
