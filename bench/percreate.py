@@ -48,7 +48,7 @@ from tempo.engine.commit import Committer
 from tempo.engine.dispatch import Dispatcher
 from tempo.engine.jobs import Jobs
 from tempo.engine.store import Store
-from tempo.net import api as api_module
+from tempo.net import jobs_api
 from tempo.net.api import Api
 from tempo.net.asgi import Request
 from tempo.net.auth import ANONYMOUS, Authenticator
@@ -191,9 +191,10 @@ def main() -> None:
     args = ap.parse_args()
     # Fixed job-ID randomness so that two runs build the same tables.
     jobs_module.os = type("FixedOs", (), {"urandom": staticmethod(_fixed_urandom)})  # type: ignore[assignment]
-    # Once per request, so the wrappers cost nothing per job.
-    api_module._decode_batch_at_once = timed(CURRENT, "decode", api_module._decode_batch_at_once)
-    api_module.encode = timed(CURRENT, "encode", api_module.encode)  # type: ignore[attr-defined]
+    # Once per request, so the wrappers cost nothing per job; where
+    # `create_batch` looks them up (net/jobs_api.py).
+    jobs_api._decode_batch_at_once = timed(CURRENT, "decode", jobs_api._decode_batch_at_once)
+    jobs_api.encode = timed(CURRENT, "encode", jobs_api.encode)  # type: ignore[attr-defined]
     gc.freeze()
     formats = ("json", "msgpack") if args.format == "both" else (args.format,)
     print(f"server CPU per job, µs (least of {args.rounds} rounds, per phase; {args.batches} batches of {args.batch};"

@@ -51,7 +51,7 @@ from tempo.engine.commit import Committer
 from tempo.engine.dispatch import Dispatcher
 from tempo.engine.jobs import Jobs
 from tempo.engine.store import Store
-from tempo.net import api as api_module
+from tempo.net import workers_api
 from tempo.net.api import Api
 from tempo.net.asgi import Request
 from tempo.net.auth import ANONYMOUS_WORKER, Authenticator
@@ -131,8 +131,9 @@ def _instrument(meter: Meter, store: Store, dispatcher: Dispatcher, apply_profil
 
     store.apply_commands = timed_apply  # type: ignore[method-assign]
 
-    api_module.decode = timed(meter, "decode", api_module.decode)  # type: ignore[attr-defined]
-    api_module.encode = timed(meter, "encode", api_module.encode)  # type: ignore[attr-defined]
+    # Where the claim and result handlers look them up (net/workers_api.py).
+    workers_api.decode = timed(meter, "decode", workers_api.decode)  # type: ignore[attr-defined]
+    workers_api.encode = timed(meter, "encode", workers_api.encode)  # type: ignore[attr-defined]
     dispatcher.claim = timed_async(meter, "dispatch", dispatcher.claim)  # type: ignore[method-assign]
     dispatcher.report = timed_async(meter, "dispatch", dispatcher.report)  # type: ignore[method-assign]
 

@@ -14,11 +14,6 @@ import tempo
 SRC = Path(tempo.__file__).parent
 ENGINE_MODULE_LINES_MAX = 800
 CLASS_LINES_MAX = 400
-# Classes not split yet (issue 28), each held at the size it has: one may
-# shrink, not grow, and leaves this table when it is under the bound.
-NOT_YET_SPLIT = {
-    "net/api.py:Api": 892,
-}
 
 
 def engine_modules_over(lines_max: int) -> dict[str, int]:
@@ -47,17 +42,7 @@ def test_no_engine_module_is_over_800_lines():
 
 
 def test_no_class_is_over_400_lines():
-    over = classes_over(CLASS_LINES_MAX)
-    assert {name: size for name, size in over.items() if name not in NOT_YET_SPLIT} == {}
-    grown = {name: size for name, size in over.items() if size > NOT_YET_SPLIT[name]}
-    assert grown == {}, "a class not split yet grew: split it rather"
-
-
-def test_the_classes_not_split_yet_are_still_over_the_bound():
-    # A class split under the bound leaves NOT_YET_SPLIT, so the table says
-    # only what is true.
-    over = classes_over(CLASS_LINES_MAX)
-    assert [name for name in NOT_YET_SPLIT if name not in over] == []
+    assert classes_over(CLASS_LINES_MAX) == {}
 
 
 @pytest.mark.parametrize("size", [CLASS_LINES_MAX, CLASS_LINES_MAX + 1])

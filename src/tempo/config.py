@@ -92,7 +92,7 @@ enabled = false
 Positive integers for `runs_in_flight_max`, `claim_burst` and
 `create_burst`, positive numbers for the rates, each at most
 `limits.owner_limit_max`. The limits are soft state on the leader, not
-replicated (engine/dispatch.py, net/api.py).
+replicated (engine/dispatch.py, net/jobs_api.py).
 
 With `[tls]` the node serves https:// only, and its `--peers` URLs must be
 https://. The files are checked when the config is read: readable, a

@@ -219,7 +219,7 @@ class JobPatch(_Request):
     would leave two kinds is `400` naming both and `null` removes the old
     kind); `payload` is replaced whole. The result is checked as a create
     would be. Documents the body: the route reads it as a merge patch onto
-    the job (net/api.py)."""
+    the job (net/jobs_api.py)."""
 
     name: Annotated[str, Meta(max_length=limits.name_chars_max)] | None = None
     target: Annotated[

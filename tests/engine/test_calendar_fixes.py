@@ -78,7 +78,7 @@ async def test_next_run_at_of_a_saturday_job_moved_to_monday(rig):
 
 
 async def test_patch_calendar_null_alone_clears_it_and_its_on_excluded(rig):
-    from tempo.net.api import _patched
+    from tempo.net.jobs_api import _patched
     from tempo.net.views import job_view
 
     await rig.put_calendar("work", exclude_weekdays=WEEKEND)
@@ -149,7 +149,7 @@ async def test_previous_business_day_is_placed_early_after_a_resume(rig):
 
 
 async def test_previous_business_day_is_placed_early_after_a_re_plan(rig):
-    from tempo.net.api import _patched
+    from tempo.net.jobs_api import _patched
     from tempo.net.views import job_view
 
     await rig.put_calendar("work", timezone="UTC", exclude_dates=["2027-12-24"])
@@ -161,7 +161,7 @@ async def test_previous_business_day_is_placed_early_after_a_re_plan(rig):
 
 
 async def test_a_patch_that_adds_a_calendar_places_the_waiting_run(rig):
-    from tempo.net.api import _patched
+    from tempo.net.jobs_api import _patched
     from tempo.net.views import job_view
 
     await rig.put_calendar("work", timezone="UTC", exclude_dates=["2027-12-24"])

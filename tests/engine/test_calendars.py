@@ -295,7 +295,7 @@ async def test_a_job_without_a_calendar_claims_with_no_calendar_decision(rig):
 async def test_patch_sets_and_clears_a_jobs_calendar(rig):
     await rig.put_calendar("work", exclude_weekdays=WEEKEND)
     job = rig.create(schedule={"cron": "0 18 * * *", "timezone": BERLIN})
-    from tempo.net.api import _patched
+    from tempo.net.jobs_api import _patched
     from tempo.net.views import job_view
 
     body = _patched(job_view(job), {"schedule": {"calendar": "work", "on_excluded": "next_business_day"}})
@@ -358,7 +358,7 @@ async def test_a_moved_run_runs_and_the_slots_it_passed_go_to_catch_up(rig):
 
 
 async def test_a_patch_to_a_one_off_drops_the_calendar(rig):
-    from tempo.net.api import _patched
+    from tempo.net.jobs_api import _patched
     from tempo.net.views import job_view
 
     await rig.put_calendar("work", exclude_weekdays=WEEKEND)

@@ -27,7 +27,7 @@ from tempo.engine.commands import (
 from tempo.engine.jobs import Jobs
 from tempo.engine.records import Job, Run
 from tempo.engine.store import Changes, Store
-from tempo.net.api import _patched
+from tempo.net.jobs_api import _patched
 from tempo.net.views import job_view
 from tempo.schema import JobCreate, ScheduleIn
 

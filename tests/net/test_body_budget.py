@@ -134,7 +134,7 @@ async def test_a_request_that_fails_unexpectedly_gives_its_share_back(api, monke
         raise RuntimeError("a bug")
 
     # Where the API looks it up: it imports the name from the engine's face.
-    monkeypatch.setattr("tempo.net.api.preview_occurrences", broken)
+    monkeypatch.setattr("tempo.net.jobs_api.preview_occurrences", broken)
     answer = await call(api, "POST", "/v1/schedules/preview", [preview_body(300)], length(300))
     assert answer.status == 500
     assert api.bodies.used_bytes == 0

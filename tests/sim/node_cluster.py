@@ -568,14 +568,14 @@ class SimNode:
             self.sim.invariants.answer_lost(worker, claimed)
             if self.sim.rng.random() < 0.5:
                 # The client left before the answer's head went out, and the
-                # node saw it (net/api.py `claim`): the runs go back at once.
+                # node saw it (net/workers_api.py `claim`): the runs go back at once.
                 assert self.dispatcher is not None
                 self.dispatcher.release(claimed)
             return
         worker.got(self, claimed, sent_s, repeat=repeat)
 
     def heartbeat(self, run: Run, attempt: int) -> Beat | BaseException:
-        """A worker's heartbeat, as net/api.py answers one (`Dispatcher.beat`)."""
+        """A worker's heartbeat, as net/workers_api.py answers one (`Dispatcher.beat`)."""
         if not self.leading():
             return errors.NotLeader("not the leader")
         assert self.dispatcher is not None

@@ -52,7 +52,7 @@ class HeartbeatNotKept(DispatchCore):
         return answer
 
     def beat(self, owner: str | None, run_id: str, attempt: int, now_ms: int, mono_s: float) -> Beat:
-        # A worker's heartbeat (net/api.py), the same rule broken.
+        # A worker's heartbeat (net/workers_api.py), the same rule broken.
         parsed = ids.parse_run_id(run_id)
         lease = None if parsed is None else self.leases.get(parsed)
         deadline_s = None if lease is None else lease.deadline_s

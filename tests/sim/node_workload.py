@@ -1,6 +1,6 @@
 """The clients of the whole-node simulator: what users ask of the cluster,
 through the production `Jobs` (engine/jobs.py), so each request is
-validated and planned as the API's are (net/api.py calls the same methods).
+validated and planned as the API's are (net/jobs_api.py calls the same methods).
 
 `Jobs` is a trio caller of its `CommandLog`: its methods await
 `committer.submit`. Here its committer hands each command out of the
