@@ -80,14 +80,15 @@ class ReadState(msgspec.Struct, array_like=True, frozen=True):
 class MessageHead(msgspec.Struct, array_like=True, frozen=True):
     """The fields every message starts with: `term` is the sender's term;
     `src` and `dst` are node ids. Each message's own fields follow them on
-    the wire, after its tag."""
+    the wire, after its tag. A message inherits `array_like`; it says
+    `frozen=True` again for mypy, which does not see it inherited."""
 
     term: Term
     src: NodeId
     dst: NodeId
 
 
-class VoteRequest(MessageHead, tag="vote"):
+class VoteRequest(MessageHead, tag="vote", frozen=True):
     last_index: Index
     last_term: Term
     pre_vote: bool = False
@@ -95,19 +96,19 @@ class VoteRequest(MessageHead, tag="vote"):
     transfer: bool = False
 
 
-class VoteResponse(MessageHead, tag="vote_r"):
+class VoteResponse(MessageHead, tag="vote_r", frozen=True):
     granted: bool
     pre_vote: bool = False
 
 
-class AppendRequest(MessageHead, tag="app"):
+class AppendRequest(MessageHead, tag="app", frozen=True):
     prev_index: Index
     prev_term: Term
     entries: list[Entry]
     commit: Index
 
 
-class AppendResponse(MessageHead, tag="app_r"):
+class AppendResponse(MessageHead, tag="app_r", frozen=True):
     # Accepted: the follower's log matches the leader's through `index`.
     # Rejected: `index` is the rejected prev_index, and (hint_index,
     # hint_term) is the follower's last entry at or below it, so the leader
@@ -118,7 +119,7 @@ class AppendResponse(MessageHead, tag="app_r"):
     hint_term: Term = 0
 
 
-class Heartbeat(MessageHead, tag="hb"):
+class Heartbeat(MessageHead, tag="hb", frozen=True):
     # What the follower may commit: at most what it is known to match.
     commit: Index
     context: bytes = b""
@@ -127,35 +128,35 @@ class Heartbeat(MessageHead, tag="hb"):
     leader_commit: Index = 0
 
 
-class HeartbeatResponse(MessageHead, tag="hb_r"):
+class HeartbeatResponse(MessageHead, tag="hb_r", frozen=True):
     context: bytes = b""
 
 
-class SnapshotChunk(MessageHead, tag="snap"):
+class SnapshotChunk(MessageHead, tag="snap", frozen=True):
     meta: SnapshotMeta
     offset: Index
     data: bytes
     done: bool
 
 
-class SnapshotResponse(MessageHead, tag="snap_r"):
+class SnapshotResponse(MessageHead, tag="snap_r", frozen=True):
     index: Index  # the snapshot's index
     # The offset the follower expects next; with `done` the snapshot is installed.
     offset: Index
     done: bool = False
 
 
-class TimeoutNow(MessageHead, tag="timeout_now"):
+class TimeoutNow(MessageHead, tag="timeout_now", frozen=True):
     """A leader asks its transfer target to campaign at once."""
 
 
-class ReadIndexRequest(MessageHead, tag="read"):
+class ReadIndexRequest(MessageHead, tag="read", frozen=True):
     """A follower forwards a client's ReadIndex request to its leader."""
 
     context: bytes
 
 
-class ReadIndexResponse(MessageHead, tag="read_r"):
+class ReadIndexResponse(MessageHead, tag="read_r", frozen=True):
     context: bytes
     index: Index
 
