@@ -1363,6 +1363,12 @@ def _openapi(args: argparse.Namespace) -> int:
     return 0
 
 
+def _fail(line: str, code: int) -> int:
+    """`line` on stderr; `code`, the exit status it goes with."""
+    print(line, file=sys.stderr)
+    return code
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _main(argv)
@@ -1389,11 +1395,9 @@ def _main(argv: Sequence[str] | None) -> int:
     try:
         client = Client(getattr(args, "url", None) or "", ca_file=ca_file_from(args))
     except TlsError as exc:
-        print(f"tempo: --ca-file: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return _fail(f"tempo: --ca-file: {exc}", EXIT_USAGE)
     except ValueError as exc:
-        print(f"tempo: --url: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return _fail(f"tempo: --url: {exc}", EXIT_USAGE)
     commands: dict[str, Callable[[argparse.Namespace, Client], int]] = {
         "cluster": _cluster, "jobs": _jobs, "runs": _runs, "events": _events, "preview": _preview,
         "calendars": _calendars,
@@ -1402,21 +1406,16 @@ def _main(argv: Sequence[str] | None) -> int:
         with client:
             return commands[args.command](args, client)
     except (Usage, cli_deps.DepsUsage, cli_calendars.CalendarUsage) as exc:
-        print(f"tempo {args.command}{' ' + args.action if getattr(args, 'action', None) else ''}: error: {exc}",
-              file=sys.stderr)
-        return EXIT_USAGE
+        action = f" {args.action}" if getattr(args, "action", None) else ""
+        return _fail(f"tempo {args.command}{action}: error: {exc}", EXIT_USAGE)
     except ApiError as exc:
-        print(f"tempo: {explain(exc, getattr(args, 'flags', {}))}{token_hint(exc.status)}", file=sys.stderr)
-        return EXIT_REFUSED
+        return _fail(f"tempo: {explain(exc, getattr(args, 'flags', {}))}{token_hint(exc.status)}", EXIT_REFUSED)
     except CertificateRefused as exc:
-        print(f"tempo: cannot reach the server: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return _fail(f"tempo: cannot reach the server: {exc}", EXIT_USAGE)
     except OutcomeUnknown as exc:
-        print(f"tempo: {exc}", file=sys.stderr)
-        return EXIT_UNREACHABLE
+        return _fail(f"tempo: {exc}", EXIT_UNREACHABLE)
     except (Unavailable, httpx.HTTPError) as exc:
-        print(f"tempo: cannot reach the server: {exc}", file=sys.stderr)
-        return EXIT_UNREACHABLE
+        return _fail(f"tempo: cannot reach the server: {exc}", EXIT_UNREACHABLE)
 
 
 if __name__ == "__main__":

@@ -77,13 +77,18 @@ class ReadState(msgspec.Struct, array_like=True, frozen=True):
     context: bytes
 
 
-# Messages. `term` is the sender's term; `src` and `dst` are node ids.
+class MessageHead(msgspec.Struct, array_like=True, frozen=True):
+    """The fields every message starts with: `term` is the sender's term;
+    `src` and `dst` are node ids. Each message's own fields follow them on
+    the wire, after its tag. A message inherits `array_like`; it says
+    `frozen=True` again for mypy, which does not see it inherited."""
 
-
-class VoteRequest(msgspec.Struct, tag="vote", array_like=True, frozen=True):
     term: Term
     src: NodeId
     dst: NodeId
+
+
+class VoteRequest(MessageHead, tag="vote", frozen=True):
     last_index: Index
     last_term: Term
     pre_vote: bool = False
@@ -91,28 +96,19 @@ class VoteRequest(msgspec.Struct, tag="vote", array_like=True, frozen=True):
     transfer: bool = False
 
 
-class VoteResponse(msgspec.Struct, tag="vote_r", array_like=True, frozen=True):
-    term: Term
-    src: NodeId
-    dst: NodeId
+class VoteResponse(MessageHead, tag="vote_r", frozen=True):
     granted: bool
     pre_vote: bool = False
 
 
-class AppendRequest(msgspec.Struct, tag="app", array_like=True, frozen=True):
-    term: Term
-    src: NodeId
-    dst: NodeId
+class AppendRequest(MessageHead, tag="app", frozen=True):
     prev_index: Index
     prev_term: Term
     entries: list[Entry]
     commit: Index
 
 
-class AppendResponse(msgspec.Struct, tag="app_r", array_like=True, frozen=True):
-    term: Term
-    src: NodeId
-    dst: NodeId
+class AppendResponse(MessageHead, tag="app_r", frozen=True):
     # Accepted: the follower's log matches the leader's through `index`.
     # Rejected: `index` is the rejected prev_index, and (hint_index,
     # hint_term) is the follower's last entry at or below it, so the leader
@@ -123,10 +119,7 @@ class AppendResponse(msgspec.Struct, tag="app_r", array_like=True, frozen=True):
     hint_term: Term = 0
 
 
-class Heartbeat(msgspec.Struct, tag="hb", array_like=True, frozen=True):
-    term: Term
-    src: NodeId
-    dst: NodeId
+class Heartbeat(MessageHead, tag="hb", frozen=True):
     # What the follower may commit: at most what it is known to match.
     commit: Index
     context: bytes = b""
@@ -135,52 +128,35 @@ class Heartbeat(msgspec.Struct, tag="hb", array_like=True, frozen=True):
     leader_commit: Index = 0
 
 
-class HeartbeatResponse(msgspec.Struct, tag="hb_r", array_like=True, frozen=True):
-    term: Term
-    src: NodeId
-    dst: NodeId
+class HeartbeatResponse(MessageHead, tag="hb_r", frozen=True):
     context: bytes = b""
 
 
-class SnapshotChunk(msgspec.Struct, tag="snap", array_like=True, frozen=True):
-    term: Term
-    src: NodeId
-    dst: NodeId
+class SnapshotChunk(MessageHead, tag="snap", frozen=True):
     meta: SnapshotMeta
     offset: Index
     data: bytes
     done: bool
 
 
-class SnapshotResponse(msgspec.Struct, tag="snap_r", array_like=True, frozen=True):
-    term: Term
-    src: NodeId
-    dst: NodeId
+class SnapshotResponse(MessageHead, tag="snap_r", frozen=True):
     index: Index  # the snapshot's index
     # The offset the follower expects next; with `done` the snapshot is installed.
     offset: Index
     done: bool = False
 
 
-class TimeoutNow(msgspec.Struct, tag="timeout_now", array_like=True, frozen=True):
-    term: Term
-    src: NodeId
-    dst: NodeId
+class TimeoutNow(MessageHead, tag="timeout_now", frozen=True):
+    """A leader asks its transfer target to campaign at once."""
 
 
-class ReadIndexRequest(msgspec.Struct, tag="read", array_like=True, frozen=True):
+class ReadIndexRequest(MessageHead, tag="read", frozen=True):
     """A follower forwards a client's ReadIndex request to its leader."""
 
-    term: Term
-    src: NodeId
-    dst: NodeId
     context: bytes
 
 
-class ReadIndexResponse(msgspec.Struct, tag="read_r", array_like=True, frozen=True):
-    term: Term
-    src: NodeId
-    dst: NodeId
+class ReadIndexResponse(MessageHead, tag="read_r", frozen=True):
     context: bytes
     index: Index
 

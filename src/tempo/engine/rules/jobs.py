@@ -79,11 +79,15 @@ def _key_fault(job: Job) -> errors.TempoError | None:
     return None
 
 
+def _job(t: Tables, owner: str, job_id: str) -> Job | errors.NotFound:
+    """The job, or the 404 a command on one job answers without it."""
+    job = t.job(owner, job_id)
+    return errors.NotFound(f"no job {job_id}") if job is None else job
+
+
 def pause_job(t: Tables, cmd: PauseJob) -> Job | errors.TempoError:
-    job = t.job(cmd.owner, cmd.job_id)
-    if job is None:
-        return errors.NotFound(f"no job {cmd.job_id}")
-    if job.state != "active":
+    job = _job(t, cmd.owner, cmd.job_id)
+    if isinstance(job, errors.NotFound) or job.state != "active":
         return job  # paused already, or completed
     # Every waiting run of the job: its scheduled one, retries of earlier
     # runs and triggered runs alike, so a paused job runs nothing it did
@@ -104,10 +108,8 @@ def pause_job(t: Tables, cmd: PauseJob) -> Job | errors.TempoError:
 
 
 def resume_job(t: Tables, cmd: ResumeJob) -> Job | errors.TempoError:
-    job = t.job(cmd.owner, cmd.job_id)
-    if job is None:
-        return errors.NotFound(f"no job {cmd.job_id}")
-    if job.state != "paused":
+    job = _job(t, cmd.owner, cmd.job_id)
+    if isinstance(job, errors.NotFound) or job.state != "paused":
         return job
     t.set_state(job, "active")
     job.paused = None
