@@ -22,16 +22,24 @@ from tempo.engine.tables.reads import Bucket
 
 class Buckets(Keyed):
     __slots__ = ("_hist_rows",)
-    # Rows put into history buckets in this transaction and not yet
-    # written, by day (`put_history_row`; `Tables.__init__` starts it
-    # empty): a result's run, its status row and its event go to three
-    # places of one bucket; a command's thousand of each are written
-    # sorted, in one `putmulti` a day (`put_history_rows`), before anything
-    # reads, deletes or drops rows of a bucket, and before the commit
-    # (`Tables.flush`). Key -> value: a dict of bytes, which the cycle
-    # collector does not track, where a list of tuples would set off
-    # collections.
-    _hist_rows: dict[int, dict[bytes, bytes]]
+
+    def __init__(
+        self,
+        txn: "lmdb.Transaction[bytes]",
+        db: dict[str, lmdb._Database],
+        buckets: list[lmdb._Database],
+        owners: dict[str, str] | None = None,
+    ):
+        super().__init__(txn, db, buckets, owners)
+        # Rows put into history buckets in this transaction and not yet
+        # written, by day (`put_history_row`): a result's run, its status
+        # row and its event go to three places of one bucket; a command's
+        # thousand of each are written sorted, in one `putmulti` a day
+        # (`put_history_rows`), before anything reads, deletes or drops
+        # rows of a bucket, and before the commit (`Tables.flush`).
+        # Key -> value (a dict of bytes, which the cycle collector does not
+        # track, where a list of tuples would set off collections).
+        self._hist_rows: dict[int, dict[bytes, bytes]] = {}
 
     def put_history_row(self, at_ms: int, key: bytes, value: bytes) -> None:
         """Puts a row into the history bucket of the day of `at_ms`, as

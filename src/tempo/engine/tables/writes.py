@@ -86,7 +86,6 @@ class Tables(Buckets):
         owners: dict[str, str] | None = None,
     ):
         super().__init__(txn, db, buckets, owners)
-        self._hist_rows = {}  # `Buckets.put_history_row`
         self.changes = Changes([], [], [], set())
         self.open_deltas: dict[int, int] = {}
         self.event_seq: int | None = None
