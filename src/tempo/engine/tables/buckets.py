@@ -60,7 +60,7 @@ class Buckets(Keyed):
             ordered = sorted(rows)
             with self.txn.cursor(db=self._bucket_of_day[day]) as cur:
                 # `zip` hands on one tuple, reused: no garbage a row.
-                cur.putmulti(zip(ordered, map(rows.__getitem__, ordered), strict=True))
+                cur.putmulti(zip(ordered, map(rows.__getitem__, ordered)))
 
     def history(self) -> list[tuple[int, lmdb._Database]]:
         """`Reads.history`, with the rows kept for the buckets written first:
