@@ -21,53 +21,7 @@ from tempo.engine.tables.reads import Bucket
 
 
 class Buckets(Keyed):
-    __slots__ = ("_hist_rows",)
-
-    def __init__(
-        self,
-        txn: "lmdb.Transaction[bytes]",
-        db: dict[str, lmdb._Database],
-        buckets: list[lmdb._Database],
-        owners: dict[str, str] | None = None,
-    ):
-        super().__init__(txn, db, buckets, owners)
-        # Rows put into history buckets in this transaction and not yet
-        # written, by day (`put_history_row`): a result's run, its status
-        # row and its event go to three places of one bucket; a command's
-        # thousand of each are written sorted, in one `putmulti` a day
-        # (`put_history_rows`), before anything reads, deletes or drops
-        # rows of a bucket, and before the commit (`Tables.flush`).
-        # Key -> value (a dict of bytes, which the cycle collector does not
-        # track, where a list of tuples would set off collections).
-        self._hist_rows: dict[int, dict[bytes, bytes]] = {}
-
-    def put_history_row(self, at_ms: int, key: bytes, value: bytes) -> None:
-        """Puts a row into the history bucket of the day of `at_ms`, as
-        `history_cursor(at_ms, ...).put(key, value)` would, kept until
-        `put_history_rows`."""
-        day = at_ms // limits.day_ms
-        rows = self._hist_rows.get(day)
-        if rows is None:
-            self.bucket_for(at_ms)  # taken into use now, as a put would
-            rows = self._hist_rows[day] = {}
-        rows[key] = value
-
-    def put_history_rows(self) -> None:
-        """Writes the rows `put_history_row` kept, in key order (a key put
-        twice keeps its last value, as two puts would)."""
-        pending, self._hist_rows = self._hist_rows, {}
-        for day, rows in pending.items():
-            ordered = sorted(rows)
-            with self.txn.cursor(db=self._bucket_of_day[day]) as cur:
-                # `zip` hands on one tuple, reused: no garbage a row.
-                cur.putmulti(zip(ordered, map(rows.__getitem__, ordered)))
-
-    def history(self) -> list[tuple[int, lmdb._Database]]:
-        """`Reads.history`, with the rows kept for the buckets written first:
-        whatever reads a bucket's rows finds them through here."""
-        if self._hist_rows:
-            self.put_history_rows()
-        return super().history()
+    __slots__ = ()
 
     def history_cursor(self, at_ms: int, part: bytes) -> "lmdb.Cursor[bytes]":
         """A cursor on the history bucket of the day of `at_ms` (`bucket_for`),
@@ -90,8 +44,6 @@ class Buckets(Keyed):
         held = None if raw is None else DAY.unpack(raw)[0]
         if held is None or held < day:
             if held is not None:
-                if self._hist_rows:
-                    self.put_history_rows()
                 # The slot holds a day at least `history_buckets` days older,
                 # past any retention period (the leader's drop is late): it
                 # goes now rather than mix with this day.
@@ -109,8 +61,6 @@ class Buckets(Keyed):
         database's pages walking its branch pages only (leaf pages too
         where values overflowed a page), so the cost does not grow with
         the rows in it."""
-        if self._hist_rows:
-            self.put_history_rows()
         for key, value in list(self.txn.cursor(db=self.hist_days)):
             if DAY.unpack(value)[0] < before_day:
                 self.txn.drop(self.buckets[SLOT.unpack(key)[0]], delete=False)
@@ -123,8 +73,6 @@ class Buckets(Keyed):
         """Takes a finished run (as it is stored) out of its history bucket,
         with its runs-by-status row: a run that waits again, or a `missed`
         row whose slot a run takes."""
-        if self._hist_rows:
-            self.put_history_rows()
         must(self.txn.delete(HIST_RUN + keys.by_job_key(run.job_id, run.nominal_ms), db=bucket),
              "a run read from history has its row")
         must(self.txn.delete(HIST_STATUS + status_key_of(owner, run), db=bucket),
@@ -132,5 +80,6 @@ class Buckets(Keyed):
 
     def put_missed_row(self, owner: str, row: Run, at_ms: int) -> None:
         """A `missed` row of a job's history, in the bucket of `at_ms`'s day."""
-        self.put_history_row(at_ms, HIST_RUN + keys.by_job_key(row.job_id, row.nominal_ms), enc.encode(row))
-        self.put_history_row(at_ms, HIST_STATUS + status_key_of(owner, row), b"")
+        bucket = self.bucket_for(at_ms)
+        self.txn.put(HIST_RUN + keys.by_job_key(row.job_id, row.nominal_ms), enc.encode(row), db=bucket)
+        self.txn.put(HIST_STATUS + status_key_of(owner, row), b"", db=bucket)

@@ -264,7 +264,7 @@ class Tables(Buckets):
         found = cur.set_key(by_job_key)
         assert found, "a finished run had its runs-by-job row"
         cur.delete()
-        self.put_history_row(at_ms, HIST_RUN + by_job_key, enc.encode(run))
+        self.history_cursor(at_ms, HIST_RUN).put(HIST_RUN + by_job_key, enc.encode(run))
         minute = MINUTE.unpack_from(runs_key)[0]
         self.open_deltas[minute] = self.open_deltas.get(minute, 0) - 1
         owner = job.owner if job is not None else self.owner_of(run.job_id, None)
@@ -273,7 +273,7 @@ class Tables(Buckets):
         status_key = keys.status_head(owner) + keys.STATUS_TAIL.pack(
             keys.status_code(run.status), index_ms(run), job_key, run.nominal_ms
         )
-        self.put_history_row(at_ms, HIST_STATUS + status_key, b"")
+        self.history_cursor(at_ms, HIST_STATUS).put(HIST_STATUS + status_key, b"")
         self._count_outcome(job_key, run)
         if old_status == "waiting":
             self.changes.left.append(runs_key)
@@ -393,8 +393,6 @@ class Tables(Buckets):
 
     def flush(self) -> None:
         """Writes what the entry accumulated; called once, before the commit."""
-        if self._hist_rows:
-            self.put_history_rows()
         if self.status_rows:
             self._flush_status_rows()
         for minute, delta in self.open_deltas.items():
@@ -429,8 +427,7 @@ class Tables(Buckets):
     # -- events ------------------------------------------------------------------
 
     def append_event(self, owner: str, event: Event) -> None:
-        key, value = self.event_row(owner, event)
-        self.put_history_row(event.at_ms, key, value)
+        self.history_cursor(event.at_ms, HIST_EVENT).put(*self.event_row(owner, event))
 
     def event_row(self, owner: str, event: Event) -> tuple[bytes, bytes]:
         """The next event's key and value in its day's history bucket, its
