@@ -194,13 +194,11 @@ def datetime_from_ms(at_ms: int) -> datetime:
 
 
 @functools.lru_cache(maxsize=16384)
-@functools.lru_cache(maxsize=4096)
 def iso_from_ms(at_ms: int) -> str:
     """`2026-12-02T10:00:00.000Z`: UTC, milliseconds, a `Z` suffix.
 
-    Cached, to the millisecond and by the second: the times of one
-    response (a batch's due times, a claim's leases and start) mostly
-    repeat, up to four a run of a claim's answer."""
+    Cached: the times of one response (a batch's due times, a claim's
+    leases) mostly repeat."""
     seconds, millis = divmod(at_ms, 1000)
     return _iso_seconds(seconds) + f".{millis:03d}Z"
 
