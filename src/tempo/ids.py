@@ -20,7 +20,8 @@ from tempo import limits
 _ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 # Two base32 digits a lookup: run IDs are made for every run shown or claimed.
 _PAIRS = [a + b for a in _ALPHABET for b in _ALPHABET]
-_PAIR_VALUE = {pair: value for value, pair in enumerate(_PAIRS)}
+# Crockford's digits to the digits `int(..., 32)` reads (0-9, then a-v).
+_TO_INT_BASE32 = bytes.maketrans(_ALPHABET.encode(), b"0123456789abcdefghijklmnopqrstuv")
 _SHIFTS = {chars: tuple(range(5 * chars - 10, -10, -10)) for chars in (10, 16, 26)}
 _DIGIT = "[0-9A-HJKMNP-TV-Z]"
 # 26 characters carry 130 bits; a ULID has 128, so the first digit is 0-7.
@@ -108,13 +109,10 @@ def parse_run_id(text: str) -> tuple[str, int] | None:
     """(job ID, nominal ms), or None when `text` is no run ID."""
     if _RUN_ID.fullmatch(text) is None:
         return None
-    # The nominal digits two at a time, unrolled as in `run_id`: results
-    # arrive by the thousand.
-    v = _PAIR_VALUE
-    return "j_" + text[2:28], (
-        (v[text[28:30]] << 40) | (v[text[30:32]] << 30) | (v[text[32:34]] << 20) | (v[text[34:36]] << 10)
-        | v[text[36:38]]
-    )
+    # The nominal digits (checked above) as `int` reads base 32: one
+    # translation and one `int` for the ten, where results arrive by the
+    # thousand.
+    return "j_" + text[2:28], int(text[28:].encode().translate(_TO_INT_BASE32), 32)
 
 
 def shard_of(job_id: str) -> int:

@@ -198,7 +198,7 @@ def report_result(t: Tables, cmd: ReportResults, result: Result) -> Run | errors
         t.finish_run(run, runs_key, "claimed", cmd.at_ms, by_job_key, job)
         if job.failed_runs > 0:
             _recovered(t, job, run, cmd.at_ms, job_key)
-        slots.settle(t, job, run, cmd.at_ms)
+        slots.settle(t, job, run, cmd.at_ms, job_key)
         overlap.ended(t, job, run, cmd.at_ms)
         deps.ended(t, job, run, cmd.at_ms, job_key)
         return run

@@ -49,15 +49,16 @@ def is_slot_run(job: Job, run: Run) -> bool:
     return job.schedule.repeating and not run.triggered and job.state == "active" and job.slot_ms == run.nominal_ms
 
 
-def complete(t: Tables, job: Job, at_ms: int, run: Run | None = None) -> None:
+def complete(t: Tables, job: Job, at_ms: int, run: Run | None = None, job_key: bytes | None = None) -> None:
     """A job with nothing left to run is `completed`, with its event.
     A one-off's detail names how its run ended; a repeating job's names
     why its schedule ended (`end_reason`), and the status of its last
-    run when that run's end completed it."""
+    run when that run's end completed it. `job_key` is
+    `keys.job_key(job.id)` when the caller has it."""
     t.set_state(job, "completed")
     job.paused = None
     job.next_run_at_ms = None
-    t.put_job(job)
+    t.put_job(job, job_key)
     detail: dict[str, object] = {} if run is None else {"status": run.status}
     if job.schedule.repeating:
         detail["reason"] = end_reason(job)
@@ -65,13 +66,14 @@ def complete(t: Tables, job: Job, at_ms: int, run: Run | None = None) -> None:
     t.append_event(job.owner, Event("job.completed", at_ms, job.id, run_id, detail))
 
 
-def settle(t: Tables, job: Job, run: Run, at_ms: int) -> None:
+def settle(t: Tables, job: Job, run: Run, at_ms: int, job_key: bytes | None = None) -> None:
     """A job whose last scheduled run ended is completed: a one-off's
     one run, or the run of a repeating job's slot when its claim
     planned no slot after it (an end condition, or no slot left; the
     job's slot is still that run's then). While slots' runs of the job
     wait buffered, the last of them to end completes it instead
-    (docs/semantics.md "Overlap": they were due before the end)."""
+    (docs/semantics.md "Overlap": they were due before the end).
+    `job_key` is `keys.job_key(job.id)` when the caller has it (a result)."""
     if run.triggered or run.backfill or job.state == "completed":
         return
     if job.slot_ms != run.nominal_ms:
@@ -82,7 +84,7 @@ def settle(t: Tables, job: Job, run: Run, at_ms: int) -> None:
         return
     if job.schedule.repeating and job.overlap is not None and _slots_buffered(t, job, run.nominal_ms):
         return
-    complete(t, job, at_ms, run)
+    complete(t, job, at_ms, run, job_key)
 
 
 def end_schedule(t: Tables, job: Job, at_ms: int) -> None:

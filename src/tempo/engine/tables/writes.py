@@ -112,8 +112,11 @@ class Tables(Buckets):
         """`job.state = state`, counted in `job_counts` (the caller puts
         the job). Every change of a stored job's state goes through here."""
         if job.state != state:
-            self.count_job(job.owner, job.state, -1)
-            self.count_job(job.owner, state, 1)
+            # `count_job` twice, inline: once per one-off's result.
+            deltas = self.job_count_deltas
+            was, now = (job.owner, job.state), (job.owner, state)
+            deltas[was] = deltas.get(was, 0) - 1
+            deltas[now] = deltas.get(now, 0) + 1
             job.state = state
 
     def count_job(self, owner: str, state: str, delta: int) -> None:
