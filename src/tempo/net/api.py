@@ -71,6 +71,7 @@ from tempo.net.metrics_api import MetricsHandlers
 from tempo.net.notify import NotifyCounts
 from tempo.net.peer import EntryCheck, FrameReader
 from tempo.net.routes import ROUTES, Handler, Route, Router, bind
+from tempo.net.starts_api import StartsHandlers
 from tempo.node import ClusterMember, Standalone
 from tempo.node.membership import Membership
 from tempo.raft import Message
@@ -156,7 +157,7 @@ _json_enc = msgspec.json.Encoder()
 _instant = msgspec.json.Decoder(Instant)
 
 
-class Api(MetricsHandlers, CalendarHandlers):
+class Api(MetricsHandlers, CalendarHandlers, StartsHandlers):
     """Routes requests to the services; owns no state but counters."""
 
     def __init__(
@@ -765,7 +766,7 @@ class Api(MetricsHandlers, CalendarHandlers):
             with self._long_poll(body.wait_s), client.scope:
                 # Lets a disconnect already queued be seen before runs are taken.
                 await trio.lowlevel.checkpoint()
-                claimed = await self.dispatcher.claim(queues, body.worker, body.max_runs, body.wait_s, key)
+                claimed = await self.dispatcher.claim(queues, body.worker, body.max_runs, body.wait_s, key, body.ahead_ms)
             claimed_views = []
             for start in range(0, len(claimed), limits.batch_slice_items):
                 if start:
@@ -775,7 +776,7 @@ class Api(MetricsHandlers, CalendarHandlers):
                 claimed_views += [
                     views.claimed_view(c.run, c.job) for c in claimed[start : start + limits.batch_slice_items]
                 ]
-            response = encode(request, ClaimOut(claimed_views))
+            response = encode(request, ClaimOut(claimed_views, self.server_time(body.ahead_ms)))
             if not claimed:
                 self._retry_hint(response)
             if not client.gone:
