@@ -85,6 +85,7 @@ from tempo import limits
 from tempo.net.agent import USER_AGENT
 from tempo.net.client import Unavailable, new_claim_key
 from tempo.net.tls import client_context
+from tempo.worker_ahead import Ahead, NotStarted
 
 log = logging.getLogger("tempo.worker")
 
@@ -306,11 +307,13 @@ class Worker:
         rng: random.Random | None = None,
         ca_file: str | None = None,
         claim_keys: bool = True,
+        ahead_ms: int = 0,
     ):
         """`claim_keys=False` sends claims without a `claim_key`, for a
         server from before them (one that refuses the field): a claim
         whose answer is lost is then not answered again (its runs come
-        back when their leases run out)."""
+        back when their leases run out). `ahead_ms`: hold runs due within
+        it, each in a slot, and start them at their due time (worker_ahead.py)."""
         if isinstance(urls, str):
             urls = [u.strip() for u in urls.split(",") if u.strip()]
         if not isinstance(worker_id, str):
@@ -324,6 +327,7 @@ class Worker:
         _check_int("max_runs", max_runs, 1, limits.claim_runs_max)
         _check_int("concurrency", concurrency, 1)
         _check_int("wait_s", wait_s, 0, limits.claim_wait_s_max)
+        _check_int("ahead_ms", ahead_ms, 0, limits.claim_ahead_ms_max)
         self.worker_id = worker_id
         self.handlers = dict(handlers)
         self.max_runs = max_runs
@@ -332,6 +336,7 @@ class Worker:
         self.claim_keys = claim_keys
         self._rng = rng or random.Random()
         self.transport = Transport(urls, token=token, rng=self._rng, ca_file=ca_file)
+        self.ahead = Ahead(self.transport, worker_id, ahead_ms)
         self._on_claimed = on_claimed
         self._on_reported = on_reported
         # One token per handler not yet finished, borrowed when its run is
@@ -349,7 +354,7 @@ class Worker:
         self._stopping = False
         self.stopped = trio.Event()  # set when run() has returned
         self._handlers_nursery: trio.Nursery | None = None
-        self.counts = {"claimed": 0, "ok": 0, "failed": 0, "lost": 0, "rejected": 0}
+        self.counts = {"claimed": 0, "ok": 0, "failed": 0, "lost": 0, "rejected": 0, "not_started": 0}
 
     # -- public ----------------------------------------------------------------
 
@@ -362,6 +367,7 @@ class Worker:
                 service.start_soon(self._heartbeat_loop)
                 service.start_soon(self._signals_loop)
                 service.start_soon(self._results_loop)
+                service.start_soon(self.ahead.run)
                 async with trio.open_nursery() as handlers:
                     self._handlers_nursery = handlers
                     task_status.started()
@@ -409,7 +415,7 @@ class Worker:
                 continue
             body = {
                 "worker": self.worker_id, "queues": queues, "max_runs": min(self.max_runs, free), "wait_s": self.wait_s,
-            }
+            } | self.ahead.claim_fields()
             if self.claim_keys:
                 body["claim_key"] = new_claim_key(self._rng)
             try:
@@ -425,6 +431,7 @@ class Worker:
             if status != 200:
                 raise WorkerError(f"POST /v1/claim answered {status}: {answer}")
             runs = answer["runs"]
+            self.ahead.answered(answer, time.time())
             if not runs:
                 pause_s = _retry_after_s(headers)
                 if pause_s > 0:
@@ -437,7 +444,8 @@ class Worker:
 
     def _start(self, run: dict[str, Any]) -> None:
         assert self._handlers_nursery is not None
-        now_s = trio.current_time()
+        # A run held for its due time is leased from then (docs/semantics.md "Pre-dispatch").
+        now_s = self.ahead.start_at_s(run) or trio.current_time()
         lease_s = float(run.get("lease_s") or limits.lease_s_default)
         active = _Active(run, lease_s, now_s + lease_s / 3, now_s + lease_s)
         timeout_s = run.get("timeout_s")
@@ -465,7 +473,11 @@ class Worker:
             with active.cancel:
                 try:
                     handler = self.handlers[queue_of(run.get("target", "")) or ""]
-                    output = await handler(run)
+                    output = await self.ahead.started(handler, run)
+                except NotStarted as stopped:  # held, and stopped before its due time: no result
+                    self.counts["not_started"] += 1
+                    self._lose(run["id"], run["attempt"], str(stopped))
+                    return
                 except Exception as exc:  # noqa: BLE001 - any handler error is the run's failure
                     outcome |= {"ok": False, "error": clip_text(f"{type(exc).__name__}: {exc}")}
                 else:
@@ -811,6 +823,7 @@ class CommandFailed(Exception):
 async def serve_command(
     urls: Sequence[str], queues: Sequence[str], argv: Sequence[str], *,
     worker_id: str, concurrency: int, grace_s: float, token: str | None = None, ca_file: str | None = None,
+    ahead_ms: int = 0,
 ) -> None:
     """`tempo worker`: runs `argv` per run until SIGTERM or SIGINT."""
     import signal
@@ -818,7 +831,7 @@ async def serve_command(
     handler = command_handler(argv, grace_s=grace_s)
     worker = Worker(urls, worker_id, dict.fromkeys(queues, handler),
                     max_runs=min(concurrency, limits.claim_runs_max), concurrency=concurrency, token=token,
-                    ca_file=ca_file)
+                    ca_file=ca_file, ahead_ms=ahead_ms)
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         try:
             await _serve_until_signal(worker, signals, grace_s)
