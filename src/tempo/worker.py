@@ -287,6 +287,9 @@ class _Active:
     # out then, to learn that it ended.
     timeout_deadline_s: float | None = None
     stop_requested: bool = False  # its owner cancelled it: the result says so
+    # Claimed ahead of its due time and not started yet (worker_ahead.py):
+    # left out of signals polls; stopped so, it sends no result.
+    held: bool = False
 
 
 class Worker:
@@ -447,7 +450,7 @@ class Worker:
         # A run held for its due time is leased from then (docs/semantics.md "Pre-dispatch").
         now_s = self.ahead.start_at_s(run) or trio.current_time()
         lease_s = float(run.get("lease_s") or limits.lease_s_default)
-        active = _Active(run, lease_s, now_s + lease_s / 3, now_s + lease_s)
+        active = _Active(run, lease_s, now_s + lease_s / 3, now_s + lease_s, held=self.ahead.start_at_s(run) is not None)
         timeout_s = run.get("timeout_s")
         if isinstance(timeout_s, int | float) and timeout_s > 0:
             active.timeout_deadline_s = now_s + timeout_s
@@ -462,6 +465,10 @@ class Worker:
         self._limiter.acquire_on_behalf_of_nowait(active)
         self.counts["claimed"] += 1
         self._handlers_nursery.start_soon(self._run_handler, active)
+        self._watch_more()
+
+    def _watch_more(self) -> None:
+        """A run to watch for signals: the poll is sent again with it."""
         self._runs_added.set()
         self._runs_added = trio.Event()
 
@@ -473,7 +480,11 @@ class Worker:
             with active.cancel:
                 try:
                     handler = self.handlers[queue_of(run.get("target", "")) or ""]
-                    output = await self.ahead.started(handler, run)
+                    if active.held:
+                        await self.ahead.wait_start(run)
+                        active.held = False
+                        self._watch_more()
+                    output = await handler(run)
                 except NotStarted as stopped:  # held, and stopped before its due time: no result
                     self.counts["not_started"] += 1
                     self._lose(run["id"], run["attempt"], str(stopped))
@@ -485,8 +496,8 @@ class Worker:
                     if output is not None:
                         outcome["output"] = clip_text(str(output))
             if active.cancel.cancelled_caught:
-                if active.lost:
-                    self.counts["lost"] += 1
+                if active.lost or active.held:  # a held run stopped before it started: its lease brings it back
+                    self.counts["lost" if active.lost else "not_started"] += 1
                     self._log_run(run, "lost", trio.current_time() - started_s)
                     return
                 why = "cancelled: its owner asked it to stop" if active.stop_requested else (
@@ -575,7 +586,7 @@ class Worker:
         `signals_settle_s`, so a burst of claims costs one poll)."""
         while self._signals_served:
             added = self._runs_added
-            watched = [a for a in self._active.values() if not (a.finished or a.lost or a.cancel.cancel_called)]
+            watched = [a for a in self._active.values() if not (a.finished or a.lost or a.held or a.cancel.cancel_called)]
             if not watched:
                 await added.wait()
                 await trio.sleep(signals_settle_s)
@@ -651,7 +662,7 @@ class Worker:
                 # One bad item fails the whole batch; sent one by one, only
                 # the bad ones are dropped (they would block every later result).
                 log.error("POST /v1/results answered %s: %s; sending %d results one by one", status, answer, len(batch))
-                answer = await self._report_singly(batch)
+                answer = await _report_singly(self.transport, batch)
             del self._results[: len(batch)]
             sent = {r["run_id"]: r["attempt"] for r in batch}
             if self._on_reported is not None and answer.get("accepted"):
@@ -662,27 +673,6 @@ class Worker:
                 log.warning("result of run %s rejected: %s", item["run_id"], item.get("type"))
                 self.counts["rejected"] += 1
                 self._forget(item["run_id"], sent.get(item["run_id"]))
-
-    async def _report_singly(self, batch: list[dict[str, Any]]) -> dict[str, list[str] | list[dict[str, str]]]:
-        accepted: list[str] = []
-        rejected: list[dict[str, str]] = []
-        for result in batch:
-            body = {k: v for k, v in result.items() if k != "run_id"}
-            try:
-                status, answer = await self.transport.post(
-                    f"/v1/runs/{result['run_id']}/result", body, timeout_s=request_timeout_s,
-                    deadline_s=trio.current_time() + request_timeout_s,
-                )
-            except Unavailable:
-                status, answer = 0, {"type": "unavailable"}
-            if status == 200:
-                accepted.append(result["run_id"])
-            else:
-                kind = answer.get("type", str(status)) if isinstance(answer, dict) else str(status)
-                if status not in (404, 409):
-                    log.error("POST /v1/runs/%s/result answered %s: %s; dropped", result["run_id"], status, answer)
-                rejected.append({"run_id": result["run_id"], "type": kind})
-        return {"accepted": accepted, "rejected": rejected}
 
     def _forget(self, run_id: str, attempt: int | None) -> None:
         active = self._active.get(run_id)
@@ -698,6 +688,30 @@ command_stream_bytes_max = limits.output_bytes_max
 # killed command to be reaped.
 kill_grace_s = 10.0
 kill_wait_s = 5.0
+
+
+async def _report_singly(transport: Transport, batch: list[dict[str, Any]]) -> dict[str, list[str] | list[dict[str, str]]]:
+    """Results one by one, after their batch was refused as a whole: only
+    the bad ones are dropped."""
+    accepted: list[str] = []
+    rejected: list[dict[str, str]] = []
+    for result in batch:
+        body = {k: v for k, v in result.items() if k != "run_id"}
+        try:
+            status, answer = await transport.post(
+                f"/v1/runs/{result['run_id']}/result", body, timeout_s=request_timeout_s,
+                deadline_s=trio.current_time() + request_timeout_s,
+            )
+        except Unavailable:
+            status, answer = 0, {"type": "unavailable"}
+        if status == 200:
+            accepted.append(result["run_id"])
+        else:
+            kind = answer.get("type", str(status)) if isinstance(answer, dict) else str(status)
+            if status not in (404, 409):
+                log.error("POST /v1/runs/%s/result answered %s: %s; dropped", result["run_id"], status, answer)
+            rejected.append({"run_id": result["run_id"], "type": kind})
+    return {"accepted": accepted, "rejected": rejected}
 
 
 async def _cancel_when_set(event: trio.Event, scope: trio.CancelScope) -> None:

@@ -25,7 +25,6 @@ confirmed with the leader just before their due time, and started at it.
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
@@ -114,13 +113,11 @@ class Ahead:
         """How late now is after `due_ms`, on the leader's clock."""
         return time.time() * 1000 + self.offset_ms - due_ms
 
-    async def started(self, handler: Callable[[dict[str, Any]], Awaitable[str | None]], run: dict[str, Any]) -> str | None:
-        """Runs `handler(run)`: at once for a run that is not held; for a
-        held one, at its due time if the leader says it may start, else
-        raises `NotStarted`."""
+    async def wait_start(self, run: dict[str, Any]) -> None:
+        """Returns at the due time of a run held (`start_at_s`) if the
+        leader says it may start; else raises `NotStarted`."""
         held = self._start_s.pop((run["id"], run["attempt"]), None)
-        if held is None:
-            return await handler(run)
+        assert held is not None, "a held run waits once"
         due_ms, start_s = held
         wave = self._waves.get(due_ms)
         if wave is None:
@@ -134,7 +131,6 @@ class Ahead:
         await wave.go.wait()
         if run["id"] not in wave.start:
             raise NotStarted("the leader said not to start it")
-        return await handler(run)
 
     async def _confirm(self, wave: _Wave) -> None:
         await trio.sleep_until(wave.start_s - starts_lead_s)
