@@ -1306,7 +1306,8 @@ def _add_loadgen_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser
     gen.add_argument("--spawn", type=int, default=0,
                      help="start a local server (1) or cluster (3 or 5 nodes) on free loopback ports for the run")
     gen.add_argument("--kill-leader-at-s", dest="kill_leader_at_s", type=float, default=None,
-                     help="with --spawn 3: SIGKILL the leader this long after the due instant, then restart it")
+                     help="with --spawn 3: SIGKILL the leader this long after the due instant (negative: before "
+                          "it, at most half of --due-in-s), then restart it")
     gen.add_argument("--restart-after-s", dest="restart_after_s", type=float, default=3.0,
                      help="restart the killed leader this long after the SIGKILL (default 3)")
     gen.add_argument("--lease-s", dest="lease_s", type=int, default=None,

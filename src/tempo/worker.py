@@ -42,6 +42,11 @@ What it does, in the terms of docs/api.md:
   what it did (`done`, when it succeeded). A run with a `timeout_s` is
   heartbeated as its timeout passes too. A server without `/v1/signals`
   (`404`) is told by heartbeats alone.
+- Pre-dispatch (`ahead_ms`, docs/semantics.md "Pre-dispatch"): claims also
+  take runs due within `ahead_ms`; each waits in its slot, left out of the
+  signals poll, until the leader says at `POST /v1/starts` that it may
+  start and its due time has come (tempo/worker_ahead.py); one the leader
+  says not to start, or that `stop()` ends first, sends no result.
 - Results: `POST /v1/results`, batching whatever finished while the previous
   batch was in flight. A handler that raises reports `ok=false` with the
   exception's text as `error`; the server then retries per the job's backoff.

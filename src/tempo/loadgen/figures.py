@@ -372,15 +372,19 @@ def kill_timing(plan: Failover, tally: Tally, origin_s: float) -> Figures:
     """Whether the SIGKILL came when asked and while runs were still being
     claimed. A kill after the last claim tested nothing of the load (a
     5,000-run spike drains in a fraction of a second, before
-    `--kill-leader-at-s 1`); the report says so rather than nothing."""
+    `--kill-leader-at-s 1`); the report says so rather than nothing.
+    With pre-dispatch, runs held through the kill start after it: the
+    last start (the due instant plus its lateness) counts as a claim."""
     killed = plan.killed_at_s
     last_s = max((c.claimed_at_s for c in tally.claims), default=None)
+    if tally.starts and last_s is not None:
+        last_s = max(last_s, origin_s + max(late_s for _, late_s in tally.starts))
     drained = None if killed is None or last_s is None or last_s >= killed else rounded(killed - last_s)
     late = None if killed is None else rounded(killed - plan.kill_at_s)
     warnings = []
     if drained is not None and last_s is not None and killed is not None:
         warnings.append(
-            f"the load had drained {drained:.2f} s before the SIGKILL (last claim at {last_s - origin_s:+.2f} s, "
+            f"the load had drained {drained:.2f} s before the SIGKILL (last claim or start at {last_s - origin_s:+.2f} s, "
             f"the SIGKILL at {killed - origin_s:+.2f} s): the failover tested nothing of it; give a "
             f"--kill-leader-at-s below {last_s - origin_s:.2f}, or more jobs")
     if late is not None and late > kill_late_bound_s:
