@@ -67,7 +67,8 @@ def test_bad_cluster_options_exit_2() -> None:
         (["--spawn", "2", "--jobs", "10"], "--spawn"),
         (["--spawn", "1", "--jobs", "10", "--kill-leader-at-s", "1"], "--kill-leader-at-s"),
         (["--url", "http://127.0.0.1:9", "--jobs", "10", "--kill-leader-at-s", "1"], "--kill-leader-at-s"),
-        (["--spawn", "3", "--jobs", "10", "--kill-leader-at-s", "-1"], "--kill-leader-at-s"),
+        (["--spawn", "3", "--jobs", "10", "--kill-leader-at-s", "-6"], "--kill-leader-at-s"),
+        (["--spawn", "1", "--jobs", "10", "--ahead-ms", "10001"], "--ahead-ms"),
         (["--spawn", "3", "--jobs", "10", "--lease-s", "0"], "--lease-s"),
         (["--url", "http://127.0.0.1:9", "--jobs", "10", "--work-dir", "x"], "--work-dir"),
     )

@@ -1216,6 +1216,17 @@ def _serve(args: argparse.Namespace) -> int:
     return server.main(options)
 
 
+def _ahead_ms(text: str) -> int:
+    """`tempo worker --ahead-ms`: 0..`limits.claim_ahead_ms_max`."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number of ms: {text!r}") from None
+    if not 0 <= value <= limits.claim_ahead_ms_max:
+        raise argparse.ArgumentTypeError(f"0..{limits.claim_ahead_ms_max} ms, not {value}")
+    return value
+
+
 def _add_worker_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     worker = _subparser(sub, "worker", "run a command for each run claimed from queues",
                         "tempo worker --queue reports -- ./make-report.sh",
@@ -1223,6 +1234,9 @@ def _add_worker_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]
     _connection_flags(worker)
     worker.add_argument("--queue", action="append", required=True, help="a queue to claim from (repeatable)")
     worker.add_argument("--concurrency", type=_int_from(1), default=1, metavar="N", help="runs at a time (default 1)")
+    worker.add_argument("--ahead-ms", dest="ahead_ms", type=_ahead_ms, default=0, metavar="N",
+                        help="pre-dispatch: claim runs due within N ms (0-10000), hold each (in a slot of "
+                             "--concurrency) and start its command at its due time (default 0)")
     worker.add_argument("--worker-id", dest="worker_id", type=_worker_id, default=None,
                         help="its name in runs and logs (default: HOST-PID)")
     worker.add_argument("--log-format", choices=("text", "json"), default="text",
@@ -1262,6 +1276,7 @@ def _worker(args: argparse.Namespace) -> int:
         trio.run(lambda: worker.serve_command(
             urls_from(getattr(args, "url", None)), args.queue, argv, worker_id=worker_id, concurrency=args.concurrency,
             grace_s=args.grace_s, token=os.environ.get("TEMPO_TOKEN"), ca_file=ca_file_from(args),
+            ahead_ms=args.ahead_ms,
         ))
     except worker.WorkerError as exc:
         print(f"tempo worker: {exc}", file=sys.stderr)
@@ -1291,7 +1306,8 @@ def _add_loadgen_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser
     gen.add_argument("--spawn", type=int, default=0,
                      help="start a local server (1) or cluster (3 or 5 nodes) on free loopback ports for the run")
     gen.add_argument("--kill-leader-at-s", dest="kill_leader_at_s", type=float, default=None,
-                     help="with --spawn 3: SIGKILL the leader this long after the due instant, then restart it")
+                     help="with --spawn 3: SIGKILL the leader this long after the due instant (negative: before "
+                          "it, at most half of --due-in-s), then restart it")
     gen.add_argument("--restart-after-s", dest="restart_after_s", type=float, default=3.0,
                      help="restart the killed leader this long after the SIGKILL (default 3)")
     gen.add_argument("--lease-s", dest="lease_s", type=int, default=None,
@@ -1300,6 +1316,9 @@ def _add_loadgen_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser
                      help="with --spawn: keep the nodes' data dirs and logs here (default: a temp dir, removed)")
     gen.add_argument("--no-claim-keys", dest="claim_keys", action="store_false",
                      help="claim without claim keys, for a server from before them (bench/compare.py)")
+    gen.add_argument("--ahead-ms", dest="ahead_ms", type=int, default=0, metavar="N",
+                     help="pre-dispatch: workers claim runs due within N ms (0-10000), hold them and start each at "
+                          "its due time; reports start lateness at the workers beside claim lateness (default 0)")
 
 
 def _loadgen(args: argparse.Namespace) -> int:
@@ -1311,7 +1330,7 @@ def _loadgen(args: argparse.Namespace) -> int:
         batch=args.batch, jitter_s=args.jitter_s, timeout_s=args.timeout_s, report=args.report,
         no_report=args.no_report, progress=args.progress, spawn=args.spawn,
         kill_leader_at_s=args.kill_leader_at_s, restart_after_s=args.restart_after_s, lease_s=args.lease_s,
-        work_dir=args.work_dir, ca_file=ca_file_from(args), claim_keys=args.claim_keys,
+        work_dir=args.work_dir, ca_file=ca_file_from(args), claim_keys=args.claim_keys, ahead_ms=args.ahead_ms,
     )
     return loadgen.run(opts)
 

@@ -183,7 +183,24 @@ owners_remembered_max = 2 * dispatch_memory_runs_max
 dispatch_owner_runs_max = 25_000
 dispatch_owner_low_water_runs = 12_500
 
+# Pre-dispatch (docs/semantics.md "Pre-dispatch"): a claim may take runs
+# due within the next `claim_ahead_ms_max` (its `ahead_ms`); the wheel has
+# them already, since that is well inside the read-ahead. A pause, cancel,
+# delete or patch stamped more than `predispatch_stop_ms` before a
+# pre-claimed run's due time stops it: the worker asks to start it no
+# earlier than that (`POST /v1/starts`), and the leader answers only once
+# every command stamped before then is applied.
+claim_ahead_ms_max = 10_000
+# A claim that looks ahead and found nothing looks again this often: runs
+# coming due within its `ahead_ms` wake no claimer.
+claim_ahead_poll_ms = 50
+predispatch_stop_ms = 100
+# The runs one `POST /v1/starts` names, as a heartbeats batch.
+starts_runs_max = batch_items_max
+
 assert readahead_ms >= 1000
+assert claim_ahead_ms_max + 1000 <= readahead_ms
+assert 0 < predispatch_stop_ms < claim_ahead_ms_max
 assert long_polls_max < requests_in_flight_max <= connections_max
 assert read_timeout_s > max(claim_wait_s_max, events_wait_s_max, signals_wait_s_max)
 assert claim_runs_max * 10 <= dispatch_memory_runs_max

@@ -683,6 +683,15 @@ class ClaimIn(_Request):
             description="client-chosen, scoped to the owner: the same claim sent again with it takes no new runs",
         ),
     ] | None = None
+    ahead_ms: Annotated[
+        int,
+        Meta(
+            ge=0,
+            le=limits.claim_ahead_ms_max,
+            description="also take runs due within this many ms (pre-dispatch): hold each, ask `POST /v1/starts`, "
+            "start it at its `due_at`",
+        ),
+    ] = 0
 
 
 class ClaimedRunOut(RunOut, kw_only=True):
@@ -692,8 +701,12 @@ class ClaimedRunOut(RunOut, kw_only=True):
     timeout_s: int | None = None  # the job's; the attempt ends at `timeout_at`
 
 
-class ClaimOut(msgspec.Struct):
+class ClaimOut(msgspec.Struct, omit_defaults=True):
     runs: list[ClaimedRunOut]
+    # The leader's scheduler time when it answered, with `ahead_ms` > 0
+    # only (docs/api.md "POST /v1/claim"): a worker corrects its clock
+    # offset by it before it starts a run at its `due_at`.
+    server_time: str | None = None
 
 
 class HeartbeatIn(_Request):
@@ -764,6 +777,23 @@ class SignalsOut(msgspec.Struct):
     heartbeat would answer `cancel`); empty when the wait ended with none."""
 
     cancel: dict[str, RunCancel]
+
+
+class StartsIn(_Request):
+    """`POST /v1/starts`: a worker asks whether it may start runs it claimed
+    ahead of their due times (docs/semantics.md "Pre-dispatch")."""
+
+    worker: Annotated[str, Meta(min_length=1, max_length=limits.worker_chars_max)]
+    runs: Annotated[list[HeartbeatItem], Meta(min_length=1, max_length=limits.starts_runs_max)]
+
+
+class StartsOut(msgspec.Struct):
+    """The runs of the request to start at their due times, and those not
+    to start (a pause, cancel, delete or patch stopped them, or the attempt
+    no longer holds the run)."""
+
+    start: list[str]
+    stop: list[str]
 
 
 class HeartbeatsAck(BatchAck, omit_defaults=True):

@@ -42,6 +42,11 @@ What it does, in the terms of docs/api.md:
   what it did (`done`, when it succeeded). A run with a `timeout_s` is
   heartbeated as its timeout passes too. A server without `/v1/signals`
   (`404`) is told by heartbeats alone.
+- Pre-dispatch (`ahead_ms`, docs/semantics.md "Pre-dispatch"): claims also
+  take runs due within `ahead_ms`; each waits in its slot, left out of the
+  signals poll, until the leader says at `POST /v1/starts` that it may
+  start and its due time has come (tempo/worker_ahead.py); one the leader
+  says not to start, or that `stop()` ends first, sends no result.
 - Results: `POST /v1/results`, batching whatever finished while the previous
   batch was in flight. A handler that raises reports `ok=false` with the
   exception's text as `error`; the server then retries per the job's backoff.
@@ -85,6 +90,7 @@ from tempo import limits
 from tempo.net.agent import USER_AGENT
 from tempo.net.client import Unavailable, new_claim_key
 from tempo.net.tls import client_context
+from tempo.worker_ahead import Ahead, NotStarted
 
 log = logging.getLogger("tempo.worker")
 
@@ -286,6 +292,9 @@ class _Active:
     # out then, to learn that it ended.
     timeout_deadline_s: float | None = None
     stop_requested: bool = False  # its owner cancelled it: the result says so
+    # Claimed ahead of its due time and not started yet (worker_ahead.py):
+    # left out of signals polls; stopped so, it sends no result.
+    held: bool = False
 
 
 class Worker:
@@ -306,11 +315,13 @@ class Worker:
         rng: random.Random | None = None,
         ca_file: str | None = None,
         claim_keys: bool = True,
+        ahead_ms: int = 0,
     ):
         """`claim_keys=False` sends claims without a `claim_key`, for a
         server from before them (one that refuses the field): a claim
         whose answer is lost is then not answered again (its runs come
-        back when their leases run out)."""
+        back when their leases run out). `ahead_ms`: hold runs due within
+        it, each in a slot, and start them at their due time (worker_ahead.py)."""
         if isinstance(urls, str):
             urls = [u.strip() for u in urls.split(",") if u.strip()]
         if not isinstance(worker_id, str):
@@ -324,6 +335,7 @@ class Worker:
         _check_int("max_runs", max_runs, 1, limits.claim_runs_max)
         _check_int("concurrency", concurrency, 1)
         _check_int("wait_s", wait_s, 0, limits.claim_wait_s_max)
+        _check_int("ahead_ms", ahead_ms, 0, limits.claim_ahead_ms_max)
         self.worker_id = worker_id
         self.handlers = dict(handlers)
         self.max_runs = max_runs
@@ -332,6 +344,7 @@ class Worker:
         self.claim_keys = claim_keys
         self._rng = rng or random.Random()
         self.transport = Transport(urls, token=token, rng=self._rng, ca_file=ca_file)
+        self.ahead = Ahead(self.transport, worker_id, ahead_ms)
         self._on_claimed = on_claimed
         self._on_reported = on_reported
         # One token per handler not yet finished, borrowed when its run is
@@ -349,7 +362,7 @@ class Worker:
         self._stopping = False
         self.stopped = trio.Event()  # set when run() has returned
         self._handlers_nursery: trio.Nursery | None = None
-        self.counts = {"claimed": 0, "ok": 0, "failed": 0, "lost": 0, "rejected": 0}
+        self.counts = {"claimed": 0, "ok": 0, "failed": 0, "lost": 0, "rejected": 0, "not_started": 0}
 
     # -- public ----------------------------------------------------------------
 
@@ -362,6 +375,7 @@ class Worker:
                 service.start_soon(self._heartbeat_loop)
                 service.start_soon(self._signals_loop)
                 service.start_soon(self._results_loop)
+                service.start_soon(self.ahead.run)
                 async with trio.open_nursery() as handlers:
                     self._handlers_nursery = handlers
                     task_status.started()
@@ -409,7 +423,7 @@ class Worker:
                 continue
             body = {
                 "worker": self.worker_id, "queues": queues, "max_runs": min(self.max_runs, free), "wait_s": self.wait_s,
-            }
+            } | self.ahead.claim_fields()
             if self.claim_keys:
                 body["claim_key"] = new_claim_key(self._rng)
             try:
@@ -425,6 +439,7 @@ class Worker:
             if status != 200:
                 raise WorkerError(f"POST /v1/claim answered {status}: {answer}")
             runs = answer["runs"]
+            self.ahead.answered(answer, time.time())
             if not runs:
                 pause_s = _retry_after_s(headers)
                 if pause_s > 0:
@@ -437,9 +452,10 @@ class Worker:
 
     def _start(self, run: dict[str, Any]) -> None:
         assert self._handlers_nursery is not None
-        now_s = trio.current_time()
+        # A run held for its due time is leased from then (docs/semantics.md "Pre-dispatch").
+        now_s = self.ahead.start_at_s(run) or trio.current_time()
         lease_s = float(run.get("lease_s") or limits.lease_s_default)
-        active = _Active(run, lease_s, now_s + lease_s / 3, now_s + lease_s)
+        active = _Active(run, lease_s, now_s + lease_s / 3, now_s + lease_s, held=self.ahead.start_at_s(run) is not None)
         timeout_s = run.get("timeout_s")
         if isinstance(timeout_s, int | float) and timeout_s > 0:
             active.timeout_deadline_s = now_s + timeout_s
@@ -454,6 +470,10 @@ class Worker:
         self._limiter.acquire_on_behalf_of_nowait(active)
         self.counts["claimed"] += 1
         self._handlers_nursery.start_soon(self._run_handler, active)
+        self._watch_more()
+
+    def _watch_more(self) -> None:
+        """A run to watch for signals: the poll is sent again with it."""
         self._runs_added.set()
         self._runs_added = trio.Event()
 
@@ -465,7 +485,15 @@ class Worker:
             with active.cancel:
                 try:
                     handler = self.handlers[queue_of(run.get("target", "")) or ""]
+                    if active.held:
+                        await self.ahead.wait_start(run)
+                        active.held = False
+                        self._watch_more()
                     output = await handler(run)
+                except NotStarted as stopped:  # held, and stopped before its due time: no result
+                    self.counts["not_started"] += 1
+                    self._lose(run["id"], run["attempt"], str(stopped))
+                    return
                 except Exception as exc:  # noqa: BLE001 - any handler error is the run's failure
                     outcome |= {"ok": False, "error": clip_text(f"{type(exc).__name__}: {exc}")}
                 else:
@@ -473,8 +501,8 @@ class Worker:
                     if output is not None:
                         outcome["output"] = clip_text(str(output))
             if active.cancel.cancelled_caught:
-                if active.lost:
-                    self.counts["lost"] += 1
+                if active.lost or active.held:  # a held run stopped before it started: its lease brings it back
+                    self.counts["lost" if active.lost else "not_started"] += 1
                     self._log_run(run, "lost", trio.current_time() - started_s)
                     return
                 why = "cancelled: its owner asked it to stop" if active.stop_requested else (
@@ -563,7 +591,7 @@ class Worker:
         `signals_settle_s`, so a burst of claims costs one poll)."""
         while self._signals_served:
             added = self._runs_added
-            watched = [a for a in self._active.values() if not (a.finished or a.lost or a.cancel.cancel_called)]
+            watched = [a for a in self._active.values() if not (a.finished or a.lost or a.held or a.cancel.cancel_called)]
             if not watched:
                 await added.wait()
                 await trio.sleep(signals_settle_s)
@@ -639,7 +667,7 @@ class Worker:
                 # One bad item fails the whole batch; sent one by one, only
                 # the bad ones are dropped (they would block every later result).
                 log.error("POST /v1/results answered %s: %s; sending %d results one by one", status, answer, len(batch))
-                answer = await self._report_singly(batch)
+                answer = await _report_singly(self.transport, batch)
             del self._results[: len(batch)]
             sent = {r["run_id"]: r["attempt"] for r in batch}
             if self._on_reported is not None and answer.get("accepted"):
@@ -650,27 +678,6 @@ class Worker:
                 log.warning("result of run %s rejected: %s", item["run_id"], item.get("type"))
                 self.counts["rejected"] += 1
                 self._forget(item["run_id"], sent.get(item["run_id"]))
-
-    async def _report_singly(self, batch: list[dict[str, Any]]) -> dict[str, list[str] | list[dict[str, str]]]:
-        accepted: list[str] = []
-        rejected: list[dict[str, str]] = []
-        for result in batch:
-            body = {k: v for k, v in result.items() if k != "run_id"}
-            try:
-                status, answer = await self.transport.post(
-                    f"/v1/runs/{result['run_id']}/result", body, timeout_s=request_timeout_s,
-                    deadline_s=trio.current_time() + request_timeout_s,
-                )
-            except Unavailable:
-                status, answer = 0, {"type": "unavailable"}
-            if status == 200:
-                accepted.append(result["run_id"])
-            else:
-                kind = answer.get("type", str(status)) if isinstance(answer, dict) else str(status)
-                if status not in (404, 409):
-                    log.error("POST /v1/runs/%s/result answered %s: %s; dropped", result["run_id"], status, answer)
-                rejected.append({"run_id": result["run_id"], "type": kind})
-        return {"accepted": accepted, "rejected": rejected}
 
     def _forget(self, run_id: str, attempt: int | None) -> None:
         active = self._active.get(run_id)
@@ -686,6 +693,30 @@ command_stream_bytes_max = limits.output_bytes_max
 # killed command to be reaped.
 kill_grace_s = 10.0
 kill_wait_s = 5.0
+
+
+async def _report_singly(transport: Transport, batch: list[dict[str, Any]]) -> dict[str, list[str] | list[dict[str, str]]]:
+    """Results one by one, after their batch was refused as a whole: only
+    the bad ones are dropped."""
+    accepted: list[str] = []
+    rejected: list[dict[str, str]] = []
+    for result in batch:
+        body = {k: v for k, v in result.items() if k != "run_id"}
+        try:
+            status, answer = await transport.post(
+                f"/v1/runs/{result['run_id']}/result", body, timeout_s=request_timeout_s,
+                deadline_s=trio.current_time() + request_timeout_s,
+            )
+        except Unavailable:
+            status, answer = 0, {"type": "unavailable"}
+        if status == 200:
+            accepted.append(result["run_id"])
+        else:
+            kind = answer.get("type", str(status)) if isinstance(answer, dict) else str(status)
+            if status not in (404, 409):
+                log.error("POST /v1/runs/%s/result answered %s: %s; dropped", result["run_id"], status, answer)
+            rejected.append({"run_id": result["run_id"], "type": kind})
+    return {"accepted": accepted, "rejected": rejected}
 
 
 async def _cancel_when_set(event: trio.Event, scope: trio.CancelScope) -> None:
@@ -811,6 +842,7 @@ class CommandFailed(Exception):
 async def serve_command(
     urls: Sequence[str], queues: Sequence[str], argv: Sequence[str], *,
     worker_id: str, concurrency: int, grace_s: float, token: str | None = None, ca_file: str | None = None,
+    ahead_ms: int = 0,
 ) -> None:
     """`tempo worker`: runs `argv` per run until SIGTERM or SIGINT."""
     import signal
@@ -818,7 +850,7 @@ async def serve_command(
     handler = command_handler(argv, grace_s=grace_s)
     worker = Worker(urls, worker_id, dict.fromkeys(queues, handler),
                     max_runs=min(concurrency, limits.claim_runs_max), concurrency=concurrency, token=token,
-                    ca_file=ca_file)
+                    ca_file=ca_file, ahead_ms=ahead_ms)
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         try:
             await _serve_until_signal(worker, signals, grace_s)

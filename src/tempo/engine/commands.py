@@ -180,6 +180,9 @@ class ClaimRuns(msgspec.Struct, tag="claim_runs", array_like=True):
     # The claim's key, if it carried one: apply records what it took, and a
     # claim whose key is recorded takes nothing and answers the record.
     key: ClaimKey | None = None
+    # Pre-dispatch (docs/semantics.md "Pre-dispatch"): runs due up to
+    # `at_ms + ahead_ms` may be claimed (0: only those due by `at_ms`).
+    ahead_ms: int = 0
 
 
 class Result(msgspec.Struct, array_like=True, gc=False):  # strings and numbers only

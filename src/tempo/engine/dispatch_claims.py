@@ -85,28 +85,71 @@ class Claims(Leases):
             runs_key = ready.popleft()
             entry = self.queue_of.get(runs_key)
             if entry is not None and entry[0] == queue:
-                del self.queue_of[runs_key]
-                # `_unloaded`, inline: this runs once per run claimed.
-                owner = entry[1].owner
-                count = self.loaded_of[owner] - 1
-                if count:
-                    self.loaded_of[owner] = count
-                else:
-                    del self.loaded_of[owner]
-                if owner in self.skipped and count < limits.dispatch_owner_low_water_runs:
-                    self.rereads.add(owner)
-                return runs_key, entry[1]
+                return self._pop_entry(runs_key)
         return None
 
-    def take(self, queues: list[str], runs_max: int, mono_s: float) -> Taken:
+    def _pop_entry(self, runs_key: bytes) -> tuple[bytes, Job] | None:
+        """A run out of memory, taken by a claim: its key and job."""
+        entry = self.queue_of.pop(runs_key, None)
+        if entry is None:
+            return None
+        # `_unloaded`, inline: this runs once per run claimed.
+        owner = entry[1].owner
+        count = self.loaded_of[owner] - 1
+        if count:
+            self.loaded_of[owner] = count
+        else:
+            del self.loaded_of[owner]
+        if owner in self.skipped and count < limits.dispatch_owner_low_water_runs:
+            self.rereads.add(owner)
+        return runs_key, entry[1]
+
+    def take(self, queues: list[str], runs_max: int, mono_s: float, ahead_until_ms: int | None = None) -> Taken:
         """Up to `runs_max` ready runs of `queues` (`[HTTP_QUEUE]`: every
-        owner's http queue), as far as each owner's limits allow. They hold
-        their owners' room until `settle`, and are out of memory: the driver
+        owner's http queue), as far as each owner's limits allow; with
+        `ahead_until_ms`, then runs due by then, earliest first
+        (pre-dispatch, docs/semantics.md "Pre-dispatch"). They hold their
+        owners' room until `settle`, and are out of memory: the driver
         proposes them (`propose_claims`) at once."""
         mono_ms = int(mono_s * 1000)
         if queues == [HTTP_QUEUE]:
             return self._take_http(runs_max, mono_ms)
-        return self._take(queues, runs_max, mono_ms)
+        taken = self._take(queues, runs_max, mono_ms)
+        if ahead_until_ms is not None and len(taken.runs) < runs_max:
+            taken.runs += self._take_ahead(queues, runs_max - len(taken.runs), mono_ms, ahead_until_ms)
+        return taken
+
+    def _take_ahead(self, queues: list[str], runs_max: int, mono_ms: int, until_ms: int) -> list[tuple[bytes, Job]]:
+        """Up to `runs_max` runs of these queues still in the wheel and due
+        by `until_ms`, earliest first, as far as each owner's limits allow."""
+        taken: list[tuple[bytes, Job]] = []
+        budgets: dict[str, int] = {}
+        live = [q for q in queues if q in self.ahead]
+        while live and len(taken) < runs_max:
+            best: tuple[int, str, bytes] | None = None
+            for queue in list(live):
+                head = self.ahead_head(queue, until_ms)
+                if head is None:
+                    live.remove(queue)
+                elif best is None or _due_of(head) < best[0]:
+                    best = (_due_of(head), queue, head)
+            if best is None:
+                break
+            _, queue, runs_key = best
+            owner = owner_of(queue)
+            if owner not in budgets:
+                budgets[owner] = self._budget(owner, mono_ms, runs_max)[0]
+            if budgets[owner] <= 0:
+                live = [q for q in live if owner_of(q) != owner]
+                continue
+            self.ahead[queue].popleft()
+            self.wheel.cancel(runs_key)
+            found = self._pop_entry(runs_key)
+            assert found is not None, "an ahead head is in memory"
+            taken.append(found)
+            budgets[owner] -= 1
+        self._account(taken, mono_ms)
+        return taken
 
     def _take(self, queues: list[str], runs_max: int, mono_ms: int) -> Taken:
         """Up to `runs_max` ready runs of these queues, oldest due first, as
@@ -194,18 +237,24 @@ class Claims(Leases):
                 found[owner] += len(ready)
         return dict(found)
 
-    def propose_claims(self, worker: str, runs: list[tuple[bytes, Job]], now_ms: int, mono_s: float) -> ClaimProposal:
+    def propose_claims(
+        self, worker: str, runs: list[tuple[bytes, Job]], now_ms: int, mono_s: float, ahead_ms: int = 0
+    ) -> ClaimProposal:
         """The command that claims runs `take` took, stamped `now_ms`; the
         leases will count from `mono_s` (the claim's stamp, on the
         monotonic clock; the wall-clock expiry in the command is what the
-        run shows). A repeating job is read again, since its slot moves."""
+        run shows), or from the due time of a run claimed ahead of it
+        (`ahead_ms`: how far ahead `take` looked). A repeating job is read
+        again, since its slot moves."""
         jobs: dict[str, Job] = {}
         claims: list[Claim] = []
         for runs_key, loaded_job in runs:
             claim = self._claim_of(runs_key, loaded_job, jobs, now_ms, claiming=True)
             if claim is not None:
                 claims.append(claim)
-        command = ClaimRuns(now_ms, worker, claims) if claims else None
+        command = None
+        if claims:
+            command = ClaimRuns(now_ms, worker, claims, ahead_ms=ahead_ms) if ahead_ms else ClaimRuns(now_ms, worker, claims)
         return ClaimProposal(self.generation, runs, command, jobs, mono_s)
 
     def _claim_of(
@@ -227,11 +276,13 @@ class Claims(Leases):
             if job is None:
                 return None
             jobs[job_id] = job
-        # The attempt's timeout counts from the claim's stamp (records.Run).
-        timeout_at_ms = None if job.timeout_s is None else now_ms + job.timeout_s * 1000
+        # The attempt's timeout and lease count from the claim's stamp
+        # (records.Run), or from the due time of a run claimed ahead of it.
+        start_ms = max(now_ms, _due_of(runs_key))
+        timeout_at_ms = None if job.timeout_s is None else start_ms + job.timeout_s * 1000
         if not job.schedule.repeating:
-            return Claim(job_id, nominal_ms, now_ms + job.lease_s * 1000, one_off=True, timeout_at_ms=timeout_at_ms)
-        claim = Claim(job_id, nominal_ms, now_ms + job.lease_s * 1000, timeout_at_ms=timeout_at_ms)
+            return Claim(job_id, nominal_ms, start_ms + job.lease_s * 1000, one_off=True, timeout_at_ms=timeout_at_ms)
+        claim = Claim(job_id, nominal_ms, start_ms + job.lease_s * 1000, timeout_at_ms=timeout_at_ms)
         if job.state == "active" and job.slot_ms == nominal_ms:
             seen = self.reader.calendar_of(job) if claiming else None
             if seen is None:
@@ -297,8 +348,10 @@ class Claims(Leases):
             if run is None:
                 continue
             job = jobs[claim.job_id]
-            # `_grant`, inline: this runs once per run claimed.
-            deadline_s = at_s + job.lease_s
+            # `_grant`, inline: this runs once per run claimed. A run claimed
+            # ahead of its due time has its lease from then.
+            due_ms = run.due_ms
+            deadline_s = at_s + job.lease_s if due_ms <= at_ms else at_s + (due_ms - at_ms) / 1000 + job.lease_s
             timeout_s = None
             if claim.timeout_at_ms is not None:
                 timeout_s = at_s + (claim.timeout_at_ms - at_ms) / 1000
@@ -308,7 +361,7 @@ class Claims(Leases):
             # Asked to stop by a later claim of the same command (`cancel_other`):
             # the entry's `stopping`, fed before this lease existed, missed it.
             lease = Lease(run.attempt, deadline_s, job.lease_s, job.owner, entry, deadline_s, timeout_s,
-                          run.cancel == "requested", claim.timeout_at_ms)
+                          run.cancel == "requested", claim.timeout_at_ms, due_ms)
             key = (run.job_id, run.nominal_ms)
             old = leases.get(key)
             leases[key] = lease
@@ -332,12 +385,19 @@ class Claims(Leases):
         from, in their order (unless the change feed has them again)."""
         if proposal.generation != self.generation:
             return
+        at_ms = 0 if proposal.command is None else proposal.command.at_ms
         for runs_key, job in reversed(proposal.runs):
             if runs_key in self.queue_of:
                 continue
             queue = queue_key(job)
             self.queue_of[runs_key] = (queue, job)
             self.loaded_of[job.owner] += 1
+            due_ms = _due_of(runs_key)
+            if due_ms > at_ms:
+                # Taken ahead of its due time: back into the wheel.
+                self.wheel.add(runs_key, due_ms)
+                self.note_ahead(runs_key, due_ms, job)
+                continue
             self.ready.setdefault(queue, deque()).appendleft(runs_key)
             if is_http(queue):
                 self.http_ready[queue] = None

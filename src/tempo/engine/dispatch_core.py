@@ -130,6 +130,7 @@ class DispatchCore(Claims, Loader):
                 woken.add(HTTP_QUEUE)
             else:
                 woken.add(queue)
+        self.tick_ahead(now_ms)
         return self.wheel.behind
 
     # -- overlap (docs/semantics.md "Overlap") -----------------------------------

@@ -97,6 +97,7 @@ class Leases(CoreState):
         timeout_deadline_s: float | None = None,
         cancel_requested: bool = False,
         timeout_at_ms: int | None = None,
+        due_ms: int = 0,
     ) -> None:
         # `_enter_lease`, inline: this runs once per run claimed. A new
         # lease adds one to the leases and one entry to the heap, which
@@ -107,7 +108,7 @@ class Leases(CoreState):
         self._lease_entries += 1
         entry = self._lease_entries
         lease = Lease(attempt, deadline_s, lease_s, owner, entry, deadline_s, timeout_deadline_s, cancel_requested,
-                      timeout_at_ms)
+                      timeout_at_ms, due_ms)
         replaced = self._put_lease((job_id, nominal_ms), lease)
         heapq.heappush(self._lease_heap, (deadline_s, entry, job_id, nominal_ms))
         if replaced:
@@ -116,11 +117,14 @@ class Leases(CoreState):
     def _grant_claimed(self, run: Run, job: Job, now_ms: int, mono_s: float) -> None:
         """A full lease from `mono_s` for a run claimed in the tables, with
         its timeout (the stored instant, read on the scheduler clock at
-        `now_ms`) and its cancel request."""
+        `now_ms`) and its cancel request. A run claimed ahead of its due
+        time (docs/semantics.md "Pre-dispatch") has its full lease from its
+        due time, as its claim gave it."""
         timeout_s = None if run.timeout_at_ms is None else mono_s + (run.timeout_at_ms - now_ms) / 1000
         lease_s = claimed_lease_s(run, job)
-        self._grant(job.owner, run.job_id, run.nominal_ms, run.attempt, mono_s + lease_s, lease_s, timeout_s,
-                    run.cancel == "requested", run.timeout_at_ms)
+        start_s = mono_s + max(0, run.due_ms - now_ms) / 1000
+        self._grant(job.owner, run.job_id, run.nominal_ms, run.attempt, start_s + lease_s, lease_s, timeout_s,
+                    run.cancel == "requested", run.timeout_at_ms, run.due_ms)
 
     def _enter_lease(self, key: tuple[str, int], lease: Lease) -> None:
         """Gives the lease a new entry in the heap, at its deadline; the
@@ -232,6 +236,9 @@ class Leases(CoreState):
             # timeouts").
             return None, "timeout"
         deadline_s = mono_s + lease.lease_s
+        if lease.due_ms > now_ms:
+            # Claimed ahead of its due time: the lease counts from then.
+            deadline_s += (lease.due_ms - now_ms) / 1000
         if lease.timeout_deadline_s is not None and lease.timeout_deadline_s < deadline_s:
             deadline_s = lease.timeout_deadline_s
         self._move_deadline(slot, lease, deadline_s)
@@ -263,6 +270,29 @@ class Leases(CoreState):
         if run is None or run.attempt != attempt:
             return None
         return _ended_by(run)
+
+    def start_of(self, owner: str | None, run_id: str, attempt: int) -> tuple[bool, int]:
+        """Whether the worker holding `attempt` of `run_id`, claimed ahead
+        of its due time, may start it (docs/semantics.md "Pre-dispatch"):
+        the attempt still holds the run and no cancel was asked; and the
+        run's due time (UNIX ms; 0 when unknown). A run that is not this
+        owner's, unknown or stale may not."""
+        parsed = ids.parse_run_id(run_id)
+        if parsed is None:
+            return False, 0
+        lease = self.leases.get(parsed)
+        if lease is not None:
+            held = lease.attempt == attempt and (owner is None or lease.owner == owner)
+            return held and not lease.cancel_requested, lease.due_ms
+        if self.expiring.get(parsed) is not None:
+            return False, 0
+        # Claimed, but its minute is not loaded (a restart with a backlog).
+        job = self.reader.get_job_any(parsed[0])
+        run = self.reader.get_run_any(*parsed)
+        if job is None or run is None or (owner is not None and job.owner != owner):
+            return False, 0
+        held = run.status == "claimed" and run.attempt == attempt and run.cancel is None
+        return held, run.due_ms
 
     def next_expiry_s(self) -> float | None:
         """The earliest instant (monotonic) at which a lease or a timeout
@@ -323,9 +353,10 @@ class Leases(CoreState):
 def claimed_lease_s(run: Run, job: Job) -> int:
     """The lease length a claimed run was claimed with: its claim stamped
     the start and the expiry from the job's `lease_s` of the moment, which
-    a patch may have changed since (docs/semantics.md "Changing a job")."""
+    a patch may have changed since (docs/semantics.md "Changing a job").
+    A run claimed ahead of its due time was leased from its due time."""
     if run.started_ms is not None and run.lease_expires_ms is not None:
-        lease_ms = run.lease_expires_ms - run.started_ms
+        lease_ms = run.lease_expires_ms - max(run.started_ms, run.due_ms)
         if lease_ms >= 1000:
             return lease_ms // 1000
     return job.lease_s

@@ -152,6 +152,7 @@ class Loader(Leases):
                     self.queue_of[runs_key] = (queue_key(job), job)
                     self.loaded_of[owner] += 1
                     self.wheel.add(runs_key, run.due_ms)
+                    self.note_ahead(runs_key, run.due_ms, job)
             rows += len(found) + 1
             skip_ms = end_ms
         if skip_ms >= hi_ms:
@@ -166,6 +167,7 @@ class Loader(Leases):
                 self.queue_of[runs_key] = (queue_key(job), job)
                 self.loaded_of[job.owner] += 1
                 self.wheel.add(runs_key, run.due_ms)
+                self.note_ahead(runs_key, run.due_ms, job)
         elif run.status == "claimed" and (run.job_id, run.nominal_ms) not in self.leases:
             # A node that (re)starts or takes over gives every claimed run a
             # full lease from this moment, on the monotonic clock, whatever
@@ -233,6 +235,7 @@ class Loader(Leases):
         self.queue_of[runs_key] = (queue_key(job), job)
         self.loaded_of[owner] += 1
         self.wheel.add(runs_key, due_ms)
+        self.note_ahead(runs_key, due_ms, job)
 
     def _skip_from(self, owner: str, due_ms: int) -> None:
         """Moves an owner's skip point back to `due_ms`, and forgets its runs

@@ -5,6 +5,7 @@ ready queues' keys, the lease, the proposals, and `CoreState`, whose
 Pure, as the core is: no clock, no I/O.
 """
 
+import heapq
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -113,6 +114,9 @@ class Lease(msgspec.Struct, gc=False):
     # timeout): no answer shows a lease past it, whatever the drift of
     # scheduler time from the monotonic clock since the claim.
     timeout_at_ms: int | None = None
+    # The run's due time (UNIX ms): a run claimed ahead of it (pre-dispatch,
+    # docs/semantics.md "Pre-dispatch") is asked to start no earlier.
+    due_ms: int = 0
 
 
 @dataclass(slots=True)
@@ -255,6 +259,61 @@ class CoreState:
         # wheel nor a ready queue) until apply decides on them
         # (`propose_overlap`, docs/semantics.md "Overlap").
         self.overlap_due: list[bytes] = []
+        # Pre-dispatch (docs/semantics.md "Pre-dispatch"): a heap of (due
+        # ms, runs key) of the runs in the wheel that a claim may take
+        # ahead of their due time (not http, no overlap policy); and per
+        # queue, in due order, those of them due within
+        # `limits.claim_ahead_ms_max` of the last tick (`tick_ahead`). An
+        # entry whose run left the wheel (fell due, claimed, moved, gone)
+        # is a tombstone, dropped when met.
+        self.ahead_heap: list[tuple[int, bytes]] = []
+        self.ahead: dict[str, deque[bytes]] = {}
+        self.ahead_swept_ms = now_ms
+
+    def note_ahead(self, runs_key: bytes, due_ms: int, job: Job) -> None:
+        """A run put in the wheel: one a claim may take ahead of its due
+        time is noted for `tick_ahead`. The heap is rebuilt without its
+        tombstones when they outnumber the wheel's runs."""
+        if job.overlap is not None or is_http(queue_key(job)):
+            return  # an overlap policy is decided at the due time; the executor claims on time
+        heapq.heappush(self.ahead_heap, (due_ms, runs_key))
+        if len(self.ahead_heap) > 2 * len(self.wheel) + limits.lease_heap_slack_entries:
+            self.ahead_heap = [(due, key) for due, key in self.ahead_heap if key in self.wheel]
+            heapq.heapify(self.ahead_heap)
+
+    def tick_ahead(self, now_ms: int) -> None:
+        """Runs due within `limits.claim_ahead_ms_max` of `now_ms` into the
+        ahead queue of their queue; and, every `limits.lease_check_ms`,
+        the heads that fell due meanwhile (ready runs now) out of them."""
+        heap, wheel, queue_of = self.ahead_heap, self.wheel, self.queue_of
+        horizon_ms = now_ms + limits.claim_ahead_ms_max
+        while heap and heap[0][0] <= horizon_ms:
+            _, runs_key = heapq.heappop(heap)
+            entry = queue_of.get(runs_key)
+            if entry is not None and runs_key in wheel:
+                self.ahead.setdefault(entry[0], deque()).append(runs_key)
+        if now_ms - self.ahead_swept_ms < limits.lease_check_ms:
+            return
+        self.ahead_swept_ms = now_ms
+        for queue in list(self.ahead):
+            waiting = self.ahead[queue]
+            while waiting and (waiting[0] not in wheel or keys.due_of(waiting[0]) <= now_ms):
+                waiting.popleft()
+            if not waiting:
+                del self.ahead[queue]
+
+    def ahead_head(self, queue: str, until_ms: int) -> bytes | None:
+        """The earliest run of `queue` a claim may take ahead, if it is due
+        by `until_ms`; tombstones before it are dropped."""
+        waiting = self.ahead.get(queue)
+        while waiting:
+            runs_key = waiting[0]
+            entry = self.queue_of.get(runs_key)
+            if entry is None or entry[0] != queue or runs_key not in self.wheel:
+                waiting.popleft()
+                continue
+            return runs_key if keys.due_of(runs_key) <= until_ms else None
+        return None
 
 
     def _wake_owner(self, owner: str) -> None:

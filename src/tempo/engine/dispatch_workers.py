@@ -15,7 +15,7 @@ import trio
 
 from tempo import clock, errors, ids, limits
 from tempo.engine.commandlog import Answer, CommandLog
-from tempo.engine.commands import ClaimKey, Command, ReportResults, Result
+from tempo.engine.commands import ClaimKey, ClaimRuns, Command, ReportResults, Result
 from tempo.engine.dispatch_core import (
     HTTP_QUEUE,
     Beat,
@@ -84,11 +84,14 @@ class WorkerCalls:
                 events.pop(queue).set()
 
     async def claim(
-        self, queues: list[str], worker: str, runs_max: int, wait_s: float, key: ClaimKey | None = None
+        self, queues: list[str], worker: str, runs_max: int, wait_s: float, key: ClaimKey | None = None,
+        ahead_ms: int = 0,
     ) -> list[ClaimedRun]:
         """Claims up to `runs_max` due runs of `queues` (`[HTTP_QUEUE]`: every
         owner's http queue), waiting up to `wait_s` for one: for a run to fall
-        due, or for room under its owner's limits.
+        due, or for room under its owner's limits. With `ahead_ms`, also runs
+        due within that many ms, earliest first (pre-dispatch,
+        docs/semantics.md "Pre-dispatch").
 
         With a `key` already recorded (docs/semantics.md "Idempotent
         claims"), it takes nothing and answers the runs the key took that
@@ -103,7 +106,7 @@ class WorkerCalls:
         waiter of the committer is answered when its batch commits or the
         node stops leading) and it returns them, claimed. A caller whose
         client has gone meanwhile hands them to `release`."""
-        steps = self.claim_steps(queues, worker, runs_max, trio.current_time() + wait_s, key)
+        steps = self.claim_steps(queues, worker, runs_max, trio.current_time() + wait_s, key, ahead_ms)
         try:
             step = next(steps)
             while True:
@@ -126,7 +129,8 @@ class WorkerCalls:
             steps.close()
 
     def claim_steps(
-        self, queues: list[str], worker: str, runs_max: int, deadline_s: float, key: ClaimKey | None = None
+        self, queues: list[str], worker: str, runs_max: int, deadline_s: float, key: ClaimKey | None = None,
+        ahead_ms: int = 0,
     ) -> Generator[ClaimStep, Answer, list[ClaimedRun]]:
         """The claim sequence of `claim`, without I/O (as `Replica.steps`):
         it hands out a `Commit` (the driver commits its command and sends
@@ -146,10 +150,11 @@ class WorkerCalls:
             # The runs that fell due since the last tick, into their ready
             # queues first: a claim sees every run due by its own time, not
             # only those the tick loop moved there (up to a tick ago).
-            self.tick(self.now_ms())
-            taken = self.core.take(queues, runs_max, trio.current_time())
+            now_ms = self.now_ms()
+            self.tick(now_ms)
+            taken = self.core.take(queues, runs_max, trio.current_time(), now_ms + ahead_ms if ahead_ms else None)
             if taken.runs:
-                claimed = yield from self._commit_claims(worker, taken.runs, key)
+                claimed = yield from self._commit_claims(worker, taken.runs, key, ahead_ms)
                 if isinstance(claimed, ClaimKeyEntry):
                     assert key is not None
                     return self._answer_key(claimed, worker, key)
@@ -163,6 +168,10 @@ class WorkerCalls:
             # claim held back by a claim rate looks again when one is due.
             refill_ms = taken.refill_ms
             wake_s = deadline_s if refill_ms is None else min(deadline_s, now_s + refill_ms / 1000)
+            if ahead_ms:
+                # Runs coming due within `ahead_ms` wake no claimer: one
+                # that looks ahead looks again this often.
+                wake_s = min(wake_s, now_s + limits.claim_ahead_poll_ms / 1000)
             yield Wait(queues, wake_s)
 
     async def _wait_ready(self, queues: list[str]) -> None:
@@ -177,10 +186,11 @@ class WorkerCalls:
             nursery.cancel_scope.cancel()
 
     def _commit_claims(
-        self, worker: str, taken: list[tuple[bytes, Job]], key: ClaimKey | None = None
+        self, worker: str, taken: list[tuple[bytes, Job]], key: ClaimKey | None = None, ahead_ms: int = 0
     ) -> Generator[ClaimStep, Answer, list[ClaimedRun] | ClaimKeyEntry]:
-        # Leases count from the claim's stamp, on the monotonic clock.
-        proposal = self.core.propose_claims(worker, taken, self.now_ms(), trio.current_time())
+        # Leases count from the claim's stamp (or a run's due time, when
+        # claimed ahead of it), on the monotonic clock.
+        proposal = self.core.propose_claims(worker, taken, self.now_ms(), trio.current_time(), ahead_ms)
         try:
             if proposal.command is None:
                 return []
@@ -261,6 +271,28 @@ class WorkerCalls:
                     await event.wait()
             finally:
                 self.stop_waiters.discard(slots, event)
+
+    async def starts(self, owner: str | None, worker: str, runs: list[tuple[str, int]]) -> list[bool]:
+        """Of `runs` (run ID, attempt) claimed ahead of their due times,
+        whether each may start (docs/semantics.md "Pre-dispatch"). It
+        answers no earlier than `limits.predispatch_stop_ms` before the
+        latest due time among them (at most `limits.claim_ahead_ms_max`
+        from now), and only after every command stamped before that is
+        applied (an empty claim committed after them): a pause, cancel,
+        delete or patch stamped earlier has stopped its runs by then, and
+        one stamped later does not stop them in apply
+        (`rules.slots.held_ahead`). Raises `NotLeader` when this node
+        stops leading meanwhile."""
+        generation = self.core.generation
+        due_ms = max((self.core.start_of(owner, run_id, attempt)[1] for run_id, attempt in runs), default=0)
+        wait_ms = min(due_ms - limits.predispatch_stop_ms - self.now_ms(), limits.claim_ahead_ms_max)
+        if wait_ms > 0:
+            await trio.sleep(wait_ms / 1000)
+        # A barrier: commands are applied in the order they were stamped.
+        await self.committer.submit(ClaimRuns(self.now_ms(), worker, []))
+        if generation != self.core.generation:
+            raise errors.NotLeader("this node stopped leading; ask the new leader")
+        return [self.core.start_of(owner, run_id, attempt)[0] for run_id, attempt in runs]
 
     def stop_waiters_count(self) -> int:
         """Runs some worker's signals poll waits on (tests, metrics)."""

@@ -87,6 +87,8 @@ class Tally:
     # The jobs' `jitter_s`: a run's planned time is its nominal time plus the
     # jitter its run ID gives it.
     jitter_s: int = 0
+    # Pre-dispatch: (run ID, start lateness at the worker in s) of each start.
+    starts: list[tuple[str, float]] = field(default_factory=list)
 
 
 def parse_time_s(text: str) -> float:
@@ -127,6 +129,8 @@ def take(tally: Tally, message: Message) -> None:
             Claim(r, j, a, _due_s(tally, d), t, _due_s(tally, n) + ids.jitter_ms(r, tally.jitter_s) / 1000)
             for r, j, a, d, n, t in message[1]
         ]
+    elif kind == "starts":
+        tally.starts += message[1]
     elif kind == "results":
         for run_id in message[1]:
             tally.reported_at_s.setdefault(run_id, message[2])
@@ -160,6 +164,8 @@ def command_line(opts: Options) -> str:
         words += ["--kill-leader-at-s", f"{opts.kill_leader_at_s:g}", "--restart-after-s", f"{opts.restart_after_s:g}"]
     if opts.lease_s is not None:
         words += ["--lease-s", str(opts.lease_s)]
+    if opts.ahead_ms:
+        words += ["--ahead-ms", str(opts.ahead_ms)]
     return " ".join(words)
 
 
@@ -178,7 +184,7 @@ def about_run(opts: Options, started_s: float) -> Figures:
             "spawn": opts.spawn, "jobs": opts.jobs, "rate": opts.rate, "duration_s": opts.duration_s,
             "due_in_s": opts.due_in_s, "workers": opts.workers, "batch": opts.batch, "jitter_s": opts.jitter_s,
             "timeout_s": opts.timeout_s, "lease_s": opts.job_lease_s(), "kill_leader_at_s": opts.kill_leader_at_s,
-            "restart_after_s": opts.restart_after_s,
+            "restart_after_s": opts.restart_after_s, "ahead_ms": opts.ahead_ms,
         },
         "host": {"cpus": os.cpu_count(), "load_1m": load_1m},
     }
@@ -241,9 +247,26 @@ def figures(opts: Options, job_ids: list[str], create_s: float, due_s: float, ta
         "lateness_cdf": lateness_cdf(lateness),
     }
     fig |= chart_bins(tally.claims, due_s)
+    if opts.ahead_ms:
+        fig |= start_figures(tally.starts)
     if steady:
         fig |= {"rate": opts.rate, "duration_s": opts.duration_s}
     return fig
+
+
+def start_figures(starts: list[tuple[str, float]]) -> Figures:
+    """Pre-dispatch: how late after its `due_at` each run started at its
+    worker (the first start of each run), and the runs started twice."""
+    first: dict[str, float] = {}
+    for run_id, late_s in starts:
+        first.setdefault(run_id, late_s)
+    late = list(first.values())
+    return {
+        "started": len(first), "start_duplicated": len(starts) - len(first),
+        "start_lateness_p50_s": rounded(pct(late, 50)), "start_lateness_p90_s": rounded(pct(late, 90)),
+        "start_lateness_p99_s": rounded(pct(late, 99)), "start_lateness_max_s": rounded(max(late, default=None)),
+        "start_early": sum(1 for late_s in late if late_s < 0),
+    }
 
 
 def first_claims(claims: list[Claim]) -> list[Claim]:
@@ -349,15 +372,19 @@ def kill_timing(plan: Failover, tally: Tally, origin_s: float) -> Figures:
     """Whether the SIGKILL came when asked and while runs were still being
     claimed. A kill after the last claim tested nothing of the load (a
     5,000-run spike drains in a fraction of a second, before
-    `--kill-leader-at-s 1`); the report says so rather than nothing."""
+    `--kill-leader-at-s 1`); the report says so rather than nothing.
+    With pre-dispatch, runs held through the kill start after it: the
+    last start (the due instant plus its lateness) counts as a claim."""
     killed = plan.killed_at_s
     last_s = max((c.claimed_at_s for c in tally.claims), default=None)
+    if tally.starts and last_s is not None:
+        last_s = max(last_s, origin_s + max(late_s for _, late_s in tally.starts))
     drained = None if killed is None or last_s is None or last_s >= killed else rounded(killed - last_s)
     late = None if killed is None else rounded(killed - plan.kill_at_s)
     warnings = []
     if drained is not None and last_s is not None and killed is not None:
         warnings.append(
-            f"the load had drained {drained:.2f} s before the SIGKILL (last claim at {last_s - origin_s:+.2f} s, "
+            f"the load had drained {drained:.2f} s before the SIGKILL (last claim or start at {last_s - origin_s:+.2f} s, "
             f"the SIGKILL at {killed - origin_s:+.2f} s): the failover tested nothing of it; give a "
             f"--kill-leader-at-s below {last_s - origin_s:.2f}, or more jobs")
     if late is not None and late > kill_late_bound_s:

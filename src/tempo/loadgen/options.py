@@ -55,6 +55,10 @@ class Options:
     # False: the workers claim without claim keys, as a server from before
     # them needs (bench/compare.py against an old baseline).
     claim_keys: bool = True
+    # Pre-dispatch (docs/semantics.md "Pre-dispatch"): the workers claim
+    # runs due within this many ms, hold them and start each at its due
+    # time; the report has start lateness at the workers beside claim lateness.
+    ahead_ms: int = 0
 
     def job_lease_s(self) -> int | None:
         """The `lease_s` the jobs get, or None for the server's default."""
@@ -81,8 +85,12 @@ def _check_cluster(opts: Options) -> str | None:
     if opts.kill_leader_at_s is not None:
         if opts.spawn < 3:
             return "--kill-leader-at-s needs a spawned cluster: --spawn 3"
-        if opts.kill_leader_at_s < 0 or opts.restart_after_s < 0:
-            return "--kill-leader-at-s and --restart-after-s: seconds ≥ 0"
+        # Before the due instant too (pre-dispatch: runs held by workers
+        # through the failover), but not before the jobs are created.
+        if opts.kill_leader_at_s < -opts.due_in_s / 2 or opts.restart_after_s < 0:
+            return "--kill-leader-at-s: seconds ≥ -(--due-in-s)/2; --restart-after-s: seconds ≥ 0"
+    if not 0 <= opts.ahead_ms <= limits.claim_ahead_ms_max:
+        return f"--ahead-ms: 0..{limits.claim_ahead_ms_max}"
     if opts.lease_s is not None and not 1 <= opts.lease_s <= limits.lease_s_max:
         return f"--lease-s: 1..{limits.lease_s_max}"
     if opts.work_dir is not None and not opts.spawn:

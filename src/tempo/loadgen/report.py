@@ -35,6 +35,7 @@ def summary_rows(fig: Figures) -> list[tuple[str, str]]:
         ("lateness p90", show(fig["lateness_p90_s"])),
         ("lateness p99", show(fig["lateness_p99_s"])),
         ("lateness max", show(fig["lateness_max_s"])),
+        *start_rows(fig),
         (f"late > {late_bound_s:g} s", show(fig.get("late_over_5s"))),
         ("drain", show(fig["drain_s"])),
         ("runs/s", show(fig["runs_per_s"])),
@@ -45,6 +46,22 @@ def summary_rows(fig: Figures) -> list[tuple[str, str]]:
         *([("redelivered", show(fig["redelivered"]))] if fig.get("redelivered") else []),
         *pause_rows(fig),
         *failover_rows(fig.get("failover")),
+    ]
+
+
+def start_rows(fig: Figures) -> list[tuple[str, str]]:
+    """Pre-dispatch (`--ahead-ms`): start lateness at the workers, beside
+    the claim lateness above (negative: claimed ahead)."""
+    if "started" not in fig:
+        return []
+    return [
+        ("start lateness p50", show(fig["start_lateness_p50_s"])),
+        ("start lateness p90", show(fig["start_lateness_p90_s"])),
+        ("start lateness p99", show(fig["start_lateness_p99_s"])),
+        ("start lateness max", show(fig["start_lateness_max_s"])),
+        ("started", show(fig["started"])),
+        ("started early", show(fig["start_early"])),
+        ("started twice", show(fig["start_duplicated"])),
     ]
 
 

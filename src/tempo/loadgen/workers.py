@@ -1,7 +1,10 @@
 """Worker processes (multiprocessing, `spawn` start method: nothing of the
 parent's trio state is inherited). Each runs a `tempo.worker.Worker` with a
 no-op handler, `max_runs=1000`, `wait_s=1`, reporting every claim answer (run
-ID, job ID, attempt, due time, arrival time) to the parent."""
+ID, job ID, attempt, due time, arrival time) to the parent; and, with
+`ahead_ms` (pre-dispatch), each run's start lateness at the worker: how long
+after its `due_at` the handler started, on the leader's clock as the worker
+corrects its own by the claim's `server_time`."""
 
 import multiprocessing as mp
 import os
@@ -14,9 +17,14 @@ from multiprocessing.synchronize import Event
 from typing import Any
 
 from tempo.loadgen.figures import Message, Tally, take
+from tempo.worker_ahead import ms_of
 
 claim_max_runs = 1000
 claim_wait_s = 1
+# Pre-dispatch: a worker holds up to this many runs (each in a slot), and
+# sends the start lateness of its runs to the parent this often.
+ahead_runs_held_max = 50_000
+starts_flush_s = 0.05
 worker_stop_timeout_s = 15.0
 worker_grace_s = 5.0
 stop_poll_gap_s = 0.05
@@ -29,7 +37,7 @@ Workers = tuple[list[BaseProcess], "Queue[Message]", Event]
 
 def _worker_process(
     urls: list[str], queue_name: str, index: int, out: "Queue[Message]", stop: Event, ca_file: str | None = None,
-    claim_keys: bool = True,
+    claim_keys: bool = True, ahead_ms: int = 0,
 ) -> None:
     import trio
 
@@ -37,7 +45,11 @@ def _worker_process(
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
 
+    started: list[tuple[str, float]] = []
+
     async def noop(run: dict[str, Any]) -> None:
+        if ahead_ms:
+            started.append((run["id"], worker.ahead.lateness_ms(ms_of(run["due_at"])) / 1000))
         return None
 
     def claimed(runs: list[dict[str, Any]], at_s: float) -> None:
@@ -46,24 +58,45 @@ def _worker_process(
     def reported(run_ids: list[str], at_s: float) -> None:
         out.put(("results", run_ids, at_s))
 
+    worker = Worker(
+        urls, f"loadgen-{os.getpid()}-{index}", {queue_name: noop},
+        max_runs=claim_max_runs, concurrency=ahead_runs_held_max if ahead_ms else 4 * claim_max_runs,
+        wait_s=claim_wait_s, on_claimed=claimed, on_reported=reported, ca_file=ca_file, claim_keys=claim_keys,
+        ahead_ms=ahead_ms,
+    )
+
     async def main() -> None:
-        worker = Worker(
-            urls, f"loadgen-{os.getpid()}-{index}", {queue_name: noop},
-            max_runs=claim_max_runs, concurrency=4 * claim_max_runs, wait_s=claim_wait_s,
-            on_claimed=claimed, on_reported=reported, ca_file=ca_file, claim_keys=claim_keys,
-        )
         async with trio.open_nursery() as nursery:
             await nursery.start(worker.run)
+            nursery.start_soon(_flush_starts, started, out)
             while not stop.is_set():
                 await trio.sleep(stop_poll_gap_s)
             await worker.stop(grace_s=worker_grace_s)
+            nursery.cancel_scope.cancel()
+        _send_starts(started, out)
         out.put(("done", worker.counts))
 
     trio.run(main)
 
 
+def _send_starts(started: list[tuple[str, float]], out: "Queue[Message]") -> None:
+    if started:
+        out.put(("starts", started[:]))
+        started.clear()
+
+
+async def _flush_starts(started: list[tuple[str, float]], out: "Queue[Message]") -> None:
+    """Sends the start lateness of the runs started since, every `starts_flush_s`."""
+    import trio
+
+    while True:
+        await trio.sleep(starts_flush_s)
+        _send_starts(started, out)
+
+
 def start_workers(
     urls: list[str], queue_name: str, count: int, ca_file: str | None = None, claim_keys: bool = True,
+    ahead_ms: int = 0,
 ) -> Workers:
     """`count` worker processes claiming from `queue_name` over all `urls`:
     (processes, the queue their messages come on — see `figures.take` —, the stop event)."""
@@ -71,7 +104,7 @@ def start_workers(
     out: Queue[Message] = ctx.Queue()
     stop = ctx.Event()
     procs: list[BaseProcess] = [
-        ctx.Process(target=_worker_process, args=(list(urls), queue_name, i, out, stop, ca_file, claim_keys), daemon=True)
+        ctx.Process(target=_worker_process, args=(list(urls), queue_name, i, out, stop, ca_file, claim_keys, ahead_ms), daemon=True)
         for i in range(count)
     ]
     for proc in procs:

@@ -49,6 +49,7 @@ from tempo.net.operations_api import OperationsHandlers
 from tempo.net.peer import EntryCheck
 from tempo.net.routes import ROUTES, Handler, Route, Router, bind
 from tempo.net.runs_api import RunHandlers
+from tempo.net.starts_api import StartsHandlers
 from tempo.net.workers_api import WorkerHandlers
 from tempo.node import ClusterMember, Standalone
 from tempo.node.membership import Membership
@@ -64,7 +65,14 @@ _json_enc = msgspec.json.Encoder()
 
 
 class Api(
-    JobHandlers, RunHandlers, WorkerHandlers, EventHandlers, OperationsHandlers, MetricsHandlers, CalendarHandlers
+    JobHandlers,
+    RunHandlers,
+    WorkerHandlers,
+    EventHandlers,
+    OperationsHandlers,
+    MetricsHandlers,
+    CalendarHandlers,
+    StartsHandlers,
 ):
     """Routes requests to the services; owns no state but counters."""
 

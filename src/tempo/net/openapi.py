@@ -37,6 +37,8 @@ _STRUCTS = (
     schema.HeartbeatsIn,
     schema.SignalsIn,
     schema.SignalsOut,
+    schema.StartsIn,
+    schema.StartsOut,
     schema.ResultIn,
     schema.ResultsIn,
     schema.BatchAck,

@@ -227,6 +227,11 @@ def _worker_routes() -> tuple[Route, ...]:
               needs=auth.WORKER, body=schema.SignalsIn, answers={
                   "200": Answer("the runs to stop and why; empty when the wait ended with none", schema.SignalsOut),
               }),
+        Route("POST", "/v1/starts", "starts", "starts", "starts",
+              "Ask whether runs claimed ahead of their due times may start (pre-dispatch)",
+              needs=auth.WORKER, body=schema.StartsIn, answers={
+                  "200": Answer("the runs to start at their due times, and those not to start", schema.StartsOut),
+              }, writes=True),
         Route("POST", "/v1/results", "results", "results", "reportResults", "Report many results",
               needs=auth.WORKER, body=schema.ResultsIn,
               answers={"200": Answer("accepted and rejected runs", schema.BatchAck),

@@ -52,6 +52,12 @@ class WorkerHandlers(Handlers):
     def _queues(self, request: Request, names: list[str]) -> list[str]:
         return [f"{self.owner(request)}\x00{name}" for name in names]
 
+    def server_time(self, ahead_ms: int) -> str | None:
+        """The leader's scheduler time for a claim's answer, with `ahead_ms`
+        > 0 only: a worker corrects its clock offset by it before it starts
+        a run at its `due_at` (docs/semantics.md "Pre-dispatch")."""
+        return clock.iso_from_ms(self.dispatcher.now_ms()) if ahead_ms else None
+
     async def claim(self, request: Request) -> Response:
         body = decode(request, _claim)
         allowed = request.principal.queues
@@ -74,7 +80,7 @@ class WorkerHandlers(Handlers):
             with self._long_poll(body.wait_s), client.scope:
                 # Lets a disconnect already queued be seen before runs are taken.
                 await trio.lowlevel.checkpoint()
-                claimed = await self.dispatcher.claim(queues, body.worker, body.max_runs, body.wait_s, key)
+                claimed = await self.dispatcher.claim(queues, body.worker, body.max_runs, body.wait_s, key, body.ahead_ms)
             claimed_views = []
             for start in range(0, len(claimed), limits.batch_slice_items):
                 if start:
@@ -84,7 +90,7 @@ class WorkerHandlers(Handlers):
                 claimed_views += [
                     views.claimed_view(c.run, c.job) for c in claimed[start : start + limits.batch_slice_items]
                 ]
-            response = encode(request, ClaimOut(claimed_views))
+            response = encode(request, ClaimOut(claimed_views, self.server_time(body.ahead_ms)))
             if not claimed:
                 self._retry_hint(response)
             if not client.gone:

@@ -93,9 +93,13 @@ def pause_job(t: Tables, cmd: PauseJob) -> Job | errors.TempoError:
     # runs and triggered runs alike, so a paused job runs nothing it did
     # not run already (a trigger after the pause still runs).
     for runs_key, run in t.open_runs(job.id):
-        if run.status == "waiting":
+        if run.status == "waiting" or slots.held_ahead(run, cmd.at_ms):
+            # A run claimed ahead of its due time has not started: it is
+            # cancelled as a waiting one (docs/semantics.md "Pre-dispatch").
+            old_status = run.status
             run.status = "cancelled"
-            t.finish_run(run, runs_key, "waiting", cmd.at_ms, job=job)
+            run.lease_expires_ms = None
+            t.finish_run(run, runs_key, old_status, cmd.at_ms, job=job)
             slots.mark_taken(job, run.nominal_ms)
     t.set_state(job, "paused")
     job.next_run_at_ms = None
@@ -179,7 +183,16 @@ def patch_job(t: Tables, cmd: PatchJob) -> Job | errors.TempoError:
     kept = RetryKept(old.max_attempts, old.backoff_s)
     waiting: list[tuple[bytes, Run]] = []
     for runs_key, run in t.open_runs(job.id):
-        if run.status == "waiting" and runs_key not in fed:
+        if slots.held_ahead(run, cmd.at_ms):
+            # Claimed ahead of its due time and not started: it waits
+            # again, for a claim of the new job (docs/semantics.md
+            # "Pre-dispatch"); its attempt number stays, a fencing token.
+            run.status = "waiting"
+            run.worker = None
+            run.lease_expires_ms = None
+            run.timeout_at_ms = None
+            t.put_run(run, runs_key, "claimed", job)
+        elif run.status == "waiting" and runs_key not in fed:
             waiting.append((runs_key, run))
         elif run.status == "claimed" and run.retry_kept is None and kept != RetryKept(job.max_attempts, job.backoff_s):
             run.retry_kept = kept  # the attempt goes on under the policy it was claimed with

@@ -42,7 +42,7 @@ def claim_run(t: Tables, cmd: ClaimRuns, claim: Claim) -> Run | None:
     skipped or buffered instead)."""
     job_key = keys.job_key(claim.job_id)
     found = t.slot_run(claim.job_id, claim.nominal_ms, keys.by_job_key_of(job_key, claim.nominal_ms))
-    if found is None or found[1].status != "waiting" or found[1].due_ms > cmd.at_ms or found[1].buffered:
+    if found is None or found[1].status != "waiting" or found[1].due_ms > cmd.at_ms + cmd.ahead_ms or found[1].buffered:
         return None
     runs_key, run = found
     # A one-off's claim reads no job; nor does its policy hold anything back.
@@ -254,6 +254,12 @@ def cancel_run(t: Tables, cmd: CancelRun) -> Run | errors.TempoError:
             return run
         return errors.RunFinished(f"run {ids.run_id(job.id, cmd.nominal_ms)} finished already ({run.status})")
     runs_key, run = found
+    if slots.held_ahead(run, cmd.at_ms):
+        # Claimed ahead and not started: it ends here, never to start.
+        run.cancel = "requested"
+        run.lease_expires_ms = None
+        _end_cancelled(t, job, run, runs_key, cmd.at_ms)
+        return run
     if run.status == "claimed":
         slots.request_cancel(t, job, run, runs_key)
         return run

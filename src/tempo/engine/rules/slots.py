@@ -3,13 +3,29 @@ conditions", "Cancelling a run"): the run of its slot made, adopted or
 revived; the schedule handed on to the next slot; a claimed run asked to
 stop; a job with nothing left to run completed."""
 
-from tempo import ids
+from tempo import ids, limits
 from tempo.engine import keys
 from tempo.engine.commands import Claim
 from tempo.engine.records import Event, Job, Run
 from tempo.engine.rules import catchup, history
 from tempo.engine.tables import Tables
 from tempo.engine.tables.layout import OPEN
+
+
+def held_ahead(run: Run, at_ms: int) -> bool:
+    """Whether `run` was claimed ahead of its due time (pre-dispatch,
+    docs/semantics.md "Pre-dispatch") and a pause, cancel or patch stamped
+    `at_ms` still stops it: stamped more than `limits.predispatch_stop_ms`
+    before its due time. Its worker starts it only after asking the leader
+    (`POST /v1/starts`), which answers no earlier than that and only once
+    every command stamped before is applied. A run claimed at or after its
+    due time (its `started_ms`, the claim's stamp) never is held ahead."""
+    return (
+        run.status == "claimed"
+        and run.started_ms is not None
+        and run.started_ms < run.due_ms
+        and at_ms < run.due_ms - limits.predispatch_stop_ms
+    )
 
 
 def past_end(job: Job, slot_ms: int, pending: int = 0) -> bool:

@@ -1,0 +1,187 @@
+"""Pre-dispatch (docs/semantics.md "Pre-dispatch"): a claim that looks
+ahead takes runs due within its `ahead_ms`, earliest first, each leased
+from its due time; a pause, cancel or patch stamped more than
+`limits.predispatch_stop_ms` before such a run's due time stops it in
+apply, a later one does not; the leader says whether a held run may
+start (`start_of`). Stepped from plain code, as tests/engine/test_dispatch_core.py."""
+
+import msgspec
+import pytest
+
+from tempo import limits
+from tempo.engine.commands import CancelRun, CreateJobs, DeleteJob, PatchJob, PauseJob
+from tempo.engine.dispatch_core import ClaimedRun, DispatchCore
+from tempo.schema import JobCreate, ScheduleIn
+
+from .test_dispatch_core import OWNER, QUEUE, T0_MS, Rig, run_id
+
+STOP_MS = limits.predispatch_stop_ms
+
+
+def claim_ahead(rig: Rig, ahead_ms: int, runs_max: int = 10, worker: str = "w1") -> list[ClaimedRun]:
+    core = rig.core
+    rig.tick()
+    taken = core.take([QUEUE], runs_max, rig.mono_s, rig.now_ms + ahead_ms)
+    if not taken.runs:
+        return []
+    proposal = core.propose_claims(worker, taken.runs, rig.now_ms, rig.mono_s, ahead_ms)
+    try:
+        assert proposal.command is not None
+        assert proposal.command.ahead_ms == ahead_ms
+        return core.claimed(proposal, rig.commit(proposal.command))  # type: ignore[arg-type]
+    finally:
+        core.settle(proposal)
+
+
+@pytest.fixture
+def rig(tmp_path):
+    made = Rig(str(tmp_path / "data"))
+    yield made
+    made.check()
+    made.close()
+
+
+def test_a_claim_that_looks_ahead_takes_runs_due_within_it_earliest_first(rig: Rig) -> None:
+    late = rig.create(at_s=5)
+    soon = rig.create(at_s=2)
+    far = rig.create(at_s=12)
+    assert rig.claim() == []  # nothing is due: today's claim takes nothing
+    assert claim_ahead(rig, 1000) == []
+    claimed = claim_ahead(rig, 6000)
+    assert [c.run.job_id for c in claimed] == soon + late
+    assert [c.run.due_ms for c in claimed] == [T0_MS + 2000, T0_MS + 5000]
+    assert all(c.run.status == "claimed" and c.run.attempt == 1 for c in claimed)
+    assert claim_ahead(rig, limits.claim_ahead_ms_max) == []  # 12 s is beyond the longest look ahead
+    rig.advance(3)
+    assert [c.run.job_id for c in claim_ahead(rig, 9500)] == far
+
+
+def test_a_run_claimed_ahead_is_leased_from_its_due_time(rig: Rig) -> None:
+    [job_id] = rig.create(at_s=4, lease_s=30)
+    [claimed] = claim_ahead(rig, 5000)
+    assert claimed.run.lease_expires_ms == T0_MS + 4000 + 30_000
+    rig.advance(33)  # past a lease counted from the claim, before one from the due time
+    assert rig.expire() == []
+    rig.advance(1.5)
+    [expired] = rig.expire()
+    assert expired is not None and expired.job_id == job_id and expired.status == "waiting"
+
+
+def test_a_run_claimed_ahead_does_not_fall_due_again_in_the_ready_queue(rig: Rig) -> None:
+    rig.create(at_s=1)
+    assert len(claim_ahead(rig, 2000)) == 1
+    rig.advance(1.5)
+    rig.tick()
+    assert rig.claim() == []
+    assert rig.core.ready_count() == 0
+
+
+@pytest.mark.parametrize("early_ms", [STOP_MS + 1, 3000])
+def test_a_cancel_stamped_before_the_stop_point_ends_a_held_run(rig: Rig, early_ms: int) -> None:
+    rig.create(at_s=4)
+    [claimed] = claim_ahead(rig, 5000)
+    run = claimed.run
+    rig.now_ms = run.due_ms - early_ms
+    outcome = rig.commit(CancelRun(rig.now_ms, OWNER, run.job_id, run.nominal_ms))
+    assert outcome.status == "cancelled"  # type: ignore[union-attr]
+    assert rig.core.start_of(OWNER, run_id(claimed), run.attempt)[0] is False
+    assert rig.core.leases == {}
+
+
+@pytest.mark.parametrize("late_ms", [STOP_MS, 0, -500])
+def test_a_cancel_stamped_after_the_stop_point_asks_the_run_to_stop(rig: Rig, late_ms: int) -> None:
+    rig.create(at_s=4)
+    [claimed] = claim_ahead(rig, 5000)
+    run = claimed.run
+    rig.now_ms = run.due_ms - late_ms
+    outcome = rig.commit(CancelRun(rig.now_ms, OWNER, run.job_id, run.nominal_ms))
+    assert outcome.status == "claimed" and outcome.cancel == "requested"  # type: ignore[union-attr]
+    rig.core.stop_requested([(run.job_id, run.nominal_ms)])  # as the driver does with `Changes.stopping`
+    # It was asked to stop: it does not start either (the lease's mark).
+    assert rig.core.start_of(OWNER, run_id(claimed), run.attempt) == (False, run.due_ms)
+
+
+def test_a_pause_before_the_stop_point_cancels_a_held_run(rig: Rig) -> None:
+    [job_id] = rig.create(at_s=4)
+    [claimed] = claim_ahead(rig, 5000)
+    run = claimed.run
+    rig.now_ms = run.due_ms - STOP_MS - 1
+    rig.commit(PauseJob(rig.now_ms, OWNER, job_id))
+    stored = rig.store.get_run_any(run.job_id, run.nominal_ms)
+    assert stored is not None and stored.status == "cancelled"
+    assert rig.core.start_of(OWNER, run_id(claimed), run.attempt)[0] is False
+
+
+def test_a_pause_after_the_stop_point_lets_a_held_run_start(rig: Rig) -> None:
+    [job_id] = rig.create(at_s=4)
+    [claimed] = claim_ahead(rig, 5000)
+    run = claimed.run
+    rig.now_ms = run.due_ms - STOP_MS
+    rig.commit(PauseJob(rig.now_ms, OWNER, job_id))
+    stored = rig.store.get_run_any(run.job_id, run.nominal_ms)
+    assert stored is not None and stored.status == "claimed"
+    assert rig.core.start_of(OWNER, run_id(claimed), run.attempt) == (True, run.due_ms)
+
+
+def test_a_patch_before_the_stop_point_hands_a_held_run_back(rig: Rig) -> None:
+    [job_id] = rig.create(at_s=4)
+    [claimed] = claim_ahead(rig, 5000)
+    run = claimed.run
+    job = rig.store.get_job_any(job_id)
+    assert job is not None
+    rig.now_ms = run.due_ms - 2000
+    new = msgspec.structs.replace(job, payload={"v": 2})
+    rig.commit(PatchJob(rig.now_ms, OWNER, job_id, job.version, new, False, None, None))
+    stored = rig.store.get_run_any(run.job_id, run.nominal_ms)
+    assert stored is not None and stored.status == "waiting" and stored.attempt == 1
+    assert rig.core.start_of(OWNER, run_id(claimed), 1)[0] is False
+    [again] = claim_ahead(rig, 5000, worker="w2")
+    assert again.run.attempt == 2 and again.job.payload == {"v": 2}
+
+
+def test_a_delete_stops_a_held_run(rig: Rig) -> None:
+    [job_id] = rig.create(at_s=4)
+    [claimed] = claim_ahead(rig, 5000)
+    rig.commit(DeleteJob(rig.now_ms, OWNER, job_id))
+    assert rig.core.start_of(OWNER, run_id(claimed), 1)[0] is False
+
+
+def test_a_held_run_starts_at_its_own_attempt_only(rig: Rig) -> None:
+    rig.create(at_s=4)
+    [claimed] = claim_ahead(rig, 5000)
+    assert rig.core.start_of(OWNER, run_id(claimed), 1) == (True, T0_MS + 4000)
+    assert rig.core.start_of(OWNER, run_id(claimed), 2)[0] is False
+    assert rig.core.start_of("other", run_id(claimed), 1)[0] is False
+
+
+def test_a_claim_given_back_puts_runs_taken_ahead_back_in_the_wheel(rig: Rig) -> None:
+    rig.create(at_s=3)
+    rig.tick()
+    taken = rig.core.take([QUEUE], 10, rig.mono_s, rig.now_ms + 5000)
+    proposal = rig.core.propose_claims("w1", taken.runs, rig.now_ms, rig.mono_s, 5000)
+    rig.core.give_back(proposal)
+    rig.core.settle(proposal)
+    assert rig.claim() == []  # not due: not in a ready queue
+    rig.advance(3)
+    rig.tick()
+    assert len(rig.claim()) == 1
+
+
+def test_a_new_leader_leases_a_held_run_from_its_due_time(rig: Rig) -> None:
+    rig.create(at_s=8, lease_s=30)
+    [claimed] = claim_ahead(rig, 9000)
+    core = DispatchCore(rig.store, rig.now_ms)
+    core.load(rig.now_ms, rig.mono_s)
+    lease = core.leases[(claimed.run.job_id, claimed.run.nominal_ms)]
+    assert lease.deadline_s == pytest.approx(rig.mono_s + 8 + 30)
+    assert core.start_of(OWNER, run_id(claimed), 1) == (True, T0_MS + 8000)
+
+
+@pytest.mark.parametrize(("overlap", "taken"), [("skip", 0), ("allow", 1)])
+def test_runs_of_jobs_with_an_overlap_policy_are_not_taken_ahead(rig: Rig, overlap: str, taken: int) -> None:
+    body = JobCreate(target="queue:work", schedule=ScheduleIn(every_s=60), overlap=overlap)
+    item = rig.jobs.new_job(OWNER, body, rig.now_ms, from_msgpack=False)
+    [created] = rig.commit(CreateJobs(rig.now_ms, [item]))  # type: ignore[misc]
+    due_ms = created.job.next_run_at_ms
+    rig.advance((due_ms - rig.now_ms - 3000) / 1000)
+    assert len(claim_ahead(rig, 5000)) == taken
