@@ -224,6 +224,11 @@ QUERIES = [
     ("/v1/jobs?limit=x", "query.limit"),
     ("/v1/jobs?limit=", "query.limit"),
     ("/v1/jobs?limit=" + "9" * 5000, "query.limit"),
+    # Digits int() reads that are not ASCII: refused on every page.
+    ("/v1/jobs?limit=\u0663", "query.limit"),
+    ("/v1/calendars?limit=\u0663", "query.limit"),
+    ("/v1/calendars?limit=0", "query.limit"),
+    ("/v1/runs?limit=\u0663", "query.limit"),
     ("/v1/jobs?cursor=nonsense", "query.cursor"),
     ("/v1/jobs/{job}/runs?limit=0", "query.limit"),
     ("/v1/jobs/{job}/runs?since=yesterday", "query.since"),

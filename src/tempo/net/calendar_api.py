@@ -19,6 +19,7 @@ from tempo.engine import (
 )
 from tempo.net import views
 from tempo.net.asgi import Request, Response, decode, decoders, encode
+from tempo.net.handlers import page_limit
 from tempo.schema import (
     CalendarIn,
     CalendarNoteOut,
@@ -93,12 +94,7 @@ class CalendarHandlers:
         return response
 
     async def list_calendars(self, request: Request) -> Response:
-        raw = request.query.get("limit")
-        limit = limits.page_limit_default
-        if raw is not None:
-            if not raw.isdecimal() or len(raw) > 4 or not 1 <= int(raw) <= limits.page_limit_max:
-                raise errors.Invalid.at("query.limit", f"an integer from 1 to {limits.page_limit_max}")
-            limit = int(raw)
+        limit = page_limit(request)
         cursor = request.query.get("cursor") or None
         if cursor is not None and not CALENDAR_NAME.fullmatch(cursor):
             raise errors.Invalid.at("query.cursor", "not a cursor this server gave out")
