@@ -68,3 +68,18 @@ def test_every_cited_section_exists() -> None:
             if not any(words in anchor for anchor in _anchors(doc)):
                 missing.append(f'{path.relative_to(ROOT)}: {doc} "{section}"')
     assert not missing, f"{len(missing)} cited sections not found:\n" + "\n".join(missing)
+
+
+def test_the_documents_cite_only_documents_of_the_repository() -> None:
+    """The README and docs/ name no document that is not in the repository
+    (a contract or design kept elsewhere): a reader of the repository could
+    not follow it. Links between docs are relative to docs/."""
+    missing = []
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            missing += [
+                f"{path.relative_to(ROOT)}:{n}: {ref}"
+                for ref in MD_REF.findall(line)
+                if not _exists(ref) and not (path.parent / ref).is_file()
+            ]
+    assert not missing, f"{len(missing)} references to documents not in the repository:\n" + "\n".join(missing)
