@@ -4,7 +4,7 @@ See docs/raft.md. Drive a RawNode with tick/step/propose, and loop:
 ready() -> persist -> send -> apply -> advance(ready).
 """
 
-from . import limits
+from . import limits, types
 from ._core import Config, RawNode
 from ._progress import ProgressState
 from .errors import (
@@ -17,78 +17,22 @@ from .errors import (
     UncommittedBytesExceeded,
 )
 from .storage import MemoryStorage, Storage, TermsBeside
-from .types import (
-    CONF_CHANGE_DECODER,
-    MESSAGE_DECODER,
-    MESSAGE_ENCODER,
-    NONE,
-    AppendRequest,
-    AppendResponse,
-    ConfChange,
-    ConfChangeOp,
-    ConfState,
-    Entry,
-    EntryKind,
-    HardState,
-    Heartbeat,
-    HeartbeatResponse,
-    Message,
-    ReadIndexRequest,
-    ReadIndexResponse,
-    ReadState,
-    Ready,
-    Role,
-    Snapshot,
-    SnapshotChunk,
-    SnapshotMeta,
-    SnapshotResponse,
-    TimeoutNow,
-    VoteRequest,
-    VoteResponse,
-    malformed,
-)
+from .types import *  # noqa: F403 (the messages and records: types.__all__)
 
 __all__ = [
-    "CONF_CHANGE_DECODER",
-    "MESSAGE_DECODER",
-    "MESSAGE_ENCODER",
-    "NONE",
-    "AppendRequest",
-    "AppendResponse",
-    "ConfChange",
-    "ConfChangeOp",
+    *types.__all__,
     "ConfChangeRejected",
-    "ConfState",
     "Config",
-    "Entry",
-    "EntryKind",
-    "HardState",
-    "Heartbeat",
-    "HeartbeatResponse",
     "MemoryStorage",
-    "Message",
     "NotLeader",
     "ProgressState",
     "ProposalDropped",
     "RaftError",
     "RawNode",
     "ReadIndexDropped",
-    "ReadIndexRequest",
-    "ReadIndexResponse",
-    "ReadState",
-    "Ready",
-    "Role",
-    "Snapshot",
-    "SnapshotChunk",
-    "SnapshotMeta",
-    "SnapshotResponse",
     "Storage",
     "TermsBeside",
-    "TimeoutNow",
     "TransferInProgress",
     "UncommittedBytesExceeded",
-    "VoteRequest",
-    "VoteResponse",
     "limits",
-    "malformed",
 ]

@@ -17,13 +17,13 @@ import dataclasses
 import random
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import Any, get_args
 
 from . import limits
-from ._elections import Elections
+from ._elections import ELECTION_HANDLERS, Elections
 from ._log import RaftLog
 from ._progress import Progress
-from ._replication import Replication, _ReadRequest
+from ._replication import REPLICATION_HANDLERS, Replication, _ReadRequest
 from .errors import (
     ConfChangeRejected,
     NotLeader,
@@ -35,16 +35,12 @@ from .storage import Storage
 from .types import (
     MESSAGE_ENCODER,
     NONE,
-    AppendRequest,
-    AppendResponse,
     ConfChange,
     ConfChangeOp,
     ConfState,
     Entry,
     EntryKind,
     HardState,
-    Heartbeat,
-    HeartbeatResponse,
     Message,
     ReadIndexRequest,
     ReadIndexResponse,
@@ -52,12 +48,8 @@ from .types import (
     Ready,
     Role,
     Snapshot,
-    SnapshotChunk,
     SnapshotMeta,
-    SnapshotResponse,
     TimeoutNow,
-    VoteRequest,
-    VoteResponse,
 )
 
 
@@ -328,17 +320,11 @@ class RawNode(Elections, Replication):
         handler(self, m)
 
 
-# Each handler takes the one message type it is filed under.
+# Each handler takes the one message type it is filed under; each part files
+# the messages it handles, and every message has exactly one handler.
 _HANDLERS: dict[type[Message], Callable[[RawNode, Any], None]] = {
-    VoteRequest: RawNode._on_vote_request,
-    VoteResponse: RawNode._on_vote_response,
-    AppendRequest: RawNode._on_append,
-    AppendResponse: RawNode._on_append_response,
-    Heartbeat: RawNode._on_heartbeat,
-    HeartbeatResponse: RawNode._on_heartbeat_response,
-    SnapshotChunk: RawNode._on_snapshot_chunk,
-    SnapshotResponse: RawNode._on_snapshot_response,
-    TimeoutNow: RawNode._on_timeout_now,
-    ReadIndexRequest: RawNode._on_read_index_request,
-    ReadIndexResponse: RawNode._on_read_index_response,
+    **ELECTION_HANDLERS,
+    **REPLICATION_HANDLERS,
 }
+assert ELECTION_HANDLERS.keys().isdisjoint(REPLICATION_HANDLERS), "a message with two handlers"
+assert set(_HANDLERS) == set(get_args(Message)), "a message without a handler"

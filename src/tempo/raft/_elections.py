@@ -7,7 +7,7 @@ from __future__ import annotations
 import random
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from . import limits
 from ._conf import Configuration
@@ -265,3 +265,12 @@ class Elections(Configuration):
         # Leadership transfer (dissertation §3.10): campaign at once, skipping
         # PreVote and overriding the others' leader lease.
         self._campaign(transfer=True)
+
+
+# The messages this part handles, each filed under its type (RawNode.step
+# dispatches through this table and replication's, _core.py).
+ELECTION_HANDLERS: dict[type[Message], Callable[[Elections, Any], None]] = {
+    VoteRequest: Elections._on_vote_request,
+    VoteResponse: Elections._on_vote_response,
+    TimeoutNow: Elections._on_timeout_now,
+}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
+from typing import Any
 
 from . import limits
 from ._conf import Configuration
@@ -366,3 +367,17 @@ class Replication(Configuration):
             raise NotLeader(self.leader_id)
         if self._transferee != NONE:
             raise TransferInProgress(f"transferring to {self._transferee}")
+
+
+# The messages this part handles, each filed under its type (RawNode.step
+# dispatches through this table and elections', _core.py).
+REPLICATION_HANDLERS: dict[type[Message], Callable[[Replication, Any], None]] = {
+    AppendRequest: Replication._on_append,
+    AppendResponse: Replication._on_append_response,
+    Heartbeat: Replication._on_heartbeat,
+    HeartbeatResponse: Replication._on_heartbeat_response,
+    SnapshotChunk: Replication._on_snapshot_chunk,
+    SnapshotResponse: Replication._on_snapshot_response,
+    ReadIndexRequest: Replication._on_read_index_request,
+    ReadIndexResponse: Replication._on_read_index_response,
+}

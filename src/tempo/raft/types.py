@@ -13,6 +13,39 @@ from typing import Annotated
 import msgspec
 from msgspec import Meta
 
+# What the package re-exports (raft/__init__.py): all but the bounds'
+# aliases (Term, Index, ...) and the shared MessageHead.
+__all__ = [
+    "CONF_CHANGE_DECODER",
+    "MESSAGE_DECODER",
+    "MESSAGE_ENCODER",
+    "NONE",
+    "AppendRequest",
+    "AppendResponse",
+    "ConfChange",
+    "ConfChangeOp",
+    "ConfState",
+    "Entry",
+    "EntryKind",
+    "HardState",
+    "Heartbeat",
+    "HeartbeatResponse",
+    "Message",
+    "ReadIndexRequest",
+    "ReadIndexResponse",
+    "ReadState",
+    "Ready",
+    "Role",
+    "Snapshot",
+    "SnapshotChunk",
+    "SnapshotMeta",
+    "SnapshotResponse",
+    "TimeoutNow",
+    "VoteRequest",
+    "VoteResponse",
+    "malformed",
+]
+
 NONE = 0  # "no node": no vote, no known leader.
 
 # Bounds checked when a message or a stored value is decoded (msgspec ignores
