@@ -5,6 +5,7 @@ of that document, or the bold lead of one of its paragraphs (the cited words
 appear in it, case and backticks ignored)."""
 
 import re
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -83,3 +84,23 @@ def test_the_documents_cite_only_documents_of_the_repository() -> None:
                 if not _exists(ref) and not (path.parent / ref).is_file()
             ]
     assert not missing, f"{len(missing)} references to documents not in the repository:\n" + "\n".join(missing)
+
+
+def _distribution(requirement: str) -> str:
+    """`"hypercorn>=0.17,<0.19"` -> `hypercorn`; the project's own extras
+    (`tempo[report]`) are not a dependency."""
+    return re.split(r"[\[<>=!~; ]", requirement, maxsplit=1)[0]
+
+
+def test_the_readme_names_every_dependency() -> None:
+    """A newcomer learns from the README what tempo installs and why
+    (pyproject.toml gives each reason): every runtime, optional and test
+    dependency is named in it, in backticks or after "The tests add"."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    wanted = {_distribution(r) for r in project["dependencies"]}
+    for extra in project["optional-dependencies"].values():
+        wanted |= {_distribution(r) for r in extra}
+    wanted.discard("tempo")
+    readme = (ROOT / "README.md").read_text().lower()
+    missing = sorted(name for name in wanted if not re.search(rf"(?<![\w-]){re.escape(name.lower())}(?![\w-])", readme))
+    assert not missing, f"README.md does not name these dependencies of pyproject.toml: {missing}"
