@@ -7,7 +7,7 @@ import datetime as dt
 
 import pytest
 
-from tempo.schedule import ScheduleError, cron_times_ms, validate_cron
+from tempo.schedule import CronRule, ScheduleError, validate_cron
 
 
 def ms(iso: str) -> int:
@@ -17,7 +17,7 @@ def ms(iso: str) -> int:
 def days(expr: str, after: str = "2027-01-01T00:00:00Z", count: int = 12) -> list[str]:
     """The dates of the next `count` occurrences in UTC, as `MM-DD Ddd`."""
     out = []
-    for t in cron_times_ms(expr, "UTC", ms(after), count):
+    for t in CronRule(expr, "UTC").times_ms(ms(after), count):
         d = dt.datetime.fromtimestamp(t // 1000, dt.UTC)
         out.append(d.strftime("%m-%d %a"))
     return out
@@ -90,10 +90,10 @@ def test_day_of_week_field(field, expected):
 
 def test_value_with_a_step_runs_to_the_field_maximum():
     hours = [dt.datetime.fromtimestamp(t // 1000, dt.UTC).hour
-             for t in cron_times_ms("0 20/2 * * *", "UTC", ms("2027-01-01T00:00:00Z"), 4)]
+             for t in CronRule("0 20/2 * * *", "UTC").times_ms(ms("2027-01-01T00:00:00Z"), 4)]
     assert hours == [20, 22, 20, 22]
     minutes = [dt.datetime.fromtimestamp(t // 1000, dt.UTC).minute
-               for t in cron_times_ms("50/4 0 * * *", "UTC", ms("2027-01-01T00:00:00Z"), 3)]
+               for t in CronRule("50/4 0 * * *", "UTC").times_ms(ms("2027-01-01T00:00:00Z"), 3)]
     assert minutes == [50, 54, 58]
     assert days("0 0 28/2 2 *", after="2028-01-01T00:00:00Z", count=1) == ["02-28 Mon"]
     assert [d[:2] for d in days("0 0 1 10/1 *", count=3)] == ["10", "11", "12"]
@@ -101,7 +101,7 @@ def test_value_with_a_step_runs_to_the_field_maximum():
 
 def test_range_with_a_step_and_lists():
     got = [dt.datetime.fromtimestamp(t // 1000, dt.UTC).minute
-           for t in cron_times_ms("1-10/3,30 0 * * *", "UTC", ms("2027-01-01T00:00:00Z"), 5)]
+           for t in CronRule("1-10/3,30 0 * * *", "UTC").times_ms(ms("2027-01-01T00:00:00Z"), 5)]
     assert got == [1, 4, 7, 10, 30]
 
 
@@ -131,9 +131,9 @@ def test_month_names_and_ranges():
 )
 def test_macros_are_their_expressions(macro, same_as):
     after_ms = ms("2027-03-01T10:17:00Z")
-    assert cron_times_ms(macro, "Europe/Berlin", after_ms, 5) == cron_times_ms(
-        same_as, "Europe/Berlin", after_ms, 5
-    )
+    assert CronRule(macro, "Europe/Berlin").times_ms(after_ms, 5) == CronRule(
+        same_as, "Europe/Berlin"
+    ).times_ms(after_ms, 5)
 
 
 # -- what is rejected, naming the construct ---------------------------------------------
@@ -189,7 +189,7 @@ def test_l_is_the_last_day_of_each_month_leap_february_too():
     after_ms = int(dt.datetime(2027, 12, 30, tzinfo=dt.UTC).timestamp() * 1000)
 
     def days(expr: str) -> list[str]:
-        return [dt.datetime.fromtimestamp(t / 1000, dt.UTC).date().isoformat() for t in cron_times_ms(expr, "UTC", after_ms, 3)]
+        return [dt.datetime.fromtimestamp(t / 1000, dt.UTC).date().isoformat() for t in CronRule(expr, "UTC").times_ms(after_ms, 3)]
 
     assert days("0 0 L * *") == ["2027-12-31", "2028-01-31", "2028-02-29"]
     assert days("0 0 1,L 2 *") == [

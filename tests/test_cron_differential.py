@@ -29,7 +29,7 @@ import zoneinfo
 import pytest
 from cronsim import CronSim, CronSimError
 
-from tempo.schedule import ScheduleError, cron_times_ms, validate_cron
+from tempo.schedule import CronRule, ScheduleError, validate_cron
 
 # Thousands of random expressions against another engine (tests/suite_shape.py).
 pytestmark = pytest.mark.fuzz
@@ -164,13 +164,13 @@ def compare(expr: str, zone_name: str, after_s: int) -> str | None:
     zone = zoneinfo.ZoneInfo(zone_name)
     start = dt.datetime.fromtimestamp(after_s, zone).replace(tzinfo=None)
     expected = reference(expr, zone, start, TIMES)
-    got = walls_of(cron_times_ms(expr, zone_name, after_s * 1000, TIMES, gap="skip"), zone)
+    got = walls_of(CronRule(expr, zone_name, gap="skip").times_ms(after_s * 1000, TIMES), zone)
     if got != expected:
         return f"first/skip: tempo {got} != cronsim {expected}"
     # The other repeat policies give the same wall times (each repeated one
     # once, or twice with "both") over the same stretch.
     for repeat in ("last", "both"):
-        other = walls_of(cron_times_ms(expr, zone_name, after_s * 1000, 2 * TIMES, gap="skip", repeat=repeat), zone)
+        other = walls_of(CronRule(expr, zone_name, gap="skip", repeat=repeat).times_ms(after_s * 1000, 2 * TIMES), zone)
         horizon = min(got[-1], max(other)) if got and other else None
         if horizon is not None and sorted({w for w in other if w <= horizon}) != [w for w in got if w <= horizon]:
             return f"{repeat}/skip: tempo {other} != {got}"

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tempo.schedule import cron_occurrences_ms, cron_times_ms, latest_cron_ms, next_cron_ms
+from tempo.schedule import CronRule
 
 
 def ms(iso: str) -> int:
@@ -22,7 +22,7 @@ def iso(t_ms: int) -> str:
 
 
 def occurrences(expr, zone, after, count, gap="shift", repeat="first"):
-    return [(iso(t), mark) for t, mark in cron_occurrences_ms(expr, zone, ms(after), count, gap=gap, repeat=repeat)]
+    return [(iso(t), mark) for t, mark in CronRule(expr, zone, gap=gap, repeat=repeat).occurrences_ms(ms(after), count)]
 
 
 N = None
@@ -95,7 +95,7 @@ CASES = [
 @pytest.mark.parametrize(("expr", "zone", "after", "gap", "repeat", "expected"), CASES)
 def test_policy_on_transition_days(expr, zone, after, gap, repeat, expected):
     assert occurrences(expr, zone, after, len(expected), gap, repeat) == expected
-    assert iso(next_cron_ms(expr, zone, ms(after), gap=gap, repeat=repeat)) == expected[0][0]
+    assert iso(CronRule(expr, zone, gap=gap, repeat=repeat).next_ms(ms(after))) == expected[0][0]
 
 
 def test_the_transitions_are_where_the_cases_say():
@@ -131,19 +131,20 @@ EXPRS = ["* * * * *", "*/15 * * * *", "0 * * * *", "30 2 * * *", "*/7 1-3 * * *"
     repeat=st.sampled_from(["first", "last", "both"]),
 )
 def test_every_policy_chains_and_bisects_consistently(transition, expr, offset_ms, gap, repeat):
-    """Strictly increasing, the same as chained next_cron_ms calls, and each
-    latest_cron_ms the last of them before an instant."""
+    """Strictly increasing, the same as chained next_ms calls, and each
+    latest_ms the last of them before an instant."""
     zone, at_ms = transition
     after_ms = at_ms + offset_ms
-    got = cron_times_ms(expr, zone, after_ms, 30, gap=gap, repeat=repeat)
+    rule = CronRule(expr, zone, gap=gap, repeat=repeat)
+    got = rule.times_ms(after_ms, 30)
     assert all(b > a for a, b in zip([after_ms, *got], got, strict=False))
     chained, last_ms = [], after_ms
     for _ in range(30):
-        last_ms = next_cron_ms(expr, zone, last_ms, gap=gap, repeat=repeat)
+        last_ms = rule.next_ms(last_ms)
         chained.append(last_ms)
     assert got == chained
     probe_ms = got[len(got) // 2] + 1
-    assert latest_cron_ms(expr, zone, probe_ms, after_ms, gap=gap, repeat=repeat) == got[len(got) // 2]
+    assert rule.latest_ms(probe_ms, after_ms) == got[len(got) // 2]
 
 
 @settings(max_examples=200, deadline=None)
@@ -156,8 +157,8 @@ def test_both_is_the_union_of_first_and_last(transition, expr, offset_ms):
     zone, at_ms = transition
     after_ms = at_ms + offset_ms
     for gap in ("shift", "skip"):
-        first = cron_times_ms(expr, zone, after_ms, 40, gap=gap, repeat="first")
-        last = cron_times_ms(expr, zone, after_ms, 40, gap=gap, repeat="last")
-        both = cron_times_ms(expr, zone, after_ms, 80, gap=gap, repeat="both")
+        first = CronRule(expr, zone, gap=gap, repeat="first").times_ms(after_ms, 40)
+        last = CronRule(expr, zone, gap=gap, repeat="last").times_ms(after_ms, 40)
+        both = CronRule(expr, zone, gap=gap, repeat="both").times_ms(after_ms, 80)
         horizon = min(first[-1], last[-1])
         assert [t for t in both if t <= horizon] == sorted({t for t in first + last if t <= horizon})

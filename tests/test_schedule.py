@@ -14,10 +14,8 @@ from hypothesis import strategies as st
 from tempo.schedule import (
     CRON_EXPR_CHARS_MAX,
     CRON_SEARCH_MONTHS_MAX,
+    CronRule,
     ScheduleError,
-    cron_times_ms,
-    latest_cron_ms,
-    next_cron_ms,
     next_every_ms,
     validate_cron,
 )
@@ -32,7 +30,7 @@ def iso(t_ms: int) -> str:
 
 
 def times(expr: str, timezone: str, after: str, count: int) -> list[str]:
-    return [iso(t) for t in cron_times_ms(expr, timezone, ms(after), count)]
+    return [iso(t) for t in CronRule(expr, timezone).times_ms(ms(after), count)]
 
 
 def test_api_example_berlin_spring_forward():
@@ -135,7 +133,7 @@ DST_CASES = [
 @pytest.mark.parametrize(("expr", "zone", "after", "expected"), DST_CASES)
 def test_dst_transitions(expr, zone, after, expected):
     assert times(expr, zone, after, len(expected)) == expected
-    assert iso(next_cron_ms(expr, zone, ms(after))) == expected[0]
+    assert iso(CronRule(expr, zone).next_ms(ms(after))) == expected[0]
 
 
 def test_gap_collapses_many_local_times_onto_one_instant():
@@ -158,13 +156,13 @@ def test_gap_collapses_many_local_times_onto_one_instant():
 )
 def test_macros(expr, zone, expected):
     validate_cron(expr, zone)
-    assert iso(next_cron_ms(expr, zone, ms("2027-01-01T00:00:00Z"))) == expected
+    assert iso(CronRule(expr, zone).next_ms(ms("2027-01-01T00:00:00Z"))) == expected
 
 
 def test_results_are_strictly_after_a_non_whole_second():
     after_ms = ms("2027-01-01T00:00:00Z") - 1
-    assert next_cron_ms("0 0 * * *", "UTC", after_ms) == after_ms + 1
-    assert next_cron_ms("0 0 * * *", "UTC", after_ms + 1) == after_ms + 1 + 86_400_000
+    assert CronRule("0 0 * * *", "UTC").next_ms(after_ms) == after_ms + 1
+    assert CronRule("0 0 * * *", "UTC").next_ms(after_ms + 1) == after_ms + 1 + 86_400_000
 
 
 @pytest.mark.parametrize(
@@ -205,7 +203,7 @@ def test_invalid_cron(expr):
 
 def test_invalid_cron_raises_in_next_too():
     with pytest.raises(ScheduleError):
-        next_cron_ms("* * * * * *", "UTC", 0)
+        CronRule("* * * * * *", "UTC").next_ms(0)
 
 
 @pytest.mark.parametrize(
@@ -231,27 +229,27 @@ def test_invalid_timezone(timezone):
         validate_cron("0 * * * *", timezone)
     assert info.value.loc == "timezone"
     with pytest.raises(ScheduleError):
-        next_cron_ms("0 * * * *", timezone, 0)
+        CronRule("0 * * * *", timezone).next_ms(0)
 
 
 def test_valid_names_and_ranges():
     for expr in ["0 9 * * mon-fri", "0 0 1 jan *", "0 0 29 2 *", "0 0 * * 5-7"]:
         validate_cron(expr, "UTC")
-    assert iso(next_cron_ms("0 0 29 2 *", "UTC", ms("2027-01-01T00:00:00Z"))) == (
+    assert iso(CronRule("0 0 29 2 *", "UTC").next_ms(ms("2027-01-01T00:00:00Z"))) == (
         "2028-02-29T00:00:00Z"
     )
 
 
 @pytest.mark.parametrize("zone", ["UTC", "Europe/Berlin", "America/New_York"])
 def test_edges_of_datetime_range_give_none(zone):
-    assert next_cron_ms("0 0 1 1 *", zone, ms("9999-06-01T00:00:00Z")) is None
-    assert next_cron_ms("*/15 * * * *", zone, ms("9999-12-31T23:59:00Z")) is None
-    first_ms = next_cron_ms("*/15 * * * *", zone, ms("0001-01-01T00:00:00Z"))
+    assert CronRule("0 0 1 1 *", zone).next_ms(ms("9999-06-01T00:00:00Z")) is None
+    assert CronRule("*/15 * * * *", zone).next_ms(ms("9999-12-31T23:59:00Z")) is None
+    first_ms = CronRule("*/15 * * * *", zone).next_ms(ms("0001-01-01T00:00:00Z"))
     assert first_ms is None or first_ms > ms("0001-01-01T00:00:00Z")
 
 
 def test_never_beyond_year_9999_is_none():
-    assert cron_times_ms("0 0 1 1 *", "UTC", ms("9998-06-01T00:00:00Z"), 5) == [
+    assert CronRule("0 0 1 1 *", "UTC").times_ms(ms("9998-06-01T00:00:00Z"), 5) == [
         ms("9999-01-01T00:00:00Z")
     ]
 
@@ -437,7 +435,7 @@ def test_matches_minute_by_minute_oracle(transition, expr, offset_ms):
     after_ms = at_ms + offset_ms
     window_s = 8 * 3600
     expected = _oracle(expr, timezone, after_ms // 1000, window_s)
-    got = cron_times_ms(expr, timezone, after_ms, 600)
+    got = CronRule(expr, timezone).times_ms(after_ms, 600)
     assert [t for t in got if t <= after_ms + window_s * 1000] == expected
 
 
@@ -449,11 +447,11 @@ def test_matches_minute_by_minute_oracle(transition, expr, offset_ms):
     count=st.integers(1, 30),
 )
 def test_strictly_increasing_and_after(timezone, expr, after_ms, count):
-    got = cron_times_ms(expr, timezone, after_ms, count)
+    got = CronRule(expr, timezone).times_ms(after_ms, count)
     assert len(got) == count
     assert all(t % 1000 == 0 for t in got)
     assert all(b > a for a, b in zip([after_ms, *got], got, strict=False))
-    assert next_cron_ms(expr, timezone, after_ms) == got[0]
+    assert CronRule(expr, timezone).next_ms(after_ms) == got[0]
 
 
 # Bounded cost ---------------------------------------------------------------
@@ -527,18 +525,19 @@ def cron_exprs(draw) -> str:
     offset_ms=st.integers(-40 * 86_400_000, 3_600_000),
 )
 def test_times_in_a_row_are_chained_next_times(expr, transition, offset_ms):
-    """cron_times_ms walks local times for speed; it must give exactly what
-    next_cron_ms gives step by step, across every kind of transition."""
+    """CronRule.times_ms walks local times for speed; it must give exactly what
+    next_ms gives step by step, across every kind of transition."""
     try:
         validate_cron(expr, "UTC")
     except ScheduleError:
         return
     timezone, at_ms = transition
     after_ms = at_ms + offset_ms
-    got = cron_times_ms(expr, timezone, after_ms, 40)
+    rule = CronRule(expr, timezone)
+    got = rule.times_ms(after_ms, 40)
     chained, last_ms = [], after_ms
     for _ in range(40):
-        last_ms = next_cron_ms(expr, timezone, last_ms)
+        last_ms = rule.next_ms(last_ms)
         if last_ms is None:
             break
         chained.append(last_ms)
@@ -560,8 +559,8 @@ def test_latest_is_the_last_of_the_times_before(expr, transition, offset_ms, win
     timezone, at_ms = transition
     at_ms += offset_ms
     since_ms = at_ms - window_ms
-    times = cron_times_ms(expr, timezone, since_ms, 1000)
+    times = CronRule(expr, timezone).times_ms(since_ms, 1000)
     before = [t for t in times if t <= at_ms]
     if len(before) == len(times) == 1000:
         return  # more than 1,000 in the window: the list does not reach at_ms
-    assert latest_cron_ms(expr, timezone, at_ms, since_ms) == (before[-1] if before else None)
+    assert CronRule(expr, timezone).latest_ms(at_ms, since_ms) == (before[-1] if before else None)

@@ -1,4 +1,5 @@
-"""When does a schedule fire? Pure functions over integer UNIX milliseconds.
+"""When does a schedule fire? Pure functions (and methods of immutable values)
+over integer UNIX milliseconds.
 
 Two kinds of repeating schedule live here (one-off ``at`` needs no helper):
 
@@ -24,6 +25,10 @@ Two kinds of repeating schedule live here (one-off ``at`` needs no helper):
   in order and dropping repeats yields strictly increasing UTC times;
   ``repeat="both"`` merges the two walks.
 
+  A ``CronRule``, an immutable value, holds the expression, the zone and the
+  policy together and answers for their occurrences: the next ones, the
+  latest before an instant, the n-th, how many in a range.
+
 - ``every_s``: the grid ``anchor + k * every_s``, integer arithmetic only.
 
 Every instant answered lies in years 1 to 9999 (limits.instant_ms_max): a
@@ -41,22 +46,18 @@ import heapq
 import re
 import zoneinfo
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Literal
 
 from tempo import limits
 
 __all__ = [
+    "CronRule",
     "DstGap",
     "DstMark",
     "DstRepeat",
     "ScheduleError",
-    "count_cron_ms",
-    "cron_occurrences_ms",
-    "cron_times_ms",
-    "latest_cron_ms",
-    "next_cron_ms",
     "next_every_ms",
-    "nth_cron_ms",
     "utc_offset_s",
     "validate_cron",
 ]
@@ -627,123 +628,183 @@ def _occurrences(
         return  # wall-clock arithmetic past datetime's range (years 1 and 9999)
 
 
-def cron_occurrences_ms(
-    expr: str,
-    timezone: str,
-    after_ms: int,
-    count: int,
-    *,
-    gap: DstGap = "shift",
-    repeat: DstRepeat = "first",
-) -> list[tuple[int, DstMark | None]]:
-    """Up to ``count`` occurrences strictly after ``after_ms`` as (UTC ms,
-    mark), strictly increasing: the mark says how DST placed the time
-    (``gap_shifted``, ``repeat_first``, ``repeat_second``), None on other days.
+@dataclass(frozen=True, slots=True)
+class CronRule:
+    """A cron schedule, asked for its occurrences: the expression, the
+    IANA zone on whose wall clock it is read, and the DST policy (``gap``,
+    ``repeat``; the module's docstring). Making one checks nothing; each
+    question raises ScheduleError for an invalid expression or zone.
 
-    Shorter than ``count`` only when there are no more (None from
-    next_cron_ms). Raises ScheduleError for an invalid expression or zone.
-    Results are whole seconds (cron has minute granularity; transitions are
-    whole seconds).
-    """
-    assert isinstance(after_ms, int) and not isinstance(after_ms, bool)
-    assert 0 <= count <= CRON_TIMES_COUNT_MAX
-    cron = _compiled(expr)
-    _zone(timezone)
-    found: list[tuple[int, DstMark | None]] = []
-    if count == 0:
+    Every answer is in UTC ms and whole seconds (cron has minute
+    granularity; transitions are whole seconds)."""
+
+    expr: str
+    timezone: str
+    gap: DstGap = "shift"
+    repeat: DstRepeat = "first"
+
+    def occurrences_ms(self, after_ms: int, count: int) -> list[tuple[int, DstMark | None]]:
+        """Up to ``count`` occurrences strictly after ``after_ms`` as (UTC ms,
+        mark), strictly increasing: the mark says how DST placed the time
+        (``gap_shifted``, ``repeat_first``, ``repeat_second``), None on other days.
+
+        Shorter than ``count`` only when there are no more (None from
+        next_ms).
+        """
+        assert isinstance(after_ms, int) and not isinstance(after_ms, bool)
+        assert 0 <= count <= CRON_TIMES_COUNT_MAX
+        cron = _compiled(self.expr)
+        _zone(self.timezone)
+        found: list[tuple[int, DstMark | None]] = []
+        if count == 0:
+            return found
+        # t_s * 1000 > after_ms  <=>  t_s > floor(after_ms / 1000)
+        for utc_s, mark in _occurrences(cron, self.timezone, after_ms // 1000, self.gap, self.repeat):
+            found.append((utc_s * 1000, mark))
+            if len(found) == count:
+                break
         return found
-    # t_s * 1000 > after_ms  <=>  t_s > floor(after_ms / 1000)
-    for utc_s, mark in _occurrences(cron, timezone, after_ms // 1000, gap, repeat):
-        found.append((utc_s * 1000, mark))
-        if len(found) == count:
-            break
-    return found
 
+    def times_ms(self, after_ms: int, count: int) -> list[int]:
+        """occurrences_ms without the marks: the same times as ``count``
+        chained next_ms calls."""
+        return [t for t, _ in self.occurrences_ms(after_ms, count)]
 
-def cron_times_ms(
-    expr: str,
-    timezone: str,
-    after_ms: int,
-    count: int,
-    *,
-    gap: DstGap = "shift",
-    repeat: DstRepeat = "first",
-) -> list[int]:
-    """cron_occurrences_ms without the marks: the same times as ``count``
-    chained next_cron_ms calls."""
-    return [t for t, _ in cron_occurrences_ms(expr, timezone, after_ms, count, gap=gap, repeat=repeat)]
+    def next_ms(self, after_ms: int) -> int | None:
+        """The first occurrence strictly after ``after_ms``, in UTC ms, or None.
 
+        None means no occurrence within CRON_SEARCH_MONTHS_MAX months (impossible
+        for an expression that passed validate_cron, short of year 9999).
+        """
+        found = self.occurrences_ms(after_ms, 1)
+        return found[0][0] if found else None
 
-def next_cron_ms(
-    expr: str, timezone: str, after_ms: int, *, gap: DstGap = "shift", repeat: DstRepeat = "first"
-) -> int | None:
-    """The first occurrence strictly after ``after_ms``, in UTC ms, or None.
+    def latest_ms(self, at_ms: int, since_ms: int) -> int | None:
+        """The last occurrence in ``(since_ms, at_ms]``, in UTC ms, or None.
 
-    None means no occurrence within CRON_SEARCH_MONTHS_MAX months (impossible
-    for an expression that passed validate_cron, short of year 9999).
-    Raises ScheduleError for an invalid expression or zone.
-    """
-    found = cron_occurrences_ms(expr, timezone, after_ms, 1, gap=gap, repeat=repeat)
-    return found[0][0] if found else None
-
-
-def latest_cron_ms(
-    expr: str,
-    timezone: str,
-    at_ms: int,
-    since_ms: int,
-    *,
-    gap: DstGap = "shift",
-    repeat: DstRepeat = "first",
-) -> int | None:
-    """The last occurrence in ``(since_ms, at_ms]``, in UTC ms, or None.
-
-    Exactly the largest value next_cron_ms can give that is <= at_ms, found
-    by bisection over whole seconds (occurrences are whole seconds, and
-    next_cron_ms of an instant depends only on its whole second): at most
-    _BISECT_STEPS_MAX steps however long the range, each one bounded. The
-    range is first narrowed by looking back from at_ms over spans that grow
-    fourfold from a minute, so a job with many missed occurrences (the
-    common catch-up) takes a handful of steps, not one per halving of its
-    whole life.
-    """
-    assert isinstance(at_ms, int) and isinstance(since_ms, int)
-
-    def after(t_ms: int) -> int | None:
-        return next_cron_ms(expr, timezone, t_ms, gap=gap, repeat=repeat)
-
-    first_ms = None
-    span_ms = 60_000
-    for _ in range(_GALLOP_STEPS_MAX):
-        if at_ms - span_ms <= since_ms:
-            break
-        found = after(at_ms - span_ms)
-        if found is not None and found <= at_ms:
-            first_ms = found  # an occurrence in (at_ms - span_ms, at_ms]
-            break
-        span_ms *= 4
-    if first_ms is None:
-        first_ms = after(since_ms)
-        if first_ms is None or first_ms > at_ms:
-            return None
-    # Invariant: next(lo) <= at_ms < next(hi), where next(x) is the first
-    # occurrence after second x. hi = at's second qualifies, as next(hi) is
-    # a whole second past it.
-    lo_s, hi_s = first_ms // 1000 - 1, at_ms // 1000
-    for _ in range(_BISECT_STEPS_MAX):
-        if hi_s - lo_s <= 1:
-            break
-        mid_s = (lo_s + hi_s) // 2
-        found = after(mid_s * 1000)
-        if found is not None and found <= at_ms:
-            lo_s = mid_s
+        Exactly the largest value next_ms can give that is <= at_ms, found
+        by bisection over whole seconds (occurrences are whole seconds, and
+        next_ms of an instant depends only on its whole second): at most
+        _BISECT_STEPS_MAX steps however long the range, each one bounded. The
+        range is first narrowed by looking back from at_ms over spans that grow
+        fourfold from a minute, so a job with many missed occurrences (the
+        common catch-up) takes a handful of steps, not one per halving of its
+        whole life.
+        """
+        assert isinstance(at_ms, int) and isinstance(since_ms, int)
+        after = self.next_ms
+        first_ms = None
+        span_ms = 60_000
+        for _ in range(_GALLOP_STEPS_MAX):
+            if at_ms - span_ms <= since_ms:
+                break
+            found = after(at_ms - span_ms)
+            if found is not None and found <= at_ms:
+                first_ms = found  # an occurrence in (at_ms - span_ms, at_ms]
+                break
+            span_ms *= 4
+        if first_ms is None:
+            first_ms = after(since_ms)
+            if first_ms is None or first_ms > at_ms:
+                return None
+        # Invariant: next(lo) <= at_ms < next(hi), where next(x) is the first
+        # occurrence after second x. hi = at's second qualifies, as next(hi) is
+        # a whole second past it.
+        lo_s, hi_s = first_ms // 1000 - 1, at_ms // 1000
+        for _ in range(_BISECT_STEPS_MAX):
+            if hi_s - lo_s <= 1:
+                break
+            mid_s = (lo_s + hi_s) // 2
+            found = after(mid_s * 1000)
+            if found is not None and found <= at_ms:
+                lo_s = mid_s
+            else:
+                hi_s = mid_s
         else:
-            hi_s = mid_s
-    else:
-        raise AssertionError("bisection did not converge")
-    latest_ms = after(lo_s * 1000)
-    assert latest_ms is not None and since_ms < latest_ms <= at_ms
-    return latest_ms
+            raise AssertionError("bisection did not converge")
+        latest_ms = after(lo_s * 1000)
+        assert latest_ms is not None and since_ms < latest_ms <= at_ms
+        return latest_ms
+
+    def count_in(self, after_ms: int, until_ms: int) -> int | None:
+        """How many occurrences lie in ``(after_ms, until_ms]``; None when the
+        range spans more than limits.catchup_count_days_max days.
+
+        Nothing is walked minute by minute but the hours around a UTC offset
+        change: the range is cut at each change (found by looking the offset up
+        once a day, then bisecting), a window of the change's size plus an hour
+        either side is walked (there DST shifts, repeats or drops wall times),
+        and each stretch between, whose offset is fixed, has as many occurrences
+        as its wall-clock span has matching minutes (`_local_count`). So a year
+        of minutely occurrences costs some 365 offset lookups and date matches.
+        """
+        assert isinstance(after_ms, int) and isinstance(until_ms, int)
+        cron = _compiled(self.expr)
+        # t_s * 1000 in (after_ms, until_ms]  <=>  t_s in (after_ms // 1000, until_ms // 1000]
+        after_s, until_s = after_ms // 1000, until_ms // 1000
+        if until_s <= after_s:
+            return 0
+        if (until_s - after_s) // 86_400 > limits.catchup_count_days_max:
+            return None
+        if self.timezone in _UTC_KEYS:
+            return _local_count(cron, after_s, until_s)
+        zone = _zone(self.timezone)
+
+        def offset_s(utc_s: int) -> int:
+            try:
+                return _offset_s(zone, utc_s)
+            except OverflowError:
+                return 0  # past datetime's range, where no occurrence lies
+
+        total = 0
+        at_s = after_s  # counted up to here
+        probe_s, probe_offset_s = after_s, offset_s(after_s)
+        # Each pass moves the probe a day on, or to an offset change.
+        for _ in range(4 * limits.catchup_count_days_max + 4):
+            if at_s >= until_s:
+                break
+            step_s = min(probe_s + 86_400, until_s + 86_400)
+            step_offset_s = offset_s(step_s)
+            if step_offset_s == probe_offset_s:
+                if probe_s >= until_s:
+                    # No change up to a day past the end: the rest is one stretch.
+                    total += _local_count(cron, at_s + probe_offset_s, until_s + probe_offset_s)
+                    break
+                probe_s = step_s
+                continue
+            change_s = _first_change_s(zone, probe_s, step_s)
+            margin_s = abs(step_offset_s - probe_offset_s) + 3600
+            # The change may lie past the end (the probe looks a day ahead).
+            walk_from_s = min(max(at_s, change_s - margin_s), until_s)
+            total += _local_count(cron, at_s + probe_offset_s, walk_from_s + probe_offset_s)
+            walk_until_s = min(until_s, change_s + margin_s)
+            total += _walk_count(cron, self.timezone, walk_from_s, walk_until_s, self.gap, self.repeat)
+            at_s = walk_until_s
+            probe_s, probe_offset_s = change_s, step_offset_s
+        else:
+            raise AssertionError("the count did not reach the end of its range")
+        return total
+
+    def nth_ms(self, after_ms: int, n: int) -> int | None:
+        """The n-th occurrence strictly after ``after_ms`` (n from 1 to
+        CRON_TIMES_COUNT_MAX), as times_ms(...)[n - 1] gives it, or None.
+
+        Found from the fields where the UTC offset holds from ``after_ms`` to a
+        day past the answer (checked once a day, as count_in does); across
+        an offset change it is walked, at most ``n`` occurrences."""
+        assert isinstance(after_ms, int) and 1 <= n <= CRON_TIMES_COUNT_MAX
+        cron = _compiled(self.expr)
+        after_s = after_ms // 1000
+        if self.timezone in _UTC_KEYS:
+            found_s = _local_nth(cron, after_s, n)
+            if found_s is not None:
+                return None if found_s > _UTC_S_LAST else found_s * 1000
+        else:
+            found_s = _nth_where_offset_holds(cron, _zone(self.timezone), after_s, n)
+            if found_s is not None:
+                return found_s * 1000
+        found = self.times_ms(after_ms, n)
+        return found[-1] if len(found) == n else None
 
 
 def next_every_ms(
@@ -821,74 +882,6 @@ def _local_count(cron: _Cron, lo_s: int, hi_s: int) -> int:
     return total
 
 
-def count_cron_ms(
-    expr: str,
-    timezone: str,
-    after_ms: int,
-    until_ms: int,
-    *,
-    gap: DstGap = "shift",
-    repeat: DstRepeat = "first",
-) -> int | None:
-    """How many occurrences lie in ``(after_ms, until_ms]``; None when the
-    range spans more than limits.catchup_count_days_max days.
-
-    Nothing is walked minute by minute but the hours around a UTC offset
-    change: the range is cut at each change (found by looking the offset up
-    once a day, then bisecting), a window of the change's size plus an hour
-    either side is walked (there DST shifts, repeats or drops wall times),
-    and each stretch between, whose offset is fixed, has as many occurrences
-    as its wall-clock span has matching minutes (`_local_count`). So a year
-    of minutely occurrences costs some 365 offset lookups and date matches.
-    """
-    assert isinstance(after_ms, int) and isinstance(until_ms, int)
-    cron = _compiled(expr)
-    # t_s * 1000 in (after_ms, until_ms]  <=>  t_s in (after_ms // 1000, until_ms // 1000]
-    after_s, until_s = after_ms // 1000, until_ms // 1000
-    if until_s <= after_s:
-        return 0
-    if (until_s - after_s) // 86_400 > limits.catchup_count_days_max:
-        return None
-    if timezone in _UTC_KEYS:
-        return _local_count(cron, after_s, until_s)
-    zone = _zone(timezone)
-
-    def offset_s(utc_s: int) -> int:
-        try:
-            return _offset_s(zone, utc_s)
-        except OverflowError:
-            return 0  # past datetime's range, where no occurrence lies
-
-    total = 0
-    at_s = after_s  # counted up to here
-    probe_s, probe_offset_s = after_s, offset_s(after_s)
-    # Each pass moves the probe a day on, or to an offset change.
-    for _ in range(4 * limits.catchup_count_days_max + 4):
-        if at_s >= until_s:
-            break
-        step_s = min(probe_s + 86_400, until_s + 86_400)
-        step_offset_s = offset_s(step_s)
-        if step_offset_s == probe_offset_s:
-            if probe_s >= until_s:
-                # No change up to a day past the end: the rest is one stretch.
-                total += _local_count(cron, at_s + probe_offset_s, until_s + probe_offset_s)
-                break
-            probe_s = step_s
-            continue
-        change_s = _first_change_s(zone, probe_s, step_s)
-        margin_s = abs(step_offset_s - probe_offset_s) + 3600
-        # The change may lie past the end (the probe looks a day ahead).
-        walk_from_s = min(max(at_s, change_s - margin_s), until_s)
-        total += _local_count(cron, at_s + probe_offset_s, walk_from_s + probe_offset_s)
-        walk_until_s = min(until_s, change_s + margin_s)
-        total += _walk_count(cron, timezone, walk_from_s, walk_until_s, gap, repeat)
-        at_s = walk_until_s
-        probe_s, probe_offset_s = change_s, step_offset_s
-    else:
-        raise AssertionError("the count did not reach the end of its range")
-    return total
-
-
 def _local_nth(cron: _Cron, lo_s: int, n: int) -> int | None:
     """The n-th matching naive wall-clock minute after ``lo_s`` (n >= 1), in
     seconds, from the fields: per day its count, then per hour a bisection;
@@ -929,36 +922,6 @@ def _nth_where_offset_holds(cron: _Cron, zone: zoneinfo.ZoneInfo, after_s: int, 
         return utc_s
     except OverflowError:
         return None  # past datetime's range
-
-
-def nth_cron_ms(
-    expr: str,
-    timezone: str,
-    after_ms: int,
-    n: int,
-    *,
-    gap: DstGap = "shift",
-    repeat: DstRepeat = "first",
-) -> int | None:
-    """The n-th occurrence strictly after ``after_ms`` (n from 1 to
-    CRON_TIMES_COUNT_MAX), as cron_times_ms(...)[n - 1] gives it, or None.
-
-    Found from the fields where the UTC offset holds from ``after_ms`` to a
-    day past the answer (checked once a day, as count_cron_ms does); across
-    an offset change it is walked, at most ``n`` occurrences."""
-    assert isinstance(after_ms, int) and 1 <= n <= CRON_TIMES_COUNT_MAX
-    cron = _compiled(expr)
-    after_s = after_ms // 1000
-    if timezone in _UTC_KEYS:
-        found_s = _local_nth(cron, after_s, n)
-        if found_s is not None:
-            return None if found_s > _UTC_S_LAST else found_s * 1000
-    else:
-        found_s = _nth_where_offset_holds(cron, _zone(timezone), after_s, n)
-        if found_s is not None:
-            return found_s * 1000
-    found = cron_times_ms(expr, timezone, after_ms, n, gap=gap, repeat=repeat)
-    return found[-1] if len(found) == n else None
 
 
 def wall_time_ms(timezone: str, local_s: int, *, gap: DstGap = "shift", repeat: DstRepeat = "first") -> int | None:

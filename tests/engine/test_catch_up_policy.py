@@ -151,15 +151,16 @@ def test_count_cron_matches_a_walk(seed):
         gap, repeat = rng.choice(["shift", "skip"]), rng.choice(["first", "last", "both"])
         after = rng.randrange(ms("2024-01-01T00:00:00Z"), ms("2029-01-01T00:00:00Z"))
         until = after + rng.randrange(0, (8 if expr == "* * * * *" else 40) * DAY_MS)
+        rule = schedule.CronRule(expr, zone, gap=gap, repeat=repeat)
         walked, at = 0, after
         while True:
-            part = schedule.cron_times_ms(expr, zone, at, 1000, gap=gap, repeat=repeat)
+            part = rule.times_ms(at, 1000)
             inside = [t for t in part if t <= until]
             walked += len(inside)
             if len(inside) < len(part) or len(part) < 1000:
                 break
             at = part[-1]
-        got = schedule.count_cron_ms(expr, zone, after, until, gap=gap, repeat=repeat)
+        got = rule.count_in(after, until)
         assert got == walked, (expr, zone, gap, repeat, after, until)
 
 
@@ -170,8 +171,9 @@ def test_count_of_every_s_is_arithmetic():
 
 def test_a_range_too_long_to_count_has_no_count(monkeypatch):
     monkeypatch.setattr(limits, "catchup_count_days_max", 10)
-    assert schedule.count_cron_ms("* * * * *", "UTC", 0, 11 * DAY_MS + 1) is None
-    assert schedule.count_cron_ms("* * * * *", "UTC", 0, 9 * DAY_MS) == 9 * 1440
+    minutely = schedule.CronRule("* * * * *", "UTC")
+    assert minutely.count_in(0, 11 * DAY_MS + 1) is None
+    assert minutely.count_in(0, 9 * DAY_MS) == 9 * 1440
 
 
 def test_paused_slots_are_one_range():
@@ -208,6 +210,7 @@ def test_nth_cron_matches_a_walk(seed):
         gap, repeat = rng.choice(["shift", "skip"]), rng.choice(["first", "last", "both"])
         after = rng.randrange(ms("2024-01-01T00:00:00Z"), ms("2029-01-01T00:00:00Z"))
         n = rng.randrange(1, 1001)
-        walked = schedule.cron_times_ms(expr, zone, after, n, gap=gap, repeat=repeat)
-        got = schedule.nth_cron_ms(expr, zone, after, n, gap=gap, repeat=repeat)
+        rule = schedule.CronRule(expr, zone, gap=gap, repeat=repeat)
+        walked = rule.times_ms(after, n)
+        got = rule.nth_ms(after, n)
         assert got == (walked[-1] if len(walked) == n else None), (expr, zone, gap, repeat, after, n)

@@ -43,7 +43,7 @@ async def test_a_preview_of_the_largest_count_yields_between_slices():
     assert during >= limits.preview_count_max // limits.preview_slice_times - 1
     # The slices chain into exactly the times of one call.
     after_ms = int(AFTER.timestamp() * 1000)
-    assert times == schedule.cron_times_ms("*/15 * * * *", "Europe/Berlin", after_ms, limits.preview_count_max)
+    assert times == schedule.CronRule("*/15 * * * *", "Europe/Berlin").times_ms(after_ms, limits.preview_count_max)
 
 
 async def test_a_preview_that_runs_out_stops_short():

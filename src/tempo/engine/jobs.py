@@ -14,7 +14,7 @@ from typing import TypeGuard, TypeVar
 
 import trio
 
-from tempo import clock, errors, ids, limits, schedule, targets
+from tempo import clock, errors, ids, limits, targets
 from tempo.config import notify_url_ok
 from tempo.engine import calendars as calendar_service
 from tempo.engine.commandlog import Answer, CommandLog
@@ -32,6 +32,7 @@ from tempo.engine.commands import (
 from tempo.engine.plan import (
     Occurrence,
     catch_up,
+    cron_rule,
     due_ms,
     first_slot_ms,
     paused_ranges,
@@ -113,13 +114,10 @@ async def backfill_slots(job: Job, body: BackfillSpec, now_ms: int) -> list[int]
         if count > cap:
             raise errors.Invalid.at("until", f"the range holds {count} slots, more than {cap}: split it")
         return [] if first is None else [first + k * period_ms for k in range(count)]
-    assert sched.cron is not None and sched.timezone is not None
+    rule = cron_rule(sched)
     after_ms = from_ms - 1
     while True:
-        part = schedule.cron_times_ms(
-            sched.cron, sched.timezone, after_ms, limits.preview_slice_times,
-            gap=sched.dst_gap, repeat=sched.dst_repeat,
-        )
+        part = rule.times_ms(after_ms, limits.preview_slice_times)
         slots += [at_ms for at_ms in part if at_ms < until_ms]
         if len(slots) > cap:
             raise errors.Invalid.at("until", f"the range holds more than {cap} slots: split it")

@@ -17,6 +17,13 @@ from tempo import ids, limits, schedule
 from tempo.engine.records import Catchup, Job, Missed, Run, Schedule
 
 
+def cron_rule(sched: Schedule) -> schedule.CronRule:
+    """The cron schedule's rule (its expression, zone and DST policy),
+    which answers for its slots."""
+    assert sched.cron is not None and sched.timezone is not None
+    return schedule.CronRule(sched.cron, sched.timezone, sched.dst_gap, sched.dst_repeat)
+
+
 def slot_after_ms(sched: Schedule, created_at_ms: int, after_ms: int, *, inclusive: bool) -> int | None:
     """The first nominal time after `after_ms` (at or after it with `inclusive`);
     None after the schedule's `end_at`."""
@@ -29,12 +36,8 @@ def _slot_after_ms(sched: Schedule, created_at_ms: int, after_ms: int, *, inclus
         ok = sched.at_ms >= after_ms if inclusive else sched.at_ms > after_ms
         return sched.at_ms if ok else None
     if sched.cron is not None:
-        assert sched.timezone is not None
         try:
-            return schedule.next_cron_ms(
-                sched.cron, sched.timezone, after_ms - (1 if inclusive else 0),
-                gap=sched.dst_gap, repeat=sched.dst_repeat,
-            )
+            return cron_rule(sched).next_ms(after_ms - (1 if inclusive else 0))
         except schedule.ScheduleError:
             return None  # stored before the dialect lost `L`, `W`, `#`: no further slot
     assert sched.every_s is not None
@@ -63,7 +66,7 @@ def latest_slot_ms(sched: Schedule, created_at_ms: int, now_ms: int) -> int | No
     """The last nominal time at or before `now_ms`, or None.
 
     Exact, and bounded however long the outage: for cron a bisection over
-    the job's lifetime (`schedule.latest_cron_ms`), since a cron job's first
+    the job's lifetime (`schedule.CronRule.latest_ms`), since a cron job's first
     slot comes after its creation. No slot after the schedule's `end_at`."""
     if sched.end_at_ms is not None:
         now_ms = min(now_ms, sched.end_at_ms)
@@ -73,11 +76,8 @@ def latest_slot_ms(sched: Schedule, created_at_ms: int, now_ms: int) -> int | No
         k = (now_ms - anchor_ms) // period_ms
         k_min = 0 if sched.start_at_ms is not None else 1
         return None if k < k_min else anchor_ms + k * period_ms
-    assert sched.cron is not None and sched.timezone is not None
     try:
-        return schedule.latest_cron_ms(
-            sched.cron, sched.timezone, now_ms, created_at_ms, gap=sched.dst_gap, repeat=sched.dst_repeat
-        )
+        return cron_rule(sched).latest_ms(now_ms, created_at_ms)
     except schedule.ScheduleError:
         return None  # as in slot_after_ms
 
@@ -130,16 +130,13 @@ _DEFAULT_CATCHUP = Catchup()
 def count_slots(sched: Schedule, created_at_ms: int, first_ms: int, end_ms: int) -> int | None:
     """How many slots lie in [first_ms, end_ms), `first_ms` a slot of the
     schedule: arithmetic for `every_s`, counted from the fields for cron
-    (`schedule.count_cron_ms`), never one slot at a time. None: too many
+    (`schedule.CronRule.count_in`), never one slot at a time. None: too many
     days to count (limits.catchup_count_days_max)."""
     if end_ms <= first_ms:
         return 0
     if sched.every_s is not None:
         return (end_ms - 1 - first_ms) // (sched.every_s * 1000) + 1
-    assert sched.cron is not None and sched.timezone is not None
-    return schedule.count_cron_ms(
-        sched.cron, sched.timezone, first_ms - 1, end_ms - 1, gap=sched.dst_gap, repeat=sched.dst_repeat
-    )
+    return cron_rule(sched).count_in(first_ms - 1, end_ms - 1)
 
 
 def missed_range(sched: Schedule, created_at_ms: int, reason: Any, first_ms: int, end_ms: int) -> Missed:
@@ -156,12 +153,10 @@ def _nth_slot_ms(sched: Schedule, created_at_ms: int, first_ms: int, n: int) -> 
     assert 1 <= n <= limits.catchup_runs_max
     if sched.every_s is not None:
         return first_ms + (n - 1) * sched.every_s * 1000
-    assert sched.cron is not None and sched.timezone is not None
+    rule = cron_rule(sched)
     if n == 1:
         return first_ms
-    found = schedule.nth_cron_ms(
-        sched.cron, sched.timezone, first_ms, n - 1, gap=sched.dst_gap, repeat=sched.dst_repeat
-    )
+    found = rule.nth_ms(first_ms, n - 1)
     assert found is not None, "the caller counted more slots than n"
     return found
 
@@ -342,13 +337,11 @@ def preview_slices(sched: Schedule, after_ms: int, count: int) -> Iterator[list[
     count = count if sched.max_runs is None else min(count, sched.max_runs)
     end_ms = limits.instant_ms_max if sched.end_at_ms is None else min(sched.end_at_ms, limits.instant_ms_max)
     if sched.cron is not None:
-        assert sched.timezone is not None
+        rule = cron_rule(sched)
         found = 0
         while found < count:
             asked = min(limits.preview_slice_times, count - found)
-            part = schedule.cron_occurrences_ms(
-                sched.cron, sched.timezone, after_ms, asked, gap=sched.dst_gap, repeat=sched.dst_repeat
-            )
+            part = rule.occurrences_ms(after_ms, asked)
             kept = [occurrence for occurrence in part if occurrence[0] <= end_ms]
             yield kept
             found += len(kept)

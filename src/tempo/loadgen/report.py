@@ -25,16 +25,24 @@ from tempo.loadgen.options import CannotRun
 charts_hint = "Install the report extra tempo[report] for them: in the checkout, .venv/bin/pip install -e '.[report]'"
 
 
+# The percentiles of a lateness the summary shows, as its figures name them.
+_PERCENTILES = ("p50", "p90", "p99", "max")
+
+
+def percentile_rows(fig: Figures, name: str) -> list[tuple[str, str]]:
+    """The rows `name p50` to `name max`, from the figures of that name
+    (`start lateness p99` from `start_lateness_p99_s`)."""
+    key = name.replace(" ", "_")
+    return [(f"{name} {p}", show(fig[f"{key}_{p}_s"])) for p in _PERCENTILES]
+
+
 def summary_rows(fig: Figures) -> list[tuple[str, str]]:
     steady = [("stream", f"{fig['rate']:g} runs/s due for {fig['duration_s']:g} s")] if fig["mode"] == "steady" else []
     return [
         *steady,
         ("jobs", f"{fig['created']}/{fig['jobs']} created in {fig['create_s']:.2f} s"),
         ("create rate", f"{fig['created_per_s']} jobs/s"),
-        ("lateness p50", show(fig["lateness_p50_s"])),
-        ("lateness p90", show(fig["lateness_p90_s"])),
-        ("lateness p99", show(fig["lateness_p99_s"])),
-        ("lateness max", show(fig["lateness_max_s"])),
+        *percentile_rows(fig, "lateness"),
         *start_rows(fig),
         (f"late > {late_bound_s:g} s", show(fig.get("late_over_5s"))),
         ("drain", show(fig["drain_s"])),
@@ -55,10 +63,7 @@ def start_rows(fig: Figures) -> list[tuple[str, str]]:
     if "started" not in fig:
         return []
     return [
-        ("start lateness p50", show(fig["start_lateness_p50_s"])),
-        ("start lateness p90", show(fig["start_lateness_p90_s"])),
-        ("start lateness p99", show(fig["start_lateness_p99_s"])),
-        ("start lateness max", show(fig["start_lateness_max_s"])),
+        *percentile_rows(fig, "start lateness"),
         ("started", show(fig["started"])),
         ("started early", show(fig["start_early"])),
         ("started twice", show(fig["start_duplicated"])),
