@@ -91,6 +91,12 @@ class Reads:
         # History: one cursor per (day, part of the bucket: runs, their
         # status rows, events); forgotten when a bucket is dropped.
         self._hist_curs: dict[tuple[int, bytes], lmdb.Cursor[bytes]] = {}
+        self._start()
+
+    def _start(self) -> None:
+        """Called last by `__init__`, so a subclass keeps one signature: the
+        state it adds for the transaction (`Tables`: its counts and change
+        feed). One call per transaction, never per run."""
 
     def runs_cursor(self) -> "lmdb.Cursor[bytes]":
         if self._runs_cur is None:

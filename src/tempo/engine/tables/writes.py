@@ -78,14 +78,7 @@ class Tables(Buckets):
 
     __slots__ = ("changes", "event_seq", "job_count_deltas", "open_deltas", "outcome_counts", "status_rows")
 
-    def __init__(
-        self,
-        txn: "lmdb.Transaction[bytes]",
-        db: dict[str, lmdb._Database],
-        buckets: list[lmdb._Database],
-        owners: dict[str, str] | None = None,
-    ):
-        super().__init__(txn, db, buckets, owners)
+    def _start(self) -> None:
         self.changes = Changes([], [], [], set())
         self.open_deltas: dict[int, int] = {}
         self.event_seq: int | None = None
