@@ -123,7 +123,7 @@ async def backlog(runs: int) -> None:
     with tempfile.TemporaryDirectory() as path:
         rig = Rig(path)
         d = rig.dispatcher
-        d.limits_of = lambda owner: OwnerLimits(runs_in_flight_max=10) if owner == "a" else UNLIMITED
+        d.core.limits_of = lambda owner: OwnerLimits(runs_in_flight_max=10) if owner == "a" else UNLIMITED
         async with trio.open_nursery() as nursery:
             await nursery.start(rig.committer.run)
             # Created before the loader reads anything, as if after an outage.
@@ -133,27 +133,27 @@ async def backlog(runs: int) -> None:
             await rig.create("b", [b_due_ms] * 100)
             rig.now_ms = T0_MS + 5 * 60_000
             d.load(rig.now_ms)
-            peak = len(d.queue_of)
+            peak = len(d.core.queue_of)
             held = await d.claim(["a\x00work"], "w", BATCH, 0)
             while rig.now_ms < b_due_ms:
                 rig.now_ms += 1000
                 d.tick(rig.now_ms)
-                peak = max(peak, len(d.queue_of))
+                peak = max(peak, len(d.core.queue_of))
             b_claimed = len(await d.claim(["b\x00work"], "w", BATCH, 0))
-            d.limits_of = lambda owner: UNLIMITED
+            d.core.limits_of = lambda owner: UNLIMITED
             await d.report("a", [Result(c.run.job_id, c.run.nominal_ms, c.run.attempt, True, None, None) for c in held])
             ticks = Timed(d, "tick")
             start = time.perf_counter()
             drained = len(held) + await rig.claim_all("a", runs - len(held))
             drain_s = time.perf_counter() - start
-            peak = max(peak, len(d.queue_of))
+            peak = max(peak, len(d.core.queue_of))
             nursery.cancel_scope.cancel()
         rig.store.close()
     print(f"backlog: A {runs:,} overdue runs (10 in flight), B 100 runs due 1 min after now")
     print(f"  B's runs claimed at their due time  {b_claimed} of 100")
     print(f"  most runs in memory                 {peak:,} (bound {limits.dispatch_memory_runs_max:,})")
     print(f"  A drained afterwards                {drained:,} runs in {drain_s:.2f} s")
-    print(f"  ticks while draining (with loads)   {ticks.total_s * 1e3:.1f} ms, re-reads {d.counters['rereads']}")
+    print(f"  ticks while draining (with loads)   {ticks.total_s * 1e3:.1f} ms, re-reads {d.core.counters['rereads']}")
 
 
 def main() -> None:

@@ -51,7 +51,7 @@ async def test_the_second_commit_of_a_key_takes_nothing_and_gives_its_runs_back(
         )
         assert not any(isinstance(m, errors.TempoError) for m in made)
         with trio.fail_after(5):
-            while dispatcher.ready_count() < 4:
+            while dispatcher.core.ready_count() < 4:
                 await trio.sleep(0.01)
         answers: dict[str, list] = {}
 

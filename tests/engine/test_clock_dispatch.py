@@ -142,7 +142,7 @@ async def test_a_restart_behind_a_backlog_still_leases_every_claimed_run(tmp_pat
     async with running(SteppedNode(path, offset_ms)) as second:
         await trio.sleep(0.5)
         d = second.dispatcher
-        assert len(d.queue_of) >= 50 and d.loaded_until_ms <= held.run.due_ms, "the backlog fills memory"
+        assert len(d.core.queue_of) >= 50 and d.core.loaded_until_ms <= held.run.due_ms, "the backlog fills memory"
         await trio.sleep(6)  # past the full lease from the restart
         after = second.store.get_run_any(held.run.job_id, held.run.nominal_ms)
         assert after.status == "waiting" and after.error == "lease expired" and after.attempt == 1

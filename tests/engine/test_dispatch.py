@@ -229,7 +229,7 @@ async def test_claims_come_out_in_due_order_across_queues(node, fast_clock):
     early = await node.create(schedule=at(60), target="queue:a")
     await trio.sleep(121)
     with trio.fail_after(60):  # both due; on a loaded machine the tick may lag the fast clock
-        while node.dispatcher.ready_count() < 2:
+        while node.dispatcher.core.ready_count() < 2:
             await trio.sleep(0.1)
     claimed = await node.dispatcher.claim([f"{OWNER}\x00a", f"{OWNER}\x00b"], "w", 10, 0)
     assert [c.run.job_id for c in claimed] == [early, late]
@@ -253,7 +253,7 @@ async def test_a_restart_gives_claimed_runs_a_full_lease_and_reloads_waiting_run
         await nursery.start(second.committer.run)
         await nursery.start(second.dispatcher.run)
         restart_s = trio.current_time()
-        lease = second.dispatcher.leases[(claimed.run.job_id, claimed.run.nominal_ms)]
+        lease = second.dispatcher.core.leases[(claimed.run.job_id, claimed.run.nominal_ms)]
         assert abs(lease.deadline_s - (restart_s + 10)) <= 0.05
         await trio.sleep(5)  # past the old lease, within the new one
         assert second.run_of(claimed).status == "claimed"
@@ -286,7 +286,7 @@ async def test_pause_cancels_retries_and_triggered_runs_too(node, fast_clock):
 async def test_a_result_for_an_attempt_that_never_was_or_expired_is_stale(node, fast_clock):
     await node.create(schedule=at(0), lease_s=5)
     await trio.sleep(0.5)
-    [waiting_key] = list(node.dispatcher.queue_of)
+    [waiting_key] = list(node.dispatcher.core.queue_of)
     job_id, nominal_ms = keys.slot_of(waiting_key)
     never = Result(job_id, nominal_ms, 0, False, None, "made up")
     assert isinstance((await node.dispatcher.report(OWNER, [never]))[0], errors.StaleAttempt)
@@ -306,7 +306,7 @@ async def test_a_backlog_streams_through_memory_oldest_first(node, fast_clock, m
     await trio.sleep(5 * 60)  # nobody claims: 200 runs are overdue, over five minutes
     due_seen: list[int] = []
     while len(due_seen) < 200:
-        assert len(node.dispatcher.queue_of) <= 50 + 40  # the cap, plus one minute's scan
+        assert len(node.dispatcher.core.queue_of) <= 50 + 40  # the cap, plus one minute's scan
         claimed = await node.claim(wait_s=1, runs_max=30)
         assert claimed, f"stalled after {len(due_seen)}"
         due_seen += [c.run.due_ms for c in claimed]
@@ -317,8 +317,8 @@ async def test_a_backlog_streams_through_memory_oldest_first(node, fast_clock, m
 async def test_a_claimed_run_not_loaded_yet_keeps_its_heartbeat(node, fast_clock):
     await node.create(schedule=at(0), lease_s=30)
     [claimed] = await node.claim(wait_s=1)
-    node.dispatcher.leases.clear()  # as after a restart, before its minute is loaded
-    node.dispatcher.in_flight.clear()
+    node.dispatcher.core.leases.clear()  # as after a restart, before its minute is loaded
+    node.dispatcher.core.in_flight.clear()
     run_id = ids.run_id(claimed.run.job_id, claimed.run.nominal_ms)
     assert abs(node.dispatcher.heartbeat(OWNER, run_id, 1) - (fake_now_ms() + 30_000)) <= 50
     with pytest.raises(errors.StaleAttempt):
@@ -333,8 +333,8 @@ async def test_claim_lateness_falls_in_the_first_bucket_whose_bound_it_does_not_
     expected = [0] * (len(LATENESS_BUCKETS_S) + 1)
     for i in (0, 0, 0, 1, LATENESS_BUCKETS_S.index(1.0), len(LATENESS_BUCKETS_S) - 1, -1, -1):
         expected[i] += 1
-    assert d.lateness_buckets == expected
-    assert d.lateness_sum_s == pytest.approx(0.01 + 0.0100001 + 1.0 + 60.0 + 60.5 + 1e9)  # early counts as 0
+    assert d.core.lateness_buckets == expected
+    assert d.core.lateness_sum_s == pytest.approx(0.01 + 0.0100001 + 1.0 + 60.0 + 60.5 + 1e9)  # early counts as 0
 
 
 async def test_a_claim_that_cannot_be_written_leaves_its_runs_to_the_next_claim(node, fast_clock, monkeypatch):
@@ -369,18 +369,18 @@ async def test_a_wheel_slot_larger_than_a_slice_moves_over_several_ticks_in_due_
         jobs = [JobCreate(target="queue:work", schedule=at(ms / 1000)) for ms in offsets_ms]
         created = await made.jobs.create(OWNER, jobs, from_msgpack=False)
         assert not any(isinstance(c, errors.TempoError) for c in created)
-        assert len(dispatcher.wheel) == 250
+        assert len(dispatcher.core.wheel) == 250
         now_ms = T0_MS + 4000
         ticks = []
         while True:
             more = dispatcher.tick(now_ms)
-            ticks.append(dispatcher.ready_count())
+            ticks.append(dispatcher.core.ready_count())
             if not more:
                 break
         assert len(ticks) >= 250 // 40 + 1
         assert all(b - a <= 40 for a, b in zip([0, *ticks], ticks, strict=False))
-        assert ticks[-1] == 250 and len(dispatcher.wheel) == 0
-        dues = [keys.due_of(k) for k in dispatcher.ready[QUEUE]]
+        assert ticks[-1] == 250 and len(dispatcher.core.wheel) == 0
+        dues = [keys.due_of(k) for k in dispatcher.core.ready[QUEUE]]
         assert dues == sorted(dues) and dues[0] == T0_MS + 3000
         await trio.sleep(5)  # the claim's stamp past every due time
         claimed = await made.dispatcher.claim([QUEUE], "w1", 1000, 0)
@@ -403,18 +403,18 @@ async def test_a_batch_larger_than_a_slice_enters_memory_over_several_steps(tmp_
 
         async def watch():
             while True:
-                seen.append(len(dispatcher.wheel))
+                seen.append(len(dispatcher.core.wheel))
                 await trio.lowlevel.checkpoint()
 
         nursery.start_soon(watch)
         jobs = [JobCreate(target="queue:work", schedule=at(3 + i / 1000)) for i in range(250)]
         created = await made.jobs.create(OWNER, jobs, from_msgpack=False)
         assert not any(isinstance(c, errors.TempoError) for c in created)
-        assert len(dispatcher.wheel) == 250
+        assert len(dispatcher.core.wheel) == 250
         # Trio runs the watcher once per scheduling batch, before or after the
         # listener: it sees at most two slices between two looks.
         assert len({n for n in seen if 0 < n < 250}) >= 3
         assert all(b - a <= 2 * 40 for a, b in itertools.pairwise(seen))
-        dispatcher.check_memory()
+        dispatcher.core.check_memory()
         nursery.cancel_scope.cancel()
     made.store.close()

@@ -32,9 +32,9 @@ def check_in_flight(node: Node) -> None:
     """The dispatcher's invariant: in flight counts the leases, per owner."""
     d = node.dispatcher
     by_owner: dict[str, int] = {}
-    for lease in d.leases.values():
+    for lease in d.core.leases.values():
         by_owner[lease.owner] = by_owner.get(lease.owner, 0) + 1
-    assert dict(d.in_flight) == by_owner
+    assert dict(d.core.in_flight) == by_owner
 
 
 async def create(node: Node, owner: str, count: int, offset_s: float = 0, target: str = "queue:work", **fields) -> list[str]:
@@ -51,21 +51,21 @@ async def report(node: Node, owner: str, claimed) -> None:
 
 
 async def test_runs_in_flight_stop_at_the_limit_and_free_on_a_result(node, fast_clock):
-    node.dispatcher.limits_of = limit(default=OwnerLimits(runs_in_flight_max=2))
+    node.dispatcher.core.limits_of = limit(default=OwnerLimits(runs_in_flight_max=2))
     await create(node, OWNER, 5)
     first = await node.claim(wait_s=1, runs_max=10)
     assert len(first) == 2
     assert await node.claim(wait_s=0, runs_max=10) == []
-    assert node.dispatcher.in_flight[OWNER] == 2
+    assert node.dispatcher.core.in_flight[OWNER] == 2
     assert node.dispatcher.held_back() == {OWNER: 3}
     await report(node, OWNER, first[0])
-    assert node.dispatcher.in_flight[OWNER] == 1
+    assert node.dispatcher.core.in_flight[OWNER] == 1
     assert len(await node.claim(wait_s=0, runs_max=10)) == 1
     assert await node.claim(wait_s=0, runs_max=10) == []
 
 
 async def test_a_waiting_claimer_is_woken_when_a_result_frees_room(node, fast_clock):
-    node.dispatcher.limits_of = limit(default=OwnerLimits(runs_in_flight_max=1))
+    node.dispatcher.core.limits_of = limit(default=OwnerLimits(runs_in_flight_max=1))
     await create(node, OWNER, 2)
     [held] = await node.claim(wait_s=1)
     got: list = []
@@ -86,7 +86,7 @@ async def test_a_waiting_claimer_is_woken_when_a_result_frees_room(node, fast_cl
 
 
 async def test_room_frees_when_a_lease_expires_and_wakes_the_claimer(node, fast_clock):
-    node.dispatcher.limits_of = limit(default=OwnerLimits(runs_in_flight_max=1))
+    node.dispatcher.core.limits_of = limit(default=OwnerLimits(runs_in_flight_max=1))
     await create(node, OWNER, 2, lease_s=5)
     [held] = await node.claim(wait_s=1)
     start_ms = fake_now_ms()
@@ -94,22 +94,22 @@ async def test_room_frees_when_a_lease_expires_and_wakes_the_claimer(node, fast_
     waited_ms = fake_now_ms() - start_ms
     assert 4000 <= waited_ms <= 7000  # the lease of 5 s, not wait_s
     assert next_run.run.job_id != held.run.job_id  # the older due run first
-    assert node.dispatcher.in_flight[OWNER] == 1
+    assert node.dispatcher.core.in_flight[OWNER] == 1
 
 
 async def test_a_delete_frees_room_and_a_leader_change_recounts(node, fast_clock):
-    node.dispatcher.limits_of = limit(default=OwnerLimits(runs_in_flight_max=2))
+    node.dispatcher.core.limits_of = limit(default=OwnerLimits(runs_in_flight_max=2))
     jobs = await create(node, OWNER, 4)
     claimed = await node.claim(wait_s=1, runs_max=10)
     assert len(claimed) == 2
     await node.jobs.delete(OWNER, claimed[0].run.job_id)
-    assert node.dispatcher.in_flight[OWNER] == 1
+    assert node.dispatcher.core.in_flight[OWNER] == 1
     [third] = await node.claim(wait_s=0, runs_max=10)
     # A new leader (or a restart) rebuilds the count from the claimed runs.
     node.dispatcher.reset()
-    assert node.dispatcher.in_flight[OWNER] == 0
+    assert node.dispatcher.core.in_flight[OWNER] == 0
     node.dispatcher.load(fake_now_ms())
-    assert node.dispatcher.in_flight[OWNER] == 2
+    assert node.dispatcher.core.in_flight[OWNER] == 2
     assert await node.claim(wait_s=0.5, runs_max=10) == []
     await report(node, OWNER, third)
     [last] = await node.claim(wait_s=1, runs_max=10)
@@ -117,7 +117,7 @@ async def test_a_delete_frees_room_and_a_leader_change_recounts(node, fast_clock
 
 
 async def test_the_claim_rate_follows_the_token_bucket(node, fast_clock):
-    node.dispatcher.limits_of = limit(default=OwnerLimits(claims_per_s=5, claim_burst=5))
+    node.dispatcher.core.limits_of = limit(default=OwnerLimits(claims_per_s=5, claim_burst=5))
     await create(node, OWNER, 60)
     await trio.sleep(0.5)
     start_ms = fake_now_ms()
@@ -133,7 +133,7 @@ async def test_the_claim_rate_follows_the_token_bucket(node, fast_clock):
 
 
 async def test_runs_held_back_come_out_in_due_order(node, fast_clock):
-    node.dispatcher.limits_of = limit(default=OwnerLimits(runs_in_flight_max=2))
+    node.dispatcher.core.limits_of = limit(default=OwnerLimits(runs_in_flight_max=2))
     offsets_s = (4, 1, 3, 2, 5, 1.5)
     bodies = [JobCreate(target="queue:work", schedule=at(offset_s)) for offset_s in offsets_s]
     await node.jobs.create(OWNER, bodies, from_msgpack=False)
@@ -149,7 +149,7 @@ async def test_runs_held_back_come_out_in_due_order(node, fast_clock):
 
 
 async def test_another_owners_queue_is_not_held_by_a_limited_owner(node, fast_clock):
-    node.dispatcher.limits_of = limit(default=OwnerLimits(runs_in_flight_max=1, claims_per_s=1, claim_burst=1))
+    node.dispatcher.core.limits_of = limit(default=OwnerLimits(runs_in_flight_max=1, claims_per_s=1, claim_burst=1))
     await create(node, OWNER, 100)
     await create(node, OTHER, 50)
     assert len(await node.claim(wait_s=1, runs_max=100)) == 1
@@ -175,7 +175,7 @@ async def test_the_http_queues_of_owners_are_served_in_turn(node, fast_clock):
 
 
 async def test_the_http_executor_skips_an_owner_at_its_limit(node, fast_clock):
-    node.dispatcher.limits_of = limit(default=OwnerLimits(runs_in_flight_max=2))
+    node.dispatcher.core.limits_of = limit(default=OwnerLimits(runs_in_flight_max=2))
     await create(node, OWNER, 50, target="http://127.0.0.1:9/greedy")
     await create(node, OTHER, 5, target="http://127.0.0.1:9/modest")
     await trio.sleep(0.5)
@@ -198,6 +198,6 @@ async def test_the_http_executor_skips_an_owner_at_its_limit(node, fast_clock):
 async def test_no_limits_claims_as_before(node, fast_clock):
     await create(node, OWNER, 30)
     assert len(await node.claim(wait_s=1, runs_max=100)) == 30
-    assert node.dispatcher.in_flight[OWNER] == 30
+    assert node.dispatcher.core.in_flight[OWNER] == 30
     assert node.dispatcher.held_back() == {}
     assert QUEUE.startswith(OWNER)

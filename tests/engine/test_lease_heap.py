@@ -44,7 +44,7 @@ async def test_a_released_lease_ends_at_once_after_heartbeats(tmp_path, origin, 
         node.dispatcher.release([claimed])
         await trio.sleep(1)
         assert node.run_of(claimed).status == "waiting"
-        assert node.dispatcher.counters["expired"] == 1
+        assert node.dispatcher.core.counters["expired"] == 1
         assert heap_entries(node) <= 1  # at most the released lease's first entry, stale
 
 
@@ -61,9 +61,9 @@ async def test_finished_runs_leave_a_bounded_number_of_heap_entries(tmp_path, or
         for one in claimed[200:]:
             run = one.run
             await node.dispatcher.report(OWNER, [Result(run.job_id, run.nominal_ms, run.attempt, True, None, None)])
-            leases = len(node.dispatcher.leases)
+            leases = len(node.dispatcher.core.leases)
             assert heap_entries(node) <= 2 * leases + 100
-        assert len(node.dispatcher.leases) == len(kept)
+        assert len(node.dispatcher.core.leases) == len(kept)
         for one in kept:
             node.dispatcher.heartbeat(OWNER, ids.run_id(one.run.job_id, one.run.nominal_ms), 1)
         assert heap_entries(node) <= 2 * len(kept) + 100

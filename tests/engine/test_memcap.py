@@ -36,7 +36,7 @@ def small(monkeypatch):
 async def node(tmp_path, origin, small):
     made = Node(str(tmp_path / "data"))
     # A: at most two runs in flight, so its due runs are held back.
-    made.dispatcher.limits_of = lambda owner: OwnerLimits(runs_in_flight_max=2) if owner == OWNER else UNLIMITED
+    made.dispatcher.core.limits_of = lambda owner: OwnerLimits(runs_in_flight_max=2) if owner == OWNER else UNLIMITED
     async with running(made):
         yield made
 
@@ -56,9 +56,9 @@ async def create_backlog(node: Node) -> list[str]:
 
 
 def check(node: Node) -> None:
-    node.dispatcher.check_memory()
-    for queue, ready in node.dispatcher.ready.items():
-        live = [k for k in ready if node.dispatcher.queue_of.get(k, ("",))[0] == queue]
+    node.dispatcher.core.check_memory()
+    for queue, ready in node.dispatcher.core.ready.items():
+        live = [k for k in ready if node.dispatcher.core.queue_of.get(k, ("",))[0] == queue]
         assert len(live) == len(set(live)), "a run twice in a ready queue"
 
 
@@ -107,27 +107,27 @@ async def test_another_owner_is_claimed_on_time_while_one_is_held_back(node, fas
     assert sorted(c.run.job_id for c in claimed) == sorted(others)
     assert max(lateness_ms) <= 1000  # on time, though A holds 148 due runs
     d = node.dispatcher
-    assert d.skipped[OWNER] <= T0_MS + 2 * 60_000  # A skipped early on
-    assert d.loaded_of[OWNER] <= SHARE + PER_MINUTE  # its share, plus one minute's scan
-    assert d.held_back() == {OWNER: d.loaded_of[OWNER]}
+    assert d.core.skipped[OWNER] <= T0_MS + 2 * 60_000  # A skipped early on
+    assert d.core.loaded_of[OWNER] <= SHARE + PER_MINUTE  # its share, plus one minute's scan
+    assert d.held_back() == {OWNER: d.core.loaded_of[OWNER]}
     check(node)
     out = await drain(node, len(jobs), held)
     assert_all_once_in_order(out, jobs)
-    assert d.skipped == {} and d.loaded_of == {}
+    assert d.core.skipped == {} and d.core.loaded_of == {}
 
 
 async def test_a_leader_change_in_the_middle_loses_and_doubles_nothing(node, fast_clock):
     jobs = await create_backlog(node)
     await trio.sleep(MINUTES * 60)
-    assert OWNER in node.dispatcher.skipped
+    assert OWNER in node.dispatcher.core.skipped
 
     async def restart(done: int) -> None:
         if done == 60:
             # A new leader: memory rebuilt from the table, A skipped again.
             node.dispatcher.reset()
             node.dispatcher.load(fake_now_ms())
-            assert node.dispatcher.in_flight[OWNER] == 0  # the two were reported
-            assert OWNER in node.dispatcher.skipped
+            assert node.dispatcher.core.in_flight[OWNER] == 0  # the two were reported
+            assert OWNER in node.dispatcher.core.skipped
             check(node)
 
     out = await drain(node, len(jobs), on_step=restart)
@@ -142,7 +142,7 @@ async def test_a_leader_change_with_runs_in_flight_recounts_them(node, fast_cloc
     assert len(held) == 2
     node.dispatcher.reset()
     node.dispatcher.load(fake_now_ms())
-    assert node.dispatcher.in_flight[OWNER] == 2  # leased again, not loaded as waiting
+    assert node.dispatcher.core.in_flight[OWNER] == 2  # leased again, not loaded as waiting
     assert await node.claim(wait_s=0.5) == []
     check(node)
     out = first + await drain(node, len(jobs) - len(first), held)
@@ -153,12 +153,12 @@ async def test_runs_created_while_skipped_wait_in_the_table_and_come_out_last(no
     jobs = await create_backlog(node)
     await trio.sleep(MINUTES * 60)
     d = node.dispatcher
-    skip_ms = d.skipped[OWNER]
+    skip_ms = d.core.skipped[OWNER]
     now_s = (fake_now_ms() - T0_MS) / 1000
     late = await create(node, OWNER, [now_s + i / 10 for i in range(10)])
-    loaded_jobs = {job.id for _, job in d.queue_of.values()}
+    loaded_jobs = {job.id for _, job in d.core.queue_of.values()}
     assert not loaded_jobs & set(late)  # due after the skip point: not in memory
-    assert d.skipped[OWNER] == skip_ms
+    assert d.core.skipped[OWNER] == skip_ms
     check(node)
     out = await drain(node, len(jobs) + len(late))
     assert_all_once_in_order(out, jobs + late)
@@ -169,8 +169,8 @@ async def test_a_skipped_owner_paused_or_deleted_drops_out_cleanly(node, fast_cl
     jobs = await create_backlog(node)
     await trio.sleep(MINUTES * 60)
     d = node.dispatcher
-    assert OWNER in d.skipped
-    loaded = {job.id for _, job in d.queue_of.values()}
+    assert OWNER in d.core.skipped
+    loaded = {job.id for _, job in d.core.queue_of.values()}
     skipped = [j for j in jobs if j not in loaded]
     deleted, paused = skipped[:40], skipped[40:80]
     for job_id in deleted:
@@ -182,18 +182,18 @@ async def test_a_skipped_owner_paused_or_deleted_drops_out_cleanly(node, fast_cl
     out = await drain(node, len(rest))
     assert_all_once_in_order(out, rest)
     assert await node.claim(wait_s=2) == []
-    assert d.skipped == {} and d.loaded_of == {}
+    assert d.core.skipped == {} and d.core.loaded_of == {}
 
 
 async def test_a_whole_owner_deleted_while_skipped_is_forgotten(node, fast_clock):
     jobs = await create_backlog(node)
     await trio.sleep(MINUTES * 60)
     d = node.dispatcher
-    assert OWNER in d.skipped
+    assert OWNER in d.core.skipped
     for job_id in jobs:
         await node.jobs.delete(OWNER, job_id)
     await trio.sleep(1)
-    assert d.skipped == {} and d.loaded_of == {} and d.queue_of == {}
+    assert d.core.skipped == {} and d.core.loaded_of == {} and d.core.queue_of == {}
     check(node)
 
 
@@ -203,14 +203,14 @@ async def test_runs_fed_into_a_full_memory_move_the_skip_point_back_in_due_order
     # room for 60), the 31st finds A over its share and memory full.
     later = await create(node, OWNER, [40 + i / 10 for i in range(PER_MINUTE)])
     d = node.dispatcher
-    assert d.loaded_of[OWNER] == PER_MINUTE
+    assert d.core.loaded_of[OWNER] == PER_MINUTE
     sooner = await create(node, OWNER, [10] * 40)
     # A is skipped from 10 s on, and its runs due later went back to the
     # table, so they come out after the 10 sooner runs that did not fit.
-    assert d.counters["feed_skips"] == 1
-    assert d.skipped == {OWNER: T0_MS + 10_000}
-    assert d.loaded_of[OWNER] == 30
-    assert not {job.id for _, job in d.queue_of.values()} & set(later)
+    assert d.core.counters["feed_skips"] == 1
+    assert d.core.skipped == {OWNER: T0_MS + 10_000}
+    assert d.core.loaded_of[OWNER] == 30
+    assert not {job.id for _, job in d.core.queue_of.values()} & set(later)
     check(node)
     await trio.sleep(45)
     out = await drain(node, len(later) + len(sooner))
@@ -222,9 +222,9 @@ async def test_one_owners_spike_goes_into_memory_while_there_is_room(node, fast_
     monkeypatch.setattr(limits, "dispatch_memory_runs_max", 200)
     spike = await create(node, OWNER, [5] * 150)  # through the change feed
     d = node.dispatcher
-    assert d.loaded_of[OWNER] == 150 and d.skipped == {}
+    assert d.core.loaded_of[OWNER] == 150 and d.core.skipped == {}
     check(node)
-    d.limits_of = lambda owner: UNLIMITED
+    d.core.limits_of = lambda owner: UNLIMITED
     claimed = await node.claim(wait_s=10, runs_max=1000)
     assert sorted(c.run.job_id for c in claimed) == sorted(spike)
 
@@ -237,18 +237,18 @@ async def test_an_owner_below_its_share_loads_a_whole_minute_as_before(node, fas
     jobs = await create(node, OWNER, [90 + i / 100 for i in range(100)])
     await create(node, OWNER, [150 + i for i in range(10)])
     d = node.dispatcher
-    assert d.loaded_of[OWNER] == 0
+    assert d.core.loaded_of[OWNER] == 0
     await trio.sleep(35)
-    assert d.loaded_of[OWNER] == 100
+    assert d.core.loaded_of[OWNER] == 100
     await trio.sleep(60)  # the loader reaches minute 2, 30 s ahead
-    assert d.skipped == {OWNER: T0_MS + 120_000}
-    assert d.loaded_of[OWNER] == 100
+    assert d.core.skipped == {OWNER: T0_MS + 120_000}
+    assert d.core.loaded_of[OWNER] == 100
     check(node)
-    d.limits_of = lambda owner: UNLIMITED
+    d.core.limits_of = lambda owner: UNLIMITED
     claimed = await node.claim(wait_s=1, runs_max=1000)
     assert sorted(c.run.job_id for c in claimed) == sorted(jobs)
     await trio.sleep(0.5)  # A is below its low water mark: minute 2 is read again
-    assert d.skipped == {} and d.loaded_of[OWNER] == 10
+    assert d.core.skipped == {} and d.core.loaded_of[OWNER] == 10
     check(node)
     assert QUEUE.startswith(OWNER)
 
@@ -303,7 +303,7 @@ async def test_mixed_work_of_two_owners_keeps_the_invariant(node, fast_clock, se
 
     rng = random.Random(seed)
     d = node.dispatcher
-    d.limits_of = lambda owner: OwnerLimits(runs_in_flight_max=3)
+    d.core.limits_of = lambda owner: OwnerLimits(runs_in_flight_max=3)
     owners = (OWNER, OTHER)
     open_jobs: dict[str, list[str]] = {o: [] for o in owners}
     paused: dict[str, list[str]] = {o: [] for o in owners}
@@ -314,10 +314,10 @@ async def test_mixed_work_of_two_owners_keeps_the_invariant(node, fast_clock, se
         action = rng.random()
         await _mixed_step(node, rng, owner, action, open_jobs, paused, held)
         check(node)
-        ever_skipped |= bool(d.skipped)
-    assert ever_skipped and d.counters["feed_skips"] > 0  # the paths under test were taken
+        ever_skipped |= bool(d.core.skipped)
+    assert ever_skipped and d.core.counters["feed_skips"] > 0  # the paths under test were taken
     # Everything left comes out once, and nothing else.
-    d.limits_of = lambda owner: UNLIMITED
+    d.core.limits_of = lambda owner: UNLIMITED
     await trio.sleep(200)
     for owner in owners:
         for claimed in held[owner]:

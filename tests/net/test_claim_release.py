@@ -104,7 +104,7 @@ async def test_a_claim_whose_client_left_after_the_commit_gives_its_run_back(app
     assert not any(m["type"] == "http.response.body" for m in sent), "an answer went to nobody"
     run = await status_within(app, job_id, "waiting", SETTLE_S)
     assert run.attempt == 1
-    assert app.dispatcher.counters["undelivered"] == 1
+    assert app.dispatcher.core.counters["undelivered"] == 1
     metrics = (await app.api.metrics(None)).body.decode()  # type: ignore[arg-type]
     assert "\ntempo_runs_undelivered_total 1\n" in metrics
     # A live worker gets it at once, as the next attempt.
@@ -122,4 +122,4 @@ async def test_a_delivered_claim_keeps_its_run(app):
     await trio.sleep(0.5)
     run = await status_within(app, job_id, "claimed", 0.1)
     assert run.worker == "live" and run.attempt == 1
-    assert app.dispatcher.counters["undelivered"] == 0
+    assert app.dispatcher.core.counters["undelivered"] == 0

@@ -19,7 +19,6 @@ heartbeat. Every change of state goes through a command, so the tables stay
 the truth.
 """
 
-from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Generator
 from typing import TypeGuard
 
@@ -48,10 +47,8 @@ from tempo.engine.dispatch_workers import (
     log_failed_attempts,
     run_or_none_each,
 )
-from tempo.engine.records import Job
 from tempo.engine.signals import StopWaiters
 from tempo.engine.store import Changes, Store
-from tempo.wheel import TimingWheel
 
 __all__ = [
     "HTTP_QUEUE", "LATENESS_BUCKETS_S", "Beat", "ClaimStep", "ClaimedRun", "Commit", "Dispatcher", "Lease", "Wait",
@@ -76,6 +73,8 @@ class Dispatcher(WorkerCalls):
         # Leases, waits and claim rates run on `trio.current_time()`.
         # Injectable so tests can drive due times with a mock clock.
         self.now_ms = now_ms or clock.Clock().now_ms
+        # Its state (counters, leases, the wheel, owners' limits ...) is read
+        # and set here, by the API's metrics and the tests: `dispatcher.core.X`.
         self.core = DispatchCore(store, self.now_ms(), readahead_ms=readahead_ms, limits_of=limits_of)
         self.events_changed = trio.Event()
         # One event per ready queue with claimers waiting (`HTTP_QUEUE` for
@@ -90,71 +89,8 @@ class Dispatcher(WorkerCalls):
         self.stop_waiters = StopWaiters()
         committer.listeners.append(self.on_changes)
 
-    # The core's state, as the API's metrics and the tests read it.
-    @property
-    def limits_of(self) -> Callable[[str], OwnerLimits]:
-        return self.core.limits_of
-
-    @limits_of.setter
-    def limits_of(self, limits_of: Callable[[str], OwnerLimits]) -> None:
-        self.core.limits_of = limits_of
-
-    @property
-    def generation(self) -> int:
-        return self.core.generation
-
-    @property
-    def counters(self) -> Counter[str]:
-        return self.core.counters
-
-    @property
-    def lateness_buckets(self) -> list[int]:
-        return self.core.lateness_buckets
-
-    @property
-    def lateness_sum_s(self) -> float:
-        return self.core.lateness_sum_s
-
-    @property
-    def in_flight(self) -> Counter[str]:
-        return self.core.in_flight
-
-    @property
-    def leases(self) -> dict[tuple[str, int], Lease]:
-        return self.core.leases
-
-    @property
-    def wheel(self) -> TimingWheel[bytes]:
-        return self.core.wheel
-
-    @property
-    def queue_of(self) -> dict[bytes, tuple[str, Job]]:
-        return self.core.queue_of
-
-    @property
-    def ready(self) -> dict[str, deque[bytes]]:
-        return self.core.ready
-
-    @property
-    def skipped(self) -> dict[str, int]:
-        return self.core.skipped
-
-    @property
-    def loaded_of(self) -> Counter[str]:
-        return self.core.loaded_of
-
-    @property
-    def loaded_until_ms(self) -> int:
-        return self.core.loaded_until_ms
-
-    def ready_count(self) -> int:
-        return self.core.ready_count()
-
     def held_back(self) -> dict[str, int]:
         return self.core.held_back(trio.current_time())
-
-    def check_memory(self) -> None:
-        self.core.check_memory()
 
     def reset(self) -> None:
         """Forgets all soft state (a leader that stopped leading); the next

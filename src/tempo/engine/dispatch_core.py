@@ -113,7 +113,7 @@ class DispatchCore(Claims, Loader):
             self.load(now_ms, mono_s)
         elif self.rereads:
             self._reread(0)
-        woken = self._wakeups.queues
+        make_ready = self._make_ready
         for runs_key in self.wheel.advance(now_ms, limits.dispatch_slice_runs):
             entry = self.queue_of.get(runs_key)
             if entry is None:
@@ -122,14 +122,7 @@ class DispatchCore(Claims, Loader):
                 # Apply decides first whether the policy lets it run now.
                 self.overlap_due.append(runs_key)
                 continue
-            queue = entry[0]
-            self.ready.setdefault(queue, deque()).append(runs_key)
-            self.counters["due"] += 1
-            if is_http(queue):
-                self.http_ready[queue] = None
-                woken.add(HTTP_QUEUE)
-            else:
-                woken.add(queue)
+            make_ready(entry[0], runs_key)
         self.tick_ahead(now_ms)
         return self.wheel.behind
 
@@ -179,7 +172,11 @@ class DispatchCore(Claims, Loader):
         entry = self.queue_of.get(runs_key)
         if entry is None or runs_key in self.wheel:
             return
-        queue = entry[0]
+        self._make_ready(entry[0], runs_key)
+
+    def _make_ready(self, queue: str, runs_key: bytes) -> None:
+        """A run that fell due at the tail of `queue`'s ready queue, its
+        claimers among `take_wakeups` (`HTTP_QUEUE` for an http queue's)."""
         self.ready.setdefault(queue, deque()).append(runs_key)
         self.counters["due"] += 1
         if is_http(queue):

@@ -177,7 +177,7 @@ class MetricsHandlers:
         d = self.dispatcher
         series = (
             ("tempo_owner_runs_in_flight", "gauge", "Runs claimed and not finished, by owner (leader only).",
-             d.in_flight),
+             d.core.in_flight),
             ("tempo_owner_runs_held", "gauge", "Runs due but held back by the owner's limits, by owner.",
              d.held_back()),
             ("tempo_owner_creates_rate_limited_total", "counter", "Create requests refused with 429, by owner.",
@@ -190,7 +190,7 @@ class MetricsHandlers:
         return lines
 
     def _dispatch_metrics(self) -> list[str]:
-        d = self.dispatcher
+        d = self.dispatcher.core
         lines = []
         for name in ("due", "claimed", "done", "failed", "waiting", "expired", "undelivered", "timed_out", "cancelled"):
             metric = "retried" if name == "waiting" else name
@@ -216,7 +216,7 @@ class MetricsHandlers:
             f"tempo_runs_due_not_claimed {d.ready_count()}",
             "# HELP tempo_lease_heap_entries Entries in the lease heap (at most 2 per lease plus a slack).",
             "# TYPE tempo_lease_heap_entries gauge",
-            f"tempo_lease_heap_entries {d.core.lease_heap_entries}",
+            f"tempo_lease_heap_entries {d.lease_heap_entries}",
             "# HELP tempo_claim_lateness_seconds Claim time minus due time.",
             "# TYPE tempo_claim_lateness_seconds histogram",
         ]

@@ -29,15 +29,35 @@ T = TypeVar("T")
 Bucket = lmdb._Database
 
 
+class Cursors(dict[lmdb._Database, "lmdb.Cursor[bytes]"]):
+    """A transaction's one cursor on each table of the claim and result
+    paths, for gets, puts and deletes by key: `cursors[db]`, made when first
+    used. A batch's runs sit near each other, and LMDB finds a key on the
+    cursor's page without a walk from the root. A walk opens its own
+    (`txn.cursor`): a lookup between its steps would move this one.
+
+    A dict, so a cursor already made is found without a Python call (the
+    claim and result paths look one up several times per run)."""
+
+    __slots__ = ("txn",)
+
+    def __init__(self, txn: "lmdb.Transaction[bytes]"):
+        super().__init__()
+        self.txn = txn
+
+    def __missing__(self, db: lmdb._Database) -> "lmdb.Cursor[bytes]":
+        cur = self[db] = self.txn.cursor(db=db)
+        return cur
+
+
 class Reads:
     """The databases of one transaction, with lookups. Within the
     transaction, owners and the buckets in use are read once."""
 
     __slots__ = (
-        "_bucket_of_day", "_by_job_cur", "_by_status_cur", "_held_cur", "_hist_curs", "_history", "_jobs_cur",
-        "_outcomes_cur", "_owners", "_runs_cur", "buckets", "by_job", "by_label", "by_owner", "by_status",
-        "calendars", "claim_keys", "deps", "deps_used", "events", "held", "hist_days", "job_counts", "jobs", "members",
-        "meta", "open", "outcomes", "reqkeys", "runs", "txn",
+        "_bucket_of_day", "_hist_curs", "_history", "_owners", "buckets", "by_job", "by_label", "by_owner", "by_status",
+        "calendars", "claim_keys", "cursors", "deps", "deps_used", "events", "held", "hist_days", "job_counts", "jobs",
+        "members", "meta", "open", "outcomes", "reqkeys", "runs", "txn",
     )
 
     def __init__(
@@ -79,48 +99,17 @@ class Reads:
         # day a run finished in, looked up once.
         self._history: list[tuple[int, lmdb._Database]] | None = None
         self._bucket_of_day: dict[int, lmdb._Database] = {}
-        # One cursor a table on the claim and result paths, made when first
-        # used: a batch's runs sit near each other, and LMDB finds a key on
-        # the cursor's page without a walk from the root.
-        self._runs_cur: lmdb.Cursor[bytes] | None = None
-        self._by_job_cur: lmdb.Cursor[bytes] | None = None
-        self._by_status_cur: lmdb.Cursor[bytes] | None = None
-        self._held_cur: lmdb.Cursor[bytes] | None = None
-        self._jobs_cur: lmdb.Cursor[bytes] | None = None
-        self._outcomes_cur: lmdb.Cursor[bytes] | None = None
+        # One cursor a table on the claim and result paths (`Cursors`).
+        self.cursors = Cursors(txn)
         # History: one cursor per (day, part of the bucket: runs, their
         # status rows, events); forgotten when a bucket is dropped.
         self._hist_curs: dict[tuple[int, bytes], lmdb.Cursor[bytes]] = {}
+        self._start()
 
-    def runs_cursor(self) -> "lmdb.Cursor[bytes]":
-        if self._runs_cur is None:
-            self._runs_cur = self.txn.cursor(db=self.runs)
-        return self._runs_cur
-
-    def by_job_cursor(self) -> "lmdb.Cursor[bytes]":
-        if self._by_job_cur is None:
-            self._by_job_cur = self.txn.cursor(db=self.by_job)
-        return self._by_job_cur
-
-    def by_status_cursor(self) -> "lmdb.Cursor[bytes]":
-        if self._by_status_cur is None:
-            self._by_status_cur = self.txn.cursor(db=self.by_status)
-        return self._by_status_cur
-
-    def held_cursor(self) -> "lmdb.Cursor[bytes]":
-        if self._held_cur is None:
-            self._held_cur = self.txn.cursor(db=self.held)
-        return self._held_cur
-
-    def outcomes_cursor(self) -> "lmdb.Cursor[bytes]":
-        if self._outcomes_cur is None:
-            self._outcomes_cur = self.txn.cursor(db=self.outcomes)
-        return self._outcomes_cur
-
-    def jobs_cursor(self) -> "lmdb.Cursor[bytes]":
-        if self._jobs_cur is None:
-            self._jobs_cur = self.txn.cursor(db=self.jobs)
-        return self._jobs_cur
+    def _start(self) -> None:
+        """Called last by `__init__`, so a subclass keeps one signature: the
+        state it adds for the transaction (`Tables`: its counts and change
+        feed). One call per transaction, never per run."""
 
     # -- jobs ------------------------------------------------------------------
 
@@ -150,7 +139,7 @@ class Reads:
 
     def job_any(self, job_id: str, job_key: bytes | None = None) -> Job:
         """The job of a run, whoever owns it; it must be there."""
-        raw = self.jobs_cursor().get(keys.job_key(job_id) if job_key is None else job_key)
+        raw = self.cursors[self.jobs].get(keys.job_key(job_id) if job_key is None else job_key)
         assert raw is not None, f"run of a missing job {job_id}"
         return job_dec.decode(raw)
 
@@ -161,7 +150,7 @@ class Reads:
             return job.owner
         owner = self._owners.get(job_id)
         if owner is None:
-            raw = self.jobs_cursor().get(keys.job_key(job_id))
+            raw = self.cursors[self.jobs].get(keys.job_key(job_id))
             assert raw is not None, f"run of a missing job {job_id}"
             owner = job_head_dec.decode(raw).owner
             self.remember_owner(job_id, owner)
@@ -194,10 +183,10 @@ class Reads:
         `keys.by_job_key(job_id, nominal_ms)` when the caller has it."""
         if by_job_key is None:
             by_job_key = keys.by_job_key(job_id, nominal_ms)
-        runs_key = self.by_job_cursor().get(by_job_key)
+        runs_key = self.cursors[self.by_job].get(by_job_key)
         if runs_key is None:
             return None
-        raw = self.runs_cursor().get(runs_key)
+        raw = self.cursors[self.runs].get(runs_key)
         assert raw is not None, "an index entry points at a missing row"  # `present`, inline: once per claim and result
         return runs_key, run_dec.decode(raw)
 

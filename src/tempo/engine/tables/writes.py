@@ -78,14 +78,7 @@ class Tables(Buckets):
 
     __slots__ = ("changes", "event_seq", "job_count_deltas", "open_deltas", "outcome_counts", "status_rows")
 
-    def __init__(
-        self,
-        txn: "lmdb.Transaction[bytes]",
-        db: dict[str, lmdb._Database],
-        buckets: list[lmdb._Database],
-        owners: dict[str, str] | None = None,
-    ):
-        super().__init__(txn, db, buckets, owners)
+    def _start(self) -> None:
         self.changes = Changes([], [], [], set())
         self.open_deltas: dict[int, int] = {}
         self.event_seq: int | None = None
@@ -106,7 +99,7 @@ class Tables(Buckets):
 
     def put_job(self, job: Job, job_key: bytes | None = None) -> None:
         """`job_key` is `keys.job_key(job.id)` when the caller has it."""
-        self.jobs_cursor().put(keys.job_key(job.id) if job_key is None else job_key, enc.encode(job))
+        self.cursors[self.jobs].put(keys.job_key(job.id) if job_key is None else job_key, enc.encode(job))
 
     def set_state(self, job: Job, state: JobState) -> None:
         """`job.state = state`, counted in `job_counts` (the caller puts
@@ -213,7 +206,7 @@ class Tables(Buckets):
         has it."""
         assert old_status in OPEN and run.status in OPEN
         assert keys.due_of(runs_key) == run.due_ms, "the due time is in the key"
-        self.runs_cursor().put(runs_key, enc.encode(run))
+        self.cursors[self.runs].put(runs_key, enc.encode(run))
         if old_status != run.status:
             self._move_open_row(run, (old_status, run.due_ms), (run.status, run.due_ms), job, job_key=job_key)
         if old_status == "waiting" and run.status != "waiting":
@@ -256,11 +249,11 @@ class Tables(Buckets):
             by_job_key = keys.by_job_key(run.job_id, run.nominal_ms)
         # Once per run that finishes (a result): the calls of `_delete_at`,
         # `_count_open` and `status_key_of` spelled out.
-        cur = self.runs_cursor()
+        cur = self.cursors[self.runs]
         found = cur.set_key(runs_key)
         assert found, "a finished run had its row"
         cur.delete()
-        cur = self.by_job_cursor()
+        cur = self.cursors[self.by_job]
         found = cur.set_key(by_job_key)
         assert found, "a finished run had its runs-by-job row"
         cur.delete()
@@ -318,23 +311,23 @@ class Tables(Buckets):
         if job is not None and job.overlap is None:
             return
         if new is not None and job is not None and is_held(run):
-            self.held_cursor().put(keys.by_job_key_of(job_key, run.nominal_ms), b"")
+            self.cursors[self.held].put(keys.by_job_key_of(job_key, run.nominal_ms), b"")
         elif old is not None and may_be_held(*old):
-            held = self.held_cursor()
+            held = self.cursors[self.held]
             if held.set_key(keys.by_job_key_of(job_key, run.nominal_ms)):
                 held.delete()
 
     def hold_row(self, job_id: str, nominal_ms: int) -> None:
         """A row of the held-runs index for a run that became one its
         job's policy looks at without moving (a backfill run adopted)."""
-        self.held_cursor().put(keys.by_job_key(job_id, nominal_ms), b"")
+        self.cursors[self.held].put(keys.by_job_key(job_id, nominal_ms), b"")
 
     def reset_held_rows(self, job: Job) -> None:
         """The job's rows of the held-runs index after a patch gave it an
         overlap policy (a row for each run it holds, read from all its open
         runs once) or took its policy away (none)."""
         job_key = keys.job_key(job.id)
-        cur = self.held_cursor()
+        cur = self.cursors[self.held]
         while cur.set_range(job_key) and cur.key().startswith(job_key):
             cur.delete()
         if job.overlap is None:
@@ -349,7 +342,7 @@ class Tables(Buckets):
         once a transaction however many of its runs finish in it."""
         outcome = self.outcome_counts.get(job_key)
         if outcome is None:
-            raw = self.outcomes_cursor().get(job_key)
+            raw = self.cursors[self.outcomes].get(job_key)
             outcome = self.outcome_counts[job_key] = JobOutcome() if raw is None else outcome_dec.decode(raw)
         add_to_outcome(outcome, run)
 
@@ -359,7 +352,7 @@ class Tables(Buckets):
         counts it once."""
         outcome = self.outcome_counts.get(job_key)
         if outcome is None:
-            raw = self.outcomes_cursor().get(job_key)
+            raw = self.cursors[self.outcomes].get(job_key)
             assert raw is not None, "a cancelled run was counted"
             outcome = self.outcome_counts[job_key] = outcome_dec.decode(raw)
         assert outcome.cancelled > 0, "a cancelled run was counted"
@@ -377,7 +370,7 @@ class Tables(Buckets):
 
     def _flush_status_rows(self) -> None:
         """The runs-by-status rows `_move_open_row` kept, in key order."""
-        cur = self.by_status_cursor()
+        cur = self.cursors[self.by_status]
         for key in sorted(self.status_rows):
             put = self.status_rows[key]
             if put:
@@ -401,7 +394,7 @@ class Tables(Buckets):
         if self.event_seq is not None:
             self.txn.put(EVENT_SEQ, U64.pack(self.event_seq), db=self.meta)
         if self.outcome_counts:
-            cur = self.outcomes_cursor()
+            cur = self.cursors[self.outcomes]
             for job_key in sorted(self.outcome_counts):
                 cur.put(job_key, enc.encode(self.outcome_counts[job_key]))
             self.outcome_counts.clear()
