@@ -380,3 +380,41 @@ def test_a_cancel_of_the_last_slot_run_leaves_the_buffered_run_to_run(model: Lif
     assert model.engine.runs_of(job.id)[job.created_ms + 120_000].status == "claimed"
     steps(model, ("result", {"data": Draws(0), "ok": True}))
     assert model.store_job(job).state == "completed"
+
+
+
+@pytest.mark.parametrize("late_s", [1, 3])
+def test_a_gated_slot_released_after_its_next_slot_passed_runs_late(model: LifecycleModel, late_s: int) -> None:
+    """An `every_s: 1` job gated on a one-off's failure (`wait_s: 5`): its
+    slot of second 1 waits on its gate; the parent fails for good at second
+    1 + `late_s`, after the next slot passed. A run that waits on its gate
+    is never a missed slot (docs/semantics.md "A gate on a clock
+    schedule"): the slot of second 1 runs, late, and catch-up (`latest`)
+    runs the latest slot that passed while it waited, due at once and
+    after its own gate (the same end opens it); the slots between are one
+    `missed` range, reason `policy`. The model once called the late run a
+    fault ("handed out after their next slot passed"); `late_s` 1 is the
+    sequence hypothesis shrank it to."""
+    model.first_job(sched=("at", -120), retry={"max_attempts": 1, "backoff_s": [0]}, timeout_s=None, lease_s=None,
+                    jitter_s=0, queue="a")
+    steps(
+        model,
+        ("create_gated", {"data": Draws(0, 0), "sched": ("every", 1), "on": "failed", "wait_s": 5,
+                          "within_s": None, "queue": "a"}),
+        ("advance", {"by": 1}),
+        ("claim_all", {}),  # the parent's run; the gate holds the slot of second 1 back
+        ("advance", {"by": late_s}),
+        ("result", {"data": Draws(0), "ok": False}),  # the parent fails for good: the gate opens
+        ("claim_all", {}),
+    )
+    gated = model.jobs[1]
+    first_ms, now_ms = gated.created_ms + 1000, model.engine.now_ms
+    runs = model.engine.runs_of(gated.id)
+    assert runs[first_ms].status == "claimed"
+    assert (runs[now_ms].status, runs[now_ms].due_ms) == ("waiting", now_ms)
+    rows, _ = model.engine.store.list_runs(lifecycle_model.OWNER, gated.id, since_ms=first_ms + 1, until_ms=now_ms,
+                                           limit=10, cursor_ms=None)
+    assert [(r.nominal_ms, r.status, r.reason, r.missed_count) for r in rows] == (
+        [] if late_s == 1 else [(first_ms + 1000, "missed", "policy", late_s - 1)])
+    steps(model, ("claim_all", {}))  # the latest slot's run: its gate is open
+    assert model.engine.runs_of(gated.id)[now_ms].status == "claimed"
