@@ -418,3 +418,37 @@ def test_a_gated_slot_released_after_its_next_slot_passed_runs_late(model: Lifec
         [] if late_s == 1 else [(first_ms + 1000, "missed", "policy", late_s - 1)])
     steps(model, ("claim_all", {}))  # the latest slot's run: its gate is open
     assert model.engine.runs_of(gated.id)[now_ms].status == "claimed"
+
+
+@pytest.mark.parametrize("gate_open_at_slot", [True, False])
+def test_a_gated_slot_no_claim_reached_within_a_period_is_missed(model: LifecycleModel, gate_open_at_slot: bool) -> None:
+    """An `every_s: 1` job gated on a one-off's failure (`wait_s: 5`), on a
+    queue no worker asks until second 3. Its slot of second 1 never waited
+    on its gate (no claim found a parent missing before its next slot),
+    whether the parent failed before the slot or after it: it is a missed
+    slot as any run unclaimed for longer than a period, recorded with
+    second 2 as one `missed` range, reason `policy`, and the latest slot
+    runs (docs/semantics.md "A gate on a clock schedule")."""
+    model.first_job(sched=("at", -120), retry={"max_attempts": 1, "backoff_s": [0]}, timeout_s=None, lease_s=None,
+                    jitter_s=0, queue="a")
+    fail = ("result", {"data": Draws(0), "ok": False})
+    steps(
+        model,
+        ("create_gated", {"data": Draws(0, 0), "sched": ("every", 1), "on": "failed", "wait_s": 5,
+                          "within_s": None, "queue": "b"}),
+        ("advance", {"by": 1}),
+        ("claim", {"queues": ["a"], "runs_max": 100}),  # the parent's run only
+        *([fail] if gate_open_at_slot else []),
+        ("advance", {"by": 1}),
+        *([] if gate_open_at_slot else [fail]),
+        ("advance", {"by": 1}),
+        ("claim_all", {}),
+    )
+    gated = model.jobs[1]
+    first_ms, now_ms = gated.created_ms + 1000, model.engine.now_ms
+    rows, _ = model.engine.store.list_runs(lifecycle_model.OWNER, gated.id, since_ms=None, until_ms=None, limit=10,
+                                           cursor_ms=None)
+    assert sorted((r.nominal_ms, r.status, r.reason, r.missed_count, r.due_ms) for r in rows) == [
+        (first_ms, "missed", "policy", 2, first_ms), (now_ms, "waiting", None, None, now_ms)]
+    steps(model, ("claim_all", {}))  # the latest slot's run: its gate is open
+    assert model.engine.runs_of(gated.id)[now_ms].status == "claimed"
