@@ -452,3 +452,26 @@ def test_a_gated_slot_no_claim_reached_within_a_period_is_missed(model: Lifecycl
         (first_ms, "missed", "policy", 2, first_ms), (now_ms, "waiting", None, None, now_ms)]
     steps(model, ("claim_all", {}))  # the latest slot's run: its gate is open
     assert model.engine.runs_of(gated.id)[now_ms].status == "claimed"
+
+
+def test_a_one_off_whose_owner_cancelled_its_run_made_repeating_steps_over_that_slot(model: LifecycleModel) -> None:
+    """A one-off at second 600 whose waiting run its owner cancels at
+    second 201 (the job completes), patched to `*/5 * * * *`: its run of
+    second 300 is claimed, and the schedule is handed on past second 600,
+    whose run its owner cancelled: it stays cancelled (docs/semantics.md
+    "Changing a job": a slot whose run its owner cancelled is stepped
+    over, as when a claim hands the schedule on)."""
+    model.first_job(sched=("at", 600), retry=None, timeout_s=None, lease_s=None, jitter_s=0, queue="a")
+    steps(
+        model,
+        ("advance", {"by": 201}),
+        ("cancel", {"data": Draws(0)}),
+        ("patch", {"data": Draws(0, {"cron": "*/5 * * * *"}), "stale": False, "what": "schedule"}),
+        ("advance", {"by": 120}),
+        ("claim_all", {}),
+    )
+    job = model.jobs[0]
+    runs = model.engine.runs_of(job.id)
+    t0_ms = lifecycle_model.T0_MS
+    assert (runs[t0_ms + 300_000].status, runs[t0_ms + 600_000].status) == ("claimed", "cancelled")
+    assert model.store_job(job).slot_ms == t0_ms + 900_000
