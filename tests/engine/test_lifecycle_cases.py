@@ -475,3 +475,40 @@ def test_a_one_off_whose_owner_cancelled_its_run_made_repeating_steps_over_that_
     t0_ms = lifecycle_model.T0_MS
     assert (runs[t0_ms + 300_000].status, runs[t0_ms + 600_000].status) == ("claimed", "cancelled")
     assert model.store_job(job).slot_ms == t0_ms + 900_000
+
+
+def test_a_gated_slot_skipped_past_a_slot_a_trigger_took_records_the_range_as_its_event(
+    model: LifecycleModel,
+) -> None:
+    """An `every_s: 1` job gated on a one-off that never succeeds
+    (`wait_s: 5`): its slot of second 1 waits on its gate, a trigger at
+    second 2 takes the next slot's millisecond, and the claim at second 7
+    skips the slot of second 1 (`dependency`). Catch-up runs second 7;
+    seconds 2 to 6 are one `missed` range (`policy`), whose first slot
+    the triggered run holds: the range is its `run.missed` event alone
+    (docs/semantics.md "Catch-up after missed slots"). The model once
+    asked for its row too (lifecycle model seed 3)."""
+    model.first_job(sched=("at", -120), retry=None, timeout_s=None, lease_s=None, jitter_s=0, queue="a")
+    steps(
+        model,
+        ("claim_all", {}),  # the parent's run, which never ends
+        ("advance", {"by": 1}),
+        ("create_gated", {"data": Draws(0, 0), "sched": ("every", 1), "on": "succeeded", "wait_s": 5,
+                          "within_s": None, "queue": "a"}),
+        ("advance", {"by": 1}),
+        ("claim_all", {}),  # the gate holds the slot of second 1 back
+        ("advance", {"by": 1}),
+        ("trigger", {"data": Draws(1)}),
+        ("advance", {"by": 5}),
+        ("claim_all", {}),
+    )
+    gated = model.jobs[1]
+    first_ms, now_ms = gated.created_ms + 1000, model.engine.now_ms
+    rows, _ = model.engine.store.list_runs(lifecycle_model.OWNER, gated.id, since_ms=None, until_ms=None, limit=10,
+                                           cursor_ms=None)
+    assert sorted((r.nominal_ms, r.status, r.reason, r.triggered) for r in rows) == [
+        (first_ms, "skipped", "dependency", False), (first_ms + 1000, "claimed", None, True),
+        (now_ms, "waiting", None, False)]
+    missed = [ev.detail for _, ev in model.engine.store.list_events(lifecycle_model.OWNER, 0, 1 << 20)
+              if ev.type == "run.missed" and ev.job_id == gated.id]
+    assert [(d["reason"], d["count"]) for d in missed] == [("policy", 5)]
