@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from tempo import ids
+from tempo.engine.records import Run
 
 from . import lifecycle_model
 from .lifecycle_model import LifecycleModel
@@ -41,6 +42,16 @@ def steps(model: LifecycleModel, *calls: tuple[str, dict[str, Any]]) -> None:
     for name, kwargs in calls:
         getattr(model, name)(**kwargs)
         model.check()
+
+
+def gated_history(model: LifecycleModel) -> tuple[int, int, list[Run]]:
+    """The first slot of the case's gated job (the second job, every
+    second), the time now, and the job's run history: runs and `missed`
+    rows, newest first."""
+    gated = model.jobs[1]
+    rows, _ = model.engine.store.list_runs(lifecycle_model.OWNER, gated.id, since_ms=None, until_ms=None, limit=100,
+                                           cursor_ms=None)
+    return gated.created_ms + 1000, model.engine.now_ms, rows
 
 
 def test_runs_buffer_all_buffered_stay_buffered_under_buffer_one(model: LifecycleModel) -> None:
@@ -407,17 +418,13 @@ def test_a_gated_slot_released_after_its_next_slot_passed_runs_late(model: Lifec
         ("result", {"data": Draws(0), "ok": False}),  # the parent fails for good: the gate opens
         ("claim_all", {}),
     )
-    gated = model.jobs[1]
-    first_ms, now_ms = gated.created_ms + 1000, model.engine.now_ms
-    runs = model.engine.runs_of(gated.id)
-    assert runs[first_ms].status == "claimed"
-    assert (runs[now_ms].status, runs[now_ms].due_ms) == ("waiting", now_ms)
-    rows, _ = model.engine.store.list_runs(lifecycle_model.OWNER, gated.id, since_ms=first_ms + 1, until_ms=now_ms,
-                                           limit=10, cursor_ms=None)
-    assert [(r.nominal_ms, r.status, r.reason, r.missed_count) for r in rows] == (
-        [] if late_s == 1 else [(first_ms + 1000, "missed", "policy", late_s - 1)])
+    first_ms, now_ms, rows = gated_history(model)
+    assert sorted((r.nominal_ms, r.status, r.reason, r.missed_count, r.due_ms) for r in rows) == [
+        (first_ms, "claimed", None, None, now_ms),
+        *([] if late_s == 1 else [(first_ms + 1000, "missed", "policy", late_s - 1, first_ms + 1000)]),
+        (now_ms, "waiting", None, None, now_ms)]
     steps(model, ("claim_all", {}))  # the latest slot's run: its gate is open
-    assert model.engine.runs_of(gated.id)[now_ms].status == "claimed"
+    assert model.engine.runs_of(model.jobs[1].id)[now_ms].status == "claimed"
 
 
 @pytest.mark.parametrize("gate_open_at_slot", [True, False])
@@ -444,14 +451,11 @@ def test_a_gated_slot_no_claim_reached_within_a_period_is_missed(model: Lifecycl
         ("advance", {"by": 1}),
         ("claim_all", {}),
     )
-    gated = model.jobs[1]
-    first_ms, now_ms = gated.created_ms + 1000, model.engine.now_ms
-    rows, _ = model.engine.store.list_runs(lifecycle_model.OWNER, gated.id, since_ms=None, until_ms=None, limit=10,
-                                           cursor_ms=None)
+    first_ms, now_ms, rows = gated_history(model)
     assert sorted((r.nominal_ms, r.status, r.reason, r.missed_count, r.due_ms) for r in rows) == [
         (first_ms, "missed", "policy", 2, first_ms), (now_ms, "waiting", None, None, now_ms)]
     steps(model, ("claim_all", {}))  # the latest slot's run: its gate is open
-    assert model.engine.runs_of(gated.id)[now_ms].status == "claimed"
+    assert model.engine.runs_of(model.jobs[1].id)[now_ms].status == "claimed"
 
 
 def test_a_one_off_whose_owner_cancelled_its_run_made_repeating_steps_over_that_slot(model: LifecycleModel) -> None:
@@ -502,13 +506,10 @@ def test_a_gated_slot_skipped_past_a_slot_a_trigger_took_records_the_range_as_it
         ("advance", {"by": 5}),
         ("claim_all", {}),
     )
-    gated = model.jobs[1]
-    first_ms, now_ms = gated.created_ms + 1000, model.engine.now_ms
-    rows, _ = model.engine.store.list_runs(lifecycle_model.OWNER, gated.id, since_ms=None, until_ms=None, limit=10,
-                                           cursor_ms=None)
+    first_ms, now_ms, rows = gated_history(model)
     assert sorted((r.nominal_ms, r.status, r.reason, r.triggered) for r in rows) == [
         (first_ms, "skipped", "dependency", False), (first_ms + 1000, "claimed", None, True),
         (now_ms, "waiting", None, False)]
     missed = [ev.detail for _, ev in model.engine.store.list_events(lifecycle_model.OWNER, 0, 1 << 20)
-              if ev.type == "run.missed" and ev.job_id == gated.id]
+              if ev.type == "run.missed" and ev.job_id == model.jobs[1].id]
     assert [(d["reason"], d["count"]) for d in missed] == [("policy", 5)]
