@@ -30,7 +30,9 @@ on a clock schedule") on the model's jobs claim a slot's run only once
 every parent had a counting end within `within_s` before the slot, skip
 it (`dependency`, naming the missing parents) only `wait_s` after the
 slot, and a slot run held for its parents is due the moment the last
-end arrives. `tests/engine/
+end arrives; such a run is never a missed slot: past its next slot it
+runs late (or is skipped), and the latest slot that passed runs after it,
+the slots between recorded `missed`. `tests/engine/
 test_lifecycle_model.py` runs it; `TEMPO_LIFECYCLE_EXAMPLES` and
 `TEMPO_LIFECYCLE_STEPS` make it run longer.
 
@@ -356,6 +358,9 @@ class Gate:
     wait_s: int
     latest: dict[str, int] = field(default_factory=dict)
     judged: set[int] = field(default_factory=set)  # slots whose `dependency` skip was checked
+    # Slots whose run waited on the gate: a claim found a parent missing
+    # before the slot's deadline (`wait_s`), and the run was held, due at it.
+    waited: set[int] = field(default_factory=set)
 
     def ended(self, parent: str, status: str, at_ms: int) -> None:
         if parent in self.parents and Dependent("", (), self.on, False).counts(status):
@@ -677,7 +682,9 @@ class LifecycleModel(RuleBasedStateMachine):
         held = {(j.id, r.nominal_ms) for j in self.live() if j.overlap != "allow" or j.calendar or j.gate
                 for r in j.runs.values()}
         slots = dict(self.slots)
-        superseded = self.superseded(due & {(j.id, slots.get(j.id)) for j in self.live()})
+        slot_runs = due & {(j.id, slots.get(j.id)) for j in self.live()}
+        superseded = self.superseded(slot_runs)
+        late = self.waited_late(slot_runs)
         for job in self.live():
             if not job.plain:
                 self.new_ok[job.id] = "slot"  # an overlap decision hands the schedule on as a claim does
@@ -699,6 +706,7 @@ class LifecycleModel(RuleBasedStateMachine):
         for run in claimed:
             self.claimed(run, slots)
         self.check_gates_claimed(claimed)
+        self.check_late_gated(late)
 
     def check_gates_claimed(self, claimed: list[Run]) -> None:
         """A gated job's slot run is claimed only when every parent had a
@@ -716,8 +724,23 @@ class LifecycleModel(RuleBasedStateMachine):
         """The due slot runs (job ID, slot) of active repeating jobs whose
         next slot has passed too: the catch-up policy (the default, `latest`,
         here) decides on them with the slots after them, and never hands
-        them out (docs/semantics.md "Catch-up after missed slots")."""
-        found = set()
+        them out (docs/semantics.md "Catch-up after missed slots"). A run
+        that waited on its gate is not one of them: it is never a missed
+        slot ("A gate on a clock schedule"; `waited_late`)."""
+        return {(job_id, slot_ms) for job_id, slot_ms, waited in self.passed_slot_runs(slot_runs) if not waited}
+
+    def waited_late(self, slot_runs: set[tuple[str, int | None]]) -> set[tuple[str, int]]:
+        """The due slot runs that waited on their gate and whose next slot
+        has passed: the gate decides on each (it runs, late, or is skipped
+        for its dependency), and catch-up on the slots after it
+        (`check_late_gated`)."""
+        return {(job_id, slot_ms) for job_id, slot_ms, waited in self.passed_slot_runs(slot_runs) if waited}
+
+    def passed_slot_runs(self, slot_runs: set[tuple[str, int | None]]) -> list[tuple[str, int, bool]]:
+        """The due slot runs of active repeating jobs with the default
+        catch-up whose next slot has passed, each with whether it waited
+        on its gate."""
+        found = []
         for job_id, slot_ms in slot_runs:
             job = next(j for j in self.jobs if j.id == job_id)
             run = job.runs.get(slot_ms) if slot_ms is not None else None
@@ -726,8 +749,53 @@ class LifecycleModel(RuleBasedStateMachine):
             stored = self.engine.store.get_job(OWNER, job_id)
             nxt = slot_after_ms(stored.schedule, stored.created_at_ms, slot_ms, inclusive=False)
             if stored.catchup is None and nxt is not None and nxt <= self.engine.now_ms:
-                found.add((job_id, slot_ms))
+                found.append((job_id, slot_ms, job.gate is not None and slot_ms in job.gate.waited))
         return found
+
+    def check_late_gated(self, late: set[tuple[str, int]]) -> None:
+        """A run that waited on its gate past its next slot, claimed (late)
+        or skipped for its dependency by this claim: the slots that passed
+        while it waited are decided by catch-up (`latest`): the latest of
+        them runs, due at once, and those between are one `missed` range,
+        reason `policy` (docs/semantics.md "A gate on a clock schedule"):
+        its event, and its row unless a triggered run holds its first slot
+        ("Catch-up after missed slots")."""
+        now_ms = self.engine.now_ms
+        for job_id, slot_ms in late:
+            job = next(j for j in self.jobs if j.id == job_id)
+            run = self.engine.store.get_run_any(job_id, slot_ms)
+            if run is None or run.status not in ("claimed", "skipped") or job.had_overlap:
+                continue  # not reached by this claim (`runs_max`), or held back by an overlap policy
+            stored = self.engine.store.get_job(OWNER, job_id)
+            nxt = slot_after_ms(stored.schedule, stored.created_at_ms, slot_ms, inclusive=False)
+            assert nxt is not None and nxt <= now_ms
+            latest = nxt
+            while (after := slot_after_ms(stored.schedule, stored.created_at_ms, latest, inclusive=False)) is not None \
+                    and after <= now_ms:
+                latest = after
+            if latest in job.runs and job.runs[latest].triggered:
+                continue  # a trigger took the latest slot: the schedule steps over it
+            event(f"gate: a run that waited past its next slot, {run.status}")
+            if (stored.slot_ms, stored.next_run_at_ms) != (latest, now_ms):
+                self.fault("gate", f"after slot {slot_ms} waited on its gate to {now_ms}, job {job_id} has slot "
+                           f"{stored.slot_ms} due {stored.next_run_at_ms}, not the latest passed slot {latest}")
+            ranges = [(ev.detail["missed_from"], ev.detail["missed_until"])
+                      for _, ev in self.engine.store.list_events(OWNER, 0, 1 << 20)
+                      if ev.job_id == job_id and ev.type == "run.missed" and ev.at_ms == now_ms
+                      and ev.detail["reason"] == "policy"]
+            if latest > nxt and (clock.iso_from_ms(nxt), clock.iso_from_ms(latest)) not in ranges:
+                self.fault("gate", f"after slot {slot_ms} waited on its gate, no run.missed event of "
+                           f"{nxt}..{latest}: {ranges}")
+            # The range's row, at its first slot, unless a triggered run
+            # holds that slot (the range is then the event alone).
+            rows, _ = self.engine.store.list_runs(OWNER, job_id, since_ms=nxt, until_ms=latest, limit=100,
+                                                  cursor_ms=None)
+            seen = [(r.nominal_ms, r.status, r.reason, r.missed_until_ms) for r in rows if not r.triggered]
+            taken = any(r.nominal_ms == nxt for r in rows if r.triggered)
+            want = [] if latest == nxt or taken else [(nxt, "missed", "policy", latest)]
+            if seen != want:
+                self.fault("gate", f"after slot {slot_ms} waited on its gate, the slots it passed are {seen}, "
+                           f"not {want}")
 
     def missed_slot_runs(self, superseded: set[tuple[str, int]]) -> set[tuple[str, int]]:
         """Those of `superseded` that became a `missed` row, which the model
@@ -1010,6 +1078,7 @@ class LifecycleModel(RuleBasedStateMachine):
                         and not run.buffered and nominal_ms <= now_ms < run.due_ms)
                 if held:
                     event("gate: a slot waits for its parents")
+                    gate.waited.add(nominal_ms)
                 if held and job.state == "active" and not gate.missing(nominal_ms):
                     self.fault("gate", f"slot {nominal_ms} waits (due {run.due_ms}) though every parent ended")
 

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from tempo import ids
+from tempo.engine.records import Run
 
 from . import lifecycle_model
 from .lifecycle_model import LifecycleModel
@@ -41,6 +42,16 @@ def steps(model: LifecycleModel, *calls: tuple[str, dict[str, Any]]) -> None:
     for name, kwargs in calls:
         getattr(model, name)(**kwargs)
         model.check()
+
+
+def gated_history(model: LifecycleModel) -> tuple[int, int, list[Run]]:
+    """The first slot of the case's gated job (the second job, every
+    second), the time now, and the job's run history: runs and `missed`
+    rows, newest first."""
+    gated = model.jobs[1]
+    rows, _ = model.engine.store.list_runs(lifecycle_model.OWNER, gated.id, since_ms=None, until_ms=None, limit=100,
+                                           cursor_ms=None)
+    return gated.created_ms + 1000, model.engine.now_ms, rows
 
 
 def test_runs_buffer_all_buffered_stay_buffered_under_buffer_one(model: LifecycleModel) -> None:
@@ -380,3 +391,125 @@ def test_a_cancel_of_the_last_slot_run_leaves_the_buffered_run_to_run(model: Lif
     assert model.engine.runs_of(job.id)[job.created_ms + 120_000].status == "claimed"
     steps(model, ("result", {"data": Draws(0), "ok": True}))
     assert model.store_job(job).state == "completed"
+
+
+
+@pytest.mark.parametrize("late_s", [1, 3])
+def test_a_gated_slot_released_after_its_next_slot_passed_runs_late(model: LifecycleModel, late_s: int) -> None:
+    """An `every_s: 1` job gated on a one-off's failure (`wait_s: 5`): its
+    slot of second 1 waits on its gate; the parent fails for good at second
+    1 + `late_s`, after the next slot passed. A run that waits on its gate
+    is never a missed slot (docs/semantics.md "A gate on a clock
+    schedule"): the slot of second 1 runs, late, and catch-up (`latest`)
+    runs the latest slot that passed while it waited, due at once and
+    after its own gate (the same end opens it); the slots between are one
+    `missed` range, reason `policy`. The model once called the late run a
+    fault ("handed out after their next slot passed"); `late_s` 1 is the
+    sequence hypothesis shrank it to."""
+    model.first_job(sched=("at", -120), retry={"max_attempts": 1, "backoff_s": [0]}, timeout_s=None, lease_s=None,
+                    jitter_s=0, queue="a")
+    steps(
+        model,
+        ("create_gated", {"data": Draws(0, 0), "sched": ("every", 1), "on": "failed", "wait_s": 5,
+                          "within_s": None, "queue": "a"}),
+        ("advance", {"by": 1}),
+        ("claim_all", {}),  # the parent's run; the gate holds the slot of second 1 back
+        ("advance", {"by": late_s}),
+        ("result", {"data": Draws(0), "ok": False}),  # the parent fails for good: the gate opens
+        ("claim_all", {}),
+    )
+    first_ms, now_ms, rows = gated_history(model)
+    assert sorted((r.nominal_ms, r.status, r.reason, r.missed_count, r.due_ms) for r in rows) == [
+        (first_ms, "claimed", None, None, now_ms),
+        *([] if late_s == 1 else [(first_ms + 1000, "missed", "policy", late_s - 1, first_ms + 1000)]),
+        (now_ms, "waiting", None, None, now_ms)]
+    steps(model, ("claim_all", {}))  # the latest slot's run: its gate is open
+    assert model.engine.runs_of(model.jobs[1].id)[now_ms].status == "claimed"
+
+
+@pytest.mark.parametrize("gate_open_at_slot", [True, False])
+def test_a_gated_slot_no_claim_reached_within_a_period_is_missed(model: LifecycleModel, gate_open_at_slot: bool) -> None:
+    """An `every_s: 1` job gated on a one-off's failure (`wait_s: 5`), on a
+    queue no worker asks until second 3. Its slot of second 1 never waited
+    on its gate (no claim found a parent missing before its next slot),
+    whether the parent failed before the slot or after it: it is a missed
+    slot as any run unclaimed for longer than a period, recorded with
+    second 2 as one `missed` range, reason `policy`, and the latest slot
+    runs (docs/semantics.md "A gate on a clock schedule")."""
+    model.first_job(sched=("at", -120), retry={"max_attempts": 1, "backoff_s": [0]}, timeout_s=None, lease_s=None,
+                    jitter_s=0, queue="a")
+    fail = ("result", {"data": Draws(0), "ok": False})
+    steps(
+        model,
+        ("create_gated", {"data": Draws(0, 0), "sched": ("every", 1), "on": "failed", "wait_s": 5,
+                          "within_s": None, "queue": "b"}),
+        ("advance", {"by": 1}),
+        ("claim", {"queues": ["a"], "runs_max": 100}),  # the parent's run only
+        *([fail] if gate_open_at_slot else []),
+        ("advance", {"by": 1}),
+        *([] if gate_open_at_slot else [fail]),
+        ("advance", {"by": 1}),
+        ("claim_all", {}),
+    )
+    first_ms, now_ms, rows = gated_history(model)
+    assert sorted((r.nominal_ms, r.status, r.reason, r.missed_count, r.due_ms) for r in rows) == [
+        (first_ms, "missed", "policy", 2, first_ms), (now_ms, "waiting", None, None, now_ms)]
+    steps(model, ("claim_all", {}))  # the latest slot's run: its gate is open
+    assert model.engine.runs_of(model.jobs[1].id)[now_ms].status == "claimed"
+
+
+def test_a_one_off_whose_owner_cancelled_its_run_made_repeating_steps_over_that_slot(model: LifecycleModel) -> None:
+    """A one-off at second 600 whose waiting run its owner cancels at
+    second 201 (the job completes), patched to `*/5 * * * *`: its run of
+    second 300 is claimed, and the schedule is handed on past second 600,
+    whose run its owner cancelled: it stays cancelled (docs/semantics.md
+    "Changing a job": a slot whose run its owner cancelled is stepped
+    over, as when a claim hands the schedule on)."""
+    model.first_job(sched=("at", 600), retry=None, timeout_s=None, lease_s=None, jitter_s=0, queue="a")
+    steps(
+        model,
+        ("advance", {"by": 201}),
+        ("cancel", {"data": Draws(0)}),
+        ("patch", {"data": Draws(0, {"cron": "*/5 * * * *"}), "stale": False, "what": "schedule"}),
+        ("advance", {"by": 120}),
+        ("claim_all", {}),
+    )
+    job = model.jobs[0]
+    runs = model.engine.runs_of(job.id)
+    t0_ms = lifecycle_model.T0_MS
+    assert (runs[t0_ms + 300_000].status, runs[t0_ms + 600_000].status) == ("claimed", "cancelled")
+    assert model.store_job(job).slot_ms == t0_ms + 900_000
+
+
+def test_a_gated_slot_skipped_past_a_slot_a_trigger_took_records_the_range_as_its_event(
+    model: LifecycleModel,
+) -> None:
+    """An `every_s: 1` job gated on a one-off that never succeeds
+    (`wait_s: 5`): its slot of second 1 waits on its gate, a trigger at
+    second 2 takes the next slot's millisecond, and the claim at second 7
+    skips the slot of second 1 (`dependency`). Catch-up runs second 7;
+    seconds 2 to 6 are one `missed` range (`policy`), whose first slot
+    the triggered run holds: the range is its `run.missed` event alone
+    (docs/semantics.md "Catch-up after missed slots"). The model once
+    asked for its row too (lifecycle model seed 3)."""
+    model.first_job(sched=("at", -120), retry=None, timeout_s=None, lease_s=None, jitter_s=0, queue="a")
+    steps(
+        model,
+        ("claim_all", {}),  # the parent's run, which never ends
+        ("advance", {"by": 1}),
+        ("create_gated", {"data": Draws(0, 0), "sched": ("every", 1), "on": "succeeded", "wait_s": 5,
+                          "within_s": None, "queue": "a"}),
+        ("advance", {"by": 1}),
+        ("claim_all", {}),  # the gate holds the slot of second 1 back
+        ("advance", {"by": 1}),
+        ("trigger", {"data": Draws(1)}),
+        ("advance", {"by": 5}),
+        ("claim_all", {}),
+    )
+    first_ms, now_ms, rows = gated_history(model)
+    assert sorted((r.nominal_ms, r.status, r.reason, r.triggered) for r in rows) == [
+        (first_ms, "skipped", "dependency", False), (first_ms + 1000, "claimed", None, True),
+        (now_ms, "waiting", None, False)]
+    missed = [ev.detail for _, ev in model.engine.store.list_events(lifecycle_model.OWNER, 0, 1 << 20)
+              if ev.type == "run.missed" and ev.job_id == model.jobs[1].id]
+    assert [(d["reason"], d["count"]) for d in missed] == [("policy", 5)]

@@ -248,6 +248,12 @@ def _replan(t: Tables, old: Job, job: Job, cmd: PatchJob) -> None:
     job becomes active when the new slot lies after the command. A
     catch-up under way was decided on the old schedule's slots: it ends."""
     job.catchup_until_ms = job.catchup_decided_ms = None
+    if old.slot_ms is not None and not old.schedule.repeating and job.schedule.repeating:
+        # The one-off's slot may hold a run that ended (its owner cancelled
+        # it before its time): a claim or a cancel that hands the schedule
+        # on to that slot reads it there and steps over it, as over any
+        # slot whose run its owner cancelled (`plan.step_over_taken`).
+        slots.mark_taken(job, old.slot_ms)
     if deps.is_after(job.schedule):
         _unplan(t, old, job, cmd.at_ms)
         return
