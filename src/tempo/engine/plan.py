@@ -10,18 +10,24 @@ drives a preview's slices with a checkpoint between them. An import
 contract in pyproject.toml keeps it, and the dispatcher's core, pure.
 """
 
+import functools
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 from tempo import ids, limits, schedule
 from tempo.engine.records import Catchup, Job, Missed, Run, Schedule
 
+# A cron job's rule is asked for on every claim that plans its next slot:
+# made once per (expression, zone, DST policy) and kept, since making the
+# frozen value costs about 1 µs against 0.3 µs for the lookup.
+_rule = functools.lru_cache(maxsize=1024)(schedule.CronRule)  # as schedule.py's parsed expressions
+
 
 def cron_rule(sched: Schedule) -> schedule.CronRule:
     """The cron schedule's rule (its expression, zone and DST policy),
     which answers for its slots."""
     assert sched.cron is not None and sched.timezone is not None
-    return schedule.CronRule(sched.cron, sched.timezone, sched.dst_gap, sched.dst_repeat)
+    return _rule(sched.cron, sched.timezone, sched.dst_gap, sched.dst_repeat)
 
 
 def slot_after_ms(sched: Schedule, created_at_ms: int, after_ms: int, *, inclusive: bool) -> int | None:
