@@ -77,3 +77,33 @@ def test_it_asks_again_until_a_leader_is_agreed() -> None:
     _, failures, status, _ = cli.cluster_status_waiting(
         client, [A, B, C], wait_s=2.0, monotonic=lambda: clock["now_s"], sleep=sleep)
     assert status == 1 and len(failures) == 3 and clock["now_s"] == pytest.approx(2.0)
+
+
+def test_it_asks_again_while_a_node_is_still_starting() -> None:
+    """Two nodes elect before the third listens (a loaded machine starts one
+    `tempo serve` late): the answer waits for the third rather than calling
+    a cluster that is only starting degraded. One that stays down is
+    degraded once the wait is over."""
+    calls = {"n": 0}
+    late, whole = cluster_answer("n1", "n2", down=("n3",)), cluster_answer("n1", "n2")
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        calls["n"] += 1
+        return (late if calls["n"] <= 6 else whole)(request)
+
+    client, _ = fake_client(answer, urls=(A,), token="t")
+    clock = {"now_s": 0.0}
+
+    def sleep(seconds: float) -> None:
+        clock["now_s"] += seconds
+
+    _, failures, status, verdict = cli.cluster_status_waiting(
+        client, [A, B, C], wait_s=5.0, monotonic=lambda: clock["now_s"], sleep=sleep)
+    assert (status, verdict) == (cli.STATUS_HEALTHY, "leader: n2") and not failures
+
+    client, _ = fake_client(late, urls=(A,), token="t")
+    clock["now_s"] = 0.0
+    _, failures, status, verdict = cli.cluster_status_waiting(
+        client, [A, B, C], wait_s=2.0, monotonic=lambda: clock["now_s"], sleep=sleep)
+    assert (status, verdict) == (cli.STATUS_DEGRADED, "leader: n2; degraded: n3 not answering")
+    assert list(failures) == [C] and clock["now_s"] == pytest.approx(2.0)

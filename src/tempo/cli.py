@@ -1092,17 +1092,18 @@ def cluster_status_waiting(
     monotonic: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
 ) -> tuple[list[tuple[str, dict[str, Any]]], dict[str, tuple[str, str]], int, str]:
     """`cluster_views` and `cluster_verdict`, asked again every
-    `limits.cluster_status_poll_s` while no leader is agreed, up to `wait_s`:
-    nodes started in the background a moment ago are not listening yet,
-    then electing; the first answer would call them unreachable or
-    leaderless when they are only starting (docs/operations.md "Checking
-    the cluster")."""
+    `limits.cluster_status_poll_s` while the cluster is not healthy, up to
+    `wait_s`: nodes started in the background a moment ago are not
+    listening yet, then electing, and on a loaded machine two may elect
+    before the third listens; the first answer would call them unreachable,
+    leaderless or degraded when they are only starting (docs/operations.md
+    "Checking the cluster")."""
     deadline_s = monotonic() + wait_s
     while True:
         answers, failures = cluster_views(client, urls)
         status, verdict = cluster_verdict(answers)
         left_s = deadline_s - monotonic()
-        if status != STATUS_NO_LEADER or left_s <= 0:
+        if status == STATUS_HEALTHY or left_s <= 0:
             return answers, failures, status, verdict
         sleep(min(limits.cluster_status_poll_s, left_s))
 
@@ -1145,7 +1146,7 @@ def _add_cluster_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser
         "tempo cluster status --url http://10.0.0.1:8700,http://10.0.0.2:8700", epilog=CLUSTER_STATUS_EXITS,
     )
     status.add_argument("--wait-s", type=float, default=limits.cluster_status_wait_s_default, metavar="S",
-                        help="while no leader is agreed (nodes still starting or electing), ask again for up to S "
+                        help="while the cluster is not healthy (nodes still starting or electing), ask again for up to S "
                              f"seconds (default {limits.cluster_status_wait_s_default:g}; 0: ask once)")
     add = _subparser(actions, "add", "make a node started with `tempo serve --join` a voter",
                      "tempo cluster add n4 http://10.0.0.4:8700")

@@ -682,9 +682,10 @@ assert 1 <= overlap_runs_per_command_max <= commit_batch_commands_max
 assert readahead_ms < overlap_buffered_due_ms <= time_ms_max
 
 # -- `tempo cluster status` (docs/operations.md "Running a cluster")
-# How long it asks again, by default, while no leader is agreed: nodes
-# started in the background a moment ago are still binding their ports and
-# electing (an election takes up to two election timeouts). `--wait-s 0`
+# How long it asks again, by default, while the cluster is not healthy:
+# nodes started in the background a moment ago are still binding their
+# ports and electing (an election takes up to two election timeouts), and
+# on a loaded machine two may elect before the third listens. `--wait-s 0`
 # asks once.
 cluster_status_wait_s_default = 5.0
 cluster_status_wait_s_max = 600
