@@ -31,7 +31,7 @@ import msgspec
 
 from tempo import clock, errors, ids
 from tempo.engine.commands import Command
-from tempo.engine.jobs import instant_ms
+from tempo.engine.request_checks import stored_instant_ms
 from tempo.engine.records import Job
 from tempo.engine.store import Created
 from tempo.schema import BackfillIn, JobCreate
@@ -90,10 +90,11 @@ def _backfill_body(from_ms: int, until_ms: int) -> BackfillIn:
 
 
 def before_1970_refused() -> bool:
-    """Whether validation refuses a backfill before 1970."""
+    """Whether validation refuses a backfill before 1970 (its `from` and
+    `until` are checked as stored instants, `backfill_range_ms`)."""
     try:
         body = _backfill_body(-120_000, -60_000)
-        instant_ms(body.from_, "from")
+        stored_instant_ms(body.from_, "from")
     except (msgspec.ValidationError, errors.TempoError):
         return True
     return False

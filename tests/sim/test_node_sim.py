@@ -18,12 +18,15 @@ from tempo.engine.records import Run
 from .node_cluster import Hold, NodeSimulator
 from .node_invariants import WORKER_HOLDS_MAX, NodeSimFailure
 from .node_planted import PLANTED
+from .node_workload import before_1970_refused
 
 SEEDS = int(os.environ.get("TEMPO_SIM_NODE_SEEDS", "500"))
 CHUNK = 50
 # Each planted bug is caught within this many seeds (the first seed that
 # catches each is far below it; see `CAUGHT_BY`).
 PLANTED_SEEDS = 200
+# Seeds with backfills before 1970 forced in, beyond those of `test_seeds`.
+BEFORE_1970_SEEDS = 20
 
 
 @pytest.mark.parametrize("start", range(0, SEEDS, CHUNK))
@@ -187,9 +190,12 @@ def test_an_entry_the_followers_cannot_decode_is_caught(monkeypatch: pytest.Monk
 
 def test_backfills_before_1970_are_refused() -> None:
     """Backfills of ranges before 1970 and in year 1, forced into the
-    workload: once validation refuses them, the cluster answers a 400 and
-    goes on (and the workload has them by itself, node_workload.py)."""
-    for seed in range(PLANTED_SEEDS):
+    workload: the cluster answers a 400 and goes on. Validation refuses
+    them, so every seed of `test_seeds` has them too (node_workload.py);
+    were that lost, the assertion says so and the forced seeds show what
+    such a backfill does."""
+    assert before_1970_refused() and NodeSimulator(0).workload.before_1970
+    for seed in range(BEFORE_1970_SEEDS):
         NodeSimulator(seed, before_1970=True).run()
 
 
