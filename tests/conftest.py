@@ -73,11 +73,11 @@ class Server(spawn.Node):
 
 
 @contextmanager
-def configured_server(root: Path, config: str) -> Iterator[Server]:
-    """A started server with `config` as root/tempo.toml and its data in
-    root/data; killed on leaving."""
+def configured_server(root: Path, config: str, kind: type[Server] = Server) -> Iterator[Server]:
+    """A started server (of class `kind`) with `config` as root/tempo.toml
+    and its data in root/data; killed on leaving."""
     (root / "tempo.toml").write_text(config)
-    srv = Server(root / "data", extra_args=("--config", str(root / "tempo.toml")))
+    srv = kind(root / "data", extra_args=("--config", str(root / "tempo.toml")))
     try:
         yield srv.start()
     finally:

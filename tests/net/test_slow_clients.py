@@ -13,20 +13,15 @@ minute; the code that enforces them is the same."""
 import socket
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
 
 import httpx
 import pytest
 
-from conftest import Server, metric, tempo_command, unique
+from conftest import Server, configured_server, metric, tempo_command, unique
 from slow_heads import SLOW_HEAD, SlowHeaders
 from tempo import limits
 
 from .raw_http import read_answer
-
-pytestmark = pytest.mark.process
 
 CONNECTIONS_MAX = 64
 PER_ADDRESS_MAX = CONNECTIONS_MAX // limits.connections_per_address_share  # the default
@@ -55,19 +50,9 @@ class ShortServer(Server):
         return [sys.executable, "-c", prelude, *super().argv[len(tempo_command()):]]
 
 
-@contextmanager
-def short_server(root: Path, config: str) -> Iterator[Server]:
-    (root / "tempo.toml").write_text(config)
-    srv = ShortServer(root / "data", extra_args=("--config", str(root / "tempo.toml")))
-    try:
-        yield srv.start()
-    finally:
-        srv.cleanup()
-
-
 @pytest.fixture(scope="module")
 def small(tmp_path_factory: pytest.TempPathFactory):
-    with short_server(tmp_path_factory.mktemp("slow"), CONFIG) as srv:
+    with configured_server(tmp_path_factory.mktemp("slow"), CONFIG, ShortServer) as srv:
         yield srv
 
 
@@ -160,7 +145,8 @@ def test_an_idle_keep_alive_connection_outlives_the_header_deadline(small):
 
 @pytest.fixture(scope="module")
 def tight(tmp_path_factory: pytest.TempPathFactory):
-    with short_server(tmp_path_factory.mktemp("tight"), CONFIG + "connections_per_address_max = 4\n") as srv:
+    with configured_server(tmp_path_factory.mktemp("tight"), CONFIG + "connections_per_address_max = 4\n",
+                           ShortServer) as srv:
         yield srv
 
 

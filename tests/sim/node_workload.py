@@ -31,8 +31,8 @@ import msgspec
 
 from tempo import clock, errors, ids
 from tempo.engine.commands import Command
-from tempo.engine.request_checks import stored_instant_ms
 from tempo.engine.records import Job
+from tempo.engine.request_checks import stored_instant_ms
 from tempo.engine.store import Created
 from tempo.schema import BackfillIn, JobCreate
 
