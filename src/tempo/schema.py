@@ -22,6 +22,21 @@ QueueName = Annotated[
     str, Meta(min_length=1, max_length=limits.queue_name_chars_max, pattern=r"^[A-Za-z0-9._-]+$")
 ]
 Limit = Annotated[int, Meta(ge=1, le=limits.page_limit_max)]
+# Client-chosen keys that make a repeated request safe, scoped to the owner.
+# A request key is also at most `request_key_bytes_max` bytes of UTF-8 (it
+# is part of a store key), checked in
+# `tempo.engine.request_checks.check_request_key`.
+RequestKey = Annotated[str, Meta(
+    min_length=1, max_length=limits.request_key_chars_max,
+    description=f"at most {limits.request_key_bytes_max} bytes as UTF-8; scoped to the owner",
+)]
+# A claim key is ASCII, so bytes and characters are one bound (limits.py
+# "Idempotent claims"); a final newline, which the pattern's `$` lets
+# through, is refused by the claim route.
+ClaimKey = Annotated[str, Meta(
+    min_length=1, max_length=limits.claim_key_chars_max, pattern=limits.CLAIM_KEY_PATTERN,
+    description="client-chosen, scoped to the owner: the same claim sent again with it takes no new runs",
+)]
 
 
 class _Request(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, gc=False):
@@ -46,7 +61,7 @@ _ONE_SCHEDULE = {"oneOf": [
     _only("every_s", ("at", "cron", "timezone", "dst", "after")),
     _only("after", ("at", "cron", "timezone", "every_s", "start_at", "dst", "requires")),
 ]}
-# `tempo.engine.jobs.check_target`'s rule, for the document only as well.
+# `tempo.engine.request_checks.check_target`'s rule, for the document only as well.
 _TARGET_PATTERN = r"^(queue:[A-Za-z0-9._-]{1,200}|https?://[!-.0-~][!-~]*)$"
 
 
@@ -163,7 +178,7 @@ class NotifyIn(_Request):
 
 
 # A job's labels (docs/api.md "Labels"): decoded as any JSON values and
-# checked in `tempo.engine.jobs.labels_record`, so a bad one's `loc` names
+# checked in `tempo.engine.request_checks.labels_record`, so a bad one's `loc` names
 # its key (`labels.team`); the document states the rule.
 Labels = Annotated[
     dict[str, Any],
@@ -190,16 +205,7 @@ class JobCreate(_Request):
         limits.lease_s_default
     )
     jitter_s: Annotated[int, Meta(ge=0, le=limits.jitter_s_max)] = 0
-    # Also at most `request_key_bytes_max` bytes of UTF-8 (it is part of a
-    # store key), checked in `tempo.engine.jobs.check_request_key`.
-    request_key: Annotated[
-        str,
-        Meta(
-            min_length=1,
-            max_length=limits.request_key_chars_max,
-            description=f"at most {limits.request_key_bytes_max} bytes as UTF-8; scoped to the owner",
-        ),
-    ] | None = None
+    request_key: RequestKey | None = None
     # None: the owner's default from the server's config, if any.
     notify: NotifyIn | None = None
     catchup: CatchupIn | None = None  # repeating schedules only; default {"policy": "latest"}
@@ -671,18 +677,7 @@ class ClaimIn(_Request):
     queues: Annotated[list[QueueName], Meta(min_length=1, max_length=limits.queues_per_claim_max)]
     max_runs: Annotated[int, Meta(ge=1, le=limits.claim_runs_max)] = 1
     wait_s: Annotated[float, Meta(ge=0, le=limits.claim_wait_s_max)] = 0
-    # ASCII, so bytes and characters are one bound (limits.py "Idempotent
-    # claims"); a final newline, which the pattern's `$` lets through, is
-    # refused by the claim route.
-    claim_key: Annotated[
-        str,
-        Meta(
-            min_length=1,
-            max_length=limits.claim_key_chars_max,
-            pattern=limits.CLAIM_KEY_PATTERN,
-            description="client-chosen, scoped to the owner: the same claim sent again with it takes no new runs",
-        ),
-    ] | None = None
+    claim_key: ClaimKey | None = None
     ahead_ms: Annotated[
         int,
         Meta(
