@@ -8,9 +8,16 @@ from typing import Self
 
 
 class TempoError(Exception):
-    """Base of every error tempo answers a request with."""
+    """Base of every error tempo answers a request with. A subclass names
+    its problem type in its header, `class NotFound(TempoError,
+    type="not_found")`, or keeps its base's."""
 
     type = "error"
+
+    def __init_subclass__(cls, type: str | None = None, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        if type is not None:
+            cls.type = type
 
     def __init__(self, detail: str = "", errors: list[tuple[str, str]] | None = None):
         super().__init__(detail)
@@ -24,90 +31,67 @@ class TempoError(Exception):
         return cls(f"{loc or 'body'}: {msg}", [(loc, msg)])
 
 
-class Invalid(TempoError):
-    type = "validation"
+class Invalid(TempoError, type="validation"): ...
 
 
-class TooLarge(TempoError):
-    type = "too_large"
+class TooLarge(TempoError, type="too_large"): ...
 
 
 class HeadersTooLarge(TooLarge):
     """The request line and headers are over the bound (HTTP 431)."""
 
 
-class RequestTimeout(TempoError):
+class RequestTimeout(TempoError, type="request_timeout"):
     """The request body did not arrive in time (a stalled or very slow client)."""
 
-    type = "request_timeout"
+
+class NotFound(TempoError, type="not_found"): ...
 
 
-class NotFound(TempoError):
-    type = "not_found"
+class RequestKeyReused(TempoError, type="request_key_reused"): ...
 
 
-class RequestKeyReused(TempoError):
-    type = "request_key_reused"
-
-
-class ClaimKeyReused(TempoError):
+class ClaimKeyReused(TempoError, type="claim_key_reused"):
     """A claim key recorded for another worker or another set of queues."""
 
-    type = "claim_key_reused"
+
+class StaleAttempt(TempoError, type="stale_attempt"): ...
 
 
-class StaleAttempt(TempoError):
-    type = "stale_attempt"
-
-
-class VersionMismatch(TempoError):
+class VersionMismatch(TempoError, type="version_mismatch"):
     """An `If-Match` that names another version of the job than its current one."""
 
-    type = "version_mismatch"
 
-
-class RunFinished(TempoError):
+class RunFinished(TempoError, type="run_finished"):
     """A cancel of a run that finished already (docs/semantics.md
     "Cancelling a run")."""
 
-    type = "run_finished"
+
+class Conflict(TempoError, type="conflict"): ...
 
 
-class Conflict(TempoError):
-    type = "conflict"
-
-
-class HasDependents(TempoError):
+class HasDependents(TempoError, type="has_dependents"):
     """A delete of a job that other jobs depend on (docs/semantics.md
     "Dependencies"); its detail names them (at most
     `limits.deps_shown_max`)."""
 
-    type = "has_dependents"
 
-
-class InUse(TempoError):
+class InUse(TempoError, type="in_use"):
     """A delete of a calendar that jobs, or other calendars, still use."""
 
-    type = "in_use"
+
+class Unauthorized(TempoError, type="unauthorized"): ...
 
 
-class Unauthorized(TempoError):
-    type = "unauthorized"
+class Forbidden(TempoError, type="forbidden"): ...
 
 
-class Forbidden(TempoError):
-    type = "forbidden"
+class MethodNotAllowed(TempoError, type="method_not_allowed"): ...
 
 
-class MethodNotAllowed(TempoError):
-    type = "method_not_allowed"
-
-
-class RateLimited(TempoError):
+class RateLimited(TempoError, type="rate_limited"):
     """The owner is over a rate limit; `retry_after_s` (whole seconds, at
     least 1) is when the request would fit."""
-
-    type = "rate_limited"
 
     def __init__(self, detail: str, retry_after_s: int):
         assert retry_after_s >= 1, "retry_after_s"
@@ -115,13 +99,11 @@ class RateLimited(TempoError):
         self.retry_after_s = retry_after_s
 
 
-class Overloaded(TempoError):
+class Overloaded(TempoError, type="overloaded"):
     """The node cannot take more work now; the client retries after a pause."""
 
-    type = "overloaded"
 
-
-class StorageFault(Overloaded):
+class StorageFault(Overloaded, type="insufficient_storage"):
     """This node could not write: an I/O error, the disk or the map full, out
     of memory. It belongs to the machine, not to a command: nothing of the
     batch was applied (its transaction was aborted), and the entry is applied
@@ -131,8 +113,6 @@ class StorageFault(Overloaded):
     An `Overloaded`, so whatever retries an overloaded write later retries
     this one too; the node refuses writes meanwhile and tries again by
     itself (engine/storage_guard.py)."""
-
-    type = "insufficient_storage"
 
     def __init__(self, detail: str, *, map_full: bool = False):
         super().__init__(detail)
@@ -146,17 +126,12 @@ class StorageFault(Overloaded):
         return StorageFault(self.detail, map_full=self.map_full)
 
 
-class NotLeader(TempoError):
+class NotLeader(TempoError, type="not_leader"):
     """This node stopped leading while the request waited; ask the cluster again."""
 
-    type = "not_leader"
 
-
-class NoQuorum(TempoError):
+class NoQuorum(TempoError, type="no_quorum"):
     """No leader is known (an election is under way, or a majority is down)."""
 
-    type = "no_quorum"
 
-
-class ShuttingDown(TempoError):
-    type = "shutting_down"
+class ShuttingDown(TempoError, type="shutting_down"): ...
