@@ -10,16 +10,32 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
-# Each flag that shapes edges: its attribute, its name, and the edges it
-# goes with (`after`, `requires`).
-SHAPING = (
-    ("on", "--on", ("after", "requires")),
-    ("any", "--any", ("after",)),
-    ("all_parents", "--all", ("after",)),
-    ("within_s", "--within-s", ("after", "requires")),
-    ("wait_s", "--wait-s", ("requires",)),
+# Each flag that shapes edges: its attribute, its name, the edges it goes
+# with (`after`, `requires`), what it does, and its argparse options.
+# `add_flags` starts each help with the edges, so the help says what
+# `check` enforces.
+SHAPING: tuple[tuple[str, str, tuple[str, ...], str, dict[str, Any]], ...] = (
+    ("on", "--on", ("after", "requires"),
+     "which end of a parent's run counts (default succeeded; failed: failed for good, after its last "
+     "attempt); on jobs update alone, it changes the job's own edges",
+     {"choices": ("succeeded", "failed", "finished")}),
+    ("any", "--any", ("after",),
+     "one run for each counting end of any parent (default: one run once every parent ended)",
+     {"action": "store_true"}),
+    ("all_parents", "--all", ("after",),
+     "one run once every parent ended (the default; on jobs update, back from --any)",
+     {"action": "store_true"}),
+    ("within_s", "--within-s", ("after", "requires"),
+     "a parent's end counts only if it is at most S seconds old: with --after, when the last parent's "
+     "end arrives; with --requires, at the slot",
+     {"type": int, "metavar": "S"}),
+    ("wait_s", "--wait-s", ("requires",),
+     "a slot waits up to S seconds for the missing ends, then is skipped (default 0)",
+     {"type": int, "metavar": "S"}),
 )
 _NEEDS = {("after",): "--after", ("requires",): "--requires", ("after", "requires"): "--after or --requires"}
+# --any and --all choose between the same two ways, so one excludes the other.
+_EITHER = ("any", "all_parents")
 
 
 class DepsUsage(Exception):
@@ -27,28 +43,15 @@ class DepsUsage(Exception):
 
 
 def add_flags(group: argparse._ArgumentGroup) -> None:
-    """The flags beside `--after` (which is one of the schedule's kinds)."""
-    group.add_argument("--on", choices=("succeeded", "failed", "finished"),
-                       help="with --after or --requires: which end of a parent's run counts (default succeeded; "
-                            "failed: failed for good, after its last attempt); on jobs update alone, it changes "
-                            "the job's own edges")
-    fan = group.add_mutually_exclusive_group()
-    fan.add_argument("--any", action="store_true",
-                     help="with --after: one run for each counting end of any parent (default: one run once "
-                          "every parent ended)")
-    fan.add_argument("--all", dest="all_parents", action="store_true",
-                     help="with --after: one run once every parent ended (the default; on jobs update, back "
-                          "from --any)")
-    group.add_argument("--within-s", dest="within_s", type=int, metavar="S",
-                       help="with --after: a parent's end older than S seconds when the last one arrives no "
-                            "longer counts; with --requires: each parent must have ended within S seconds "
-                            "before the slot")
+    """`--requires` and the flags that shape edges, beside `--after`
+    (which is one of the schedule's kinds)."""
     group.add_argument("--requires", dest="requires_jobs", metavar="IDS",
                        help="with --cron or --every-s: a slot runs only if these jobs ended (as --on says) "
                             "before it, e.g. j_load")
-    group.add_argument("--wait-s", dest="wait_s", type=int, metavar="S",
-                       help="with --requires: a slot waits up to S seconds for the missing ends, then is "
-                            "skipped (default 0)")
+    either = group.add_mutually_exclusive_group()
+    for attr, flag, kinds, does, options in SHAPING:
+        into = either if attr in _EITHER else group
+        into.add_argument(flag, dest=attr, help=f"with {_NEEDS[kinds]}: {does}", **options)
 
 
 def _given(args: argparse.Namespace, attr: str) -> bool:
@@ -57,7 +60,7 @@ def _given(args: argparse.Namespace, attr: str) -> bool:
 
 
 def shaping_given(args: argparse.Namespace) -> bool:
-    return any(_given(args, attr) for attr, _, _ in SHAPING)
+    return any(_given(args, attr) for attr, *_ in SHAPING)
 
 
 def _kind_given(args: argparse.Namespace) -> str | None:
@@ -70,7 +73,7 @@ def _kind_given(args: argparse.Namespace) -> str | None:
 def check(args: argparse.Namespace, kind: str | None, why: str = "") -> None:
     """Refuses a shaping flag that does not go with `kind`, the edges it
     would shape (None: there are none), naming the flag."""
-    for attr, flag, kinds in SHAPING:
+    for attr, flag, kinds, *_ in SHAPING:
         if _given(args, attr) and kind not in kinds:
             raise DepsUsage(f"{flag}: only with {_NEEDS[kinds]}{why}")
 
@@ -82,7 +85,7 @@ def _jobs(text: str) -> list[str]:
 def _shape(args: argparse.Namespace, kind: str) -> dict[str, Any]:
     """The keys of `kind`'s edges the shaping flags set."""
     shape: dict[str, Any] = {}
-    for attr, _, kinds in SHAPING:
+    for attr, _, kinds, *_ in SHAPING:
         if kind in kinds and _given(args, attr):
             if attr == "any":
                 shape["all"] = False
