@@ -17,6 +17,10 @@ from .conftest import Cluster, client
 pytestmark = pytest.mark.skipif(not LIBFAKETIME, reason="libfaketime not found (Debian package faketime)")
 
 
+# How long a claim retries a `503` (see `claim`).
+no_leader_retry_s = 15.0
+
+
 def set_offset(path: Path, offset_s: float) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(f"{offset_s:+.3f}\n")
@@ -24,9 +28,13 @@ def set_offset(path: Path, offset_s: float) -> None:
 
 
 def claim(http, url: str, queue: str, wait_s: float, worker: str = "w1") -> list:
-    """A claim; a `503` (a leader just elected, not serving yet) is retried
-    for a few seconds, as a worker would."""
-    deadline_s = time.monotonic() + 5
+    """A claim; a `503` (a leader just elected, not serving yet, or none
+    known while an election runs) is retried, as a worker would, for up to
+    `no_leader_retry_s`: on a loaded 2-core machine the three nodes, their
+    proxies and libfaketime's file reads can miss a heartbeat and hold an
+    election before the failover this test makes (seen in CI: 503 for 5 s
+    before the kill)."""
+    deadline_s = time.monotonic() + no_leader_retry_s
     while True:
         body = {"worker": worker, "queues": [queue], "max_runs": 1, "wait_s": wait_s}
         answer = http.post(f"{url}/v1/claim", json=body)
