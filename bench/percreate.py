@@ -58,18 +58,29 @@ sys.path.insert(0, os.path.dirname(__file__))
 from _timing import timed, timed_async
 
 T0_MS = 1_800_000_000_000
+AT_MS = 1_924_992_000_000  # 2031-01-01T00:00:00Z
 PHASES = ("decode", "build", "submit", "apply", "views", "encode")
 TYPES = {"json": b"application/json", "msgpack": b"application/msgpack"}
 
 
-def bodies(fmt: str, batches: int, size: int, key_every: int) -> list[bytes]:
+def at_text(n: int, jobs: int, spread_days: float) -> str:
+    """The `at` of the n-th of `jobs` jobs: one instant, or spread over
+    `spread_days` from it in the order bench/scale.py spreads them."""
+    if not spread_days:
+        return "2031-01-01T00:00:00Z"
+    at_ms = AT_MS + (n * 7919 % jobs) * int(spread_days * 86_400_000) // jobs
+    # Not clock.iso_from_ms: its cache would then hold the times the views format.
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(at_ms // 1000)) + f".{at_ms % 1000:03d}Z"
+
+
+def bodies(fmt: str, batches: int, size: int, key_every: int, spread_days: float = 0.0) -> list[bytes]:
     enc = msgspec.json.Encoder() if fmt == "json" else msgspec.msgpack.Encoder()
     out = []
     for b in range(batches):
         items = []
         for i in range(size):
             n = b * size + i
-            item = {"target": "queue:x", "schedule": {"at": "2031-01-01T00:00:00Z"}, "payload": {"i": n}}
+            item = {"target": "queue:x", "schedule": {"at": at_text(n, batches * size, spread_days)}, "payload": {"i": n}}
             if key_every and n % key_every == 0:
                 item["request_key"] = f"key-{n}"
             items.append(item)
@@ -185,6 +196,8 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=1000, help="jobs per request")
     ap.add_argument("--key-every", type=int, default=10, help="every Nth item has a request key (0: none)")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--spread-days", type=float, default=0.0,
+                    help="spread the jobs' `at` over this many days, as bench/scale.py does (default: one instant)")
     ap.add_argument("--format", choices=("json", "msgpack", "both"), default="both")
     ap.add_argument("--profile", default=None, help="cProfile of the last round (`.apply` beside it: commit thread)")
     ap.add_argument("--digest", action="store_true", help="print Store.digest() of the last round's tables")
@@ -201,7 +214,7 @@ def main() -> None:
           f" request key on every {args.key_every}th item)")
     print(f"{'body':<8}" + "".join(f"{p:>9}" for p in (*PHASES, "total", "(gc)")))
     for fmt in formats:
-        requests = bodies(fmt, args.batches, args.batch, args.key_every)
+        requests = bodies(fmt, args.batches, args.batch, args.key_every, args.spread_days)
         per_round = []
         for i in range(args.rounds):
             last = i == args.rounds - 1
