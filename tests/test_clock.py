@@ -7,6 +7,9 @@ applied stamp, and counts and logs each step once."""
 import logging
 from datetime import UTC, datetime, timedelta, timezone
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from tempo import clock, limits
 
 
@@ -23,6 +26,33 @@ def test_milliseconds_round_trip_through_datetimes():
     for at_ms in (0, 1, 999, 1_800_000_000_000, 1_924_992_000_123):
         assert clock.ms_from_datetime(clock.datetime_from_ms(at_ms)) == at_ms
     assert clock.ms_from_datetime(datetime(1969, 12, 31, 23, 59, 59, 999_000, tzinfo=UTC)) == -1
+
+
+_YEAR_1_MS = clock.ms_from_datetime(datetime(1, 1, 1, tzinfo=UTC))
+_YEAR_9999_END_MS = clock.ms_from_datetime(datetime(9999, 12, 31, 23, 59, 59, 999_000, tzinfo=UTC))
+
+
+def _iso_by_datetime(at_ms: int) -> str:
+    at = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=at_ms)
+    return f"{at.year:04d}-{at.month:02d}-{at.day:02d}T{at:%H:%M:%S}.{at.microsecond // 1000:03d}"
+
+
+@given(st.integers(_YEAR_1_MS, _YEAR_9999_END_MS))
+def test_iso_text_is_what_datetime_spells_for_any_instant_a_preview_can_reach(at_ms: int):
+    # Years before 1000 padded to four digits, 1969 and earlier too (a
+    # preview's `local` may start in year 1).
+    assert clock.iso_from_ms(at_ms) == _iso_by_datetime(at_ms) + "Z"
+    assert clock.local_iso_from_ms(at_ms) == _iso_by_datetime(at_ms)
+
+
+def test_iso_text_at_the_edges_of_a_day_and_of_the_range():
+    for at_ms, text in (
+        (0, "1970-01-01T00:00:00.000"), (-1, "1969-12-31T23:59:59.999"), (86_399_999, "1970-01-01T23:59:59.999"),
+        (_YEAR_1_MS, "0001-01-01T00:00:00.000"), (_YEAR_9999_END_MS, "9999-12-31T23:59:59.999"),
+        (1_924_992_000_123, "2031-01-01T00:00:00.123"),
+    ):
+        assert clock.local_iso_from_ms(at_ms) == text
+        assert clock.iso_from_ms(at_ms) == text + "Z"
 
 
 # -- the scheduler clock (clock.Clock) ---------------------------------------------
