@@ -55,6 +55,7 @@ from tempo.net.auth import ANONYMOUS, Authenticator
 from tempo.node import Standalone
 
 sys.path.insert(0, os.path.dirname(__file__))
+from _batch import iso, spread_at_ms
 from _timing import timed, timed_async
 
 T0_MS = 1_800_000_000_000
@@ -65,12 +66,8 @@ TYPES = {"json": b"application/json", "msgpack": b"application/msgpack"}
 
 def at_text(n: int, jobs: int, spread_days: float) -> str:
     """The `at` of the n-th of `jobs` jobs: one instant, or spread over
-    `spread_days` from it in the order bench/scale.py spreads them."""
-    if not spread_days:
-        return "2031-01-01T00:00:00Z"
-    at_ms = AT_MS + (n * 7919 % jobs) * int(spread_days * 86_400_000) // jobs
-    # Not clock.iso_from_ms: its cache would then hold the times the views format.
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(at_ms // 1000)) + f".{at_ms % 1000:03d}Z"
+    `spread_days` from it as bench/scale.py spreads them."""
+    return iso(spread_at_ms(n, jobs, AT_MS, int(spread_days * 86_400_000)))
 
 
 def bodies(fmt: str, batches: int, size: int, key_every: int, spread_days: float = 0.0) -> list[bytes]:

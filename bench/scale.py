@@ -35,7 +35,7 @@ import msgspec
 import trio
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _batch import statuses
+from _batch import iso, spread_at_ms, statuses
 from _server import Node, dir_mib, rss_mib, rss_split, start, stop_timeout_s, table, tempo_command
 
 READY_TARGET_S = 5.0
@@ -49,11 +49,6 @@ TAIL_JOBS = 1_000_000
 BATCH = 1000
 CONCURRENCY = 4
 _enc = msgspec.json.Encoder()
-
-
-def iso(at_ms: int) -> str:
-    seconds, millis = divmod(at_ms, 1000)
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{millis:03d}Z"
 
 
 def _no_extra(i: int) -> dict:
@@ -82,7 +77,7 @@ async def fill(
                 items = [
                     {
                         "target": f"queue:scale-{i % 64}",
-                        "schedule": {"at": iso(start_ms + (i * 7919 % jobs) * span_ms // jobs)},
+                        "schedule": {"at": iso(spread_at_ms(i, jobs, start_ms, span_ms))},
                         **extra(i),
                     }
                     for i in range(k * BATCH, min(jobs, (k + 1) * BATCH))
