@@ -43,7 +43,6 @@ from collections.abc import Callable
 import msgspec
 import trio
 
-from tempo.engine import jobs as jobs_module
 from tempo.engine.commit import Committer
 from tempo.engine.dispatch import Dispatcher
 from tempo.engine.jobs import Jobs
@@ -132,7 +131,8 @@ async def one_round(fmt: str, requests: list[bytes], profile, apply_profile, dig
         store = Store(tmp)
         committer = Committer(store)
         now = [T0_MS]
-        jobs = Jobs(store, committer, now_ms=lambda: now[0])
+        # Fixed job-ID randomness so that two runs build the same tables.
+        jobs = Jobs(store, committer, now_ms=lambda: now[0], random_bytes=_fixed_urandom)
         dispatcher = Dispatcher(store, committer, now_ms=lambda: now[0])
         api = Api(store, jobs, dispatcher, node=Standalone(store.applied_index), auth=Authenticator(()))
         apply_commands = store.apply_commands
@@ -199,8 +199,6 @@ def main() -> None:
     ap.add_argument("--profile", default=None, help="cProfile of the last round (`.apply` beside it: commit thread)")
     ap.add_argument("--digest", action="store_true", help="print Store.digest() of the last round's tables")
     args = ap.parse_args()
-    # Fixed job-ID randomness so that two runs build the same tables.
-    jobs_module.os = type("FixedOs", (), {"urandom": staticmethod(_fixed_urandom)})  # type: ignore[assignment]
     # Once per request, so the wrappers cost nothing per job; where
     # `create_batch` looks them up (net/jobs_api.py).
     jobs_api._decode_batch_at_once = timed(CURRENT, "decode", jobs_api._decode_batch_at_once)
