@@ -149,6 +149,10 @@ assert 0 < run_shards <= 256  # the shard is one byte of the runs key
 readahead_ms = 30_000
 dispatch_tick_ms = 10
 lease_check_ms = 100
+# The dispatch loop sleeps until its tick has work (`DispatchCore.next_tick_ms`),
+# at least a tick and at most this long: the bound on how late it notices a
+# forward step of the wall clock, which moves due times without an entry.
+dispatch_idle_wake_ms = 100
 expiries_per_command_max = 1000
 http_executor_concurrency = 64
 http_executor_batch_runs = 100
@@ -207,6 +211,7 @@ assert claim_runs_max * 10 <= dispatch_memory_runs_max
 assert claim_runs_max <= dispatch_owner_low_water_runs < dispatch_owner_runs_max
 assert dispatch_owner_runs_max * 4 <= dispatch_memory_runs_max
 assert dispatch_tick_ms <= lease_check_ms
+assert dispatch_tick_ms <= dispatch_idle_wake_ms
 
 # Cluster (docs/operations.md "Running a cluster"). Raft counts ticks; a tick
 # is `raft_tick_ms` of wall time, so an election timeout is 1-2 s and a leader

@@ -3,9 +3,11 @@
 each owner's limits, as a pure state machine; docs/design.md "Dispatch on the
 leader").
 
-The driver owns what the core may not: the loops (a tick every
-`limits.dispatch_tick_ms`, a lease check every `limits.lease_check_ms`
-and at the earliest lease or timeout in between),
+The driver owns what the core may not: the loops (a tick when the core
+next has work, `DispatchCore.next_tick_ms`, or when an applied entry may
+have brought some; a lease check every `limits.lease_check_ms` and at the
+earliest lease or timeout in between; an overlap round when a tick set
+runs aside),
 the clocks (scheduler time from `now_ms`, monotonic time from
 `trio.current_time()`), the events claimers wait on, the commit of the
 commands the core hands back (`committer.submit`), the slices of an
@@ -87,6 +89,11 @@ class Dispatcher(WorkerCalls):
         # Workers' long polls of their signals (`signals`), woken by the
         # runs they name when those are asked to stop or time out.
         self.stop_waiters = StopWaiters()
+        # Set by every applied entry (`on_changes`): a run it fed may be due
+        # before the tick loop's planned wake-up.
+        self._fed = trio.Event()
+        # Set by a tick that set due runs aside for their overlap policy.
+        self._set_aside = trio.Event()
         committer.listeners.append(self.on_changes)
 
     def held_back(self) -> dict[str, int]:
@@ -97,6 +104,11 @@ class Dispatcher(WorkerCalls):
         `run` loads it again from the tables. Claims waiting on this node
         wake up and fail with `NotLeader`."""
         self.core.reset(self.now_ms())
+        # Loops waiting (a reset while the dispatcher runs) wake and look
+        # at the new state.
+        self._fed.set()
+        self._set_aside.set()
+        self._fed, self._set_aside = trio.Event(), trio.Event()
         for event in self._ready_events.values():
             event.set()
         self._ready_events = {}
@@ -115,6 +127,7 @@ class Dispatcher(WorkerCalls):
         before. An entry of one slice is fed at once, and None is answered:
         nothing to await (a driver on its own thread, the whole-node
         simulator, needs that)."""
+        self._fed.set()
         if feed_size(changes) <= limits.dispatch_slice_runs:
             self.core.feed(changes, 0, limits.dispatch_slice_runs)
             self._signal()
@@ -152,18 +165,39 @@ class Dispatcher(WorkerCalls):
             nursery.start_soon(self._overlap_loop)
             task_status.started()
             while True:
-                if self.tick(self.now_ms()):
+                if self._fed.is_set():
+                    self._fed = trio.Event()
+                now_ms = self.now_ms()
+                if self.tick(now_ms):
                     await trio.lowlevel.checkpoint()
-                else:
-                    await trio.sleep(limits.dispatch_tick_ms / 1000)
+                    continue
+                # Asleep until the core next has work, or an entry applied
+                # meanwhile (`on_changes`) fed it runs that may be due sooner:
+                # an idle node wakes 1000 / `limits.dispatch_idle_wake_ms`
+                # times a second, not once a dispatch tick.
+                with trio.move_on_after((self.core.next_tick_ms(now_ms) - now_ms) / 1000):
+                    await self._fed.wait()
+
+    def tick(self, now_ms: int) -> bool:
+        more = super().tick(now_ms)
+        if self.core.overlap_due:
+            self._set_aside.set()
+        return more
 
     async def _overlap_loop(self) -> None:
         """Has apply decide on the due runs of jobs with an overlap policy
-        that `tick` set aside (docs/semantics.md "Overlap"), a command at a
-        time, each dispatch tick: the trio driver of `overlap_steps`."""
+        that a tick set aside (docs/semantics.md "Overlap"), a command at a
+        time: the trio driver of `overlap_steps`. It sleeps until a tick
+        sets runs aside; a round that leaves some (more than a command's
+        worth, or not written) is followed by the next a dispatch tick on."""
         while True:
-            await trio.sleep(limits.dispatch_tick_ms / 1000)
+            if not self.core.overlap_due:
+                await self._set_aside.wait()
+                self._set_aside = trio.Event()
+                continue
             await self._commit_round(self.overlap_steps(), errors.TempoError)
+            if self.core.overlap_due:
+                await trio.sleep(limits.dispatch_tick_ms / 1000)
 
     def overlap_steps(self) -> Generator[Commit, Answer, None]:
         """One round of `_overlap_loop`, without I/O (as `claim_steps`): at

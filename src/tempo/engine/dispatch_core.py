@@ -20,6 +20,7 @@ What it takes, and what it gives back:
 | `reset(now_ms)` | the node stopped leading (or starts) | forgets all soft state; `generation` moves on |
 | `load(now_ms, mono_s)` | memory from the tables (also inside `tick`) | claimed runs get a full lease from `mono_s` |
 | `tick(now_ms, mono_s)` | time passed | whether more is due at once (a slice's work was done) |
+| `next_tick_ms(now_ms)` | the driver plans its sleep | when `tick` next has work (scheduler time) |
 | `feed(changes, start, stop)` | an applied entry's changes, items `[start, stop)` of `feed_size(changes)` | |
 | `take(queues, runs_max, mono_s)` | a claim asks for runs | `Taken`: the runs taken, or when a claim rate lets one go |
 | `propose_claims(worker, runs, now_ms, mono_s)` | the taken runs are to be claimed | `ClaimProposal`, its `command` to propose (None: nothing to claim) |
@@ -125,6 +126,28 @@ class DispatchCore(Claims, Loader):
             make_ready(entry[0], runs_key)
         self.tick_ahead(now_ms)
         return self.wheel.behind
+
+    def next_tick_ms(self, now_ms: int) -> int:
+        """When `tick` next has work, at the earliest (scheduler time): a
+        slot of the wheel comes due, the loader's window reaches past what
+        it read, a run comes within the pre-dispatch horizon, the ahead
+        queues' sweep, or an owner's reread. Never sooner than a dispatch
+        tick after `now_ms`, nor later than `limits.dispatch_idle_wake_ms`
+        after it: the driver sleeps until then, and an applied entry (a
+        new run due sooner) wakes it before (docs/design.md "Dispatch on
+        the leader")."""
+        wake_ms = now_ms + limits.dispatch_idle_wake_ms
+        slot_ms = self.wheel.next_slot_ms()
+        if slot_ms is not None:
+            wake_ms = min(wake_ms, slot_ms)
+        wake_ms = min(wake_ms, self.loaded_until_ms - self.readahead_ms)
+        if self.ahead_heap:
+            wake_ms = min(wake_ms, self.ahead_heap[0][0] - limits.claim_ahead_ms_max)
+        if self.ahead:
+            wake_ms = min(wake_ms, self.ahead_swept_ms + limits.lease_check_ms)
+        if self.rereads:
+            wake_ms = now_ms
+        return max(wake_ms, now_ms + limits.dispatch_tick_ms)
 
     # -- overlap (docs/semantics.md "Overlap") -----------------------------------
 
