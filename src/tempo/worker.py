@@ -485,11 +485,19 @@ class Worker:
             with active.cancel:
                 try:
                     handler = self.handlers[queue_of(run.get("target", "")) or ""]
-                    if active.held:
+                    held = active.held
+                    if held:
                         await self.ahead.wait_start(run)
                         active.held = False
                         self._watch_more()
                     output = await handler(run)
+                    if held:
+                        # A wave of held runs starts on one event: every
+                        # handler of it starts before any files its result
+                        # (a handler that returns at once would otherwise
+                        # make the next one wait for that too). Shielded:
+                        # the handler finished, whatever comes now.
+                        await trio.lowlevel.cancel_shielded_checkpoint()
                 except NotStarted as stopped:  # held, and stopped before its due time: no result
                     self.counts["not_started"] += 1
                     self._lose(run["id"], run["attempt"], str(stopped))

@@ -93,3 +93,28 @@ async def test_tempo_worker_never_starts_a_command_cancelled_before_its_due_time
     finally:
         _stop_cli_worker(proc)
     assert sorted(p.name for p in marks.iterdir()) == [kept["id"]]
+
+
+async def test_every_handler_of_a_wave_starts_before_any_result_is_filed(server: Server) -> None:
+    """Held runs due at one instant start on one event: a handler that
+    returns at once does not make the next one of the wave wait for its
+    result's bookkeeping (docs/semantics.md "Pre-dispatch")."""
+    queue = unique("q")
+    due_s = time.time() + DUE_IN_S
+    jobs = [_create_due(server, queue, due_s) for _ in range(20)]
+    finished_before: dict[str, int] = {}
+    started_at: list[float] = []
+
+    async def handler(run: dict) -> None:
+        started_at.append(time.time())
+        finished_before[run["job_id"]] = worker.counts["ok"]
+
+    worker = Worker([server.url], "w-wave", {queue: handler}, wait_s=1, ahead_ms=5000, concurrency=20)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(worker.run)
+        for job in jobs:
+            await wait_for_status(server, job["id"], "done", EVENTUALLY_S)
+        with trio.fail_after(10):
+            await worker.stop(grace_s=1)
+    assert worker.counts["ok"] == 20
+    assert finished_before == {job["id"]: 0 for job in jobs}, sorted(finished_before.values())
