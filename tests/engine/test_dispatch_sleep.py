@@ -8,7 +8,8 @@ it: a loop that waits for a dispatch tick's sleep to end never gets there,
 so what reaches a claimer came from the wake-ups above."""
 
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 
 import pytest
 import trio
@@ -112,54 +113,53 @@ async def settle(done: Callable[[], bool]) -> None:
         await trio.to_thread.run_sync(time.sleep, 0.005)
 
 
-async def test_a_run_fed_while_the_loop_sleeps_reaches_a_waiting_claimer(tmp_path, still_clock):
+@asynccontextmanager
+async def running(tmp_path) -> AsyncIterator[tuple[Rig, trio.Nursery]]:
+    """A rig whose committer and dispatch loop run, until the block ends."""
     rig = Rig(tmp_path)
     async with trio.open_nursery() as nursery:
         await nursery.start(rig.committer.run)
         await nursery.start(rig.dispatcher.run)
+        yield rig, nursery
+        nursery.cancel_scope.cancel()
+    rig.store.close()
+
+
+def claimer(rig: Rig, nursery: trio.Nursery) -> list[str]:
+    """A claim of one run, waiting up to 30 s; the list gets its job ID."""
+    got: list[str] = []
+
+    async def claim() -> None:
+        claimed = await rig.dispatcher.claim([QUEUE], "w", 1, 30)
+        got.extend(c.run.job_id for c in claimed)
+
+    nursery.start_soon(claim)
+    return got
+
+
+async def test_a_run_fed_while_the_loop_sleeps_reaches_a_waiting_claimer(tmp_path, still_clock):
+    async with running(tmp_path) as (rig, nursery):
         await trio.testing.wait_all_tasks_blocked()
-        got: list[str] = []
-
-        async def claimer() -> None:
-            # It looks once (nothing due), then waits for its queue's event.
-            claimed = await rig.dispatcher.claim([QUEUE], "w", 1, 30)
-            got.extend(c.run.job_id for c in claimed)
-
-        nursery.start_soon(claimer)
+        # It looks once (nothing due), then waits for its queue's event.
+        got = claimer(rig, nursery)
         await trio.testing.wait_all_tasks_blocked()
         job_id = await rig.create()
         await settle(lambda: bool(got))
         assert got == [job_id]
-        nursery.cancel_scope.cancel()
-    rig.store.close()
 
 
 async def test_a_due_run_of_a_job_with_an_overlap_policy_is_decided_without_a_tick(tmp_path, still_clock):
-    rig = Rig(tmp_path)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(rig.committer.run)
-        await nursery.start(rig.dispatcher.run)
+    async with running(tmp_path) as (rig, nursery):
         job_id = await rig.create(overlap="skip")
-        got: list[str] = []
-
-        async def claimer() -> None:
-            claimed = await rig.dispatcher.claim([QUEUE], "w", 1, 30)
-            got.extend(c.run.job_id for c in claimed)
-
-        nursery.start_soon(claimer)
+        got = claimer(rig, nursery)
         # Set aside by the tick the entry woke, then let go by apply's
         # overlap decision: no sleep of a dispatch tick in between.
         await settle(lambda: bool(got))
         assert got == [job_id]
-        nursery.cancel_scope.cancel()
-    rig.store.close()
 
 
 async def test_an_idle_loop_ticks_once_per_idle_bound(tmp_path, still_clock):
-    rig = Rig(tmp_path)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(rig.committer.run)
-        await nursery.start(rig.dispatcher.run)
+    async with running(tmp_path) as (rig, _):
         await trio.testing.wait_all_tasks_blocked()
         before = rig.ticks
         for _ in range(100):
@@ -168,5 +168,3 @@ async def test_an_idle_loop_ticks_once_per_idle_bound(tmp_path, still_clock):
         # A second in dispatch ticks: a wake-up per idle bound (100 ms), not
         # one a tick.
         assert 1 <= rig.ticks - before <= 1000 // limits.dispatch_idle_wake_ms
-        nursery.cancel_scope.cancel()
-    rig.store.close()
