@@ -106,6 +106,11 @@ def _receive(out: "Queue[Message]", tally: Tally, seen: set[str], counts: Callab
 
 
 def collect(opts: Options, out: "Queue[Message]", job_ids: list[str], due_s: float, say: Say, tally: Tally) -> None:
+    """Takes the workers' messages until every job was claimed (or the
+    deadline passed), and `duplicate_window_s` more. With pre-dispatch
+    (`--ahead-ms`) the runs start at the due instant, after their claims:
+    the window counts from the due instant at the earliest, so a
+    `--kill-leader-at-s` before it still comes while runs are held."""
     wanted = set(job_ids)
     seen: set[str] = set()
     deadline_s = due_s + opts.timeout_s
@@ -115,6 +120,8 @@ def collect(opts: Options, out: "Queue[Message]", job_ids: list[str], due_s: flo
         now_s = time.time()
         if quiet_until_s is None and (len(seen) >= len(wanted) or now_s > deadline_s):
             quiet_until_s = min(now_s, deadline_s) + duplicate_window_s
+            if opts.ahead_ms:
+                quiet_until_s = max(quiet_until_s, due_s + duplicate_window_s)
         if quiet_until_s is not None and now_s > quiet_until_s:
             return
         _receive(out, tally, seen, lambda c: c.claimed_at_s <= deadline_s)
