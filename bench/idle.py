@@ -22,15 +22,14 @@ import time
 
 sys.path.insert(0, os.path.dirname(__file__))
 from _server import Node, start
-
-TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+from threadcpu import TICKS_PER_S, stat_ticks
 
 
 def cpu_ticks(pid: int) -> int:
+    """The process's CPU, its ended threads' included (which a sum over
+    `threadcpu.thread_ticks` would miss)."""
     with open(f"/proc/{pid}/stat") as f:
-        stat = f.read()
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return int(fields[11]) + int(fields[12])
+        return stat_ticks(f.read())[1]
 
 
 def sleeps(pid: int) -> int:

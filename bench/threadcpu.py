@@ -22,19 +22,24 @@ import time
 TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 
 
+def stat_ticks(stat: str) -> tuple[str, int]:
+    """(name, user + system CPU in clock ticks) of a /proc `stat` line, a
+    process's or a thread's."""
+    # The name is in parentheses and may hold spaces: split after it.
+    name = stat[stat.index("(") + 1 : stat.rindex(")")]
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return name, int(fields[11]) + int(fields[12])
+
+
 def thread_ticks(pid: int) -> dict[int, tuple[str, int]]:
     """Thread ID -> (its name, user + system CPU in clock ticks)."""
     threads = {}
     for tid in os.listdir(f"/proc/{pid}/task"):
         try:
             with open(f"/proc/{pid}/task/{tid}/stat") as f:
-                stat = f.read()
+                threads[int(tid)] = stat_ticks(f.read())
         except OSError:
             continue  # the thread ended between the listing and the read
-        # The name is in parentheses and may hold spaces: split after it.
-        name = stat[stat.index("(") + 1 : stat.rindex(")")]
-        fields = stat[stat.rindex(")") + 2 :].split()
-        threads[int(tid)] = (name, int(fields[11]) + int(fields[12]))
     return threads
 
 
