@@ -8,7 +8,7 @@ start (`start_of`). Stepped from plain code, as tests/engine/test_dispatch_core.
 import msgspec
 import pytest
 
-from tempo import limits
+from tempo import ids, limits
 from tempo.engine.commands import CancelRun, CreateJobs, DeleteJob, PatchJob, PauseJob
 from tempo.engine.dispatch_core import ClaimedRun, DispatchCore
 from tempo.schema import JobCreate, ScheduleIn
@@ -152,6 +152,25 @@ def test_a_held_run_starts_at_its_own_attempt_only(rig: Rig) -> None:
     assert rig.core.start_of(OWNER, run_id(claimed), 1) == (True, T0_MS + 4000)
     assert rig.core.start_of(OWNER, run_id(claimed), 2)[0] is False
     assert rig.core.start_of("other", run_id(claimed), 1)[0] is False
+
+
+def test_a_starts_call_answers_each_run_as_start_of_does(rig: Rig) -> None:
+    # A `POST /v1/starts` parses its run IDs once and looks their leases up
+    # in one pass (`starts_due_ms`, `may_start`): the same answers as
+    # `start_of` gives run by run, the leased and the rest.
+    held, deleted = rig.create(at_s=4), rig.create(at_s=6)
+    claimed = claim_ahead(rig, 7000)
+    assert len(claimed) == 2
+    rig.commit(DeleteJob(rig.now_ms, OWNER, deleted[0]))
+    asked = [(run_id(c), attempt) for c in claimed for attempt in (1, 2)] + [("r_bogus", 1)]
+    for owner in (OWNER, "other", None):
+        parsed = [(ids.parse_run_id(r), attempt) for r, attempt in asked]
+        by_run = [rig.core.start_of(owner, r, attempt) for r, attempt in asked]
+        assert rig.core.may_start(owner, parsed) == [ok for ok, _ in by_run]
+        assert rig.core.starts_due_ms(owner, parsed) == max(due_ms for _, due_ms in by_run)
+    assert rig.core.may_start(OWNER, [(ids.parse_run_id(run_id(c)), 1) for c in claimed]) == [
+        c.run.job_id == held[0] for c in claimed
+    ]
 
 
 def test_a_claim_given_back_puts_runs_taken_ahead_back_in_the_wheel(rig: Rig) -> None:

@@ -277,7 +277,11 @@ class Leases(CoreState):
         the attempt still holds the run and no cancel was asked; and the
         run's due time (UNIX ms; 0 when unknown). A run that is not this
         owner's, unknown or stale may not."""
-        parsed = ids.parse_run_id(run_id)
+        return self.start_of_slot(owner, ids.parse_run_id(run_id), attempt)
+
+    def start_of_slot(self, owner: str | None, parsed: tuple[str, int] | None, attempt: int) -> tuple[bool, int]:
+        """`start_of` for a run ID already parsed (`ids.parse_run_id`; None:
+        it was no run ID)."""
         if parsed is None:
             return False, 0
         lease = self.leases.get(parsed)
@@ -293,6 +297,37 @@ class Leases(CoreState):
             return False, 0
         held = run.status == "claimed" and run.attempt == attempt and run.cancel is None
         return held, run.due_ms
+
+    def starts_due_ms(self, owner: str | None, runs: list[tuple[tuple[str, int] | None, int]]) -> int:
+        """The latest due time (UNIX ms; 0: none known) among (parsed run
+        ID, attempt) `runs`, as `start_of_slot` gives each: a `POST
+        /v1/starts` of them is answered `limits.predispatch_stop_ms`
+        before it."""
+        leases = self.leases
+        latest_ms = 0
+        for parsed, attempt in runs:
+            lease = None if parsed is None else leases.get(parsed)
+            due_ms = self.start_of_slot(owner, parsed, attempt)[1] if lease is None else lease.due_ms
+            if due_ms > latest_ms:
+                latest_ms = due_ms
+        return latest_ms
+
+    def may_start(self, owner: str | None, runs: list[tuple[tuple[str, int] | None, int]]) -> list[bool]:
+        """`start_of_slot`'s answer for each (parsed run ID, attempt) of a
+        `POST /v1/starts`: a wave's thousands are answered at one instant
+        (its due time less `limits.predispatch_stop_ms`), so a run that
+        holds its lease, the usual case, is looked up inline."""
+        leases = self.leases
+        answers: list[bool] = []
+        for parsed, attempt in runs:
+            lease = None if parsed is None else leases.get(parsed)
+            if lease is None:
+                answers.append(self.start_of_slot(owner, parsed, attempt)[0])
+            else:
+                answers.append(
+                    lease.attempt == attempt and (owner is None or lease.owner == owner) and not lease.cancel_requested
+                )
+        return answers
 
     def next_expiry_s(self) -> float | None:
         """The earliest instant (monotonic) at which a lease or a timeout

@@ -284,7 +284,10 @@ class WorkerCalls:
         (`rules.slots.held_ahead`). Raises `NotLeader` when this node
         stops leading meanwhile."""
         generation = self.core.generation
-        due_ms = max((self.core.start_of(owner, run_id, attempt)[1] for run_id, attempt in runs), default=0)
+        # Parsed once, before the wait: after it, a wave's calls are
+        # answered at one instant, and only the leases are looked at then.
+        slots = [(ids.parse_run_id(run_id), attempt) for run_id, attempt in runs]
+        due_ms = self.core.starts_due_ms(owner, slots)
         wait_ms = min(due_ms - limits.predispatch_stop_ms - self.now_ms(), limits.claim_ahead_ms_max)
         if wait_ms > 0:
             await trio.sleep(wait_ms / 1000)
@@ -292,7 +295,7 @@ class WorkerCalls:
         await self.committer.submit(ClaimRuns(self.now_ms(), worker, []))
         if generation != self.core.generation:
             raise errors.NotLeader("this node stopped leading; ask the new leader")
-        return [self.core.start_of(owner, run_id, attempt)[0] for run_id, attempt in runs]
+        return self.core.may_start(owner, slots)
 
     def stop_waiters_count(self) -> int:
         """Runs some worker's signals poll waits on (tests, metrics)."""
