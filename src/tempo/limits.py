@@ -199,12 +199,21 @@ claim_ahead_ms_max = 10_000
 # coming due within its `ahead_ms` wake no claimer.
 claim_ahead_poll_ms = 50
 predispatch_stop_ms = 100
-# The runs one `POST /v1/starts` names, as a heartbeats batch.
-starts_runs_max = batch_items_max
+# The runs one `POST /v1/starts` names. A worker asks for a wave's runs
+# all at once, each call held by the leader until the wave's stop point,
+# so a wave of 100,000 must fit in fewer calls than a client's connections
+# (the worker library keeps 16): at 1000 a call its calls queued for a
+# connection and the last were answered half a second after the due time
+# (docs/performance.md "Pre-dispatch"). An item of a run ID and an
+# attempt below 1000 is at most `starts_item_bytes_max` of JSON, so a
+# full call fits `body_bytes_max`.
+starts_runs_max = 10_000
+starts_item_bytes_max = 72
 
 assert readahead_ms >= 1000
 assert claim_ahead_ms_max + 1000 <= readahead_ms
 assert 0 < predispatch_stop_ms < claim_ahead_ms_max
+assert starts_runs_max * starts_item_bytes_max <= body_bytes_max
 assert long_polls_max < requests_in_flight_max <= connections_max
 assert read_timeout_s > max(claim_wait_s_max, events_wait_s_max, signals_wait_s_max)
 assert claim_runs_max * 10 <= dispatch_memory_runs_max

@@ -36,10 +36,13 @@ from tempo.net.client import Unavailable
 
 log = logging.getLogger("tempo.worker")
 
-# How long before a wave's due time its `POST /v1/starts` goes out: the
-# leader holds it until `limits.predispatch_stop_ms` before, so this only
-# has to cover the way there.
-starts_lead_s = 0.15
+# How long before a wave's due time its `POST /v1/starts` goes out. The
+# leader holds the calls until `limits.predispatch_stop_ms` before, so this
+# covers the way there and the leader's reading of the calls: for a wave
+# of 100,000 runs that was most of a second of its CPU, and with a lead of
+# 0.15 s the answers came up to 0.85 s after the due time
+# (docs/performance.md "Pre-dispatch").
+starts_lead_s = 1.0
 offset_answers_max = 32
 starts_timeout_s = 10.0
 

@@ -3,6 +3,7 @@
 `ahead_ms` on a claim, the server's time in its answer, and the leader's
 word on whether a held run starts."""
 
+import json
 import time
 from datetime import datetime
 
@@ -11,7 +12,7 @@ import pytest
 
 from conftest import job_body, unique
 from problems import assert_problem
-from tempo import clock, limits
+from tempo import clock, ids, limits
 
 
 def _ms(iso: str) -> int:
@@ -95,6 +96,17 @@ def test_a_stop_before_the_stop_point_means_the_held_run_does_not_start(http: ht
 ])
 def test_bad_starts_input_is_400_at_its_field(http: httpx.Client, body: dict, loc: str) -> None:
     assert_problem(http.post("/v1/starts", json=body), 400, type_="validation", loc=loc)
+
+
+def test_a_call_may_name_a_wave_of_ten_thousand_runs(http: httpx.Client) -> None:
+    # A worker asks for a whole wave at once, in fewer calls than it has
+    # connections (docs/api.md "POST /v1/starts"): 10,000 runs in JSON as
+    # Python writes it, spaces and all, fit the body limit.
+    run_ids = [f"r_{ids.job_id_from_int(1_700_000_000_000, i)[2:]}{'0' * ids.NOMINAL_CHARS}" for i in range(10_000)]
+    body = json.dumps({"worker": "w", "runs": [{"run_id": r, "attempt": 999} for r in run_ids]})
+    answer = http.post("/v1/starts", content=body, headers={"Content-Type": "application/json"})
+    assert answer.status_code == 200, answer.text[:300]
+    assert answer.json() == {"start": [], "stop": run_ids}
 
 
 def test_unknown_runs_do_not_start(http: httpx.Client) -> None:
