@@ -112,9 +112,9 @@ class Ahead:
         held = self._start_s.get((run["id"], run["attempt"]))
         return None if held is None else held[1]
 
-    def lateness_ms(self, due_ms: int) -> float:
-        """How late now is after `due_ms`, on the leader's clock."""
-        return time.time() * 1000 + self.offset_ms - due_ms
+    def leader_now_ms(self) -> float:
+        """Now on the leader's clock, as this worker corrects its own."""
+        return time.time() * 1000 + self.offset_ms
 
     async def wait_start(self, run: dict[str, Any]) -> None:
         """Returns at the due time of a run held (`start_at_s`) if the

@@ -45,11 +45,14 @@ def _worker_process(
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
 
-    started: list[tuple[str, float]] = []
+    started: list[tuple[str, str, float]] = []
 
     async def noop(run: dict[str, Any]) -> None:
         if ahead_ms:
-            started.append((run["id"], worker.ahead.lateness_ms(ms_of(run["due_at"])) / 1000))
+            # The clock first, the rest when sent: a wave's handlers start
+            # one after another, so each one's work here makes the later
+            # ones late.
+            started.append((run["id"], run["due_at"], worker.ahead.leader_now_ms()))
         return None
 
     def claimed(runs: list[dict[str, Any]], at_s: float) -> None:
@@ -79,13 +82,15 @@ def _worker_process(
     trio.run(main)
 
 
-def _send_starts(started: list[tuple[str, float]], out: "Queue[Message]") -> None:
+def _send_starts(started: list[tuple[str, str, float]], out: "Queue[Message]") -> None:
+    """(run ID, start lateness in s) of each run `noop` started."""
     if started:
-        out.put(("starts", started[:]))
+        due_ms = {due_at: ms_of(due_at) for due_at in {due_at for _, due_at, _ in started}}
+        out.put(("starts", [(run_id, (at_ms - due_ms[due_at]) / 1000) for run_id, due_at, at_ms in started]))
         started.clear()
 
 
-async def _flush_starts(started: list[tuple[str, float]], out: "Queue[Message]") -> None:
+async def _flush_starts(started: list[tuple[str, str, float]], out: "Queue[Message]") -> None:
     """Sends the start lateness of the runs started since, every `starts_flush_s`."""
     import trio
 
