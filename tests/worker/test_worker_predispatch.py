@@ -3,6 +3,7 @@
 cancel or a pause acknowledged more than 100 ms before it means the run
 never starts, in the `tempo.worker` library and in `tempo worker`."""
 
+import gc
 import subprocess
 import time
 from datetime import UTC, datetime
@@ -118,3 +119,27 @@ async def test_every_handler_of_a_wave_starts_before_any_result_is_filed(server:
             await worker.stop(grace_s=1)
     assert worker.counts["ok"] == 20
     assert finished_before == {job["id"]: 0 for job in jobs}, sorted(finished_before.values())
+
+
+async def test_the_cycle_collector_is_held_off_while_a_wave_wakes_and_back_after(server: Server) -> None:
+    """A wave's tasks wake with the collector off, so no full collection
+    lands among them; it is on again once they have (docs/semantics.md
+    "Pre-dispatch")."""
+    queue = unique("q")
+    due_s = time.time() + DUE_IN_S
+    jobs = [_create_due(server, queue, due_s) for _ in range(20)]
+    collector_on: list[bool] = []
+
+    async def handler(run: dict) -> None:
+        collector_on.append(gc.isenabled())
+
+    assert gc.isenabled()
+    worker = Worker([server.url], "w-gc", {queue: handler}, wait_s=1, ahead_ms=5000, concurrency=20)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(worker.run)
+        for job in jobs:
+            await wait_for_status(server, job["id"], "done", EVENTUALLY_S)
+        with trio.fail_after(10):
+            await worker.stop(grace_s=1)
+    assert collector_on == [False] * 20
+    assert gc.isenabled()
