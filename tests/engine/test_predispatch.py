@@ -173,6 +173,36 @@ def test_a_starts_call_answers_each_run_as_start_of_does(rig: Rig) -> None:
     ]
 
 
+def test_a_starts_call_answered_before_its_wait_sees_each_lease_change_after_it(rig: Rig) -> None:
+    # The leader answers a call when it comes and, after the barrier at
+    # the stop point, looks again at the runs whose lease changed
+    # (`watch_leases`, `may_start_again`): the answer is the one the runs
+    # have then.
+    job_ids = [rig.create(at_s=4)[0] for _ in range(5)]
+    claimed = {c.run.job_id: c for c in claim_ahead(rig, 5000)}
+    kept, cancelled, asked_to_stop, deleted, patched = (claimed[j].run for j in job_ids)
+    asked = [(ids.parse_run_id(run_id(claimed[j])), 1) for j in job_ids]
+    first = rig.core.may_start(OWNER, asked)
+    assert first == [True] * 5
+    changed = rig.core.watch_leases()
+    rig.now_ms = kept.due_ms - 2000
+    rig.commit(CancelRun(rig.now_ms, OWNER, cancelled.job_id, cancelled.nominal_ms))
+    rig.commit(DeleteJob(rig.now_ms, OWNER, deleted.job_id))
+    job = rig.store.get_job_any(patched.job_id)
+    assert job is not None
+    rig.commit(PatchJob(rig.now_ms, OWNER, job.id, job.version, msgspec.structs.replace(job, payload={"v": 2}), False,
+                        None, None))
+    assert [c.run.attempt for c in claim_ahead(rig, 5000, worker="w2")] == [2]  # a new lease, of another attempt
+    rig.now_ms = kept.due_ms - STOP_MS
+    rig.commit(CancelRun(rig.now_ms, OWNER, asked_to_stop.job_id, asked_to_stop.nominal_ms))
+    rig.core.stop_requested([(asked_to_stop.job_id, asked_to_stop.nominal_ms)])  # as the driver does
+    rig.core.unwatch_leases(changed)
+    assert changed == {(r.job_id, r.nominal_ms) for r in (cancelled, asked_to_stop, deleted, patched)}
+    assert rig.core.may_start_again(OWNER, asked, first, changed) == [True, False, False, False, False]
+    assert rig.core.may_start_again(OWNER, asked, first, changed) == rig.core.may_start(OWNER, asked)
+    assert rig.core.lease_watches == {}
+
+
 def test_a_claim_given_back_puts_runs_taken_ahead_back_in_the_wheel(rig: Rig) -> None:
     rig.create(at_s=3)
     rig.tick()

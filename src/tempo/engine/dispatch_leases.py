@@ -162,6 +162,8 @@ class Leases(CoreState):
         replaced one."""
         old = self.leases.get(key)
         self.leases[key] = lease
+        if self.lease_watches:
+            self._lease_changed(key)
         if old is None:
             self.in_flight[lease.owner] += 1
             return False
@@ -173,6 +175,8 @@ class Leases(CoreState):
         lease = self.leases.pop(key, None)
         if lease is None:
             return
+        if self.lease_watches:
+            self._lease_changed(key)
         owner = lease.owner
         self.in_flight[owner] -= 1
         if self.in_flight[owner] <= 0:
@@ -311,6 +315,40 @@ class Leases(CoreState):
             if due_ms > latest_ms:
                 latest_ms = due_ms
         return latest_ms
+
+    def watch_leases(self) -> set[tuple[str, int]]:
+        """A set that gathers, until `unwatch_leases`, the slots whose lease
+        is put, dropped or asked to stop: what a `POST /v1/starts` answered
+        before its wait must look at again after it (`may_start_again`)."""
+        watch: set[tuple[str, int]] = set()
+        self.lease_watches[id(watch)] = watch
+        return watch
+
+    def unwatch_leases(self, watch: set[tuple[str, int]]) -> None:
+        del self.lease_watches[id(watch)]
+
+    def _lease_changed(self, key: tuple[str, int]) -> None:
+        for watch in self.lease_watches.values():
+            watch.add(key)
+
+    def may_start_again(
+        self,
+        owner: str | None,
+        runs: list[tuple[tuple[str, int] | None, int]],
+        answers: list[bool],
+        changed: set[tuple[str, int]],
+    ) -> list[bool]:
+        """`may_start` now, from its `answers` of before and the slots whose
+        lease `changed` since (`watch_leases`): only those, and the runs
+        with no lease (whose answer comes from elsewhere), are looked at
+        again. A lease that stayed has the attempt, owner and stop mark it
+        had, so its answer stands."""
+        leases = self.leases
+        again = list(answers)
+        for i, (parsed, attempt) in enumerate(runs):
+            if parsed is not None and (parsed in changed or parsed not in leases):
+                again[i] = self.start_of_slot(owner, parsed, attempt)[0]
+        return again
 
     def may_start(self, owner: str | None, runs: list[tuple[tuple[str, int] | None, int]]) -> list[bool]:
         """`start_of_slot`'s answer for each (parsed run ID, attempt) of a

@@ -214,6 +214,8 @@ class Loader(Leases):
             lease = self.leases.get(slot)
             if lease is not None:
                 lease.cancel_requested = True
+                if self.lease_watches:
+                    self._lease_changed(slot)
 
     def _admit(self, runs_key: bytes, due_ms: int, job: Job) -> None:
         """A run that became waiting inside the loaded window: into memory,

@@ -188,6 +188,11 @@ class CoreState:
         self.lateness_buckets = [0] * (len(LATENESS_BUCKETS_S) + 1)
         self.lateness_sum_s = 0.0
         self._wakeups = Wakeups()
+        # Per `POST /v1/starts` waiting for its stop point: the slots whose
+        # lease was put, dropped or asked to stop since it answered first
+        # (`Leases.watch_leases`). Kept through `reset`: the call ends with
+        # `NotLeader` then, and takes its set away itself.
+        self.lease_watches: dict[int, set[tuple[str, int]]] = {}
         self.reset(now_ms)
 
     def take_wakeups(self) -> Wakeups | None:

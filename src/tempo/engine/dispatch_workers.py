@@ -284,18 +284,24 @@ class WorkerCalls:
         (`rules.slots.held_ahead`). Raises `NotLeader` when this node
         stops leading meanwhile."""
         generation = self.core.generation
-        # Parsed once, before the wait: after it, a wave's calls are
-        # answered at one instant, and only the leases are looked at then.
+        # Answered before the wait, and after it again only for the runs
+        # whose lease changed meanwhile: a wave's calls all come to their
+        # stop point at one instant, 100 ms before the runs start.
         slots = [(ids.parse_run_id(run_id), attempt) for run_id, attempt in runs]
         due_ms = self.core.starts_due_ms(owner, slots)
-        wait_ms = min(due_ms - limits.predispatch_stop_ms - self.now_ms(), limits.claim_ahead_ms_max)
-        if wait_ms > 0:
-            await trio.sleep(wait_ms / 1000)
-        # A barrier: commands are applied in the order they were stamped.
-        await self.committer.submit(ClaimRuns(self.now_ms(), worker, []))
+        answers = self.core.may_start(owner, slots)
+        changed = self.core.watch_leases()
+        try:
+            wait_ms = min(due_ms - limits.predispatch_stop_ms - self.now_ms(), limits.claim_ahead_ms_max)
+            if wait_ms > 0:
+                await trio.sleep(wait_ms / 1000)
+            # A barrier: commands are applied in the order they were stamped.
+            await self.committer.submit(ClaimRuns(self.now_ms(), worker, []))
+        finally:
+            self.core.unwatch_leases(changed)
         if generation != self.core.generation:
             raise errors.NotLeader("this node stopped leading; ask the new leader")
-        return self.core.may_start(owner, slots)
+        return self.core.may_start_again(owner, slots, answers, changed)
 
     def stop_waiters_count(self) -> int:
         """Runs some worker's signals poll waits on (tests, metrics)."""
