@@ -156,7 +156,7 @@ def test_a_held_run_starts_at_its_own_attempt_only(rig: Rig) -> None:
 
 def test_a_starts_call_answers_each_run_as_start_of_does(rig: Rig) -> None:
     # A `POST /v1/starts` parses its run IDs once and looks their leases up
-    # in one pass (`starts_due_ms`, `may_start`): the same answers as
+    # in one pass (`may_start`): the same answers, and due time, as
     # `start_of` gives run by run, the leased and the rest.
     held, deleted = rig.create(at_s=4), rig.create(at_s=6)
     claimed = claim_ahead(rig, 7000)
@@ -166,9 +166,8 @@ def test_a_starts_call_answers_each_run_as_start_of_does(rig: Rig) -> None:
     for owner in (OWNER, "other", None):
         parsed = [(ids.parse_run_id(r), attempt) for r, attempt in asked]
         by_run = [rig.core.start_of(owner, r, attempt) for r, attempt in asked]
-        assert rig.core.may_start(owner, parsed) == [ok for ok, _ in by_run]
-        assert rig.core.starts_due_ms(owner, parsed) == max(due_ms for _, due_ms in by_run)
-    assert rig.core.may_start(OWNER, [(ids.parse_run_id(run_id(c)), 1) for c in claimed]) == [
+        assert rig.core.may_start(owner, parsed) == ([ok for ok, _ in by_run], max(due_ms for _, due_ms in by_run))
+    assert rig.core.may_start(OWNER, [(ids.parse_run_id(run_id(c)), 1) for c in claimed])[0] == [
         c.run.job_id == held[0] for c in claimed
     ]
 
@@ -182,7 +181,7 @@ def test_a_starts_call_answered_before_its_wait_sees_each_lease_change_after_it(
     claimed = {c.run.job_id: c for c in claim_ahead(rig, 5000)}
     kept, cancelled, asked_to_stop, deleted, patched = (claimed[j].run for j in job_ids)
     asked = [(ids.parse_run_id(run_id(claimed[j])), 1) for j in job_ids]
-    first = rig.core.may_start(OWNER, asked)
+    first, _ = rig.core.may_start(OWNER, asked)
     assert first == [True] * 5
     changed = rig.core.watch_leases()
     rig.now_ms = kept.due_ms - 2000
@@ -199,7 +198,7 @@ def test_a_starts_call_answered_before_its_wait_sees_each_lease_change_after_it(
     rig.core.unwatch_leases(changed)
     assert changed == {(r.job_id, r.nominal_ms) for r in (cancelled, asked_to_stop, deleted, patched)}
     assert rig.core.may_start_again(OWNER, asked, first, changed) == [True, False, False, False, False]
-    assert rig.core.may_start_again(OWNER, asked, first, changed) == rig.core.may_start(OWNER, asked)
+    assert rig.core.may_start_again(OWNER, asked, first, changed) == rig.core.may_start(OWNER, asked)[0]
     assert rig.core.lease_watches == {}
 
 

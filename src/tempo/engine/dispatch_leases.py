@@ -302,20 +302,6 @@ class Leases(CoreState):
         held = run.status == "claimed" and run.attempt == attempt and run.cancel is None
         return held, run.due_ms
 
-    def starts_due_ms(self, owner: str | None, runs: list[tuple[tuple[str, int] | None, int]]) -> int:
-        """The latest due time (UNIX ms; 0: none known) among (parsed run
-        ID, attempt) `runs`, as `start_of_slot` gives each: a `POST
-        /v1/starts` of them is answered `limits.predispatch_stop_ms`
-        before it."""
-        leases = self.leases
-        latest_ms = 0
-        for parsed, attempt in runs:
-            lease = None if parsed is None else leases.get(parsed)
-            due_ms = self.start_of_slot(owner, parsed, attempt)[1] if lease is None else lease.due_ms
-            if due_ms > latest_ms:
-                latest_ms = due_ms
-        return latest_ms
-
     def watch_leases(self) -> set[tuple[str, int]]:
         """A set that gathers, until `unwatch_leases`, the slots whose lease
         is put, dropped or asked to stop: what a `POST /v1/starts` answered
@@ -350,22 +336,26 @@ class Leases(CoreState):
                 again[i] = self.start_of_slot(owner, parsed, attempt)[0]
         return again
 
-    def may_start(self, owner: str | None, runs: list[tuple[tuple[str, int] | None, int]]) -> list[bool]:
-        """`start_of_slot`'s answer for each (parsed run ID, attempt) of a
-        `POST /v1/starts`: a wave's thousands are answered at one instant
-        (its due time less `limits.predispatch_stop_ms`), so a run that
-        holds its lease, the usual case, is looked up inline."""
+    def may_start(self, owner: str | None, runs: list[tuple[tuple[str, int] | None, int]]) -> tuple[list[bool], int]:
+        """`start_of_slot` for each (parsed run ID, attempt) of a `POST
+        /v1/starts`, in one pass: whether each may start, and the latest
+        due time among them (UNIX ms; 0: none known), which the call is
+        answered `limits.predispatch_stop_ms` before. A run that holds its
+        lease, the usual case, is looked up inline."""
         leases = self.leases
         answers: list[bool] = []
+        latest_ms = 0
         for parsed, attempt in runs:
             lease = None if parsed is None else leases.get(parsed)
             if lease is None:
-                answers.append(self.start_of_slot(owner, parsed, attempt)[0])
+                ok, due_ms = self.start_of_slot(owner, parsed, attempt)
             else:
-                answers.append(
-                    lease.attempt == attempt and (owner is None or lease.owner == owner) and not lease.cancel_requested
-                )
-        return answers
+                ok = lease.attempt == attempt and (owner is None or lease.owner == owner) and not lease.cancel_requested
+                due_ms = lease.due_ms
+            answers.append(ok)
+            if due_ms > latest_ms:
+                latest_ms = due_ms
+        return answers, latest_ms
 
     def next_expiry_s(self) -> float | None:
         """The earliest instant (monotonic) at which a lease or a timeout

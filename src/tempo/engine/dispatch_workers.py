@@ -288,8 +288,7 @@ class WorkerCalls:
         # whose lease changed meanwhile: a wave's calls all come to their
         # stop point at one instant, 100 ms before the runs start.
         slots = [(ids.parse_run_id(run_id), attempt) for run_id, attempt in runs]
-        due_ms = self.core.starts_due_ms(owner, slots)
-        answers = self.core.may_start(owner, slots)
+        answers, due_ms = self.core.may_start(owner, slots)
         changed = self.core.watch_leases()
         try:
             wait_ms = min(due_ms - limits.predispatch_stop_ms - self.now_ms(), limits.claim_ahead_ms_max)
