@@ -116,6 +116,9 @@ claim_wait_s_default = 20
 retry_after_s_max = 5.0
 # Of a failed run's error, the characters its log line shows (the server keeps it all).
 log_error_chars_max = 500
+# Runs lost at one heartbeat tick named one line each, the rest in one line:
+# a failover can leave thousands of held runs without a lease at once.
+lost_lines_max = 10
 
 Handler = Callable[[dict[str, Any]], Awaitable[str | None]]
 # Called with each non-empty claim answer and the UNIX time it arrived at.
@@ -530,8 +533,10 @@ class Worker:
         self._results_ready.set()
 
     def _log_run(self, run: dict[str, Any], outcome: str, duration_s: float, error: str | None = None) -> None:
-        """One line per attempt that ended here: ok (info), failed or lost (warning)."""
-        level = logging.INFO if outcome == "ok" else logging.WARNING
+        """One line per attempt that ended here: ok (info), failed
+        (warning), lost (info: why it was lost is a warning of its own,
+        `_lose`, and a failover may lose thousands at once)."""
+        level = logging.INFO if outcome in ("ok", "lost") else logging.WARNING
         why = f": {error[:log_error_chars_max]}" if error else ""
         log.log(level, "run %s attempt %s %s in %.3f s%s", run["id"], run["attempt"], outcome, duration_s, why,
                 extra={"run_id": run["id"], "attempt": run["attempt"], "job_id": run.get("job_id"),
@@ -539,22 +544,39 @@ class Worker:
 
     # -- heartbeats ------------------------------------------------------------
 
-    def _lose(self, run_id: str, attempt: int, why: str) -> None:
+    def _lose(self, run_id: str, attempt: int, why: str, *, say: bool = True) -> bool:
+        """Stops the attempt's handler, which no longer holds the run;
+        answers whether it was this worker's. `say`: one line for it."""
         active = self._active.get(run_id)
         if active is None or active.run["attempt"] != attempt:
-            return
-        log.warning("run %s attempt %s lost (%s); cancelling its handler", run_id, attempt, why)
+            return False
+        if say:
+            log.warning("run %s attempt %s lost (%s); cancelling its handler", run_id, attempt, why)
         active.lost = True
         active.cancel.cancel()
         del self._active[run_id]
+        return True
+
+    def _lose_expired(self, now_s: float) -> None:
+        """Stops the handlers whose lease ran out by `now_s` (trio clock)
+        as far as this worker knows: the first `lost_lines_max` named one
+        line each, the rest counted in one line."""
+        why = "no heartbeat got through within the lease"
+        lost = [
+            run_id for run_id, active in list(self._active.items())
+            if now_s > active.lease_deadline_s and self._lose(run_id, active.run["attempt"], why, say=False)
+        ]
+        for run_id in lost[:lost_lines_max]:
+            log.warning("run %s lost (%s); cancelling its handler", run_id, why, extra={"run_id": run_id})
+        if len(lost) > lost_lines_max:
+            log.warning("and %d more runs lost (%s); cancelling their handlers", len(lost) - lost_lines_max, why,
+                        extra={"worker": self.worker_id, "lost": len(lost)})
 
     async def _heartbeat_loop(self) -> None:
         while True:
             await trio.sleep(heartbeat_tick_s)
             now_s = trio.current_time()
-            for run_id, active in list(self._active.items()):
-                if now_s > active.lease_deadline_s:
-                    self._lose(run_id, active.run["attempt"], "no heartbeat got through within the lease")
+            self._lose_expired(now_s)
             due = [a for a in self._active.values() if a.heartbeat_at_s <= now_s][: limits.batch_items_max]
             if not due:
                 continue

@@ -171,3 +171,21 @@ def test_cli_worker_text_lines_escape_what_the_command_wrote(server: Server) -> 
     assert not any(line.startswith(forged) for line in lines), lines
     line = next(line for line in lines if f"run {run['id']} attempt 1 failed" in line)
     assert "broke\\n2030-01-01" in line and " tempo.worker WARNING " in line
+
+
+def test_runs_lost_at_one_tick_are_named_up_to_a_bound_and_counted_beyond(caplog: pytest.LogCaptureFixture) -> None:
+    # A failover leaves thousands of held runs without a heartbeat at once:
+    # the worker stops each one's handler, and says so in a few lines.
+    from tempo.worker import _Active, lost_lines_max
+
+    worker = Worker(["http://127.0.0.1:9"], "w-lost", {"q": lambda run: None})
+    expired = {f"r_{i}": _Active({"id": f"r_{i}", "attempt": 1}, 10, 0.0, 5.0) for i in range(50)}
+    still = _Active({"id": "r_kept", "attempt": 1}, 10, 0.0, 20.0)
+    worker._active = expired | {"r_kept": still}
+    with caplog.at_level(logging.INFO, logger="tempo.worker"):
+        worker._lose_expired(10.0)
+    lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(lines) == lost_lines_max + 1, lines
+    assert lines[-1] == "and 40 more runs lost (no heartbeat got through within the lease); cancelling their handlers"
+    assert all(a.lost and a.cancel.cancel_called for a in expired.values())
+    assert worker._active == {"r_kept": still} and not still.lost
