@@ -6,6 +6,7 @@ never starts, in the `tempo.worker` library and in `tempo worker`."""
 import gc
 import subprocess
 import time
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -96,6 +97,20 @@ async def test_tempo_worker_never_starts_a_command_cancelled_before_its_due_time
     assert sorted(p.name for p in marks.iterdir()) == [kept["id"]]
 
 
+def _wave_worker(server: Server, name: str, queue: str, handler: Callable[[dict], Awaitable[None]]) -> Worker:
+    """A worker that holds the 20 runs of a wave (claims 5 s ahead)."""
+    return Worker([server.url], name, {queue: handler}, wait_s=1, ahead_ms=5000, concurrency=20)
+
+
+async def _run_until_done(server: Server, worker: Worker, jobs: list[dict]) -> None:
+    async with trio.open_nursery() as nursery:
+        await nursery.start(worker.run)
+        for job in jobs:
+            await wait_for_status(server, job["id"], "done", EVENTUALLY_S)
+        with trio.fail_after(10):
+            await worker.stop(grace_s=1)
+
+
 async def test_every_handler_of_a_wave_starts_before_any_result_is_filed(server: Server) -> None:
     """Held runs due at one instant start on one event: a handler that
     returns at once does not make the next one of the wave wait for its
@@ -110,13 +125,8 @@ async def test_every_handler_of_a_wave_starts_before_any_result_is_filed(server:
         started_at.append(time.time())
         finished_before[run["job_id"]] = worker.counts["ok"]
 
-    worker = Worker([server.url], "w-wave", {queue: handler}, wait_s=1, ahead_ms=5000, concurrency=20)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(worker.run)
-        for job in jobs:
-            await wait_for_status(server, job["id"], "done", EVENTUALLY_S)
-        with trio.fail_after(10):
-            await worker.stop(grace_s=1)
+    worker = _wave_worker(server, "w-wave", queue, handler)
+    await _run_until_done(server, worker, jobs)
     assert worker.counts["ok"] == 20
     assert finished_before == {job["id"]: 0 for job in jobs}, sorted(finished_before.values())
 
@@ -134,12 +144,7 @@ async def test_the_cycle_collector_is_held_off_while_a_wave_wakes_and_back_after
         collector_on.append(gc.isenabled())
 
     assert gc.isenabled()
-    worker = Worker([server.url], "w-gc", {queue: handler}, wait_s=1, ahead_ms=5000, concurrency=20)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(worker.run)
-        for job in jobs:
-            await wait_for_status(server, job["id"], "done", EVENTUALLY_S)
-        with trio.fail_after(10):
-            await worker.stop(grace_s=1)
+    worker = _wave_worker(server, "w-gc", queue, handler)
+    await _run_until_done(server, worker, jobs)
     assert collector_on == [False] * 20
     assert gc.isenabled()
