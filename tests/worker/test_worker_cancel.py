@@ -3,6 +3,7 @@ timeouts", "Cancelling a run"): the `tempo.worker` library cancels the
 handler's task scope when a heartbeat answer says `cancel`, and `tempo
 worker` sends its command SIGTERM."""
 
+import logging
 import subprocess
 import time
 from datetime import datetime
@@ -73,19 +74,23 @@ async def test_a_timeout_cancels_the_handler_and_sends_no_result(
         return "never"
 
     worker = Worker([server.url], "w-timeout", {queue: handler}, wait_s=1)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(worker.run)
-        # Its lease is 30 s: what ends the handler well before is the timeout.
-        with trio.fail_after(EVENTUALLY_S):
-            await cancelled.wait()
-        run = await wait_for_status(server, job["id"], "failed", EVENTUALLY_S)
-        with trio.fail_after(10):
-            await worker.stop(grace_s=1)
+    with caplog.at_level(logging.INFO, logger="tempo.worker"):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(worker.run)
+            # Its lease is 30 s: what ends the handler well before is the timeout.
+            with trio.fail_after(EVENTUALLY_S):
+                await cancelled.wait()
+            run = await wait_for_status(server, job["id"], "failed", EVENTUALLY_S)
+            with trio.fail_after(10):
+                await worker.stop(grace_s=1)
     assert run["error"] == "timeout"
     assert worker.counts["lost"] == 1 and worker.counts["failed"] == 0 and worker.counts["rejected"] == 0
-    # Two lines: why the handler is cancelled, and the attempt's end.
-    lines = [r.getMessage() for r in caplog.records if r.name == "tempo.worker" and run["id"] in r.getMessage()]
-    assert len(lines) == 2 and "lost (timeout)" in lines[0] and " lost in " in lines[1], lines
+    # Two lines: why the handler is cancelled (a warning), and the attempt's end.
+    lines = [(r.levelname, r.getMessage()) for r in caplog.records
+             if r.name == "tempo.worker" and run["id"] in r.getMessage()]
+    assert len(lines) == 2, lines
+    assert lines[0][0] == "WARNING" and "lost (timeout)" in lines[0][1], lines
+    assert lines[1][0] == "INFO" and " lost in " in lines[1][1], lines
 
 
 async def test_tempo_worker_sends_its_command_sigterm_on_a_cancel(server: Server, tmp_path: Path) -> None:
