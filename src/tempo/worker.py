@@ -354,6 +354,10 @@ class Worker:
         # claimed: a claim asks for no more runs than there are tokens.
         self._limiter = trio.CapacityLimiter(concurrency)
         self._active: dict[str, _Active] = {}
+        # trio clock: no run's heartbeat, nor so its lease's end, comes
+        # before this; the heartbeat loop looks at the runs from then on,
+        # not at every tick (a worker may hold 25,000 runs ahead).
+        self._check_at_s = math.inf
         self._slot_freed = trio.Event()
         self._results: list[dict[str, Any]] = []
         self._results_ready = trio.Event()
@@ -469,6 +473,7 @@ class Worker:
             previous.lost = True
             previous.cancel.cancel()
         self._active[run["id"]] = active
+        self._check_at_s = min(self._check_at_s, active.heartbeat_at_s)
         # Never blocks: the claim asked for at most available_tokens runs.
         self._limiter.acquire_on_behalf_of_nowait(active)
         self.counts["claimed"] += 1
@@ -537,6 +542,8 @@ class Worker:
         (warning), lost (info: why it was lost is a warning of its own,
         `_lose`, and a failover may lose thousands at once)."""
         level = logging.INFO if outcome in ("ok", "lost") else logging.WARNING
+        if not log.isEnabledFor(level):
+            return  # before the fields: a wave ends thousands of runs at once
         why = f": {error[:log_error_chars_max]}" if error else ""
         log.log(level, "run %s attempt %s %s in %.3f s%s", run["id"], run["attempt"], outcome, duration_s, why,
                 extra={"run_id": run["id"], "attempt": run["attempt"], "job_id": run.get("job_id"),
@@ -572,12 +579,21 @@ class Worker:
             log.warning("and %d more runs lost (%s); cancelling their handlers", len(lost) - lost_lines_max, why,
                         extra={"worker": self.worker_id, "lost": len(lost)})
 
+    def _due_heartbeats(self, now_s: float) -> list[_Active]:
+        """At `now_s` (trio clock): stops the handlers whose lease ran out
+        (`_lose_expired`) and answers the runs whose heartbeat is due, a
+        batch at most. Looks at the runs only once the earliest heartbeat
+        has come (`_check_at_s`): a heartbeat is due before its lease ends."""
+        if now_s < self._check_at_s:
+            return []
+        self._lose_expired(now_s)
+        self._check_at_s = min((a.heartbeat_at_s for a in self._active.values()), default=math.inf)
+        return [a for a in self._active.values() if a.heartbeat_at_s <= now_s][: limits.batch_items_max]
+
     async def _heartbeat_loop(self) -> None:
         while True:
             await trio.sleep(heartbeat_tick_s)
-            now_s = trio.current_time()
-            self._lose_expired(now_s)
-            due = [a for a in self._active.values() if a.heartbeat_at_s <= now_s][: limits.batch_items_max]
+            due = self._due_heartbeats(trio.current_time())
             if not due:
                 continue
             sent_s = trio.current_time()

@@ -189,3 +189,27 @@ def test_runs_lost_at_one_tick_are_named_up_to_a_bound_and_counted_beyond(caplog
     assert lines[-1] == "and 40 more runs lost (no heartbeat got through within the lease); cancelling their handlers"
     assert all(a.lost and a.cancel.cancel_called for a in expired.values())
     assert worker._active == {"r_kept": still} and not still.lost
+
+
+async def test_the_heartbeat_tick_looks_at_the_runs_from_the_earliest_heartbeat_on() -> None:
+    # A worker holding thousands of runs does not look at each one every
+    # tick; a run started later with an earlier heartbeat is looked at from
+    # its own, and a lease that runs out still stops its handler.
+    from tempo.worker import heartbeat_tick_s
+
+    async def block(run: dict) -> None:
+        await trio.sleep_forever()
+
+    worker = Worker(["http://127.0.0.1:9"], "w-tick", {"q": block})
+    async with trio.open_nursery() as nursery:
+        worker._handlers_nursery = nursery
+        now_s = trio.current_time()
+        worker._start({"id": "r_late", "attempt": 1, "target": "queue:q", "lease_s": 60})
+        assert worker._due_heartbeats(now_s + 19) == [] and worker._check_at_s == pytest.approx(now_s + 20, abs=0.5)
+        worker._start({"id": "r_soon", "attempt": 1, "target": "queue:q", "lease_s": 3})
+        soon = worker._active["r_soon"]
+        assert worker._due_heartbeats(now_s + 0.5) == []
+        assert worker._due_heartbeats(now_s + 1 + heartbeat_tick_s) == [soon]  # its heartbeat, at lease_s / 3
+        assert worker._due_heartbeats(now_s + 3 + heartbeat_tick_s) == []  # never answered: its lease ran out
+        assert soon.lost and list(worker._active) == ["r_late"]
+        nursery.cancel_scope.cancel()
