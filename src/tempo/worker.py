@@ -354,9 +354,7 @@ class Worker:
         # claimed: a claim asks for no more runs than there are tokens.
         self._limiter = trio.CapacityLimiter(concurrency)
         self._active: dict[str, _Active] = {}
-        # trio clock: no run's heartbeat, nor so its lease's end, comes
-        # before this; the heartbeat loop looks at the runs from then on,
-        # not at every tick (a worker may hold 25,000 runs ahead).
+        # trio clock: no run's heartbeat (nor lease's end) comes before this.
         self._check_at_s = math.inf
         self._slot_freed = trio.Event()
         self._results: list[dict[str, Any]] = []
@@ -519,7 +517,7 @@ class Worker:
             if active.cancel.cancelled_caught:
                 if active.lost or active.held:  # a held run stopped before it started: its lease brings it back
                     self.counts["lost" if active.lost else "not_started"] += 1
-                    self._log_run(run, "lost", trio.current_time() - started_s)
+                    _log_run_end(self.worker_id, run, "lost", trio.current_time() - started_s)
                     return
                 why = "cancelled: its owner asked it to stop" if active.stop_requested else (
                     "worker stopped before the handler finished")
@@ -533,21 +531,9 @@ class Worker:
         # The line says what happened: a handler stopped by a cancel is
         # `cancelled` (and so recorded), one that finished first is `ok`.
         said = "ok" if outcome["ok"] else "cancelled" if active.cancel.cancelled_caught and active.stop_requested else "failed"
-        self._log_run(run, said, trio.current_time() - started_s, outcome.get("error"))
+        _log_run_end(self.worker_id, run, said, trio.current_time() - started_s, outcome.get("error"))
         self._results.append(outcome)
         self._results_ready.set()
-
-    def _log_run(self, run: dict[str, Any], outcome: str, duration_s: float, error: str | None = None) -> None:
-        """One line per attempt that ended here: ok (info), failed
-        (warning), lost (info: why it was lost is a warning of its own,
-        `_lose`, and a failover may lose thousands at once)."""
-        level = logging.INFO if outcome in ("ok", "lost") else logging.WARNING
-        if not log.isEnabledFor(level):
-            return  # before the fields: a wave ends thousands of runs at once
-        why = f": {error[:log_error_chars_max]}" if error else ""
-        log.log(level, "run %s attempt %s %s in %.3f s%s", run["id"], run["attempt"], outcome, duration_s, why,
-                extra={"run_id": run["id"], "attempt": run["attempt"], "job_id": run.get("job_id"),
-                       "worker": self.worker_id, "outcome": outcome, "duration_s": round(duration_s, 3)})
 
     # -- heartbeats ------------------------------------------------------------
 
@@ -564,29 +550,18 @@ class Worker:
         del self._active[run_id]
         return True
 
-    def _lose_expired(self, now_s: float) -> None:
-        """Stops the handlers whose lease ran out by `now_s` (trio clock)
-        as far as this worker knows: the first `lost_lines_max` named one
-        line each, the rest counted in one line."""
-        why = "no heartbeat got through within the lease"
-        lost = [
-            run_id for run_id, active in list(self._active.items())
-            if now_s > active.lease_deadline_s and self._lose(run_id, active.run["attempt"], why, say=False)
-        ]
-        for run_id in lost[:lost_lines_max]:
-            log.warning("run %s lost (%s); cancelling its handler", run_id, why, extra={"run_id": run_id})
-        if len(lost) > lost_lines_max:
-            log.warning("and %d more runs lost (%s); cancelling their handlers", len(lost) - lost_lines_max, why,
-                        extra={"worker": self.worker_id, "lost": len(lost)})
-
     def _due_heartbeats(self, now_s: float) -> list[_Active]:
-        """At `now_s` (trio clock): stops the handlers whose lease ran out
-        (`_lose_expired`) and answers the runs whose heartbeat is due, a
-        batch at most. Looks at the runs only once the earliest heartbeat
-        has come (`_check_at_s`): a heartbeat is due before its lease ends."""
+        """At `now_s` (trio clock): stops the handlers whose lease ran out,
+        and answers the runs whose heartbeat is due (a batch at most). Looks
+        at the runs only from the earliest heartbeat on (`_check_at_s`),
+        which is due before its lease ends."""
         if now_s < self._check_at_s:
             return []
-        self._lose_expired(now_s)
+        why = "no heartbeat got through within the lease"
+        _say_lost(self.worker_id, why, [
+            run_id for run_id, active in list(self._active.items())
+            if now_s > active.lease_deadline_s and self._lose(run_id, active.run["attempt"], why, say=False)
+        ])
         self._check_at_s = min((a.heartbeat_at_s for a in self._active.values()), default=math.inf)
         return [a for a in self._active.values() if a.heartbeat_at_s <= now_s][: limits.batch_items_max]
 
@@ -719,16 +694,12 @@ class Worker:
             if self._on_reported is not None and answer.get("accepted"):
                 self._on_reported(answer["accepted"], time.time())
             for run_id in answer.get("accepted", ()):
-                self._forget(run_id, sent.get(run_id))
+                _forget(self._active, run_id, sent.get(run_id))
             for item in answer.get("rejected", ()):
                 log.warning("result of run %s rejected: %s", item["run_id"], item.get("type"))
                 self.counts["rejected"] += 1
-                self._forget(item["run_id"], sent.get(item["run_id"]))
+                _forget(self._active, item["run_id"], sent.get(item["run_id"]))
 
-    def _forget(self, run_id: str, attempt: int | None) -> None:
-        active = self._active.get(run_id)
-        if active is not None and active.finished and active.run["attempt"] == attempt:
-            del self._active[run_id]
 
 
 # -- `tempo worker -- COMMAND...` ------------------------------------------------
@@ -739,6 +710,36 @@ command_stream_bytes_max = limits.output_bytes_max
 # killed command to be reaped.
 kill_grace_s = 10.0
 kill_wait_s = 5.0
+
+
+def _forget(active_runs: dict[str, _Active], run_id: str, attempt: int | None) -> None:
+    """A run whose result the server took: no longer this worker's."""
+    active = active_runs.get(run_id)
+    if active is not None and active.finished and active.run["attempt"] == attempt:
+        del active_runs[run_id]
+
+
+def _log_run_end(worker_id: str, run: dict[str, Any], outcome: str, duration_s: float, error: str | None = None) -> None:
+    """One line per attempt that ended in a worker: ok (info), failed
+    (warning), lost (info: why it was lost is a warning of its own,
+    `Worker._lose`, and a failover may lose thousands at once)."""
+    level = logging.INFO if outcome in ("ok", "lost") else logging.WARNING
+    if not log.isEnabledFor(level):
+        return  # before the fields: a wave ends thousands of runs at once
+    why = f": {error[:log_error_chars_max]}" if error else ""
+    log.log(level, "run %s attempt %s %s in %.3f s%s", run["id"], run["attempt"], outcome, duration_s, why,
+            extra={"run_id": run["id"], "attempt": run["attempt"], "job_id": run.get("job_id"),
+                   "worker": worker_id, "outcome": outcome, "duration_s": round(duration_s, 3)})
+
+
+def _say_lost(worker_id: str, why: str, lost: list[str]) -> None:
+    """The runs a worker lost at one moment: the first `lost_lines_max`
+    named one line each, the rest counted in one line."""
+    for run_id in lost[:lost_lines_max]:
+        log.warning("run %s lost (%s); cancelling its handler", run_id, why, extra={"run_id": run_id})
+    if len(lost) > lost_lines_max:
+        log.warning("and %d more runs lost (%s); cancelling their handlers", len(lost) - lost_lines_max, why,
+                    extra={"worker": worker_id, "lost": len(lost)})
 
 
 async def _report_singly(transport: Transport, batch: list[dict[str, Any]]) -> dict[str, list[str] | list[dict[str, str]]]:

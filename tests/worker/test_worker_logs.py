@@ -182,8 +182,9 @@ def test_runs_lost_at_one_tick_are_named_up_to_a_bound_and_counted_beyond(caplog
     expired = {f"r_{i}": _Active({"id": f"r_{i}", "attempt": 1}, 10, 0.0, 5.0) for i in range(50)}
     still = _Active({"id": "r_kept", "attempt": 1}, 10, 0.0, 20.0)
     worker._active = expired | {"r_kept": still}
+    worker._check_at_s = 0.0
     with caplog.at_level(logging.INFO, logger="tempo.worker"):
-        worker._lose_expired(10.0)
+        worker._due_heartbeats(10.0)
     lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(lines) == lost_lines_max + 1, lines
     assert lines[-1] == "and 40 more runs lost (no heartbeat got through within the lease); cancelling their handlers"
