@@ -701,7 +701,6 @@ class Worker:
                 _forget(self._active, item["run_id"], sent.get(item["run_id"]))
 
 
-
 # -- `tempo worker -- COMMAND...` ------------------------------------------------
 
 command_stream_bytes_max = limits.output_bytes_max
