@@ -24,8 +24,9 @@ Thread CPU per job, by phase (waiting for fsync counts not):
 Each phase's figure is its least over `--rounds` rounds (each on fresh
 data): on a shared machine other processes only ever add to thread CPU.
 
-With `--digest`, prints `Store.digest()` after the last round: the same
-figure before and after a change to apply means byte-identical tables
+With `--pages`, prints each table's pages per job after the last round
+(bench/_pages.py). With `--digest`, prints `Store.digest()` after the last
+round: the same figure before and after a change to apply means byte-identical tables
 (the clock and the job IDs' random part are fixed here for that).
 """
 
@@ -55,6 +56,7 @@ from tempo.node import Standalone
 
 sys.path.insert(0, os.path.dirname(__file__))
 from _batch import iso, spread_at_ms
+from _pages import pages_table
 from _timing import timed, timed_async
 
 T0_MS = 1_800_000_000_000
@@ -124,7 +126,7 @@ def gc_timer(meter: Meter) -> Callable[[str, dict[str, int]], None]:
     return gc_callback
 
 
-async def one_round(fmt: str, requests: list[bytes], profile, apply_profile, digest: bool) -> dict[str, float]:
+async def one_round(fmt: str, requests: list[bytes], profile, apply_profile, digest: bool, pages: bool) -> dict[str, float]:
     meter = Meter()
     CURRENT.meter = meter
     with tempfile.TemporaryDirectory(prefix="tempo-percreate-") as tmp:
@@ -179,6 +181,8 @@ async def one_round(fmt: str, requests: list[bytes], profile, apply_profile, dig
             gc.callbacks.remove(gc_callback)
         if digest:
             print(f"{fmt} digest: {store.digest()}")
+        if pages:
+            print(f"{fmt}: the last round's tables\n{pages_table(store.env, jobs_done)}")
         store.close()
     c = meter.cpu_s
     c["build"] -= c["submit"]
@@ -198,6 +202,7 @@ def main() -> None:
     ap.add_argument("--format", choices=("json", "msgpack", "both"), default="both")
     ap.add_argument("--profile", default=None, help="cProfile of the last round (`.apply` beside it: commit thread)")
     ap.add_argument("--digest", action="store_true", help="print Store.digest() of the last round's tables")
+    ap.add_argument("--pages", action="store_true", help="print the last round's tables' pages per job (bench/_pages.py)")
     args = ap.parse_args()
     # Once per request, so the wrappers cost nothing per job; where
     # `create_batch` looks them up (net/jobs_api.py).
@@ -215,7 +220,7 @@ def main() -> None:
             last = i == args.rounds - 1
             profile = cProfile.Profile() if args.profile and last else None
             apply_profile = cProfile.Profile() if profile is not None else None
-            per_round.append(trio.run(one_round, fmt, requests, profile, apply_profile, args.digest and last))
+            per_round.append(trio.run(one_round, fmt, requests, profile, apply_profile, args.digest and last, args.pages and last))
             if profile is not None:
                 profile.dump_stats(f"{args.profile}.{fmt}")
                 apply_profile.dump_stats(f"{args.profile}.{fmt}.apply")

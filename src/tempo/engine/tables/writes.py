@@ -5,6 +5,7 @@ buckets moves its rows of the runs-by-job, runs-by-status and held-runs
 indexes, the open-minute counts, its job's outcome and the dispatcher's
 change feed (`Changes`) with it."""
 
+import bisect
 from dataclasses import dataclass, field
 
 import lmdb
@@ -485,8 +486,7 @@ class NewRows:
         ):
             if rows:
                 with t.txn.cursor(db=db) as cursor:
-                    consumed, added = cursor.putmulti(rows, overwrite=False)
-                assert consumed == added == len(rows), "a new job's row existed"
+                    put_new(cursor, rows)
                 rows.clear()
         # Each event goes to the bucket of its day: one `putmulti` a day
         # (a command's jobs share its stamp, so one in all).
@@ -494,6 +494,31 @@ class NewRows:
         for at_ms, row in self.events:
             days.setdefault(at_ms // limits.day_ms, (at_ms, []))[1].append(row)
         for at_ms, day_rows in days.values():
-            consumed, added = t.history_cursor(at_ms, HIST_EVENT).putmulti(day_rows, overwrite=False)
-            assert consumed == added == len(day_rows), "an event's sequence number was taken"
+            put_new(t.history_cursor(at_ms, HIST_EVENT), day_rows)
         self.events.clear()
+
+
+def put_new(cursor: "lmdb.Cursor[bytes]", rows: list[tuple[bytes, bytes]]) -> None:
+    """Puts rows whose keys are all new to the cursor's table (a key that
+    exists stops the node here), sorting `rows` in place.
+
+    The rows past the table's last key go in with LMDB's append flag: a
+    full leaf page then starts a new one rather than splitting in half.
+    Without it, keys that only ever grow (a new job's ID, its runs-by-job
+    and owner rows) leave every leaf page they pass half full for good
+    (docs/performance.md "Pages filled in key order")."""
+    rows.sort()
+    start = 0
+    if cursor.last():
+        last = cursor.key()
+        start = bisect.bisect_right(rows, last, key=_key_of)
+    if start:
+        consumed, added = cursor.putmulti(rows[:start] if start < len(rows) else rows, overwrite=False)
+        assert consumed == added == start, "a new row's key existed"
+    if start < len(rows):
+        consumed, added = cursor.putmulti(rows[start:] if start else rows, overwrite=False, append=True)
+        assert consumed == added == len(rows) - start, "a new row's key existed"
+
+
+def _key_of(row: tuple[bytes, bytes]) -> bytes:
+    return row[0]
