@@ -119,8 +119,11 @@ class Lease(msgspec.Struct, gc=False):
     due_ms: int = 0
 
 
-@dataclass(slots=True)
-class ClaimedRun:
+class ClaimedRun(msgspec.Struct, gc=False):
+    """A run a claim handed out, with its job: 1,000 in a claim, untracked
+    by the cycle collector as the records they hold are (records.py), so
+    that a claim sets off no collection of its own."""
+
     run: Run
     job: Job
 
