@@ -3,9 +3,11 @@
 
     .venv/bin/python bench/layout.py [--jobs 1000000] [--days 30] [--layout both]
 
-No tempo code runs here: rows of the sizes tempo writes (docs/performance.md
-"Pages filled in key order") are put in batches of `--batch`, one fsynced
-transaction each, as a bulk load through `POST /v1/jobs/batch` puts them.
+No tempo code runs here but the store's way of putting new rows
+(engine/tables/writes.py `put_new`): rows of the sizes tempo writes
+(docs/performance.md "Pages filled in key order") are put in batches of
+`--batch`, one fsynced transaction each, as a bulk load through
+`POST /v1/jobs/batch` puts them.
 The jobs are due over `--days`, in an order that scatters neighbours
 (bench/_batch.py `spread_at_ms`). Prints, for each layout, the storing rate
 (one thread, apply's LMDB work alone: tempo's own checks, events and views
@@ -31,6 +33,8 @@ import tempfile
 import time
 
 import lmdb
+
+from tempo.engine.tables.writes import put_new
 
 sys.path.insert(0, os.path.dirname(__file__))
 from _batch import spread_at_ms
@@ -85,11 +89,8 @@ def load(layout: str, jobs: int, days: float, batch: int) -> dict[str, float]:
         with env.begin(write=True) as txn:
             for name, put in rows.items():
                 if put:
-                    put.sort()
                     with txn.cursor(db=db[name]) as cur:
-                        last = cur.key() if cur.last() else b""
-                        consumed, added = cur.putmulti(put, overwrite=False, append=put[0][0] > last)
-                        assert consumed == added == len(put)
+                        put_new(cur, put)
             for minute, count in sorted(minutes.items()):
                 raw = txn.get(minute.to_bytes(4, "big"), db=db["open"])
                 txn.put(minute.to_bytes(4, "big"), (count + (0 if raw is None else int.from_bytes(raw, "big"))).to_bytes(8, "big"), db=db["open"])
@@ -110,7 +111,7 @@ def promote(env: lmdb.Environment, db: dict) -> float:
     """Moves every day's runs into due order, a day at a time: each run
     read from the later index and its job, then put as a runs row, a
     runs-by-job row and a runs-by-status row. The days come in order, so
-    every put is past its table's last key."""
+    the runs and runs-by-status rows are past their tables' last keys."""
     moved = 0
     started = time.perf_counter()
     with env.begin() as txn:
@@ -131,13 +132,8 @@ def promote(env: lmdb.Environment, db: dict) -> float:
                 by_status.append((OWNER + b"\x01" + due + key + due, b""))
                 found = later.delete()
             for name, put in (("runs", runs), ("by_job", by_job), ("by_status", by_status)):
-                put.sort()
                 with txn.cursor(db=db[name]) as cur:
-                    last = cur.key() if cur.last() else b""
-                    split = next((i for i, (k, _) in enumerate(put) if k > last), len(put))
-                    if split:
-                        cur.putmulti(put[:split], overwrite=False)
-                    cur.putmulti(put[split:], overwrite=False, append=True)
+                    put_new(cur, put)
             moved += len(runs)
     return moved / (time.perf_counter() - started)
 
