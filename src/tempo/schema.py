@@ -281,8 +281,10 @@ class PauseIn(_Request):
     note: Annotated[str, Meta(max_length=limits.pause_note_chars_max)] | None = None
 
 
-class CancelIn(_Request):
-    """`POST /v1/runs/{id}/cancel` takes no fields: its body is empty or `{}`."""
+class NoFieldsIn(_Request):
+    """The body of a request that takes no fields (a run's cancel, a job's
+    resume, trigger and delete): empty or `{}`, anything else is `400`
+    (`net/handlers.py` `no_fields`)."""
 
 
 class BackfillOut(msgspec.Struct):

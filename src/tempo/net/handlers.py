@@ -9,7 +9,10 @@ from contextlib import AbstractContextManager
 
 from tempo import errors, limits
 from tempo.engine import Dispatcher, Jobs, Store
-from tempo.net.asgi import Request, Response
+from tempo.net.asgi import Request, Response, decode, decoders
+from tempo.schema import NoFieldsIn
+
+_no_fields = decoders(NoFieldsIn)
 
 
 class Handlers:
@@ -28,6 +31,15 @@ class Handlers:
     # empty answer given because the node stops.
     _long_poll: Callable[[float], AbstractContextManager[None]]
     _retry_hint: Callable[[Response], Response]
+
+
+def no_fields(request: Request) -> None:
+    """The body of an endpoint that takes no fields is empty or `{}` (in
+    JSON or MessagePack): anything in it is `400` at what was sent, before
+    anything is done (docs/api.md "General rules": unknown fields are
+    rejected, not ignored)."""
+    if request.body:
+        decode(request, _no_fields)
 
 
 def is_decimal(text: str) -> bool:
