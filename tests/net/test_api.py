@@ -380,6 +380,29 @@ def test_json_request_with_msgpack_accept(http):
     assert set(msgspec.msgpack.decode(listing.content)) == {"jobs", "next_cursor"}
 
 
+@pytest.mark.parametrize(
+    ("accept", "expect_msgpack"),
+    [
+        (f"{MSGPACK};q=0, application/json", False),
+        (f"{MSGPACK}; q=0.000, application/json", False),
+        (f"{MSGPACK};q=0.5, application/json", True),
+        ("application/json;q=0", False),  # a JSON request: JSON refused names no MessagePack type
+    ],
+)
+def test_a_type_refused_with_q_0_is_not_named(http, accept, expect_msgpack):
+    # RFC 9110 12.4.2: a weight of 0 means "not acceptable".
+    job = create(http)
+    r = http.get(f"/v1/jobs/{job['id']}", headers={"accept": accept})
+    assert r.status_code == 200
+    assert (r.headers["content-type"] == MSGPACK) is expect_msgpack, r.headers["content-type"]
+
+
+def test_a_msgpack_request_refusing_json_is_answered_in_msgpack(http):
+    headers = {"content-type": MSGPACK, "accept": "application/json;q=0, */*;q=0.1"}
+    r = http.post("/v1/jobs", content=msgspec.msgpack.encode(job_body()), headers=headers)
+    assert r.status_code == 201 and r.headers["content-type"] == MSGPACK
+
+
 def test_msgpack_errors_are_problem_json(http):
     r = http.post(
         "/v1/jobs",

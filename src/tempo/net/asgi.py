@@ -127,10 +127,23 @@ class Request:
 
     @property
     def wants_msgpack(self) -> bool:
-        accept = self.headers.get(b"accept", b"").lower()
+        accept = acceptable(self.headers.get(b"accept", b"").lower())
         if any(t in accept for t in _MSGPACK_TYPES):
             return True
         return self.is_msgpack and JSON not in accept
+
+
+_ZERO_WEIGHT = re.compile(rb"\s*q=0(?:\.0{0,3})?\s*")
+
+
+def acceptable(accept: bytes) -> bytes:
+    """An `Accept` value without its media ranges of weight 0, which RFC
+    9110 (12.4.2) makes "not acceptable": such a range names no type
+    (docs/api.md "Encoding and content negotiation")."""
+    if b"q=" not in accept:
+        return accept
+    kept = [part for part in accept.split(b",") if not any(_ZERO_WEIGHT.fullmatch(p) for p in part.split(b";")[1:])]
+    return b",".join(kept)
 
 
 @dataclass(slots=True)
