@@ -83,3 +83,25 @@ async def test_a_job_listing_with_a_filter_it_does_not_have_is_refused(api):
     assert answer.status == 400
     assert answer.problem()["errors"][0]["loc"] == "query.colour"
     assert "limit" in answer.problem()["errors"][0]["msg"]  # it names what the path takes
+
+
+@pytest.mark.parametrize(
+    ("path", "name"),
+    [
+        ("/v1/jobs?limit=1&limit=2", "limit"),
+        ("/v1/jobs?state=paused&limit=5&state=active", "state"),
+        ("/v1/runs?status=failed&status=done", "status"),
+        (f"/v1/jobs/{JOB_ID}/runs?since=2027-01-01T00:00:00Z&since=2028-01-01T00:00:00Z", "since"),
+        ("/v1/events?after=0&after=5", "after"),
+    ],
+)
+async def test_a_parameter_given_twice_is_400_at_its_name(api, path, name):
+    # Which of the two would count is a guess the server does not make.
+    answer = await call(api, "GET", path)
+    assert answer.status == 400, answer.body
+    assert [e["loc"] for e in answer.problem()["errors"]] == [f"query.{name}"]
+
+
+async def test_the_parameters_that_take_a_list_may_be_given_twice(api):
+    assert (await call(api, "GET", "/v1/jobs?label=team:a&label=env:prod")).status == 200
+    assert (await call(api, "GET", "/v1/jobs?stale=true&stale=true")).status == 200

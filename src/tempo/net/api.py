@@ -36,6 +36,7 @@ from tempo.net.asgi import (
     problem_response,
     query_values,
     read_body,
+    repeated_names,
     send_response,
 )
 from tempo.net.auth import Authenticator
@@ -386,10 +387,21 @@ def _check_stale(request: Request) -> None:
         raise errors.Invalid.at("query.stale", "the only value is `true`; leave it out for a linearizable read")
 
 
+# Query parameters a request may give more than once: `label` is a list
+# (docs/api.md "List jobs"), and `stale` has one value however often given.
+_LISTS = frozenset({"label", "stale"})
+
+
 def _check_query(route: Route, request: Request) -> None:
     """Refuses a query parameter the route does not take (its `query` in
     net/routes.py): a filter that does not exist must not answer as if it
-    had matched everything."""
+    had matched everything. One given twice that is no list is refused
+    too: which of the two counts would be a guess."""
+    raw = request.raw_query
+    if raw and raw.count(b"&") >= len(request.query):  # fewer names than parts: one came twice (or a part was empty)
+        for name, count in repeated_names(raw).items():
+            if name not in _LISTS:
+                raise errors.Invalid.at(f"query.{name}", f"given {count} times; give it once")
     takes = route.query
     for name in request.query:
         if name not in takes:

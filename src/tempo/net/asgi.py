@@ -7,6 +7,7 @@ microsecond of routing shows in the single-create rate.
 
 import re
 import secrets
+from collections import Counter
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -302,20 +303,26 @@ def check_repeated(raw_headers: Iterable[tuple[bytes, bytes]], headers: dict[byt
         headers[b"accept"] = b", ".join(accept)
 
 
-def parse_query(raw: bytes) -> dict[str, str]:
+def _pairs(raw: bytes) -> list[tuple[str, str]]:
     try:
-        return dict(parse_qsl(raw.decode("latin-1"), keep_blank_values=True))
+        return parse_qsl(raw.decode("latin-1"), keep_blank_values=True)
     except ValueError:
         raise errors.Invalid.at("query", "malformed query string") from None
+
+
+def parse_query(raw: bytes) -> dict[str, str]:
+    return dict(_pairs(raw))
 
 
 def query_values(raw: bytes, name: str) -> list[str]:
     """Every value of the query parameter `name`, in order (`parse_query`
     keeps the last)."""
-    try:
-        return [value for key, value in parse_qsl(raw.decode("latin-1"), keep_blank_values=True) if key == name]
-    except ValueError:
-        raise errors.Invalid.at("query", "malformed query string") from None
+    return [value for key, value in _pairs(raw) if key == name]
+
+
+def repeated_names(raw: bytes) -> Counter[str]:
+    """The query parameters given more than once, and how often."""
+    return Counter({name: n for name, n in Counter(key for key, _ in _pairs(raw)).items() if n > 1})
 
 
 class BodyBudget:
