@@ -64,6 +64,13 @@ def test_health_ready_metrics_openapi(http):
         assert path in spec["paths"], path
 
 
+def test_the_openapi_document_speaks_msgpack_when_asked_as_every_v1_endpoint(http):
+    as_json = http.get("/v1/openapi.json").json()
+    answer = http.get("/v1/openapi.json", headers={"accept": MSGPACK})
+    assert answer.status_code == 200 and answer.headers["content-type"] == MSGPACK
+    assert msgspec.msgpack.decode(answer.content) == as_json
+
+
 def test_unknown_path_and_method(http):
     assert_problem(http.get("/v1/nothing"), 404, type_="not_found")
     r = http.put("/v1/jobs")

@@ -131,7 +131,9 @@ class Api(
         # Event-loop lag and GC pauses, observed by server.py.
         self.pauses = prom.Pauses()
         self.previews_computing = trio.CapacityLimiter(limits.previews_computing_max)
-        self.openapi_body = _json_enc.encode(openapi.document())
+        document = openapi.document()
+        self.openapi_body = _json_enc.encode(document)
+        self.openapi_msgpack = msgspec.msgpack.encode(document)
         self.router = Router(bind(ROUTES, self))
         # Shutdown (server.py): once `stopping`, long polls do not wait and
         # are answered empty with a retry hint; once the peer streams are

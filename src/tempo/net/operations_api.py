@@ -9,7 +9,7 @@ import trio
 from hypercorn.typing import ASGIReceiveCallable
 
 from tempo import errors
-from tempo.net.asgi import Request, Response, decode, decoders, encode
+from tempo.net.asgi import MSGPACK, Request, Response, decode, decoders, encode
 from tempo.net.auth import PeerAuth
 from tempo.net.handlers import Handlers, no_fields
 from tempo.net.peer import EntryCheck, FrameReader
@@ -34,6 +34,7 @@ class OperationsHandlers(Handlers):
     peer_auth: PeerAuth
     peer_frames_dropped: int
     openapi_body: bytes
+    openapi_msgpack: bytes
     # The peers' streams open now, which `Api.close_peer_streams` ends.
     _peer_streams: set[trio.CancelScope]
     _peer_streams_closed: bool
@@ -124,4 +125,8 @@ class OperationsHandlers(Handlers):
         raise errors.ShuttingDown("the node is shutting down")
 
     async def openapi(self, request: Request) -> Response:
+        """JSON, or MessagePack when asked, as every `/v1` endpoint (docs/api.md
+        "Encoding and content negotiation"); both made once."""
+        if request.wants_msgpack:
+            return Response(200, self.openapi_msgpack, MSGPACK)
         return Response(200, self.openapi_body)
