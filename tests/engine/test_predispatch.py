@@ -8,7 +8,7 @@ start (`start_of`). Stepped from plain code, as tests/engine/test_dispatch_core.
 import msgspec
 import pytest
 
-from tempo import ids, limits
+from tempo import clock, ids, limits
 from tempo.engine.commands import CancelRun, CreateJobs, DeleteJob, PatchJob, PauseJob
 from tempo.engine.dispatch_core import ClaimedRun, DispatchCore
 from tempo.schema import JobCreate, ScheduleIn
@@ -137,6 +137,73 @@ def test_a_patch_before_the_stop_point_hands_a_held_run_back(rig: Rig) -> None:
     assert rig.core.start_of(OWNER, run_id(claimed), 1)[0] is False
     [again] = claim_ahead(rig, 5000, worker="w2")
     assert again.run.attempt == 2 and again.job.payload == {"v": 2}
+
+
+def _runs(rig: Rig, job_id: str) -> list[tuple[int, str]]:
+    """(nominal ms, status) of every run of the job, oldest first."""
+    found = rig.store.list_runs(OWNER, job_id, since_ms=None, until_ms=None, limit=100, cursor_ms=None)[0]
+    return sorted((r.nominal_ms, r.status) for r in found)
+
+
+def _replan(rig: Rig, job_id: str, slot_ms: int, **schedule: object) -> None:
+    """A patch of the job's schedule, its first slot `slot_ms` (what the
+    node taking the request computes), stamped now."""
+    job = rig.store.get_job_any(job_id)
+    assert job is not None
+    new_schedule = rig.jobs.new_job(OWNER, JobCreate(target="queue:work", schedule=ScheduleIn(**schedule)),
+                                    rig.now_ms, from_msgpack=False).job.schedule
+    new = msgspec.structs.replace(job, schedule=new_schedule)
+    rig.commit(PatchJob(rig.now_ms, OWNER, job_id, job.version, new, True, slot_ms, slot_ms))
+
+
+def test_a_one_off_moved_later_while_held_runs_once_at_its_new_time(rig: Rig) -> None:
+    # A held run stopped by a patch is the job's waiting run again: a patch
+    # that moves the schedule cancels it, as it cancels a waiting run, and
+    # the run of the new slot is the one that runs.
+    [job_id] = rig.create(at_s=4)
+    [claimed] = claim_ahead(rig, 5000)
+    rig.now_ms = claimed.run.due_ms - 2000
+    new_ms = T0_MS + 8000
+    _replan(rig, job_id, new_ms, at=clock.datetime_from_ms(new_ms))
+    assert _runs(rig, job_id) == [(T0_MS + 4000, "cancelled"), (new_ms, "waiting")]
+    assert rig.core.start_of(OWNER, run_id(claimed), 1)[0] is False
+    rig.now_ms = T0_MS + 4000
+    assert claim_ahead(rig, 0, worker="w2") == []  # nothing due at the old time
+    [again] = claim_ahead(rig, 5000, worker="w2")
+    assert (again.run.nominal_ms, again.run.attempt) == (new_ms, 1)
+
+
+def test_a_repeating_job_whose_period_changes_while_held_runs_the_new_slots_only(rig: Rig) -> None:
+    body = JobCreate(target="queue:work", schedule=ScheduleIn(every_s=4))
+    [created] = rig.commit(CreateJobs(rig.now_ms, [rig.jobs.new_job(OWNER, body, rig.now_ms, from_msgpack=False)]))  # type: ignore[misc]
+    job_id, first_ms = created.job.id, created.job.slot_ms  # type: ignore[union-attr]
+    rig.now_ms = first_ms - 3000
+    [claimed] = claim_ahead(rig, 5000)
+    assert claimed.run.nominal_ms == first_ms
+    assert _runs(rig, job_id) == [(first_ms, "claimed"), (first_ms + 4000, "waiting")]
+    rig.now_ms = first_ms - 2000
+    new_ms = first_ms + 3000  # every 7 s from the same start: not a slot of the old period
+    _replan(rig, job_id, new_ms, every_s=7)
+    assert _runs(rig, job_id) == [(first_ms, "cancelled"), (new_ms, "waiting"), (first_ms + 4000, "cancelled")]
+
+
+def test_a_patch_that_keeps_the_held_runs_slot_keeps_it_as_the_slots_run(rig: Rig) -> None:
+    # Only the due time moves (its jitter, say): the held run waits again
+    # as the run of that slot, and the slot the claim handed on to is
+    # planned again by its claim.
+    body = JobCreate(target="queue:work", schedule=ScheduleIn(every_s=4))
+    [created] = rig.commit(CreateJobs(rig.now_ms, [rig.jobs.new_job(OWNER, body, rig.now_ms, from_msgpack=False)]))  # type: ignore[misc]
+    job_id, first_ms = created.job.id, created.job.slot_ms  # type: ignore[union-attr]
+    rig.now_ms = first_ms - 3000
+    assert len(claim_ahead(rig, 5000)) == 1
+    rig.now_ms = first_ms - 2000
+    _replan(rig, job_id, first_ms, every_s=4)
+    runs = _runs(rig, job_id)
+    assert runs[0] == (first_ms, "waiting") and [s for _, s in runs].count("waiting") == 1, runs
+    rig.now_ms = first_ms
+    [again] = claim_ahead(rig, 0, worker="w2")
+    assert (again.run.nominal_ms, again.run.attempt) == (first_ms, 2)
+    assert (first_ms + 4000, "waiting") in _runs(rig, job_id)
 
 
 def test_a_delete_stops_a_held_run(rig: Rig) -> None:

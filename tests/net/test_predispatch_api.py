@@ -88,6 +88,23 @@ def test_a_stop_before_the_stop_point_means_the_held_run_does_not_start(http: ht
     assert http.post("/v1/starts", json=body).json() == {"start": [], "stop": [run["id"]]}
 
 
+def test_a_one_off_moved_later_while_held_runs_once_at_its_new_time(http: httpx.Client) -> None:
+    # Pre-dispatch changes when a run is handed out, never which slots run
+    # (docs/semantics.md "Pre-dispatch": a patch that moves the schedule).
+    queue, due_ms = _job_due_in(http, 3)
+    [held] = http.post("/v1/claim", json={"worker": "w1", "queues": [queue], "ahead_ms": 5000}).json()["runs"]
+    new_ms = due_ms + 2000
+    patched = http.patch(f"/v1/jobs/{held['job_id']}", json={"schedule": {"at": clock.iso_from_ms(new_ms)}},
+                         headers={"content-type": "application/merge-patch+json"})
+    assert patched.status_code == 200, patched.text
+    body = {"worker": "w1", "runs": [{"run_id": held["id"], "attempt": 1}]}
+    assert http.post("/v1/starts", json=body).json() == {"start": [], "stop": [held["id"]]}
+    runs = http.get(f"/v1/jobs/{held['job_id']}/runs").json()["runs"]
+    assert sorted((_ms(r["nominal_at"]), r["status"]) for r in runs) == [(due_ms, "cancelled"), (new_ms, "waiting")]
+    claimed = http.post("/v1/claim", json={"worker": "w2", "queues": [queue], "max_runs": 10, "wait_s": 6}).json()["runs"]
+    assert [(r["id"], _ms(r["due_at"])) for r in claimed] == [(ids.run_id(held["job_id"], new_ms), new_ms)]
+
+
 @pytest.mark.parametrize(("body", "loc"), [
     ({"runs": [{"run_id": "r_x", "attempt": 1}]}, "worker"),
     ({"worker": "w", "runs": []}, "runs"),

@@ -175,24 +175,14 @@ def patch_job(t: Tables, cmd: PatchJob) -> Job | errors.TempoError:
     )
     if old.labels != job.labels:
         t.relabel(old, job)
-    if cmd.replan:
-        _replan(t, old, job, cmd)
+    _replan_with_held(t, old, job, cmd)
     overlap.repolicy(t, old, job, cmd.at_ms)
     calendars.patched(t, job, cmd.sets_calendar, cmd.calendar)
     fed = {runs_key for runs_key, _, with_job in t.changes.woken if with_job is job}
     kept = RetryKept(old.max_attempts, old.backoff_s)
     waiting: list[tuple[bytes, Run]] = []
     for runs_key, run in t.open_runs(job.id):
-        if slots.held_ahead(run, cmd.at_ms):
-            # Claimed ahead of its due time and not started: it waits
-            # again, for a claim of the new job (docs/semantics.md
-            # "Pre-dispatch"); its attempt number stays, a fencing token.
-            run.status = "waiting"
-            run.worker = None
-            run.lease_expires_ms = None
-            run.timeout_at_ms = None
-            t.put_run(run, runs_key, "claimed", job)
-        elif run.status == "waiting" and runs_key not in fed:
+        if run.status == "waiting" and runs_key not in fed:
             waiting.append((runs_key, run))
         elif run.status == "claimed" and run.retry_kept is None and kept != RetryKept(job.max_attempts, job.backoff_s):
             run.retry_kept = kept  # the attempt goes on under the policy it was claimed with
@@ -204,6 +194,65 @@ def patch_job(t: Tables, cmd: PatchJob) -> Job | errors.TempoError:
     detail = {"old_version": old.version, "new_version": job.version, "changed": _changed_fields(old, job)}
     t.append_event(job.owner, Event("job.updated", cmd.at_ms, job.id, None, detail))
     return job
+
+
+def _replan_with_held(t: Tables, old: Job, job: Job, cmd: PatchJob) -> None:
+    """The runs claimed ahead of their due time and not started wait
+    again first (`_hand_back_held`), so that a patch that moves the
+    schedule (`replan`) treats them as the waiting runs they were before
+    their claim (docs/semantics.md "Pre-dispatch"): pre-dispatch changes
+    when a run is handed out, never which slots run."""
+    woken_from, left_from = len(t.changes.woken), len(t.changes.left)
+    held = _hand_back_held(t, job, cmd.at_ms)
+    if cmd.replan:
+        _replan(t, old, job, cmd)
+        if job.state != "paused":
+            _cancel_held_slots(t, job, held, cmd.at_ms)
+    if held:
+        _drop_superseded(t, woken_from, left_from)
+
+
+def _hand_back_held(t: Tables, job: Job, at_ms: int) -> list[Run]:
+    """The job's runs claimed ahead of their due time and not started
+    (`slots.held_ahead` at the patch's stamp) wait again, for a claim of
+    the patched job; each keeps its attempt number, a fencing token.
+    Answers them."""
+    held = []
+    for runs_key, run in t.open_runs(job.id):
+        if slots.held_ahead(run, at_ms):
+            run.status = "waiting"
+            run.worker = None
+            run.lease_expires_ms = None
+            run.timeout_at_ms = None
+            t.put_run(run, runs_key, "claimed", job)
+            held.append(run)
+    return held
+
+
+def _cancel_held_slots(t: Tables, job: Job, held: list[Run], at_ms: int) -> None:
+    """After a patch moved the schedule: the runs of its slots that were
+    held ahead, but the one of the new slot, are cancelled as the waiting
+    run of the slot the schedule moves off is (`_cancel_slot`), so the
+    old schedule's slots do not run. A patch-cancelled run does not hold
+    its slot: if the new schedule has that slot, its run waits again
+    when the schedule reaches it (`slots.schedule_at`). A retry, a
+    triggered and a backfill run wait on: they are no slot's scheduled
+    run."""
+    for run in held:
+        if run.triggered or run.backfill or run.attempts or run.nominal_ms == job.slot_ms:
+            continue
+        _cancel_slot(t, job, run.nominal_ms, at_ms)
+
+
+def _drop_superseded(t: Tables, woken_from: int, left_from: int) -> None:
+    """The change feed's entries for runs the patch handed back
+    (`woken` from `woken_from`) that a later step of the same patch moved
+    or cancelled (in `left` from `left_from`): the dispatcher takes
+    `left` before `woken`, and would hold a run that waits no more."""
+    gone = set(t.changes.left[left_from:])
+    if gone:
+        woken = t.changes.woken
+        woken[woken_from:] = [w for w in woken[woken_from:] if w[0] not in gone]
 
 
 def _patch_fault(t: Tables, old: Job, cmd: PatchJob) -> errors.TempoError | None:
