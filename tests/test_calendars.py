@@ -25,6 +25,18 @@ def test_day_of_is_the_local_date_for_instants_in_any_order(zone_name):
         assert calendars.day_of(zone_name, at_ms) == want, (zone_name, at_ms)
 
 
+@pytest.mark.parametrize("on_excluded", ["next_business_day", "previous_business_day"])
+def test_a_move_keeps_the_milliseconds_of_the_slot(on_excluded):
+    # An `every_s` grid counts from `created_at`, milliseconds and all: the
+    # moved run lands on the same wall time, so on the slot of that day
+    # when there is one (one run there, not two: docs/semantics.md "Calendars").
+    view = calendars.View("UTC", {}, frozenset({0}))  # Mondays out
+    monday = int(dt.datetime(2026, 12, 7, 13, 18, 32, 85_000, tzinfo=dt.UTC).timestamp() * 1000)
+    moved = calendars.place(view, monday, on_excluded)
+    step = 1 if on_excluded == "next_business_day" else -1  # Tuesday, or Sunday
+    assert moved.moved and moved.at_ms == monday + step * 86_400_000
+
+
 def test_a_move_keeps_the_wall_time_and_a_gap_shifts_or_skips():
     view = calendars.View("Europe/Berlin", {}, frozenset({5}))  # Saturdays out
     sat = int(dt.datetime(2027, 3, 27, 2, 30, tzinfo=zoneinfo.ZoneInfo("Europe/Berlin")).timestamp() * 1000)

@@ -124,9 +124,14 @@ def place(
         return Placement(None, why)
     moved_s = local_s + (to_day - day) * 86_400
     try:
+        # The slot's milliseconds too (an `every_s` grid counts from
+        # `created_at`): on a day with a slot at that wall time, the moved
+        # run lands on it, and that slot's run is the one run there.
         at_ms = schedule.wall_time_ms(view.timezone, moved_s, gap=gap, repeat=repeat)
     except schedule.ScheduleError:
         at_ms = None
+    if at_ms is not None:
+        at_ms += slot_ms % 1000
     if at_ms is not None and not 0 <= at_ms <= limits.instant_ms_max:
         at_ms = None
     return Placement(at_ms, why)
