@@ -750,7 +750,7 @@ calendar_preview_scan_factor = 20
 # a longer run of them is one row per this many, each claim bounded.
 calendar_skip_range_slots_max = 1_000
 # Claim decisions a job's view follows from its waiting run to the first
-# run its calendar lets happen (`next_run_at`); past them, the last due time.
+# run its calendar lets happen (`next_run_at`); past them, none is shown.
 calendar_view_steps_max = 8
 # Jobs' `next_run_at` kept by a node for runs due ahead (cleared when full).
 calendar_view_cache_max = 10_000

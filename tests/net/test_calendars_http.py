@@ -265,3 +265,16 @@ def test_a_calendar_edit_brings_a_moved_run_back(srv, acme):
     assert back["nominal_at"] == moved["nominal_at"] and back["due_at"] < moved["due_at"][:10]
     assert acme.get(f"/v1/jobs/{job['id']}").json()["next_run_at"] == back["due_at"]
     assert acme.delete(f"/v1/jobs/{job['id']}").status_code == 204
+
+
+def test_a_job_whose_every_slot_its_calendar_excludes_shows_no_next_run(acme: httpx.Client) -> None:
+    # Each skip hands on past a whole range of excluded slots: the view
+    # looks a bounded number of steps ahead, and shows no slot it has not
+    # checked (api.md: "a slot the calendar skips is not shown").
+    assert acme.put("/v1/calendars/no-tuesdays", json={"timezone": "Europe/Berlin", "exclude_weekdays": ["tue"]}
+                    ).status_code in (200, 201)
+    body = {"target": "queue:cal-never", "schedule": {"cron": "0 14 * * 2", "timezone": "Europe/Berlin",
+                                                         "calendar": "no-tuesdays"}}
+    job = acme.post("/v1/jobs", json=body).json()
+    assert job["next_run_at"] is None, job["next_run_at"]
+    assert acme.get(f"/v1/jobs/{job['id']}").json()["next_run_at"] is None

@@ -137,7 +137,9 @@ def upcoming(job: Job, seen: Seen, now_ms: int) -> int | None:
     """When the job's next run happens under its calendar as it is now
     (the job's `next_run_at`): from its waiting slot run, the decisions
     its claims would make, each skip handing on to the slot after it,
-    at most limits.calendar_view_steps_max of them. None: no run ahead."""
+    at most limits.calendar_view_steps_max of them. None: no run ahead,
+    or none within those steps (a slot not checked is never shown: it
+    may be one the calendar skips)."""
     slot_ms, due_ms = job.slot_ms, job.next_run_at_ms
     for _ in range(limits.calendar_view_steps_max):
         if slot_ms is None or due_ms is None:
@@ -152,7 +154,7 @@ def upcoming(job: Job, seen: Seen, now_ms: int) -> int | None:
         if decided.next is None:
             return None
         slot_ms, due_ms = decided.next.slot_ms, decided.next.due_ms
-    return due_ms
+    return None
 
 
 def planned(job: Job, seen: Seen, found: CatchUp, now_ms: int) -> CatchUp:
