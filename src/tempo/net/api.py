@@ -42,6 +42,7 @@ from tempo.net.asgi import (
 from tempo.net.auth import Authenticator
 from tempo.net.calendar_api import CalendarHandlers
 from tempo.net.events_api import EventHandlers
+from tempo.net.handlers import no_fields
 from tempo.net.http import GATE, ConnectionGate
 from tempo.net.jobs_api import JobHandlers
 from tempo.net.metrics_api import MetricsHandlers
@@ -238,6 +239,10 @@ class Api(
                 share=share, declared_bytes=declared_length(request.headers),
             )
             _check_query(route, request)
+            if route.body is None and request.method != "GET":
+                # A write the route table gives no body takes none: `{}`
+                # at most (docs/api.md "General rules").
+                no_fields(request)
             if stale:
                 # Answered from what this node applied, which may lag the
                 # leader; the header says how far it got (docs/semantics.md "Reads").

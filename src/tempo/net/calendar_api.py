@@ -19,7 +19,7 @@ from tempo.engine import (
 )
 from tempo.net import views
 from tempo.net.asgi import Request, Response, decode, decoders, encode
-from tempo.net.handlers import no_fields, page_limit
+from tempo.net.handlers import page_limit
 from tempo.schema import (
     CalendarIn,
     CalendarNoteOut,
@@ -102,7 +102,6 @@ class CalendarHandlers:
         return encode(request, CalendarsPage([calendar_view(c) for c in found], next_cursor))
 
     async def delete_calendar(self, request: Request, name: str) -> Response:
-        no_fields(request)
         await self.jobs.calendars.delete(self.owner(request), name, self._one_version(request))
         return Response(204, b"", b"application/json")
 

@@ -26,7 +26,7 @@ from tempo.net.asgi import (
     query_values,
 )
 from tempo.net.calendar_api import preview_calendar
-from tempo.net.handlers import Handlers, is_decimal, no_fields, page_limit
+from tempo.net.handlers import Handlers, is_decimal, page_limit
 from tempo.rate import TokenBucket
 from tempo.schema import (
     BackfillIn,
@@ -466,16 +466,13 @@ class JobHandlers(Handlers):
         return self._job_answer(request, job)
 
     async def resume_job(self, request: Request, job_id: str) -> Response:
-        no_fields(request)
         return self._job_answer(request, await self.jobs.resume(self._owner_of_job(request, job_id), job_id))
 
     async def delete_job(self, request: Request, job_id: str) -> Response:
-        no_fields(request)
         await self.jobs.delete(self._owner_of_job(request, job_id), job_id)
         return Response(204, b"", request_content_type(request))
 
     async def trigger_job(self, request: Request, job_id: str) -> Response:
-        no_fields(request)
         run = await self.jobs.trigger(self._owner_of_job(request, job_id), job_id)
         return encode(request, views.run_view(run), 201)
 

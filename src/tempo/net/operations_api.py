@@ -11,7 +11,7 @@ from hypercorn.typing import ASGIReceiveCallable
 from tempo import errors
 from tempo.net.asgi import MSGPACK, Request, Response, decode, decoders, encode
 from tempo.net.auth import PeerAuth
-from tempo.net.handlers import Handlers, no_fields
+from tempo.net.handlers import Handlers
 from tempo.net.peer import EntryCheck, FrameReader
 from tempo.node import ClusterMember, Standalone
 from tempo.node.membership import Membership
@@ -85,7 +85,6 @@ class OperationsHandlers(Handlers):
         return await self.cluster(request)
 
     async def remove_node(self, request: Request, node_id: str) -> Response:
-        no_fields(request)
         await self._members().remove(node_id)
         return await self.cluster(request)
 

@@ -11,7 +11,7 @@ from tempo import clock, errors, limits
 from tempo.engine import ORDER_TAIL_BYTES, STATUS_CODE, STATUSES, Run
 from tempo.net import views
 from tempo.net.asgi import Request, Response, encode
-from tempo.net.handlers import Handlers, is_decimal, no_fields, page_limit
+from tempo.net.handlers import Handlers, is_decimal, page_limit
 from tempo.schema import Instant, RunCalendarOut, RunOut, RunsPage
 
 _instant = msgspec.json.Decoder(Instant)
@@ -42,7 +42,6 @@ class RunHandlers(Handlers):
     async def cancel_run(self, request: Request, run_id: str) -> Response:
         """`POST /v1/runs/{id}/cancel` (docs/api.md "Cancel a run"): the job
         owner's (an admin's for every owner); answers the run as it is now."""
-        no_fields(request)
         run = await self.jobs.cancel_run(self._owner_of_run(request, run_id), run_id)
         self.cancels["requested" if run.status == "claimed" else "cancelled"] += 1
         return encode(request, views.run_detail_view(run, self.run_view(run)))
