@@ -9,6 +9,7 @@ import msgspec
 import pytest
 
 from tempo import clock, ids, limits
+from tempo.engine import keys
 from tempo.engine.commands import CancelRun, CreateJobs, DeleteJob, PatchJob, PauseJob
 from tempo.engine.dispatch_core import ClaimedRun, DispatchCore
 from tempo.schema import JobCreate, ScheduleIn
@@ -166,6 +167,9 @@ def test_a_one_off_moved_later_while_held_runs_once_at_its_new_time(rig: Rig) ->
     new_ms = T0_MS + 8000
     _replan(rig, job_id, new_ms, at=clock.datetime_from_ms(new_ms))
     assert _runs(rig, job_id) == [(T0_MS + 4000, "cancelled"), (new_ms, "waiting")]
+    # The dispatcher holds the new run only: the held run's hand-back,
+    # cancelled in the same entry, is not fed to it as waiting.
+    assert [keys.nominal_of(k) for k in rig.core.queue_of] == [new_ms]
     assert rig.core.start_of(OWNER, run_id(claimed), 1)[0] is False
     rig.now_ms = T0_MS + 4000
     assert claim_ahead(rig, 0, worker="w2") == []  # nothing due at the old time
