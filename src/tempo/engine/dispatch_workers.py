@@ -40,7 +40,8 @@ class Commit:
 @dataclass(frozen=True, slots=True)
 class Wait:
     """A step of a claim: wait until runs of `queues` may be claimable
-    (`Dispatcher._wait_ready`) or until `wake_s` (monotonic), then send None."""
+    (`Dispatcher._wait_ready`) or until `wake_s` (monotonic), then send None.
+    A step of `starts_steps` names no queue: it waits for the time alone."""
 
     queues: list[str]
     wake_s: float
@@ -274,15 +275,35 @@ class WorkerCalls:
 
     async def starts(self, owner: str | None, worker: str, runs: list[tuple[str, int]]) -> list[bool]:
         """Of `runs` (run ID, attempt) claimed ahead of their due times,
-        whether each may start (docs/semantics.md "Pre-dispatch"). It
-        answers no earlier than `limits.predispatch_stop_ms` before the
-        latest due time among them (at most `limits.claim_ahead_ms_max`
-        from now), and only after every command stamped before that is
-        applied (an empty claim committed after them): a pause, cancel,
-        delete or patch stamped earlier has stopped its runs by then, and
-        one stamped later does not stop them in apply
-        (`rules.slots.held_ahead`). Raises `NotLeader` when this node
-        stops leading meanwhile."""
+        whether each may start (docs/semantics.md "Pre-dispatch"): the
+        trio driver of `starts_steps`, which decides everything. Raises
+        `NotLeader` when this node stops leading meanwhile."""
+        steps = self.starts_steps(owner, worker, runs)
+        try:
+            step = next(steps)
+            while True:
+                if isinstance(step, Commit):
+                    step = steps.send(await self.committer.submit(step.command))
+                else:
+                    await trio.sleep_until(step.wake_s)
+                    step = steps.send(None)
+        except StopIteration as stop:
+            answers: list[bool] = stop.value
+            return answers
+        finally:
+            steps.close()
+
+    def starts_steps(
+        self, owner: str | None, worker: str, runs: list[tuple[str, int]]
+    ) -> Generator[ClaimStep, Answer, list[bool]]:
+        """The sequence of `starts`, without I/O (as `claim_steps`; the
+        whole-node simulator runs it step by step). It answers no earlier
+        than `limits.predispatch_stop_ms` before the latest due time among
+        `runs` (at most `limits.claim_ahead_ms_max` from now), and only
+        after every command stamped before that is applied (an empty claim
+        committed after them): a pause, cancel, delete or patch stamped
+        earlier has stopped its runs by then, and one stamped later does
+        not stop them in apply (`rules.slots.held_ahead`)."""
         generation = self.core.generation
         # Answered before the wait, and after it again only for the runs
         # whose lease changed meanwhile: a wave's calls all come to their
@@ -293,9 +314,9 @@ class WorkerCalls:
         try:
             wait_ms = min(due_ms - limits.predispatch_stop_ms - self.now_ms(), limits.claim_ahead_ms_max)
             if wait_ms > 0:
-                await trio.sleep(wait_ms / 1000)
+                yield Wait([], trio.current_time() + wait_ms / 1000)
             # A barrier: commands are applied in the order they were stamped.
-            await self.committer.submit(ClaimRuns(self.now_ms(), worker, []))
+            yield Commit(ClaimRuns(self.now_ms(), worker, []))
         finally:
             self.core.unwatch_leases(changed)
         if generation != self.core.generation:
