@@ -299,8 +299,8 @@ class WorkerCalls:
         """The sequence of `starts`, without I/O (as `claim_steps`; the
         whole-node simulator runs it step by step). It answers no earlier
         than `limits.predispatch_stop_ms` before the latest due time among
-        `runs` (at most `limits.claim_ahead_ms_max` from now), and only
-        after every command stamped before that is applied (an empty claim
+        `runs`, by scheduler time, and only after every command stamped
+        before that is applied (an empty claim
         committed after them): a pause, cancel, delete or patch stamped
         earlier has stopped its runs by then, and one stamped later does
         not stop them in apply (`rules.slots.held_ahead`)."""
@@ -312,10 +312,15 @@ class WorkerCalls:
         answers, due_ms = self.core.may_start(owner, slots)
         changed = self.core.watch_leases()
         try:
-            wait_ms = min(due_ms - limits.predispatch_stop_ms - self.now_ms(), limits.claim_ahead_ms_max)
-            if wait_ms > 0:
-                yield Wait([], trio.current_time() + wait_ms / 1000)
-            # A barrier: commands are applied in the order they were stamped.
+            # Until scheduler time reaches the stop point: after a backward
+            # step of the wall clock it runs slower than the monotonic
+            # clock a wait counts on (tempo/clock.py), so one wait may end
+            # short of it, and a command stamped after the answer would
+            # still stop the run in apply.
+            while (wait_ms := due_ms - limits.predispatch_stop_ms - self.now_ms()) > 0:
+                yield Wait([], trio.current_time() + min(wait_ms, limits.claim_ahead_ms_max) / 1000)
+            # A barrier: commands are applied in the order they were stamped,
+            # and each stamped from now on is at or past the stop point.
             yield Commit(ClaimRuns(self.now_ms(), worker, []))
         finally:
             self.core.unwatch_leases(changed)
