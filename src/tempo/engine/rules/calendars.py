@@ -138,11 +138,6 @@ def current(t: Tables, job: Job, decision: CalendarClaim) -> bool:
     return rows.epoch(t, job.owner) == decision.epoch
 
 
-def send_back(t: Tables, job: Job, run: Run, runs_key: bytes) -> None:
-    """The dispatcher sees the waiting run again, to decide it anew."""
-    t.changes.woken.append((runs_key, run, job))
-
-
 def move(t: Tables, job: Job, run: Run, runs_key: bytes, move_ms: int) -> None:
     """The run of an excluded slot waits on, due at the moved time."""
     run.due_ms = move_ms

@@ -259,6 +259,10 @@ def gate(t: Tables, job: Job, run: Run, runs_key: bytes, claim: Claim, at_ms: in
             if job.slot_ms == run.nominal_ms:
                 job.next_run_at_ms = deadline_ms
                 t.put_job(job)
+        else:
+            # Waiting at its deadline already: a claim that looked ahead
+            # (pre-dispatch) took it before it.
+            t.send_back(runs_key, run, job)
         found.waiting_slot_ms = run.nominal_ms
         table.put_state(t, job.id, found)
         return True

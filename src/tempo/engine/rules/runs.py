@@ -91,7 +91,7 @@ def _calendar_lets_run(t: Tables, job: Job, run: Run, runs_key: bytes, claim: Cl
     decision = claim.calendar
     assert decision is not None
     if not calendars.current(t, job, decision):
-        calendars.send_back(t, job, run, runs_key)
+        t.send_back(runs_key, run, job)  # to decide it anew
         return False
     if decision.action == "run":
         return True

@@ -217,6 +217,12 @@ class Tables(Buckets):
         if old_status == "claimed" and run.status != "claimed":
             self.changes.gone.append(runs_key)
 
+    def send_back(self, runs_key: bytes, run: Run, job: Job) -> None:
+        """A waiting run a claim took but did not claim, whose row does not
+        move: the change feed names it again, so the dispatcher, which took
+        it out of memory for the claim, holds it again."""
+        self.changes.woken.append((runs_key, run, job))
+
     def drop_run(self, runs_key: bytes, run: Run, job: Job | None = None) -> None:
         must(self.txn.delete(runs_key, db=self.runs), "a run dropped has its row")
         self._count_open(runs_key if run.status in OPEN else None, None)
