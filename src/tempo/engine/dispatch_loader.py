@@ -186,6 +186,7 @@ class Loader(Leases):
         took meanwhile that comes back in is dropped again by that claim's
         own `left`."""
         assert 0 <= start <= stop
+        self.fed_count += 1
         left, woken, gone = changes.left, changes.woken, changes.gone
         woken_at, gone_at = len(left), len(left) + len(woken)  # where each list starts in the whole
         for runs_key in left[start:stop]:
@@ -200,6 +201,8 @@ class Loader(Leases):
                 self._admit(runs_key, run.due_ms, job)
         for runs_key in gone[max(0, start - gone_at) : max(0, stop - gone_at)]:
             slot = keys.slot_of(runs_key)
+            if self.claiming and slot not in self.leases:
+                self.ended_unleased[slot] = self.fed_count  # a claim in flight may have it (`claimed`)
             self._drop_lease(slot)
             if self.expiring:
                 self.expiring.pop(slot, None)
@@ -216,6 +219,8 @@ class Loader(Leases):
                 lease.cancel_requested = True
                 if self.lease_watches:
                     self._lease_changed(slot)
+            elif self.claiming:
+                self.stopped_unleased[slot] = self.fed_count  # a claim in flight may have it (`claimed`)
 
     def _admit(self, runs_key: bytes, due_ms: int, job: Job) -> None:
         """A run that became waiting inside the loaded window: into memory,

@@ -150,6 +150,7 @@ class ClaimProposal:
     jobs: dict[str, Job]
     at_s: float  # monotonic: the leases count from here
     settled: bool = False
+    fed_at: int = 0  # `DispatchCore.fed_count` when it was proposed
 
 
 @dataclass(slots=True)
@@ -232,6 +233,16 @@ class CoreState:
         # The scheduler time of the latest `load` (UNIX ms): a stored
         # timeout instant becomes a monotonic deadline from it.
         self.load_now_ms = now_ms
+        # A claim's entry may hold later commands about its runs (a group
+        # commit): the entry's changes are fed whole before the claim is
+        # answered (`claimed`), so a run those commands ended, or asked to
+        # stop, had no lease yet. Kept while a claim is being committed:
+        # such runs, (job ID, nominal ms) -> `fed_count` then. `claimed`
+        # hands out none that ended after its proposal, and leases those
+        # asked to stop marked so.
+        self.fed_count = 0  # `feed` calls
+        self.ended_unleased: dict[tuple[str, int], int] = {}
+        self.stopped_unleased: dict[tuple[str, int], int] = {}
         # (instant_s, entry number, job ID, nominal ms). Invariant: each lease
         # has exactly one entry whose number is its `entry`; the others are
         # stale (their lease ended or was replaced), skipped when popped, and

@@ -1,0 +1,84 @@
+"""A claim and a later command about the same run, committed in one entry
+(a group commit takes both). The entry's changes are fed whole before
+the claim is answered and its leases are made (engine/dispatch.py
+`on_changes`), so the later command's end of the run, or its request to
+stop it, came before the lease existed, and was lost:
+
+- a pause, delete or patch that stopped a run claimed ahead of its due
+  time (docs/semantics.md "Pre-dispatch") left a lease behind, and
+  `POST /v1/starts` answered `start` for a run that was cancelled, gone
+  or waiting again in the tables (the whole-node simulator's invariant 13
+  found it, tests/sim/node_invariants.py);
+- a cancel of a run just claimed left its lease without the stop mark,
+  so its worker's heartbeats never said `cancel: requested`.
+
+Stepped as tests/engine/test_dispatch_core.py does, with the two commands
+applied as one entry."""
+
+import msgspec
+import pytest
+
+from tempo.engine.commands import CancelRun, ClaimRuns, Command, DeleteJob, PatchJob, PauseJob
+from tempo.engine.dispatch_core import ClaimedRun, feed_size
+
+from .test_dispatch_core import OWNER, QUEUE, Rig, run_id
+
+
+@pytest.fixture
+def rig(tmp_path):
+    made = Rig(str(tmp_path / "data"))
+    yield made
+    made.check()
+    made.close()
+
+
+def claim_with(rig: Rig, later: Command, ahead_ms: int) -> list[ClaimedRun]:
+    """A claim and `later` in one entry, fed and answered as the driver does."""
+    core = rig.core
+    rig.tick()
+    taken = core.take([QUEUE], 10, rig.mono_s, rig.now_ms + ahead_ms if ahead_ms else None)
+    proposal = core.propose_claims("w1", taken.runs, rig.now_ms, rig.mono_s, ahead_ms)
+    try:
+        assert isinstance(proposal.command, ClaimRuns)
+        rig.index += 1
+        outcomes, changes = rig.store.apply_commands(rig.index, [proposal.command, later])
+        core.feed(changes, 0, feed_size(changes))
+        core.stop_requested(changes.stopping)
+        return core.claimed(proposal, outcomes[0])  # type: ignore[arg-type]
+    finally:
+        core.settle(proposal)
+
+
+def _patch(rig: Rig, job_id: str) -> PatchJob:
+    job = rig.store.get_job_any(job_id)
+    assert job is not None
+    return PatchJob(rig.now_ms, OWNER, job.id, job.version, msgspec.structs.replace(job, payload={"v": 2}), False,
+                    None, None)
+
+
+@pytest.mark.parametrize("later", ["pause", "delete", "patch"])
+def test_a_stop_in_the_claims_own_entry_hands_out_no_held_run(rig: Rig, later: str) -> None:
+    [job_id] = rig.create(at_s=4)
+    command = {
+        "pause": lambda: PauseJob(rig.now_ms, OWNER, job_id),
+        "delete": lambda: DeleteJob(rig.now_ms, OWNER, job_id),
+        "patch": lambda: _patch(rig, job_id),
+    }[later]()
+    assert claim_with(rig, command, ahead_ms=5000) == []
+    assert rig.core.leases == {}
+    nominal_ms = rig.store.get_job_any(job_id).slot_ms if later == "patch" else None  # type: ignore[union-attr]
+    if nominal_ms is not None:
+        # Handed back, it waits again for a claim of the patched job.
+        run = rig.store.get_run_any(job_id, nominal_ms)
+        assert run is not None and run.status == "waiting" and run.attempt == 1
+
+
+def test_a_cancel_in_the_claims_own_entry_reaches_the_worker(rig: Rig) -> None:
+    [job_id] = rig.create(at_s=0)
+    rig.tick()
+    [run] = rig.store.list_runs(OWNER, job_id, since_ms=None, until_ms=None, limit=10, cursor_ms=None)[0]
+    [claimed] = claim_with(rig, CancelRun(rig.now_ms, OWNER, job_id, run.nominal_ms), ahead_ms=0)
+    stored = rig.store.get_run_any(job_id, run.nominal_ms)
+    assert stored is not None and stored.status == "claimed" and stored.cancel == "requested"
+    _, stop = rig.core.beat(OWNER, run_id(claimed), 1, rig.now_ms, rig.mono_s)
+    assert stop == "requested"
