@@ -49,8 +49,9 @@ import os
 import random
 import shutil
 import tempfile
+from collections import deque
 from collections.abc import Callable, Coroutine, Generator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import trio
@@ -60,9 +61,10 @@ from tempo import clock, errors, ids, limits
 from tempo.engine.commandlog import Answer, Waiter
 from tempo.engine.commands import (
     ClaimKey,
+    Command,
     Result,
 )
-from tempo.engine.dispatch import Beat, ClaimStep, Commit, Dispatcher
+from tempo.engine.dispatch import Beat, ClaimStep, Commit, Dispatcher, Wait
 from tempo.engine.dispatch_core import ClaimedRun, DispatchCore
 from tempo.engine.jobs import Jobs
 from tempo.engine.raftlog import RaftLog
@@ -78,6 +80,11 @@ from .node_planted import PLANTED
 from .node_workload import OWNER, HandingCommitter, Submitted, Workload, before_1970_refused
 
 STEP_S = 0.1  # one raft tick (limits.raft_tick_ms): the simulator's step
+# A worker asks whether its held runs may start this long before their due
+# time (tempo/worker_ahead.py `starts_lead_s`), and again, of another node,
+# when a call went unanswered this long.
+STARTS_LEAD_MS = 1_000
+STARTS_TIMEOUT_S = 2.0
 WALL_START_MS = 1_800_000_000_000
 QUEUE = f"{OWNER}\x00q"
 QUEUES_HASH = queues_hash(["q"])
@@ -118,6 +125,10 @@ class Params:
     keyed_share: float  # claims that carry a claim key (and are retried with it)
     fail_share: float  # attempts whose worker reports a failure (retried after the backoff)
     read_rate: float  # per step: a client reads jobs (a linearizable GET) at a node that believes it leads
+    # Claims that look ahead (pre-dispatch, docs/semantics.md "Pre-dispatch"):
+    # drawn from a random source of their own (`NodeSimulator.ahead_rng`),
+    # so a seed without them runs as it did before they were simulated.
+    ahead_share: float = 0.0
 
     @classmethod
     def draw(cls, rng: random.Random) -> Params:
@@ -171,6 +182,20 @@ class ClaimInFlight:
     # commit's outcome was the key's entry): the worker's own attempts again.
     keyed: bool = False
     wall_ms: int = 0  # the node's wall clock when its last step was decided (invariants 7, 8)
+    ahead_ms: int = 0  # how far ahead of its due time it may take a run
+
+
+@dataclass
+class StartsInFlight:
+    """A `POST /v1/starts` of `Dispatcher.starts_steps`: waiting until its
+    stop point (`wake_s`, the simulator's monotonic clock) or for its
+    barrier's commit (`waiter`)."""
+
+    worker: SimWorker
+    holds: list[Hold]
+    steps: Generator[ClaimStep, Answer, list[bool]]
+    wake_s: float | None = None
+    waiter: Waiter | None = None
 
 
 @dataclass
@@ -214,6 +239,7 @@ class SimNode:
         self.clock: clock.Clock | None = None
         self.dispatching = False
         self.claims: list[ClaimInFlight] = []
+        self.starts: list[StartsInFlight] = []
         self.pending: list[Pending] = []
         self.reads: list[ReadInFlight] = []
         self.expiring: Pending | None = None
@@ -268,6 +294,7 @@ class SimNode:
         )
         self.dispatching = False
         self.claims = []
+        self.starts = []
         self.pending = []
         self.reads = []
         self.expiring = None
@@ -286,6 +313,7 @@ class SimNode:
         self.paused_until_s = 0.0
         self.alive = False
         self.claims = []
+        self.starts = []
         self.pending = []
         self.reads = []
         self.expiring = None
@@ -356,6 +384,15 @@ class SimNode:
         for read in [r for r in self.reads if r.wait is None or r.wait.done.is_set() or now_s >= r.wait.deadline_s]:
             self.reads.remove(read)
             self._read_on(read)
+        for call in [c for c in self.starts if (c.waiter is not None and c.waiter.done.is_set())
+                     or (c.wake_s is not None and now_s >= c.wake_s)]:
+            self.starts.remove(call)
+            if call.waiter is None:
+                self._starts_step(call, None)
+            else:
+                outcome = call.waiter.outcome
+                assert not isinstance(outcome, BaseException) or isinstance(outcome, errors.TempoError), outcome
+                self._starts_step(call, outcome)
 
     def _acked(self, waiter: Waiter) -> None:
         """A command of a client's (a create, change, delete, claim or
@@ -393,9 +430,13 @@ class SimNode:
         which is submitted here; its answer is sent in when it comes
         (`_called`). `done` gets its result, or the `TempoError` it raised."""
         self.sim.log(f"n{self.id}: {what}")
-        self._called(coro, done, None)
+        self._called(coro, done, None, [])
 
-    def _called(self, coro: Coroutine[Any, Any, Any], done: Callable[[object], None], answer: object) -> None:
+    def _called(
+        self, coro: Coroutine[Any, Any, Any], done: Callable[[object], None], answer: object, sent: list[Command]
+    ) -> None:
+        """`sent`: the call's commands so far; once it answers without a
+        fault, they were acknowledged (invariant 13 judges the stops among them)."""
         assert self.replica is not None
         while True:
             try:
@@ -404,6 +445,7 @@ class SimNode:
                 else:
                     step = coro.send(answer)
             except StopIteration as stop:
+                self.sim.invariants.commands_acked(sent)
                 done(stop.value)
                 return
             except errors.TempoError as exc:
@@ -415,7 +457,8 @@ class SimNode:
             except errors.TempoError as exc:
                 answer = exc
                 continue
-            self.pending.append(Pending(waiter, lambda outcome: self._called(coro, done, outcome)))
+            sent.append(step.command)
+            self.pending.append(Pending(waiter, lambda outcome: self._called(coro, done, outcome, sent)))
             return
 
     # -- the dispatcher's driver (engine/dispatch.py, synchronously) ------------------
@@ -504,15 +547,17 @@ class SimNode:
             return
         raise AssertionError("a step generator handed out a second Commit")
 
-    def claim(self, worker: SimWorker, runs_max: int, key: str | None) -> bool:
+    def claim(self, worker: SimWorker, runs_max: int, key: str | None, ahead_ms: int = 0) -> bool:
         """`Dispatcher.claim` without a wait (`claim_steps` with its deadline
-        now), with its claim key if any: False if this node does not lead."""
+        now), with its claim key if any, looking `ahead_ms` ahead: False if
+        this node does not lead."""
         if not self.leading():
             return False
         assert self.dispatcher is not None
         claim_key = None if key is None else ClaimKey(OWNER, key, QUEUES_HASH, 0)
-        steps = self.dispatcher.claim_steps([QUEUE], worker.name, runs_max, trio.current_time(), claim_key)
-        return self._claim_step(ClaimInFlight(worker, steps, Waiter(), self.sim.now_s, wall_ms=self.wall_ms()), None)
+        steps = self.dispatcher.claim_steps([QUEUE], worker.name, runs_max, trio.current_time(), claim_key, ahead_ms)
+        claim = ClaimInFlight(worker, steps, Waiter(), self.sim.now_s, wall_ms=self.wall_ms(), ahead_ms=ahead_ms)
+        return self._claim_step(claim, None)
 
     def _claim_step(self, claim: ClaimInFlight, answer: Answer | BaseException) -> bool:
         """Runs a claim's steps on until its next `Commit` (submitted, the
@@ -530,7 +575,7 @@ class SimNode:
                 worker.claiming = False
                 repeat = claim.keyed or not claim.waiter.done.is_set()
                 if not repeat:  # a key's runs again were handed out (and stamped) before
-                    self.sim.invariants.handed_out(self, stop.value, claim.wall_ms)
+                    self.sim.invariants.handed_out(self, stop.value, claim.wall_ms, claim.ahead_ms)
                 self._answer(worker, stop.value, claim.sent_s, repeat=repeat)
                 if not stop.value:
                     worker.answered()
@@ -572,7 +617,49 @@ class SimNode:
                 assert self.dispatcher is not None
                 self.dispatcher.release(claimed)
             return
-        worker.got(self, claimed, sent_s, repeat=repeat)
+        worker.got(self, claimed, sent_s, repeat=repeat, server_ms=self.now_ms())
+
+    # -- pre-dispatch: `POST /v1/starts` (net/workers_api.py awaits `Dispatcher.starts`) --
+
+    def ask_starts(self, worker: SimWorker, holds: list[Hold]) -> bool:
+        """`Dispatcher.starts` for the held runs `holds`, its steps
+        (`starts_steps`) run here: it waits for its stop point, commits its
+        barrier, then answers the worker (`SimWorker.starts_answered`).
+        False if this node does not lead."""
+        if not self.leading():
+            return False
+        assert self.dispatcher is not None
+        runs = [(ids.run_id(h.run.job_id, h.run.nominal_ms), h.attempt) for h in holds]
+        self.sim.log(f"n{self.id}: {worker.name} asks to start {len(runs)} held runs")
+        self._starts_step(StartsInFlight(worker, holds, self.dispatcher.starts_steps(OWNER, worker.name, runs)), None)
+        return True
+
+    def _starts_step(self, call: StartsInFlight, answer: Answer | BaseException) -> None:
+        assert self.replica is not None
+        call.wake_s = call.waiter = None
+        while True:
+            try:
+                step = call.steps.throw(answer) if isinstance(answer, errors.TempoError) else call.steps.send(answer)
+            except StopIteration as stop:
+                if self.sim.rng.random() < self.sim.params.answer_loss_rate:
+                    self.sim.log(f"n{self.id}: the answer of {call.worker.name}'s starts is lost")
+                else:
+                    call.worker.starts_answered(call.holds, stop.value)
+                return
+            except errors.TempoError as exc:
+                self.sim.log(f"n{self.id}: {call.worker.name}'s starts refused ({type(exc).__name__})")
+                return  # its worker asks again, of another node, when its call times out
+            if isinstance(step, Wait):
+                call.wake_s = step.wake_s
+                self.starts.append(call)
+                return
+            try:
+                call.waiter = self.replica.submit_now(step.command)
+            except errors.TempoError as exc:
+                answer = exc
+                continue
+            self.starts.append(call)
+            return
 
     def heartbeat(self, run: Run, attempt: int) -> Beat | BaseException:
         """A worker's heartbeat, as net/workers_api.py answers one (`Dispatcher.beat`)."""
@@ -602,6 +689,14 @@ class Hold:
     # (node_invariants.py `HOLD_MARGIN_S`); none from the newest leader.
     margin_s: float = 0.0
     ok: bool = True  # what its worker reports, once done
+    # Claimed ahead of its due time (pre-dispatch): it starts once the
+    # leader answered `start` for it and the worker's clock, corrected by
+    # the offset its answers show, reaches `run.due_ms`; `work_s` after.
+    ahead: bool = False
+    node_id: int = 0  # the node that handed it out
+    work_s: float = 0.0
+    confirmed: bool = False
+    asked_s: float | None = None  # when its `starts` call went out, while it awaits the answer
 
 
 @dataclass
@@ -620,6 +715,10 @@ class SimWorker:
     seen: set[tuple[str, int, int]] = field(default_factory=set)
     key: str | None = None
     keys_made: int = 0
+    # The leader's clock minus the simulator's wall clock, as the worker
+    # library bounds it (tempo/worker_ahead.py `Ahead.answered`): the largest
+    # `server_time - arrival` of its latest answers.
+    offsets_ms: deque[int] = field(default_factory=lambda: deque(maxlen=32))
 
     def node(self) -> SimNode | None:
         node = self.sim.nodes.get(self.node_guess)
@@ -633,11 +732,18 @@ class SimWorker:
         self.claiming = False
         self.key = None
 
-    def got(self, node: SimNode, claimed: list[ClaimedRun], sent_s: float, *, repeat: bool = False) -> None:
+    def leader_now_ms(self) -> int:
+        return self.sim.wall_ms() + (max(self.offsets_ms) if self.offsets_ms else 0)
+
+    def got(
+        self, node: SimNode, claimed: list[ClaimedRun], sent_s: float, *, repeat: bool = False, server_ms: int = 0
+    ) -> None:
         """A claim's answer reached this worker (`repeat`: a keyed retry's,
-        from what the key took)."""
+        from what the key took), sent when `node`'s clock read `server_ms`."""
         rng = self.sim.rng
         self.answered()
+        if self.sim.params.ahead_share:
+            self.offsets_ms.append(server_ms - self.sim.wall_ms())
         for one in claimed:
             run = one.run
             slot = (run.job_id, run.nominal_ms)
@@ -655,12 +761,19 @@ class SimWorker:
                 self.sim.now_s + (rng.uniform(0.1, 1.0) if rng.random() < 0.5 else rng.uniform(1.0, 2.5 * one.job.lease_s)),
                 self.sim.now_s + one.job.lease_s / 3, self.sim.invariants.margin_of(node),
             )
+            if run.started_ms is not None and run.started_ms < run.due_ms:
+                # Held ahead: its lease counts from its due time.
+                hold.ahead, hold.node_id = True, node.id
+                hold.work_s, hold.done_at_s = hold.done_at_s - self.sim.now_s, float("inf")
+                hold.held_until_s += max(0, run.due_ms - server_ms) / 1000
             self.holds[(run.job_id, run.nominal_ms)] = hold
 
     def step(self) -> None:
         if not self.alive or self._faults() or self.sim.now_s < self.paused_until_s:
             return
         self._tend()
+        if self.sim.params.ahead_share:
+            self._ask_starts()
         if self.reporting:
             self._report()
         self._claim()
@@ -690,6 +803,10 @@ class SimWorker:
                 # Its own reckoning says the lease may be gone: it stops.
                 del self.holds[key]
                 sim.invariants.dropped(self, hold)
+            elif hold.ahead and hold.confirmed and self.leader_now_ms() >= hold.run.due_ms:
+                hold.ahead = False
+                hold.done_at_s = now_s + hold.work_s
+                sim.invariants.started(self, hold)
             elif now_s >= hold.done_at_s:
                 del self.holds[key]
                 hold.ok = sim.rng.random() >= sim.params.fail_share
@@ -697,6 +814,40 @@ class SimWorker:
                 self.reporting[key] = hold
             elif now_s >= hold.heartbeat_at_s:
                 self._heartbeat(hold)
+
+    def _ask_starts(self) -> None:
+        """Its held runs that come due within a second, which it has not
+        asked about (or whose call got no answer within `STARTS_TIMEOUT_S`):
+        one `POST /v1/starts` for them (tempo/worker_ahead.py asks a
+        second before each wave)."""
+        now_s, soon_ms = self.sim.now_s, self.leader_now_ms() + STARTS_LEAD_MS
+        holds = [
+            h for h in self.holds.values()
+            if h.ahead and not h.confirmed and h.run.due_ms <= soon_ms
+            and (h.asked_s is None or now_s - h.asked_s >= STARTS_TIMEOUT_S)
+        ]
+        if not holds:
+            return
+        node = self.node()
+        if node is None or not node.ask_starts(self, holds):
+            self.next_node()
+            return
+        for hold in holds:
+            hold.asked_s = now_s
+
+    def starts_answered(self, holds: list[Hold], answers: list[bool]) -> None:
+        """A `starts` call's answer: each run in `start` starts at its due
+        time; each in `stop` is dropped without a result."""
+        for hold, start in zip(holds, answers, strict=True):
+            slot = (hold.run.job_id, hold.run.nominal_ms)
+            if self.holds.get(slot) is not hold or not hold.ahead:
+                continue  # given up meanwhile, or answered by an earlier call
+            hold.asked_s = None
+            if start:
+                hold.confirmed = True
+            else:
+                del self.holds[slot]
+                self.sim.log(f"{self.name} is told not to start {slot[0]}@{slot[1]} attempt {hold.attempt}")
 
     def _claim(self) -> None:
         """A new claim (a new key, for a share of them), or its claim whose
@@ -708,7 +859,10 @@ class SimWorker:
                 self.keys_made += 1
                 self.key = f"{self.name}-{self.keys_made}"
             node = self.node()
-            if node is None or not node.claim(self, rng.randint(1, 4), self.key):
+            ahead_ms = 0
+            if sim.params.ahead_share and sim.ahead_rng.random() < sim.params.ahead_share:
+                ahead_ms = sim.ahead_rng.choice((1_000, 3_000, 6_000))
+            if node is None or not node.claim(self, rng.randint(1, 4), self.key, ahead_ms):
                 self.next_node()
 
     def _heartbeat(self, hold: Hold) -> None:
@@ -717,10 +871,16 @@ class SimWorker:
         answer = errors.NotLeader("down") if node is None else node.heartbeat(hold.run, hold.attempt)
         if isinstance(answer, tuple) and answer[0] is not None:
             assert node is not None
-            hold.held_until_s = sent_s + hold.lease_s
+            # At the least: a lease held ahead counts from its due time.
+            hold.held_until_s = max(hold.held_until_s, sent_s + hold.lease_s)
             hold.margin_s = self.sim.invariants.margin_of(node)
             hold.heartbeat_at_s = sent_s + hold.lease_s / 3
-            if answer[1] is not None:
+            if answer[1] is not None and hold.ahead:
+                # Held, not started: it never starts (tempo/worker_ahead.py).
+                del self.holds[(hold.run.job_id, hold.run.nominal_ms)]
+                self.sim.log(f"{self.name} is asked to stop held {hold.run.job_id}@{hold.run.nominal_ms} "
+                             f"({answer[1]}): it never starts")
+            elif answer[1] is not None:
                 # Asked to stop (a cancel, `cancel_other`): it stops now and
                 # reports, as `tempo worker` does.
                 self.sim.log(f"{self.name} is asked to stop {hold.run.job_id}@{hold.run.nominal_ms} ({answer[1]})")
@@ -769,6 +929,8 @@ class NodeSimulator:
         self.verbose = verbose
         self.rng = random.Random(seed)
         self.params = Params.draw(self.rng)
+        self.ahead_rng = random.Random(f"{seed}/ahead")
+        self.params = replace(self.params, ahead_share=self.ahead_rng.choice((0.0, 0.5, 1.0)))
         self.planted = PLANTED[bug]
         self.now_s = 0.0
         self.wall_offset_ms = 0

@@ -54,7 +54,14 @@ seed, the invariant and the command that replays it:
    last run are not judged: their order against it is the log's, not
    their stamps'). A gated job (`schedule.requires`) claims a slot's run
    only when each parent had a counting end by then, within `within_s`
-   before the slot.
+   before the slot;
+13. the stop rule of pre-dispatch (docs/semantics.md "Pre-dispatch"): a
+   run claimed ahead of its due time never starts when a pause, delete or
+   patch of its job, or a cancel of the run, was acknowledged with a stamp
+   after its claim's and more than `limits.predispatch_stop_ms` before its
+   due time, whenever the acknowledgement came; and a held run starts no
+   earlier than its due time by the wall clock of the node that handed it
+   out, beyond the injected skew (invariant 7's bound, at the start).
 
 Besides, the dispatcher core's own invariants (`check_leases`, and
 `check_memory` now and then) hold on the leader between steps.
@@ -66,7 +73,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from tempo.engine.commands import decode_entry
+from tempo import limits
+from tempo.engine.commands import CancelRun, Command, DeleteJob, PatchJob, PauseJob, decode_entry
 from tempo.engine.records import Corrupt, Job, Run
 from tempo.raft import Entry, EntryKind
 
@@ -180,6 +188,11 @@ class NodeInvariants:
         self.acked_gone: set[str] = set()
         self.delete_asked: set[str] = set()  # a read may show these gone from when it was asked
         self.reads: Counter[str] = Counter()
+        # Invariant 13: per job, the stops acknowledged (what, stamp, the
+        # run's nominal ms for a cancel, None for the whole job), and the
+        # held runs started: (nominal ms, attempt, claim's stamp, due ms, worker).
+        self.stops: dict[str, list[tuple[str, int, int | None]]] = {}
+        self.started_ahead: dict[str, list[tuple[int, int, int, int, str]]] = {}
 
     # -- events ------------------------------------------------------------------
 
@@ -216,12 +229,22 @@ class NodeInvariants:
             raise sim.fail(f"invariant 3, a slot was run twice: run {slot} handed out again after it was done")
         self.executed[key] = worker.name
         self.last_attempt[slot] = run.attempt
+        if run.started_ms is None or run.started_ms >= run.due_ms:
+            self._check_held_once(worker, run, "got")
+
+    def _check_held_once(self, worker: SimWorker, run: Run, how: str) -> None:
+        """Invariant 2: `worker` got or started (`how`) `run`, while no other
+        worker holds a started attempt of it. A run held ahead and not
+        started holds nothing yet: a patch may hand it back and a claim
+        take it again; it starts only if the leader says so (invariant 13)."""
+        sim = self.sim
+        slot = (run.job_id, run.nominal_ms)
         for other in sim.workers:
             if not other.alive:
                 continue
             hold = other.holds.get(slot)
-            if hold is not None and sim.now_s < hold.held_until_s - hold.margin_s:
-                raise sim.fail(f"invariant 2, an attempt held by two workers: {worker.name} got attempt "
+            if hold is not None and other is not worker and not hold.ahead and sim.now_s < hold.held_until_s - hold.margin_s:
+                raise sim.fail(f"invariant 2, an attempt held by two workers: {worker.name} {how} attempt "
                                f"{run.attempt} of run {slot} while {other.name} held attempt {hold.attempt} until "
                                f"{hold.held_until_s:.1f} s (now {sim.now_s:.1f} s)")
 
@@ -340,16 +363,17 @@ class NodeInvariants:
         skews = [node.skew_ms for node in sim.nodes.values()]
         return max(skews) - min(skews) + sim.backward_ms + SKEW_SLACK_MS
 
-    def handed_out(self, node: SimNode, claimed: list[ClaimedRun], wall_ms: int) -> None:
+    def handed_out(self, node: SimNode, claimed: list[ClaimedRun], wall_ms: int, ahead_ms: int = 0) -> None:
         """Invariant 7 (and 8 for the claim's stamp): `node` handed out
-        `claimed`, decided when its wall clock read `wall_ms`."""
+        `claimed`, decided when its wall clock read `wall_ms`, to a claim
+        that looked `ahead_ms` ahead."""
         skew_ms = self.skew_ms()
         for one in claimed:
             run = one.run
-            if 7 not in self.off and run.due_ms > wall_ms + skew_ms:
+            if 7 not in self.off and run.due_ms > wall_ms + skew_ms + ahead_ms:
                 raise self.sim.fail(f"invariant 7, a run handed out early: n{node.id} handed out "
                                     f"{run.job_id}@{run.nominal_ms}, due {run.due_ms - wall_ms} ms after its wall "
-                                    f"clock (injected skew {skew_ms} ms)")
+                                    f"clock (injected skew {skew_ms} ms, the claim looked {ahead_ms} ms ahead)")
             if run.started_ms is not None and run.started_ms > wall_ms:
                 # Only the future side: an answer may carry runs claimed
                 # before (a planted bug that hands them out again, caught
@@ -363,6 +387,53 @@ class NodeInvariants:
         if 8 not in self.off and abs(at_ms - wall_ms) > skew_ms:
             raise self.sim.fail(f"invariant 8, a stamp off the wall clock: {what} was stamped by n{node.id} "
                                 f"{at_ms - wall_ms:+d} ms from its wall clock (injected skew {skew_ms} ms)")
+
+    # -- pre-dispatch (invariant 13) ------------------------------------------------
+
+    def started(self, worker: SimWorker, hold: Hold) -> None:
+        """`worker` starts `hold`, a run it held ahead of its due time."""
+        run = hold.run
+        self.sim.log(f"{worker.name} starts held {run.job_id}@{run.nominal_ms} attempt {hold.attempt}")
+        if 13 in self.off:
+            return
+        node = self.sim.nodes[hold.node_id]
+        skew_ms = self.skew_ms()
+        if run.due_ms > node.wall_ms() + skew_ms:
+            raise self.sim.fail(f"invariant 13, a held run started early: {worker.name} started "
+                                f"{run.job_id}@{run.nominal_ms} {run.due_ms - node.wall_ms()} ms before its due time "
+                                f"by the wall clock of n{node.id}, which handed it out (injected skew {skew_ms} ms)")
+        self._check_held_once(worker, run, "started")
+        assert run.started_ms is not None
+        one = (run.nominal_ms, hold.attempt, run.started_ms, run.due_ms, worker.name)
+        self.started_ahead.setdefault(run.job_id, []).append(one)
+        for stop in self.stops.get(run.job_id, ()):
+            self._check_stop_rule(run.job_id, one, stop)
+
+    def commands_acked(self, commands: list[Command]) -> None:
+        """A client's call answered without a fault: its commands were
+        acknowledged (the stops among them, for invariant 13)."""
+        for command in commands:
+            if isinstance(command, PauseJob | DeleteJob | PatchJob):
+                stop = (type(command).__name__, command.at_ms, None)
+            elif isinstance(command, CancelRun):
+                stop = ("CancelRun", command.at_ms, command.nominal_ms)
+            else:
+                continue
+            self.stops.setdefault(command.job_id, []).append(stop)
+            if 13 not in self.off:
+                for one in self.started_ahead.get(command.job_id, ()):
+                    self._check_stop_rule(command.job_id, one, stop)
+
+    def _check_stop_rule(
+        self, job_id: str, started: tuple[int, int, int, int, str], stop: tuple[str, int, int | None]
+    ) -> None:
+        nominal_ms, attempt, claimed_ms, due_ms, worker = started
+        what, at_ms, of_ms = stop
+        if of_ms not in (None, nominal_ms) or not claimed_ms < at_ms < due_ms - limits.predispatch_stop_ms:
+            return
+        raise self.sim.fail(f"invariant 13, a held run started after a stop: {worker} started attempt {attempt} of "
+                            f"{job_id}@{nominal_ms} (claimed at {claimed_ms}, due {due_ms}), and a {what} stamped "
+                            f"{at_ms}, {due_ms - at_ms} ms before its due time, was acknowledged")
 
     # -- checks ------------------------------------------------------------------
 
@@ -482,7 +553,7 @@ class NodeInvariants:
                 if run.status == "waiting" and job.state == "active" and run.due_ms <= now_ms:
                     self._check_due(runs_key, run, now_ms, counting=counting, since_s=since_s)
                 elif run.status == "claimed" and (run.job_id, run.nominal_ms, run.attempt) not in held:
-                    self._check_orphan(run, job, counting=counting, since_s=since_s)
+                    self._check_orphan(run, job, now_ms, counting=counting, since_s=since_s)
         self.due_since = self.next_due_since
         self.orphan_since = self.next_orphan_since
         if counting:
@@ -559,10 +630,14 @@ class NodeInvariants:
                            f"(attempt {run.attempt}) waits, due {now_ms - run.due_ms} ms ago, for "
                            f"{sim.now_s - first_s:.1f} s")
 
-    def _check_orphan(self, run: Run, job: Job, *, counting: bool, since_s: float) -> None:
+    def _check_orphan(self, run: Run, job: Job, now_ms: int, *, counting: bool, since_s: float) -> None:
         sim = self.sim
         key = (run.job_id, run.nominal_ms, run.attempt)
         first_s = self.next_orphan_since[key] = self.orphan_since.get(key, sim.now_s)
+        if run.started_ms is not None and run.started_ms < run.due_ms:
+            # Claimed ahead: its lease counts from its due time (by the
+            # leader's clock, `now_ms`), so its wait does too.
+            first_s = max(first_s, sim.now_s + (run.due_ms - now_ms) / 1000)
         keyed = self.lost_keyed.get(key)
         if keyed is not None and keyed[0].alive and keyed[0].key is not None:
             # Its claim's answer was lost, and its worker retries with the

@@ -110,6 +110,22 @@ class LongLeaseAfterTakeover(DispatchCore):
         super()._remember(runs_key, run, job, mono_s)
 
 
+class StartsOnFirstAnswer(DispatchCore):
+    """A `POST /v1/starts` answers what the leases said when the call came,
+    not what they say after its barrier at the stop point: a pause, cancel,
+    delete or patch stamped in between stops a run its worker is told to
+    start. (Invariant 13: the stop rule of pre-dispatch.)"""
+
+    def may_start_again(
+        self,
+        owner: str | None,
+        runs: list[tuple[tuple[str, int] | None, int]],
+        answers: list[bool],
+        changed: set[tuple[str, int]],
+    ) -> list[bool]:
+        return answers
+
+
 class SkipsAnEntry(Replica):
     """A follower applies every fifth committed entry as an empty one (its
     index recorded, its commands not): its tables drift from the leader's.
@@ -185,4 +201,7 @@ PLANTED: dict[str, Planted] = {
     "acks_before_persisting": Planted(replica=AcksBeforePersisting),
     "observe_keeps_reference": Planted(clock=ObserveKeepsReference, caught_by="invariant 7,"),
     "reads_without_round": Planted(replica=ReadsWithoutRound, caught_by="invariant 11,"),
+    # Needs a stop acknowledged in the second before a held run's stop
+    # point, after its worker asked: seed 27 is the first.
+    "starts_on_first_answer": Planted(core=StartsOnFirstAnswer, caught_by="invariant 13,"),
 }

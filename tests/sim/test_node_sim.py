@@ -62,6 +62,7 @@ def first_failure(
         "long_lease_after_takeover",  # invariant 4
         "skips_an_entry",  # invariant 5
         "reads_without_round",  # invariant 11
+        "starts_on_first_answer",  # invariant 13
     ],
 )
 def test_a_planted_bug_is_caught_by_its_invariant(bug: str) -> None:
@@ -110,6 +111,19 @@ def test_an_apply_that_ignores_the_overlap_policy_is_caught(monkeypatch: pytest.
     failure = first_failure("")
     assert failure is not None, f"an apply that ignores the overlap policy survived {PLANTED_SEEDS} seeds"
     assert "invariant 6," in failure.what, failure
+
+
+def test_an_apply_that_ignores_the_stop_rule_of_pre_dispatch_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Invariant 13: with apply leaving a held run claimed whatever stops it
+    (`slots.held_ahead` forgotten), a seed soon has a worker start a run
+    after a pause, cancel, delete or patch stamped before its stop point
+    was acknowledged."""
+    from tempo.engine.rules import slots
+
+    monkeypatch.setattr(slots, "held_ahead", lambda run, at_ms: False)
+    failure = first_failure("")
+    assert failure is not None, f"an apply that ignores the stop rule survived {PLANTED_SEEDS} seeds"
+    assert "invariant 13," in failure.what, failure
 
 
 @pytest.mark.parametrize(("invariant", "off"), [(7, frozenset({8})), (8, frozenset({7}))])
