@@ -344,13 +344,9 @@ class Claims(Leases):
         at_ms, at_s = command.at_ms, proposal.at_s
         jobs, leases, in_flight, heap = proposal.jobs, self.leases, self.in_flight, self._lease_heap
         replaced = False
-        # Later commands of the claim's own entry (`reset`: `ended_unleased`).
-        ended, stopped, fed_at = self.ended_unleased, self.stopped_unleased, proposal.fed_at
         for claim, run in zip(command.claims, outcomes, strict=True):
             if run is None:
                 continue
-            if ended and ended.get((run.job_id, run.nominal_ms), 0) > fed_at:
-                continue  # ended (a pause, delete or patch of a run held ahead): nobody's to run
             job = jobs[claim.job_id]
             # `_grant`, inline: this runs once per run claimed. A run claimed
             # ahead of its due time has its lease from then.
@@ -362,12 +358,10 @@ class Claims(Leases):
                 deadline_s = min(deadline_s, timeout_s)
             self._lease_entries += 1
             entry = self._lease_entries
-            # Asked to stop by a later claim of the same command (`cancel_other`),
-            # or by a later command of its entry (a cancel): the entry's
-            # `stopping`, fed before this lease existed, missed it.
-            stop = run.cancel == "requested" or (stopped and stopped.get((run.job_id, run.nominal_ms), 0) > fed_at)
+            # Asked to stop by a later claim of the same command (`cancel_other`):
+            # the entry's `stopping`, fed before this lease existed, missed it.
             lease = Lease(run.attempt, deadline_s, job.lease_s, job.owner, entry, deadline_s, timeout_s,
-                          bool(stop), claim.timeout_at_ms, due_ms)
+                          run.cancel == "requested", claim.timeout_at_ms, due_ms)
             key = (run.job_id, run.nominal_ms)
             old = leases.get(key)
             leases[key] = lease
@@ -424,9 +418,6 @@ class Claims(Leases):
                 del claiming[owner]
             if owner in self.held:
                 self._wake_owner(owner)
-        if not claiming and (self.ended_unleased or self.stopped_unleased):
-            self.ended_unleased.clear()
-            self.stopped_unleased.clear()
 
     def observe_lateness(self, lateness_s: list[float]) -> None:
         """Counts claim lateness into the histogram: bucket i holds

@@ -86,7 +86,7 @@ from tempo.engine.dispatch_state import (
     owner_of,
     queue_key,
 )
-from tempo.engine.records import Job
+from tempo.engine.records import Job, Run
 
 __all__ = [
     "HTTP_QUEUE", "LATENESS_BUCKETS_S", "Beat", "ClaimProposal", "ClaimedRun", "DispatchCore", "Fed", "Lease",
@@ -100,6 +100,38 @@ class DispatchCore(Claims, Loader):
     leases (engine/dispatch_state.py, engine/dispatch_leases.py), its
     loader (engine/dispatch_loader.py) and its claims
     (engine/dispatch_claims.py); here, the clock's side and overlap."""
+
+    # -- a claim and the rest of its entry ---------------------------------------
+
+    def claimed(self, proposal: ClaimProposal, outcomes: list[Run | None]) -> list[ClaimedRun]:
+        """`Claims.claimed`, then what later commands of the claim's own
+        entry did to its runs: they were fed with the entry, before the
+        leases existed (`reset`: `ended_unleased`). A run one of them ended
+        (a pause, delete or patch of a run held ahead) loses its lease and is
+        handed out to nobody; one asked to stop (a cancel) has its lease
+        marked, so its worker's heartbeats say so."""
+        claimed = super().claimed(proposal, outcomes)
+        ended, stopped, fed_at = self.ended_unleased, self.stopped_unleased, proposal.fed_at
+        if not ended and not stopped:
+            return claimed
+        kept = []
+        for one in claimed:
+            slot = (one.run.job_id, one.run.nominal_ms)
+            if ended.get(slot, 0) > fed_at:
+                self._drop_lease(slot)
+                continue
+            if stopped.get(slot, 0) > fed_at:
+                self.leases[slot].cancel_requested = True
+            kept.append(one)
+        return kept
+
+    def settle(self, proposal: ClaimProposal) -> None:
+        """`Claims.settle`; with no claim left being committed, no run the
+        feed ended or stopped without a lease can be a claim's."""
+        super().settle(proposal)
+        if not self.claiming:
+            self.ended_unleased.clear()
+            self.stopped_unleased.clear()
 
     # -- the clock side --------------------------------------------------------
 
