@@ -326,3 +326,24 @@ def test_a_gated_slot_claimed_ahead_waits_on_its_gate_in_memory(rig: Rig) -> Non
         run = rig.store.get_run_any(job.id, job.slot_ms)
         assert run is not None and run.status == "waiting" and run.due_ms == job.slot_ms + 2000
         rig.check()
+
+
+def test_a_held_runs_lease_shows_due_at_plus_lease_s_to_the_millisecond(rig: Rig) -> None:
+    # `lease_expires_at` is `due_at + lease_s` (docs/semantics.md
+    # "Pre-dispatch"). The lease runs on the monotonic clock and is shown
+    # as scheduler time, which a node reads apart from it, in whole ms: a
+    # probe of a real cluster saw a new leader show it 1 ms short.
+    [job_id] = rig.create(at_s=8, lease_s=30)
+    [claimed] = claim_ahead(rig, 9000)
+    due_ms = claimed.run.due_ms
+    assert claimed.run.lease_expires_ms == due_ms + 30_000
+    later_ms, later_s = rig.now_ms + 1000, rig.mono_s + 1.0009
+    assert rig.core.lease_of(job_id, claimed.run.nominal_ms, 1, later_ms, later_s) == due_ms + 30_000
+    # A new leader, whose monotonic reading fell 0.9 ms after its scheduler time's.
+    core = DispatchCore(rig.store, rig.now_ms)
+    core.load(rig.now_ms, rig.mono_s + 0.0009)
+    assert core.lease_of(job_id, claimed.run.nominal_ms, 1, later_ms, rig.mono_s + 1.0001) == due_ms + 30_000
+    # A heartbeat before the due time: due_at + lease_s at the least, to the ms.
+    expires_ms, _ = core.beat(OWNER, run_id(claimed), 1, rig.now_ms + 2000, rig.mono_s + 2.0004)
+    assert expires_ms == due_ms + 30_000
+    assert core.lease_of(job_id, claimed.run.nominal_ms, 1, rig.now_ms + 3000, rig.mono_s + 3.0009) == due_ms + 30_000

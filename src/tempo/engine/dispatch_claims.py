@@ -361,7 +361,8 @@ class Claims(Leases):
             # Asked to stop by a later claim of the same command (`cancel_other`):
             # the entry's `stopping`, fed before this lease existed, missed it.
             lease = Lease(run.attempt, deadline_s, job.lease_s, job.owner, entry, deadline_s, timeout_s,
-                          run.cancel == "requested", claim.timeout_at_ms, due_ms)
+                          run.cancel == "requested", claim.timeout_at_ms, due_ms,
+                          max(at_ms, due_ms) + job.lease_s * 1000)
             key = (run.job_id, run.nominal_ms)
             old = leases.get(key)
             leases[key] = lease

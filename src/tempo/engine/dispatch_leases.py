@@ -98,6 +98,7 @@ class Leases(CoreState):
         cancel_requested: bool = False,
         timeout_at_ms: int | None = None,
         due_ms: int = 0,
+        expires_ms: int = 0,
     ) -> None:
         # `_enter_lease`, inline: this runs once per run claimed. A new
         # lease adds one to the leases and one entry to the heap, which
@@ -108,7 +109,7 @@ class Leases(CoreState):
         self._lease_entries += 1
         entry = self._lease_entries
         lease = Lease(attempt, deadline_s, lease_s, owner, entry, deadline_s, timeout_deadline_s, cancel_requested,
-                      timeout_at_ms, due_ms)
+                      timeout_at_ms, due_ms, expires_ms)
         replaced = self._put_lease((job_id, nominal_ms), lease)
         heapq.heappush(self._lease_heap, (deadline_s, entry, job_id, nominal_ms))
         if replaced:
@@ -124,7 +125,7 @@ class Leases(CoreState):
         lease_s = claimed_lease_s(run, job)
         start_s = mono_s + max(0, run.due_ms - now_ms) / 1000
         self._grant(job.owner, run.job_id, run.nominal_ms, run.attempt, start_s + lease_s, lease_s, timeout_s,
-                    run.cancel == "requested", run.timeout_at_ms, run.due_ms)
+                    run.cancel == "requested", run.timeout_at_ms, run.due_ms, max(now_ms, run.due_ms) + lease_s * 1000)
 
     def _enter_lease(self, key: tuple[str, int], lease: Lease) -> None:
         """Gives the lease a new entry in the heap, at its deadline; the
@@ -243,6 +244,7 @@ class Leases(CoreState):
         if lease.due_ms > now_ms:
             # Claimed ahead of its due time: the lease counts from then.
             deadline_s += (lease.due_ms - now_ms) / 1000
+        lease.expires_ms = max(now_ms, lease.due_ms) + lease.lease_s * 1000
         if lease.timeout_deadline_s is not None and lease.timeout_deadline_s < deadline_s:
             deadline_s = lease.timeout_deadline_s
         self._move_deadline(slot, lease, deadline_s)
@@ -376,6 +378,7 @@ class Leases(CoreState):
             if lease is None or lease.attempt != run.attempt:
                 continue  # finished, expired, or this node stopped leading
             self._move_deadline((run.job_id, run.nominal_ms), lease, mono_s)
+            lease.expires_ms = 0
             self.counters["undelivered"] += 1
 
     def lease_of(self, job_id: str, nominal_ms: int, attempt: int, now_ms: int, mono_s: float) -> int | None:
@@ -425,10 +428,20 @@ def claimed_lease_s(run: Run, job: Job) -> int:
     return job.lease_s
 
 
+# How far apart scheduler time read in whole ms and the monotonic clock
+# read apart from it may put one instant (`_expiry_ms`).
+_ROUNDING_MS = 2
+
+
 def _expiry_ms(lease: Lease, deadline_s: float, now_ms: int, mono_s: float) -> int:
     """A lease's expiry at the monotonic `deadline_s`, as an instant of
-    scheduler time (UNIX ms), never past the attempt's `timeout_at`."""
+    scheduler time (UNIX ms), never past the attempt's `timeout_at`: the
+    instant it was granted or extended to (`Lease.expires_ms`), unless the
+    clocks now put it more than a rounding away from it."""
     expires_ms = now_ms + round(max(0.0, deadline_s - mono_s) * 1000)
+    granted_ms = lease.expires_ms
+    if granted_ms and abs(expires_ms - granted_ms) <= _ROUNDING_MS:
+        expires_ms = granted_ms
     timeout_at_ms = lease.timeout_at_ms
     return expires_ms if timeout_at_ms is None or expires_ms < timeout_at_ms else timeout_at_ms
 

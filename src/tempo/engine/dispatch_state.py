@@ -117,6 +117,14 @@ class Lease(msgspec.Struct, gc=False):
     # The run's due time (UNIX ms): a run claimed ahead of it (pre-dispatch,
     # docs/semantics.md "Pre-dispatch") is asked to start no earlier.
     due_ms: int = 0
+    # The instant of scheduler time (UNIX ms; 0: none) the lease was granted
+    # or last extended to: `lease_s` from the claim, heartbeat or takeover,
+    # or from the due time when later. Shown for `deadline_s` when reading
+    # that back on the clocks now gives it within a rounding (the node reads
+    # scheduler time in whole ms, apart from the monotonic clock), so that
+    # `lease_expires_at` is `due_at + lease_s` to the ms; a clock step since
+    # shows as it is (`dispatch_leases._expiry_ms`).
+    expires_ms: int = 0
 
 
 class ClaimedRun(msgspec.Struct, gc=False):
