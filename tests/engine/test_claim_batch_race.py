@@ -82,3 +82,45 @@ def test_a_cancel_in_the_claims_own_entry_reaches_the_worker(rig: Rig) -> None:
     assert stored is not None and stored.status == "claimed" and stored.cancel == "requested"
     _, stop = rig.core.beat(OWNER, run_id(claimed), 1, rig.now_ms, rig.mono_s)
     assert stop == "requested"
+
+
+def _entry(rig: Rig, commands: list[Command]) -> list:
+    rig.index += 1
+    outcomes, changes = rig.store.apply_commands(rig.index, commands)
+    rig.core.feed(changes, 0, feed_size(changes))
+    rig.core.stop_requested(changes.stopping)
+    return outcomes
+
+
+def test_an_expiry_before_the_claim_in_its_entry_leaves_the_claim_its_run(rig: Rig) -> None:
+    # The other order: the entry ends an attempt first (its lease expired)
+    # and then claims the run again; that end was fed after the claim was
+    # proposed, yet the run is the claim's, and its worker gets it. (The
+    # whole-node simulator's seed 2136, invariant 4, when an end fed after
+    # the proposal was taken for a later command's.) The claim could take
+    # the run before its expiry was applied because an entry that patched
+    # the job (naming its run waiting) and then claimed the run left it in
+    # memory as well.
+    [job_id] = rig.create(at_s=0)
+    rig.tick()
+    core = rig.core
+    first = core.propose_claims("w1", core.take([QUEUE], 10, rig.mono_s).runs, rig.now_ms, rig.mono_s)
+    try:
+        outcomes = _entry(rig, [_patch(rig, job_id), first.command])  # type: ignore[list-item]
+        [held] = core.claimed(first, outcomes[1])  # type: ignore[arg-type]
+    finally:
+        core.settle(first)
+    core.release([held], rig.mono_s)
+    expiry = core.expire(rig.now_ms, rig.mono_s)
+    assert expiry is not None
+    rig.tick()
+    again = core.propose_claims("w2", core.take([QUEUE], 10, rig.mono_s).runs, rig.now_ms, rig.mono_s)
+    try:
+        assert again.command is not None and len(again.command.claims) == 1
+        outcomes = _entry(rig, [expiry, again.command])
+        core.expire_applied(outcomes[0])  # type: ignore[arg-type]
+        [taken] = core.claimed(again, outcomes[1])  # type: ignore[arg-type]
+    finally:
+        core.settle(again)
+    assert taken.run.attempt == 2 and taken.run.worker == "w2"
+    assert core.lease_of(job_id, taken.run.nominal_ms, 2, rig.now_ms, rig.mono_s) is not None

@@ -104,12 +104,15 @@ class DispatchCore(Claims, Loader):
     # -- a claim and the rest of its entry ---------------------------------------
 
     def claimed(self, proposal: ClaimProposal, outcomes: list[Run | None]) -> list[ClaimedRun]:
-        """`Claims.claimed`, then what later commands of the claim's own
+        """`Claims.claimed`, then what other commands of the claim's own
         entry did to its runs: they were fed with the entry, before the
-        leases existed (`reset`: `ended_unleased`). A run one of them ended
-        (a pause, delete or patch of a run held ahead) loses its lease and is
-        handed out to nobody; one asked to stop (a cancel) has its lease
-        marked, so its worker's heartbeats say so."""
+        leases existed (`reset`: `ended_unleased`). Such a run is read again
+        from the tables, as the entry left it: one no longer claimed at its
+        attempt (a pause, delete or patch of a run held ahead) loses its
+        lease and is handed out to nobody; one asked to stop (a cancel) has
+        its lease marked, so its worker's heartbeats say so. (An earlier
+        command of the entry may have ended the attempt before, an expiry
+        whose run the claim took again: the run is the claim's.)"""
         claimed = super().claimed(proposal, outcomes)
         ended, stopped, fed_at = self.ended_unleased, self.stopped_unleased, proposal.fed_at
         if not ended and not stopped:
@@ -117,11 +120,13 @@ class DispatchCore(Claims, Loader):
         kept = []
         for one in claimed:
             slot = (one.run.job_id, one.run.nominal_ms)
-            if ended.get(slot, 0) > fed_at:
-                self._drop_lease(slot)
-                continue
-            if stopped.get(slot, 0) > fed_at:
-                self.leases[slot].cancel_requested = True
+            if ended.get(slot, 0) > fed_at or stopped.get(slot, 0) > fed_at:
+                run = self.reader.get_run_any(*slot)
+                if run is None or run.status != "claimed" or run.attempt != one.run.attempt:
+                    self._drop_lease(slot)
+                    continue
+                if run.cancel == "requested":
+                    self.leases[slot].cancel_requested = True
             kept.append(one)
         return kept
 
