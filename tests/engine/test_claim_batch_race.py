@@ -124,3 +124,27 @@ def test_an_expiry_before_the_claim_in_its_entry_leaves_the_claim_its_run(rig: R
         core.settle(again)
     assert taken.run.attempt == 2 and taken.run.worker == "w2"
     assert core.lease_of(job_id, taken.run.nominal_ms, 2, rig.now_ms, rig.mono_s) is not None
+
+
+def test_what_the_feed_keeps_for_claims_in_flight_goes_when_they_settle(rig: Rig) -> None:
+    # An end the feed saw without a lease is kept for the claims in flight
+    # then (`DispatchCore.ended_unleased`), and only for them: under a
+    # steady load claims overlap without a pause, and expiries kept until
+    # no claim at all is in flight would pile up.
+    core = rig.core
+    rig.create(count=3, at_s=0)
+    rig.tick()
+    [held] = rig.claim(runs_max=1)
+    first = core.propose_claims("w1", core.take([QUEUE], 1, rig.mono_s).runs, rig.now_ms, rig.mono_s)
+    core.release([held], rig.mono_s)
+    expiry = core.expire(rig.now_ms, rig.mono_s)
+    assert expiry is not None
+    core.expire_applied(rig.commit(expiry))  # type: ignore[arg-type]
+    assert set(core.ended_unleased) == {(held.run.job_id, held.run.nominal_ms)}  # `first` may hold it
+    second = core.propose_claims("w2", core.take([QUEUE], 1, rig.mono_s).runs, rig.now_ms, rig.mono_s)
+    for proposal in (first, second):
+        assert proposal.command is not None
+        core.claimed(proposal, rig.commit(proposal.command))  # type: ignore[arg-type]
+        core.settle(proposal)
+        # Once `first` settled, no claim that was in flight at the expiry is.
+        assert core.ended_unleased == {}

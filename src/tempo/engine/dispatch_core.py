@@ -130,13 +130,30 @@ class DispatchCore(Claims, Loader):
             kept.append(one)
         return kept
 
+    def propose_claims(
+        self, worker: str, runs: list[tuple[bytes, Job]], now_ms: int, mono_s: float, ahead_ms: int = 0
+    ) -> ClaimProposal:
+        """`Claims.propose_claims`, counted in flight (`proposed_at`) until it settles."""
+        proposal = super().propose_claims(worker, runs, now_ms, mono_s, ahead_ms)
+        self.proposed_at[proposal.fed_at] += 1
+        return proposal
+
     def settle(self, proposal: ClaimProposal) -> None:
-        """`Claims.settle`; with no claim left being committed, no run the
-        feed ended or stopped without a lease can be a claim's."""
+        """`Claims.settle`; then the runs the feed ended or stopped without
+        a lease before every claim still in flight was proposed are no
+        claim's (`claimed` reads only those fed after its proposal)."""
         super().settle(proposal)
-        if not self.claiming:
-            self.ended_unleased.clear()
-            self.stopped_unleased.clear()
+        if proposal.generation != self.generation:
+            return  # a reset started afresh
+        proposed_at = self.proposed_at
+        proposed_at[proposal.fed_at] -= 1
+        if proposed_at[proposal.fed_at] <= 0:
+            del proposed_at[proposal.fed_at]
+        if self.ended_unleased or self.stopped_unleased:
+            oldest = min(proposed_at, default=self.fed_count)
+            for fed in (self.ended_unleased, self.stopped_unleased):
+                for slot in [slot for slot, at in fed.items() if at <= oldest]:
+                    del fed[slot]
 
     # -- the clock side --------------------------------------------------------
 

@@ -246,11 +246,13 @@ class CoreState:
         # answered (`claimed`), so a run those commands ended, or asked to
         # stop, had no lease yet. Kept while a claim is being committed:
         # such runs, (job ID, nominal ms) -> `fed_count` then. `claimed`
-        # hands out none that ended after its proposal, and leases those
-        # asked to stop marked so.
+        # reads those fed after its proposal again. Each is dropped once
+        # no claim in flight was proposed before it was fed
+        # (`proposed_at`: the claims in flight, by their `fed_at`).
         self.fed_count = 0  # `feed` calls
         self.ended_unleased: dict[tuple[str, int], int] = {}
         self.stopped_unleased: dict[tuple[str, int], int] = {}
+        self.proposed_at: Counter[int] = Counter()
         # (instant_s, entry number, job ID, nominal ms). Invariant: each lease
         # has exactly one entry whose number is its `entry`; the others are
         # stale (their lease ended or was replaced), skipped when popped, and
