@@ -21,8 +21,11 @@ both; `unmarked` is the rest), so CI's log records where the suite's time
 goes.
 """
 
+import json
 import re
+import shutil
 import sys
+import tempfile
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -30,6 +33,12 @@ from typing import Any
 import pytest
 
 MARKERS = ("process", "sim", "fuzz")
+# The work unit of every `process` test under pytest-xdist (`-n 2 --dist
+# loadgroup`, pyproject.toml): they all run in one worker, one after the
+# other, as they did before the suite ran in two processes; the other worker
+# takes the rest (below, "Two processes").
+PROCESS_GROUP = "process"
+_GROUPS_DIR_KEY = "tempo_process_ids_dir"
 PROCESS_FIXTURES = frozenset({"server", "fresh_server", "json_server"})
 # What a module that starts `tempo serve` itself spells: the command with
 # its data directory, the fixture helpers' classes, or the process
@@ -88,6 +97,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         for name in sorted(markers_for(item, seen) - {m.name for m in item.iter_markers()}):
             item.add_marker(name)
+    _write_process_ids(config, [item.nodeid for item in items if item.get_closest_marker("process") is not None])
 
 
 def _check_spawns(item: pytest.Item, before: int) -> None:
@@ -126,7 +136,10 @@ _times = _Times()
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    for name in _times.marks.get(report.nodeid) or ("unmarked",):
+    # Under pytest-xdist the controller sees only the workers' reports, whose
+    # keywords carry the markers; in one process the setup hook noted them.
+    marks = _times.marks.get(report.nodeid) or tuple(m for m in MARKERS if m in report.keywords)
+    for name in marks or ("unmarked",):
         _times.seconds[name] += report.duration
         _times.tests[name].add(report.nodeid)
 
@@ -144,3 +157,59 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     terminalreporter.write_sep("-", "time by marker (setup, call and teardown)")
     for name, count, seconds in rows:
         terminalreporter.write_line(f"{name:<9} {count:>5} tests {seconds:>9.1f} s")
+
+
+# -- Two processes (pytest-xdist) ------------------------------------------------
+#
+# pytest-xdist's own loadgroup reads a test's group from an "@group" suffix
+# that its worker writes into the node ID at collection, which pytest 9.2 no
+# longer lets it write (pytest-dev/pytest-xdist#1386): every test then goes
+# out on its own. So each worker writes the node IDs of its `process` tests
+# to a file, and the controller's scheduler, which starts sharing out only
+# once every worker has collected, makes them one work unit. Its queue puts
+# the largest unit first, so one worker starts on them at once.
+
+_groups_dir = pytest.StashKey[Path]()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """Controller: tells each worker where to write its process tests' IDs."""
+    config = node.config
+    if _groups_dir not in config.stash:
+        config.stash[_groups_dir] = Path(tempfile.mkdtemp(prefix="tempo-suite-"))
+    node.workerinput[_GROUPS_DIR_KEY] = str(config.stash[_groups_dir])
+
+
+def _write_process_ids(config: pytest.Config, nodeids: list[str]) -> None:
+    workerinput = getattr(config, "workerinput", None)
+    if not workerinput or _GROUPS_DIR_KEY not in workerinput:
+        return
+    path = Path(workerinput[_GROUPS_DIR_KEY]) / f"{workerinput['workerid']}.json"
+    path.with_suffix(".part").write_text(json.dumps(nodeids))
+    path.with_suffix(".part").rename(path)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    class ProcessTestsTogether(LoadGroupScheduling):
+        """loadgroup, with every `process` test in the unit PROCESS_GROUP."""
+
+        process_ids: set[str] | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self.process_ids is None:
+                folder = config.stash[_groups_dir]
+                self.process_ids = {i for f in folder.glob("*.json") for i in json.loads(f.read_text())}
+            return PROCESS_GROUP if nodeid in self.process_ids else super()._split_scope(nodeid)
+
+    return ProcessTestsTogether(config, log)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _groups_dir in config.stash:
+        shutil.rmtree(config.stash[_groups_dir], ignore_errors=True)

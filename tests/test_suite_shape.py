@@ -1,6 +1,10 @@
 """The suite's markers follow their rules, and the `process` guard fails a
 test that starts `tempo serve` unmarked (tests/suite_shape.py)."""
 
+import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -45,3 +49,30 @@ def test_an_unmarked_test_that_starts_tempo_serve_fails():
         suite_shape._check_spawns(item(TESTS / "test_wheel.py", marked=("process",)), before)
     finally:
         del suite_shape._spawned[before:]
+
+
+def test_under_two_workers_every_process_test_runs_in_one(tmp_path):
+    # A small suite with our plugin, run as `pytest -n 2 --dist loadgroup`
+    # runs the whole suite (pyproject.toml): the `process` tests all run in
+    # the same worker, the others may run in either.
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    process: x\n    sim: x\n    fuzz: x\n")
+    (tmp_path / "conftest.py").write_text('pytest_plugins = ["suite_shape"]\n')
+    (tmp_path / "test_mix.py").write_text(
+        "import time\nimport pytest\n\n"
+        + "".join(
+            f"@pytest.mark.process\ndef test_process_{i}():\n    time.sleep(0.05)\n\n"
+            f"def test_plain_{i}():\n    time.sleep(0.05)\n\n"
+            for i in range(8)
+        )
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadgroup", "-v", "-p", "no:cacheprovider", "-p", "no:randomly"],
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(TESTS)}, capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    workers: dict[str, set[str]] = {"process": set(), "plain": set()}
+    for worker, kind in re.findall(r"\[(gw\d)\] .*PASSED test_mix\.py::test_(process|plain)_\d", done.stdout):
+        workers[kind].add(worker)
+    assert len(re.findall(r"PASSED test_mix", done.stdout)) == 16, done.stdout
+    assert len(workers["process"]) == 1, done.stdout
+    assert re.search(r"^process +8 tests", done.stdout, re.MULTILINE), done.stdout  # the time by marker, from the workers' reports
