@@ -12,7 +12,7 @@ from tempo import clock, ids, limits
 from tempo.engine import keys
 from tempo.engine.commands import CancelRun, CreateJobs, DeleteJob, PatchJob, PauseJob
 from tempo.engine.dispatch_core import ClaimedRun, DispatchCore
-from tempo.schema import JobCreate, ScheduleIn
+from tempo.schema import JobCreate, RetryIn, ScheduleIn
 
 from .test_dispatch_core import OWNER, QUEUE, T0_MS, Rig, run_id
 
@@ -228,7 +228,8 @@ def test_a_held_run_starts_at_its_own_attempt_only(rig: Rig) -> None:
 def test_a_starts_call_answers_each_run_as_start_of_does(rig: Rig) -> None:
     # A `POST /v1/starts` parses its run IDs once and looks their leases up
     # in one pass (`may_start`): the same answers, and due time, as
-    # `start_of` gives run by run, the leased and the rest.
+    # `start_of` gives run by run, the leased and the rest, and the latest
+    # due time among the runs that may start.
     held, deleted = rig.create(at_s=4), rig.create(at_s=6)
     claimed = claim_ahead(rig, 7000)
     assert len(claimed) == 2
@@ -237,10 +238,32 @@ def test_a_starts_call_answers_each_run_as_start_of_does(rig: Rig) -> None:
     for owner in (OWNER, "other", None):
         parsed = [(ids.parse_run_id(r), attempt) for r, attempt in asked]
         by_run = [rig.core.start_of(owner, r, attempt) for r, attempt in asked]
-        assert rig.core.may_start(owner, parsed) == ([ok for ok, _ in by_run], max(due_ms for _, due_ms in by_run))
+        latest_ms = max((due_ms for ok, due_ms in by_run if ok), default=0)
+        assert rig.core.may_start(owner, parsed) == ([ok for ok, _ in by_run], latest_ms)
     assert rig.core.may_start(OWNER, [(ids.parse_run_id(run_id(c)), 1) for c in claimed])[0] == [
         c.run.job_id == held[0] for c in claimed
     ]
+
+
+def test_a_starts_call_waits_only_for_the_runs_it_may_start(rig: Rig) -> None:
+    # The call is answered at the stop point of the latest due time among
+    # the runs it may start. A run it answers `stop` never starts again at
+    # the attempt asked, so its due time does not count: here a run whose
+    # lease ran out, re-claimed by another worker and failed, waits for
+    # its retry five minutes on, and held the whole call, the other run
+    # too, until then (the lifecycle model found it).
+    retry = RetryIn(max_attempts=3, backoff_s=(300,))
+    [lost], [kept] = rig.create(at_s=4, lease_s=5, retry=retry), rig.create(at_s=4, lease_s=60, retry=retry)
+    held = {c.run.job_id: c for c in claim_ahead(rig, 5000)}
+    rig.advance(10)
+    assert [(e.job_id, e.attempt) for e in rig.expire()] == [(lost, 1)]
+    rig.tick()
+    [again] = rig.claim(worker="w2")
+    assert (again.run.job_id, again.run.attempt) == (lost, 2)
+    assert rig.report(again, ok=False).due_ms == rig.now_ms + 300_000
+    asked = [(ids.parse_run_id(run_id(held[j])), 1) for j in (lost, kept)]
+    assert rig.core.may_start(OWNER, asked) == ([False, True], T0_MS + 4000)
+    assert rig.core.start_of(OWNER, run_id(held[lost]), 1) == (False, rig.now_ms + 300_000)
 
 
 def test_a_starts_call_answered_before_its_wait_sees_each_lease_change_after_it(rig: Rig) -> None:
