@@ -57,6 +57,23 @@ def test_a_claim_that_looks_ahead_takes_runs_due_within_it_earliest_first(rig: R
     assert [c.run.job_id for c in claim_ahead(rig, 9500)] == far
 
 
+def test_a_run_that_comes_within_reach_after_later_ones_is_taken_ahead_first(rig: Rig) -> None:
+    # Runs come within the pre-dispatch horizon in due order as time
+    # passes, but a run made later (a new job, a trigger, a retry) may be
+    # due before those already within it. It is taken first, and by a
+    # claim that looks only as far as it: it sat behind the later run, and
+    # a claim looking 5 s ahead took nothing (the lifecycle model found it).
+    [later] = rig.create(at_s=9)
+    rig.tick()
+    [sooner] = rig.create(at_s=2)
+    assert [c.run.job_id for c in claim_ahead(rig, 5000)] == [sooner]
+    [again] = rig.create(at_s=3)
+    rig.tick()
+    [also] = rig.create(at_s=1)
+    assert [c.run.job_id for c in claim_ahead(rig, 10_000, runs_max=1, worker="w2")] == [also]
+    assert [c.run.job_id for c in claim_ahead(rig, 10_000, worker="w2")] == [again, later]
+
+
 def test_a_run_claimed_ahead_is_leased_from_its_due_time(rig: Rig) -> None:
     [job_id] = rig.create(at_s=4, lease_s=30)
     [claimed] = claim_ahead(rig, 5000)

@@ -291,12 +291,14 @@ class CoreState:
         # Pre-dispatch (docs/semantics.md "Pre-dispatch"): a heap of (due
         # ms, runs key) of the runs in the wheel that a claim may take
         # ahead of their due time (not http, no overlap policy); and per
-        # queue, in due order, those of them due within
-        # `limits.claim_ahead_ms_max` of the last tick (`tick_ahead`). An
+        # queue, a heap of the same of those due within
+        # `limits.claim_ahead_ms_max` of the last tick (`tick_ahead`). A
+        # heap, not a queue: a run made later (a new job, a trigger, a
+        # retry) may come within reach due before those already there. An
         # entry whose run left the wheel (fell due, claimed, moved, gone)
         # is a tombstone, dropped when met.
         self.ahead_heap: list[tuple[int, bytes]] = []
-        self.ahead: dict[str, deque[bytes]] = {}
+        self.ahead: dict[str, list[tuple[int, bytes]]] = {}
         self.ahead_swept_ms = now_ms
 
     def note_ahead(self, runs_key: bytes, due_ms: int, job: Job) -> None:
@@ -317,17 +319,17 @@ class CoreState:
         heap, wheel, queue_of = self.ahead_heap, self.wheel, self.queue_of
         horizon_ms = now_ms + limits.claim_ahead_ms_max
         while heap and heap[0][0] <= horizon_ms:
-            _, runs_key = heapq.heappop(heap)
-            entry = queue_of.get(runs_key)
-            if entry is not None and runs_key in wheel:
-                self.ahead.setdefault(entry[0], deque()).append(runs_key)
+            due = heapq.heappop(heap)
+            entry = queue_of.get(due[1])
+            if entry is not None and due[1] in wheel:
+                heapq.heappush(self.ahead.setdefault(entry[0], []), due)
         if now_ms - self.ahead_swept_ms < limits.lease_check_ms:
             return
         self.ahead_swept_ms = now_ms
         for queue in list(self.ahead):
             waiting = self.ahead[queue]
-            while waiting and (waiting[0] not in wheel or keys.due_of(waiting[0]) <= now_ms):
-                waiting.popleft()
+            while waiting and (waiting[0][1] not in wheel or waiting[0][0] <= now_ms):
+                heapq.heappop(waiting)
             if not waiting:
                 del self.ahead[queue]
 
@@ -336,12 +338,12 @@ class CoreState:
         by `until_ms`; tombstones before it are dropped."""
         waiting = self.ahead.get(queue)
         while waiting:
-            runs_key = waiting[0]
+            due_ms, runs_key = waiting[0]
             entry = self.queue_of.get(runs_key)
             if entry is None or entry[0] != queue or runs_key not in self.wheel:
-                waiting.popleft()
+                heapq.heappop(waiting)
                 continue
-            return runs_key if keys.due_of(runs_key) <= until_ms else None
+            return runs_key if due_ms <= until_ms else None
         return None
 
 
