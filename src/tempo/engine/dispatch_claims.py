@@ -142,7 +142,7 @@ class Claims(Leases):
             if budgets[owner] <= 0:
                 live = [q for q in live if owner_of(q) != owner]
                 continue
-            heapq.heappop(self.ahead[queue])
+            self.ahead[queue].pop()
             self.wheel.cancel(runs_key)
             found = self._pop_entry(runs_key)
             assert found is not None, "an ahead head is in memory"

@@ -291,14 +291,12 @@ class CoreState:
         # Pre-dispatch (docs/semantics.md "Pre-dispatch"): a heap of (due
         # ms, runs key) of the runs in the wheel that a claim may take
         # ahead of their due time (not http, no overlap policy); and per
-        # queue, a heap of the same of those due within
-        # `limits.claim_ahead_ms_max` of the last tick (`tick_ahead`). A
-        # heap, not a queue: a run made later (a new job, a trigger, a
-        # retry) may come within reach due before those already there. An
+        # queue, earliest due first, those of them due within
+        # `limits.claim_ahead_ms_max` of the last tick (`tick_ahead`). An
         # entry whose run left the wheel (fell due, claimed, moved, gone)
         # is a tombstone, dropped when met.
         self.ahead_heap: list[tuple[int, bytes]] = []
-        self.ahead: dict[str, list[tuple[int, bytes]]] = {}
+        self.ahead: dict[str, AheadQueue] = {}
         self.ahead_swept_ms = now_ms
 
     def note_ahead(self, runs_key: bytes, due_ms: int, job: Job) -> None:
@@ -322,26 +320,29 @@ class CoreState:
             due = heapq.heappop(heap)
             entry = queue_of.get(due[1])
             if entry is not None and due[1] in wheel:
-                heapq.heappush(self.ahead.setdefault(entry[0], []), due)
+                waiting = self.ahead.get(entry[0])
+                if waiting is None:
+                    waiting = self.ahead[entry[0]] = AheadQueue()
+                waiting.add(due)
         if now_ms - self.ahead_swept_ms < limits.lease_check_ms:
             return
         self.ahead_swept_ms = now_ms
         for queue in list(self.ahead):
             waiting = self.ahead[queue]
-            while waiting and (waiting[0][1] not in wheel or waiting[0][0] <= now_ms):
-                heapq.heappop(waiting)
-            if not waiting:
+            while (head := waiting.head()) is not None and (head[1] not in wheel or head[0] <= now_ms):
+                waiting.pop()
+            if waiting.head() is None:
                 del self.ahead[queue]
 
     def ahead_head(self, queue: str, until_ms: int) -> bytes | None:
         """The earliest run of `queue` a claim may take ahead, if it is due
         by `until_ms`; tombstones before it are dropped."""
         waiting = self.ahead.get(queue)
-        while waiting:
-            due_ms, runs_key = waiting[0]
+        while waiting is not None and (head := waiting.head()) is not None:
+            due_ms, runs_key = head
             entry = self.queue_of.get(runs_key)
             if entry is None or entry[0] != queue or runs_key not in self.wheel:
-                heapq.heappop(waiting)
+                waiting.pop()
                 continue
             return runs_key if due_ms <= until_ms else None
         return None
@@ -353,6 +354,42 @@ class CoreState:
         self.held.discard(owner)
         self._wakeups.owners.add(owner)
 
+
+
+class AheadQueue:
+    """One queue's runs within the pre-dispatch horizon (`CoreState.ahead`),
+    earliest due first. They come within it in due order as time passes,
+    so a deque holds them at O(1) a run. A run made later (a new job, a
+    trigger, a retry) may come within it due before the last one there:
+    such runs wait in a heap beside the deque, and the earlier of the two
+    heads is the head."""
+
+    __slots__ = ("in_order", "late")
+
+    def __init__(self) -> None:
+        self.in_order: deque[tuple[int, bytes]] = deque()
+        self.late: list[tuple[int, bytes]] = []
+
+    def add(self, due: tuple[int, bytes]) -> None:
+        """A (due ms, runs key) come within the horizon."""
+        if self.in_order and self.in_order[-1] > due:
+            heapq.heappush(self.late, due)
+        else:
+            self.in_order.append(due)
+
+    def head(self) -> tuple[int, bytes] | None:
+        if not self.late:
+            return self.in_order[0] if self.in_order else None
+        if self.in_order and self.in_order[0] < self.late[0]:
+            return self.in_order[0]
+        return self.late[0]
+
+    def pop(self) -> None:
+        """Drops the head."""
+        if self.late and (not self.in_order or self.late[0] < self.in_order[0]):
+            heapq.heappop(self.late)
+        else:
+            self.in_order.popleft()
 
 
 def _due_of(runs_key: bytes) -> int:
