@@ -36,6 +36,19 @@ the slots between recorded `missed`. `tests/engine/
 test_lifecycle_model.py` runs it; `TEMPO_LIFECYCLE_EXAMPLES` and
 `TEMPO_LIFECYCLE_STEPS` make it run longer.
 
+Pre-dispatch (docs/semantics.md "Pre-dispatch"): a claim may look up to
+10 s ahead, and a rule brings the clock to a few seconds before a run's
+due time for it to. The model predicts which runs a claim takes ahead
+(no run of a job with an overlap policy; earliest first), their leases
+and timeouts counted from the due time, and the stop rule: a cancel,
+pause or patch stamped more than 100 ms before a held run's due time
+ends it (cancelled), cancels it as a waiting run, or hands it back
+waiting with its attempt kept (a patch that moves the schedule cancels
+a held run of an old slot but the new slot's); and what `POST
+/v1/starts` answers once a held run's stop point has come: `start`
+exactly for a run still claimed at the attempt its worker holds and not
+asked to stop.
+
 Calendars (docs/semantics.md "Calendars"): jobs may use the owner's one
 calendar, which a rule edits (today and tomorrow left out, the weekend,
 or nothing), so a waiting run's slot becomes excluded, or excluded no
@@ -61,7 +74,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from tempo import clock, errors, ids, limits
-from tempo.engine.commands import Command, CreateJobs, ReportResults, Result
+from tempo.engine.commands import ClaimRuns, Command, CreateJobs, ReportResults, Result
 from tempo.engine.dispatch_core import DispatchCore, feed_size
 from tempo.engine.jobs import Jobs, schedule_record
 from tempo.engine.plan import slot_after_ms
@@ -137,19 +150,38 @@ class Engine:
         while (proposal := self.core.propose_overlap(self.now_ms)) is not None:
             self.core.overlap_applied(proposal, self.commit(proposal.command))
 
-    def claim(self, queues: list[str], runs_max: int) -> list[Run]:
+    def claim(self, queues: list[str], runs_max: int, ahead_ms: int = 0) -> list[Run]:
         self.tick()
         core = self.core
-        taken = core.take([f"{OWNER}\x00{q}" for q in queues], runs_max, self.mono_s)
+        ahead_until_ms = self.now_ms + ahead_ms if ahead_ms else None
+        taken = core.take([f"{OWNER}\x00{q}" for q in queues], runs_max, self.mono_s, ahead_until_ms)
         if not taken.runs:
             return []
-        proposal = core.propose_claims("w1", taken.runs, self.now_ms, self.mono_s)
+        proposal = core.propose_claims("w1", taken.runs, self.now_ms, self.mono_s, ahead_ms)
         try:
             if proposal.command is None:
                 return []
             return [c.run for c in core.claimed(proposal, self.commit(proposal.command))]
         finally:
             core.settle(proposal)
+
+    def starts(self, runs: list[tuple[str, int, int]]) -> list[bool]:
+        """`POST /v1/starts` for held runs (job ID, slot, attempt) whose stop
+        point has come, as `Dispatcher.starts_steps` answers it: the
+        answers before the barrier, the barrier (an empty claim, committed
+        after every earlier command), and the runs whose lease changed
+        meanwhile looked at again."""
+        core = self.core
+        slots: list[tuple[tuple[str, int] | None, int]] = [((job_id, nominal_ms), attempt)
+                                                           for job_id, nominal_ms, attempt in runs]
+        answers, due_ms = core.may_start(OWNER, slots)
+        assert due_ms - limits.predispatch_stop_ms <= self.now_ms, "asked before the stop point"
+        changed = core.watch_leases()
+        try:
+            self.commit(ClaimRuns(self.now_ms, "w1", []))
+        finally:
+            core.unwatch_leases(changed)
+        return core.may_start_again(OWNER, slots, answers, changed)
 
     def report(self, job_id: str, nominal_ms: int, attempt: int, ok: bool, error: str | None) -> Any:
         result = Result(job_id, nominal_ms, attempt, ok, None, error)
@@ -191,6 +223,9 @@ class MRun:
     max_attempts: int = 0
     backoff_s: tuple[int, ...] = ()
     last_error: str | None = None
+    # Claimed ahead of its due time (pre-dispatch): that due time, until
+    # the attempt ends or is stopped.
+    held_due_ms: int | None = None
 
 
 @dataclass(repr=False)
@@ -386,6 +421,9 @@ class LifecycleModel(RuleBasedStateMachine):
         # before the step (a rule asks it of the store before acting).
         self.slots: dict[str, int | None] = {}
         self.steps = 0
+        # Runs handed out ahead of their due time (job ID, slot, attempt, due
+        # time) that their worker has not yet asked to start.
+        self.handed: list[tuple[str, int, int, int]] = []
         self.edit_calendar("none")
 
     def teardown(self) -> None:
@@ -435,6 +473,7 @@ class LifecycleModel(RuleBasedStateMachine):
     def end_attempt(self, job: MJob, run: MRun, ok: bool, error: str | None, retry_due_ms: int) -> None:
         """The claimed attempt of `run` ended (a result, its lease, its timeout)."""
         run.ended += 1
+        run.held_due_ms = None
         run.last_error = error
         if run.cancel_requested and not ok:
             # Asked to stop, it ends cancelled; one that succeeded before
@@ -452,6 +491,14 @@ class LifecycleModel(RuleBasedStateMachine):
             run.due_ms = retry_due_ms
         else:
             self.end_run(job, run, "failed")
+
+    def stopped_ahead(self, run: MRun) -> bool:
+        """Whether a pause, cancel, delete or patch stamped now stops `run`,
+        held ahead of its due time: stamped more than
+        `limits.predispatch_stop_ms` before it (docs/semantics.md
+        "Pre-dispatch", the stop rule)."""
+        return (run.status == "claimed" and run.held_due_ms is not None
+                and self.engine.now_ms < run.held_due_ms - limits.predispatch_stop_ms)
 
     def backoff_due_ms(self, run: MRun) -> int:
         gap_s = run.backoff_s[min(run.attempt - 1, len(run.backoff_s) - 1)]
@@ -559,6 +606,16 @@ class LifecycleModel(RuleBasedStateMachine):
 
     def patched(self, job: MJob, spec: dict[str, Any], changed: Job) -> None:
         """The model of a patch that changed the job to `spec`."""
+        stopped = []
+        for run in job.runs.values():
+            if self.stopped_ahead(run):
+                # Held ahead and not started: it waits again at its due
+                # time, its attempt kept, as the waiting run it was before
+                # its claim (which the re-plan below may move).
+                event("patch: a run held ahead, stopped")
+                assert run.held_due_ms is not None
+                run.status, run.due_ms, run.held_due_ms, run.cancel_requested = "waiting", run.held_due_ms, None, False
+                stopped.append(run)
         old = job.spec
         job.spec = spec
         job.plain = job.plain and job.overlap == "allow" and not job.end_conditions()
@@ -579,8 +636,24 @@ class LifecycleModel(RuleBasedStateMachine):
                 # A repeating job's slot is the store's, as last checked: a
                 # patch that leaves it completed keeps it.
                 job.slot_ms = self.store_slot_before_step(job)
-            self.replan(job)
+            new_slot = self.replan(job)
+            if job.state != "paused":
+                self.cancel_held_slots(job, stopped, new_slot)
         self.remember(job)
+
+    def cancel_held_slots(self, job: MJob, stopped: list[MRun], new_slot: int | None) -> None:
+        """After a patch moved the schedule, the runs of its old slots that
+        were held ahead are cancelled, as the waiting run of the slot it
+        moves off is, but for the new slot's; a retry (an attempt ran) and
+        a triggered run wait on (docs/semantics.md "Pre-dispatch")."""
+        for run in stopped:
+            if run.status != "waiting" or run.triggered or run.ended:
+                continue
+            if run.nominal_ms == new_slot:
+                run.due_ms = None  # due anew, by the new schedule
+                continue
+            event("patch: a held run of an old slot cancelled")
+            run.status, run.cancelled_by, run.due_ms = "cancelled", "patch", None
 
     def patch_stale(self, job: MJob, spec: dict[str, Any]) -> None:
         """A patch made from the job as read at an earlier version (what
@@ -599,9 +672,10 @@ class LifecycleModel(RuleBasedStateMachine):
             return
         self.fault("version", f"a patch from version {base} was answered at {job.version}: {answered}")
 
-    def replan(self, job: MJob) -> None:
+    def replan(self, job: MJob) -> int | None:
         """The schedule or the jitter changed: the scheduled waiting run
-        moves to the new slot (docs/semantics.md "Changing a job")."""
+        moves to the new slot (docs/semantics.md "Changing a job"),
+        which it answers."""
         now_ms = self.engine.now_ms
         sched = schedule_record(_body(job.spec).schedule)
         if sched.repeating:
@@ -611,10 +685,10 @@ class LifecycleModel(RuleBasedStateMachine):
         if job.state == "paused":
             if not job.repeating:
                 job.slot_ms = new_slot
-            return
+            return new_slot
         if job.state == "completed":
             if new_slot is None or new_slot <= now_ms:
-                return
+                return new_slot
             job.state = "active"
         else:
             old_slot = self.store_slot_before_step(job)
@@ -627,8 +701,9 @@ class LifecycleModel(RuleBasedStateMachine):
             job.slot_ms = new_slot
         if new_slot is None:
             job.state = "completed"
-            return
+            return None
         self.plant(job, new_slot, "patch")
+        return new_slot
 
     def slot_not_cancelled(self, job: MJob, slot_ms: int | None) -> int | None:
         """The first slot from `slot_ms` on whose run its owner did not
@@ -666,33 +741,43 @@ class LifecycleModel(RuleBasedStateMachine):
             there.cancelled_by = None
             there.due_ms = None
 
-    def has_due(self) -> bool:
-        now_ms = self.engine.now_ms
-        return any(r.status == "waiting" and r.due_ms is not None and r.due_ms <= now_ms
+    def has_due(self, ahead_ms: int = 0) -> bool:
+        until_ms = self.engine.now_ms + ahead_ms
+        return any(r.status == "waiting" and r.due_ms is not None and r.due_ms <= until_ms
                    for j in self.live() for r in j.runs.values())
 
-    @precondition(lambda self: self.has_due())
-    @rule(runs_max=st.sampled_from((1, 2, 100)), queues=st.sampled_from((["a"], ["b"], ["a", "b"])))
-    def claim(self, runs_max: int, queues: list[str]) -> None:
+    @precondition(lambda self: self.has_due(limits.claim_ahead_ms_max))
+    @rule(runs_max=st.sampled_from((1, 2, 100)), queues=st.sampled_from((["a"], ["b"], ["a", "b"])),
+          ahead_s=st.sampled_from((0, 0, 1, 5, 10)))
+    def claim(self, runs_max: int, queues: list[str], ahead_s: int = 0) -> None:
+        """A claim; with `ahead_s`, it also takes runs due within that
+        many seconds (pre-dispatch, docs/semantics.md "Pre-dispatch"),
+        but no run of a job with an overlap policy."""
         engine = self.engine
         now_ms = engine.now_ms
         due = {(j.id, r.nominal_ms) for j in self.live() if j.queue in queues
                for r in j.runs.values() if r.status == "waiting" and self.due_of(j, r) <= now_ms}
+        coming = {(j.id, r.nominal_ms) for j in self.live() if j.queue in queues and j.overlap == "allow"
+                  for r in j.runs.values()
+                  if r.status == "waiting" and now_ms < self.due_of(j, r) <= now_ms + ahead_s * 1000}
         # A job's overlap policy, or its calendar, may hold its due runs back.
         held = {(j.id, r.nominal_ms) for j in self.live() if j.overlap != "allow" or j.calendar or j.gate
                 for r in j.runs.values()}
         slots = dict(self.slots)
-        slot_runs = due & {(j.id, slots.get(j.id)) for j in self.live()}
+        slot_runs = (due | coming) & {(j.id, slots.get(j.id)) for j in self.live()}
         superseded = self.superseded(slot_runs)
         late = self.waited_late(slot_runs)
         for job in self.live():
             if not job.plain:
                 self.new_ok[job.id] = "slot"  # an overlap decision hands the schedule on as a claim does
-        claimed = engine.claim(queues, runs_max)
+        claimed = engine.claim(queues, runs_max, ahead_s * 1000)
         got = [(r.job_id, r.nominal_ms) for r in claimed]
         event(f"claim: {min(len(got), 3)} runs")
-        if not set(got) <= due:
-            self.fault("claim", f"claimed {sorted(set(got) - due)}, not waiting and due in {queues}")
+        if coming & set(got):
+            event("claim: runs ahead of their due time")
+        if not set(got) <= due | coming:
+            self.fault("claim", f"claimed {sorted(set(got) - due - coming)}, not waiting and due in {queues}"
+                       + (f" or within {ahead_s} s" if ahead_s else ""))
         if len(set(got)) != len(got):
             self.fault("claim", "a run claimed twice in one claim")
         # A run its calendar moved runs when it falls due, whatever slots passed.
@@ -700,12 +785,14 @@ class LifecycleModel(RuleBasedStateMachine):
         if {(job_id, slot) for job_id, slot in superseded & set(got) if job_id not in calendar_jobs}:
             self.fault("claim", f"runs {sorted(superseded & set(got))} handed out after their next slot passed")
         missed = self.missed_slot_runs(superseded - set(got))
-        if runs_max >= len(due) and due - set(got) - held - missed:
+        if runs_max >= len(due | coming) and (due | coming) - set(got) - held - missed:
             # A job's overlap policy may hold its due runs back.
-            self.fault("claim", f"due runs {sorted(due - set(got) - held - missed)} were not handed out")
+            self.fault("claim", f"due runs {sorted((due | coming) - set(got) - held - missed)} were not handed out")
         for run in claimed:
             self.claimed(run, slots)
         self.check_gates_claimed(claimed)
+        if runs_max >= len(due | coming):  # else some were not reached
+            self.gates_held((due | coming) - set(got))
         self.check_late_gated(late)
 
     def check_gates_claimed(self, claimed: list[Run]) -> None:
@@ -719,6 +806,21 @@ class LifecycleModel(RuleBasedStateMachine):
             event("gate: a slot claimed")
             if missing:
                 self.fault("gate", f"slot {run.nominal_ms} of gated job {job.id} claimed without ends of {missing}")
+
+    def gates_held(self, passed_over: set[tuple[str, int]]) -> None:
+        """Slot runs a claim reached and left for their gate, parents
+        missing and the gate's `wait_s` not over: they wait on it, also one
+        reached ahead of its slot (pre-dispatch), which `check_gates`, by
+        the run's due time, does not see."""
+        now_ms = self.engine.now_ms
+        for job_id, nominal_ms in passed_over:
+            job = next(j for j in self.jobs if j.id == job_id)
+            run = job.runs.get(nominal_ms)
+            if (job.gate is None or run is None or run.attempt or run.triggered
+                    or not job.gate.missing(nominal_ms) or now_ms >= nominal_ms + job.gate.wait_s * 1000):
+                continue
+            event("gate: a slot a claim reached waits for its parents")
+            job.gate.waited.add(nominal_ms)
 
     def superseded(self, slot_runs: set[tuple[str, int | None]]) -> set[tuple[str, int]]:
         """The due slot runs (job ID, slot) of active repeating jobs whose
@@ -822,10 +924,14 @@ class LifecycleModel(RuleBasedStateMachine):
         mrun.attempt += 1
         mrun.due_ms = None
         mrun.cancel_requested = False
+        # Claimed ahead of its due time, its lease and its timeout count
+        # from then.
+        mrun.held_due_ms = run.due_ms if run.due_ms > engine.now_ms else None
+        start_s = engine.mono_s + max(0, run.due_ms - engine.now_ms) / 1000
         mrun.lease_s = job.spec["lease_s"]
-        mrun.deadline_s = engine.mono_s + mrun.lease_s
+        mrun.deadline_s = start_s + mrun.lease_s
         timeout_s = job.spec["timeout_s"]
-        mrun.timeout_s = None if timeout_s is None else engine.mono_s + timeout_s
+        mrun.timeout_s = None if timeout_s is None else start_s + timeout_s
         if mrun.timeout_s is not None:
             mrun.deadline_s = min(mrun.deadline_s, mrun.timeout_s)  # a lease never outlives the timeout
         mrun.max_attempts = job.spec["retry"]["max_attempts"]
@@ -836,10 +942,36 @@ class LifecycleModel(RuleBasedStateMachine):
             job.runs_done += 1  # a slot's run claimed for the first time (schedule.max_runs)
         if job.repeating and job.state == "active" and slots.get(job.id) == run.nominal_ms and not mrun.triggered:
             self.new_ok[job.id] = "slot"  # the next slot's run, in the same command
+        if mrun.held_due_ms is not None:
+            self.handed.append((job.id, run.nominal_ms, run.attempt, mrun.held_due_ms))
 
     def due_of(self, job: MJob, run: MRun) -> int:
         assert run.due_ms is not None, "the model learns every waiting run's due time"
         return run.due_ms
+
+    def stop_point_passed(self) -> bool:
+        return any(due_ms - limits.predispatch_stop_ms <= self.engine.now_ms for *_, due_ms in self.handed)
+
+    @precondition(lambda self: self.stop_point_passed())
+    @rule(data=st.data())
+    def starts(self, data: st.DataObject) -> None:
+        """A worker asks whether to start runs it holds ahead, once their
+        stop point came (`POST /v1/starts`): `start` exactly for those
+        still claimed at the attempt it holds and not asked to stop."""
+        now_ms = self.engine.now_ms
+        ready = [h for h in self.handed if h[3] - limits.predispatch_stop_ms <= now_ms]
+        asked = data.draw(st.lists(st.sampled_from(ready), min_size=1, max_size=len(ready), unique=True), label="asked")
+        self.handed = [h for h in self.handed if h not in asked]
+        answers = self.engine.starts([(job_id, nominal_ms, attempt) for job_id, nominal_ms, attempt, _ in asked])
+        for (job_id, nominal_ms, attempt, _), start in zip(asked, answers, strict=True):
+            job = next(j for j in self.jobs if j.id == job_id)
+            run = job.runs.get(nominal_ms)
+            want = (not job.deleted and run is not None and run.status == "claimed" and run.attempt == attempt
+                    and not run.cancel_requested)
+            event(f"starts: {'start' if want else 'stop'}")
+            if start != want:
+                self.fault("starts", f"run {nominal_ms} of job {job_id} at attempt {attempt}: "
+                           f"{'start' if start else 'stop'}, the model says {'start' if want else 'stop'}")
 
     @precondition(lambda self: self.last_result is not None)
     @rule()
@@ -911,7 +1043,9 @@ class LifecycleModel(RuleBasedStateMachine):
             if (expires_ms, cancel) != (None, "timeout"):
                 self.fault("timeout", f"a heartbeat at or after the timeout answered {(expires_ms, cancel)}")
             return
-        deadline_s = engine.mono_s + run.lease_s
+        # Before a held run's due time, to its due time and `lease_s` after.
+        ahead_s = 0.0 if run.held_due_ms is None else max(0, run.held_due_ms - engine.now_ms) / 1000
+        deadline_s = engine.mono_s + ahead_s + run.lease_s
         if run.timeout_s is not None:
             deadline_s = min(deadline_s, run.timeout_s)
         run.deadline_s = deadline_s
@@ -948,6 +1082,7 @@ class LifecycleModel(RuleBasedStateMachine):
             return
         job, run = picked
         slot = self.slots.get(job.id)
+        stopped = self.stopped_ahead(run)
         try:
             answer: object = drive(self.engine.jobs.cancel_run(OWNER, ids.run_id(job.id, run.nominal_ms)))
         except errors.TempoError as exc:
@@ -960,7 +1095,13 @@ class LifecycleModel(RuleBasedStateMachine):
         if not isinstance(answer, Run):
             self.fault("cancel", f"a cancel of a {run.status} run answered {answer!r}")
             return
-        if run.status == "claimed":
+        if stopped:
+            # Held ahead and not started: it ends here, never to start.
+            event("cancel: a run held ahead, stopped")
+            run.held_due_ms = None
+            run.cancelled_by = "owner"
+            self.end_run(job, run, "cancelled")
+        elif run.status == "claimed":
             run.cancel_requested = True
         elif run.status == "waiting":
             run.cancelled_by = "owner"
@@ -978,10 +1119,13 @@ class LifecycleModel(RuleBasedStateMachine):
         job.state = "paused"
         job.events["job.paused"] += 1
         for run in job.runs.values():
-            if run.status == "waiting":
+            if run.status == "waiting" or self.stopped_ahead(run):
+                if run.status == "claimed":
+                    event("pause: a run held ahead, stopped")
                 run.status = "cancelled"
                 run.cancelled_by = "pause"
                 run.due_ms = None
+                run.held_due_ms = None
 
     @precondition(lambda self: bool(self.live()))
     @rule(data=st.data())
@@ -1240,7 +1384,12 @@ class LifecycleModel(RuleBasedStateMachine):
     def check_schedule(self, job: MJob, stored: Job, runs: dict[int, Run]) -> None:
         """Exactly one waiting scheduled run per active repeating job, at its
         slot; none for a paused or completed job; an active one-off's run open."""
-        scheduled = [r for r in runs.values() if r.status == "waiting" and r.attempt == 0
+        # A run claimed ahead and handed back by a patch keeps its attempt
+        # number, with no attempt run: at the job's slot, it is the slot's
+        # scheduled run still; at an earlier one, a run that waits as a
+        # retry does.
+        scheduled = [r for r in runs.values() if r.status == "waiting"
+                     and (r.attempt == 0 or (not r.attempts and r.nominal_ms == stored.slot_ms))
                      and not r.triggered and not r.backfill and not r.buffered]
         self.check_end_conditions(job, stored, scheduled)
         self.check_nothing_left(job, stored, runs)
@@ -1367,6 +1516,30 @@ class LifecycleModel(RuleBasedStateMachine):
     @rule()
     def claim_all(self) -> None:
         self.claim(100, list(QUEUES))
+
+    @precondition(lambda self: self.has_due(limits.claim_ahead_ms_max))
+    @rule(ahead_s=st.sampled_from((1, 5, 10)))
+    def claim_ahead(self, ahead_s: int) -> None:
+        self.claim(100, list(QUEUES), ahead_s)
+
+    @precondition(lambda self: self.next_due_ms() is not None)
+    @rule(before_s=st.sampled_from((1, 2, 5, 9)))
+    def approach(self, before_s: int) -> None:
+        """The clock to a few seconds before the next waiting run's due
+        time, where a claim may take it ahead."""
+        due_ms = self.next_due_ms()
+        assert due_ms is not None
+        by_s = (due_ms - self.engine.now_ms) // 1000 - before_s
+        if by_s > 0:
+            self.engine.advance(by_s)
+
+    def next_due_ms(self) -> int | None:
+        """The earliest due time of a waiting run within the next hour (the
+        `advance` rule's longest step), if any."""
+        now_ms = self.engine.now_ms
+        return min((r.due_ms for j in self.live() for r in j.runs.values()
+                    if r.status == "waiting" and r.due_ms is not None and now_ms < r.due_ms <= now_ms + 3_600_000),
+                   default=None)
 
     @precondition(lambda self: self.has_runs("claimed"))
     @rule(data=st.data(), ok=st.booleans())

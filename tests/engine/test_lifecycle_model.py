@@ -1,6 +1,7 @@
 """The job lifecycle against its model (tests/engine/lifecycle_model.py):
-creates, patches, claims, results, lease expiries, timeouts, cancels,
-pauses, resumes, triggers and deletes interleaved by hypothesis, checked
+creates, patches, claims (also ahead of the due time), results, lease
+expiries, timeouts, cancels, pauses, resumes, triggers, deletes and the
+starts of held runs interleaved by hypothesis, checked
 after every step. `TEMPO_LIFECYCLE_EXAMPLES` and `TEMPO_LIFECYCLE_STEPS`
 run it longer; `TEMPO_LIFECYCLE_RANDOM=1` draws new examples rather than
 the fixed ones of the normal suite."""

@@ -341,12 +341,9 @@ class Leases(CoreState):
     def may_start(self, owner: str | None, runs: list[tuple[tuple[str, int] | None, int]]) -> tuple[list[bool], int]:
         """`start_of_slot` for each (parsed run ID, attempt) of a `POST
         /v1/starts`, in one pass: whether each may start, and the latest
-        due time among those that may (UNIX ms; 0: none), which the call is
-        answered `limits.predispatch_stop_ms` before. A run that may not
-        start never will at the attempt asked (attempts only grow, a stop
-        request stays), so its due time, which may be a retry's minutes
-        away, holds no answer back. A run that holds its lease, the usual
-        case, is looked up inline."""
+        due time of those that may (UNIX ms; 0: none), which the call is
+        answered `limits.predispatch_stop_ms` before: one that may not never
+        will at that attempt. A leased run is looked up inline."""
         leases = self.leases
         answers: list[bool] = []
         latest_ms = 0
