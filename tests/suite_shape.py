@@ -22,6 +22,7 @@ goes.
 """
 
 import json
+import os
 import re
 import shutil
 import sys
@@ -111,6 +112,7 @@ def _check_spawns(item: pytest.Item, before: int) -> None:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_setup(item: pytest.Item) -> Any:
     _times.marks[item.nodeid] = tuple(m for m in MARKERS if item.get_closest_marker(m) is not None)
+    _yield_to_process_tests(item)
     before = len(_spawned)
     result = yield
     _check_spawns(item, before)
@@ -179,6 +181,25 @@ def pytest_configure_node(node: Any) -> None:
     if _groups_dir not in config.stash:
         config.stash[_groups_dir] = Path(tempfile.mkdtemp(prefix="tempo-suite-"))
     node.workerinput[_GROUPS_DIR_KEY] = str(config.stash[_groups_dir])
+
+
+# A worker that runs a test that starts no `tempo serve` lowers its own CPU
+# priority, once, to this niceness: the process tests' servers, which
+# time elections, leases and long polls, then get the cores as when they
+# ran alone, and the rest (the simulators, the fuzzing) takes what they
+# leave. The process tests' worker runs them first (their unit is the
+# largest), so it is lowered only after them, if at all.
+OTHER_TESTS_NICENESS = 10
+_lowered: list[bool] = []
+
+
+def _yield_to_process_tests(item: pytest.Item) -> None:
+    if _lowered or item.get_closest_marker("process") is not None:
+        return
+    if not getattr(item.config, "workerinput", None):
+        return  # one process: nothing runs beside it
+    os.nice(max(0, OTHER_TESTS_NICENESS - os.nice(0)))
+    _lowered.append(True)
 
 
 def _write_process_ids(config: pytest.Config, nodeids: list[str]) -> None:

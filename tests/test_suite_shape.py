@@ -58,10 +58,11 @@ def test_under_two_workers_every_process_test_runs_in_one(tmp_path):
     (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    process: x\n    sim: x\n    fuzz: x\n")
     (tmp_path / "conftest.py").write_text('pytest_plugins = ["suite_shape"]\n')
     (tmp_path / "test_mix.py").write_text(
-        "import time\nimport pytest\n\n"
+        "import os\nimport time\nimport pytest\n\n"
         + "".join(
-            f"@pytest.mark.process\ndef test_process_{i}():\n    time.sleep(0.05)\n\n"
-            f"def test_plain_{i}():\n    time.sleep(0.05)\n\n"
+            # The process tests run at the usual priority, the rest lowered.
+            f"@pytest.mark.process\ndef test_process_{i}():\n    time.sleep(0.05)\n    assert os.nice(0) == 0\n\n"
+            f"def test_plain_{i}():\n    time.sleep(0.05)\n    assert os.nice(0) == {suite_shape.OTHER_TESTS_NICENESS}\n\n"
             for i in range(8)
         )
     )
