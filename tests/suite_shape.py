@@ -184,7 +184,7 @@ def pytest_configure_node(node: Any) -> None:
 
 
 # A worker that runs a test that starts no `tempo serve` lowers its own CPU
-# priority, once, to this niceness: the process tests' servers, which
+# priority, once, by this much (niceness, at most 19): the process tests' servers, which
 # time elections, leases and long polls, then get the cores as when they
 # ran alone, and the rest (the simulators, the fuzzing) takes what they
 # leave. The process tests' worker runs them first (their unit is the
@@ -198,7 +198,7 @@ def _yield_to_process_tests(item: pytest.Item) -> None:
         return
     if not getattr(item.config, "workerinput", None):
         return  # one process: nothing runs beside it
-    os.nice(max(0, OTHER_TESTS_NICENESS - os.nice(0)))
+    os.nice(OTHER_TESTS_NICENESS)
     _lowered.append(True)
 
 
