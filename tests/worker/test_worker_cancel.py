@@ -126,7 +126,7 @@ def _alive(pid: int) -> bool:
     """The process lives (a zombie not yet reaped counts as gone)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # ESRCH: it exited while the file was read
         return False
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 

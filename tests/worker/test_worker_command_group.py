@@ -17,7 +17,7 @@ def _gone(pid: int) -> bool:
     """The process has exited (a zombie not yet reaped counts as exited)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # ESRCH: it exited while the file was read
         return True
     return stat.rsplit(")", 1)[1].split()[0] == "Z"
 
