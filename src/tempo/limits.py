@@ -57,6 +57,13 @@ signals_runs_max = batch_items_max
 # without limit; a batch is one LMDB transaction and one fsync.
 commit_pending_max = 100_000
 commit_batch_commands_max = 50_000
+# Claims before results (docs/semantics.md "Claims before results"): on a
+# node alone, while workers claim a backlog of due runs (a claim left runs
+# ready in its queues within the last `claim_backlog_gap_ms`), the batches
+# take claims ahead of the results waiting, for at most
+# `results_wait_for_claims_ms` at a stretch; then the results go.
+claim_backlog_gap_ms = 100
+results_wait_for_claims_ms = 1000
 
 # Storage.
 # Runs are partitioned by due minute and by shard = hash(job ID) mod shards.
@@ -141,6 +148,7 @@ assert all(0 <= gap <= backoff_gap_s_max for gap in backoff_s_default)
 assert 1 <= page_limit_default <= page_limit_max
 assert 1 <= preview_count_default <= preview_count_max
 assert batch_jobs_max <= commit_batch_commands_max <= commit_pending_max
+assert 0 < claim_backlog_gap_ms <= results_wait_for_claims_ms
 assert 0 < run_shards <= 256  # the shard is one byte of the runs key
 
 # Dispatch (docs/design.md "Dispatch on the leader").

@@ -313,6 +313,7 @@ async def _serve_alone(
     jobs = Jobs(store, committer, now_ms=node_clock.now_ms)
     policy = jobs.target_policy = config.target_policy(peer_hosts(options))
     dispatcher = Dispatcher(store, committer, limits_of=config.limits_of, now_ms=node_clock.now_ms)
+    committer.claims_first(dispatcher.claim_backlog_until)
     retention = _retention(options, config, store, committer, node_clock)
     node = Standalone(store.applied_index)
     api = Api(

@@ -18,7 +18,7 @@ from typing import Protocol
 import trio
 
 from tempo import errors, limits
-from tempo.engine.commands import Command, decode_entry, encode_entry
+from tempo.engine.commands import ClaimRuns, Command, ReportResults, decode_entry, encode_entry
 from tempo.engine.records import Corrupt
 from tempo.engine.storage_guard import StorageGuard
 from tempo.engine.store import Changes, Outcome
@@ -119,6 +119,8 @@ class Intake:
         self.wake = wake
         self.pending: list[tuple[Command, Waiter]] = []
         self.closing = False
+        # Whether the last `take` left results waiting (`hold_results`).
+        self.results_left = False
         # Commands `checked` refused: the log's decoder would refuse
         # them, so no node could apply them (for /metrics).
         self.undecodable = 0
@@ -144,10 +146,30 @@ class Intake:
         self.closing = True
         self.wake()
 
-    def take(self, count: int) -> list[tuple[Command, Waiter]]:
-        """The first `count` waiting commands, out of the queue."""
-        batch = self.pending[:count]
-        del self.pending[: len(batch)]
+    def take(self, count: int, *, hold_results: bool = False) -> list[tuple[Command, Waiter]]:
+        """The first `count` waiting commands, out of the queue. With
+        `hold_results` (claims before results, engine/commit.py
+        `Committer.claims_first`), the first result waiting and every
+        command after it stay, in their order, except the claims among
+        them, which go: an expiry of a lease (or any other command) never
+        passes a result that came before it."""
+        pending = self.pending
+        first = None
+        if hold_results:
+            first = next((i for i, (command, _) in enumerate(pending) if type(command) is ReportResults), None)
+        self.results_left = first is not None
+        if first is None:
+            batch = pending[:count]
+            del pending[: len(batch)]
+            return batch
+        batch = pending[: min(first, count)]
+        kept = pending[len(batch) :]
+        del pending[:]
+        for item in kept:
+            if type(item[0]) is ClaimRuns and len(batch) < count:
+                batch.append(item)
+            else:
+                pending.append(item)
         return batch
 
     def checked(self, batch: list[tuple[Command, Waiter]]) -> tuple[list[tuple[Command, Waiter]], bytes]:

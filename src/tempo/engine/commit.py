@@ -7,12 +7,19 @@ index plus one, and apply takes the batch's commands as they are
 (`Store.apply_commands`). In a cluster the replica loop takes this loop's
 place and drives `Store.apply_entry` with committed entries.
 
+While workers claim a backlog of due runs, claims go before the results
+waiting (`claims_first`, docs/semantics.md "Claims before results"), for
+at most `limits.results_wait_for_claims_ms` at a stretch.
+
 A batch that does not fit (a full disk, a full map that cannot grow) is
 answered `errors.StorageFault`, with nothing of it written, and writes
 are refused until a later batch, or a probe when none comes, commits
 (engine/storage_guard.py). A full map grows first when the disk has room,
 and the batch is tried again at once.
 """
+
+import math
+from collections.abc import Callable
 
 import trio
 
@@ -38,6 +45,12 @@ class Committer:
         self._intake = Intake(self.storage, self._wake_up)
         # When the batch being written was taken (trio time), for readiness.
         self._batch_taken_at_s: float | None = None
+        # Claims before results: until when workers claim a backlog (trio
+        # time; None: they do not), since when results have waited for
+        # their claims, and until when the loop waits with only results.
+        self._claim_backlog_until: Callable[[], float | None] | None = None
+        self._results_held_since_s: float | None = None
+        self._held_until_s: float | None = None
 
     @property
     def commands_undecodable(self) -> int:
@@ -49,6 +62,35 @@ class Committer:
     async def submit(self, command: Command) -> Answer:
         return await self._intake.submit(command)
 
+    def claims_first(self, claim_backlog_until: Callable[[], float | None]) -> None:
+        """Claims before results (docs/semantics.md "Claims before
+        results"): while `claim_backlog_until()` (the dispatcher's
+        `Dispatcher.claim_backlog_until`) says workers claim a backlog of
+        due runs, a batch takes the claims waiting and leaves the results
+        (and what came after them) for a later one, so a run due is
+        handed out before the bookkeeping of runs that ended. Results wait
+        `limits.results_wait_for_claims_ms` at most at a stretch; closing
+        writes them all."""
+        self._claim_backlog_until = claim_backlog_until
+
+    def _results_wait_until(self) -> float | None:
+        """Until when the batch leaves results for claims (trio time);
+        None: they go now."""
+        if self._claim_backlog_until is None or self._intake.closing:
+            return None
+        backlog_until = self._claim_backlog_until()
+        now_s = trio.current_time()
+        if backlog_until is None or backlog_until <= now_s:
+            self._results_held_since_s = None
+            return None
+        held_max_s = limits.results_wait_for_claims_ms / 1000
+        if self._results_held_since_s is None:
+            self._results_held_since_s = now_s
+        elif now_s - self._results_held_since_s >= held_max_s:
+            self._results_held_since_s = None  # they go now; a new stretch starts after them
+            return None
+        return min(backlog_until, self._results_held_since_s + held_max_s)
+
     def close(self) -> None:
         """Refuses new commands; `run` returns once the pending ones commit."""
         self._intake.close()
@@ -57,22 +99,21 @@ class Committer:
         index = self.store.applied_index()
         task_status.started()
         while True:
-            with trio.CancelScope() as waiting:
-                if self.storage.refused is not None:
-                    # No batch came to try again by the time one may: a probe
-                    # does, so writes resume (and /readyz says so) by themselves.
-                    waiting.deadline = self.storage.retry_at
+            with trio.CancelScope(deadline=self._wait_deadline()) as waiting:
                 await self._wake.wait()
-            if waiting.cancelled_caught:
+            if waiting.cancelled_caught and self.storage.refused is not None:
                 await self._probe()
                 continue
+            self._held_until_s = None
             intake = self._intake
             if not intake.pending:
                 if intake.closing:
                     return
                 self._wake = trio.Event()
                 continue
-            batch = intake.take(limits.commit_batch_commands_max)
+            batch = self._take()
+            if not batch:
+                continue
             if not intake.pending and not intake.closing:
                 self._wake = trio.Event()
             if self.storage.refused is not None and not self.storage.retry_due:
@@ -83,6 +124,32 @@ class Committer:
                 continue
             if await self._commit(index + 1, batch):
                 index += 1
+
+    def _wait_deadline(self) -> float:
+        """Until when the loop waits for a command (trio time)."""
+        if self.storage.refused is not None:
+            # No batch came to try again by the time one may: a probe
+            # does, so writes resume (and /readyz says so) by themselves.
+            return self.storage.retry_at
+        if self._held_until_s is not None:
+            # Only results wait, for claims: until a command comes, the
+            # backlog ends, or they waited long enough.
+            return self._held_until_s
+        return math.inf
+
+    def _take(self) -> list[tuple[Command, Waiter]]:
+        """The next batch; empty when only results (and what came after
+        them) wait for claims, until `_held_until_s` at most or the next
+        command."""
+        held_until_s = self._results_wait_until()
+        batch = self._intake.take(limits.commit_batch_commands_max, hold_results=held_until_s is not None)
+        if not self._intake.results_left:
+            self._results_held_since_s = None  # none left behind: no stretch
+        if not batch:
+            self._held_until_s = held_until_s
+            if not self._intake.closing:
+                self._wake = trio.Event()  # wait for a command, or the deadline
+        return batch
 
     async def _commit(self, index: int, batch: list[tuple[Command, Waiter]]) -> bool:
         # Checked as a cluster's leader checks an entry before it proposes

@@ -94,6 +94,9 @@ class Dispatcher(WorkerCalls):
         self._fed = trio.Event()
         # Set by a tick that set due runs aside for their overlap policy.
         self._set_aside = trio.Event()
+        # When a claim last left runs ready in its queues (trio time):
+        # workers claim a backlog (`claim_backlog_until`).
+        self.claim_backlog_s: float | None = None
         committer.listeners.append(self.on_changes)
 
     def held_back(self) -> dict[str, int]:

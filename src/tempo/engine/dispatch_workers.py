@@ -61,6 +61,7 @@ class WorkerCalls:
     now_ms: Callable[[], int]
     stop_waiters: StopWaiters
     _ready_events: dict[str, trio.Event]
+    claim_backlog_s: float | None
 
     def tick(self, now_ms: int) -> bool:
         more = self.core.tick(now_ms, trio.current_time())
@@ -154,12 +155,16 @@ class WorkerCalls:
             now_ms = self.now_ms()
             self.tick(now_ms)
             taken = self.core.take(queues, runs_max, trio.current_time(), now_ms + ahead_ms if ahead_ms else None)
+            self._note_backlog(queues, len(taken.runs))
             if taken.runs:
                 claimed = yield from self._commit_claims(worker, taken.runs, key, ahead_ms)
                 if isinstance(claimed, ClaimKeyEntry):
                     assert key is not None
                     return self._answer_key(claimed, worker, key)
                 if claimed:
+                    # Marked again as the runs go out: the worker's next
+                    # claim comes a round trip after this.
+                    self._note_backlog(queues, len(claimed))
                     return claimed
                 continue
             now_s = trio.current_time()
@@ -174,6 +179,25 @@ class WorkerCalls:
                 # that looks ahead looks again this often.
                 wake_s = min(wake_s, now_s + limits.claim_ahead_poll_ms / 1000)
             yield Wait(queues, wake_s)
+
+    def _note_backlog(self, queues: list[str], taken: int) -> None:
+        """A claim that took runs and left runs due in its queues
+        (`[HTTP_QUEUE]`: the http ones): workers claim a backlog."""
+        if not taken:
+            return
+        ready = self.core.ready
+        if bool(self.core.http_ready) if queues == [HTTP_QUEUE] else any(ready.get(queue) for queue in queues):
+            self.claim_backlog_s = trio.current_time()
+
+    def claim_backlog_until(self) -> float | None:
+        """Until when workers claim a backlog of due runs (trio time), for
+        claims before results (engine/commit.py `Committer.claims_first`):
+        `limits.claim_backlog_gap_ms` after a claim last left runs ready in
+        its queues, as it took its runs or handed them out; None if none
+        did."""
+        if self.claim_backlog_s is None:
+            return None
+        return self.claim_backlog_s + limits.claim_backlog_gap_ms / 1000
 
     async def _wait_ready(self, queues: list[str]) -> None:
         event = trio.Event()
