@@ -105,7 +105,11 @@ async def test_another_owner_is_claimed_on_time_while_one_is_held_back(node, fas
         lateness_ms += [fake_now_ms() - c.run.due_ms for c in got]
         claimed += got
     assert sorted(c.run.job_id for c in claimed) == sorted(others)
-    assert max(lateness_ms) <= 1000  # on time, though A holds 148 due runs
+    # On time, though A holds 148 due runs: held behind them, B's runs would
+    # wait for minutes of A's backlog. The bound is 5 s of the 40-times
+    # clock, 125 ms of real time: a commit's fsync on a loaded machine (CI,
+    # beside the process tests) took 1,171 ms of this clock, past 1 s.
+    assert max(lateness_ms) <= 5000
     d = node.dispatcher
     assert d.core.skipped[OWNER] <= T0_MS + 2 * 60_000  # A skipped early on
     assert d.core.loaded_of[OWNER] <= SHARE + PER_MINUTE  # its share, plus one minute's scan
