@@ -64,6 +64,8 @@ commit_batch_commands_max = 50_000
 # `results_wait_for_claims_ms` at a stretch; then the results go.
 claim_backlog_gap_ms = 100
 results_wait_for_claims_ms = 1000
+# The workers remembered as claiming while their results wait (engine/claim_backlog.py).
+claim_backlog_workers_kept_max = 10_000
 
 # Storage.
 # Runs are partitioned by due minute and by shard = hash(job ID) mod shards.

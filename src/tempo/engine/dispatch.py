@@ -28,6 +28,7 @@ import trio
 
 from tempo import clock, errors, limits
 from tempo.config import UNLIMITED, OwnerLimits
+from tempo.engine.claim_backlog import ClaimBacklog
 from tempo.engine.commandlog import Answer, CommandLog
 from tempo.engine.dispatch_core import (
     HTTP_QUEUE,
@@ -94,9 +95,8 @@ class Dispatcher(WorkerCalls):
         self._fed = trio.Event()
         # Set by a tick that set due runs aside for their overlap policy.
         self._set_aside = trio.Event()
-        # When a claim last left runs ready in its queues (trio time):
-        # workers claim a backlog (`claim_backlog_until`).
-        self.claim_backlog_s: float | None = None
+        # Which workers claim a backlog of due runs (`claim_backlog_until`).
+        self.backlog = ClaimBacklog()
         committer.listeners.append(self.on_changes)
 
     def held_back(self) -> dict[str, int]:

@@ -341,7 +341,7 @@ class Claims(Leases):
         assert command is not None, "a proposal without a command is not proposed"
         claimed: list[ClaimedRun] = []
         lateness_s: list[float] = []
-        at_ms, at_s = command.at_ms, proposal.at_s
+        at_ms, at_s, worker = command.at_ms, proposal.at_s, command.worker
         jobs, leases, in_flight, heap = proposal.jobs, self.leases, self.in_flight, self._lease_heap
         replaced = False
         for claim, run in zip(command.claims, outcomes, strict=True):
@@ -362,7 +362,7 @@ class Claims(Leases):
             # the entry's `stopping`, fed before this lease existed, missed it.
             lease = Lease(run.attempt, deadline_s, job.lease_s, job.owner, entry, deadline_s, timeout_s,
                           run.cancel == "requested", claim.timeout_at_ms, due_ms,
-                          max(at_ms, due_ms) + job.lease_s * 1000)
+                          max(at_ms, due_ms) + job.lease_s * 1000, worker)
             key = (run.job_id, run.nominal_ms)
             old = leases.get(key)
             leases[key] = lease

@@ -125,6 +125,10 @@ class Lease(msgspec.Struct, gc=False):
     # `lease_expires_at` is `due_at + lease_s` to the ms; a clock step since
     # shows as it is (`dispatch_leases._expiry_ms`).
     expires_ms: int = 0
+    # The worker whose claim granted the lease, who waits for the run's
+    # result (engine/claim_backlog.py); "" for a lease the loader gave (a
+    # restart, a new leader) or one given back after an unwritten expiry.
+    worker: str = ""
 
 
 class ClaimedRun(msgspec.Struct, gc=False):

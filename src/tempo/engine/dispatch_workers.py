@@ -14,6 +14,7 @@ from typing import TypeGuard
 import trio
 
 from tempo import clock, errors, ids, limits
+from tempo.engine.claim_backlog import ClaimBacklog, worker_of
 from tempo.engine.commandlog import Answer, CommandLog
 from tempo.engine.commands import ClaimKey, ClaimRuns, Command, ReportResults, Result
 from tempo.engine.dispatch_core import (
@@ -61,7 +62,7 @@ class WorkerCalls:
     now_ms: Callable[[], int]
     stop_waiters: StopWaiters
     _ready_events: dict[str, trio.Event]
-    claim_backlog_s: float | None
+    backlog: ClaimBacklog
 
     def tick(self, now_ms: int) -> bool:
         more = self.core.tick(now_ms, trio.current_time())
@@ -142,6 +143,7 @@ class WorkerCalls:
         (tests/sim/node_cluster.py) runs the same steps on its own thread.
         Monotonic time is `trio.current_time()`, scheduler time `now_ms`."""
         generation = self.core.generation
+        self.backlog.claiming(worker)
         if key is not None:
             entry = self.store.claim_key_entry(key.owner, key.key, self.now_ms())
             if entry is not None:
@@ -155,7 +157,7 @@ class WorkerCalls:
             now_ms = self.now_ms()
             self.tick(now_ms)
             taken = self.core.take(queues, runs_max, trio.current_time(), now_ms + ahead_ms if ahead_ms else None)
-            self._note_backlog(queues, len(taken.runs))
+            self._note_backlog(queues, worker, len(taken.runs))
             if taken.runs:
                 claimed = yield from self._commit_claims(worker, taken.runs, key, ahead_ms)
                 if isinstance(claimed, ClaimKeyEntry):
@@ -164,7 +166,7 @@ class WorkerCalls:
                 if claimed:
                     # Marked again as the runs go out: the worker's next
                     # claim comes a round trip after this.
-                    self._note_backlog(queues, len(claimed))
+                    self._note_backlog(queues, worker, len(claimed))
                     return claimed
                 continue
             now_s = trio.current_time()
@@ -180,24 +182,23 @@ class WorkerCalls:
                 wake_s = min(wake_s, now_s + limits.claim_ahead_poll_ms / 1000)
             yield Wait(queues, wake_s)
 
-    def _note_backlog(self, queues: list[str], taken: int) -> None:
-        """A claim that took runs and left runs due in its queues
-        (`[HTTP_QUEUE]`: the http ones): workers claim a backlog."""
+    def _note_backlog(self, queues: list[str], worker: str, taken: int) -> None:
+        """A claim of `worker` that took runs and left runs due in its
+        queues (`[HTTP_QUEUE]`: the http ones): it claims a backlog."""
         if not taken:
             return
         ready = self.core.ready
         if bool(self.core.http_ready) if queues == [HTTP_QUEUE] else any(ready.get(queue) for queue in queues):
-            self.claim_backlog_s = trio.current_time()
+            self.backlog.mark(worker, trio.current_time())
 
     def claim_backlog_until(self) -> float | None:
         """Until when workers claim a backlog of due runs (trio time), for
         claims before results (engine/commit.py `Committer.claims_first`):
         `limits.claim_backlog_gap_ms` after a claim last left runs ready in
-        its queues, as it took its runs or handed them out; None if none
-        did."""
-        if self.claim_backlog_s is None:
-            return None
-        return self.claim_backlog_s + limits.claim_backlog_gap_ms / 1000
+        its queues, as it took its runs or handed them out, of a worker
+        that may claim again meanwhile (engine/claim_backlog.py); None if
+        none may."""
+        return self.backlog.until(trio.current_time())
 
     async def _wait_ready(self, queues: list[str]) -> None:
         event = trio.Event()
@@ -378,7 +379,15 @@ class WorkerCalls:
         return self.core.lease_of(job_id, nominal_ms, attempt, self.now_ms(), trio.current_time())
 
     async def report(self, owner: str | None, results: list[Result]) -> list[Run | errors.TempoError]:
-        outcomes = await self.committer.submit(ReportResults(self.now_ms(), owner, results))
+        worker = worker_of(self.core.leases, results)
+        if worker is None:
+            outcomes = await self.committer.submit(ReportResults(self.now_ms(), owner, results))
+        else:
+            self.backlog.reporting(worker)
+            try:
+                outcomes = await self.committer.submit(ReportResults(self.now_ms(), owner, results))
+            finally:
+                self.backlog.reported(worker)
         assert _run_or_error_each(outcomes)
         if self.core.reported(outcomes):
             log_failed_attempts(outcomes)
