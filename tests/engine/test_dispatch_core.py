@@ -358,3 +358,42 @@ def test_the_same_inputs_give_the_same_commands(tmp_path):
     assert first == second
     counters = first[1]
     assert counters["claimed"] > 20 and counters["expired"] > 0 and counters["undelivered"] > 0
+
+
+def test_the_ahead_queue_drops_the_runs_due_by_an_instant_and_keeps_the_later() -> None:
+    from tempo.engine.dispatch_state import AheadQueue
+
+    waiting = AheadQueue()
+    for due_ms, key in [(10, b"a"), (20, b"b"), (30, b"c"), (40, b"d")]:
+        waiting.add((due_ms, key))
+    waiting.add((15, b"late"))  # made later, due before the last one: the heap
+    waiting.add((35, b"late2"))
+    waiting.drop_due(20)
+    assert waiting.head() == (30, b"c")
+    assert list(waiting.in_order) == [(30, b"c"), (40, b"d")] and waiting.late == [(35, b"late2")]
+    waiting.drop_due(40)
+    assert waiting.head() is None
+    waiting.add((50, b"e"))
+    waiting.drop_due(49)
+    assert waiting.head() == (50, b"e")
+    # Due at one instant, in whatever key order they come: all in the
+    # deque, none in the heap (a spike's runs).
+    for key in (b"z", b"m", b"a"):
+        waiting.add((60, key))
+    assert len(waiting.in_order) == 4 and not waiting.late
+    waiting.add((55, b"y"))
+    waiting.drop_due(60)
+    assert waiting.head() is None
+
+
+def test_the_ahead_sweep_leaves_no_run_that_fell_due(rig):
+    """A spike's runs, created within the pre-dispatch horizon, sit in their
+    queue's ahead queue; once they fall due the sweep drops them all, and a
+    claim that looks ahead finds none of them there."""
+    rig.create(count=50, at_s=5)
+    rig.tick()
+    assert len(rig.core.ahead[QUEUE].in_order) == 50
+    rig.now_ms = T0_MS + 5_000 + limits.lease_check_ms
+    rig.tick()
+    assert QUEUE not in rig.core.ahead
+    assert rig.core.ahead_head(QUEUE, rig.now_ms + limits.claim_ahead_ms_max) is None
