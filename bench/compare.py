@@ -24,6 +24,12 @@ cooling machine:
   document has no `claim_key` in its claim body (a server from before
   claim keys, such as 1872033, refuses the field) is driven with
   `--no-claim-keys`;
+- the plain spike: the same with `tempo loadgen --plain`, workers that
+  claim 1,000 runs over JSON, report them, and only then claim again (the
+  simplest client loop). The worker library reports and claims at once, so
+  the two drivers weigh the order of the server's work differently: a
+  change measured with one only once looked like a gain (0.63 ×) and was a
+  loss with the other (1.1 ×; docs/performance.md "Two kinds of workers");
 - perrun: that side's own `bench/perrun.py` (server CPU per run for claim and
   result, in process), one round of `--perrun-jobs` runs.
 
@@ -94,7 +100,7 @@ def claims_take_keys(python: Path) -> bool:
     return any("claim_key" in properties for properties in claims)
 
 
-def spike(python: Path, jobs: int, workers: int) -> dict[str, float] | None:
+def spike(python: Path, jobs: int, workers: int, plain: bool = False) -> dict[str, float] | None:
     """One spike against a fresh node of the side whose interpreter is `python`
     (started by hand: the process harness of bench/_server.py runs this
     tree's `tempo`, and the baseline needs its own)."""
@@ -105,7 +111,7 @@ def spike(python: Path, jobs: int, workers: int) -> dict[str, float] | None:
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         report = Path(tmp) / "report.json"
         done = None
-        keys = [] if claims_take_keys(python) else ["--no-claim-keys"]
+        keys = ["--plain"] if plain else [] if claims_take_keys(python) else ["--no-claim-keys"]
         try:
             _wait_ready(port)
             done = subprocess.run(
@@ -171,6 +177,32 @@ def cell(value: float | None, digits: int = 3) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
+Figures = dict[str, dict[str, list[float | None]]]  # figure -> side -> one value per round
+
+
+def spike_cells(figures: Figures, side: str, kind: str, got: dict[str, float] | None) -> str:
+    """Keeps one spike's p50 and p99 under `kind`; its part of the round's line."""
+    for p in ("p50", "p99"):
+        figures[f"{kind} {p} (s)"][side].append(None if got is None else got.get(f"lateness_{p}_s"))
+    line = f"  {kind} p50 {cell(figures[f'{kind} p50 (s)'][side][-1])} s p99 {cell(figures[f'{kind} p99 (s)'][side][-1])} s"
+    if got is not None:
+        line += f" lost {got.get('lost')} duplicated {got.get('duplicated')}"
+    return line
+
+
+def measure(args: argparse.Namespace, figures: Figures, side: str, tree: Path, python: Path) -> str:
+    """One side's turn of a round: its figures kept, its line answered."""
+    line = ""
+    if not args.no_spike:
+        line += spike_cells(figures, side, "spike", spike(python, args.jobs, args.workers))
+        if not args.no_plain:
+            line += spike_cells(figures, side, "plain spike", spike(python, args.jobs, args.workers, plain=True))
+    if not args.no_perrun:
+        figures["perrun (µs per run)"][side].append(perrun(tree, python, args.perrun_jobs))
+        line += f"  perrun {cell(figures['perrun (µs per run)'][side][-1], 2)} µs/run"
+    return line
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--base", default="1872033", help="the baseline commit (default: the pinned 1872033)")
@@ -179,43 +211,31 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=4, help="worker processes of the spike (default 4)")
     parser.add_argument("--perrun-jobs", type=int, default=25_000, help="runs of bench/perrun.py (default 25,000)")
     parser.add_argument("--no-spike", action="store_true", help="perrun only")
-    parser.add_argument("--no-perrun", action="store_true", help="the spike only")
+    parser.add_argument("--no-perrun", action="store_true", help="the spikes only")
+    parser.add_argument("--no-plain", action="store_true", help="no plain spike (`tempo loadgen --plain`)")
     args = parser.parse_args()
 
     sha = resolve(args.base)
     base_tree = install_base(sha)
     sides = {"base": (base_tree, base_tree / ".venv" / "bin" / "python"), "this": (HERE, Path(sys.executable))}
-    p99: dict[str, list[float | None]] = {"base": [], "this": []}
-    p50: dict[str, list[float | None]] = {"base": [], "this": []}
-    cpu: dict[str, list[float | None]] = {"base": [], "this": []}
+    names = ["spike p50 (s)", "spike p99 (s)", "plain spike p50 (s)", "plain spike p99 (s)", "perrun (µs per run)"]
+    figures: Figures = {name: {"base": [], "this": []} for name in names}
     print(f"baseline {sha[:9]} against this tree, {args.rounds} rounds in turns", flush=True)
     for round_no in range(args.rounds):
         order = ["base", "this"] if round_no % 2 == 0 else ["this", "base"]
         for side in order:
             tree, python = sides[side]
-            line = f"round {round_no + 1} {side:<4}"
-            if not args.no_spike:
-                figures = spike(python, args.jobs, args.workers)
-                p99[side].append(None if figures is None else figures.get("lateness_p99_s"))
-                p50[side].append(None if figures is None else figures.get("lateness_p50_s"))
-                line += f"  spike p50 {cell(p50[side][-1])} s p99 {cell(p99[side][-1])} s"
-                if figures is not None:
-                    line += f" lost {figures.get('lost')} duplicated {figures.get('duplicated')}"
-            if not args.no_perrun:
-                cpu[side].append(perrun(tree, python, args.perrun_jobs))
-                line += f"  perrun {cell(cpu[side][-1], 2)} µs/run"
-            print(line, flush=True)
+            print(f"round {round_no + 1} {side:<4}" + measure(args, figures, side, tree, python), flush=True)
 
     print()
     print(f"{'figure':<22}{'base ' + sha[:9]:>18}{'this tree':>14}{'this/base':>12}")
-    rows = []
-    if not args.no_spike:
-        rows += [("spike p50 (s)", p50, 3), ("spike p99 (s)", p99, 3)]
-    if not args.no_perrun:
-        rows += [("perrun (µs per run)", cpu, 2)]
-    for name, values, digits in rows:
+    for name in names:
+        values = figures[name]
+        if not values["base"] and not values["this"]:
+            continue  # not measured
         base, this = median(values["base"]), median(values["this"])
         ratio = None if base in (None, 0) or this is None else this / base
+        digits = 2 if name.startswith("perrun") else 3
         print(f"{name:<22}{cell(base, digits):>18}{cell(this, digits):>14}{cell(ratio, 2):>12}")
 
 

@@ -46,6 +46,22 @@ def test_small_spike_report_adds_up(tmp_path: Path) -> None:
         assert key in fig
 
 
+def test_plain_workers_claim_and_report_every_run(tmp_path: Path) -> None:
+    """`--plain`: workers that claim over JSON, report, then claim again."""
+    report = tmp_path / "report.json"
+    done = subprocess.run(
+        [*tempo_command(), "loadgen", "--spawn", "1", "--jobs", "300", "--due-in-s", "3",
+         "--workers", "2", "--batch", "100", "--plain", "--report", str(report)],
+        capture_output=True, text=True, timeout=run_timeout_s,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    fig = json.loads(report.read_text())
+    assert fig["parameters"]["plain"] is True and fig["command"].endswith(" --plain")
+    assert fig["jobs"] == fig["created"] == 300
+    assert fig["lost"] == 0 and fig["duplicated"] == 0 and fig["failed"] == 0
+    assert fig["claimed"] == 300 == fig["reported"]
+
+
 def test_cluster_nodes_share_one_peers_list(tmp_path: Path) -> None:
     from tempo.loadgen import Cluster
 
@@ -69,6 +85,7 @@ def test_bad_cluster_options_exit_2() -> None:
         (["--url", "http://127.0.0.1:9", "--jobs", "10", "--kill-leader-at-s", "1"], "--kill-leader-at-s"),
         (["--spawn", "3", "--jobs", "10", "--kill-leader-at-s", "-6"], "--kill-leader-at-s"),
         (["--spawn", "1", "--jobs", "10", "--ahead-ms", "10001"], "--ahead-ms"),
+        (["--spawn", "1", "--jobs", "10", "--ahead-ms", "1000", "--plain"], "--plain"),
         (["--spawn", "3", "--jobs", "10", "--lease-s", "0"], "--lease-s"),
         (["--url", "http://127.0.0.1:9", "--jobs", "10", "--work-dir", "x"], "--work-dir"),
     )

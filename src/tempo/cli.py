@@ -1320,6 +1320,9 @@ def _add_loadgen_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser
     gen.add_argument("--ahead-ms", dest="ahead_ms", type=int, default=0, metavar="N",
                      help="pre-dispatch: workers claim runs due within N ms (0-10000), hold them and start each at "
                           "its due time; reports start lateness at the workers beside claim lateness (default 0)")
+    gen.add_argument("--plain", action="store_true",
+                     help="workers as the simplest client loop, over JSON: claim up to 1000 runs, report them, "
+                          "then claim again (default: the worker library, which reports and claims at once)")
 
 
 def _loadgen(args: argparse.Namespace) -> int:
@@ -1332,6 +1335,7 @@ def _loadgen(args: argparse.Namespace) -> int:
         no_report=args.no_report, progress=args.progress, spawn=args.spawn,
         kill_leader_at_s=args.kill_leader_at_s, restart_after_s=args.restart_after_s, lease_s=args.lease_s,
         work_dir=args.work_dir, ca_file=ca_file_from(args), claim_keys=args.claim_keys, ahead_ms=args.ahead_ms,
+        plain=args.plain,
     )
     return loadgen.run(opts)
 

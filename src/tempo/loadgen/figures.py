@@ -166,6 +166,8 @@ def command_line(opts: Options) -> str:
         words += ["--lease-s", str(opts.lease_s)]
     if opts.ahead_ms:
         words += ["--ahead-ms", str(opts.ahead_ms)]
+    if opts.plain:
+        words += ["--plain"]
     return " ".join(words)
 
 
@@ -184,7 +186,7 @@ def about_run(opts: Options, started_s: float) -> Figures:
             "spawn": opts.spawn, "jobs": opts.jobs, "rate": opts.rate, "duration_s": opts.duration_s,
             "due_in_s": opts.due_in_s, "workers": opts.workers, "batch": opts.batch, "jitter_s": opts.jitter_s,
             "timeout_s": opts.timeout_s, "lease_s": opts.job_lease_s(), "kill_leader_at_s": opts.kill_leader_at_s,
-            "restart_after_s": opts.restart_after_s, "ahead_ms": opts.ahead_ms,
+            "restart_after_s": opts.restart_after_s, "ahead_ms": opts.ahead_ms, "plain": opts.plain,
         },
         "host": {"cpus": os.cpu_count(), "load_1m": load_1m},
     }

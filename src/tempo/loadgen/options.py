@@ -59,6 +59,9 @@ class Options:
     # runs due within this many ms, hold them and start each at its due
     # time; the report has start lateness at the workers beside claim lateness.
     ahead_ms: int = 0
+    # The workers are the simplest client loop, over JSON: claim, report,
+    # then claim again (loadgen/workers.py `_plain_process`).
+    plain: bool = False
 
     def job_lease_s(self) -> int | None:
         """The `lease_s` the jobs get, or None for the server's default."""
@@ -91,6 +94,8 @@ def _check_cluster(opts: Options) -> str | None:
             return "--kill-leader-at-s: seconds ≥ -(--due-in-s)/2; --restart-after-s: seconds ≥ 0"
     if not 0 <= opts.ahead_ms <= limits.claim_ahead_ms_max:
         return f"--ahead-ms: 0..{limits.claim_ahead_ms_max}"
+    if opts.plain and opts.ahead_ms:
+        return "--plain workers claim due runs only: not with --ahead-ms"
     if opts.lease_s is not None and not 1 <= opts.lease_s <= limits.lease_s_max:
         return f"--lease-s: 1..{limits.lease_s_max}"
     if opts.work_dir is not None and not opts.spawn:

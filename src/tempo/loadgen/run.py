@@ -156,7 +156,7 @@ def collect_stream(opts: Options, out: "Queue[Message]", stream: Stream, first_d
 
 def run_spike(opts: Options, queue_name: str, say: Say, cluster: Cluster | None) -> Figures:
     due_s = round(time.time() + opts.due_in_s, 3)
-    procs, out, stop = start_workers(opts.urls, queue_name, opts.workers, opts.ca_file, opts.claim_keys, opts.ahead_ms)
+    procs, out, stop = start_workers(opts.urls, queue_name, opts.workers, opts.ca_file, opts.claim_keys, opts.ahead_ms, opts.plain)
     pauses_before = scrape_pauses(opts.urls, opts.ca_file)
     try:
         job_ids, create_s = create_spike(opts, queue_name, due_s, say)
@@ -175,7 +175,7 @@ def run_spike(opts: Options, queue_name: str, say: Say, cluster: Cluster | None)
 
 
 def run_steady(opts: Options, queue_name: str, say: Say, cluster: Cluster | None) -> Figures:
-    procs, out, stop = start_workers(opts.urls, queue_name, opts.workers, opts.ca_file, opts.claim_keys, opts.ahead_ms)
+    procs, out, stop = start_workers(opts.urls, queue_name, opts.workers, opts.ca_file, opts.claim_keys, opts.ahead_ms, opts.plain)
     pauses_before = scrape_pauses(opts.urls, opts.ca_file)
     first_due_s = round(time.time() + steady_lead_s, 3)
     say(f"steady: {opts.rate:g} runs/s for {opts.duration_s:g} s ({opts.steady_jobs()} jobs) from {iso(first_due_s)}")

@@ -1,5 +1,6 @@
 """Worker processes (multiprocessing, `spawn` start method: nothing of the
-parent's trio state is inherited). Each runs a `tempo.worker.Worker` with a
+parent's trio state is inherited). Each runs a `tempo.worker.Worker` (or,
+with `--plain`, `_plain_process`) with a
 no-op handler, `max_runs=1000`, `wait_s=1`, reporting every claim answer (run
 ID, job ID, attempt, due time, arrival time) to the parent; and, with
 `ahead_ms` (pre-dispatch), each run's start lateness at the worker: how long
@@ -25,6 +26,8 @@ claim_wait_s = 1
 # sends the start lateness of its runs to the parent this often.
 ahead_runs_held_max = 50_000
 starts_flush_s = 0.05
+# `--plain`: each request's timeout beyond the claim's long poll.
+plain_timeout_s = 30.0
 worker_stop_timeout_s = 15.0
 worker_grace_s = 5.0
 stop_poll_gap_s = 0.05
@@ -82,6 +85,39 @@ def _worker_process(
     trio.run(main)
 
 
+def _plain_process(
+    urls: list[str], queue_name: str, index: int, out: "Queue[Message]", stop: Event, ca_file: str | None = None,
+) -> None:
+    """`--plain`: the simplest worker a client writes, over JSON: claim up
+    to `claim_max_runs`, report them all done, and only then claim again.
+    Its results hold its next claim (docs/semantics.md "Claims before
+    results"). No claim keys: a claim whose answer is lost is not asked
+    again, and its runs come back when their leases run out."""
+    from tempo.net.client import ApiError, Client, Unavailable
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
+    worker = f"loadgen-plain-{os.getpid()}-{index}"
+    counts = {"claimed": 0, "ok": 0, "rejected": 0}
+    claim = {"worker": worker, "queues": [queue_name], "max_runs": claim_max_runs, "wait_s": claim_wait_s}
+    with Client(urls, ca_file=ca_file, timeout_s=claim_wait_s + plain_timeout_s) as client:
+        while not stop.is_set():
+            try:
+                runs = client.request("POST", "/v1/claim", claim)["runs"]
+                at_s = time.time()
+                if not runs:
+                    continue
+                counts["claimed"] += len(runs)
+                out.put(("claims", [(r["id"], r["job_id"], r["attempt"], r["due_at"], r["nominal_at"], at_s) for r in runs]))
+                body = {"results": [{"run_id": r["id"], "attempt": r["attempt"], "ok": True} for r in runs]}
+                answer = client.request("POST", "/v1/results", body)
+            except (ApiError, Unavailable):
+                continue  # the runs of a claim not reported come back after their leases
+            counts["ok"] += len(answer["accepted"])
+            counts["rejected"] += len(answer["rejected"])
+            out.put(("results", answer["accepted"], time.time()))
+    out.put(("done", counts))
+
+
 def _send_starts(started: list[tuple[str, str, float]], out: "Queue[Message]") -> None:
     """(run ID, start lateness in s) of each run `noop` started."""
     if started:
@@ -101,14 +137,17 @@ async def _flush_starts(started: list[tuple[str, str, float]], out: "Queue[Messa
 
 def start_workers(
     urls: list[str], queue_name: str, count: int, ca_file: str | None = None, claim_keys: bool = True,
-    ahead_ms: int = 0,
+    ahead_ms: int = 0, plain: bool = False,
 ) -> Workers:
-    """`count` worker processes claiming from `queue_name` over all `urls`:
-    (processes, the queue their messages come on — see `figures.take` —, the stop event)."""
+    """`count` worker processes claiming from `queue_name` over all `urls`
+    (`plain`: `_plain_process`, else the worker library): (processes, the
+    queue their messages come on — see `figures.take` —, the stop event)."""
     ctx = mp.get_context("spawn")
     out: Queue[Message] = ctx.Queue()
     stop = ctx.Event()
     procs: list[BaseProcess] = [
+        ctx.Process(target=_plain_process, args=(list(urls), queue_name, i, out, stop, ca_file), daemon=True)
+        if plain else
         ctx.Process(target=_worker_process, args=(list(urls), queue_name, i, out, stop, ca_file, claim_keys, ahead_ms), daemon=True)
         for i in range(count)
     ]
