@@ -385,3 +385,11 @@ def test_a_worker_that_claimed_while_it_reported_counts_whenever_it_reports(monk
     assert backlog.until(1.0) == pytest.approx(1.0 + GAP_S)
     backlog.mark("a", 1.01)
     assert backlog.until(1.01) == pytest.approx(1.0 + GAP_S)  # "a" reports, and is no longer known to claim meanwhile
+
+
+def test_marks_past_the_gap_go_even_if_nobody_asks(monkeypatch) -> None:
+    monkeypatch.setattr(limits, "claim_backlog_workers_kept_max", 2)
+    backlog = ClaimBacklog()
+    for k in range(100):
+        backlog.mark(f"w{k}", k * GAP_S)  # one each gap: the ones before are past
+    assert len(backlog._marked) <= 3

@@ -56,8 +56,12 @@ class ClaimBacklog:
             del kept[next(iter(kept))]
 
     def mark(self, worker: str, now_s: float) -> None:
-        """A claim of `worker` took runs and left runs due in its queues."""
+        """A claim of `worker` took runs and left runs due in its queues.
+        Marks past the gap go when the committer asks `until`, and here
+        too once there are many (a cluster's leader never asks)."""
         self._marked[worker] = now_s
+        if len(self._marked) > limits.claim_backlog_workers_kept_max:
+            self.until(now_s)
 
     def reporting(self, worker: str) -> None:
         """A results call of `worker`'s runs waits for its answer."""
