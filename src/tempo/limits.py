@@ -58,10 +58,11 @@ signals_runs_max = batch_items_max
 commit_pending_max = 100_000
 commit_batch_commands_max = 50_000
 # Claims before results (docs/semantics.md "Claims before results"): on a
-# node alone, while workers claim a backlog of due runs (a claim left runs
-# ready in its queues within the last `claim_backlog_gap_ms`), the batches
-# take claims ahead of the results waiting, for at most
-# `results_wait_for_claims_ms` at a stretch; then the results go.
+# node alone, while workers claim a backlog of due runs (a claim of a worker
+# that may claim again meanwhile left runs ready in its queues within the
+# last `claim_backlog_gap_ms`), the batches take claims ahead of the results
+# waiting, for at most `results_wait_for_claims_ms` at a stretch; then the
+# results go.
 claim_backlog_gap_ms = 100
 results_wait_for_claims_ms = 1000
 # The workers remembered as claiming while their results wait (engine/claim_backlog.py).

@@ -379,14 +379,14 @@ class WorkerCalls:
         return self.core.lease_of(job_id, nominal_ms, attempt, self.now_ms(), trio.current_time())
 
     async def report(self, owner: str | None, results: list[Result]) -> list[Run | errors.TempoError]:
+        # Its worker waits for this answer (engine/claim_backlog.py).
         worker = worker_of(self.core.leases, results)
-        if worker is None:
-            outcomes = await self.committer.submit(ReportResults(self.now_ms(), owner, results))
-        else:
+        if worker is not None:
             self.backlog.reporting(worker)
-            try:
-                outcomes = await self.committer.submit(ReportResults(self.now_ms(), owner, results))
-            finally:
+        try:
+            outcomes = await self.committer.submit(ReportResults(self.now_ms(), owner, results))
+        finally:
+            if worker is not None:
                 self.backlog.reported(worker)
         assert _run_or_error_each(outcomes)
         if self.core.reported(outcomes):
